@@ -1,0 +1,40 @@
+# Neuron Explorer task runner. `make help` lists the targets.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+SAMPLE  ?= samples/traces/cpu_mlp_train.pt.trace.json.gz
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+venv: $(STAMP) ## create .venv with the pinned requirements and the project in editable mode
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+browser: ## install Debian's chromium for the browser tests (needs root)
+	@test -x /usr/bin/chromium || (apt-get update -q && apt-get install -y -q chromium)
+
+demo: venv ## set up, import a shipped sample trace and print its summary
+	rm -rf profiles/demo
+	.venv/bin/neuron-explorer import $(SAMPLE) -o profiles/demo
+	.venv/bin/neuron-explorer summary profiles/demo
+
+lint: venv ## ruff check and format check
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+test: venv browser lint ## set up and run the whole test suite
+	$(PY) -m pytest -q
+
+bench: venv ## run the benchmarks (slow; results go in benchmarks/README.md)
+	$(PY) benchmarks/run_all.py
+
+clean: ## remove caches and generated profiles
+	rm -rf profiles .pytest_cache .ruff_cache .mypy_cache
+
+.PHONY: help venv browser demo lint test bench clean

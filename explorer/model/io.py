@@ -1,0 +1,121 @@
+"""Writing and reading profile directories. Writes are atomic: a temporary sibling directory
+is filled, then renamed into place, so an interrupted write never looks like a profile."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import __version__
+from ..errors import ExplorerError
+from .manifest import Manifest
+from .schema import COUNTERS, EVENTS, STACKS, TABLES, Table, conform, empty_table
+
+MANIFEST = "manifest.json"
+SOURCES = "sources"
+ROW_GROUP_ROWS = 64 * 1024  # small enough for predicate push-down on start_ns
+
+
+def _write_table(table: Table, data: pa.Table, path: Path) -> None:
+    pq.write_table(
+        data,
+        path,
+        compression="zstd",
+        row_group_size=ROW_GROUP_ROWS,
+        use_dictionary=True,
+        write_statistics=True,
+    )
+
+
+def _sort_events(events: pa.Table) -> pa.Table:
+    return events.sort_by([("rank", "ascending"), ("start_ns", "ascending"), ("id", "ascending")])
+
+
+class ProfileWriter:
+    """Fills a temporary directory beside `path`; `commit()` renames it to `path`.
+
+    Use as a context manager: leaving the block without `commit()` (or with an exception)
+    removes the temporary directory.
+    """
+
+    def __init__(self, path: str | Path, *, overwrite: bool = False) -> None:
+        self.path = Path(path)
+        if self.path.exists() and not overwrite:
+            raise ExplorerError(f"{self.path}: output path exists; choose another or remove it")
+        self.overwrite = overwrite
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        self._counts: dict[str, int] = {}
+
+    def __enter__(self) -> ProfileWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+    def abort(self) -> None:
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def write_events(self, events: pa.Table | dict) -> None:
+        """Write events; several ranks go to events/rank=N/part-0.parquet."""
+        data = _sort_events(conform(EVENTS, events))
+        ranks = pa.compute.unique(data.column("rank")).to_pylist()
+        if len(ranks) <= 1:
+            _write_table(EVENTS, data, self.tmp / EVENTS.file)
+        else:
+            for rank in sorted(ranks):
+                part = data.filter(pa.compute.equal(data.column("rank"), rank))
+                d = self.tmp / "events" / f"rank={rank}"
+                d.mkdir(parents=True)
+                _write_table(EVENTS, part, d / "part-0.parquet")
+        self._counts["events"] = data.num_rows
+
+    def write_table(self, name: str, data: pa.Table | dict) -> None:
+        table = TABLES[name]
+        if table is EVENTS:
+            return self.write_events(data)
+        conformed = conform(table, data)
+        _write_table(table, conformed, self.tmp / table.file)
+        self._counts[name] = conformed.num_rows
+
+    def add_source(self, file: str, text: str) -> None:
+        """Keep the text of a user source file, stored under sources/ by its path."""
+        rel = source_relpath(file)
+        dest = self.tmp / SOURCES / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text, encoding="utf-8")
+
+    def commit(self, manifest: Manifest) -> Path:
+        for table in (EVENTS, STACKS, COUNTERS):
+            if table.name not in self._counts:
+                self.write_table(table.name, empty_table(table))
+        manifest = replace(
+            manifest,
+            row_counts=dict(self._counts),
+            producer=manifest.producer or f"neuron-explorer {__version__}",
+        )
+        tmp_manifest = self.tmp / (MANIFEST + ".part")
+        tmp_manifest.write_text(manifest.to_json(), encoding="utf-8")
+        os.replace(tmp_manifest, self.tmp / MANIFEST)
+        if self.path.exists() and self.overwrite:
+            trash = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
+            os.replace(self.path, trash / "old")
+            os.replace(self.tmp, self.path)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(self.tmp, self.path)
+        return self.path
+
+
+def source_relpath(file: str) -> str:
+    """Where a source file's text lives under sources/: its absolute path without the root."""
+    p = Path(file)
+    parts = [x for x in p.parts if x not in ("/", "\\", "..", ".") and not x.endswith(":")]
+    return str(Path(*parts)) if parts else "_"

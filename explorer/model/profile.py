@@ -1,0 +1,117 @@
+"""`Profile`: a profile directory opened lazily. Tables come as Arrow (or DuckDB relations);
+nothing loads all events into Python objects."""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from ..errors import BadInputError
+from .io import MANIFEST, SOURCES, source_relpath
+from .manifest import Manifest
+from .schema import FORMAT, SCHEMA_VERSION, TABLES
+
+if TYPE_CHECKING:
+    import duckdb
+
+
+def is_profile(path: str | Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+class Profile:
+    """A profile directory. Open with `Profile.open(path)`; raises BadInputError if it is not
+    a complete profile of a schema version this code reads."""
+
+    def __init__(self, path: Path, manifest: Manifest) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, path: str | Path) -> Profile:
+        path = Path(path)
+        mpath = path / MANIFEST
+        if not path.is_dir():
+            raise BadInputError(path, "not a profile directory (no such directory)")
+        if not mpath.is_file():
+            raise BadInputError(path, "not a complete profile (manifest.json is missing)")
+        try:
+            raw = json.loads(mpath.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BadInputError(mpath, f"unreadable manifest ({e.__class__.__name__})") from None
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise BadInputError(mpath, f"not a {FORMAT} manifest")
+        version = raw.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise BadInputError(
+                mpath,
+                f"schema version {version!r} is newer than this neuron-explorer reads "
+                f"({SCHEMA_VERSION}); upgrade neuron-explorer",
+            )
+        try:
+            manifest = Manifest.from_dict(raw)
+        except (TypeError, ValueError) as e:
+            raise BadInputError(mpath, f"malformed manifest ({e})") from None
+        profile = cls(path, manifest)
+        for name in TABLES:
+            if not profile._table_path(name).exists():
+                raise BadInputError(path, f"table {name} is missing")
+        return profile
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def _table_path(self, name: str) -> Path:
+        single = self.path / f"{name}.parquet"
+        return single if single.exists() or name != "events" else self.path / "events"
+
+    def dataset(self, name: str) -> ds.Dataset:
+        """The table as a pyarrow dataset (lazy; supports column projection and filters)."""
+        return self._datasets[name]
+
+    @cached_property
+    def _datasets(self) -> dict[str, ds.Dataset]:
+        out = {}
+        for name, table in TABLES.items():
+            p = self._table_path(name)
+            try:
+                out[name] = ds.dataset(str(p), format="parquet", schema=table.arrow_schema())
+            except (pa.ArrowInvalid, OSError) as e:
+                raise BadInputError(p, f"corrupt Parquet table ({e})") from None
+        return out
+
+    def table(self, name: str, columns: list[str] | None = None, filter: Any = None) -> pa.Table:
+        """Read a table (optionally some columns, optionally filtered by a dataset expression)."""
+        try:
+            return self.dataset(name).to_table(columns=columns, filter=filter)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BadInputError(self._table_path(name), f"corrupt Parquet table ({e})") from None
+
+    def row_count(self, name: str) -> int:
+        return int(self.manifest.row_counts.get(name, self.dataset(name).count_rows()))
+
+    def duckdb(self) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with events, stacks and counters registered as views."""
+        import duckdb
+
+        con = duckdb.connect()
+        for name in TABLES:
+            con.register(name, self.dataset(name))
+        return con
+
+    def source_text(self, file: str) -> str | None:
+        """The text of a user source file as kept in sources/, or None."""
+        p = self.path / SOURCES / source_relpath(file)
+        try:
+            return p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def __repr__(self) -> str:
+        return f"Profile({str(self.path)!r}, source={self.manifest.source!r})"

@@ -1,0 +1,141 @@
+"""The profile format, declared once: tables, columns, Arrow types, units and meanings.
+
+Units live in column names (`_ns` is integer nanoseconds since the profile's origin). The
+schema version is written into manifest.json and into every Parquet file's metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+FORMAT = "neuron-explorer-profile"
+SCHEMA_VERSION = 1
+
+LAYERS = ("host", "device")
+KINDS = (
+    "python", "op", "annotation", "step", "runtime", "compile", "fallback", "sync", "copy",
+    "kernel", "instruction", "dma", "collective", "gpu_kernel", "gpu_memcpy", "gpu_memset",
+    "gpu_annotation", "memory", "other",
+)  # fmt: skip
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str
+    doc: str
+    nullable: bool = True
+
+    def field(self) -> pa.Field:
+        return pa.field(self.name, self.type, nullable=self.nullable)
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.parquet"
+
+    def arrow_schema(self) -> pa.Schema:
+        meta = {b"neuron_explorer.schema_version": str(SCHEMA_VERSION).encode()}
+        return pa.schema([c.field() for c in self.columns], metadata=meta)
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+
+EVENTS = Table(
+    "events",
+    "Every span and instant of the run, host and device, sorted by (rank, start_ns).",
+    (
+        Column("id", pa.int64(), "", "Unique event id within the profile.", nullable=False),
+        Column("rank", pa.int32(), "", "Distributed rank that recorded the event (0 for one process).", nullable=False),
+        Column("layer", _DICT, "", "host (the Python process) or device (the accelerator).", nullable=False),
+        Column("kind", _DICT, "", "What the event is: python, op, annotation, step, runtime, compile, fallback, sync, copy, kernel, instruction, dma, collective, gpu_kernel, gpu_memcpy, gpu_memset, gpu_annotation, memory, other.", nullable=False),
+        Column("name", _DICT, "", "Event name as recorded (aten op, kernel name, function).", nullable=False),
+        Column("track", _DICT, "", "The lane the event sits on: a thread, an engine, a DMA queue, a CUDA stream.", nullable=False),
+        Column("device", _DICT, "", "Device the event ran on, e.g. cpu, neuron:0, cuda:0."),
+        Column("start_ns", pa.int64(), "ns", "Start time in nanoseconds since the profile's origin.", nullable=False),
+        Column("dur_ns", pa.int64(), "ns", "Duration in nanoseconds; 0 for instants.", nullable=False),
+        Column("parent_id", pa.int64(), "", "Id of the enclosing event on the same track, if any."),
+        Column("flow_id", pa.int64(), "", "Links a host launch to the device work it caused (and backward ops to forward ops)."),
+        Column("step", pa.int32(), "", "Training step (ProfilerStep#N) the event falls in, if any."),
+        Column("stack_id", pa.int64(), "", "Python call stack of the event, a key into stacks."),
+        Column("src_file", _DICT, "", "Innermost user source file (outside torch and site-packages)."),
+        Column("src_line", pa.int32(), "", "Line in src_file."),
+        Column("src_func", _DICT, "", "Function in src_file."),
+        Column("op_name", _DICT, "", "Framework operator the event belongs to (itself for ops, the launching op for device work)."),
+        Column("shapes", pa.string(), "", "Input shapes as JSON text, e.g. [[8, 16], [16]]."),
+        Column("dtypes", pa.string(), "", "Input dtypes as JSON text, e.g. [\"float\", \"float\"]."),
+        Column("flops", pa.int64(), "FLOP", "Floating point operations performed."),
+        Column("bytes_read", pa.int64(), "bytes", "Bytes read from memory (HBM for device work)."),
+        Column("bytes_written", pa.int64(), "bytes", "Bytes written to memory."),
+        Column("args", pa.string(), "", "JSON object of all other attributes, kept so nothing is dropped."),
+    ),
+)  # fmt: skip
+
+STACKS = Table(
+    "stacks",
+    "Python call stacks; one row per frame.",
+    (
+        Column("stack_id", pa.int64(), "", "Stack key, referenced by events.stack_id.", nullable=False),
+        Column("depth", pa.int32(), "", "Frame depth, 0 = innermost.", nullable=False),
+        Column("file", _DICT, "", "Source file of the frame.", nullable=False),
+        Column("line", pa.int32(), "", "Line number in file."),
+        Column("function", _DICT, "", "Function name of the frame."),
+    ),
+)  # fmt: skip
+
+COUNTERS = Table(
+    "counters",
+    "Sampled values over time: memory, bandwidth, utilization.",
+    (
+        Column("rank", pa.int32(), "", "Rank that recorded the sample.", nullable=False),
+        Column("track", _DICT, "", "Counter lane, e.g. the device.", nullable=False),
+        Column("name", _DICT, "", "Counter name, e.g. memory_allocated.", nullable=False),
+        Column("ts_ns", pa.int64(), "ns", "Sample time in nanoseconds since the profile's origin.", nullable=False),
+        Column("value", pa.float64(), "", "Sample value, in unit.", nullable=False),
+        Column("unit", _DICT, "", "Unit of value: bytes, bytes/s, percent, count."),
+    ),
+)  # fmt: skip
+
+TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, STACKS, COUNTERS)}
+
+
+def empty_table(table: Table) -> pa.Table:
+    return table.arrow_schema().empty_table()
+
+
+def conform(table: Table, data: pa.Table | dict) -> pa.Table:
+    """Cast columns to the declared schema, adding missing nullable columns as nulls."""
+    if isinstance(data, dict):
+        n = max((len(v) for v in data.values()), default=0)
+        cols = data
+    else:
+        n = data.num_rows
+        cols = {name: data.column(name) for name in data.column_names}
+    unknown = set(cols) - {c.name for c in table.columns}
+    if unknown:
+        raise ValueError(f"{table.name}: unknown columns {sorted(unknown)}")
+    arrays = []
+    for col in table.columns:
+        if col.name in cols:
+            arr = cols[col.name]
+            if not isinstance(arr, (pa.Array, pa.ChunkedArray)):
+                value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+                arr = pa.array(arr, type=value_type)
+            arrays.append(arr.cast(col.type) if arr.type != col.type else arr)
+        elif col.nullable:
+            arrays.append(pa.nulls(n, type=col.type))
+        else:
+            raise ValueError(f"{table.name}: required column {col.name} missing")
+    return pa.Table.from_arrays(arrays, schema=table.arrow_schema())

@@ -1,0 +1,71 @@
+"""Layers point one way (DESIGN.md): a module never imports from a layer above it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("backend", "explorer", "web")
+
+# module prefix -> prefixes it must never import
+FORBIDDEN = {
+    "backend": ("explorer", "web"),
+    "explorer.model": ("explorer.capture", "explorer.importers", "explorer.exporters",
+                       "explorer.analysis", "explorer.cli", "web", "backend"),
+    "explorer.importers": ("explorer.capture", "explorer.analysis", "explorer.cli", "web"),
+    "explorer.exporters": ("explorer.capture", "explorer.analysis", "explorer.cli", "web"),
+    "explorer.analysis": ("explorer.capture", "explorer.importers", "explorer.exporters",
+                          "explorer.cli", "web"),
+    "explorer.capture": ("explorer.analysis", "explorer.cli", "web"),
+    "explorer.cli": ("web.app",),  # the serve command imports web lazily through web.serve
+}  # fmt: skip
+
+
+def _modules():
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            yield ".".join(parts), path
+
+
+def _imports(module: str, path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_pkg else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                yield ".".join([*base, node.module] if node.module else base)
+            elif node.module:
+                yield node.module
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("module,path", list(_modules()), ids=lambda x: str(x))
+def test_no_backward_import(module, path):
+    rules = [bad for owner, bad in FORBIDDEN.items() if _under(module, owner)]
+    for imported in _imports(module, path):
+        for bad in (b for group in rules for b in group):
+            assert not _under(imported, bad), (
+                f"{module} imports {imported} (layer {bad} is above it)"
+            )
+
+
+@pytest.mark.parametrize("module,path", list(_modules()), ids=lambda x: str(x))
+def test_only_capture_reads_the_live_profiler(module, path):
+    if _under(module, "explorer.capture") or _under(module, "backend"):
+        return
+    for imported in _imports(module, path):
+        assert not _under(imported, "torch.profiler"), f"{module} reads the live profiler"
