@@ -1,0 +1,1 @@
+"""The `neuron` device: a modeled AWS Trainium NeuronCore registered with PyTorch."""
