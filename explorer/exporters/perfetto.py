@@ -1,0 +1,278 @@
+"""Chrome trace-event JSON, loadable in Perfetto and chrome://tracing, written batch by batch
+from the Arrow dataset: spans are X events, instants i, flows s/f pairs, counters C, and
+processes and threads are named by metadata. Times are microseconds whose decimals keep the
+nanoseconds exactly ("ts": 1234.567)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import BadInputError, ExplorerError
+from ..model import Profile
+from . import BATCH_ROWS, Progress, read_batches
+from ._arrowjson import (
+    LineWriter,
+    as_text,
+    choose,
+    field,
+    finite_text,
+    int_text,
+    join,
+    quoted,
+    raw_json,
+    us_text,
+)
+
+NAME = "perfetto"
+HELP = "Chrome trace-event JSON for Perfetto and chrome://tracing (.json, or .json.gz)"
+DEFAULT_SUFFIX = ".perfetto.json.gz"
+GZIP_LEVEL = 3  # about three times faster than level 9, for files a few percent larger
+
+_INT_ARGS = ("step", "parent_id", "flow_id", "stack_id", "src_line", "flops", "bytes_read",
+             "bytes_written")  # fmt: skip
+_STR_ARGS = ("op_name", "src_file", "src_func")
+_RAW_ARGS = ("shapes", "dtypes", "args")  # JSON text columns, nested as JSON
+_EVENT_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "device", "start_ns", "dur_ns",
+                  *_INT_ARGS, *_STR_ARGS, *_RAW_ARGS)  # fmt: skip
+_COUNTER_COLUMNS = ("rank", "track", "name", "ts_ns", "value", "unit")
+_SEP = "\x1f"  # joins lane key parts; never appears in names
+# Lanes of the modeled device in the order an engineer reads them; other tracks sort naturally.
+_TRACK_ORDER = ("kernels", "TensorE", "VectorE", "ScalarE", "GpSimdE")
+_LAYER_ORDER = {"host": 0, "device": 1}
+
+
+def check_output(out: Path) -> None:
+    if not out.name.endswith((".json", ".json.gz")):
+        raise ExplorerError(f"{out}: a perfetto export is named .json or .json.gz")
+
+
+def write(profile: Profile, tmp: Path, progress: Progress) -> dict[str, int]:
+    """Write the whole trace to `tmp`; returns counts of spans (X), instants (i), flows (s/f pairs), counter samples (C) and metadata (M)."""
+    progress.start(profile.row_count("events") + profile.row_count("counters"))
+    counts: dict[str, int] = {}
+    lanes = _Lanes()
+    with _open(tmp) as fh:
+        fh.write(_header(profile))
+        out = LineWriter(fh)
+        for batch in read_batches(profile, "events", list(_EVENT_COLUMNS)):
+            out.write(_event_lines(batch, lanes))
+            n_instant = pc.sum(pc.equal(batch.column("dur_ns"), 0)).as_py() or 0
+            _add(counts, "spans", batch.num_rows - n_instant)
+            _add(counts, "instants", n_instant)
+            progress.advance(batch.num_rows)
+        for starts, finishes in _flow_lines(profile, lanes):
+            out.write(starts)
+            out.write(finishes)
+            _add(counts, "flows", len(starts))
+        for batch in read_batches(profile, "counters", list(_COUNTER_COLUMNS)):
+            finite = batch.filter(pc.is_finite(batch.column("value")))
+            out.write(_counter_lines(finite, lanes))
+            _add(counts, "counter samples", finite.num_rows)
+            _add(counts, "non-finite counter samples skipped", batch.num_rows - finite.num_rows)
+            progress.advance(batch.num_rows)
+        meta = lanes.metadata()
+        out.write_text(meta)
+        _add(counts, "metadata", len(meta))
+        fh.write(b"\n]}\n")
+    return {k: v for k, v in counts.items() if v}
+
+
+def _add(counts: dict[str, int], key: str, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
+
+
+@contextmanager
+def _open(path: Path) -> Iterator[BinaryIO]:
+    with open(path, "wb") as raw:
+        if path.name.endswith(".gz"):
+            # no file name or time in the gzip header: the same profile gives the same bytes
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL,
+                               mtime=0) as gz:  # fmt: skip
+                yield gz
+        else:
+            yield raw
+
+
+def _header(profile: Profile) -> bytes:
+    m = profile.manifest
+    other = {
+        "profile": profile.name,
+        "source": m.source,
+        "producer": m.producer,
+        "origin_unix_ns": m.origin_unix_ns,
+        "schema_version": m.schema_version,
+        "ranks": list(m.ranks),
+    }
+    head = json.dumps({"displayTimeUnit": "ns", "otherData": other})
+    return (head[:-1] + ',"traceEvents":[').encode()
+
+
+def _event_lines(b: pa.RecordBatch, lanes: _Lanes) -> pa.Array:
+    pid, tid = lanes.threads(b.column("rank"), b.column("layer"), b.column("device"),
+                             b.column("track"))  # fmt: skip
+    instant = pc.equal(b.column("dur_ns"), 0)
+    dur = pc.if_else(instant, "", join(',"dur":', us_text(b.column("dur_ns"))))
+    return join(
+        choose(instant, ',\n{"ph":"i","s":"t"', ',\n{"ph":"X"'),
+        ',"cat":', quoted(b.column("kind")),
+        ',"name":', quoted(b.column("name")),
+        ',"pid":', pid, ',"tid":', tid,
+        ',"ts":', us_text(b.column("start_ns")), dur,
+        ',"args":{"id":', int_text(b.column("id")),
+        *[field(c, int_text(b.column(c))) for c in _INT_ARGS],
+        *[field(c, quoted(b.column(c))) for c in _STR_ARGS],
+        *[field(c, raw_json(b.column(c))) for c in _RAW_ARGS],
+        "}}",
+    )  # fmt: skip
+
+
+_FLOWS_SQL = """
+WITH linked AS (
+    SELECT id, rank, layer, device, track, start_ns,
+           row_number() OVER w AS n,
+           first_value(rank) OVER w AS src_rank, first_value(layer) OVER w AS src_layer,
+           first_value(device) OVER w AS src_device, first_value(track) OVER w AS src_track,
+           first_value(start_ns) OVER w AS src_start_ns
+    FROM events WHERE flow_id IS NOT NULL
+    WINDOW w AS (PARTITION BY rank, flow_id ORDER BY layer = 'host' DESC, start_ns, id)
+)
+SELECT * FROM linked WHERE n > 1
+"""
+
+
+def _flow_lines(profile: Profile, lanes: _Lanes) -> Iterator[tuple[pa.Array, pa.Array]]:
+    """One s/f pair per event linked to a flow's source (its host event, else its earliest),
+    identified by the target event's id, so a launch fanning out to several kernels keeps all."""
+    import duckdb
+
+    try:
+        reader = profile.duckdb().sql(_FLOWS_SQL).to_arrow_reader(BATCH_ROWS)
+        for b in reader:
+            ids = int_text(b.column("id"))
+            spid, stid = lanes.threads(b.column("src_rank"), b.column("src_layer"),
+                                       b.column("src_device"), b.column("src_track"))  # fmt: skip
+            dpid, dtid = lanes.threads(b.column("rank"), b.column("layer"), b.column("device"),
+                                       b.column("track"))  # fmt: skip
+            starts = join(',\n{"ph":"s","id":', ids, ',"cat":"flow","name":"flow","pid":', spid,
+                          ',"tid":', stid, ',"ts":', us_text(b.column("src_start_ns")), "}")  # fmt: skip
+            finishes = join(',\n{"ph":"f","bp":"e","id":', ids,
+                            ',"cat":"flow","name":"flow","pid":', dpid, ',"tid":', dtid,
+                            ',"ts":', us_text(b.column("start_ns")), "}")  # fmt: skip
+            yield starts, finishes
+    except duckdb.Error as e:
+        raise BadInputError(profile.path, f"cannot read the events' flows ({e})") from None
+
+
+def _counter_lines(b: pa.RecordBatch, lanes: _Lanes) -> pa.Array:
+    # Perfetto names a counter track "<name> <arg key>": the unit makes it "memory_allocated bytes"
+    key = pc.fill_null(quoted(b.column("unit")), '"value"')
+    return join(
+        ',\n{"ph":"C","name":', quoted(b.column("name")),
+        ',"pid":', lanes.counter_processes(b.column("rank"), b.column("track")),
+        ',"ts":', us_text(b.column("ts_ns")),
+        ',"args":{', key, ":", finite_text(b.column("value")), "}}",
+    )  # fmt: skip
+
+
+def _natural(text: str) -> tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
+
+
+def _track_order(track: str) -> tuple:
+    if track in _TRACK_ORDER:
+        return (0, _TRACK_ORDER.index(track))
+    return (1, _natural(track))
+
+
+class _Lanes:
+    """Chrome pid/tid numbers: a process per (rank, layer, device), a thread per track in it,
+    numbered as met; the names and sort order are written as metadata at the end."""
+
+    def __init__(self) -> None:
+        self.procs: dict[tuple[int, str, str], int] = {}  # (rank, layer, device) -> pid
+        self.threads_of: dict[tuple[int, str], int] = {}  # (pid, track) -> tid
+        self._maps = {"thread": _KeyMap(width=2), "counter": _KeyMap(width=1)}
+
+    def _pid(self, rank: int, layer: str, device: str) -> int:
+        return self.procs.setdefault((rank, layer, device), len(self.procs) + 1)
+
+    def threads(self, rank: pa.Array, layer: pa.Array, device: pa.Array, track: pa.Array):  # noqa: ANN201
+        """(pid text, tid text) arrays for each event's lane."""
+        key = join(int_text(rank), _SEP, as_text(layer), _SEP,
+                   pc.fill_null(as_text(device), ""), _SEP, as_text(track))  # fmt: skip
+
+        def new(k: str) -> tuple[str, str]:
+            r, lay, dev, trk = k.split(_SEP, 3)
+            pid = self._pid(int(r), lay, dev)
+            tid = self.threads_of.setdefault((pid, trk), len(self.threads_of) + 1)
+            return str(pid), str(tid)
+
+        return self._maps["thread"].lookup(key, new)
+
+    def counter_processes(self, rank: pa.Array, track: pa.Array) -> pa.Array:
+        """A counter goes in the process of the device it measures, else in one of its own."""
+        key = join(int_text(rank), _SEP, as_text(track))
+
+        def new(k: str) -> tuple[str]:
+            r, trk = k.split(_SEP, 1)
+            rank_ = int(r)
+            for (pr, _layer, dev), pid in self.procs.items():
+                if pr == rank_ and dev == trk:
+                    return (str(pid),)
+            return (str(self._pid(rank_, "counters", trk)),)
+
+        return self._maps["counter"].lookup(key, new)[0]
+
+    def metadata(self) -> list[str]:
+        lines = []
+        order = sorted(self.procs, key=lambda k: (k[0], _LAYER_ORDER.get(k[1], 2), _natural(k[2])))
+        for i, (rank, layer, device) in enumerate(order):
+            pid = self.procs[(rank, layer, device)]
+            label = f"rank {rank} {layer}" + (f" {device}" if device else "")
+            lines.append(_meta("process_name", pid, None, {"name": label}))
+            lines.append(_meta("process_sort_index", pid, None, {"sort_index": i}))
+        tracks = sorted(self.threads_of, key=lambda k: (k[0], _track_order(k[1])))
+        for i, (pid, track) in enumerate(tracks):
+            tid = self.threads_of[(pid, track)]
+            lines.append(_meta("thread_name", pid, tid, {"name": track}))
+            lines.append(_meta("thread_sort_index", pid, tid, {"sort_index": i}))
+        return lines
+
+
+def _meta(name: str, pid: int, tid: int | None, args: dict) -> str:
+    event = {"ph": "M", "name": name, "pid": pid, **({"tid": tid} if tid else {}), "args": args}
+    return ",\n" + json.dumps(event)
+
+
+class _KeyMap:
+    """Maps string keys to tuples of text columns, vectorised with index_in; a key not yet
+    seen gets its values from `new` (there are few distinct lanes, many events)."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.values: dict[str, tuple[str, ...]] = {}
+        self._arrays: tuple[pa.Array, list[pa.Array]] | None = None
+
+    def lookup(self, key: pa.Array, new) -> list[pa.Array]:  # noqa: ANN001
+        for k in pc.unique(key).to_pylist():
+            if k not in self.values:
+                self.values[k] = new(k)
+                self._arrays = None
+        if self._arrays is None:
+            columns = [
+                pa.array([v[i] for v in self.values.values()], pa.string())
+                for i in range(self.width)
+            ]
+            self._arrays = (pa.array(list(self.values), pa.string()), columns)
+        keys, columns = self._arrays
+        idx = pc.index_in(key, value_set=keys)
+        return [col.take(idx) for col in columns]
