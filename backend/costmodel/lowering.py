@@ -1,0 +1,311 @@
+"""Lower an op (name + tensor shapes) to a NeuronCore kernel plan; fuse plans into one kernel.
+
+A kernel is a software pipeline: its HBM inputs are loaded by DMA into SBUF in stages, engines
+compute on each stage while the next one loads, and results are stored back by DMA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import ceil
+
+from . import ops
+from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
+from .spec import DeviceSpec, EngineSpec, get_spec
+
+_CACHE: dict[tuple, KernelPlan] = {}
+_CACHE_MAX = 1 << 16
+
+
+def lower_op(
+    op: str,
+    inputs: Sequence[TensorInfo] = (),
+    outputs: Sequence[TensorInfo] = (),
+    spec: DeviceSpec | None = None,
+    name: str | None = None,
+) -> KernelPlan:
+    """The kernel plan of one op; never raises for an unknown op (it falls back by category)."""
+    spec = spec or get_spec()
+    inputs = tuple(inputs)
+    outputs = tuple(outputs)
+    key = (op, inputs, outputs, spec.name, name)
+    plan = _CACHE.get(key)
+    if plan is None:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        plan = _CACHE[key] = _lower(op, inputs, outputs, spec, name or ops.base_name(op))
+    return plan
+
+
+def _lower(op, inputs, outputs, spec, name) -> KernelPlan:
+    category = ops.classify(op)
+    if not outputs and inputs:
+        outputs = inputs[:1]  # an in-place op writes its first argument
+    if category == ops.VIEW:
+        return KernelPlan(name, op, (), 0, 0, 0, inputs, outputs, (), category, spec.name)
+    if category == ops.MATMUL:
+        try:
+            return _lower_matmul(op, inputs, outputs, spec, name)
+        except (ValueError, IndexError, ZeroDivisionError, StopIteration):
+            category = ops.ELEMENTWISE  # shapes we cannot read as a GEMM
+    if category == ops.COPY:
+        if inputs and outputs and inputs[-1].dtype != outputs[0].dtype:
+            category = ops.ELEMENTWISE  # a dtype conversion runs on VectorE
+        else:
+            moved = [sum(t.nbytes for t in outputs)]
+            return assemble(spec, name, op, category, inputs, outputs, moved, (), moved)
+    computes = _engine_work(op, category, inputs, outputs, spec)
+    reads = [t.nbytes for t in inputs]
+    if category == ops.FILL:
+        reads = []
+    elif category == ops.GATHER and inputs and "scatter" not in op and "put" not in op:
+        # a gather reads the rows it fetches, not the whole source table
+        reads = reads[1:] + [sum(t.nbytes for t in outputs)]
+    writes = [t.nbytes for t in outputs]
+    return assemble(spec, name, op, category, inputs, outputs, reads, computes, writes)
+
+
+def _elems(ts: Sequence[TensorInfo]) -> int:
+    return max((t.numel for t in ts), default=1)
+
+
+def _itemsize(ts: Sequence[TensorInfo]) -> int:
+    return max((t.itemsize for t in ts), default=4)
+
+
+def _pass(
+    spec: DeviceSpec, eng: EngineSpec, opcode: str, elems: int, itemsize: int, flops_per_elem=1
+) -> Compute:
+    """One pass of an engine over `elems` elements, tiled into instructions of the policy size."""
+    rate = eng.elems_per_cycle_16bit if itemsize <= 2 else eng.elems_per_cycle_32bit
+    count = max(1, ceil(elems / spec.policy.engine_tile_elems))
+    cycles = ceil(elems / rate) + count * eng.instr_overhead_cycles
+    lanes = spec.tensor_engine_dim  # engines work across the 128 SBUF partitions
+    return Compute(
+        eng.name,
+        opcode,
+        cycles * 1e9 / eng.clock_hz,
+        int(elems * flops_per_elem),
+        count,
+        min(1.0, elems / lanes),
+        elems * itemsize,
+    )
+
+
+def _engine_work(op, category, inputs, outputs, spec) -> tuple[Compute, ...]:
+    out_elems = _elems(outputs)
+    in_elems = _elems(inputs)
+    size = _itemsize(inputs + outputs)
+    vec, sca, gp = spec.vector, spec.scalar, spec.gpsimd
+    backward = "backward" in op
+    if category == ops.TRANSCENDENTAL:
+        return (_pass(spec, sca, "activation", out_elems, size),)
+    if category == ops.GATHER:
+        scatter = any(w in op for w in ("scatter", "put", "index_add", "index_copy"))
+        elems = max((t.numel for t in inputs[1:]), default=out_elems) if scatter else out_elems
+        return (_pass(spec, gp, "local_scatter" if scatter else "local_gather", elems, size),)
+    if category == ops.REDUCTION:
+        two_pass = any(w in op for w in ("var", "std", "norm"))
+        opcode = "bn_stats" if two_pass else "tensor_reduce"
+        return (_pass(spec, vec, opcode, in_elems, size, 2 if two_pass else 1),)
+    if category == ops.NORM:
+        work = [_pass(spec, vec, "bn_stats", in_elems, size, 3),
+                _pass(spec, sca, "activation", in_elems, size, 2)]  # fmt: skip
+        if backward:
+            work += [_pass(spec, vec, "tensor_tensor", in_elems, size, 3),
+                     _pass(spec, vec, "tensor_reduce", in_elems, size)]  # fmt: skip
+        return tuple(work)
+    if category == ops.SOFTMAX:
+        if backward:
+            return (_pass(spec, vec, "tensor_tensor", in_elems, size, 2),
+                    _pass(spec, vec, "tensor_scalar", in_elems, size, 2))  # fmt: skip
+        return (_pass(spec, vec, "tensor_reduce", in_elems, size),
+                _pass(spec, sca, "activation_reduce", in_elems, size, 2),
+                _pass(spec, vec, "tensor_scalar", in_elems, size))  # fmt: skip
+    if category == ops.FILL:
+        random = any(w in op for w in ("rand", "normal", "uniform", "bernoulli", "random"))
+        if random or "arange" in op or "iota" in op:
+            return (_pass(spec, gp, "iota" if not random else "rng", out_elems, size),)
+        return (_pass(spec, vec, "memset", out_elems, size, 0),)
+    opcode = "tensor_tensor" if sum(t.numel > 1 for t in inputs) >= 2 else "tensor_scalar"
+    if category == ops.COPY:
+        opcode = "tensor_copy"
+    return (_pass(spec, vec, opcode, max(out_elems, 1), size),)
+
+
+def _split(extent: int, dim: int) -> list[tuple[int, int]]:
+    """(tile size, tile count) pairs covering `extent` with tiles of at most `dim`."""
+    full, rest = divmod(extent, dim)
+    return [(s, c) for s, c in ((dim, full), (rest, 1)) if c and s]
+
+
+def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
+    """TensorE tiles: stationary K x M (<= 128 x 128), moving columns streamed <= 512 at a time."""
+    problems = ops.gemms(op, inputs, outputs)
+    dtype = next((t.dtype for t in inputs if len(t.shape) >= 1), "float32")
+    size = TensorInfo((), dtype).itemsize
+    if "float8" in dtype:
+        passes = 1.0 / spec.fp8_speedup
+    elif size <= 2:
+        passes = 1.0
+    else:
+        passes = float(spec.fp32_matmul_passes)
+    dim, fmax = spec.tensor_engine_dim, spec.tensor_moving_fmax
+    groups: dict[tuple[int, int], list[float]] = {}  # (k, m) tile -> [count, cycles, flops]
+    reread = 0
+    budget = spec.sbuf_bytes * spec.policy.sbuf_operand_share
+    for b, m, k, n in problems:
+        n_chunks = ceil(n / fmax)
+        col_cycles = n * passes + n_chunks * spec.tensor_instr_overhead_cycles
+        for ks, kc in _split(k, dim):
+            for ms, mc in _split(m, dim):
+                g = groups.setdefault((ks, ms), [0, 0.0, 0])
+                tiles = b * kc * mc
+                g[0] += tiles * n_chunks
+                g[1] += tiles * col_cycles
+                g[2] += 2 * b * kc * ks * mc * ms * n
+        a_bytes, b_bytes = b * m * k * size, b * k * n * size
+        if a_bytes + b_bytes > budget:  # operands do not fit SBUF: stream B once per A block
+            reread += (ceil(a_bytes / budget) - 1) * b_bytes
+    computes = []
+    for (ks, ms), (count, cycles, flops) in sorted(
+        groups.items(), key=lambda kv: -kv[0][0] * kv[0][1]
+    ):
+        util = ks * ms / (dim * dim)
+        computes.append(Compute("TensorE", "nc_matmul", cycles * 1e9 / spec.tensor_clock_hz,
+                                int(flops), int(count), util, 0))  # fmt: skip
+    out_elems = sum(b * m * n for b, m, _, n in problems)
+    # PSUM holds fp32 partial sums; VectorE moves them to SBUF (and casts) before the store.
+    computes.append(_pass(spec, spec.vector, "tensor_copy", out_elems, 4, 0))
+    if "attention" in op or "scaled_dot_product" in op:
+        scores = problems[0][0] * problems[0][1] * problems[0][3]  # softmax stays in SBUF
+        computes.insert(1, _pass(spec, spec.scalar, "activation_reduce", scores, 4, 2))
+    reads = [t.nbytes for t in inputs] + ([reread] if reread else [])
+    writes = [t.nbytes for t in outputs]
+    return assemble(spec, name, op, ops.MATMUL, inputs, outputs, reads, computes, writes)
+
+
+def assemble(
+    spec: DeviceSpec,
+    name: str,
+    op: str,
+    category: str,
+    inputs: tuple[TensorInfo, ...],
+    outputs: tuple[TensorInfo, ...],
+    reads: Sequence[int],
+    computes: Sequence[Compute],
+    writes: Sequence[int],
+) -> KernelPlan:
+    """Pipeline `reads` -> `computes` -> `writes` in stages, loading stage s+1 during stage s."""
+    policy = spec.policy
+    reads = [r for r in reads if r > 0]
+    writes = [w for w in writes if w > 0]
+    total = sum(reads) + sum(writes)
+    stages = max(1, min(policy.max_stages, total // policy.stage_min_bytes))
+    if computes:
+        stages = min(stages, max(1, min(c.count for c in computes)))
+    nq = spec.dma_queues
+    queue_bw = spec.memory_bytes_per_s / nq / 1e9  # bytes per ns per queue
+    instrs: list[Instr] = []
+    next_queue = [0]
+
+    def dma(nbytes: int, opcode: str, deps: tuple[int, ...], read: bool, write: bool) -> list[int]:
+        pieces = max(1, min(nq, ceil(nbytes / policy.dma_piece_min_bytes)))
+        base, extra = divmod(nbytes, pieces)
+        out = []
+        for i in range(pieces):
+            piece = base + (i < extra)
+            if piece <= 0:
+                continue
+            eff = min(1.0, piece / spec.dma_min_efficient_bytes)  # small payloads waste bandwidth
+            dur = spec.dma_latency_ns + piece / (queue_bw * eff)
+            out.append(len(instrs))
+            instrs.append(Instr(DMA, opcode, max(1, round(dur)), deps, 0, piece if read else 0,
+                                piece if write else 0, next_queue[0]))  # fmt: skip
+            next_queue[0] = (next_queue[0] + 1) % nq
+        return out
+
+    def part(total_value: int, s: int) -> int:
+        share = total_value // stages
+        return share + (total_value - share * stages if s == stages - 1 else 0)
+
+    if not computes:  # pure data movement: HBM -> HBM
+        for s in range(stages):
+            for w in writes:
+                dma(part(w, s), "dma_hbm_to_hbm", (), True, True)
+        return _plan(
+            name, op, instrs, 0, sum(writes), sum(writes), inputs, outputs, (), category, spec
+        )
+
+    loads: list[list[int]] = []
+
+    def load(s: int) -> None:
+        loads.append(
+            [i for r in reads for i in dma(part(r, s), "dma_hbm_to_sbuf", (), True, False)]
+        )
+
+    load(0)
+    for s in range(stages):
+        if s + 1 < stages:
+            load(s + 1)
+        deps = tuple(loads[s])
+        for c in computes:
+            count = part(c.count, s)
+            instrs.append(Instr(c.engine, c.opcode, max(1, round(c.dur_ns / stages)), deps,
+                                part(c.flops, s), part(c.sbuf_bytes, s), 0, 0,
+                                max(1, count), c.utilization))  # fmt: skip
+            deps = (len(instrs) - 1,)
+        for w in writes:
+            dma(part(w, s), "dma_sbuf_to_hbm", deps, False, True)
+    flops = sum(c.flops for c in computes)
+    return _plan(name, op, instrs, flops, sum(reads), sum(writes), inputs, outputs, tuple(computes),
+                 category, spec)  # fmt: skip
+
+
+def _plan(name, op, instrs, flops, read, written, inputs, outputs, computes, category, spec):
+    return KernelPlan(name, op, tuple(instrs), flops, read, written, inputs, outputs, computes,
+                      category, spec.name)  # fmt: skip
+
+
+def fuse(
+    plans: Sequence[KernelPlan],
+    name: str | None = None,
+    inputs: Sequence[TensorInfo] | None = None,
+    outputs: Sequence[TensorInfo] | None = None,
+) -> KernelPlan:
+    """One kernel running the plans' engine work back to back with intermediates kept in SBUF.
+
+    `inputs`/`outputs` are the fused kernel's HBM tensors; without them, a chain is assumed:
+    each plan's first input matching an earlier plan's output is an intermediate, and only the
+    last plan's outputs are stored.
+    """
+    work = [p for p in plans if not p.is_empty]
+    if not work:
+        first = plans[0] if plans else None
+        return KernelPlan(name or "fused", first.op if first else "fused", (), 0, 0, 0)
+    spec = get_spec(work[0].spec)
+    if inputs is None:
+        ext: list[TensorInfo] = []
+        produced: list[TensorInfo] = []
+        for p in work:
+            chained = False
+            for t in p.inputs:
+                if not chained and t in produced:
+                    produced.remove(t)
+                    chained = True
+                else:
+                    ext.append(t)
+            produced.extend(p.outputs)
+        inputs = ext
+    outputs = tuple(work[-1].outputs if outputs is None else outputs)
+    inputs = tuple(inputs)
+    computes = tuple(c for p in work for c in p.computes)
+    if not computes:  # only data movement left: it happens inside SBUF
+        computes = (
+            _pass(spec, spec.vector, "tensor_copy", _elems(outputs), _itemsize(outputs), 0),
+        )
+    name = name or "fused_" + "_".join(ops.base_name(p.op) for p in work)
+    op = work[0].op if len(work) == 1 else "+".join(p.op for p in work)
+    reads = [t.nbytes for t in inputs]
+    writes = [t.nbytes for t in outputs]
+    return assemble(spec, name, op, "fused", inputs, outputs, reads, computes, writes)

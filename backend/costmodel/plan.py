@@ -1,0 +1,139 @@
+"""What lowering produces: tensors described by shape and dtype, instructions, kernel plans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+# Bytes per element by torch dtype name (without "torch.").
+DTYPE_BYTES: dict[str, int] = {
+    "float64": 8, "double": 8, "complex128": 16, "complex64": 8, "cfloat": 8, "cdouble": 16,
+    "float32": 4, "float": 4, "int32": 4, "int": 4, "uint32": 4,
+    "bfloat16": 2, "float16": 2, "half": 2, "int16": 2, "short": 2, "uint16": 2,
+    "int64": 8, "long": 8, "uint64": 8,
+    "int8": 1, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+}  # fmt: skip
+
+ENGINES = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
+ENGINE_INDEX = {e: i for i, e in enumerate(ENGINES)}
+DMA = "DMA"
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Element size of a torch dtype name; unknown names count as 4 bytes."""
+    return DTYPE_BYTES.get(dtype.removeprefix("torch."), 4)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor as the cost model sees it: its shape and its torch dtype name."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if type(self.shape) is not tuple:
+            object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return dtype_bytes(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction (or a batch of identical ones, `count`) of a kernel plan.
+
+    `deps` are indices of earlier instructions of the same plan that must finish first; `queue`
+    is the plan-relative DMA queue for DMA transfers. `utilization` is the share of the engine's
+    peak the work uses (for TensorE: the share of the 128x128 array the tiles fill).
+    """
+
+    engine: str
+    opcode: str
+    dur_ns: int
+    deps: tuple[int, ...] = ()
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    queue: int = 0
+    count: int = 1
+    utilization: float = 1.0
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Engine work before it is split into pipeline stages (the unit `fuse` recombines)."""
+
+    engine: str
+    opcode: str
+    dur_ns: float  # the whole op's time on that engine
+    flops: int
+    count: int = 1
+    utilization: float = 1.0
+    sbuf_bytes: int = 0  # bytes read/written inside SBUF/PSUM by this work
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """A device kernel: its instructions in issue order plus totals over all of them."""
+
+    name: str
+    op: str
+    instrs: tuple[Instr, ...]
+    flops: int
+    bytes_read: int  # HBM bytes read by the kernel's DMA
+    bytes_written: int  # HBM bytes written by the kernel's DMA
+    inputs: tuple[TensorInfo, ...] = ()
+    outputs: tuple[TensorInfo, ...] = ()
+    computes: tuple[Compute, ...] = field(default=(), repr=False)
+    category: str = "elementwise"
+    spec: str = "trn2"  # name of the DeviceSpec it was lowered for
+    # (resource, is_dma, dur_ns, deps) per instruction, precomputed for the timeline's hot loop
+    sched: tuple[tuple[int, bool, int, tuple[int, ...]], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        sched = tuple(
+            (i.queue, True, i.dur_ns, i.deps)
+            if i.engine == DMA
+            else (ENGINE_INDEX[i.engine], False, i.dur_ns, i.deps)
+            for i in self.instrs
+        )
+        object.__setattr__(self, "sched", sched)
+
+    @property
+    def is_empty(self) -> bool:
+        """True for views and other ops with no device work."""
+        return not self.instrs
+
+    @property
+    def dma_queues_used(self) -> int:
+        return 1 + max((i.queue for i in self.instrs if i.engine == DMA), default=-1)
+
+    @property
+    def tensor_utilization(self) -> float | None:
+        """Flop-weighted share of the TensorE array the kernel's tiles fill; None without TensorE."""
+        work = [(i.flops, i.utilization) for i in self.instrs if i.engine == "TensorE"]
+        total = sum(f for f, _ in work)
+        if not work or total == 0:
+            return None
+        # utilization = useful / issued, so issued = useful / utilization
+        issued = sum(f / u for f, u in work if u > 0)
+        return total / issued if issued else None
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """Flops per HBM byte moved (the roofline's x axis)."""
+        moved = self.bytes_read + self.bytes_written
+        return self.flops / moved if moved else float("inf")

@@ -1,0 +1,365 @@
+"""Hardware figures of one NeuronCore per chip generation, each with its public source.
+
+Every constant the cost model uses lives here; lowering and the timeline only read a DeviceSpec.
+Figures marked ASSUMPTION are not published by AWS and are our estimate (see docs/costmodel.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+ENV_VAR = "NEURON_DEVICE_SPEC"
+DEFAULT_SPEC = "trn2"
+
+_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest"
+SRC_TRN1_NKI = f"{_DOCS}/nki/arch/trainium_inferentia2_arch.html"
+SRC_TRN1_CORE = f"{_DOCS}/general/arch/neuron-hardware/neuron-core-v2.html"
+SRC_TRN1_CHIP = f"{_DOCS}/general/arch/neuron-hardware/trainium.html"
+SRC_TRN2_NKI = f"{_DOCS}/nki/about/trainium2_arch.html"
+SRC_TRN2_CORE = f"{_DOCS}/about-neuron/arch/neuron-hardware/neuron-core-v3.html"
+SRC_TRN2_CHIP = f"{_DOCS}/about-neuron/arch/neuron-hardware/trainium2.html"
+SRC_TRN3_NKI = f"{_DOCS}/nki/about/trainium3_arch.html"
+SRC_TRN3_CORE = f"{_DOCS}/about-neuron/arch/neuron-hardware/neuron-core-v4.html"
+SRC_TRN3_CHIP = f"{_DOCS}/about-neuron/arch/neuron-hardware/trainium3.html"
+SRC_DMA_GUIDE = f"{_DOCS}/nki/deep-dives/nki-dma-bandwidth-guide.html"
+SRC_NKI_ISA = f"{_DOCS}/nki/api/nki.isa.html"
+ASSUMPTION = "ASSUMPTION (not published; see docs/costmodel.md)"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """A NeuronCore compute engine: clock, elements per cycle per dtype width, fixed cost."""
+
+    name: str
+    clock_hz: float
+    elems_per_cycle_16bit: int  # bf16/fp16 elements processed per cycle
+    elems_per_cycle_32bit: int  # fp32 (and wider) elements per cycle
+    instr_overhead_cycles: int  # fixed issue/drain cost of one instruction
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """Host-side runtime costs the backend charges to the host clock (all modeled)."""
+
+    launch_ns: int  # submit one kernel to the device queue
+    eager_compile_ns: int  # first use of an (op, shapes, dtypes) key in eager mode
+    graph_compile_ns_base: int  # torch.compile: fixed cost of compiling one graph
+    graph_compile_ns_per_node: int  # ... plus this per FX node
+    h2d_bytes_per_s: float  # host-to-device copy bandwidth (PCIe)
+    d2h_bytes_per_s: float  # device-to-host copy bandwidth (PCIe)
+    sync_ns: int  # fixed cost of a host wait on the device, on top of the wait itself
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    """How the modeled compiler tiles and pipelines work: model choices, not chip facts."""
+
+    max_stages: int = 8  # a kernel's work is split into at most this many pipelined stages
+    stage_min_bytes: int = 1 << 20  # ... each moving at least this much HBM traffic
+    dma_piece_min_bytes: int = 16 << 10  # a stage's tensor is spread over queues in pieces >= this
+    engine_tile_elems: int = 128 * 512  # elements one Vector/Scalar/GpSimd instruction handles
+    sbuf_operand_share: float = 0.5  # share of SBUF a matmul keeps its operands in
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One NeuronCore of a Trainium chip; `sources` names the public origin of each figure."""
+
+    name: str
+    chip: str
+    core: str
+    cores_per_chip: int
+    tensor_engine_dim: int  # systolic array is dim x dim
+    tensor_clock_hz: float
+    tensor_moving_fmax: int  # columns of the moving tensor one matmul instruction streams
+    tensor_instr_overhead_cycles: int
+    fp32_matmul_passes: int  # an fp32 matmul takes this many passes of a bf16 one
+    fp8_speedup: float  # fp8 matmul throughput relative to bf16
+    vector: EngineSpec
+    scalar: EngineSpec
+    gpsimd: EngineSpec
+    hbm_bytes: int  # device memory per chip
+    hbm_bytes_per_s_chip: float
+    dma_bytes_per_s: float  # per core, all DMA queues of the core together
+    dma_queues: int  # DMA queues (rings) one core drives in parallel
+    dma_latency_ns: int  # fixed start cost of one DMA transfer
+    dma_min_efficient_bytes: int  # below this a transfer runs at reduced bandwidth
+    sbuf_bytes: int
+    psum_bytes: int
+    runtime: RuntimeSpec
+    sources: tuple[tuple[str, str], ...] = field(default=())
+    policy: ModelPolicy = field(default=ModelPolicy())
+
+    @property
+    def clock_hz(self) -> float:
+        """The TensorE clock, the one that sets the peak FLOPS."""
+        return self.tensor_clock_hz
+
+    @property
+    def peak_flops_bf16(self) -> float:
+        """dim x dim multiply-accumulates per cycle, two flops each."""
+        return 2.0 * self.tensor_engine_dim**2 * self.tensor_clock_hz
+
+    @property
+    def peak_flops_fp32(self) -> float:
+        return self.peak_flops_bf16 / self.fp32_matmul_passes
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """One core's share of the chip's HBM bandwidth."""
+        return self.hbm_bytes_per_s_chip / self.cores_per_chip
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        """What one core can stream from HBM: the lower of its DMA and its HBM share."""
+        return min(self.dma_bytes_per_s, self.hbm_bytes_per_s)
+
+    @property
+    def machine_balance(self) -> float:
+        """Flops per byte at the roofline ridge (bf16 peak over memory bandwidth)."""
+        return self.peak_flops_bf16 / self.memory_bytes_per_s
+
+    @property
+    def machine_balance_fp32(self) -> float:
+        return self.peak_flops_fp32 / self.memory_bytes_per_s
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable form for a profile manifest's `device_spec`."""
+        out = asdict(self)
+        out["sources"] = dict(self.sources)
+        for name in (
+            "clock_hz",
+            "peak_flops_bf16",
+            "peak_flops_fp32",
+            "hbm_bytes_per_s",
+            "memory_bytes_per_s",
+            "machine_balance",
+            "machine_balance_fp32",
+        ):
+            out[name] = getattr(self, name)
+        return out
+
+
+_MIB = 1 << 20
+_GIB = 1 << 30
+
+# Host-side runtime costs are not published per call; the same estimates serve every chip except
+# PCIe bandwidth (Gen4 on trn1, Gen5 on trn2/trn3, both at a practical ~40% of the link).
+_RUNTIME_SOURCES = (
+    ("runtime.launch_ns", ASSUMPTION + ": NRT kernel submit, order of 10 us"),
+    ("runtime.eager_compile_ns", ASSUMPTION + ": eager per-op kernel build on first use"),
+    ("runtime.graph_compile_ns_base", ASSUMPTION + ": neuronx-cc graph compile, seconds"),
+    ("runtime.graph_compile_ns_per_node", ASSUMPTION),
+    ("runtime.h2d_bytes_per_s", ASSUMPTION + ": practical PCIe throughput"),
+    ("runtime.d2h_bytes_per_s", ASSUMPTION + ": practical PCIe throughput"),
+    ("runtime.sync_ns", ASSUMPTION + ": NRT wait/notification round trip"),
+)
+
+TRN1 = DeviceSpec(
+    name="trn1",
+    chip="Trainium",
+    core="NeuronCore-v2",
+    cores_per_chip=2,
+    tensor_engine_dim=128,
+    # 190 BF16 TFLOPS per chip / 2 cores = 95 per core = 2*128*128*f  ->  f = 2.9 GHz.
+    tensor_clock_hz=2.9e9,
+    tensor_moving_fmax=512,
+    tensor_instr_overhead_cycles=64,
+    fp32_matmul_passes=4,  # 47.5 FP32 TFLOPS per chip vs 190 BF16
+    fp8_speedup=1.0,  # trn1 lists FP8 at the BF16 rate
+    vector=EngineSpec("VectorE", 1.4e9, 128, 128, 64),
+    scalar=EngineSpec("ScalarE", 1.4e9, 128, 128, 64),
+    gpsimd=EngineSpec("GpSimdE", 1.4e9, 16, 16, 128),
+    hbm_bytes=32 * _GIB,
+    hbm_bytes_per_s_chip=820e9,
+    dma_bytes_per_s=410e9,
+    dma_queues=16,  # 32 DMA engines per chip / 2 cores
+    dma_latency_ns=2000,
+    dma_min_efficient_bytes=4096,
+    sbuf_bytes=24 * _MIB,
+    psum_bytes=2 * _MIB,
+    runtime=RuntimeSpec(
+        launch_ns=15_000,
+        eager_compile_ns=3_000_000,
+        graph_compile_ns_base=2_000_000_000,
+        graph_compile_ns_per_node=5_000_000,
+        h2d_bytes_per_s=12e9,
+        d2h_bytes_per_s=12e9,
+        sync_ns=10_000,
+    ),
+    sources=(
+        ("cores_per_chip", SRC_TRN1_NKI + ": 2 NeuronCores (v2) per device"),
+        ("tensor_engine_dim", SRC_TRN1_NKI + ": 128x128 systolic array"),
+        (
+            "tensor_clock_hz",
+            "derived: 190 BF16 TFLOPS per chip (" + SRC_TRN1_CHIP + ") / 2 / (2*128*128)",
+        ),
+        ("tensor_moving_fmax", SRC_NKI_ISA + ": nc_matmul moving free size up to 512"),
+        ("tensor_instr_overhead_cycles", ASSUMPTION),
+        ("fp32_matmul_passes", SRC_TRN1_CHIP + ": 47.5 FP32 vs 190 BF16 TFLOPS per chip"),
+        ("fp8_speedup", SRC_TRN1_CHIP + ": FP8 at the BF16 rate"),
+        ("vector", ASSUMPTION + ": 128 lanes at 1.4 GHz (engine clock not published for v2)"),
+        ("scalar", ASSUMPTION + ": 128 lanes at 1.4 GHz"),
+        (
+            "gpsimd",
+            SRC_TRN1_CORE + ": 8 x 512-bit processors; rate for gather/scatter is an " + ASSUMPTION,
+        ),
+        ("hbm_bytes", SRC_TRN1_NKI + ": 32 GiB per device"),
+        ("hbm_bytes_per_s_chip", SRC_TRN1_NKI + ": 820 GB/s per device"),
+        ("dma_bytes_per_s", ASSUMPTION + ": the core's HBM share"),
+        ("dma_queues", SRC_TRN1_NKI + ": 32 DMA engines per device, 16 per core"),
+        ("dma_latency_ns", ASSUMPTION + ": ~2 us fixed cost per DMA on v2"),
+        ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
+        ("sbuf_bytes", SRC_TRN2_NKI + ": 24 MiB in NeuronCore-v2"),
+        ("psum_bytes", SRC_TRN1_NKI + ": 2 MiB"),
+        *_RUNTIME_SOURCES,
+    ),
+)
+
+TRN2 = DeviceSpec(
+    name="trn2",
+    chip="Trainium2",
+    core="NeuronCore-v3",
+    cores_per_chip=8,
+    tensor_engine_dim=128,
+    tensor_clock_hz=2.4e9,  # 2*128*128*2.4e9 = 78.6 TFLOPS: the published 79 BF16 TFLOPS
+    tensor_moving_fmax=512,
+    tensor_instr_overhead_cycles=64,
+    fp32_matmul_passes=4,  # 181 FP32 vs 667 BF16 TFLOPS per chip: ~4x (3.7x)
+    fp8_speedup=2.0,  # 158 cFP8 vs 79 BF16 TFLOPS per core
+    vector=EngineSpec("VectorE", 0.96e9, 512, 256, 64),
+    scalar=EngineSpec("ScalarE", 1.2e9, 128, 128, 64),
+    gpsimd=EngineSpec("GpSimdE", 1.2e9, 16, 16, 128),
+    hbm_bytes=96 * _GIB,
+    hbm_bytes_per_s_chip=2.9e12,
+    dma_bytes_per_s=368e9,
+    dma_queues=16,  # 128 DMA engines per device / 8 cores
+    dma_latency_ns=1300,
+    dma_min_efficient_bytes=4096,
+    sbuf_bytes=28 * _MIB,  # 128 partitions x 224 KiB
+    psum_bytes=2 * _MIB,
+    runtime=RuntimeSpec(
+        launch_ns=12_000,
+        eager_compile_ns=3_000_000,
+        graph_compile_ns_base=2_000_000_000,
+        graph_compile_ns_per_node=5_000_000,
+        h2d_bytes_per_s=25e9,
+        d2h_bytes_per_s=25e9,
+        sync_ns=8_000,
+    ),
+    sources=(
+        ("cores_per_chip", SRC_TRN2_NKI + ": 8 NeuronCores (v3) per device"),
+        ("tensor_engine_dim", SRC_TRN2_NKI + ": 128-row data path (pmax 128)"),
+        (
+            "tensor_clock_hz",
+            SRC_TRN2_NKI + ": Tensor engine 2.4 GHz; " + SRC_TRN2_CORE + ": 79 BF16 TFLOPS",
+        ),
+        ("tensor_moving_fmax", SRC_NKI_ISA + ": nc_matmul moving free size up to 512"),
+        ("tensor_instr_overhead_cycles", ASSUMPTION),
+        ("fp32_matmul_passes", SRC_TRN2_CHIP + ": 181 FP32 vs 667 BF16 TFLOPS per chip"),
+        ("fp8_speedup", SRC_TRN2_CORE + ": 158 cFP8 vs 79 BF16 TFLOPS"),
+        ("vector", SRC_TRN2_NKI + ": 0.96 GHz, 512 BF16/FP16 or 256 other elements per cycle"),
+        ("scalar", SRC_TRN2_NKI + ": 1.2 GHz, 128 elements per cycle"),
+        ("gpsimd", SRC_TRN2_NKI + ": 1.2 GHz; gather/scatter rate is an " + ASSUMPTION),
+        ("hbm_bytes", SRC_TRN2_NKI + ": 96 GiB per device"),
+        ("hbm_bytes_per_s_chip", SRC_TRN2_NKI + ": 2.9 TB/s per device"),
+        ("dma_bytes_per_s", SRC_TRN2_CHIP + ": DMA bandwidth per chip over 8 cores, ~368 GB/s"),
+        ("dma_queues", SRC_TRN2_NKI + ": 128 DMA engines per device, 16 per core"),
+        ("dma_latency_ns", SRC_DMA_GUIDE + ": ~1.3 us fixed cost per DMA"),
+        ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
+        ("sbuf_bytes", SRC_TRN2_NKI + ": 28 MiB (128 partitions of 224 KiB)"),
+        ("psum_bytes", SRC_TRN2_NKI + ": 2 MiB"),
+        *_RUNTIME_SOURCES,
+    ),
+)
+
+TRN3 = DeviceSpec(
+    name="trn3",
+    chip="Trainium3",
+    core="NeuronCore-v4",
+    cores_per_chip=8,
+    tensor_engine_dim=128,
+    # 671 BF16 TFLOPS per chip / 8 cores = 83.9 per core = 2*128*128*f  ->  f = 2.56 GHz.
+    tensor_clock_hz=2.56e9,
+    tensor_moving_fmax=512,
+    tensor_instr_overhead_cycles=64,
+    fp32_matmul_passes=4,  # 183 FP32 vs 671 BF16 TFLOPS per chip
+    fp8_speedup=3.75,  # 2517 MXFP8 vs 671 BF16 TFLOPS per chip
+    vector=EngineSpec("VectorE", 0.96e9, 512, 256, 64),
+    scalar=EngineSpec("ScalarE", 1.2e9, 128, 128, 64),
+    gpsimd=EngineSpec("GpSimdE", 1.2e9, 16, 16, 128),
+    hbm_bytes=144 * _GIB,
+    hbm_bytes_per_s_chip=4.9e12,
+    dma_bytes_per_s=612e9,  # 4.9 TB/s DMA per chip / 8 cores
+    dma_queues=16,
+    dma_latency_ns=1300,
+    dma_min_efficient_bytes=4096,
+    sbuf_bytes=32 * _MIB,
+    psum_bytes=2 * _MIB,
+    runtime=RuntimeSpec(
+        launch_ns=12_000,
+        eager_compile_ns=3_000_000,
+        graph_compile_ns_base=2_000_000_000,
+        graph_compile_ns_per_node=5_000_000,
+        h2d_bytes_per_s=25e9,
+        d2h_bytes_per_s=25e9,
+        sync_ns=8_000,
+    ),
+    sources=(
+        ("cores_per_chip", SRC_TRN3_CHIP + ": 8 NeuronCore-v4 per chip"),
+        ("tensor_engine_dim", SRC_TRN3_NKI + ": 128-partition tiles as in v3"),
+        (
+            "tensor_clock_hz",
+            "derived: 671 BF16 TFLOPS per chip (" + SRC_TRN3_CHIP + ") / 8 / (2*128*128)",
+        ),
+        ("tensor_moving_fmax", SRC_NKI_ISA + ": nc_matmul moving free size up to 512"),
+        ("tensor_instr_overhead_cycles", ASSUMPTION),
+        ("fp32_matmul_passes", SRC_TRN3_CHIP + ": 183 FP32 vs 671 BF16 TFLOPS per chip"),
+        ("fp8_speedup", SRC_TRN3_CHIP + ": 2,517 MXFP8 vs 671 BF16 TFLOPS per chip"),
+        ("vector", ASSUMPTION + ": as NeuronCore-v3"),
+        ("scalar", ASSUMPTION + ": as NeuronCore-v3"),
+        ("gpsimd", ASSUMPTION + ": as NeuronCore-v3"),
+        ("hbm_bytes", SRC_TRN3_CHIP + ": 144 GiB per chip"),
+        ("hbm_bytes_per_s_chip", SRC_TRN3_CHIP + ": 4.9 TB/s (the NKI guide says 4.7)"),
+        ("dma_bytes_per_s", SRC_TRN3_CHIP + ": 4.9 TB/s DMA bandwidth per chip / 8 cores"),
+        ("dma_queues", SRC_TRN3_NKI + ": 128 DMA engines per device, 16 per core"),
+        ("dma_latency_ns", ASSUMPTION + ": as NeuronCore-v3"),
+        ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
+        ("sbuf_bytes", SRC_TRN3_CORE + ": 32 MiB"),
+        ("psum_bytes", SRC_TRN3_NKI + ": 2 MiB, as in v3"),
+        *_RUNTIME_SOURCES,
+    ),
+)
+
+SPECS: dict[str, DeviceSpec] = {s.name: s for s in (TRN1, TRN2, TRN3)}
+_default: str | None = None
+
+
+def _lookup(name: str) -> DeviceSpec:
+    try:
+        return SPECS[name.strip().lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown neuron device spec {name!r} (known: {', '.join(SPECS)})"
+        ) from None
+
+
+def set_default_spec(name: str | None) -> DeviceSpec | None:
+    """Make `name` (trn1, trn2, trn3) the spec get_spec() returns; None goes back to the env var."""
+    global _default
+    if name is None:
+        _default = None
+        return None
+    spec = _lookup(name)
+    _default = spec.name
+    return spec
+
+
+def get_spec(name: str | None = None) -> DeviceSpec:
+    """The named spec, else the one set by set_default_spec, else $NEURON_DEVICE_SPEC, else trn2."""
+    if name is not None:
+        return _lookup(name)
+    if _default is not None:
+        return SPECS[_default]
+    return _lookup(os.environ.get(ENV_VAR) or DEFAULT_SPEC)
