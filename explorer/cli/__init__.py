@@ -15,6 +15,7 @@ from ..errors import ExplorerError
 COMMANDS: dict[str, str] = {
     "schema": "schema",
     "export": "export",
+    "serve": "serve",
 }
 
 

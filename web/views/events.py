@@ -1,0 +1,76 @@
+"""One event in full: its columns, the ops around it, its flow partners (the launching call or
+the device work it caused) and the source line it belongs to."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import fetch_dicts
+from .source import file_id
+
+_COLS = (
+    "id, rank, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
+    "CAST(name AS VARCHAR) AS name, CAST(track AS VARCHAR) AS track, "
+    "CAST(device AS VARCHAR) AS device, start_ns, dur_ns, parent_id, flow_id, step, stack_id, "
+    "CAST(src_file AS VARCHAR) AS src_file, src_line, CAST(src_func AS VARCHAR) AS src_func, "
+    "CAST(op_name AS VARCHAR) AS op_name, shapes, dtypes, flops, bytes_read, bytes_written, args"
+)
+_BRIEF = (
+    "id, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
+    "CAST(name AS VARCHAR) AS name, CAST(track AS VARCHAR) AS track, start_ns, dur_ns, "
+    "CAST(src_file AS VARCHAR) AS src_file, src_line"
+)
+
+
+def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:  # noqa: ANN001
+    return fetch_dicts(con, sql, params)
+
+
+def _link(row: dict[str, Any]) -> dict[str, Any] | None:
+    if row.get("src_file") and row.get("src_line"):
+        return {"file": row["src_file"], "file_id": file_id(row["src_file"]),
+                "line": row["src_line"]}  # fmt: skip
+    return None
+
+
+def event_json(con, event_id: int) -> dict[str, Any] | None:
+    found = _rows(con, f"SELECT {_COLS} FROM events WHERE id = ?", [event_id])
+    if not found:
+        return None
+    ev = found[0]
+    try:
+        ev["args"] = json.loads(ev["args"]) if ev["args"] else {}
+    except ValueError:
+        pass
+    ancestors = _rows(
+        con,
+        f"WITH RECURSIVE chain(pid, lvl) AS (SELECT CAST(? AS BIGINT), 0 UNION ALL "
+        f"SELECT e.parent_id, c.lvl + 1 FROM chain c JOIN events e ON e.id = c.pid "
+        f"WHERE c.lvl < 32 AND c.pid IS NOT NULL) "
+        f"SELECT {_BRIEF}, c.lvl FROM chain c JOIN events e ON e.id = c.pid "
+        f"WHERE c.lvl > 0 ORDER BY c.lvl",
+        [ev["parent_id"]],
+    ) if ev["parent_id"] is not None else []  # fmt: skip
+    children = _rows(
+        con,
+        f"SELECT {_BRIEF} FROM events WHERE parent_id = ? ORDER BY start_ns LIMIT 50",
+        [event_id],
+    )
+    flows = (
+        _rows(
+            con,
+            f"SELECT {_BRIEF} FROM events WHERE flow_id = ? AND id <> ? ORDER BY start_ns LIMIT 50",
+            [ev["flow_id"], event_id],
+        )  # fmt: skip
+        if ev["flow_id"] is not None
+        else []
+    )
+    # the line: its own, else its launch's, else the nearest enclosing event's that has one
+    source = _link(ev)
+    for other in (*flows, *ancestors):
+        if source:
+            break
+        source = _link(other)
+    return {"event": ev, "ancestors": ancestors, "children": children, "flows": flows,
+            "source": source}  # fmt: skip

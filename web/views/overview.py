@@ -1,0 +1,82 @@
+"""The profile list, a profile's summary page and its findings. Summary and findings come from
+explorer.analysis; this module only assembles them with the manifest and the hot ops and lines."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from explorer.model import Profile
+
+from . import fetch_dicts
+
+
+def is_modeled(profile: Profile) -> bool:
+    """Device times of a neuron capture come from the cost model, not from a measurement."""
+    return profile.manifest.source == "capture" or bool(profile.manifest.device_spec)
+
+
+def step_stats(profile: Profile) -> dict[str, Any]:
+    durs = [s.dur_ns for s in profile.manifest.steps]
+    return {
+        "steps": len(durs),
+        "step_ns_mean": int(statistics.fmean(durs)) if durs else None,
+        "step_ns_median": int(statistics.median(durs)) if durs else None,
+        "per_step": [
+            {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
+            for s in profile.manifest.steps
+        ],
+    }
+
+
+def devices(con) -> list[str]:
+    rows = con.execute(
+        "SELECT DISTINCT CAST(device AS VARCHAR) FROM events WHERE layer = 'device' ORDER BY 1"
+    ).fetchall()
+    return [r[0] for r in rows if r[0]]
+
+
+def device_busy(con) -> list[dict[str, Any]]:
+    """Busy time of each device lane over the profiled span (a fallback utilization)."""
+    return fetch_dicts(
+        con,
+        "WITH span AS (SELECT max(start_ns + dur_ns) - min(start_ns) AS s FROM events) "
+        "SELECT CAST(device AS VARCHAR) AS device, CAST(track AS VARCHAR) AS track, "
+        "CAST(sum(dur_ns) AS BIGINT) AS busy_ns, CAST(sum(dur_ns) AS BIGINT) / any_value(span.s) AS utilization "
+        "FROM events, span WHERE layer = 'device' GROUP BY ALL ORDER BY device, track",
+    )
+
+
+def analysis_summary(profile: Profile) -> dict[str, Any] | None:
+    """explorer.analysis.summarize(profile).to_dict(), or None while it is unavailable."""
+    try:
+        from explorer.analysis import summarize
+    except ImportError:
+        return None
+    return summarize(profile).to_dict()
+
+
+def analysis_findings(profile: Profile) -> list[dict[str, Any]] | None:
+    """Every rule's findings as dicts, largest saving first; None while analysis is unavailable."""
+    try:
+        from explorer.analysis import run_rules
+    except ImportError:
+        return None
+    return [f.to_dict() for f in run_rules(profile)]
+
+
+def profile_row(name: str, profile: Profile, devs: list[str], findings: list | None) -> dict:
+    m = profile.manifest
+    stats = step_stats(profile)
+    return {
+        "name": name,
+        "source": m.source,
+        "devices": devs,
+        "device_spec": (m.device_spec or {}).get("name"),
+        "events": m.row_counts.get("events"),
+        "steps": stats["steps"],
+        "step_ns_mean": stats["step_ns_mean"],
+        "top_finding": findings[0] if findings else None,
+        "device_time_modeled": is_modeled(profile),
+        "error": None,
+    }
