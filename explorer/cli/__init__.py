@@ -14,6 +14,7 @@ from ..errors import ExplorerError
 # command name -> module under explorer.cli.commands (imported only when needed)
 COMMANDS: dict[str, str] = {
     "schema": "schema",
+    "capture": "capture",
     "export": "export",
     "serve": "serve",
 }
