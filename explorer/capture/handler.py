@@ -1,0 +1,169 @@
+"""`explorer.trace_handler`: torch.profiler's on_trace_ready that writes a Neuron Explorer profile.
+
+Same contract as `torch.profiler.tensorboard_trace_handler`: pass it as `on_trace_ready`, and
+each completed active cycle becomes one output. Ours is a profile directory: the first cycle
+writes `dir_name` itself (or `dir_name/worker_name`), later cycles `<that>.cycle2`,
+`<that>.cycle3`, ... beside it. A rerun replaces an earlier profile of the same name; a path
+that exists and is not a profile is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExplorerError
+from ..model.io import ProfileWriter
+from ..model.profile import Profile, is_profile
+from . import sources
+from .merge import in_window, merge
+
+WINDOW_SLACK_NS = 1_000_000  # runtime events this close outside the trace's span still count
+
+
+@dataclass(frozen=True)
+class RawCapture:
+    """What one active cycle left behind, before it is merged into a profile."""
+
+    workdir: Path  # temporary; holds the exported Kineto trace
+    trace: Path
+    runtime: tuple[Any, ...]  # backend RuntimeEvents drained for this cycle
+    device_spec: dict[str, Any] | None
+    roots: tuple[str, ...]  # where user source files may be copied from
+    torch_version: str
+
+
+def _runtime_module() -> Any | None:
+    """backend.runtime.events if the neuron device is registered in this process, else None."""
+    if "backend" not in sys.modules:
+        return None
+    try:
+        from backend.runtime import events
+    except ImportError:
+        return None
+    return events
+
+
+def _device_spec() -> dict[str, Any] | None:
+    try:
+        from backend.costmodel import get_spec
+
+        return get_spec().to_dict()
+    except Exception:  # noqa: BLE001 - a missing or broken cost model leaves the spec out
+        return None
+
+
+def _roots() -> tuple[str, ...]:
+    roots = [os.getcwd()]
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    for f in (main_file, sys.argv[0] if sys.argv else None):
+        if f and os.path.isfile(f):
+            roots.append(os.path.dirname(os.path.abspath(f)))
+    return tuple(dict.fromkeys(roots))
+
+
+class TraceHandler:
+    """Callable for `on_trace_ready`; `written` lists the profiles made so far."""
+
+    def __init__(self, dir_name: str | os.PathLike, worker_name: str | None = None) -> None:
+        base = Path(dir_name)
+        self.base = base / worker_name if worker_name else base
+        self.cycles = 0
+        self.written: list[Path] = []
+        self._check(self.base)
+
+    @staticmethod
+    def _check(path: Path) -> None:
+        if path.exists() and not is_profile(path) and (not path.is_dir() or any(path.iterdir())):
+            raise ExplorerError(f"{path}: exists and is not a profile; choose another name")
+
+    def path_for(self, cycle: int) -> Path:
+        return self.base if cycle <= 1 else self.base.with_name(f"{self.base.name}.cycle{cycle}")
+
+    def collect(self, prof: Any) -> RawCapture:
+        """Export the cycle's trace and drain the runtime's events (cheap; no merging yet)."""
+        workdir = Path(tempfile.mkdtemp(prefix="neuron-explorer-capture-"))
+        trace = workdir / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        runtime = _runtime_module()
+        drained = tuple(runtime.drain()) if runtime is not None else ()
+        import torch
+
+        return RawCapture(workdir, trace, drained, _device_spec() if drained else None,
+                          _roots(), torch.__version__)  # fmt: skip
+
+    def discard(self, raw: RawCapture) -> None:
+        shutil.rmtree(raw.workdir, ignore_errors=True)
+
+    def write(self, raw: RawCapture) -> Path:
+        """Merge a collected cycle into the next profile directory; returns its path."""
+        self.cycles += 1
+        path = self.path_for(self.cycles)
+        self._check(path)
+        try:
+            write_profile(raw, path)
+        finally:
+            self.discard(raw)
+        self.written.append(path)
+        print(f"neuron-explorer: wrote profile {path}", file=sys.stderr)
+        return path
+
+    def __call__(self, prof: Any) -> Path:
+        return self.write(self.collect(prof))
+
+
+def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None) -> TraceHandler:
+    """An `on_trace_ready` handler writing one profile directory per active cycle."""
+    return TraceHandler(dir_name, worker_name)
+
+
+def _import_host(trace: Path, workdir: Path) -> Profile:
+    from ..importers import import_traces
+
+    out = workdir / "host-profile"
+    import_traces([trace], out)
+    return Profile.open(out)
+
+
+def write_profile(raw: RawCapture, path: Path) -> Path:
+    """Merge host and runtime events of one cycle and write the profile atomically."""
+    host = _import_host(raw.trace, raw.workdir)
+    manifest = host.manifest
+    origin = manifest.origin_unix_ns
+    events = host.table("events")
+    span = events.column("start_ns")
+    lo = origin + (min(span.to_pylist(), default=0)) - WINDOW_SLACK_NS
+    hi = origin + max((s + d for s, d in zip(span.to_pylist(), events.column("dur_ns").to_pylist(), strict=True)), default=0) + WINDOW_SLACK_NS  # fmt: skip
+    runtime = [e for e in raw.runtime if in_window(e, lo, hi)]
+    merged = merge(events, origin, runtime)
+    stacks = host.table("stacks")
+    counters = host.table("counters")
+    import pyarrow as pa
+
+    if merged.counters.num_rows:
+        counters = pa.concat_tables([counters, merged.counters]).unify_dictionaries()
+    with ProfileWriter(path, overwrite=True) as writer:
+        writer.write_events(merged.events)
+        writer.write_table("stacks", stacks)
+        writer.write_table("counters", counters)
+        files = sources.named_files(merged.events, stacks)
+        for file, text in sources.readable(files, raw.roots):
+            writer.add_source(file, text)
+        final = replace(
+            manifest,
+            source="capture",
+            producer="",
+            device_spec=raw.device_spec,
+            torch_version=raw.torch_version,
+            host=manifest.host or platform.node(),
+            steps=merged.steps,
+            inputs=(),
+            extra={**manifest.extra, "simulator_ns_removed": merged.removed_ns},
+        )
+        return writer.commit(final)

@@ -1,0 +1,253 @@
+"""Merge torch.profiler's host events with the neuron runtime's events on one clock.
+
+Host events come from the Kineto importer (real time). Runtime host calls (launch, compile,
+fallback, copy, sync) become host events nested in the framework op that made them; device
+kernels, instructions and DMAs go on their device tracks with the launch's flow id, the user
+source line, and the step of their launch. Backward work with no user frame takes the line of
+the forward op with the same autograd sequence number. See clock.py for the time mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..model.manifest import Step
+from ..model.schema import COUNTERS, EVENTS, conform
+from .clock import Cut, HostClock
+from .link import innermost_parents, step_of
+
+DEVICE = "neuron:0"
+HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy"})
+DEVICE_KINDS = frozenset({"kernel", "instruction", "dma"})
+FRAMEWORK_KINDS = ("op", "annotation")  # what a runtime call's launching op can be
+# The project's own frames (backend/ and explorer/ beside each other) are never user frames.
+_HIDDEN_DIRS = tuple(
+    str(Path(__file__).resolve().parents[2] / d) + os.sep for d in ("backend", "explorer")
+)
+
+
+@dataclass(frozen=True)
+class Merged:
+    events: pa.Table
+    counters: pa.Table
+    steps: tuple[Step, ...]
+    removed_ns: int  # simulator time cut from the host timeline
+
+
+def _col(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def _pylist(table: pa.Table, name: str) -> list:
+    col = table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    return col.to_pylist()
+
+
+def drop_own_frames(host: pa.Table) -> pa.Table:
+    """Remove python events and stacks that belong to the backend or explorer itself."""
+    if not host.num_rows:
+        return host
+    kind = pc.cast(host.column("kind"), pa.string())
+    name = pc.cast(host.column("name"), pa.string())
+    src = pc.fill_null(pc.cast(host.column("src_file"), pa.string()), "")
+    own = pc.equal(kind, "__never__")
+    for d in _HIDDEN_DIRS:
+        own = pc.or_(own, pc.or_(pc.match_substring(name, d), pc.match_substring(src, d)))
+    return host.filter(pc.invert(pc.and_(pc.equal(kind, "python"), own)))
+
+
+def in_window(ev: Any, lo_ns: int, hi_ns: int) -> bool:
+    """Whether a runtime event belongs to the recorded window (real unix ns)."""
+    t = ev.host_start_ns
+    return t is None or lo_ns <= t <= hi_ns
+
+
+def merge(
+    host: pa.Table, origin_unix_ns: int, runtime: Sequence[Any], device: str = DEVICE
+) -> Merged:
+    """Host events (EVENTS schema, real clock since `origin_unix_ns`) plus the runtime's events
+    -> events and counters on one clock, with the steps."""
+    host = drop_own_frames(host)
+    calls = [e for e in runtime if e.kind in HOST_KINDS and e.host_start_ns is not None]
+    work = [e for e in runtime if e.kind in DEVICE_KINDS and e.device_start_ns is not None]
+    memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
+
+    cuts = [
+        Cut(e.host_start_ns - origin_unix_ns, e.host_end_ns - origin_unix_ns,
+            e.host_end_ns - e.host_start_ns, e.host_cost_ns)
+        for e in calls
+    ]  # fmt: skip
+    clock = HostClock(cuts)
+    # The backend's device clock is real time minus every cut since the process started;
+    # cut0 is the part of that total made before this window.
+    first = min(calls, key=lambda e: e.host_start_ns, default=None)
+    cut0 = first.cut_before_ns if first is not None else 0
+    device_offset = origin_unix_ns - cut0
+
+    h_start = _col(host, "start_ns").astype(np.int64)
+    h_end = h_start + _col(host, "dur_ns").astype(np.int64)
+    h_start, h_end = clock.map(h_start), clock.map(h_end)
+    host = host.set_column(host.schema.get_field_index("start_ns"), "start_ns", pa.array(h_start))
+    host = host.set_column(
+        host.schema.get_field_index("dur_ns"), "dur_ns", pa.array(h_end - h_start)
+    )
+
+    kinds = np.array(_pylist(host, "kind"), dtype=object)
+    is_step = kinds == "step"
+    step_nums = _col(host, "step")
+    steps_start, steps_end = h_start[is_step], h_end[is_step]
+    steps_num = np.array([_step_number(n, s) for n, s in zip(
+        np.array(_pylist(host, "name"), dtype=object)[is_step], step_nums[is_step], strict=True
+    )], dtype=np.int64)  # fmt: skip
+
+    next_id = int(pc.max(host.column("id")).as_py() or 0) + 1 if host.num_rows else 1
+    ids = {e.id: next_id + i for i, e in enumerate([*calls, *work])}
+
+    # Runtime calls on the host: mapped times, nested under the innermost host event.
+    c_start = clock.map([e.host_start_ns - origin_unix_ns for e in calls])
+    c_end = clock.map([e.host_end_ns - origin_unix_ns for e in calls])
+    tracks = np.array([*_pylist(host, "track"), *[f"thread {e.tid}" for e in calls]], dtype=object)
+    all_start = np.concatenate([h_start, c_start])
+    all_end = np.concatenate([h_end, c_end])
+    parent_ok = np.ones(len(all_start), dtype=bool)
+    parents = innermost_parents(tracks, all_start, all_end, parent_ok)[host.num_rows :]
+    host_ids = _col(host, "id")
+    n_host = host.num_rows
+
+    def parent_id(p: int) -> int | None:
+        if p < 0:
+            return None
+        return int(host_ids[p]) if p < n_host else ids[calls[p - n_host].id]
+
+    src = _backward_lines(runtime)
+    rows: dict[str, list] = {c.name: [] for c in EVENTS.columns}
+    flow_step: dict[int, int] = {}
+    call_steps = step_of(c_start, steps_start, steps_end, steps_num)
+    for i, e in enumerate(calls):
+        line = _line(e, src)
+        step = int(call_steps[i]) if call_steps[i] >= 0 else None
+        if e.flow_id and step is not None:
+            flow_step.setdefault(e.flow_id, step)
+        _add(rows, e, ids[e.id], "host", f"thread {e.tid}", "cpu", int(c_start[i]),
+             int(c_end[i] - c_start[i]), parent_id(int(parents[i])), step, line)  # fmt: skip
+
+    d_start = np.array([e.device_start_ns - device_offset for e in work], dtype=np.int64)
+    d_steps = step_of(d_start, steps_start, steps_end, steps_num)
+    for i, e in enumerate(work):
+        step = flow_step.get(e.flow_id, int(d_steps[i]) if d_steps[i] >= 0 else None)
+        pid = ids.get(e.parent_id) if e.parent_id is not None else None
+        _add(rows, e, ids[e.id], "device", e.track or "kernels", device, int(d_start[i]),
+             int(e.device_dur_ns or 0), pid, step, _line(e, src))  # fmt: skip
+
+    host = _fill_op_lines(host, parents, calls, src)
+    events = pa.concat_tables([conform(EVENTS, host), conform(EVENTS, rows)]).unify_dictionaries()
+    counters = _memory_counters(memory, clock, origin_unix_ns, device)
+    steps = tuple(
+        Step(int(k), 0, int(s), int(e - s))
+        for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
+    )
+    return Merged(events, counters, steps, clock.total_removed_ns)
+
+
+def _step_number(name: str, step: Any) -> int:
+    if step is not None and step == step and int(step) >= 0:
+        return int(step)
+    tail = str(name).rsplit("#", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _backward_lines(runtime: Sequence[Any]) -> dict[int, tuple[str, int, str]]:
+    """Autograd sequence number -> the user line of the forward op that has it."""
+    lines: dict[int, tuple[str, int, str]] = {}
+    for e in runtime:
+        if e.seq_nr >= 0 and not e.is_backward and e.src_file and e.src_line:
+            lines.setdefault(e.seq_nr, (e.src_file, e.src_line, e.src_func or ""))
+    return lines
+
+
+def _line(e: Any, backward: dict[int, tuple[str, int, str]]) -> tuple | None:
+    if e.src_file and e.src_line and not any(d in e.src_file for d in _HIDDEN_DIRS):
+        return (e.src_file, e.src_line, e.src_func or "")
+    if e.seq_nr >= 0:
+        return backward.get(e.seq_nr)
+    return None
+
+
+def _add(rows: dict[str, list], e: Any, eid: int, layer: str, track: str, device: str,
+         start: int, dur: int, parent: int | None, step: int | None, line: tuple | None) -> None:  # fmt: skip
+    args = dict(e.args or {})
+    if layer == "host":
+        args.update(real_ns=e.host_end_ns - e.host_start_ns, modeled_ns=e.host_cost_ns)
+    if e.engine:
+        args["engine"] = e.engine
+    if e.seq_nr >= 0:
+        args["seq_nr"] = e.seq_nr
+    if e.is_backward:
+        args["backward"] = True
+    values = {
+        "id": eid, "rank": 0, "layer": layer, "kind": e.kind, "name": e.name, "track": track,
+        "device": device, "start_ns": start, "dur_ns": max(dur, 0), "parent_id": parent,
+        "flow_id": e.flow_id or None, "step": step, "stack_id": None,
+        "src_file": line[0] if line else None, "src_line": line[1] if line else None,
+        "src_func": line[2] if line else None, "op_name": e.op_name or None,
+        "shapes": json.dumps([list(s) for s in e.shapes]) if e.shapes else None,
+        "dtypes": json.dumps(list(e.dtypes)) if e.dtypes else None,
+        "flops": e.flops or None, "bytes_read": e.bytes_read or None,
+        "bytes_written": e.bytes_written or None,
+        "args": json.dumps(args, default=str, sort_keys=True) if args else None,
+    }  # fmt: skip
+    for k, v in values.items():
+        rows[k].append(v)
+
+
+def _fill_op_lines(
+    host: pa.Table, parents: np.ndarray, calls: Sequence[Any], src: dict
+) -> pa.Table:
+    """Give each framework op (and its enclosing ops) the user line of the runtime calls it
+    made, where the trace itself has none (no with_stack)."""
+    if not host.num_rows or not len(calls):
+        return host
+    files, lines, funcs = (_pylist(host, c) for c in ("src_file", "src_line", "src_func"))
+    kinds = _pylist(host, "kind")
+    id_index = {int(v): i for i, v in enumerate(_col(host, "id"))}
+    host_parent = _col(host, "parent_id")
+    for i, e in enumerate(calls):
+        line = _line(e, src)
+        p = int(parents[i])
+        while line and 0 <= p < host.num_rows and kinds[p] in FRAMEWORK_KINDS:
+            if files[p] is None:
+                files[p], lines[p], funcs[p] = line
+            parent = host_parent[p]
+            p = id_index.get(int(parent), -1) if parent == parent and parent is not None else -1
+    for name, values in (("src_file", files), ("src_line", lines), ("src_func", funcs)):
+        idx = host.schema.get_field_index(name)
+        host = host.set_column(
+            idx, name, pa.array(values, type=pa.string() if name != "src_line" else pa.int32())
+        )
+    return host
+
+
+def _memory_counters(memory: Sequence[Any], clock: HostClock, origin: int, device: str) -> pa.Table:
+    ts = clock.map([e.host_start_ns - origin for e in memory])
+    return conform(
+        COUNTERS,
+        {
+            "rank": [0] * len(memory),
+            "track": [device] * len(memory),
+            "name": ["memory_allocated"] * len(memory),
+            "ts_ns": ts.tolist(),
+            "value": [float(e.value) for e in memory],
+            "unit": ["bytes"] * len(memory),
+        },
+    )

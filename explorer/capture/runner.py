@@ -1,0 +1,230 @@
+"""Run a Python script under the profiler with no change to it (`neuron-explorer capture`).
+
+The script runs in this process as `python script.py ARGS` would run it. Steps come from the
+script's own `torch.profiler.profile(...).step()` calls if it makes any, else from
+`optimizer.step()` calls; with neither, the whole run is one step.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ExplorerError
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Steps to skip, to warm the profiler up on, and to record, per cycle."""
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+
+
+@dataclass
+class CaptureResult:
+    exit_code: int
+    profiles: list[Path] = field(default_factory=list)
+    steps_seen: int = 0
+    step_source: str = "none"  # none | optimizer | profiler
+
+
+def parse_command(command: Sequence[str]) -> tuple[str, list[str], bool]:
+    """(target, argv, is_module) from `python script.py ARGS`, `script.py ARGS` or
+    `python -m module ARGS`."""
+    args = list(command)
+    if args and Path(args[0]).name.startswith("python") and not args[0].endswith(".py"):
+        args = args[1:]
+    while args and args[0] in ("-u", "-B", "-O"):  # interpreter flags with no effect here
+        args = args[1:]
+    if not args:
+        raise ExplorerError("capture: no script given (usage: capture -o DIR -- python SCRIPT ...)")
+    if args[0] == "-m":
+        if len(args) < 2:
+            raise ExplorerError("capture: -m needs a module name")
+        return args[1], [args[1], *args[2:]], True
+    if args[0].startswith("-"):
+        raise ExplorerError(f"capture: unsupported interpreter option {args[0]}")
+    script = Path(args[0])
+    if not script.is_file():
+        raise ExplorerError(f"{script}: no such script")
+    return str(script), args, False
+
+
+class StepController:
+    """Drives torch.profiler's schedule from step markers seen while the script runs.
+
+    Step 0 is recorded from the start, so a run with no markers is captured whole; once a
+    marker arrives, that first recording is only kept as a fallback in case no scheduled cycle
+    completes (the script ran fewer steps than wait + warmup + 1).
+    """
+
+    def __init__(self, schedule: Schedule, handler) -> None:  # noqa: ANN001 - a TraceHandler
+        from torch.profiler import ProfilerAction
+        from torch.profiler import schedule as torch_schedule
+
+        self.actions = ProfilerAction
+        self.plan = torch_schedule(
+            wait=schedule.wait,
+            warmup=schedule.warmup,
+            active=schedule.active,
+            repeat=schedule.repeat,
+        )
+        self.handler = handler
+        self.prof = None
+        self.markers = 0
+        self.source = "none"
+        self.fallback = None  # collected step-0 capture, written only if nothing else is
+        self.written: list[Path] = []
+
+    def schedule(self, step: int):  # noqa: ANN201 - a ProfilerAction
+        if step == 0:
+            return self.actions.RECORD_AND_SAVE
+        return self.plan(step)
+
+    def on_trace_ready(self, prof) -> None:  # noqa: ANN001 - torch.profiler.profile
+        if self.markers and prof.step_num > 0 and self.fallback is None and not self.written:
+            if self._is_first_cycle(prof):
+                self.fallback = self.handler.collect(prof)
+                return
+        self.written.append(self.handler(prof))
+
+    def _is_first_cycle(self, prof) -> bool:  # noqa: ANN001
+        # The step-0 recording ends at the first marker (step_num == 1 at that point).
+        return prof.step_num == 1
+
+    def marker(self, source: str) -> None:
+        """A step boundary: `source` is "optimizer" or "profiler"; the script's profiler wins."""
+        if self.prof is None:
+            return
+        if source == "optimizer" and self.source == "profiler":
+            return
+        self.source = source
+        self.markers += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.prof.step()
+
+    def finish(self) -> None:
+        if not self.written and self.fallback is not None:
+            self.written.append(self.handler.write(self.fallback))
+            self.fallback = None
+
+
+def _script_profiler_class(controller: StepController, base: type) -> type:
+    """A stand-in for torch.profiler.profile inside the script: our profiler is already
+    recording, so the script's own one only marks steps (its on_trace_ready is not called)."""
+
+    class ScriptProfile:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            controller.source = "profiler"
+            self.step_num = 0
+
+        def __enter__(self) -> ScriptProfile:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+        def step(self) -> None:
+            self.step_num += 1
+            controller.marker("profiler")
+
+        def __getattr__(self, name: str) -> object:
+            raise AttributeError(
+                f"torch.profiler.profile.{name} is not available under neuron-explorer capture"
+            )
+
+    ScriptProfile.__name__ = ScriptProfile.__qualname__ = base.__name__
+    return ScriptProfile
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_script_error(exc: BaseException) -> None:
+    """Print the traceback as `python script.py` would, without this runner's own frames."""
+    tb = exc.__traceback__
+    here = {__file__, runpy.__file__}
+    while tb is not None and tb.tb_frame.f_code.co_filename in here:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def run_captured(
+    command: Sequence[str], out: str | Path, schedule: Schedule = Schedule()
+) -> CaptureResult:
+    """Run `command` (python SCRIPT ARGS) under the profiler; write profiles under `out`."""
+    target, argv, is_module = parse_command(command)
+    import torch
+    import torch.profiler
+
+    from .handler import trace_handler
+
+    handler = trace_handler(out)
+    controller = StepController(schedule, handler)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    profiler_class = torch.profiler.profile
+    sys.argv = argv
+    sys.path.insert(0, os.getcwd() if is_module else str(Path(target).resolve().parent))
+    hook = torch.optim.optimizer.register_optimizer_step_post_hook(
+        lambda *_: controller.marker("optimizer")
+    )
+    prof = profiler_class(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=controller.schedule,
+        on_trace_ready=controller.on_trace_ready,
+    )
+    controller.prof = prof
+    shim = _script_profiler_class(controller, profiler_class)
+    torch.profiler.profile = torch.profiler.profiler.profile = shim
+    exit_code = 0
+    prof.__enter__()
+    try:
+        if is_module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        exit_code = _exit_code(exc)
+    except KeyboardInterrupt:
+        exit_code = 130
+        print("KeyboardInterrupt", file=sys.stderr)
+    except BaseException as exc:  # noqa: BLE001 - the script's error is shown, the profile kept
+        _print_script_error(exc)
+        exit_code = 1
+    finally:
+        torch.profiler.profile = torch.profiler.profiler.profile = profiler_class
+        hook.remove()
+        sys.stdout.flush()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof.__exit__(None, None, None)
+            controller.finish()
+        finally:
+            controller.prof = None
+            sys.argv, sys.path[:] = saved_argv, saved_path
+    return CaptureResult(exit_code, controller.written, controller.markers, controller.source)
