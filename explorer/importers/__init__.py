@@ -1,0 +1,99 @@
+"""Importers turn trace files from other profilers into a profile directory.
+
+One registry lists them; `import_traces` expands directories, picks the importer that
+recognises the first file and runs it. Built-in: kineto (torch.profiler's Chrome JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BadInputError, ExplorerError
+
+# progress(stage, fraction done in [0, 1]) for progress bars
+Progress = Callable[[str, float], None]
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass(frozen=True)
+class Importer:
+    """An importer: a name, a test on the start of a file, and the function that imports."""
+
+    name: str
+    description: str
+    recognises: Callable[[Path], bool]
+    run: Callable[..., Path]
+
+
+def _kineto_recognises(path: Path) -> bool:
+    if path.name.endswith(TRACE_SUFFIXES):
+        return True
+    try:
+        with path.open("rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return False
+    return head.startswith((b"{", b"\x1f\x8b"))
+
+
+def _kineto_run(paths: Sequence[Path], out: Path, **kw: object) -> Path:
+    from .run import import_kineto
+
+    return import_kineto(paths, out, **kw)  # type: ignore[arg-type]
+
+
+IMPORTERS: dict[str, Importer] = {
+    "kineto": Importer(
+        "kineto",
+        "torch.profiler (Kineto) Chrome trace JSON, .json or .json.gz, one file per rank",
+        _kineto_recognises,
+        _kineto_run,
+    ),
+}
+
+
+def trace_files(paths: Sequence[str | Path]) -> list[Path]:
+    """The trace files named by `paths`, a directory standing for the traces directly in it."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(
+                x for x in p.iterdir() if x.is_file() and x.name.endswith(TRACE_SUFFIXES)
+            )
+            if not found:
+                raise BadInputError(p, "directory holds no .json or .json.gz trace files")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        elif p.exists():
+            raise BadInputError(p, "not a regular file")
+        else:
+            raise BadInputError(p, "no such file or directory")
+    if not files:
+        raise ExplorerError("no trace files given")
+    return files
+
+
+def import_traces(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+    source_roots: Sequence[Path] = (),
+    importer: str | None = None,
+) -> Path:
+    """Import trace files (or directories of them) into a new profile directory at `out`."""
+    files = trace_files(paths)
+    if importer is None:
+        chosen = next((i for i in IMPORTERS.values() if i.recognises(files[0])), None)
+        if chosen is None:
+            known = ", ".join(TRACE_SUFFIXES)
+            raise BadInputError(files[0], f"unknown trace format (expected {known})")
+    else:
+        chosen = IMPORTERS[importer]
+    return chosen.run(
+        files, Path(out), progress=progress, overwrite=overwrite, source_roots=source_roots
+    )

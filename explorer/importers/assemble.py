@@ -1,0 +1,126 @@
+"""Put the mapped trace files (one per rank) together into one profile and write it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import BadInputError
+from ..model.io import ProfileWriter
+from ..model.manifest import Manifest, Step
+from . import pystacks
+from .kineto import FileData
+
+
+def assign_ranks(files: Sequence[FileData]) -> list[int]:
+    """distributedInfo.rank where every file has one, else the file order; ranks must differ."""
+    if all(f.rank is not None for f in files):
+        ranks = [int(f.rank) for f in files]  # type: ignore[arg-type]
+    else:
+        ranks = list(range(len(files)))
+    seen: dict[int, Path] = {}
+    for r, f in zip(ranks, files, strict=True):
+        if r in seen:
+            raise BadInputError(f.path, f"rank {r} is also the rank of {seen[r]}")
+        seen[r] = f.path
+    return ranks
+
+
+def _ids(f: FileData, first_id: int) -> np.ndarray:
+    """Event ids in (start, longest first) order, so ids follow the events table's sort."""
+    start = f.columns["start_ns"]
+    order = np.lexsort((-f.columns["dur_ns"], start))
+    ids = np.empty(len(start), dtype=np.int64)
+    ids[order] = np.arange(first_id, first_id + len(start), dtype=np.int64)
+    return ids
+
+
+def _link(ids: np.ndarray, rows: np.ndarray) -> pa.Array:
+    return pa.array(np.where(rows >= 0, ids[np.clip(rows, 0, None)], 0), mask=rows < 0)
+
+
+def write_profile(
+    files: Sequence[FileData],
+    out: Path,
+    *,
+    writer: ProfileWriter,
+    source_roots: Sequence[Path] = (),
+    progress: Callable[[float], None] | None = None,
+) -> Path:
+    """Shift every file to one origin, number events, write the three tables and sources."""
+    report = progress or (lambda f: None)
+    ranks = assign_ranks(files)
+    origin = min(int(f.columns["start_ns"].min()) for f in files)
+    events, stacks, counters, steps = [], [], [], []
+    next_id, next_stack = 0, 0
+    for rank, f in sorted(zip(ranks, files, strict=True), key=lambda x: x[0]):
+        ids = _ids(f, next_id)
+        next_id += len(ids)
+        cols: dict[str, Any] = dict(f.columns)
+        cols["id"] = ids
+        cols["rank"] = pa.array(np.full(len(ids), rank, dtype=np.int32))
+        cols["start_ns"] = f.columns["start_ns"] - origin
+        cols["parent_id"] = _link(ids, f.links["parent"])
+        cols["flow_id"] = _link(ids, f.links["flow_src"])
+        sid = cols["stack_id"]
+        cols["stack_id"] = pa.array(sid + next_stack, mask=sid < 0)
+        events.append(pa.table(cols))
+        st = dict(f.stacks)
+        st["stack_id"] = pa.array(st["stack_id"].to_numpy() + next_stack)
+        stacks.append(pa.table(st))
+        next_stack += int(sid.max()) + 1 if len(sid) and sid.max() >= 0 else 0
+        c = dict(f.counters)
+        c["ts_ns"] = c["ts_ns"] - origin
+        c["rank"] = pa.array(np.full(len(c["ts_ns"]), rank, dtype=np.int32))
+        c["unit"] = pa.array(["bytes"] * len(c["ts_ns"]), pa.string())
+        counters.append(pa.table(c))
+        steps += [Step(s, rank, start - origin, dur) for s, start, dur in f.steps]
+    report(0.3)
+    writer.write_events(_concat(events))
+    report(0.8)
+    writer.write_table("stacks", _concat(stacks))
+    writer.write_table("counters", _concat(counters))
+    _copy_sources(writer, files, source_roots)
+    many = len(files) > 1
+    devices = [
+        {**d, "rank": r} if many else d
+        for r, f in zip(ranks, files, strict=True)
+        for d in f.devices
+    ]
+    manifest = Manifest(
+        source="kineto",
+        origin_unix_ns=origin,
+        ranks=tuple(sorted(ranks)),
+        devices=tuple(devices),
+        host=str(files[0].meta.get("host_name", "")),
+        steps=tuple(sorted(steps, key=lambda s: (s.rank, s.step, s.start_ns))),
+        inputs=tuple(str(f.path) for f in files),
+        extra={"kineto": [{"rank": r, **f.meta} for r, f in zip(ranks, files, strict=True)]},
+    )
+    path = writer.commit(manifest)
+    report(1.0)
+    return path
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+
+
+def _copy_sources(
+    writer: ProfileWriter, files: Sequence[FileData], source_roots: Sequence[Path]
+) -> None:
+    """Keep the text of each user file named by a stack, found as written or under a root."""
+    for f in files:
+        roots = [*source_roots, Path.cwd(), *list(f.path.resolve().parents)[:3]]
+        for name in sorted(f.user_files):
+            found = pystacks.find_source(name, roots)
+            if found is None:
+                continue
+            try:
+                writer.add_source(name, found.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                continue

@@ -1,0 +1,44 @@
+"""The Kineto import as one call: check the output, map each file, write the profile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..model.io import ProfileWriter
+from . import kineto
+from .assemble import write_profile
+
+READ_SHARE = 0.85  # share of the progress bar for reading and mapping the files
+
+
+def import_kineto(
+    paths: Sequence[Path],
+    out: Path,
+    *,
+    progress: Callable[[str, float], None] | None = None,
+    overwrite: bool = False,
+    source_roots: Sequence[Path] = (),
+) -> Path:
+    """Import Kineto trace files (one per rank) into a profile directory, atomically."""
+    report = progress or (lambda stage, f: None)
+    sizes = [max(p.stat().st_size, 1) for p in paths]
+    total = float(sum(sizes))
+    with ProfileWriter(out, overwrite=overwrite) as writer:  # fails now if `out` exists
+        loaded, done = [], 0.0
+        for path, size in zip(paths, sizes, strict=True):
+
+            def file_progress(
+                f: float, done: float = done, size: int = size, name: str = path.name
+            ) -> None:
+                report(f"reading {name}", READ_SHARE * (done + f * size) / total)
+
+            loaded.append(kineto.load(path, file_progress))
+            done += size
+        return write_profile(
+            loaded,
+            out,
+            writer=writer,
+            source_roots=source_roots,
+            progress=lambda f: report("writing profile", READ_SHARE + (1 - READ_SHARE) * f),
+        )
