@@ -1,1 +1,47 @@
-"""The `neuron` device: a modeled AWS Trainium NeuronCore registered with PyTorch."""
+"""The `neuron` device: a modeled AWS Trainium NeuronCore registered with PyTorch.
+
+`import backend` registers the device (so does `import torch`, through the `torch.backends`
+entry point). The public API is re-exported here; see docs/device.md.
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+
+
+def _autoloading() -> bool:
+    """True while torch's device-backend autoload imports us (an exception would break torch)."""
+    frame = _sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_import_device_backends":
+            return True
+        frame = frame.f_back
+    return False
+
+
+if not _autoloading():
+    from backend._registration import register
+
+    register()
+
+from backend._registration import is_registered, register  # noqa: E402
+from backend.runtime import events  # noqa: E402
+from backend.runtime.ops import supported_ops  # noqa: E402
+from backend.runtime.stats import compile_stats, reset_compile_stats  # noqa: E402
+from backend.runtime.tracking import (  # noqa: E402
+    clear_op_tracking,
+    get_executed_ops,
+    get_fallback_ops,
+)
+
+__all__ = [
+    "clear_op_tracking",
+    "compile_stats",
+    "events",
+    "get_executed_ops",
+    "get_fallback_ops",
+    "is_registered",
+    "register",
+    "reset_compile_stats",
+    "supported_ops",
+]

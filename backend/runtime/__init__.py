@@ -1,0 +1,1 @@
+"""The neuron runtime: dispatch, compile cache, fallbacks, copies, syncs, memory and events."""

@@ -1,0 +1,241 @@
+"""One dispatch path for every aten op on a neuron tensor (DESIGN.md, "The neuron device").
+
+Unwrap the CPU payloads, run the op on them, wrap the results. Around that: the eager compile
+cache, CPU fallbacks, float64 as float32, mixed-device errors, memory accounting and, only while
+a torch.profiler session records, the runtime events (see `record.py`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch.autograd import profiler as _prof
+
+from backend.runtime import memory, ops, tracking
+from backend.tensor import NeuronTensor
+
+_Tensor = torch.Tensor
+_F64 = torch.float64
+_CPU = torch.device("cpu")
+_SEQ = (list, tuple)
+_tls = threading.local()  # .quiet > 0 while the backend itself calls ops (printing)
+
+
+class OpInfo:
+    """How the runtime treats one OpOverload; built once per overload."""
+
+    __slots__ = ("func", "name", "kernel", "supported", "mutates", "allows_cpu", "special")
+
+    def __init__(self, func: torch._ops.OpOverload) -> None:
+        schema = func._schema
+        self.func = func
+        self.name = schema.name
+        self.supported = ops.is_supported(func)
+        self.kernel = not (func.is_view or self.name in ops.NO_KERNEL)
+        self.mutates = schema.is_mutable
+        self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put_",
+                                        "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
+        self.special = _SPECIAL.get(self.name)
+
+
+_INFO: dict = {}
+
+
+def _info(func) -> OpInfo:
+    info = _INFO.get(func)
+    if info is None:
+        info = _INFO[func] = OpInfo(func)
+    return info
+
+
+def _mixed_device_error(name: str) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"neuron:0 and cpu! (when checking arguments for {name})"
+    )
+
+
+def _unwrap(a, inputs: list, info: OpInfo):
+    if isinstance(a, _Tensor):
+        if isinstance(a, NeuronTensor):
+            p = a._payload
+            inputs.append((p, a))
+            return p
+        if a.dim() != 0 and not info.allows_cpu and a.device.type == "cpu":
+            raise _mixed_device_error(info.name)
+        return a
+    if type(a) in _SEQ and a and isinstance(a[0], _Tensor | None):
+        return type(a)(_unwrap(x, inputs, info) for x in a)
+    return a
+
+
+def _wrap(o, inputs: list, new: list):
+    if isinstance(o, _Tensor):
+        for p, w in inputs:
+            if o is p:
+                return w
+        w = NeuronTensor(o)
+        new.append(w)
+        return w
+    if type(o) in _SEQ:
+        return type(o)(_wrap(x, inputs, new) for x in o)
+    return o
+
+
+def dispatch(func, args: tuple, kwargs: dict):
+    """Run one aten op for neuron tensors; called from NeuronTensor.__torch_dispatch__."""
+    info = _INFO.get(func)
+    if info is None:
+        info = _INFO[func] = OpInfo(func)
+    if info.special is not None:
+        return info.special(info, args, kwargs)
+    recording = _prof._is_profiler_enabled and not getattr(_tls, "quiet", 0)
+    if recording:
+        from backend.runtime import record
+
+        return record.dispatch_recorded(info, args, kwargs)
+    inputs: list = []
+    cpu_args = tuple(_unwrap(a, inputs, info) for a in args)
+    if kwargs:
+        kwargs = {k: _unwrap(v, inputs, info) for k, v in kwargs.items()}
+        if "device" in kwargs:
+            kwargs["device"] = _CPU
+    if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
+        return _wrap(func(*cpu_args, **kwargs), inputs, [])
+    if info.kernel:
+        if info.supported:
+            tracking.note_call(info, inputs)
+        else:
+            tracking.warn_fallback(info.name)
+    out = func(*cpu_args, **kwargs)
+    new: list = []
+    result = _wrap(out, inputs, new)
+    finish_outputs(info, new, inputs)
+    return result
+
+
+def finish_outputs(info: OpInfo, new: list, inputs: list) -> None:
+    """Memory accounting for fresh outputs and float64 rounding of computed results."""
+    if info.kernel:
+        f64 = False
+        for w in new:
+            p = w._payload
+            if not info.func.is_view:
+                memory.track(w, p.untyped_storage().nbytes())
+            if p.dtype is _F64:
+                f64 = True
+                _round_f64(p)
+        if info.mutates:
+            for p, _w in inputs:
+                if p.dtype is _F64:
+                    f64 = True
+                    _round_f64(p)
+        if f64:
+            tracking.warn_float64()
+
+
+def _round_f64(p: torch.Tensor) -> None:
+    """float64 is computed as float32 on the device: keep only float32 precision."""
+    if p.numel():
+        p.copy_(p.to(torch.float32))
+
+
+def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:
+    """Wrap a payload a factory op just allocated on the device."""
+    w = NeuronTensor(payload)
+    memory.track(w, payload.untyped_storage().nbytes())
+    return w
+
+
+class quiet:
+    """Ops the backend runs for itself (printing a tensor) are not the user's: record nothing."""
+
+    def __enter__(self):
+        _tls.quiet = getattr(_tls, "quiet", 0) + 1
+
+    def __exit__(self, *exc):
+        _tls.quiet -= 1
+
+
+# ---- ops with their own path: copies between host and device, scalar reads ------------------
+
+
+def _copy_(info: OpInfo, args, kwargs):
+    dst, src = args[0], args[1]
+    return copy_between(dst, src, kwargs.get("non_blocking", False) if kwargs else False)
+
+
+def copy_between(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
+    """dst.copy_(src) where either side may be on the device: H2D, D2H or on-device copy."""
+    from backend.runtime import record
+
+    dst_dev, src_dev = isinstance(dst, NeuronTensor), isinstance(src, NeuronTensor)
+    d = dst._payload if dst_dev else dst
+    s = src._payload if src_dev else src
+    if type(d) is not _Tensor or type(s) is not _Tensor:
+        d.copy_(s)
+        return dst
+    if dst_dev and src_dev:
+        return _dispatch_plain(_info(torch.ops.aten.copy_.default), (dst, src), {})
+    direction = "h2d" if dst_dev else "d2h"
+    with record.host_call("copy", f"copy {direction}", "aten::copy_", (s,), direction=direction):
+        d.copy_(s)
+        if dst_dev and d.dtype is _F64:
+            _round_f64(d)
+    return dst
+
+
+def _to_copy(info: OpInfo, args, kwargs):
+    from backend.runtime import record
+
+    src = args[0]
+    device = kwargs.get("device")
+    if device is None or torch.device(device).type != "cpu":
+        return _dispatch_plain(info, args, kwargs)
+    kwargs = dict(kwargs)
+    kwargs["device"] = _CPU
+    payload = src._payload
+    if type(payload) is not _Tensor:
+        return torch.ops.aten._to_copy.default(payload, **kwargs)
+    with record.host_call("copy", "copy d2h", "aten::_to_copy", (payload,), direction="d2h"):
+        out = torch.ops.aten._to_copy.default(payload, **kwargs)
+        if out.untyped_storage().data_ptr() == payload.untyped_storage().data_ptr():
+            out = out.clone()
+    return out
+
+
+def _dispatch_plain(info: OpInfo, args, kwargs):
+    saved, info.special = info.special, None
+    try:
+        return dispatch(info.func, args, kwargs)
+    finally:
+        info.special = saved
+
+
+def _local_scalar_dense(info: OpInfo, args, kwargs):
+    from backend.runtime import record
+
+    payload = args[0]._payload
+    if type(payload) is not _Tensor:
+        return torch.ops.aten._local_scalar_dense.default(payload)
+    with record.host_call(
+        "sync", ".item()", "aten::_local_scalar_dense", (payload,), direction="d2h"
+    ):
+        return torch.ops.aten._local_scalar_dense.default(payload)
+
+
+def record_sync(name: str, tensor: torch.Tensor | None) -> None:
+    """A host wait on the device (torch.neuron.synchronize, printing): an event when recording."""
+    from backend.runtime import record
+
+    payloads = (tensor._payload,) if isinstance(tensor, NeuronTensor) else ()
+    with record.host_call("sync", name, "", payloads, direction="d2h" if payloads else ""):
+        pass
+
+
+_SPECIAL = {
+    "aten::copy_": _copy_,
+    "aten::_to_copy": _to_copy,
+    "aten::_local_scalar_dense": _local_scalar_dense,
+}

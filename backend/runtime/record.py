@@ -1,0 +1,222 @@
+"""The recorded dispatch path, taken only while a torch.profiler session records.
+
+Each runtime call records its real span inside the backend and its modeled host cost, and
+advances the one clock (model.py); kernels go to the DeviceTimeline at their modeled launch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+from torch.autograd import profiler as _prof
+
+from backend.runtime import dispatch as _d
+from backend.runtime import events, model, tracking
+from backend.runtime.source import user_frame
+
+_now = time.time_ns
+_tid = threading.get_native_id
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def _describe(payloads) -> tuple[tuple, tuple]:
+    return (
+        tuple(tuple(p.shape) for p in payloads),
+        tuple(dtype_name(p.dtype) for p in payloads),
+    )
+
+
+def autograd_position() -> tuple[int, bool]:
+    """(sequence number, in backward): backward kernels carry their forward op's number."""
+    node = torch._C._current_autograd_node()
+    if node is not None:
+        return node._sequence_nr(), True
+    return torch._C._autograd._get_sequence_nr() - 1, False
+
+
+def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
+    """Append one host event and advance the one clock by its cut."""
+    eid = events.next_id()
+    cut = model.add_cut(t1 - t0, cost)
+    events.append(
+        (
+            "host",
+            eid,
+            kind,
+            name,
+            op,
+            shapes,
+            dtypes,
+            tid,
+            t0,
+            t1,
+            cost,
+            cut,
+            src,
+            seq,
+            bwd,
+            flow,
+            args,
+        )
+    )
+    return eid
+
+
+def _tensor_infos(payloads):
+    from backend.costmodel import TensorInfo
+
+    return [TensorInfo(shape=tuple(p.shape), dtype=dtype_name(p.dtype)) for p in payloads]
+
+
+def lower(info, in_payloads, out_payloads):
+    from backend.costmodel import lower_op
+
+    return lower_op(
+        info.name,
+        inputs=_tensor_infos(in_payloads),
+        outputs=_tensor_infos(out_payloads),
+        spec=model.spec(),
+    )
+
+
+def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, args=None):
+    """Run a kernel plan on the modeled device no earlier than ready_ns (device-relative)."""
+    run = model.timeline().submit(plan, ready_ns=ready_ns)
+    events.append(
+        ("kernel", events.next_id(), plan.name, op, shapes, dtypes, tid, plan, run, flow, src,
+         seq, bwd, args)
+    )  # fmt: skip
+    return run
+
+
+def dispatch_recorded(info, args: tuple, kwargs: dict):
+    t0 = _now()
+    inputs: list = []
+    cpu_args = tuple(_d._unwrap(a, inputs, info) for a in args)
+    if kwargs:
+        kwargs = {k: _d._unwrap(v, inputs, info) for k, v in kwargs.items()}
+        if "device" in kwargs:
+            kwargs["device"] = _d._CPU
+    func = info.func
+    if (inputs and type(inputs[0][0]) is not torch.Tensor) or not info.kernel:
+        out = func(*cpu_args, **kwargs)
+        new: list = []
+        result = _d._wrap(out, inputs, new)
+        _d.finish_outputs(info, new, inputs)
+        return result
+    src = user_frame(4)
+    seq, bwd = autograd_position()
+    tid = _tid()
+    in_payloads = [p for p, _w in inputs]
+    shapes, dtypes = _describe(in_payloads)
+    spec = model.spec()
+    if not info.supported:
+        return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
+    compiled = tracking.note_call(info, inputs)
+    out = func(*cpu_args, **kwargs)
+    new = []
+    result = _d._wrap(out, inputs, new)
+    key = tracking.cache_key(info, inputs)
+    plan = tracking.compile_cache.get(key)
+    t_c = _now()
+    if plan is None:
+        outs = [w._payload for w in new] or (
+            [in_payloads[0]] if info.mutates and in_payloads else []
+        )
+        plan = tracking.compile_cache[key] = lower(info, in_payloads, outs)
+    if compiled:
+        t_l = _now()
+        _host("compile", "compile", info.name, shapes, dtypes, tid, t_c, t_l,
+              spec.runtime.eager_compile_ns, src, seq, bwd, args={"cache": "miss"})  # fmt: skip
+        t_c = t_l
+    flow = events.next_flow()
+    launch_cost = spec.runtime.launch_ns
+    ready = model.modeled_now(t_c) + launch_cost
+    submit_kernel(plan, ready, info.name, shapes, dtypes, tid, flow, src, seq, bwd)
+    _d.finish_outputs(info, new, inputs)
+    t1 = _now()
+    # The launch owns the payload compute too: all of it is simulator time, cut from the host.
+    _host("runtime", "launch", info.name, shapes, dtypes, tid, t0, t1 - (t_l - t_c if compiled else 0),
+          launch_cost, src, seq, bwd, flow)  # fmt: skip
+    return result
+
+
+def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes):
+    """CPU fallback: wait for the device, copy inputs out, compute on the CPU, copy results back."""
+    spec = model.spec()
+    tracking.warn_fallback(info.name)
+    in_bytes = sum(p.untyped_storage().nbytes() for p, _w in inputs)
+    wait = max(0, model.device_idle_at() - model.modeled_now(t0)) + spec.runtime.sync_ns
+    _host("sync", "sync", info.name, shapes, dtypes, tid, t0, t0, wait, src, seq, bwd)
+    d2h = _copy_ns(in_bytes, spec.runtime.d2h_bytes_per_s)
+    _host("copy", "copy d2h", info.name, shapes, dtypes, tid, t0, t0, d2h, src, seq, bwd,
+          args={"bytes": in_bytes})  # fmt: skip
+    t_cpu = _now()
+    out = info.func(*cpu_args, **kwargs)
+    t_done = _now()
+    new: list = []
+    result = _d._wrap(out, inputs, new)
+    _d.finish_outputs(info, new, inputs)
+    _host("fallback", "fallback", info.name, shapes, dtypes, tid, t_cpu, t_done, t_done - t_cpu,
+          src, seq, bwd)  # fmt: skip
+    out_bytes = sum(w._payload.untyped_storage().nbytes() for w in new)
+    if info.mutates:
+        out_bytes += inputs[0][0].untyped_storage().nbytes() if inputs else 0
+    t1 = _now()
+    h2d = _copy_ns(out_bytes, spec.runtime.h2d_bytes_per_s)
+    _host("copy", "copy h2d", info.name, shapes, dtypes, tid, t_done, t1, h2d, src, seq, bwd,
+          args={"bytes": out_bytes})  # fmt: skip
+    return result
+
+
+def _copy_ns(nbytes: int, bytes_per_s: float) -> int:
+    return int(nbytes * 1e9 / bytes_per_s) if nbytes else 0
+
+
+class host_call:
+    """A copy or sync on the host: when recording, one event with its modeled cost.
+
+    A device-to-host transfer first waits for the device to drain, as on the real chip.
+    """
+
+    __slots__ = ("kind", "name", "op", "payloads", "direction", "t0", "src")
+
+    def __init__(self, kind: str, name: str, op: str, payloads, direction: str = "") -> None:
+        self.kind, self.name, self.op = kind, name, op
+        self.payloads, self.direction = payloads, direction
+        self.t0 = 0
+
+    def __enter__(self):
+        if _prof._is_profiler_enabled and not getattr(_d._tls, "quiet", 0):
+            self.t0 = _now()
+            self.src = user_frame(2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.t0:
+            return
+        t1 = _now()
+        spec = model.spec()
+        rt = spec.runtime
+        nbytes = sum(p.untyped_storage().nbytes() for p in self.payloads)
+        cost = 0
+        wait = 0
+        if self.direction == "d2h" or self.kind == "sync":
+            wait = max(0, model.device_idle_at() - model.modeled_now(self.t0))
+            cost += wait + rt.sync_ns
+        if self.direction:
+            bw = rt.h2d_bytes_per_s if self.direction == "h2d" else rt.d2h_bytes_per_s
+            cost += _copy_ns(nbytes, bw)
+        shapes, dtypes = _describe(self.payloads)
+        seq, bwd = autograd_position()
+        _host(self.kind, self.name, self.op, shapes, dtypes, _tid(), self.t0, t1, cost, self.src,
+              seq, bwd, args={"bytes": nbytes, "direction": self.direction, "wait_ns": wait})  # fmt: skip

@@ -1,0 +1,46 @@
+"""The innermost user frame of the current call, found by a cheap frame walk (well under 1 us)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+import torch
+
+_SKIP_PREFIXES = tuple(
+    os.path.normcase(os.path.realpath(p)) + os.sep
+    for p in (
+        os.path.dirname(torch.__file__),
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # backend/
+        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "explorer"),
+        sysconfig.get_paths()["stdlib"],
+    )
+)
+_user_code: dict = {}  # code object -> is it user code
+
+
+def _is_user(code) -> bool:
+    filename = code.co_filename
+    if filename.startswith("<"):
+        return filename in ("<stdin>", "<string>")
+    path = os.path.normcase(os.path.realpath(filename))
+    return not (path.startswith(_SKIP_PREFIXES) or "site-packages" in path)
+
+
+def user_frame(depth: int = 2) -> tuple[str, int, str] | None:
+    """(file, line, function) of the innermost frame outside torch, backend, explorer and libraries."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None
+    cache = _user_code
+    while frame is not None:
+        code = frame.f_code
+        user = cache.get(code)
+        if user is None:
+            user = cache[code] = _is_user(code)
+        if user:
+            return code.co_filename, frame.f_lineno, code.co_name
+        frame = frame.f_back
+    return None

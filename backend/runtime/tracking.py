@@ -1,0 +1,72 @@
+"""Which ops ran on the device, which fell back to the CPU, and the eager compile cache."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+_lock = threading.Lock()
+executed: set[str] = set()
+fallback: set[str] = set()
+_warned: set[str] = set()
+_f64_warned = False
+# (op, shapes, dtypes) -> cached kernel plan (None until the cost model lowered it)
+compile_cache: dict[tuple, object] = {}
+stats = {"eager_compiles": 0, "eager_cache_hits": 0}
+
+
+def cache_key(info, inputs: list) -> tuple:
+    return (info.func, *[(p.shape, p.dtype) for p, _w in inputs])
+
+
+def note_call(info, inputs: list) -> bool:
+    """Count one kernel call; True when its (op, shapes, dtypes) key compiles now."""
+    executed.add(info.name)
+    key = cache_key(info, inputs)
+    if key in compile_cache:
+        stats["eager_cache_hits"] += 1
+        return False
+    compile_cache[key] = None
+    stats["eager_compiles"] += 1
+    return True
+
+
+def warn_fallback(name: str) -> None:
+    fallback.add(name)
+    if name not in _warned:
+        with _lock:
+            if name in _warned:
+                return
+            _warned.add(name)
+        warnings.warn(
+            f"neuron: {name} is not supported on the device; it runs on the CPU "
+            "(copies to and from the host each call). See backend.supported_ops().",
+            stacklevel=4,
+        )
+
+
+def warn_float64() -> None:
+    global _f64_warned
+    if not _f64_warned:
+        _f64_warned = True
+        warnings.warn(
+            "neuron: float64 is computed as float32 on the device (results keep float32 "
+            "precision); use float32 or bfloat16.",
+            stacklevel=4,
+        )
+
+
+def get_executed_ops() -> list[str]:
+    """Ops that launched device kernels (or fell back) since the last clear_op_tracking()."""
+    return sorted(executed)
+
+
+def get_fallback_ops() -> list[str]:
+    """Ops that ran as CPU fallbacks since the last clear_op_tracking()."""
+    return sorted(fallback)
+
+
+def clear_op_tracking() -> None:
+    """Forget executed and fallback ops (warnings already given are not repeated)."""
+    executed.clear()
+    fallback.clear()

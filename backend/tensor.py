@@ -1,0 +1,109 @@
+"""The `neuron` tensor: a wrapper subclass on device neuron:0 that holds a CPU payload.
+
+Every aten op on a neuron tensor reaches `__torch_dispatch__`, which hands it to the runtime;
+the payload is where the numbers live, so results equal a CPU run with the same seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registration.register()
+
+
+def set_device_object(device: torch.device) -> None:
+    """Called once the backend is renamed, so wrappers report `neuron:0`."""
+    global DEVICE
+    DEVICE = device
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on the modeled neuron device; `_payload` is the CPU tensor that holds its data."""
+
+    _payload: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, payload: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
+        t = torch.Tensor._make_wrapper_subclass(
+            cls,
+            payload.shape,
+            strides=payload.stride(),
+            storage_offset=payload.storage_offset(),
+            dtype=payload.dtype,
+            layout=payload.layout,
+            device=DEVICE,
+            requires_grad=requires_grad,
+        )
+        t._payload = payload
+        return t
+
+    def __init__(self, payload: torch.Tensor, requires_grad: bool = False) -> None:
+        pass
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from backend.runtime.dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    # Traceable-subclass protocol: torch.compile (AOTAutograd) traces through to the payload.
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["_payload"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, Any], meta: Any, outer_size, outer_stride):
+        return NeuronTensor(inner["_payload"])
+
+    def __reduce_ex__(self, proto):
+        # Saved as a CPU tensor plus the device, like other storage-less backends (xla, mtia).
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (self.cpu(), self.dtype, str(self.device), self.requires_grad),
+        )
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        from backend.runtime import dispatch
+
+        dispatch.record_sync("print", self)
+        return _format(self)
+
+    def tolist(self) -> Any:
+        return self.cpu().tolist()
+
+    def numpy(self, *, force: bool = False):
+        raise TypeError(
+            "can't convert neuron:0 device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+
+    def __format__(self, spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+def _format(t: NeuronTensor) -> str:
+    """torch's tensor repr, computed on the payload (no device ops), with the neuron suffixes."""
+    from torch import _tensor_str
+
+    p = t._payload.detach()
+    body = _tensor_str._tensor_str(p, len("tensor(")) if p.numel() or p.dim() == 1 else "[]"
+    suffixes = [f"device='{t.device}'"]
+    if p.numel() == 0 and p.dim() != 1:
+        suffixes.insert(0, f"size={tuple(p.shape)}")
+    if p.dtype not in (torch.get_default_dtype(), torch.int64, torch.bool):
+        suffixes.append(f"dtype={p.dtype}")
+    if t.grad_fn is not None:
+        suffixes.append(f"grad_fn=<{type(t.grad_fn).__name__}>")
+    elif t.requires_grad:
+        suffixes.append("requires_grad=True")
+    return _tensor_str._add_suffixes("tensor(" + body, suffixes, len("tensor("), False)
+
+
+def wrap(payload: torch.Tensor) -> NeuronTensor:
+    """Wrap a CPU tensor as a neuron tensor without copying."""
+    return NeuronTensor(payload)
