@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
-from .clock import Cut, HostClock
+from .clock import Call, HostClock
 from .link import innermost_parents, step_of
 
 DEVICE = "neuron:0"
@@ -83,16 +83,15 @@ def merge(
     work = [e for e in runtime if e.kind in DEVICE_KINDS and e.device_start_ns is not None]
     memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
 
-    cuts = [
-        Cut(e.host_start_ns - origin_unix_ns, e.host_end_ns - origin_unix_ns,
-            e.host_end_ns - e.host_start_ns, e.host_cost_ns)
-        for e in calls
-    ]  # fmt: skip
-    clock = HostClock(cuts)
-    # The backend's device clock is real time minus every cut since the process started;
-    # cut0 is the part of that total made before this window.
-    first = min(calls, key=lambda e: e.host_start_ns, default=None)
+    # The runtime's modeled clock is real time minus every cut since the process started;
+    # cut0, the total when this window began, is the cut_before of its first recorded call.
+    first = min(calls, key=lambda e: e.id, default=None)
     cut0 = first.cut_before_ns if first is not None else 0
+    clock = HostClock(
+        [Call(e.host_start_ns - origin_unix_ns, e.host_end_ns - origin_unix_ns, e.host_cost_ns,
+              e.cut_before_ns) for e in calls],
+        cut0,
+    )  # fmt: skip
     device_offset = origin_unix_ns - cut0
 
     h_start = _col(host, "start_ns").astype(np.int64)
@@ -115,8 +114,11 @@ def merge(
     ids = {e.id: next_id + i for i, e in enumerate([*calls, *work])}
 
     # Runtime calls on the host: mapped times, nested under the innermost host event.
-    c_start = clock.map([e.host_start_ns - origin_unix_ns for e in calls])
-    c_end = clock.map([e.host_end_ns - origin_unix_ns for e in calls])
+    # Exactly where the runtime's clock put each call: its start minus the cut before it.
+    c_start = np.array(
+        [e.host_start_ns - e.cut_before_ns - device_offset for e in calls], dtype=np.int64
+    )
+    c_end = c_start + np.array([max(e.host_cost_ns, 0) for e in calls], dtype=np.int64)
     tracks = np.array([*_pylist(host, "track"), *[f"thread {e.tid}" for e in calls]], dtype=object)
     all_start = np.concatenate([h_start, c_start])
     all_end = np.concatenate([h_end, c_end])
@@ -152,7 +154,7 @@ def merge(
 
     host = _fill_op_lines(host, parents, calls, src)
     events = pa.concat_tables([conform(EVENTS, host), conform(EVENTS, rows)]).unify_dictionaries()
-    counters = _memory_counters(memory, clock, origin_unix_ns, device)
+    counters = _memory_counters(memory, device_offset, device)
     steps = tuple(
         Step(int(k), 0, int(s), int(e - s))
         for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
@@ -238,8 +240,8 @@ def _fill_op_lines(
     return host
 
 
-def _memory_counters(memory: Sequence[Any], clock: HostClock, origin: int, device: str) -> pa.Table:
-    ts = clock.map([e.host_start_ns - origin for e in memory])
+def _memory_counters(memory: Sequence[Any], offset: int, device: str) -> pa.Table:
+    ts = np.array([e.host_start_ns - e.cut_before_ns - offset for e in memory], dtype=np.int64)
     return conform(
         COUNTERS,
         {
