@@ -84,15 +84,24 @@ def export(
 def read_batches(
     profile: Profile, table: str, columns: list[str] | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """The table's rows in batches, with Arrow read errors as one-line BadInputErrors."""
-    import pyarrow as pa
+    """The table's rows in batches, file by file (rank by rank), with read errors as one-line
+    BadInputErrors. ParquetFile.iter_batches reads one row group at a time, where a dataset
+    scanner reads ahead without bound when the consumer is slower than the disk."""
+    import re
 
-    batches = profile.dataset(table).to_batches(columns=columns, batch_size=BATCH_ROWS)
-    while True:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..model import TABLES
+
+    schema = TABLES[table].arrow_schema()
+    wanted = pa.schema([schema.field(c) for c in columns]) if columns else schema
+    files = sorted(profile.dataset(table).files, key=lambda f: [
+        int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f)
+    ])  # fmt: skip
+    for path in files:
         try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except (pa.ArrowInvalid, OSError) as e:
-            raise BadInputError(profile.path / table, f"corrupt Parquet table ({e})") from None
-        yield batch
+            for batch in pq.ParquetFile(path).iter_batches(BATCH_ROWS, columns=columns):
+                yield batch if batch.schema.equals(wanted) else batch.cast(wanted)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+            raise BadInputError(path, f"corrupt Parquet table ({e})") from None

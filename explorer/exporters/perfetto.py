@@ -16,7 +16,7 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import BadInputError, ExplorerError
+from ..errors import ExplorerError
 from ..model import Profile
 from . import BATCH_ROWS, Progress, read_batches
 from ._arrowjson import (
@@ -31,6 +31,7 @@ from ._arrowjson import (
     raw_json,
     us_text,
 )
+from ._flows import FlowCollector
 
 NAME = "perfetto"
 HELP = "Chrome trace-event JSON for Perfetto and chrome://tracing (.json, or .json.gz)"
@@ -60,16 +61,17 @@ def write(profile: Profile, tmp: Path, progress: Progress) -> dict[str, int]:
     progress.start(profile.row_count("events") + profile.row_count("counters"))
     counts: dict[str, int] = {}
     lanes = _Lanes()
+    flows = FlowCollector()
     with _open(tmp) as fh:
         fh.write(_header(profile))
         out = LineWriter(fh)
         for batch in read_batches(profile, "events", list(_EVENT_COLUMNS)):
-            out.write(_event_lines(batch, lanes))
+            out.write(_event_lines(batch, lanes, flows))
             n_instant = pc.sum(pc.equal(batch.column("dur_ns"), 0)).as_py() or 0
             _add(counts, "spans", batch.num_rows - n_instant)
             _add(counts, "instants", n_instant)
             progress.advance(batch.num_rows)
-        for starts, finishes in _flow_lines(profile, lanes):
+        for starts, finishes in _flow_lines(flows):
             out.write(starts)
             out.write(finishes)
             _add(counts, "flows", len(starts))
@@ -116,9 +118,10 @@ def _header(profile: Profile) -> bytes:
     return (head[:-1] + ',"traceEvents":[').encode()
 
 
-def _event_lines(b: pa.RecordBatch, lanes: _Lanes) -> pa.Array:
+def _event_lines(b: pa.RecordBatch, lanes: _Lanes, flows: FlowCollector) -> pa.Array:
     pid, tid = lanes.threads(b.column("rank"), b.column("layer"), b.column("device"),
                              b.column("track"))  # fmt: skip
+    flows.add(b, pid, tid)
     instant = pc.equal(b.column("dur_ns"), 0)
     dur = pc.if_else(instant, "", join(',"dur":', us_text(b.column("dur_ns"))))
     return join(
@@ -135,41 +138,22 @@ def _event_lines(b: pa.RecordBatch, lanes: _Lanes) -> pa.Array:
     )  # fmt: skip
 
 
-_FLOWS_SQL = """
-WITH linked AS (
-    SELECT id, rank, layer, device, track, start_ns,
-           row_number() OVER w AS n,
-           first_value(rank) OVER w AS src_rank, first_value(layer) OVER w AS src_layer,
-           first_value(device) OVER w AS src_device, first_value(track) OVER w AS src_track,
-           first_value(start_ns) OVER w AS src_start_ns
-    FROM events WHERE flow_id IS NOT NULL
-    WINDOW w AS (PARTITION BY rank, flow_id ORDER BY layer = 'host' DESC, start_ns, id)
-)
-SELECT * FROM linked WHERE n > 1
-"""
-
-
-def _flow_lines(profile: Profile, lanes: _Lanes) -> Iterator[tuple[pa.Array, pa.Array]]:
-    """One s/f pair per event linked to a flow's source (its host event, else its earliest),
-    identified by the target event's id, so a launch fanning out to several kernels keeps all."""
-    import duckdb
-
-    try:
-        reader = profile.duckdb().sql(_FLOWS_SQL).to_arrow_reader(BATCH_ROWS)
-        for b in reader:
-            ids = int_text(b.column("id"))
-            spid, stid = lanes.threads(b.column("src_rank"), b.column("src_layer"),
-                                       b.column("src_device"), b.column("src_track"))  # fmt: skip
-            dpid, dtid = lanes.threads(b.column("rank"), b.column("layer"), b.column("device"),
-                                       b.column("track"))  # fmt: skip
-            starts = join(',\n{"ph":"s","id":', ids, ',"cat":"flow","name":"flow","pid":', spid,
-                          ',"tid":', stid, ',"ts":', us_text(b.column("src_start_ns")), "}")  # fmt: skip
-            finishes = join(',\n{"ph":"f","bp":"e","id":', ids,
-                            ',"cat":"flow","name":"flow","pid":', dpid, ',"tid":', dtid,
-                            ',"ts":', us_text(b.column("start_ns")), "}")  # fmt: skip
-            yield starts, finishes
-    except duckdb.Error as e:
-        raise BadInputError(profile.path, f"cannot read the events' flows ({e})") from None
+def _flow_lines(flows: FlowCollector) -> Iterator[tuple[pa.Array, pa.Array]]:
+    """s/f lines for every linked pair, identified by the target event's id, so a launch that
+    fans out to several device events keeps every link."""
+    for p in flows.pairs(BATCH_ROWS):
+        ids = int_text(pa.array(p.id))
+        starts = join(
+            ',\n{"ph":"s","id":', ids, ',"cat":"flow","name":"flow","pid":',
+            int_text(pa.array(p.src_pid)), ',"tid":', int_text(pa.array(p.src_tid)),
+            ',"ts":', us_text(pa.array(p.src_start_ns)), "}",
+        )  # fmt: skip
+        finishes = join(
+            ',\n{"ph":"f","bp":"e","id":', ids, ',"cat":"flow","name":"flow","pid":',
+            int_text(pa.array(p.dst_pid)), ',"tid":', int_text(pa.array(p.dst_tid)),
+            ',"ts":', us_text(pa.array(p.dst_start_ns)), "}",
+        )  # fmt: skip
+        yield starts, finishes
 
 
 def _counter_lines(b: pa.RecordBatch, lanes: _Lanes) -> pa.Array:
