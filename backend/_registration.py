@@ -31,6 +31,9 @@ def register() -> None:
         from backend.runtime import factories
 
         factories.register_library_impls()
+        from backend.runtime import autocast
+
+        autocast.register()
         _registered = True
 
 

@@ -149,17 +149,18 @@ def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
             src_func=func, seq_nr=seq, is_backward=bwd, args=args or {},
         )
     )  # fmt: skip
-    for track, engine, opcode, start, dur, flops, br, bw in run.instrs:
+    for r in run.instrs:
         if budget <= 0:
             break
         budget -= 1
         out.append(
             RuntimeEvent(
-                id=next_id(), kind="dma" if track.startswith("DMA") else "instruction",
-                name=opcode, op_name=op, tid=tid, device_start_ns=base + int(start),
-                device_dur_ns=int(dur), track=track, engine=engine, flops=int(flops),
-                bytes_read=int(br), bytes_written=int(bw), flow_id=flow, parent_id=eid,
-                src_file=file, src_line=line, src_func=func, seq_nr=seq, is_backward=bwd,
+                id=next_id(), kind="dma" if r.track.startswith("DMA") else "instruction",
+                name=r.opcode, op_name=op, tid=tid, device_start_ns=base + int(r.start_ns),
+                device_dur_ns=int(r.dur_ns), track=r.track, engine=r.engine, flops=int(r.flops),
+                bytes_read=int(r.bytes_read), bytes_written=int(r.bytes_written), flow_id=flow,
+                parent_id=eid, src_file=file, src_line=line, src_func=func, seq_nr=seq,
+                is_backward=bwd, args={"count": r.count, "utilization": r.utilization},
             )
         )  # fmt: skip
     return budget

@@ -121,6 +121,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
     spec = model.spec()
     if not info.supported:
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
+    m0 = model.modeled_now(t0)  # this call's start on the modeled clock, before its own cut
     compiled = tracking.note_call(info, inputs)
     out = func(*cpu_args, **kwargs)
     new = []
@@ -133,20 +134,20 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
             [in_payloads[0]] if info.mutates and in_payloads else []
         )
         plan = tracking.compile_cache[key] = lower(info, in_payloads, outs)
+    t_l = _now()
+    rt = spec.runtime
     if compiled:
-        t_l = _now()
-        _host("compile", "compile", info.name, shapes, dtypes, tid, t_c, t_l,
-              spec.runtime.eager_compile_ns, src, seq, bwd, args={"cache": "miss"})  # fmt: skip
-        t_c = t_l
+        _host("compile", "compile", info.name, shapes, dtypes, tid, t_c, t_l, rt.eager_compile_ns,
+              src, seq, bwd, args={"cache": "miss"})  # fmt: skip
     flow = events.next_flow()
-    launch_cost = spec.runtime.launch_ns
-    ready = model.modeled_now(t_c) + launch_cost
+    ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
     submit_kernel(plan, ready, info.name, shapes, dtypes, tid, flow, src, seq, bwd)
     _d.finish_outputs(info, new, inputs)
     t1 = _now()
     # The launch owns the payload compute too: all of it is simulator time, cut from the host.
-    _host("runtime", "launch", info.name, shapes, dtypes, tid, t0, t1 - (t_l - t_c if compiled else 0),
-          launch_cost, src, seq, bwd, flow)  # fmt: skip
+    compile_real = t_l - t_c if compiled else 0
+    _host("runtime", "launch", info.name, shapes, dtypes, tid, t0, t1 - compile_real,
+          rt.launch_ns, src, seq, bwd, flow)  # fmt: skip
     return result
 
 

@@ -21,7 +21,11 @@ _user_code: dict = {}  # code object -> is it user code
 
 
 def _is_user(code) -> bool:
-    filename = code.co_filename
+    return is_user_file(code.co_filename)
+
+
+def is_user_file(filename: str) -> bool:
+    """True for a user's file: not torch, the backend, explorer, the stdlib or site-packages."""
     if filename.startswith("<"):
         return filename in ("<stdin>", "<string>")
     path = os.path.normcase(os.path.realpath(filename))

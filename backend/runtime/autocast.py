@@ -1,0 +1,57 @@
+"""`torch.autocast(device_type="neuron")`: matmul-like ops in the autocast dtype (bf16 default),
+numerically sensitive ones in float32, everything else untouched (as on CUDA)."""
+
+from __future__ import annotations
+
+import torch
+
+LOWER_PRECISION = (
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "conv1d", "conv2d", "conv3d",
+    "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "prelu", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+)  # fmt: skip
+FLOAT32 = (
+    "softmax", "log_softmax", "layer_norm", "group_norm", "mse_loss", "nll_loss", "nll_loss_nd",
+    "cross_entropy_loss", "binary_cross_entropy_with_logits", "exp", "log", "pow", "rsqrt",
+    "cumsum", "norm", "frobenius_norm", "nuclear_norm", "cosine_similarity", "kl_div", "sum", "prod",
+)  # fmt: skip
+
+_KEY = torch._C.DispatchKey.AutocastPrivateUse1
+_libs: list[torch.library.Library] = []
+
+
+def _cast(a, dtype: torch.dtype):
+    if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != dtype:
+        if a.device.type != "cpu" or a.dim() == 0:
+            return a.to(dtype)
+        return a
+    if isinstance(a, list | tuple):
+        return type(a)(_cast(x, dtype) for x in a)
+    return a
+
+
+def _kernel(op: torch._ops.OpOverloadPacket, fixed_dtype: torch.dtype | None):
+    def run(*args, **kwargs):
+        dtype = fixed_dtype or torch.get_autocast_dtype("neuron")
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
+            return op(*_cast(args, dtype), **{k: _cast(v, dtype) for k, v in kwargs.items()})
+
+    return run
+
+
+def register() -> None:
+    """Fall through AutocastPrivateUse1 for every op, except the two casting lists."""
+    if _libs:
+        return
+    every = torch.library.Library("_", "IMPL")
+    every.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
+    lib = torch.library.Library("aten", "IMPL")
+    for names, dtype in ((LOWER_PRECISION, None), (FLOAT32, torch.float32)):
+        for name in names:
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is None:
+                continue
+            for overload in packet.overloads():
+                lib.impl(f"{name}.{overload}" if overload != "default" else name,
+                         _kernel(getattr(packet, overload), dtype), "AutocastPrivateUse1")  # fmt: skip
+    _libs.extend([every, lib])
