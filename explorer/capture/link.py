@@ -38,3 +38,37 @@ def step_of(times: np.ndarray, step_start: np.ndarray, step_end: np.ndarray, ste
     ic = np.maximum(i, 0)
     inside = (i >= 0) & (times < e[ic])
     return np.where(inside, k[ic], -1)
+
+
+def inside_spans(
+    track: np.ndarray, start: np.ndarray, end: np.ndarray, spans: dict[object, tuple]
+) -> np.ndarray:
+    """Whether each event lies within one of the (sorted starts, ends) spans of its track."""
+    out = np.zeros(len(start), dtype=bool)
+    for key, (s, e) in spans.items():
+        rows = np.flatnonzero(track == key)
+        if not len(rows) or not len(s):
+            continue
+        i = np.searchsorted(s, start[rows], side="right") - 1
+        ok = i >= 0
+        out[rows[ok]] = end[rows[ok]] <= e[i[ok]]
+    return out
+
+
+def reparent(ids: np.ndarray, parents: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Parent ids after dropping rows: a kept row whose parent is dropped takes the nearest
+    kept ancestor (-1 for none). `parents` holds -1 for no parent."""
+    index = {int(v): i for i, v in enumerate(ids)}
+    out = parents.copy()
+    for i in np.flatnonzero(keep & (parents >= 0)).tolist():
+        p = int(parents[i])
+        while p >= 0:
+            j = index.get(p)
+            if j is None:
+                p = -1
+            elif keep[j]:
+                break
+            else:
+                p = int(parents[j])
+        out[i] = p
+    return out

@@ -23,9 +23,10 @@ import pyarrow.compute as pc
 from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
 from .clock import Call, HostClock
-from .link import innermost_parents, step_of
+from .link import innermost_parents, inside_spans, reparent, step_of
 
 DEVICE = "neuron:0"
+SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
 HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy"})
 DEVICE_KINDS = frozenset({"kernel", "instruction", "dma"})
 FRAMEWORK_KINDS = ("op", "annotation")  # what a runtime call's launching op can be
@@ -67,6 +68,38 @@ def drop_own_frames(host: pa.Table) -> pa.Table:
     return host.filter(pc.invert(pc.and_(pc.equal(kind, "python"), own)))
 
 
+def drop_simulator_events(host: pa.Table, calls: Sequence[Any], origin_unix_ns: int) -> pa.Table:
+    """Remove what the simulator itself did on the host: the CPU ops computing payloads inside
+    runtime calls, and the PythonSubclass spans of the device tensor's __torch_dispatch__.
+    Children of a removed event move to its nearest kept ancestor."""
+    if not calls or not host.num_rows:
+        return host
+    track = np.array(_pylist(host, "track"), dtype=object)
+    start = _col(host, "start_ns").astype(np.int64)
+    end = start + _col(host, "dur_ns").astype(np.int64)
+    spans: dict[object, tuple] = {}
+    for e in sorted(calls, key=lambda e: e.host_start_ns):
+        s, t = spans.setdefault(f"thread {e.tid}", ([], []))
+        s.append(e.host_start_ns - origin_unix_ns)
+        t.append(e.host_end_ns - origin_unix_ns)
+    spans = {k: (np.array(s, np.int64), np.array(t, np.int64)) for k, (s, t) in spans.items()}
+    names = np.array(_pylist(host, "name"), dtype=object)
+    drop = inside_spans(track, start, end, spans) | (names == SIMULATOR_DISPATCH)
+    drop &= np.array(_pylist(host, "kind"), dtype=object) != "step"
+    if not drop.any():
+        return host
+    ids = _col(host, "id").astype(np.int64)
+    raw_parent = host.column("parent_id").to_numpy(zero_copy_only=False)
+    parents = np.where(np.isnan(raw_parent.astype(float)), -1, raw_parent).astype(np.int64)
+    new_parent = reparent(ids, parents, ~drop)
+    host = host.set_column(
+        host.schema.get_field_index("parent_id"),
+        "parent_id",
+        pa.array(new_parent, pa.int64(), mask=new_parent < 0),
+    )
+    return host.filter(pa.array(~drop))
+
+
 def in_window(ev: Any, lo_ns: int, hi_ns: int) -> bool:
     """Whether a runtime event belongs to the recorded window (real unix ns)."""
     t = ev.host_start_ns
@@ -82,6 +115,7 @@ def merge(
     calls = [e for e in runtime if e.kind in HOST_KINDS and e.host_start_ns is not None]
     work = [e for e in runtime if e.kind in DEVICE_KINDS and e.device_start_ns is not None]
     memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
+    host = drop_simulator_events(host, calls, origin_unix_ns)
 
     # The runtime's modeled clock is real time minus every cut since the process started;
     # cut0, the total when this window began, is the cut_before of its first recorded call.
@@ -112,6 +146,13 @@ def merge(
 
     next_id = int(pc.max(host.column("id")).as_py() or 0) + 1 if host.num_rows else 1
     ids = {e.id: next_id + i for i, e in enumerate([*calls, *work])}
+    # A runtime flow takes the id of its launching call, as Kineto flows take their source
+    # event's id, so it never collides with the importer's flow ids.
+    flows = {e.flow_id: ids[e.id] for e in reversed(calls) if e.flow_id}
+    spare = next_id + len(ids)
+    for e in work:
+        if e.flow_id and e.flow_id not in flows:
+            flows[e.flow_id], spare = spare, spare + 1
 
     # Runtime calls on the host: mapped times, nested under the innermost host event.
     # Exactly where the runtime's clock put each call: its start minus the cut before it.
@@ -140,16 +181,16 @@ def merge(
         line = _line(e, src)
         step = int(call_steps[i]) if call_steps[i] >= 0 else None
         if e.flow_id and step is not None:
-            flow_step.setdefault(e.flow_id, step)
-        _add(rows, e, ids[e.id], "host", f"thread {e.tid}", "cpu", int(c_start[i]),
+            flow_step.setdefault(flows[e.flow_id], step)
+        _add(rows, e, ids[e.id], flows.get(e.flow_id), "host", f"thread {e.tid}", "cpu", int(c_start[i]),
              int(c_end[i] - c_start[i]), parent_id(int(parents[i])), step, line)  # fmt: skip
 
     d_start = np.array([e.device_start_ns - device_offset for e in work], dtype=np.int64)
     d_steps = step_of(d_start, steps_start, steps_end, steps_num)
     for i, e in enumerate(work):
-        step = flow_step.get(e.flow_id, int(d_steps[i]) if d_steps[i] >= 0 else None)
+        step = flow_step.get(flows.get(e.flow_id), int(d_steps[i]) if d_steps[i] >= 0 else None)
         pid = ids.get(e.parent_id) if e.parent_id is not None else None
-        _add(rows, e, ids[e.id], "device", e.track or "kernels", device, int(d_start[i]),
+        _add(rows, e, ids[e.id], flows.get(e.flow_id), "device", e.track or "kernels", device, int(d_start[i]),
              int(e.device_dur_ns or 0), pid, step, _line(e, src))  # fmt: skip
 
     host = _fill_op_lines(host, parents, calls, src)
@@ -186,7 +227,7 @@ def _line(e: Any, backward: dict[int, tuple[str, int, str]]) -> tuple | None:
     return None
 
 
-def _add(rows: dict[str, list], e: Any, eid: int, layer: str, track: str, device: str,
+def _add(rows: dict[str, list], e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
          start: int, dur: int, parent: int | None, step: int | None, line: tuple | None) -> None:  # fmt: skip
     args = dict(e.args or {})
     if layer == "host":
@@ -200,7 +241,7 @@ def _add(rows: dict[str, list], e: Any, eid: int, layer: str, track: str, device
     values = {
         "id": eid, "rank": 0, "layer": layer, "kind": e.kind, "name": e.name, "track": track,
         "device": device, "start_ns": start, "dur_ns": max(dur, 0), "parent_id": parent,
-        "flow_id": e.flow_id or None, "step": step, "stack_id": None,
+        "flow_id": flow, "step": step, "stack_id": None,
         "src_file": line[0] if line else None, "src_line": line[1] if line else None,
         "src_func": line[2] if line else None, "op_name": e.op_name or None,
         "shapes": json.dumps([list(s) for s in e.shapes]) if e.shapes else None,

@@ -166,7 +166,7 @@ def _exit_code(exc: SystemExit) -> int:
 def _print_script_error(exc: BaseException) -> None:
     """Print the traceback as `python script.py` would, without this runner's own frames."""
     tb = exc.__traceback__
-    here = {__file__, runpy.__file__}
+    here = {__file__, runpy.__file__, "<frozen runpy>"}
     while tb is not None and tb.tb_frame.f_code.co_filename in here:
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
@@ -179,6 +179,7 @@ def run_captured(
     target, argv, is_module = parse_command(command)
     import torch
     import torch.profiler
+    from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from .handler import trace_handler
 
@@ -188,9 +189,7 @@ def run_captured(
     profiler_class = torch.profiler.profile
     sys.argv = argv
     sys.path.insert(0, os.getcwd() if is_module else str(Path(target).resolve().parent))
-    hook = torch.optim.optimizer.register_optimizer_step_post_hook(
-        lambda *_: controller.marker("optimizer")
-    )
+    hook = register_optimizer_step_post_hook(lambda *_: controller.marker("optimizer"))
     prof = profiler_class(
         activities=[torch.profiler.ProfilerActivity.CPU],
         record_shapes=True,
