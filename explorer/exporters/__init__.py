@@ -50,6 +50,11 @@ class ExportResult:
     counts: dict[str, int]  # what was written: trace-event phases, or rows per CSV file
 
 
+def expected_rows(profile: Profile, *tables: str) -> int:
+    """Rows the manifest says the tables hold (for progress bars; reads no data)."""
+    return sum(int(profile.manifest.row_counts.get(t, 0)) for t in tables)
+
+
 def exporter(name: str) -> ModuleType:
     if name not in EXPORTERS:
         raise ExplorerError(f"unknown export format {name!r}; choose from {', '.join(EXPORTERS)}")

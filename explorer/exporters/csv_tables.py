@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 
 from ..model import TABLES, Profile
 from ..model.io import MANIFEST
-from . import Progress, read_batches
+from . import Progress, expected_rows, read_batches
 
 NAME = "csv"
 HELP = "one CSV file per table (events, stacks, counters) in a directory"
@@ -34,7 +34,7 @@ def _plain(schema: pa.Schema) -> pa.Schema:
 
 def write(profile: Profile, tmp: Path, progress: Progress) -> dict[str, int]:
     """Write every table to `tmp/<table>.csv`; returns the rows written per file."""
-    progress.start(sum(profile.row_count(name) for name in TABLES))
+    progress.start(expected_rows(profile, *TABLES))
     tmp.mkdir()
     shutil.copyfile(profile.path / MANIFEST, tmp / MANIFEST)
     counts = {}

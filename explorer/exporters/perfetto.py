@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..errors import ExplorerError
 from ..model import Profile
-from . import BATCH_ROWS, Progress, read_batches
+from . import BATCH_ROWS, Progress, expected_rows, read_batches
 from ._arrowjson import (
     LineWriter,
     as_text,
@@ -58,7 +58,7 @@ def check_output(out: Path) -> None:
 
 def write(profile: Profile, tmp: Path, progress: Progress) -> dict[str, int]:
     """Write the whole trace to `tmp`; returns counts of spans (X), instants (i), flows (s/f pairs), counter samples (C) and metadata (M)."""
-    progress.start(profile.row_count("events") + profile.row_count("counters"))
+    progress.start(expected_rows(profile, "events", "counters"))
     counts: dict[str, int] = {}
     lanes = _Lanes()
     flows = FlowCollector()
