@@ -1,0 +1,47 @@
+"""Automated analysis of a profile: rules that find bottlenecks, the summary, read-only SQL.
+
+The stable Python API (used by the CLI and the web UI):
+- `run_rules(profile, ids=None) -> list[Finding]`, ranked by estimated saving;
+- `summarize(profile) -> Summary`;
+- `run_query(profile, sql, limit, timeout_s) -> QueryResult`;
+- `all_rules()` / `get_rule(id)`: the registry. Every record has `to_dict()` for JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..model.profile import Profile
+from .findings import Evidence, Finding, Hotspot, rank_findings
+from .rule import Rule, all_rules, get_rule
+from .sql import QueryResult, run_query
+from .summary import Summary, summarize
+
+__all__ = [
+    "Evidence", "Finding", "Hotspot", "QueryResult", "Rule", "Summary", "all_rules",
+    "findings_document", "get_rule", "run_query", "run_rules", "summarize",
+]  # fmt: skip
+
+
+def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Finding]:
+    """Evaluate the rules (all, or those named by `ids`) and rank the findings by saving."""
+    rules = [get_rule(i) for i in ids] if ids is not None else list(all_rules().values())
+    findings: list[Finding] = []
+    for rule in rules:
+        findings.extend(rule.evaluate(profile))
+    return rank_findings(findings)
+
+
+def findings_document(profile: Profile, findings: list[Finding]) -> dict:
+    """The findings as the one JSON document `analyze --json` prints (docs/agents.md)."""
+    from .context import context
+
+    ctx = context(profile)
+    return {
+        "profile": str(profile.path),
+        "source": profile.manifest.source,
+        "total_step_ns": ctx.total_step_ns,
+        "steps": ctx.steps().num_rows if ctx.has_steps else 0,
+        "rules_run": sorted(all_rules()),
+        "findings": [f.to_dict() for f in findings],
+    }

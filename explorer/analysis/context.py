@@ -1,0 +1,233 @@
+"""Shared, cached facts about one profile that several rules and the summary need: a DuckDB
+connection over its tables, the step windows, and the device's busy intervals.
+
+Everything here is computed in DuckDB over columns; results are cached per `Profile` object so
+that running every rule scans the events a few times, not once per rule.
+"""
+
+from __future__ import annotations
+
+import weakref
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from ..model.profile import Profile
+from ..model.schema import EVENTS
+from .conventions import (
+    ARGS_KINDS,
+    COMPUTE_KINDS,
+    DEVICE_WORK_KINDS,
+    DOWNCAST_EVENT,
+    KERNEL_KINDS,
+    sql_list,
+    sync_predicate,
+)
+
+if TYPE_CHECKING:
+    import duckdb
+
+_CACHE: weakref.WeakKeyDictionary[Profile, AnalysisContext] = weakref.WeakKeyDictionary()
+
+
+def context(profile: Profile) -> AnalysisContext:
+    """The cached analysis context of a profile (one per open Profile object)."""
+    ctx = _CACHE.get(profile)
+    if ctx is None:
+        ctx = _CACHE[profile] = AnalysisContext(profile)
+    return ctx
+
+
+def merged_intervals_sql(source: str, part: str) -> str:
+    """SQL merging the intervals (columns s, e) of `source` into disjoint ones per `part`
+    columns (gaps and islands: a new island starts where s passes every earlier end)."""
+    return f"""
+    WITH src AS ({source}),
+    m AS (SELECT *, max(e) OVER (PARTITION BY {part} ORDER BY s, e
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+          FROM src),
+    g AS (SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
+                    OVER (PARTITION BY {part} ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS grp
+          FROM m)
+    SELECT {part}, min(s) AS s, max(e) AS e FROM g GROUP BY {part}, grp
+    """
+
+
+def plain_types(table: pa.Table) -> pa.Table:
+    """DuckDB sums integers into HUGEINT (Arrow decimal128); make those int64 (float64 when
+    fractional) so tables stay plain numbers in Python and JSON."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_decimal(f.type):
+            to = pa.int64() if f.type.scale == 0 else pa.float64()
+            table = table.set_column(i, f.name, table.column(i).cast(to))
+    return table
+
+
+class AnalysisContext:
+    """DuckDB views and tables over one profile, built lazily:
+
+    - `ev`: the events table;
+    - `steps_w(rank, step, s, e)`: step windows (one window per rank over all its events when
+      the profile has no ProfilerStep spans; step is NULL then);
+    - `busy(rank, s, e)` / `compute_busy(rank, s, e)`: disjoint intervals where the rank's
+      device does any work / runs kernels.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.manifest = profile.manifest
+
+    @cached_property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        con = self.profile.duckdb()
+        # One scan of the Parquet files into DuckDB's own columns: every later query filters
+        # and joins there. args, shapes and dtypes (text) are kept only for the kinds whose rules read them.
+        heavy = ("args", "shapes", "dtypes")
+        cols = ", ".join(c.name for c in EVENTS.columns if c.name not in heavy)
+        keep = f"kind IN {sql_list(ARGS_KINDS)} OR name = '{DOWNCAST_EVENT}'"
+        con.execute(
+            f"""CREATE TEMP TABLE ev AS SELECT {cols},
+                CASE WHEN {keep} THEN args END AS args,
+                CASE WHEN {keep} THEN shapes END AS shapes,
+                CASE WHEN {keep} THEN dtypes END AS dtypes
+            FROM events"""
+        ).fetchall()
+        return con
+
+    def run(self, sql: str) -> None:
+        """Run a statement (DDL) to completion; DuckDB wants every result drained."""
+        self.con.execute(sql).fetchall()
+
+    def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """Run SQL and return the rows as dicts (for small, aggregated results only)."""
+        cur = self.con.execute(sql, params or [])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def one(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
+        rows = self.rows(sql, params)
+        return rows[0] if rows else {}
+
+    def arrow(self, sql: str, params: list[Any] | None = None) -> pa.Table:
+        return plain_types(self.con.sql(sql, params=params or None).to_arrow_table())
+
+    @property
+    def device_spec(self) -> dict[str, Any]:
+        return dict(self.manifest.device_spec or {})
+
+    @cached_property
+    def has_steps(self) -> bool:
+        return bool(self._steps_ready)
+
+    @cached_property
+    def _steps_ready(self) -> int:
+        """Create `steps_w`; returns the number of real (ProfilerStep) windows."""
+        self.run(
+            """CREATE TEMP TABLE steps_w AS
+            SELECT rank, coalesce(step, TRY_CAST(regexp_extract(name, '#(\\d+)', 1) AS INTEGER))
+                       AS step,
+                   min(start_ns) AS s, max(start_ns + dur_ns) AS e
+            FROM ev WHERE kind = 'step' AND layer = 'host'
+            GROUP BY ALL"""
+        )
+        n = self.con.execute("SELECT count(*) FROM steps_w").fetchall()[0][0]
+        if n == 0:
+            self.run(
+                """INSERT INTO steps_w
+                SELECT rank, NULL, min(start_ns), max(start_ns + dur_ns) FROM ev GROUP BY rank"""
+            )
+        return int(n)
+
+    def steps(self) -> pa.Table:
+        """Step windows: rank, step, start_ns, dur_ns (ordered)."""
+        self._steps_ready  # noqa: B018 - builds steps_w
+        return self.arrow(
+            "SELECT rank, step, s AS start_ns, e - s AS dur_ns FROM steps_w ORDER BY rank, s"
+        )
+
+    @cached_property
+    def total_step_ns(self) -> int:
+        """Sum of step durations over all ranks: the denominator of every saving share."""
+        self._steps_ready  # noqa: B018
+        v = self.con.execute("SELECT coalesce(sum(e - s), 0) FROM steps_w").fetchall()[0][0]
+        return int(v)
+
+    @cached_property
+    def device_ranks(self) -> frozenset[int]:
+        """Ranks that have any device work."""
+        rows = self.con.execute(
+            f"SELECT DISTINCT rank FROM ev WHERE layer = 'device' "
+            f"AND kind IN {sql_list(DEVICE_WORK_KINDS)}"
+        ).fetchall()
+        return frozenset(int(r[0]) for r in rows)
+
+    @cached_property
+    def _busy_ready(self) -> bool:
+        for table, kinds in (("busy", DEVICE_WORK_KINDS), ("compute_busy", COMPUTE_KINDS)):
+            src = (
+                f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev "
+                f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}"
+            )
+            self.run(f"CREATE TEMP TABLE {table} AS {merged_intervals_sql(src, 'rank')}")
+        return True
+
+    def ensure_busy(self) -> None:
+        self._busy_ready  # noqa: B018
+
+    @cached_property
+    def breakdown(self) -> pa.Table:
+        """Per step window: where the time went, on the device and on the host (ns).
+
+        Device side partitions the step: compute (kernels) + dma (transfers alone) + idle.
+        Host side: compile, fallback and sync wait (events of those kinds clipped to the step);
+        host_other_ns is the rest. Device columns are NULL on ranks without device work.
+        """
+        self._steps_ready  # noqa: B018
+        self.ensure_busy()
+
+        def clipped(table: str) -> str:
+            return f"""SELECT w.rank, w.s,
+                    sum(least(b.e, w.e) - greatest(b.s, w.s)) AS ns
+                FROM steps_w w JOIN {table} b ON b.rank = w.rank AND b.s < w.e AND b.e > w.s
+                GROUP BY ALL"""
+
+        def host_kind(pred: str) -> str:
+            return f"""SELECT w.rank, w.s,
+                    sum(least(x.start_ns + x.dur_ns, w.e) - greatest(x.start_ns, w.s)) AS ns
+                FROM steps_w w JOIN ev x ON x.rank = w.rank AND x.layer = 'host' AND {pred}
+                     AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s
+                GROUP BY ALL"""
+
+        sync_pred = sync_predicate("x")
+        device_ranks = sorted(self.device_ranks) or [-(2**31)]
+        ranks_sql = "(" + ", ".join(str(r) for r in device_ranks) + ")"
+        sql = f"""
+        WITH busy_w AS ({clipped("busy")}), comp_w AS ({clipped("compute_busy")}),
+        comp_k AS ({host_kind("x.kind = 'compile'")}),
+        fall_k AS ({host_kind("x.kind = 'fallback'")}),
+        sync_k AS ({host_kind(sync_pred)}),
+        kern AS (SELECT w.rank, w.s, count(*) AS n
+                 FROM steps_w w JOIN ev k ON k.rank = w.rank AND k.layer = 'device'
+                      AND k.kind IN {sql_list(KERNEL_KINDS)}
+                      AND k.start_ns >= w.s AND k.start_ns < w.e
+                 GROUP BY ALL)
+        SELECT w.rank, w.step, w.s AS start_ns, w.e - w.s AS dur_ns,
+               CASE WHEN w.rank IN {ranks_sql} THEN coalesce(c.ns, 0) END
+                   AS device_compute_ns,
+               CASE WHEN w.rank IN {ranks_sql} THEN coalesce(b.ns, 0) - coalesce(c.ns, 0) END
+                   AS dma_ns,
+               CASE WHEN w.rank IN {ranks_sql} THEN (w.e - w.s) - coalesce(b.ns, 0) END
+                   AS device_idle_ns,
+               coalesce(ck.ns, 0) AS compile_ns, coalesce(fk.ns, 0) AS fallback_ns,
+               coalesce(sk.ns, 0) AS sync_ns,
+               greatest((w.e - w.s) - coalesce(ck.ns, 0) - coalesce(fk.ns, 0)
+                        - coalesce(sk.ns, 0), 0) AS host_other_ns,
+               coalesce(k.n, 0) AS kernels
+        FROM steps_w w
+        LEFT JOIN busy_w b USING (rank, s) LEFT JOIN comp_w c USING (rank, s)
+        LEFT JOIN comp_k ck USING (rank, s) LEFT JOIN fall_k fk USING (rank, s)
+        LEFT JOIN sync_k sk USING (rank, s) LEFT JOIN kern k USING (rank, s)
+        ORDER BY w.rank, w.s
+        """
+        return self.arrow(sql)

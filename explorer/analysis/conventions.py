@@ -1,0 +1,60 @@
+"""The event conventions analysis reads, declared once: which kinds are device work, which
+runtime calls block the host, how data-loader and optimizer spans are named. docs/rules.md
+describes the same conventions for producers of profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Device work that occupies a device (union of these = device busy time).
+DEVICE_WORK_KINDS = ("gpu_kernel", "gpu_memcpy", "gpu_memset", "kernel", "dma", "collective")
+# Device work that computes (kernel level); the rest of DEVICE_WORK_KINDS moves data.
+COMPUTE_KINDS = ("gpu_kernel", "kernel", "collective")
+TRANSFER_KINDS = ("gpu_memcpy", "gpu_memset", "dma")
+# Kernel launches counted per step (collectives are counted apart).
+KERNEL_KINDS = ("gpu_kernel", "kernel")
+
+# Host runtime calls that block the host until the device catches up.
+SYNC_RUNTIME_NAMES = (
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "hipMemcpyWithStream",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
+)  # fmt: skip
+
+# torch.profiler names the DataLoader's __next__ "enumerate(DataLoader)#_...Iter.__next__".
+DATALOADER_LIKE = ("enumerate(DataLoader)%", "%DataLoader%__next__%")
+# torch.optim wraps step() in record_function("Optimizer.step#<Class>.step").
+OPTIMIZER_STEP_LIKE = "Optimizer.step#%"
+# Multi-tensor and fused optimizer kernels; their presence means the optimizer is not per-param.
+FUSED_OPTIMIZER_LIKE = ("%_foreach_%", "%_fused_%")
+# Neuron capture conventions (see docs/rules.md, "Event conventions").
+NEURON_SYNC_KIND = "sync"
+NEURON_COPY_KIND = "copy"
+DOWNCAST_EVENT = "downcast"  # kind runtime, args {"from": "float64", "to": "float32"}
+TENSOR_ENGINE_TRACK = "TensorE"
+# Kinds whose args JSON the rules read (analysis keeps args only for these, and downcasts).
+ARGS_KINDS = ("compile", "copy", "sync", "kernel", "fallback", "dma")
+ENGINE_TRACKS = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
+
+
+def sql_list(values: Iterable[str]) -> str:
+    """A SQL list literal of string constants, e.g. ('a', 'b')."""
+    quoted = ["'" + v.replace("'", "''") + "'" for v in values]
+    return "(" + ", ".join(quoted) + ")"
+
+
+def sql_like_any(column: str, patterns: Iterable[str]) -> str:
+    """`column LIKE p1 OR column LIKE p2 ...` as one parenthesised SQL condition."""
+    parts = [f"{column} LIKE '" + p.replace("'", "''") + "'" for p in patterns]
+    return "(" + " OR ".join(parts) + ")"
+
+
+def sync_predicate(alias: str = "") -> str:
+    """SQL condition true for host events that wait for the device (alias: table prefix)."""
+    a = f"{alias}." if alias else ""
+    return (
+        f"(({a}kind = '{NEURON_SYNC_KIND}' AND {a}layer = 'host') "
+        f"OR ({a}kind = 'runtime' AND {a}name IN {sql_list(SYNC_RUNTIME_NAMES)}))"
+    )

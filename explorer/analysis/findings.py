@@ -1,0 +1,63 @@
+"""What a rule reports: a `Finding` with its evidence. Frozen, JSON-serialisable records."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("low", "medium", "high")  # ordered, least to most severe
+
+
+@dataclass(frozen=True)
+class Hotspot:
+    """One row of evidence: an op, a kernel or a source line, with the time it accounts for."""
+
+    label: str  # op or kernel name, or "file:line"
+    dur_ns: int
+    count: int
+    file: str | None = None
+    line: int | None = None
+    func: str | None = None
+    note: str = ""  # extra per-row detail, e.g. the shapes or the reason
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a finding rests on: event ids to look at, the ops and source lines that carry the
+    time, and named numbers the rule measured."""
+
+    event_ids: tuple[int, ...] = ()
+    ops: tuple[Hotspot, ...] = ()
+    source_lines: tuple[Hotspot, ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in a profile, with what fixing it would save."""
+
+    rule: str
+    severity: str  # low | medium | high
+    title: str  # one line
+    detail: str  # a paragraph
+    fix: str  # a concrete change to make
+    saving_ns: int  # estimated time saved over the profiled steps
+    saving_share: float  # saving_ns over the total profiled step time (0..1)
+    evidence: Evidence = Evidence()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def severity_for(share: float, floor: str = "low") -> str:
+    """Severity from the share of step time at stake, never below the rule's own floor."""
+    by_share = "high" if share >= 0.2 else "medium" if share >= 0.05 else "low"
+    return max(by_share, floor, key=SEVERITIES.index)
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Largest estimated saving first; ties by severity, then rule id for a stable order."""
+    return sorted(
+        findings,
+        key=lambda f: (-f.saving_ns, -SEVERITIES.index(f.severity), f.rule, f.title),
+    )

@@ -1,0 +1,147 @@
+"""A rule is metadata plus a pure function: `evaluate(profile) -> list[Finding]`. Rules register
+themselves with `@register`; explorer/analysis/rules/__init__.py imports each rule module."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+from ..errors import ExplorerError
+from ..model.profile import Profile
+from .context import AnalysisContext, context
+from .findings import Evidence, Finding, Hotspot, severity_for
+
+RULES: dict[str, Rule] = {}
+
+
+class Rule:
+    """Base class. Subclasses set `id`, `title`, `severity`, `scope` and UPPER_CASE threshold
+    attributes, write a docstring with "Pattern:" and "Algorithm:", and implement `check`."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    severity: ClassVar[str] = "medium"  # the floor; a large share of step time raises it
+    scope: ClassVar[str] = "any"  # "any" trace, or "neuron" (needs a neuron capture)
+    fix: ClassVar[str] = ""
+
+    def evaluate(self, profile: Profile) -> list[Finding]:
+        """The findings of this rule on a profile (empty when the problem is absent)."""
+        return self.check(context(profile))
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        raise NotImplementedError
+
+    @classmethod
+    def thresholds(cls) -> dict[str, Any]:
+        """The rule's named thresholds (its UPPER_CASE class attributes)."""
+        out: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            for k, v in vars(klass).items():
+                if k.isupper() and not k.startswith("_"):
+                    out[k] = v
+        return out
+
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    def finding(
+        self,
+        ctx: AnalysisContext,
+        *,
+        title: str,
+        detail: str,
+        saving_ns: float,
+        evidence: Evidence | None = None,
+        fix: str | None = None,
+    ) -> Finding:
+        saving = max(int(saving_ns), 0)
+        total = ctx.total_step_ns
+        share = min(saving / total, 1.0) if total > 0 else 0.0
+        return Finding(
+            rule=self.id,
+            severity=severity_for(share, self.severity),
+            title=title,
+            detail=detail,
+            fix=fix or self.fix,
+            saving_ns=saving,
+            saving_share=round(share, 6),
+            evidence=evidence or Evidence(),
+        )
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    """Class decorator: add a rule to the registry under its id."""
+    if cls.id in RULES:
+        raise ValueError(f"duplicate rule id {cls.id}")
+    RULES[cls.id] = cls()
+    return cls
+
+
+def all_rules() -> dict[str, Rule]:
+    from . import rules  # noqa: F401 - importing the package registers every rule
+
+    return RULES
+
+
+def get_rule(rule_id: str) -> Rule:
+    rules = all_rules()
+    if rule_id not in rules:
+        raise ExplorerError(f"unknown rule {rule_id!r}; known rules: {', '.join(sorted(rules))}")
+    return rules[rule_id]
+
+
+def hotspots(
+    rows: list[dict[str, Any]], *, label: str = "label", note: str | None = None
+) -> tuple[Hotspot, ...]:
+    """Evidence rows from aggregated query rows with label/dur_ns/count (and file/line/func)."""
+    out = []
+    for r in rows:
+        out.append(
+            Hotspot(
+                label=str(r[label]),
+                dur_ns=int(r.get("dur_ns") or 0),
+                count=int(r.get("count") or 0),
+                file=r.get("file"),
+                line=None if r.get("line") is None else int(r["line"]),
+                func=r.get("func"),
+                note="" if note is None or r.get(note) is None else str(r[note]),
+            )
+        )
+    return tuple(out)
+
+
+def fmt_ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def fmt_pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def top_ops(ctx: AnalysisContext, where: str, limit: int = 5) -> tuple[Hotspot, ...]:
+    """The ops (the framework op, else the event name) carrying most time among `where` rows."""
+    rows = ctx.rows(
+        f"""SELECT coalesce(op_name, name) AS label, sum(dur_ns) AS dur_ns, count(*) AS count
+        FROM ev WHERE {where} GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT {int(limit)}"""
+    )
+    return hotspots(rows)
+
+
+def top_lines(ctx: AnalysisContext, where: str, limit: int = 5) -> tuple[Hotspot, ...]:
+    """The user source lines carrying most time among `where` rows."""
+    rows = ctx.rows(
+        f"""SELECT src_file || ':' || src_line AS label, src_file AS file, src_line AS line,
+               any_value(src_func) AS func, sum(dur_ns) AS dur_ns, count(*) AS count
+        FROM ev WHERE ({where}) AND src_file IS NOT NULL
+        GROUP BY src_file, src_line ORDER BY dur_ns DESC, label LIMIT {int(limit)}"""
+    )
+    return hotspots(rows)
+
+
+def longest_ids(ctx: AnalysisContext, where: str, limit: int = 20) -> tuple[int, ...]:
+    """Ids of the longest events among `where` rows, to jump to in a timeline."""
+    rows = ctx.con.execute(
+        f"SELECT id FROM ev WHERE {where} ORDER BY dur_ns DESC, id LIMIT {int(limit)}"
+    ).fetchall()
+    return tuple(int(r[0]) for r in rows)

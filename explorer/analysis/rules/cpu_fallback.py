@@ -1,0 +1,61 @@
+"""cpu-fallback: ops that left the neuron device and ran on the CPU."""
+
+from __future__ import annotations
+
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding
+from ..rule import Rule, fmt_ms, longest_ids, register, top_lines, top_ops
+
+
+@register
+class CpuFallback(Rule):
+    """Ops outside the device's supported set run on the CPU.
+
+    Pattern: an op the neuron runtime does not implement falls back to the CPU: its inputs are
+    copied to the host, it runs there, and its outputs are copied back, every call.
+    Algorithm: the host events of kind fallback (one per fallback call; op_name names the op,
+    src_file/src_line the call site, dur_ns includes the copies). Report when there are at least
+    MIN_FALLBACKS; the saving is their whole time (the op on the device is assumed free in
+    comparison).
+    """
+
+    id = "cpu-fallback"
+    title = "Ops fall back to the CPU"
+    severity = "high"
+    scope = "neuron"
+    MIN_FALLBACKS = 1
+    fix = (
+        "Replace the op with supported ones at the lines shown (e.g. boolean-mask indexing with "
+        "torch.where, nonzero with a fixed-size mask), or move it out of the step; "
+        "torch.neuron.get_fallback_ops() lists what fell back."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        where = "layer = 'host' AND kind = 'fallback'"
+        agg = ctx.one(
+            f"""SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns,
+                   count(DISTINCT coalesce(op_name, name)) AS ops FROM ev WHERE {where}"""
+        )
+        n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
+        if n < self.MIN_FALLBACKS:
+            return []
+        ops = top_ops(ctx, where)
+        names = ", ".join(o.label for o in ops[:3])
+        return [
+            self.finding(
+                ctx,
+                title=f"{agg['ops']} op(s) fell back to the CPU {n} times ({names}), {fmt_ms(ns)}",
+                detail=(
+                    f"{n} calls ran on the CPU instead of the device, with their inputs and "
+                    f"outputs copied across each time: {fmt_ms(ns)} in all. Until they are "
+                    "replaced the model is not fully on the device."
+                ),
+                saving_ns=ns,
+                evidence=Evidence(
+                    event_ids=longest_ids(ctx, where),
+                    ops=ops,
+                    source_lines=top_lines(ctx, where),
+                    metrics={"fallback_calls": n, "fallback_ns": ns, "ops": int(agg["ops"])},
+                ),
+            )
+        ]

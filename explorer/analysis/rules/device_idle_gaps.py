@@ -1,0 +1,113 @@
+"""device-idle-gaps: the device sits idle inside steps."""
+
+from __future__ import annotations
+
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding
+from ..rule import Rule, fmt_ms, fmt_pct, hotspots, register
+
+
+@register
+class DeviceIdleGaps(Rule):
+    """Long stretches inside steps where the device runs nothing.
+
+    Pattern: the accelerator waits for the host: gaps in the device timeline while the step is
+    still running (host work, syncs, data loading or launch overhead between kernels).
+    Algorithm: merge the rank's device work (kernels, copies, DMA, collectives) into disjoint
+    busy intervals; inside each step window (the whole trace when there are no steps) the gaps
+    are the complement. Gaps of at least MIN_GAP_NS count; report when they add up to at least
+    MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
+    longest gaps most.
+    """
+
+    id = "device-idle-gaps"
+    title = "Device idle inside steps"
+    severity = "medium"
+    MIN_GAP_NS = 50_000  # a gap shorter than this is launch latency, not a stall
+    MIN_IDLE_SHARE = 0.10  # of step time, summed over the counted gaps
+    TOP_GAPS = 20  # the gaps whose overlapping host work is reported
+    fix = (
+        "Look at what the host does in the longest gaps (evidence): remove device syncs there "
+        "(.item(), .cpu(), print), load data in DataLoader workers with pin_memory=True, and "
+        "batch many small ops with torch.compile (CUDA graphs on GPU)."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        if not ctx.device_ranks:
+            return []
+        ctx.ensure_busy()
+        ctx.steps()
+        ctx.run(
+            f"""CREATE OR REPLACE TEMP TABLE idle_gaps AS
+            WITH w AS (SELECT * FROM steps_w WHERE rank IN (SELECT DISTINCT rank FROM busy)),
+            pts AS (
+                SELECT w.rank, w.s AS ws, greatest(b.s, w.s) AS s, least(b.e, w.e) AS e
+                FROM w JOIN busy b ON b.rank = w.rank AND b.s < w.e AND b.e > w.s
+                UNION ALL SELECT rank, s, s, s FROM w
+                UNION ALL SELECT rank, s, e, e FROM w),
+            g AS (SELECT rank, ws, e AS gs, lead(s) OVER (PARTITION BY rank, ws ORDER BY s, e)
+                         AS ge FROM pts)
+            SELECT rank, gs AS start_ns, ge - gs AS dur_ns FROM g
+            WHERE ge - gs >= {int(self.MIN_GAP_NS)}"""
+        )
+        agg = ctx.one(
+            "SELECT count(*) AS n, sum(dur_ns) AS total, max(dur_ns) AS longest FROM idle_gaps"
+        )
+        total = int(agg.get("total") or 0)
+        step_ns = ctx.total_step_ns
+        if step_ns <= 0 or total < self.MIN_IDLE_SHARE * step_ns:
+            return []
+        top = f"(SELECT * FROM idle_gaps ORDER BY dur_ns DESC LIMIT {int(self.TOP_GAPS)})"
+        overlap = f"""FROM {top} g JOIN ev x ON x.rank = g.rank AND x.layer = 'host'
+                AND x.kind IN ('op', 'runtime', 'sync', 'fallback', 'compile', 'copy')
+                AND x.start_ns < g.start_ns + g.dur_ns AND x.start_ns + x.dur_ns > g.start_ns"""
+        ov = (
+            "least(x.start_ns + x.dur_ns, g.start_ns + g.dur_ns) - greatest(x.start_ns, g.start_ns)"
+        )
+        ops = hotspots(
+            ctx.rows(
+                f"""SELECT x.name AS label, sum({ov}) AS dur_ns, count(*) AS count {overlap}
+                GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5"""
+            )
+        )
+        lines = hotspots(
+            ctx.rows(
+                f"""SELECT x.src_file || ':' || x.src_line AS label, x.src_file AS file,
+                       x.src_line AS line, any_value(x.src_func) AS func,
+                       sum({ov}) AS dur_ns, count(*) AS count {overlap}
+                AND x.src_file IS NOT NULL GROUP BY x.src_file, x.src_line
+                ORDER BY dur_ns DESC, label LIMIT 5"""
+            )
+        )
+        ids = tuple(
+            int(r[0])
+            for r in ctx.con.execute(
+                f"SELECT x.id {overlap} ORDER BY {ov} DESC, x.id LIMIT 20"
+            ).fetchall()
+        )
+        share = total / step_ns
+        n = int(agg["n"])
+        return [
+            self.finding(
+                ctx,
+                title=f"Device idle {fmt_pct(share)} of step time in {n} gaps of "
+                f">= {self.MIN_GAP_NS / 1000:.0f} us",
+                detail=(
+                    f"The device ran nothing for {fmt_ms(total)} inside the profiled steps "
+                    f"({n} gaps, the longest {fmt_ms(agg['longest'])}). During those gaps the "
+                    "host was busy with the ops listed; the device waits for them."
+                ),
+                saving_ns=total,
+                evidence=Evidence(
+                    event_ids=ids,
+                    ops=ops,
+                    source_lines=lines,
+                    metrics={
+                        "idle_share": round(share, 4),
+                        "gaps": n,
+                        "idle_ns": total,
+                        "longest_gap_ns": int(agg["longest"]),
+                    },
+                ),
+            )
+        ]

@@ -1,0 +1,58 @@
+"""float64-downcast: float64 tensors silently run as float32 on the device."""
+
+from __future__ import annotations
+
+from ..context import AnalysisContext
+from ..conventions import DOWNCAST_EVENT
+from ..findings import Evidence, Finding
+from ..rule import Rule, longest_ids, register, top_lines, top_ops
+
+
+@register
+class Float64Downcast(Rule):
+    """float64 work the device runs as float32.
+
+    Pattern: the neuron device has no float64 arithmetic; ops on float64 tensors run as
+    float32 (with a warning), so results differ from a CPU float64 run and the extra casts
+    cost time.
+    Algorithm: the runtime events named "downcast" (args {"from": "float64", "to": "float32"},
+    op_name the op, src_file/src_line the call site). Report when there are at least
+    MIN_DOWNCASTS; this is a correctness finding, so no time saving is claimed.
+    """
+
+    id = "float64-downcast"
+    title = "float64 runs as float32 on the device"
+    severity = "medium"
+    scope = "neuron"
+    MIN_DOWNCASTS = 1
+    fix = (
+        "Make the dtype explicit at the lines shown: create tensors as float32 "
+        "(torch.tensor(..., dtype=torch.float32), numpy arrays via .astype('float32')) or call "
+        ".float() before moving them to the device."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        where = f"kind = 'runtime' AND name = '{DOWNCAST_EVENT}'"
+        n = int(ctx.one(f"SELECT count(*) AS n FROM ev WHERE {where}").get("n") or 0)
+        if n < self.MIN_DOWNCASTS:
+            return []
+        ops = top_ops(ctx, where)
+        return [
+            self.finding(
+                ctx,
+                title=f"{n} float64 op call(s) ran as float32 "
+                f"({', '.join(o.label for o in ops[:3])})",
+                detail=(
+                    f"{n} op calls received float64 tensors and ran them as float32 on the "
+                    "device. Numbers can differ from a float64 CPU run; make the dtype explicit "
+                    "so the result does not depend on the device."
+                ),
+                saving_ns=0,
+                evidence=Evidence(
+                    event_ids=longest_ids(ctx, where),
+                    ops=ops,
+                    source_lines=top_lines(ctx, where),
+                    metrics={"downcasts": n},
+                ),
+            )
+        ]

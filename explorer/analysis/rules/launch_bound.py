@@ -1,0 +1,94 @@
+"""launch-bound: many tiny kernels and an idle device: the host cannot launch fast enough."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..context import AnalysisContext
+from ..conventions import KERNEL_KINDS, sql_list
+from ..findings import Evidence, Finding
+from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
+
+
+@register
+class LaunchBound(Rule):
+    """Steps made of many tiny kernels with the device mostly idle.
+
+    Pattern: eager mode issues one kernel per op; when each kernel is shorter than the host's
+    cost to dispatch and launch it, the device idles between launches (GPU or neuron).
+    Algorithm: per step, take the kernel count and the device idle time from the step
+    breakdown, and the median kernel duration of the rank. A step is launch-bound when it has
+    at least MIN_KERNELS_PER_STEP kernels, a median kernel under TINY_KERNEL_NS and the device
+    idle at least MIN_IDLE_SHARE of the step. The saving assumed is RECOVERABLE_SHARE of the
+    idle time in those steps.
+    """
+
+    id = "launch-bound"
+    title = "Launch-bound: many tiny kernels, idle device"
+    severity = "medium"
+    MIN_KERNELS_PER_STEP = 50
+    TINY_KERNEL_NS = 20_000  # a kernel shorter than this costs about as much to launch
+    MIN_IDLE_SHARE = 0.30
+    RECOVERABLE_SHARE = 0.5  # of the idle time, what fusing launches typically wins back
+    fix = (
+        "Fuse the small ops so the device gets fewer, larger launches: wrap the model or the "
+        "step in torch.compile (backend='neuron' on the neuron device; mode='reduce-overhead' "
+        "for CUDA graphs on GPU), and drop per-element Python loops."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        if not ctx.device_ranks:
+            return []
+        med = ctx.rows(
+            f"""SELECT rank, median(dur_ns) AS med, any_value(device) AS device FROM ev
+            WHERE layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)} GROUP BY rank"""
+        )
+        tiny = {int(r["rank"]): r for r in med if r["med"] is not None}
+        tiny = {k: v for k, v in tiny.items() if v["med"] < self.TINY_KERNEL_NS}
+        if not tiny:
+            return []
+        b = ctx.breakdown
+        b = b.filter(pc.is_in(b["rank"], value_set=pa.array(list(tiny), pa.int32())))
+        b = b.filter(pc.greater_equal(b["kernels"], self.MIN_KERNELS_PER_STEP))
+        idle = pc.divide(pc.cast(b["device_idle_ns"], "double"), pc.cast(b["dur_ns"], "double"))
+        b = b.filter(pc.greater_equal(idle, self.MIN_IDLE_SHARE))
+        if b.num_rows == 0:
+            return []
+        idle_ns = int(pc.sum(b["device_idle_ns"]).as_py())
+        step_ns = int(pc.sum(b["dur_ns"]).as_py())
+        kernels = int(pc.sum(b["kernels"]).as_py())
+        median_ns = float(min(v["med"] for v in tiny.values()))
+        neuron = any(str(v["device"] or "").startswith("neuron") for v in tiny.values())
+        where = f"layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)}"
+        return [
+            self.finding(
+                ctx,
+                title=f"Launch-bound: {b.num_rows} steps of ~{kernels // b.num_rows} kernels "
+                f"(median {median_ns / 1000:.1f} us), device idle {fmt_pct(idle_ns / step_ns)}",
+                detail=(
+                    f"{b.num_rows} steps launch {kernels} kernels whose median runs "
+                    f"{median_ns / 1000:.1f} us, while the device is idle {fmt_ms(idle_ns)} of "
+                    f"{fmt_ms(step_ns)}: the host's per-op dispatch, not the device, sets the "
+                    "step time."
+                    + (
+                        " On the neuron device each eager op is a separate launch."
+                        if neuron
+                        else ""
+                    )
+                ),
+                saving_ns=idle_ns * self.RECOVERABLE_SHARE,
+                evidence=Evidence(
+                    event_ids=longest_ids(ctx, where),
+                    ops=top_ops(ctx, where),
+                    source_lines=top_lines(ctx, where),
+                    metrics={
+                        "steps": b.num_rows,
+                        "kernels": kernels,
+                        "median_kernel_ns": median_ns,
+                        "idle_ns": idle_ns,
+                        "idle_share": round(idle_ns / step_ns, 4),
+                    },
+                ),
+            )
+        ]

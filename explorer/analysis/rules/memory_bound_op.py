@@ -1,0 +1,86 @@
+"""memory-bound-op: kernels limited by HBM bandwidth, below the machine balance."""
+
+from __future__ import annotations
+
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding
+from ..rule import Rule, fmt_ms, fmt_pct, hotspots, longest_ids, register, top_lines
+
+KERNELS = "layer = 'device' AND kind = 'kernel'"
+BYTES = "(coalesce(bytes_read, 0) + coalesce(bytes_written, 0))"
+
+
+@register
+class MemoryBoundOp(Rule):
+    """Ops whose arithmetic intensity is under the chip's machine balance (roofline).
+
+    Pattern: elementwise and normalisation ops move more bytes than they compute; run one by
+    one, each reads and writes HBM and the engines wait on memory.
+    Algorithm: for neuron kernels with bytes, arithmetic intensity = flops / (bytes_read +
+    bytes_written); the machine balance is the spec's peak_flops_bf16 / hbm_bytes_per_s. Kernels
+    under BALANCE_FRACTION of the balance are memory-bound. Report when they take at least
+    MIN_SHARE of kernel time; the saving assumed is FUSION_SAVING of their time (fusing a chain
+    removes the intermediate HBM round trips).
+    """
+
+    id = "memory-bound-op"
+    title = "Memory-bound ops"
+    severity = "low"
+    scope = "neuron"
+    BALANCE_FRACTION = 1.0
+    MIN_SHARE = 0.20
+    FUSION_SAVING = 0.5
+    fix = (
+        "Fuse the elementwise chains with torch.compile(backend='neuron') so intermediates stay "
+        "in SBUF, and use bf16 activations to halve the bytes moved."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        spec = ctx.device_spec
+        peak, bw = float(spec.get("peak_flops_bf16") or 0), float(spec.get("hbm_bytes_per_s") or 0)
+        if peak <= 0 or bw <= 0:
+            return []
+        balance = peak / bw * self.BALANCE_FRACTION
+        bound = f"{KERNELS} AND {BYTES} > 0 AND coalesce(flops, 0) / {BYTES} < {balance}"
+        agg = ctx.one(
+            f"""SELECT coalesce(sum(dur_ns), 0) AS total,
+                   coalesce(sum(dur_ns) FILTER (WHERE {BYTES} > 0
+                       AND coalesce(flops, 0) / {BYTES} < {balance}), 0) AS ns
+            FROM ev WHERE {KERNELS}"""
+        )
+        total, ns = int(agg.get("total") or 0), int(agg.get("ns") or 0)
+        if total <= 0 or ns < self.MIN_SHARE * total:
+            return []
+        ops = hotspots(
+            ctx.rows(
+                f"""SELECT coalesce(op_name, name) AS label, sum(dur_ns) AS dur_ns,
+                       count(*) AS count,
+                       'intensity ' || round(sum(coalesce(flops, 0)) / sum({BYTES}), 2)
+                       || ' FLOP/B' AS note
+                FROM ev WHERE {bound} GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5"""
+            ),
+            note="note",
+        )
+        return [
+            self.finding(
+                ctx,
+                title=f"Memory-bound ops take {fmt_pct(ns / total)} of kernel time "
+                f"({fmt_ms(ns)}), below {balance:.0f} FLOP/B",
+                detail=(
+                    f"Kernels that do fewer than {balance:.0f} FLOP per HBM byte (the chip's "
+                    f"machine balance) take {fmt_ms(ns)} of {fmt_ms(total)} kernel time: "
+                    "HBM bandwidth, not TensorE, limits them."
+                ),
+                saving_ns=ns * self.FUSION_SAVING,
+                evidence=Evidence(
+                    event_ids=longest_ids(ctx, bound),
+                    ops=ops,
+                    source_lines=top_lines(ctx, bound),
+                    metrics={
+                        "memory_bound_ns": ns,
+                        "kernel_ns": total,
+                        "machine_balance_flop_per_byte": round(balance, 3),
+                    },
+                ),
+            )
+        ]

@@ -1,0 +1,121 @@
+"""recompilation: changing input shapes recompile the graph or the ops."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding, Hotspot
+from ..rule import Rule, fmt_ms, longest_ids, register, top_lines
+
+RECOMPILE = "kind = 'compile' AND json_extract_string(args, '$.reason') = 'recompile'"
+
+
+def suggest_buckets(shapes: list[str], multiple: int) -> str:
+    """Name the dims that change across compiled signatures and the padded sizes to use."""
+    sigs = []
+    for s in shapes:
+        try:
+            sig = json.loads(s)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(sig, list):
+            sigs.append(sig)
+    if len(sigs) < 2:
+        return ""
+    out = []
+    first = sigs[0]
+    for i, arg in enumerate(first):
+        if not isinstance(arg, list):
+            continue
+        for d in range(len(arg)):
+            vals = {
+                s[i][d]
+                for s in sigs
+                if i < len(s)
+                and isinstance(s[i], list)
+                and d < len(s[i])
+                and isinstance(s[i][d], int)
+            }
+            if len(vals) > 1:
+                padded = sorted({-(-v // multiple) * multiple for v in vals})
+                out.append(
+                    f"input {i} dim {d} takes {len(vals)} sizes "
+                    f"({min(vals)}..{max(vals)}): pad to {padded[:6]}"
+                )
+    return "; ".join(out[:3])
+
+
+@register
+class Recompilation(Rule):
+    """Graph or op recompiles caused by changing input shapes.
+
+    Pattern: with torch.compile(backend="neuron", dynamic=False) (and for eager ops, whose
+    kernels are compiled per (op, shapes, dtypes)), every new input shape compiles again: a
+    variable sequence length or a last partial batch recompiles in the middle of training.
+    Algorithm: compile events whose args.reason is "recompile", grouped by op_name (the graph or
+    op); report when there are at least MIN_RECOMPILES. The saving is the recompile time.
+    Evidence: the shapes that caused them and padded sizes (multiples of BUCKET_MULTIPLE) that
+    would collapse them into a few signatures.
+    """
+
+    id = "recompilation"
+    title = "Recompiles from changing shapes"
+    severity = "medium"
+    scope = "neuron"
+    MIN_RECOMPILES = 2
+    BUCKET_MULTIPLE = 128  # the TensorE tile size; padded dims also waste no tile rows
+    fix = (
+        "Keep input shapes fixed: pad or bucket variable dimensions to a few named sizes, "
+        "drop the last partial batch (DataLoader(drop_last=True)), or mark the dimension "
+        "dynamic where the backend supports it."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        agg = ctx.one(
+            f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {RECOMPILE}"
+        )
+        n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
+        if n < self.MIN_RECOMPILES:
+            return []
+        groups: list[dict[str, Any]] = ctx.rows(
+            f"""SELECT coalesce(op_name, name) AS label, count(*) AS count,
+                   sum(dur_ns) AS dur_ns,
+                   list(DISTINCT coalesce(shapes, json_extract(args, '$.shapes')::VARCHAR))
+                       AS shapes
+            FROM ev WHERE kind = 'compile' AND coalesce(op_name, name) IN
+                 (SELECT coalesce(op_name, name) FROM ev WHERE {RECOMPILE})
+            GROUP BY 1 ORDER BY dur_ns DESC LIMIT 5"""
+        )
+        ops = tuple(
+            Hotspot(
+                label=str(g["label"]),
+                dur_ns=int(g["dur_ns"]),
+                count=int(g["count"]),
+                note=(
+                    suggest_buckets([s for s in g["shapes"] if s], self.BUCKET_MULTIPLE)
+                    or f"shapes: {', '.join(sorted(s for s in g['shapes'] if s)[:5])}"
+                ),
+            )
+            for g in groups
+        )
+        return [
+            self.finding(
+                ctx,
+                title=f"{n} recompiles from new input shapes ({fmt_ms(ns)}), "
+                f"worst: {ops[0].label if ops else '?'}",
+                detail=(
+                    f"{n} compiles were triggered by input shapes not seen before, costing "
+                    f"{fmt_ms(ns)}. With dynamic=False each distinct shape is a new program; "
+                    "padding to a few sizes makes later steps hit the cache."
+                ),
+                saving_ns=ns,
+                evidence=Evidence(
+                    event_ids=longest_ids(ctx, RECOMPILE),
+                    ops=ops,
+                    source_lines=top_lines(ctx, RECOMPILE),
+                    metrics={"recompiles": n, "recompile_ns": ns},
+                ),
+            )
+        ]

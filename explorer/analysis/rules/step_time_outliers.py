@@ -1,0 +1,93 @@
+"""step-time-outliers: some steps take much longer than the typical one."""
+
+from __future__ import annotations
+
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding, Hotspot
+from ..rule import Rule, fmt_ms, hotspots, register
+
+
+@register
+class StepTimeOutliers(Rule):
+    """Steps much slower than the rank's median step.
+
+    Pattern: most steps take the same time but a few are far slower (a periodic checkpoint or
+    evaluation, garbage collection, a recompile, a straggling data batch).
+    Algorithm: per rank with at least MIN_STEPS steps, a step is an outlier when it takes more
+    than OUTLIER_RATIO times the rank's median step. The saving is the time above the median.
+    Evidence: the outlier steps, and the host ops whose time per step is most above their mean
+    over the other steps.
+    """
+
+    id = "step-time-outliers"
+    title = "Step-time outliers"
+    severity = "low"
+    MIN_STEPS = 4
+    OUTLIER_RATIO = 1.5
+    fix = (
+        "Open the slow steps (evidence) and find the extra work: move checkpointing, "
+        "evaluation or logging off the step path (or to a fixed, documented interval), warm up "
+        "before measuring, and keep input shapes fixed."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        if not ctx.has_steps:
+            return []
+        ctx.run(
+            f"""CREATE OR REPLACE TEMP TABLE step_outliers AS
+            WITH r AS (SELECT rank, median(e - s) AS med, count(*) AS n FROM steps_w
+                       GROUP BY rank HAVING count(*) >= {int(self.MIN_STEPS)})
+            SELECT w.rank, w.step, w.s, w.e - w.s AS dur_ns, r.med
+            FROM steps_w w JOIN r USING (rank)
+            WHERE w.e - w.s > {float(self.OUTLIER_RATIO)} * r.med"""
+        )
+        out = ctx.rows("SELECT * FROM step_outliers ORDER BY dur_ns DESC")
+        if not out:
+            return []
+        extra = sum(int(r["dur_ns"] - r["med"]) for r in out)
+        steps = tuple(
+            Hotspot(
+                label=f"step {r['step']} (rank {r['rank']})",
+                dur_ns=int(r["dur_ns"]),
+                count=1,
+                note=f"median {fmt_ms(r['med'])}",
+            )
+            for r in out[:10]
+        )
+        n_slow = len(out)
+        n_normal = max(ctx.steps().num_rows - n_slow, 1)
+        culprits = hotspots(
+            ctx.rows(
+                f"""WITH x AS (
+                    SELECT e.name, e.dur_ns, (o.step IS NOT NULL) AS slow
+                    FROM ev e LEFT JOIN step_outliers o ON o.rank = e.rank AND o.step = e.step
+                    WHERE e.layer = 'host' AND e.step IS NOT NULL AND e.kind IN
+                          ('op', 'annotation', 'python', 'sync', 'compile', 'fallback'))
+                SELECT name AS label, count(*) FILTER (WHERE slow) AS count,
+                       sum(dur_ns) FILTER (WHERE slow) / {n_slow}
+                       - coalesce(sum(dur_ns) FILTER (WHERE NOT slow), 0) / {n_normal} AS dur_ns
+                FROM x GROUP BY 1 HAVING dur_ns > 0 ORDER BY dur_ns DESC, label LIMIT 5"""
+            )
+        )
+        worst = out[0]
+        return [
+            self.finding(
+                ctx,
+                title=f"{len(out)} step(s) take over {self.OUTLIER_RATIO}x the median step "
+                f"(worst {fmt_ms(worst['dur_ns'])} vs {fmt_ms(worst['med'])})",
+                detail=(
+                    f"{len(out)} steps run {fmt_ms(extra)} longer in all than the median step "
+                    "of their rank. The ops listed take more time in those steps than usual."
+                ),
+                saving_ns=extra,
+                evidence=Evidence(
+                    ops=culprits + steps,
+                    metrics={
+                        "outliers": len(out),
+                        "extra_ns": extra,
+                        "worst_ns": int(worst["dur_ns"]),
+                        "median_ns": float(worst["med"]),
+                    },
+                ),
+            )
+        ]
