@@ -63,7 +63,15 @@ def create_app(root: str | Path) -> FastAPI:
         return store.derived(name, "summary", overview.analysis_summary)
 
     def findings(name: str) -> list[dict[str, Any]] | None:
-        return store.derived(name, "findings", overview.analysis_findings)
+        def make(p):  # noqa: ANN001, ANN202
+            found = overview.analysis_findings(p)
+            for f in found or ():  # so the page can link evidence lines to the source view
+                for line in f.get("evidence", {}).get("source_lines", ()):
+                    if line.get("file"):
+                        line["file_id"] = source.file_id(line["file"])
+            return found
+
+        return store.derived(name, "findings", make)
 
     def devices(name: str) -> list[str]:
         return store.derived(name, "devices", lambda p: overview.devices(store.connection(name)))
@@ -83,7 +91,6 @@ def create_app(root: str | Path) -> FastAPI:
     @app.get("/api/p/{name}")
     def api_summary(name: str) -> dict[str, Any]:
         p = store.open(name)
-        con = store.connection(name)
         m = p.manifest
         f = findings(name)
         modeled = overview.is_modeled(p)
@@ -106,7 +113,6 @@ def create_app(root: str | Path) -> FastAPI:
             "summary": summary(name),
             "findings": None if f is None else f[:5],
             "findings_total": None if f is None else len(f),
-            "device_busy": overview.device_busy(con),
             "top_ops": operators.operators_json(ops(name), m.device_spec, modeled)["operators"][
                 :10
             ],
@@ -189,7 +195,7 @@ def create_app(root: str | Path) -> FastAPI:
                                "examples": [{"title": t, "sql": s} for t, s in sql.EXAMPLES],
                                "tables": list(TABLES), "result": None}  # fmt: skip
         if q.strip():
-            out["result"] = sql.run_query(p, q, limit).to_dict()
+            out["result"] = sql.run_query(p, q, limit)
         return out
 
     @app.get("/api/p/{name}/sql.csv")
@@ -199,8 +205,8 @@ def create_app(root: str | Path) -> FastAPI:
         res = sql.run_query(store.open(name), q, limit)
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow(res.columns)
-        w.writerows(res.rows)
+        w.writerow(res["columns"])
+        w.writerows(res["rows"])
         return Response(buf.getvalue(), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="{name}-query.csv"'})  # fmt: skip
 

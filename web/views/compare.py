@@ -60,7 +60,7 @@ def compare_lines(a: pa.Table, b: pa.Table) -> list[dict[str, Any]]:
 
 
 def compare_breakdown(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[dict]:
-    """Per-category deltas of two analysis summaries' step-time breakdowns, when both exist."""
+    """Per-step, per-category deltas of two analysis summaries' step-time breakdowns."""
     ba, bb = _breakdown(a), _breakdown(b)
     if ba is None or bb is None:
         return []
@@ -74,6 +74,7 @@ def _breakdown(summary: dict[str, Any] | None) -> dict[str, float] | None:
     if not summary:
         return None
     b = summary.get("breakdown")
-    if isinstance(b, dict):
-        return {k: v for k, v in b.items() if isinstance(v, (int, float))}
-    return None
+    if not isinstance(b, dict):
+        return None
+    steps = (summary.get("step_stats") or {}).get("count") or 1  # per step, so runs compare
+    return {k: v / steps for k, v in b.items() if isinstance(v, (int, float))}

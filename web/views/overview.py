@@ -8,8 +8,6 @@ from typing import Any
 
 from explorer.model import Profile
 
-from . import fetch_dicts
-
 
 def is_modeled(profile: Profile) -> bool:
     """Device times of a neuron capture come from the cost model, not from a measurement."""
@@ -36,32 +34,17 @@ def devices(con) -> list[str]:
     return [r[0] for r in rows if r[0]]
 
 
-def device_busy(con) -> list[dict[str, Any]]:
-    """Busy time of each device lane over the profiled span (a fallback utilization)."""
-    return fetch_dicts(
-        con,
-        "WITH span AS (SELECT max(start_ns + dur_ns) - min(start_ns) AS s FROM events) "
-        "SELECT CAST(device AS VARCHAR) AS device, CAST(track AS VARCHAR) AS track, "
-        "CAST(sum(dur_ns) AS BIGINT) AS busy_ns, CAST(sum(dur_ns) AS BIGINT) / any_value(span.s) AS utilization "
-        "FROM events, span WHERE layer = 'device' GROUP BY ALL ORDER BY device, track",
-    )
+def analysis_summary(profile: Profile) -> dict[str, Any]:
+    """explorer.analysis.summarize(profile) as a JSON-ready dict."""
+    from explorer.analysis import summarize
 
-
-def analysis_summary(profile: Profile) -> dict[str, Any] | None:
-    """explorer.analysis.summarize(profile).to_dict(), or None while it is unavailable."""
-    try:
-        from explorer.analysis import summarize
-    except ImportError:
-        return None
     return summarize(profile).to_dict()
 
 
-def analysis_findings(profile: Profile) -> list[dict[str, Any]] | None:
-    """Every rule's findings as dicts, largest saving first; None while analysis is unavailable."""
-    try:
-        from explorer.analysis import run_rules
-    except ImportError:
-        return None
+def analysis_findings(profile: Profile) -> list[dict[str, Any]]:
+    """Every rule's findings as dicts, largest saving first."""
+    from explorer.analysis import run_rules
+
     return [f.to_dict() for f in run_rules(profile)]
 
 

@@ -1,14 +1,9 @@
-"""The SQL box: one read-only SELECT over the profile's tables, with a row limit and a time limit.
-
-The connection registers the tables as Arrow datasets and then turns external access off and
-locks the configuration, so a query can read no other file, write none and attach nothing.
-"""
+"""The SQL box: one read-only SELECT over the profile's tables through explorer.analysis's
+run_query (Arrow datasets registered, then external access off and the configuration locked),
+with the web page's row and time limits and example queries."""
 
 from __future__ import annotations
 
-import threading
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from explorer.errors import ExplorerError
@@ -35,29 +30,6 @@ class QueryError(ExplorerError):
     """The query was refused, failed, or ran past its time limit."""
 
 
-@dataclass(frozen=True)
-class QueryResult:
-    columns: list[str]
-    rows: list[list[Any]]
-    truncated: bool
-    elapsed_ms: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"columns": self.columns, "rows": self.rows, "truncated": self.truncated,
-                "elapsed_ms": round(self.elapsed_ms, 2), "row_count": len(self.rows)}  # fmt: skip
-
-
-def read_only_connection(profile: Profile):  # noqa: ANN201 - a DuckDB connection
-    import duckdb
-
-    con = duckdb.connect(config={"threads": 1})
-    for name in ("events", "stacks", "counters"):
-        con.register(name, profile.dataset(name))
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-    return con
-
-
 def _jsonable(v: Any) -> Any:
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
@@ -66,30 +38,19 @@ def _jsonable(v: Any) -> Any:
 
 def run_query(
     profile: Profile, sql: str, limit: int = DEFAULT_ROWS, timeout_s: float = TIMEOUT_S
-) -> QueryResult:
-    """Run one SELECT (or WITH ... SELECT); at most `limit` rows, at most `timeout_s` seconds."""
-    import duckdb
+) -> dict[str, Any]:
+    """explorer.analysis.run_query (read only, limited) with its rows as JSON-safe lists."""
+    from explorer.analysis import run_query as analysis_query
 
-    body = sql.strip().rstrip(";").strip()
-    if not body:
-        raise QueryError("empty query")
+    if not sql.strip():
+        raise QueryError("query: empty")
     limit = max(1, min(int(limit), MAX_ROWS))
-    con = read_only_connection(profile)
-    timer = threading.Timer(timeout_s, con.interrupt)
-    t0 = time.perf_counter()
-    timer.start()
     try:
-        # as a subquery, only a single read-only statement parses
-        rel = con.execute(f"SELECT * FROM ({body}\n) AS q LIMIT {limit + 1}")
-        columns = [d[0] for d in rel.description]
-        rows = [[_jsonable(v) for v in r] for r in rel.fetchall()]
-    except duckdb.InterruptException:
-        raise QueryError(f"query ran longer than its {timeout_s:g} s limit") from None
-    except duckdb.Error as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        raise QueryError(msg) from None
-    finally:
-        timer.cancel()
-        con.close()
-    elapsed = (time.perf_counter() - t0) * 1e3
-    return QueryResult(columns, rows[:limit], len(rows) > limit, elapsed)
+        res = analysis_query(profile, sql, limit=limit, timeout_s=timeout_s)
+    except ExplorerError as e:
+        raise QueryError(str(e)) from None
+    cols = res.table.column_names
+    rows = [[_jsonable(r[c]) for c in cols] for r in res.table.to_pylist()]
+    return {"columns": cols, "types": [str(t) for t in res.table.schema.types], "rows": rows,
+            "row_count": len(rows), "truncated": res.truncated,
+            "elapsed_ms": round(res.elapsed_s * 1e3, 2)}  # fmt: skip

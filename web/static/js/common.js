@@ -1,0 +1,177 @@
+// Shared helpers for every page. All text goes into the DOM through textContent (h() below),
+// never through innerHTML, so event names and source code are always shown, never run.
+
+export const profile = document.body.dataset.profile || "";
+export const fileId = document.body.dataset.fileId || "";
+export const app = document.getElementById("app");
+
+export async function api(path) {
+  const res = await fetch("/api" + path);
+  let body = null;
+  try { body = await res.json(); } catch (e) { /* not JSON */ }
+  if (!res.ok) throw new Error((body && (body.error || body.detail)) || `${res.status} ${res.statusText}`);
+  return body;
+}
+
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "style" && typeof v === "object") Object.assign(el.style, v);
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function mount(...nodes) {
+  app.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+}
+
+export function showError(err) {
+  mount(h("div", { class: "error-box" }, h("h2", {}, "Could not load this page"),
+    h("p", {}, String(err && err.message ? err.message : err)),
+    h("p", {}, h("a", { href: "/" }, "Back to the profiles"))));
+}
+
+export function setModeled(flag) {
+  const b = document.getElementById("modeled-badge");
+  if (b) b.hidden = !flag;
+}
+
+export function fmtNs(ns) {
+  if (ns === null || ns === undefined || Number.isNaN(ns)) return "–";
+  const a = Math.abs(ns);
+  if (a >= 1e9) return (ns / 1e9).toFixed(a >= 1e10 ? 1 : 2) + " s";
+  if (a >= 1e6) return (ns / 1e6).toFixed(a >= 1e8 ? 0 : a >= 1e7 ? 1 : 2) + " ms";
+  if (a >= 1e3) return (ns / 1e3).toFixed(a >= 1e5 ? 0 : a >= 1e4 ? 1 : 2) + " µs";
+  return Math.round(ns) + " ns";
+}
+
+export function fmtNum(x, digits = 3) {
+  if (x === null || x === undefined) return "–";
+  const a = Math.abs(x);
+  const units = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+  for (const [v, u] of units) if (a >= v) return (x / v).toPrecision(digits) + " " + u;
+  return Number.isInteger(x) ? String(x) : x.toPrecision(digits);
+}
+
+export const fmtBytes = (b) => (b === null || b === undefined ? "–" : fmtNum(b) + "B");
+export const fmtPct = (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%");
+
+export function fmtDelta(ns) {
+  if (ns === null || ns === undefined) return "–";
+  return (ns > 0 ? "+" : ns < 0 ? "−" : "±") + fmtNs(Math.abs(ns));
+}
+
+export function qs(name) {
+  return new URLSearchParams(location.search).get(name);
+}
+
+export const enc = encodeURIComponent;
+export const pUrl = (name, rest = "") => `/p/${enc(name)}${rest}`;
+export const sourceUrl = (name, fid, line) => `${pUrl(name, "/source/" + enc(fid))}${line ? "#L" + line : ""}`;
+export const timelineUrl = (name, ev) =>
+  pUrl(name, `/timeline?event=${enc(ev.id)}` + (ev.start_ns !== undefined && ev.start_ns !== null ? `&start_ns=${Math.max(0, ev.start_ns - (ev.dur_ns || 1000) * 3)}&end_ns=${ev.start_ns + (ev.dur_ns || 1000) * 4}` : ""));
+
+export function card(label, value, note) {
+  return h("div", { class: "card" }, h("div", { class: "card-label" }, label),
+    h("div", { class: "card-value" }, value), note ? h("div", { class: "card-note" }, note) : null);
+}
+
+export function section(title, ...body) {
+  return h("section", { class: "panel" }, h("h2", {}, title), ...body);
+}
+
+export function severityChip(sev) {
+  return h("span", { class: `sev sev-${sev || "low"}` }, sev || "low");
+}
+
+// A sortable table. columns: [{key, label, fmt?, num?, cell?(row) -> Node|string, title?}]
+export function dataTable(columns, rows, opts = {}) {
+  let sortKey = opts.sortKey || null;
+  let desc = opts.desc !== undefined ? opts.desc : true;
+  const tbody = h("tbody");
+  const headRow = h("tr");
+  const thead = h("thead", {}, headRow);
+  const table = h("table", { class: "data" + (opts.compact ? " compact" : "") }, thead, tbody);
+  const render = () => {
+    const sorted = rows.slice();
+    if (sortKey) {
+      sorted.sort((a, b) => {
+        const x = a[sortKey], y = b[sortKey];
+        if (x === y) return 0;
+        if (x === null || x === undefined) return 1;
+        if (y === null || y === undefined) return -1;
+        const r = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+        return desc ? -r : r;
+      });
+    }
+    tbody.replaceChildren(...sorted.flatMap((r) => {
+      const tr = h("tr", { class: opts.rowClass ? opts.rowClass(r) : null });
+      for (const c of columns) {
+        const v = c.cell ? c.cell(r) : c.fmt ? c.fmt(r[c.key], r) : r[c.key];
+        tr.append(h("td", { class: c.num ? "num" : null, title: c.title ? c.title(r) : null }, v === null || v === undefined ? "–" : v));
+      }
+      if (opts.onRowClick) {
+        tr.classList.add("clickable");
+        tr.addEventListener("click", (e) => { if (!e.target.closest("a")) opts.onRowClick(r, tr); });
+      }
+      return [tr];
+    }));
+  };
+  headRow.replaceChildren(...columns.map((c) => {
+    const th = h("th", { class: c.num ? "num" : null, title: c.help || null }, c.label);
+    if (c.key && opts.sortable !== false) {
+      th.classList.add("sortable");
+      th.addEventListener("click", () => {
+        if (sortKey === c.key) desc = !desc; else { sortKey = c.key; desc = !!c.num; }
+        headRow.querySelectorAll("th").forEach((x) => x.classList.remove("asc", "desc"));
+        th.classList.add(desc ? "desc" : "asc");
+        render();
+      });
+    }
+    return th;
+  }));
+  render();
+  return table;
+}
+
+export function heatBar(frac, cls = "") {
+  const f = Math.max(0, Math.min(1, frac || 0));
+  return h("span", { class: "heat " + cls }, h("span", { style: { width: (100 * f).toFixed(1) + "%" } }));
+}
+
+const PLOT_FONT = { family: "Inter, system-ui, -apple-system, Segoe UI, sans-serif", size: 12, color: "#1f2937" };
+
+export function plot(el, data, layout = {}) {
+  const base = {
+    font: PLOT_FONT, margin: { l: 60, r: 20, t: 30, b: 40 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    xaxis: { gridcolor: "#eef0f3", zerolinecolor: "#d6dae0" }, yaxis: { gridcolor: "#eef0f3", zerolinecolor: "#d6dae0" },
+    legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }, hoverlabel: { font: { family: PLOT_FONT.family } },
+  };
+  const merged = { ...base, ...layout, xaxis: { ...base.xaxis, ...(layout.xaxis || {}) }, yaxis: { ...base.yaxis, ...(layout.yaxis || {}) } };
+  return window.Plotly.newPlot(el, data, merged, { displaylogo: false, responsive: true });
+}
+
+export const KIND_COLORS = {
+  step: "#94a3b8", op: "#3b82f6", annotation: "#a78bfa", python: "#cbd5e1", runtime: "#f59e0b",
+  compile: "#ef4444", fallback: "#dc2626", sync: "#e11d48", copy: "#14b8a6", kernel: "#10b981",
+  instruction: "#22c55e", dma: "#06b6d4", collective: "#8b5cf6", gpu_kernel: "#10b981",
+  gpu_memcpy: "#06b6d4", gpu_memset: "#0ea5e9", gpu_annotation: "#c4b5fd", memory: "#64748b", other: "#9ca3af",
+};
+
+export async function run(render) {
+  try {
+    await render();
+  } catch (e) {
+    console.warn(e);
+    showError(e);
+  }
+}

@@ -1,0 +1,58 @@
+import { api, h, mount, run, fmtNs, fmtDelta, dataTable, plot, pUrl, sourceUrl, enc, section, setModeled, card, qs } from "./common.js";
+
+const deltaCell = (v) => h("span", { class: v > 0 ? "pos" : v < 0 ? "neg" : null }, fmtDelta(v));
+const pct = (r) => {
+  const [a, b] = [r.a.time_ns, r.b.time_ns];
+  if (a === undefined) return "new in B";
+  if (b === undefined) return "gone in B";
+  if (!a) return b ? "new" : "0%";
+  return `${b >= a ? "+" : ""}${((b / a - 1) * 100).toFixed(0)}%`;
+};
+const CATEGORY = { steps_ns: "step", device_compute_ns: "device compute", dma_ns: "DMA", device_idle_ns: "device idle", compile_ns: "compile", fallback_ns: "CPU fallback", sync_ns: "sync", host_other_ns: "host, other" };
+
+async function picker() {
+  const d = await api("/profiles");
+  const names = d.profiles.filter((p) => !p.error).map((p) => p.name);
+  const sel = (id, v) => h("select", { id }, names.map((n) => h("option", { value: n, selected: n === v }, n)));
+  const a = sel("cmp-a", qs("a") || names[0]), b = sel("cmp-b", qs("b") || names[1] || names[0]);
+  mount(h("h1", {}, "Compare two profiles"), section("Pick", h("div", { class: "sql-actions" }, "A ", a, " B ", b,
+    h("button", { class: "btn primary", onclick: () => { location.href = `/compare?a=${enc(a.value)}&b=${enc(b.value)}`; } }, "Compare"))));
+}
+
+run(async () => {
+  const a = qs("a"), b = qs("b");
+  if (!a || !b) return picker();
+  const d = await api(`/compare?a=${enc(a)}&b=${enc(b)}`);
+  setModeled(d.device_time_modeled);
+  const sa = d.steps.a, sb = d.steps.b;
+  const chart = h("div", { class: "chart", id: "compare-chart" });
+  const ratio = sa.step_ns_mean && sb.step_ns_mean ? sb.step_ns_mean / sa.step_ns_mean : null;
+  const sideVal = (side, key) => (r) => (r[side] && r[side][key] !== undefined ? fmtNs(r[side][key]) : "–");
+  mount(
+    h("h1", {}, "Compare ", h("a", { href: pUrl(a) }, a), " → ", h("a", { href: pUrl(b) }, b)),
+    h("div", { class: "cards" },
+      card(`A: ${a}`, fmtNs(sa.step_ns_mean), `${sa.steps} steps, mean`),
+      card(`B: ${b}`, fmtNs(sb.step_ns_mean), `${sb.steps} steps, mean`),
+      card("Change", d.step_ns_delta === null ? "–" : fmtDelta(d.step_ns_delta), ratio ? `${((ratio - 1) * 100).toFixed(1)}% step time` : "")),
+    h("div", { class: "grid2" },
+      section("Step time per step", chart),
+      section("Breakdown", d.breakdown.length ? dataTable([
+        { key: "category", label: "Per step", fmt: (v) => CATEGORY[v] || v }, { key: "a", label: "A", num: true, fmt: fmtNs }, { key: "b", label: "B", num: true, fmt: fmtNs },
+        { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }], d.breakdown, { compact: true, sortable: false })
+        : h("p", { class: "note" }, "The step-time breakdown needs the analysis summary of both profiles."))),
+    section("Ops, largest change first", dataTable([
+      { key: "name", label: "Op", cell: (r) => h("span", { class: "mono" }, r.name) },
+      { label: "A time", num: true, cell: sideVal("a", "time_ns") }, { label: "B time", num: true, cell: sideVal("b", "time_ns") },
+      { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }, { label: "Δ%", num: true, cell: pct },
+      { label: "A calls", num: true, cell: (r) => (r.a.count ?? "–") }, { label: "B calls", num: true, cell: (r) => (r.b.count ?? "–") },
+    ], d.ops.slice(0, 100), { compact: true, sortable: false })),
+    section("Source lines, largest change first", d.lines.length ? dataTable([
+      { key: "file", label: "Line", cell: (r) => h("span", {}, h("a", { href: sourceUrl(r.b.time_ns !== undefined ? b : a, r.file_id, r.line) }, `${r.file.split("/").pop()}:${r.line}`)), title: (r) => r.file },
+      { label: "A", num: true, cell: sideVal("a", "time_ns") }, { label: "B", num: true, cell: sideVal("b", "time_ns") },
+      { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }, { label: "Δ%", num: true, cell: pct },
+    ], d.lines.slice(0, 100), { compact: true, sortable: false }) : h("p", { class: "note" }, "Neither profile has source lines.")),
+  );
+  const trace = (s, name, color) => ({ type: "bar", name, x: s.per_step.map((_, i) => i), y: s.per_step.map((p) => p.dur_ns / 1e6), marker: { color } });
+  plot(chart, [trace(sa, `A ${a}`, "#94a3b8"), trace(sb, `B ${b}`, "#3b82f6")],
+    { barmode: "group", xaxis: { title: { text: "step (index in profile)" }, dtick: 1 }, yaxis: { title: { text: "ms" } }, margin: { l: 60, r: 10, t: 30, b: 50 } });
+});

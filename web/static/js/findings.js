@@ -1,0 +1,33 @@
+import { api, h, mount, run, fmtNs, fmtPct, severityChip, sourceUrl, timelineUrl, pUrl, enc, section, profile } from "./common.js";
+
+function evidence(f) {
+  const ev = f.evidence || {};
+  const parts = [];
+  if (ev.metrics && Object.keys(ev.metrics).length) {
+    parts.push(h("div", {}, Object.entries(ev.metrics).map(([k, v]) => h("span", { class: "mono", style: { marginRight: "14px" } }, `${k}=${typeof v === "number" ? +v.toPrecision(4) : v}`))));
+  }
+  if (ev.ops && ev.ops.length) {
+    parts.push(h("div", {}, "Ops: ", ev.ops.slice(0, 8).map((o, i) => h("span", {}, i ? ", " : "",
+      h("a", { href: pUrl(profile, `/operators?op=${enc(o.label)}`) }, o.label), ` ${fmtNs(o.dur_ns)} ×${o.count}`))));
+  }
+  if (ev.source_lines && ev.source_lines.length) {
+    parts.push(h("div", {}, "Lines: ", ev.source_lines.slice(0, 8).map((s, i) => h("span", {}, i ? ", " : "",
+      s.file && s.line ? h("a", { href: sourceUrl(profile, s.file_id, s.line), class: "finding-line" }, `${s.file.split("/").pop()}:${s.line}`) : s.label,
+      ` ${fmtNs(s.dur_ns)}`))));
+  }
+  if (ev.event_ids && ev.event_ids.length) {
+    parts.push(h("div", {}, "Events: ", ev.event_ids.slice(0, 12).map((id, i) => h("span", {}, i ? " " : "", h("a", { href: timelineUrl(profile, { id }) }, `#${id}`)))));
+  }
+  return h("div", { class: "evidence" }, parts);
+}
+
+run(async () => {
+  const d = await api(`/p/${enc(profile)}/findings`);
+  const body = !d.available ? h("p", { class: "note" }, "The analysis is not available in this installation, so there are no findings to show.")
+    : !d.findings.length ? h("p", { class: "note" }, "No rule found a problem in this profile.")
+    : h("div", {}, d.findings.map((f) => h("div", { class: `finding sev-${f.severity}-b` },
+      h("div", {}, severityChip(f.severity), h("span", { class: "note mono" }, `  ${f.rule}`),
+        h("span", { class: "note" }, `  · saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)} of step time)`)),
+      h("h3", {}, f.title), h("p", {}, f.detail), f.fix ? h("div", { class: "fix" }, h("b", {}, "Fix: "), f.fix) : null, evidence(f))));
+  mount(h("h1", {}, "Findings", h("span", { class: "note" }, d.available ? `  ${d.findings.length} found, largest saving first` : "")), section("Findings", body));
+});

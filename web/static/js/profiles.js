@@ -1,0 +1,36 @@
+import { api, h, mount, run, fmtNs, fmtNum, dataTable, severityChip, pUrl, enc, section } from "./common.js";
+
+run(async () => {
+  const data = await api("/profiles");
+  const chosen = new Set();
+  const button = h("button", { class: "btn primary", disabled: true, id: "compare-btn" }, "Compare the two selected");
+  button.addEventListener("click", () => {
+    const [a, b] = [...chosen];
+    location.href = `/compare?a=${enc(a)}&b=${enc(b)}`;
+  });
+  const update = () => { button.disabled = chosen.size !== 2; };
+  const cols = [
+    { label: "", cell: (r) => {
+      const box = h("input", { type: "checkbox", class: "pick", "data-name": r.name, disabled: !!r.error });
+      box.addEventListener("change", () => {
+        if (box.checked) chosen.add(r.name); else chosen.delete(r.name);
+        if (chosen.size > 2) { const first = [...chosen][0]; chosen.delete(first); document.querySelector(`input.pick[data-name="${CSS.escape(first)}"]`).checked = false; }
+        update();
+      });
+      return box;
+    } },
+    { key: "name", label: "Profile", cell: (r) => r.error ? h("span", {}, r.name) : h("a", { href: pUrl(r.name) }, r.name) },
+    { key: "source", label: "Source" },
+    { key: "devices", label: "Devices", cell: (r) => (r.devices || []).join(", ") + (r.device_spec ? ` (${r.device_spec}, modeled)` : "") },
+    { key: "events", label: "Events", num: true, fmt: (v) => fmtNum(v) },
+    { key: "steps", label: "Steps", num: true },
+    { key: "step_ns_mean", label: "Step time", num: true, fmt: fmtNs },
+    { key: "top_finding", label: "Top finding", cell: (r) => r.error ? h("span", { class: "pos" }, "cannot open: " + r.error)
+      : r.top_finding ? h("span", {}, severityChip(r.top_finding.severity), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title)) : "" },
+  ];
+  mount(
+    h("h1", {}, "Profiles"),
+    h("p", { class: "note" }, `Serving ${data.root}. Select two profiles to compare them.`),
+    section("Profiles", dataTable(cols, data.profiles, { sortKey: "name", desc: false }), h("div", { class: "sql-actions" }, button)),
+  );
+});

@@ -1,0 +1,82 @@
+import { api, h, mount, run, fmtNs, dataTable, heatBar, sourceUrl, timelineUrl, pUrl, enc, section, setModeled, profile, fileId } from "./common.js";
+
+async function files() {
+  const d = await api(`/p/${enc(profile)}/source`);
+  setModeled(d.device_time_modeled);
+  const modeled = d.device_time_modeled ? " (modeled)" : "";
+  const max = Math.max(1, ...d.files.map((f) => f.host_ns + f.device_ns));
+  mount(
+    h("h1", {}, "Source", h("span", { class: "note" }, "  files and lines ranked by the time they account for")),
+    section("Files", d.files.length ? dataTable([
+      { key: "file", label: "File", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id), class: "file-link" }, r.file) },
+      { label: "", cell: (r) => heatBar((r.host_ns + r.device_ns) / max) },
+      { key: "host_ns", label: "Host", num: true, fmt: fmtNs },
+      { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
+      { key: "ops", label: "Ops", num: true }, { key: "lines", label: "Lines", num: true },
+      { key: "has_source", label: "Code kept", fmt: (v) => (v ? "yes" : "no") },
+    ], d.files) : h("p", { class: "note" }, "No events in this profile carry a source line (record with with_stack=True, or capture on the neuron device).")),
+    section("Hottest lines", dataTable([
+      { key: "file", label: "Line", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id, r.line) }, `${r.file.split("/").pop()}:${r.line}`), title: (r) => r.file },
+      { key: "func", label: "Function" },
+      { key: "host_ns", label: "Host", num: true, fmt: fmtNs },
+      { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
+      { key: "ops", label: "Ops", num: true },
+    ], d.top_lines, { compact: true })),
+  );
+}
+
+async function showLine(side, line, modeled) {
+  side.replaceChildren(h("p", { class: "note" }, "Loading…"));
+  const d = await api(`/p/${enc(profile)}/source/${enc(fileId)}/lines/${line}`);
+  side.replaceChildren(section(`Line ${line}`,
+    d.ops.length ? dataTable([
+      { key: "name", label: "Op / kernel", cell: (r) => h("a", { href: r.layer === "host" && r.kind === "op" ? pUrl(profile, `/operators?op=${enc(r.name)}`) : timelineUrl(profile, { id: r.first_id }) }, r.name) },
+      { key: "kind", label: "Kind" },
+      { key: "count", label: "Calls", num: true },
+      { key: "total_ns", label: "Time", num: true, fmt: (v, r) => fmtNs(v) + (r.layer === "device" && modeled ? "*" : "") },
+    ], d.ops, { compact: true }) : h("p", { class: "note" }, "No events at this line."),
+    d.events.length ? h("div", {}, h("h2", { style: { marginTop: "12px" } }, "Longest calls"),
+      h("ul", { class: "list-plain", id: "line-events" }, d.events.map((e) => h("li", {},
+        h("a", { href: timelineUrl(profile, e), class: "jump" }, `${e.name}`), h("span", { class: "note" }, `  step ${e.step ?? "–"} · ${fmtNs(e.dur_ns)} · show on timeline`))))) : null,
+    modeled ? h("p", { class: "note" }, "* device time from the cost model") : null));
+}
+
+async function file() {
+  const d = await api(`/p/${enc(profile)}/source/${enc(fileId)}`);
+  setModeled(d.device_time_modeled);
+  const modeled = d.device_time_modeled;
+  const max = Math.max(1, d.max_ns);
+  const side = h("div", { class: "sidepanel", id: "line-panel" }, section("Line", h("p", { class: "note" }, "Click a line to list its ops and jump to them on the timeline.")));
+  const rows = d.lines.map((l) => {
+    const total = l.host_ns + l.device_ns;
+    const tr = h("tr", { id: `L${l.line}`, class: total > 0.05 * max ? "hot" : null },
+      h("td", { class: "ln" }, String(l.line)),
+      h("td", { class: "hb" }, total ? heatBar(total / max) : ""),
+      h("td", { class: "t", title: "host time" }, l.host_ns ? fmtNs(l.host_ns) : ""),
+      h("td", { class: "t", title: "device time" + (modeled ? " (modeled)" : "") }, l.device_ns ? fmtNs(l.device_ns) : ""),
+      h("td", { class: "t", title: "ops" }, l.ops ? String(l.ops) : ""),
+      h("td", { class: "src" }, l.code === null ? "" : l.code));
+    tr.addEventListener("click", () => {
+      document.querySelectorAll(".code tr.target").forEach((x) => x.classList.remove("target"));
+      tr.classList.add("target");
+      history.replaceState(null, "", `#L${l.line}`);
+      showLine(side, l.line, modeled).catch((e) => console.warn(e));
+    });
+    return tr;
+  });
+  mount(
+    h("h1", {}, d.name, h("span", { class: "note mono" }, "  " + d.file)),
+    d.has_source ? null : h("p", { class: "warn" }, "The text of this file was not kept in the profile; only the line numbers with their times are shown."),
+    h("div", { class: "source-layout" },
+      section("Code", h("table", { class: "code", id: "code" },
+        h("thead", {}, h("tr", {}, h("th", {}, "line"), h("th", {}, ""), h("th", {}, "host"), h("th", {}, "device" + (modeled ? "*" : "")), h("th", {}, "ops"), h("th", {}, ""))),
+        h("tbody", {}, rows))),
+      side));
+  const m = /^#L(\d+)$/.exec(location.hash);
+  if (m) {
+    const tr = document.getElementById(`L${m[1]}`);
+    if (tr) { tr.scrollIntoView({ block: "center" }); tr.click(); }
+  }
+}
+
+run(fileId ? file : files);

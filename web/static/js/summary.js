@@ -1,0 +1,108 @@
+import { api, h, mount, run, fmtNs, fmtNum, fmtPct, dataTable, severityChip, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile } from "./common.js";
+
+
+function findingList(name, findings) {
+  if (!findings) return h("p", { class: "note" }, "Findings appear here once the analysis is available.");
+  if (!findings.length) return h("p", { class: "note" }, "No findings: no rule matched this profile.");
+  return h("ul", { class: "list-plain" }, findings.map((f) => h("li", {}, severityChip(f.severity), " ",
+    h("a", { href: pUrl(name, "/findings") }, f.title), h("span", { class: "note" }, `  saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)})`))));
+}
+
+const HOST_CATS = [["compile_ns", "compile"], ["fallback_ns", "CPU fallback"], ["sync_ns", "sync"], ["host_other_ns", "host, other"]];
+const DEVICE_CATS = [["device_compute_ns", "compute"], ["dma_ns", "DMA"], ["device_idle_ns", "idle"]];
+const CAT_COLORS = { device_compute_ns: "#10b981", dma_ns: "#06b6d4", device_idle_ns: "#d1d5db", compile_ns: "#ef4444", fallback_ns: "#b91c1c", sync_ns: "#f59e0b", host_other_ns: "#3b82f6" };
+
+function breakdownChart(el, s, modeled) {
+  const steps = s.steps || [];
+  const x = steps.map((r, i) => (r.step === null ? `#${i}` : `#${r.step}`) + (r.rank ? ` r${r.rank}` : ""));
+  const traces = [];
+  const hasDevice = s.breakdown.device_compute_ns !== null;
+  for (const [cats, axis, label] of [[hasDevice ? DEVICE_CATS : [], "y", "device" + modeled], [HOST_CATS, "y2", "host"]]) {
+    for (const [key, name] of cats) {
+      traces.push({ type: "bar", name: `${label}: ${name}`, x, y: steps.map((r) => Number(r[key] || 0) / 1e6), yaxis: axis, marker: { color: CAT_COLORS[key] },
+        hovertemplate: `${label} ${name}: %{y:.3f} ms<extra>%{x}</extra>`, legendgroup: label });
+    }
+  }
+  const layout = { barmode: "stack", xaxis: { type: "category", title: { text: "step" } }, margin: { l: 60, r: 10, t: 10, b: 80 }, legend: { orientation: "h", y: -0.3, font: { size: 11 } } };
+  if (hasDevice) {
+    layout.grid = { rows: 2, columns: 1, pattern: "independent" };
+    Object.assign(layout, { yaxis: { title: { text: "device ms" }, domain: [0.55, 1] }, yaxis2: { title: { text: "host ms" }, domain: [0, 0.45] } });
+    traces.forEach((t) => { if (t.yaxis === "y2") t.xaxis = "x2"; });
+    layout.xaxis2 = { type: "category", anchor: "y2" };
+    layout.xaxis = { type: "category", anchor: "y", showticklabels: false };
+  } else {
+    traces.forEach((t) => { t.yaxis = "y"; });
+    layout.yaxis = { title: { text: "host ms" } };
+  }
+  return plot(el, traces, layout);
+}
+
+function readinessBlock(r) {
+  if (!r) return null;
+  const tbl = (rows, cols, empty) => (rows && rows.length ? dataTable(cols, rows, { compact: true }) : h("p", { class: "note" }, empty));
+  const lineCol = { key: "line", label: "Line", cell: (x) => (x.file ? `${x.file.split("/").pop()}:${x.line}` : "–"), title: (x) => x.file || "" };
+  return section("Neuron readiness",
+    h("div", { class: "cards" },
+      card("CPU fallback ops", String((r.fallback_ops || []).length)),
+      card("float64 downcasts", String((r.downcasts || []).length)),
+      card("Recompiles", String((r.recompiles || []).reduce((a, x) => a + (x.recompiles || 0), 0))),
+      card("Compile time", fmtNs(r.compile_ns)),
+      card("First step", fmtNs(r.first_step_ns)),
+      card("Steady step", fmtNs(r.steady_step_ns), "median after the first")),
+    h("div", { class: "grid3" },
+      h("div", {}, h("h2", {}, "Fallbacks to the CPU"), tbl(r.fallback_ops, [{ key: "op", label: "Op" }, lineCol, { key: "calls", label: "Calls", num: true }, { key: "dur_ns", label: "Time", num: true, fmt: fmtNs }], "Every op ran on the device.")),
+      h("div", {}, h("h2", {}, "float64 downcast to float32"), tbl(r.downcasts, [{ key: "op", label: "Op" }, lineCol, { key: "calls", label: "Calls", num: true }], "No float64 tensors.")),
+      h("div", {}, h("h2", {}, "Recompiles"), tbl(r.recompiles, [{ key: "op", label: "Op / graph" }, { key: "recompiles", label: "Times", num: true }, { key: "dur_ns", label: "Time", num: true, fmt: fmtNs }], "No recompiles."))));
+}
+
+run(async () => {
+  const d = await api(`/p/${enc(profile)}`);
+  setModeled(d.device_time_modeled);
+  const s = d.summary;
+  const modeled = d.device_time_modeled ? " (modeled)" : "";
+  const stepChart = h("div", { class: "chart", id: "step-chart", style: { height: "340px" } });
+  const busyChart = h("div", { class: "chart", id: "busy-chart", style: { height: "340px" } });
+  const b = s.breakdown;
+  const share = (v) => (v === null || v === undefined || !b.steps_ns ? null : v / b.steps_ns);
+  mount(
+    h("h1", {}, profile, h("span", { class: "note" }, `  ${d.manifest.source} · ${d.devices.join(", ") || "host only"}${d.manifest.device_spec ? " · " + (d.manifest.device_spec.name || "") + " (modeled)" : ""}`)),
+    h("div", { class: "cards" },
+      card("Steps", String(d.steps.steps || (s.step_stats ? s.step_stats.count : 0)), d.steps.steps ? "" : "no ProfilerStep spans"),
+      card("Step time", fmtNs(s.step_stats ? s.step_stats.median_ns : d.steps.step_ns_mean), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace"),
+      b.device_compute_ns !== null ? card("Device compute" + modeled, fmtPct(share(b.device_compute_ns)), fmtNs(b.device_compute_ns)) : null,
+      b.device_idle_ns !== null ? card("Device idle" + modeled, fmtPct(share(b.device_idle_ns)), fmtNs(b.device_idle_ns)) : null,
+      card("MFU", s.mfu === null ? "–" : fmtPct(s.mfu), s.mfu === null ? "neuron profiles" : "TensorE vs bf16 peak"),
+      card("MBU", s.mbu === null ? "–" : fmtPct(s.mbu), s.mbu === null ? "neuron profiles" : "HBM vs peak"),
+      card("Events", fmtNum(s.n_events)),
+      card("Findings", String(d.findings_total))),
+    h("div", { class: "grid2" },
+      section("Step time breakdown" + modeled, stepChart),
+      section((s.engines.length ? "Engine utilization" : "Device busy") + modeled, busyChart)),
+    readinessBlock(s.readiness),
+    section("Top findings", findingList(profile, d.findings)),
+    h("div", { class: "grid2" },
+      section("Top ops", dataTable([
+        { key: "name", label: "Op", cell: (r) => h("a", { href: pUrl(profile, `/operators?op=${enc(r.name)}`) }, r.name) },
+        { key: "count", label: "Calls", num: true },
+        { key: "host_self_ns", label: "Host self", num: true, fmt: fmtNs },
+        { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
+      ], d.top_ops, { compact: true })),
+      section("Top source lines", d.top_lines.length ? dataTable([
+        { key: "file", label: "Line", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id, r.line) }, `${r.file.split("/").pop()}:${r.line}`), title: (r) => r.file },
+        { key: "func", label: "Function" },
+        { key: "host_ns", label: "Host", num: true, fmt: fmtNs },
+        { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
+      ], d.top_lines, { compact: true }) : h("p", { class: "note" }, "No source lines in this profile."))),
+  );
+  breakdownChart(stepChart, s, modeled);
+  const util = s.engines.length ? s.engines.map((e) => [`${e.rank ? "r" + e.rank + " " : ""}${e.engine}`, e.utilization])
+    : s.devices.map((x) => [`${x.rank ? "r" + x.rank + " " : ""}${x.device}`, x.window_ns ? x.busy_ns / b.steps_ns : 0]);
+  if (util.length) {
+    busyChart.style.height = Math.min(340, 90 + 34 * util.length) + "px";
+    plot(busyChart, [{ type: "bar", orientation: "h", y: util.map((u) => u[0]), x: util.map((u) => 100 * u[1]), marker: { color: "#10b981" },
+      hovertemplate: "%{y}: %{x:.1f}% busy<extra></extra>" }],
+      { xaxis: { title: { text: "% of step time busy" }, range: [0, 100] }, yaxis: { automargin: true, autorange: "reversed" }, margin: { l: 110, r: 20, t: 10, b: 50 } });
+  } else {
+    busyChart.replaceWith(h("p", { class: "note" }, "No device work in this profile (host only)."));
+  }
+});

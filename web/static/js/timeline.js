@@ -1,0 +1,320 @@
+// The timeline: every lane on one time axis, drawn on a canvas from the server's reduced window.
+// Wheel or W/S zooms around the pointer, drag or A/D pans; each change asks the server for the
+// new window. Canvas text is drawn with fillText, so names are never parsed as HTML.
+import { api, h, mount, run, fmtNs, fmtNum, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl } from "./common.js";
+
+const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6;
+const state = { lanes: [], extent: null, view: null, win: null, laneY: [], selected: null, hits: [], reqId: 0 };
+let canvas, ctx, wrap, statusEl, detailsEl, tip;
+
+function laneLabel(l) {
+  const dev = l.layer === "host" ? (l.device || "host") : l.device;
+  return `${l.rank ? "r" + l.rank + " " : ""}${dev} · ${l.track}`;
+}
+
+function layout() {
+  let y = AXIS;
+  state.laneY = state.lanes.map((l) => { const top = y; y += l.depth * ROW + LANE_GAP; return top; });
+  return y + 4;
+}
+
+function colorFor(kind, name) {
+  const base = KIND_COLORS[kind] || "#9ca3af";
+  let hsh = 0;
+  for (let i = 0; i < Math.min(name.length, 24); i++) hsh = (hsh * 31 + name.charCodeAt(i)) | 0;
+  const shade = ((hsh >>> 0) % 5) * 0.07;
+  return shadeColor(base, shade - 0.14);
+}
+
+function textColor(rgb) {
+  const [r, g, b] = rgb.match(/\d+/g).map(Number);
+  return 0.299 * r + 0.587 * g + 0.114 * b > 150 ? "#111827" : "#fff";
+}
+
+function shadeColor(hex, amt) {
+  const n = parseInt(hex.slice(1), 16);
+  const f = (c) => Math.max(0, Math.min(255, Math.round(c + (amt > 0 ? (255 - c) * amt : c * amt))));
+  return `rgb(${f(n >> 16)},${f((n >> 8) & 255)},${f(n & 255)})`;
+}
+
+function xOf(ns) {
+  const w = canvas.clientWidth - GUTTER;
+  return GUTTER + ((ns - state.view[0]) / (state.view[1] - state.view[0])) * w;
+}
+
+function niceStep(span, px) {
+  const raw = span / Math.max(1, px / 110);
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+  return 10 * p;
+}
+
+function draw() {
+  const dpr = window.devicePixelRatio || 1;
+  const width = wrap.clientWidth - 2;
+  const height = layout();
+  canvas.style.width = width + "px";
+  canvas.style.height = height + "px";
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  ctx.font = "11px Inter, system-ui, sans-serif";
+  ctx.textBaseline = "middle";
+  // lane backgrounds
+  state.lanes.forEach((l, i) => {
+    const y = state.laneY[i], hgt = l.depth * ROW;
+    ctx.fillStyle = i % 2 ? "#fafbfc" : "#fff";
+    ctx.fillRect(0, y - LANE_GAP / 2, width, hgt + LANE_GAP);
+    if (i > 0 && l.layer !== state.lanes[i - 1].layer) {
+      ctx.fillStyle = "#cbd5e1"; ctx.fillRect(0, y - LANE_GAP / 2 - 1, width, 2);
+    }
+  });
+  // rectangles
+  state.hits = [];
+  const win = state.win;
+  if (win) {
+    const r = win.rects, n = r.lane.length;
+    ctx.save();
+    ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, height - AXIS); ctx.clip();
+    for (let i = 0; i < n; i++) {
+      const lane = r.lane[i], y = state.laneY[lane] + Math.min(r.depth[i], state.lanes[lane].depth - 1) * ROW;
+      const x0 = xOf(r.start_ns[i]), x1 = xOf(r.start_ns[i] + r.dur_ns[i]);
+      if (x1 < GUTTER || x0 > width) continue;
+      const x = Math.max(x0, GUTTER - 2), w = Math.max(1, Math.min(x1, width + 2) - x);
+      const name = win.names[r.name[i]] || "";
+      const merged = r.count[i] > 1;
+      ctx.globalAlpha = merged ? 0.55 : 1;
+      const fill = colorFor(r.kind[i], name);
+      ctx.fillStyle = fill;
+      ctx.fillRect(x, y + 1, w, ROW - 2);
+      ctx.globalAlpha = 1;
+      if (state.selected === r.id[i]) {
+        ctx.strokeStyle = "#111827"; ctx.lineWidth = 2; ctx.strokeRect(x, y + 1, w, ROW - 2);
+      }
+      if (w > 36) {
+        ctx.fillStyle = merged ? "#111827" : textColor(fill);
+        const label = merged ? `${name} ×${r.count[i]}` : name;
+        const maxChars = Math.floor((w - 6) / 6.2);
+        ctx.fillText(label.length > maxChars ? label.slice(0, Math.max(1, maxChars - 1)) + "…" : label, x + 3, y + ROW / 2);
+      }
+      state.hits.push([x, y, w, i]);
+    }
+    ctx.restore();
+  }
+  // gutter labels
+  ctx.fillStyle = "#f3f4f6"; ctx.fillRect(0, 0, GUTTER, height);
+  ctx.fillStyle = "#d1d5db"; ctx.fillRect(GUTTER - 1, 0, 1, height);
+  state.lanes.forEach((l, i) => {
+    ctx.fillStyle = l.layer === "host" ? "#1f2937" : "#065f46";
+    const label = laneLabel(l);
+    ctx.fillText(label.length > 30 ? label.slice(0, 29) + "…" : label, 8, state.laneY[i] + ROW / 2);
+  });
+  // axis
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
+  ctx.fillStyle = "#d1d5db"; ctx.fillRect(0, AXIS - 1, width, 1);
+  const [s, e] = state.view, step = niceStep(e - s, width - GUTTER);
+  ctx.fillStyle = "#4b5563";
+  for (let t = Math.ceil(s / step) * step; t <= e; t += step) {
+    const x = xOf(t);
+    ctx.fillRect(x, AXIS - 6, 1, 6);
+    ctx.fillText(fmtNs(t - state.extent.start_ns), x + 3, AXIS / 2);
+  }
+  ctx.fillStyle = "#6b7280";
+  ctx.fillText(state.win && state.win.device_time_modeled ? "time (device: modeled)" : "time", 8, AXIS / 2);
+}
+
+let fetchTimer = null;
+function scheduleFetch(delay = 90) {
+  clearTimeout(fetchTimer);
+  fetchTimer = setTimeout(fetchWindow, delay);
+}
+
+async function fetchWindow() {
+  const id = ++state.reqId;
+  const [s, e] = state.view.map(Math.round);
+  const width = Math.max(100, canvas.clientWidth - GUTTER);
+  const t0 = performance.now();
+  const d = await api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}`);
+  if (id !== state.reqId) return;
+  state.win = d.window;
+  state.win.device_time_modeled = d.device_time_modeled;
+  draw();
+  updateStatus(performance.now() - t0);
+  const url = new URL(location.href);
+  url.searchParams.set("start_ns", s); url.searchParams.set("end_ns", e);
+  history.replaceState(null, "", url);
+}
+
+function updateStatus(ms) {
+  const w = state.win;
+  statusEl.textContent = `${fmtNs(state.view[1] - state.view[0])} window · ${fmtNum(w.events)} events → ${fmtNum(w.rects_count)} rectangles` +
+    (w.merged ? ` (${fmtNum(w.merged)} events narrower than ${fmtNs(w.bucket_ns)} merged)` : "") + (ms ? ` · ${ms.toFixed(0)} ms` : "");
+  statusEl.dataset.start = state.view[0];
+  statusEl.dataset.end = state.view[1];
+}
+
+function zoom(factor, atX) {
+  const [s, e] = state.view;
+  const w = canvas.clientWidth - GUTTER;
+  const frac = atX === undefined ? 0.5 : Math.min(1, Math.max(0, (atX - GUTTER) / w));
+  const pivot = s + (e - s) * frac;
+  const span = Math.max(200, (e - s) * factor);
+  state.view = [pivot - span * frac, pivot - span * frac + span];
+  draw();
+  scheduleFetch();
+}
+
+function pan(frac) {
+  const span = state.view[1] - state.view[0];
+  state.view = [state.view[0] + span * frac, state.view[1] + span * frac];
+  draw();
+  scheduleFetch();
+}
+
+function setView(s, e) {
+  state.view = [s, Math.max(e, s + 100)];
+  draw();
+  scheduleFetch(0);
+}
+
+function hitAt(px, py) {
+  for (let k = state.hits.length - 1; k >= 0; k--) {
+    const [x, y, w, i] = state.hits[k];
+    if (px >= x - 1 && px <= x + w + 1 && py >= y && py <= y + ROW) return i;
+  }
+  return -1;
+}
+
+async function select(eventId) {
+  state.selected = eventId;
+  draw();
+  detailsEl.replaceChildren(h("div", { class: "note" }, "Loading event…"));
+  const d = await api(`/p/${enc(profile)}/events/${enc(eventId)}`);
+  const ev = d.event;
+  const item = (e) => h("li", {}, h("a", { href: "#", onclick: (x) => { x.preventDefault(); focusEvent(e); } }, `${e.kind} · ${e.name}`),
+    h("span", { class: "note" }, `  ${e.track} · ${fmtNs(e.dur_ns)}`));
+  const kv = h("dl", { class: "kv" });
+  const add = (k, v) => { if (v !== null && v !== undefined && v !== "") kv.append(h("dt", {}, k), h("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))); };
+  add("name", ev.name); add("kind", ev.kind); add("layer", ev.layer); add("track", `${ev.device || ""} ${ev.track}`);
+  add("start", fmtNs(ev.start_ns - state.extent.start_ns)); add("duration", fmtNs(ev.dur_ns) + (ev.layer === "device" && state.win.device_time_modeled ? " (modeled)" : ""));
+  add("op", ev.op_name); add("step", ev.step); add("shapes", ev.shapes); add("dtypes", ev.dtypes);
+  add("flops", ev.flops ? fmtNum(ev.flops) : null); add("bytes read", ev.bytes_read); add("bytes written", ev.bytes_written);
+  add("id", ev.id); add("flow", ev.flow_id);
+  for (const [k, v] of Object.entries(ev.args || {})) add(k, v);
+  const src = d.source ? h("p", {}, "Source: ", h("a", { id: "event-source", href: sourceUrl(profile, d.source.file_id, d.source.line) }, `${d.source.file}:${d.source.line}`))
+    : h("p", { class: "note" }, "No source line recorded for this event.");
+  detailsEl.replaceChildren(section(`Event: ${ev.name}`, src,
+    h("div", { class: "grid3" },
+      h("div", {}, kv),
+      h("div", {}, h("h2", {}, "Flow partners"), d.flows.length ? h("ul", { class: "list-plain" }, d.flows.map(item)) : h("p", { class: "note" }, "none"),
+        h("h2", {}, "Enclosing"), d.ancestors.length ? h("ul", { class: "list-plain" }, d.ancestors.map(item)) : h("p", { class: "note" }, "none")),
+      h("div", {}, h("h2", {}, "Children"), d.children.length ? h("ul", { class: "list-plain" }, d.children.map(item)) : h("p", { class: "note" }, "none")))));
+}
+
+function focusEvent(e) {
+  const pad = Math.max(e.dur_ns * 2, 2000);
+  setView(e.start_ns - pad, e.start_ns + e.dur_ns + pad);
+  select(e.id);
+}
+
+function rectCenter(kind) {  // used by the browser tests to find something to click
+  for (const [x, y, w, i] of state.hits) {
+    if (state.win.rects.kind[i] === kind && state.win.rects.count[i] === 1 && w >= 3) {
+      const b = canvas.getBoundingClientRect();
+      return { x: b.left + x + Math.min(w / 2, 20), y: b.top + y + ROW / 2, id: state.win.rects.id[i] };
+    }
+  }
+  return null;
+}
+
+function wire() {
+  let drag = null;
+  canvas.addEventListener("wheel", (e) => {
+    e.preventDefault();
+    const r = canvas.getBoundingClientRect();
+    if (e.shiftKey || Math.abs(e.deltaX) > Math.abs(e.deltaY)) pan((e.deltaX || e.deltaY) / 1000);
+    else zoom(Math.pow(1.0015, e.deltaY), e.clientX - r.left);
+  }, { passive: false });
+  canvas.addEventListener("mousedown", (e) => { drag = { x: e.clientX, view: state.view.slice(), moved: false }; canvas.classList.add("dragging"); });
+  window.addEventListener("mouseup", (e) => {
+    canvas.classList.remove("dragging");
+    if (drag && !drag.moved) {
+      const r = canvas.getBoundingClientRect();
+      const i = hitAt(e.clientX - r.left, e.clientY - r.top);
+      if (i >= 0) {
+        const rr = state.win.rects;
+        if (rr.count[i] > 1) setView(rr.start_ns[i], rr.start_ns[i] + rr.dur_ns[i]);
+        else select(rr.id[i]);
+      }
+    }
+    if (drag && drag.moved) scheduleFetch(0);
+    drag = null;
+  });
+  window.addEventListener("mousemove", (e) => {
+    const r = canvas.getBoundingClientRect();
+    if (drag) {
+      const dx = e.clientX - drag.x;
+      if (Math.abs(dx) > 3) drag.moved = true;
+      const span = drag.view[1] - drag.view[0];
+      const shift = (-dx / (canvas.clientWidth - GUTTER)) * span;
+      state.view = [drag.view[0] + shift, drag.view[1] + shift];
+      draw();
+      return;
+    }
+    const inside = e.clientX >= r.left && e.clientX <= r.right && e.clientY >= r.top && e.clientY <= r.bottom;
+    const i = inside ? hitAt(e.clientX - r.left, e.clientY - r.top) : -1;
+    if (i < 0) { tip.hidden = true; return; }
+    const rr = state.win.rects;
+    tip.textContent = `${state.win.names[rr.name[i]]} · ${rr.kind[i]} · ${fmtNs(rr.dur_ns[i])}` + (rr.count[i] > 1 ? ` · ${rr.count[i]} events merged (click to zoom)` : "");
+    tip.style.left = e.clientX + 12 + "px"; tip.style.top = e.clientY + 14 + "px"; tip.hidden = false;
+  });
+  window.addEventListener("keydown", (e) => {
+    if (e.target.closest("input, select, textarea")) return;
+    const k = e.key.toLowerCase();
+    if (k === "w") zoom(0.7); else if (k === "s") zoom(1 / 0.7); else if (k === "a") pan(-0.2); else if (k === "d") pan(0.2);
+  });
+  window.addEventListener("resize", () => { draw(); scheduleFetch(); });
+}
+
+run(async () => {
+  document.getElementById("app").classList.add("wide");
+  const width = Math.max(400, document.getElementById("app").clientWidth - GUTTER - 40);
+  const s0 = qs("start_ns"), e0 = qs("end_ns");
+  const q = s0 !== null && e0 !== null ? `&start_ns=${enc(s0)}&end_ns=${enc(e0)}` : "";
+  const d = await api(`/p/${enc(profile)}/timeline?width_px=${width}${q}`);
+  setModeled(d.device_time_modeled);
+  Object.assign(state, { lanes: d.lanes, extent: d.extent, win: d.window });
+  state.win.device_time_modeled = d.device_time_modeled;
+  state.view = [d.window.start_ns, d.window.end_ns];
+  canvas = h("canvas", { id: "tl-canvas" });
+  ctx = canvas.getContext("2d");
+  wrap = h("div", { class: "tl-wrap" }, canvas);
+  statusEl = h("span", { class: "tl-status", id: "tl-status" });
+  detailsEl = h("div", { class: "tl-details", id: "tl-details" });
+  tip = h("div", { class: "tl-tip", hidden: true });
+  const steps = h("select", { id: "tl-step", title: "Show one step" }, h("option", { value: "" }, "All steps"),
+    d.steps.map((s, i) => h("option", { value: i }, `Step ${s.step}${s.rank ? " rank " + s.rank : ""} · ${fmtNs(s.dur_ns)}`)));
+  steps.addEventListener("change", () => {
+    if (steps.value === "") setView(state.extent.start_ns, state.extent.end_ns);
+    else { const s = d.steps[+steps.value]; setView(s.start_ns, s.start_ns + s.dur_ns); }
+  });
+  mount(
+    h("div", { class: "tl-toolbar" },
+      h("button", { id: "tl-zoom-in", title: "Zoom in (W)", onclick: () => zoom(0.5) }, "+"),
+      h("button", { id: "tl-zoom-out", title: "Zoom out (S)", onclick: () => zoom(2) }, "−"),
+      h("button", { title: "Pan left (A)", onclick: () => pan(-0.25) }, "◀"),
+      h("button", { title: "Pan right (D)", onclick: () => pan(0.25) }, "▶"),
+      h("button", { id: "tl-reset", onclick: () => setView(state.extent.start_ns, state.extent.end_ns) }, "Whole profile"),
+      steps, statusEl,
+      h("span", { class: "spacer" }),
+      h("span", { class: "note" }, "wheel: zoom · drag: pan · click: details · W/A/S/D")),
+    wrap, detailsEl, tip);
+  wire();
+  draw();
+  updateStatus();
+  window.neTimeline = { rectCenter, state, setView };
+  const ev = qs("event");
+  if (ev !== null) await select(Number(ev));
+  canvas.dataset.ready = "1";
+});
