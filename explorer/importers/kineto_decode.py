@@ -1,9 +1,10 @@
 """Reading and decoding a Kineto trace file into columns without building a dict per event.
 
-msgspec decodes each event into a small typed struct; `ts`, `dur`, `pid`, `tid` and `args` stay
-as raw JSON text (msgspec.Raw, a view into the file's buffer), turned into Arrow columns in bulk.
-Time values are parsed from their text, so nanosecond digits survive (a float64 cannot hold
-microseconds since 1970 to the nanosecond).
+msgspec decodes each event into a small typed struct; `args` stays raw JSON text (msgspec.Raw,
+a view into the file's buffer) and becomes one Arrow string column in bulk. Times decode as
+float64, which is exact to the nanosecond below 2**43 us (the relative times of current
+torch.profiler traces); for larger fractional times (microseconds since 1970 with nanosecond
+digits) a second pass parses the times from their text.
 """
 
 from __future__ import annotations
@@ -25,18 +26,32 @@ GZIP_MAGIC = b"\x1f\x8b"
 READ_CHUNK = 1 << 20
 
 
+EXACT_FLOAT_US = 2.0**43  # below this a float64 of microseconds keeps every nanosecond digit
+
+
 class Event(msgspec.Struct, gc=False):
     """One traceEvents entry, as decoded (unknown keys are skipped by msgspec)."""
 
     ph: str = ""
     name: str = ""
     cat: str = ""
-    pid: msgspec.Raw = EMPTY
-    tid: msgspec.Raw = EMPTY
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float | None = None
+    dur: float | None = None
+    id: int | str | None = None
+    args: msgspec.Raw = EMPTY
+
+
+class TimesEvent(msgspec.Struct, gc=False):
+    """The times of an event as text, for the exact second pass."""
+
     ts: msgspec.Raw = EMPTY
     dur: msgspec.Raw = EMPTY
-    id: msgspec.Raw = EMPTY
-    args: msgspec.Raw = EMPTY
+
+
+class TimesTrace(msgspec.Struct, gc=False):
+    traceEvents: list[TimesEvent]
 
 
 class Trace(msgspec.Struct, gc=False):
@@ -56,11 +71,9 @@ def read_bytes(path: Path) -> bytes | bytearray:
     """The file's JSON text, gunzipped in a stream when it is gzip (one buffer, no copies)."""
     try:
         with path.open("rb") as f:
-            head = f.read(2)
-            if head != GZIP_MAGIC:
-                return head + f.read()
+            gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
-            return _gunzip(f, path)
+            return _gunzip(f, path) if gz else f.read()
     except OSError as e:
         raise BadInputError(path, f"cannot read ({e.strerror or e})") from None
 
@@ -87,7 +100,7 @@ def _gunzip(f: Any, path: Path) -> bytearray:
 
 def decode(path: Path, buf: bytes | bytearray) -> Trace:
     """Decode a trace; raises BadInputError naming the file for invalid JSON or a non-trace."""
-    if not buf.strip():
+    if not buf[:4096].strip() and not buf.strip():
         raise BadInputError(path, "empty file")
     try:
         return msgspec.json.decode(buf, type=Trace)
@@ -97,18 +110,18 @@ def decode(path: Path, buf: bytes | bytearray) -> Trace:
         raise BadInputError(path, f"invalid JSON ({e})") from None
 
 
-def raw_column(raws: list[msgspec.Raw]) -> pa.LargeStringArray:
+def raw_column(raws: list[msgspec.Raw]) -> pa.Array:
     """Raw JSON texts as one Arrow string array, built from offsets (empty text becomes null)."""
     n = len(raws)
     lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
     data = b"".join(raws)
+    large = len(data) >= 2**31
+    offsets = np.zeros(n + 1, dtype=np.int64 if large else np.int32)
+    np.cumsum(lengths, out=offsets[1:])
     validity = lengths > 0
     mask_buf = None if validity.all() else pa.py_buffer(np.packbits(validity, bitorder="little"))
-    return pa.LargeStringArray.from_buffers(
-        n, pa.py_buffer(offsets), pa.py_buffer(data), mask_buf, null_count=-1
-    )
+    cls = pa.LargeStringArray if large else pa.StringArray
+    return cls.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), mask_buf, null_count=-1)
 
 
 def prefixed(prefix: str, col: pa.Array) -> pa.Array:
@@ -116,53 +129,135 @@ def prefixed(prefix: str, col: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(pa.scalar(prefix, col.type), col, pa.scalar("", col.type))
 
 
-def unquote(col: pa.Array) -> pa.Array:
-    """Raw JSON scalars as text: strings lose their quotes, numbers stay as written."""
-    return pc.replace_substring_regex(col, pattern=r'^"(.*)"$', replacement=r"\1")
+def factorize(values: list[Any]) -> tuple[np.ndarray, pa.Array]:
+    """Codes and distinct values (as text) of JSON scalars; None gets code -1.
+
+    The distinct values come back as Arrow strings, not the decoded objects: a few objects kept
+    alive from the middle of the decode would pin its memory arenas and keep them from the OS.
+    """
+    index = dict.fromkeys(values)  # both passes run in C: no Python code per value
+    uniques = [v for v in index if v is not None]
+    index.update((v, i) for i, v in enumerate(uniques))
+    index[None] = -1
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    return codes, pa.array([str(v) for v in uniques], pa.string())
 
 
-_NUMBER = r"^-?[0-9]+(\.[0-9]+)?$"
+def decode_subset(struct: type, args: pa.Array, idx: np.ndarray) -> list[Any]:
+    """Decode the args objects at rows `idx` of an args column, in one msgspec call."""
+    if idx.size == 0:
+        return []
+    sub = pc.fill_null(args.take(pa.array(idx)), "null").cast(pa.large_string())
+    one = pa.LargeListArray.from_arrays(pa.array([0, len(sub)], pa.int64()), sub)
+    body = pc.binary_join(one, pa.scalar(",", pa.large_string()))[0].as_buffer()
+    return msgspec.json.decode(b"[" + body.to_pybytes() + b"]", type=list[struct | None])
+
+
+@dataclass
+class Decoded:
+    """A trace's events as columns (codes into distinct values) plus the top-level keys."""
+
+    n: int
+    ph: np.ndarray  # fixed-width str array (no Python objects kept)
+    name_code: np.ndarray
+    names: pa.Array  # distinct names (strings)
+    cat_code: np.ndarray
+    cats: list[str]
+    pid_code: np.ndarray
+    pids: pa.Array  # distinct pids as text
+    tid_code: np.ndarray
+    tids: pa.Array
+    id_code: np.ndarray
+    ids: pa.Array
+    ts: Times
+    dur: Times
+    args: pa.Array  # JSON text per event, null where absent
+    trace: Trace  # top-level keys, with traceEvents emptied
+
+
+def extract(path: Path) -> Decoded:
+    """Read, decode and turn a trace into columns; the per-event structs are freed on return."""
+    buf = read_bytes(path)
+    trace = decode(path, buf)
+    evs = trace.traceEvents
+    n = len(evs)
+    args = raw_column([e.args for e in evs])
+    exact = needs_exact([e.ts for e in evs]) or needs_exact([e.dur for e in evs])
+    if exact:
+        times = msgspec.json.decode(buf, type=TimesTrace).traceEvents
+        ts, dur = text_times([e.ts for e in times]), text_times([e.dur for e in times])
+        del times
+    else:
+        ts, dur = float_times([e.ts for e in evs]), float_times([e.dur for e in evs])
+    del buf  # (the args views keep it until the structs go, at the end of this function)
+    names = pa.array([e.name for e in evs], pa.string()).dictionary_encode()
+    cats = pa.array([e.cat for e in evs], pa.string()).dictionary_encode()
+    pid_code, pids = factorize([e.pid for e in evs])
+    tid_code, tids = factorize([e.tid for e in evs])
+    id_code, ids = factorize([e.id for e in evs])
+    out = Decoded(
+        n=n,
+        ph=np.array([e.ph for e in evs], dtype="U4").reshape(-1),
+        name_code=_codes(names),
+        names=names.dictionary,
+        cat_code=_codes(cats),
+        cats=cats.dictionary.to_pylist(),
+        pid_code=pid_code,
+        pids=pids,
+        tid_code=tid_code,
+        tids=tids,
+        id_code=id_code,
+        ids=ids,
+        ts=ts,
+        dur=dur,
+        args=args,
+        trace=trace,
+    )
+    trace.traceEvents = []
+    return out
+
+
+def _codes(d: pa.DictionaryArray) -> np.ndarray:
+    return d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 @dataclass(frozen=True)
-class ParsedTimes:
-    ns: np.ndarray  # int64 nanoseconds
-    bad: np.ndarray  # bool: missing or not a number
+class Times:
+    ns: np.ndarray  # int64 nanoseconds (0 where missing)
+    missing: np.ndarray  # bool
 
 
-def micros_to_ns(col: pa.Array) -> ParsedTimes:
-    """Parse microsecond values written as JSON numbers into exact integer nanoseconds."""
-    n = len(col)
-    present = pc.fill_null(pc.is_valid(col), False)
-    plain = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)
-    text = pc.if_else(plain, col, pa.scalar("0", col.type))
-    neg = pc.fill_null(pc.starts_with(text, "-"), False)
-    text = pc.utf8_ltrim(text, characters="-")
-    parts = pc.split_pattern(text, ".", max_splits=1)
-    whole = pc.list_element(parts, 0)
-    frac = pc.fill_null(_second(parts), "")
-    frac = pc.utf8_rpad(pc.utf8_slice_codeunits(frac, 0, 3), 3, "0")
-    ns = pc.add(pc.multiply(pc.cast(whole, pa.int64()), 1000), pc.cast(frac, pa.int64())).to_numpy(
-        zero_copy_only=False
-    )
-    ns = np.where(neg.to_numpy(zero_copy_only=False), -ns, ns)
-    # Numbers in exponent notation (rare: not written by Kineto) go through float64.
-    odd = present.to_numpy(zero_copy_only=False) & ~plain.to_numpy(zero_copy_only=False)
-    bad = ~present.to_numpy(zero_copy_only=False)
-    if odd.any():
-        for i in np.flatnonzero(odd):
-            try:
-                ns[i] = round(float(col[i].as_py()) * 1000)
-            except ValueError:
-                bad[i] = True
-    return ParsedTimes(ns.astype(np.int64, copy=False) if n else np.zeros(0, np.int64), bad)
+def float_times(values: list[float | None]) -> Times:
+    """Microseconds decoded as float64 -> integer ns, exact while |us| < EXACT_FLOAT_US."""
+    arr = pa.array(values, pa.float64())
+    us = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False)
+    whole = np.floor(us)
+    ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+    return Times(ns, arr.is_null().to_numpy(zero_copy_only=False))
 
 
-def _second(parts: pa.Array) -> pa.Array:
-    sizes = pc.list_value_length(parts)
-    has = pc.fill_null(pc.greater(sizes, 1), False)
-    padded = pc.if_else(has, parts, pa.scalar(["", ""], parts.type))
-    return pc.list_element(padded, 1)
+def needs_exact(values: list[float | None]) -> bool:
+    """True when some time is large enough that float64 lost its nanosecond digits."""
+    arr = pc.fill_null(pa.array(values, pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+    big = np.abs(arr) >= EXACT_FLOAT_US
+    return bool(big.any() and (arr[big] != np.floor(arr[big])).any())
+
+
+def text_times(raws: list[msgspec.Raw]) -> Times:
+    """Microseconds as written in the JSON -> exact integer ns (decimal parse in Arrow)."""
+    col = raw_column(raws)
+    missing = col.is_null().to_numpy(zero_copy_only=False)
+    filled = pc.fill_null(col, "0")
+    try:
+        dec = pc.cast(filled, pa.decimal128(38, 3))
+        ns = np.frombuffer(dec.buffers()[1], dtype=np.int64)[::2][
+            dec.offset : dec.offset + len(dec)
+        ]
+        return Times(ns.copy(), missing)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # more than 3 decimals or exponent notation: float64 on the text's fraction
+        vals = [float(x) for x in filled.to_pylist()]
+        return float_times(vals)
 
 
 def ints(values: list[Any]) -> pa.Int64Array:

@@ -28,12 +28,10 @@ def launches(gpu_rows: np.ndarray, corr: pa.Array, is_dev: np.ndarray, n: int) -
 
 
 def fwdbwd(
-    evs: list,
-    phn: np.ndarray,
+    d: kd.Decoded,
     points: np.ndarray,
-    point_ts: np.ndarray,
     rows: np.ndarray,
-    track: pa.Array,
+    track_code: np.ndarray,
     start: np.ndarray,
     dur: np.ndarray,
     parent: np.ndarray,
@@ -41,50 +39,47 @@ def fwdbwd(
     flow_src: np.ndarray,
 ) -> dict[int, str]:
     """Link forward ops to their backward ops (fwdbwd flows): both get the forward op as flow
-    source in `flow_src`; a row whose flow is taken keeps the Kineto flow id for its args."""
+    source in `flow_src`; a row whose flow is taken keeps the Kineto flow id for its args.
+
+    A flow point binds to the innermost op on its thread that contains its time (Kineto puts it
+    at the op's start): a searchsorted over ops sorted by (thread, start), then a climb to the
+    enclosing op while the candidate ended before the point.
+    """
     extra: dict[int, str] = {}
     op_rows = np.flatnonzero(is_op)
+    points = points[d.id_code[points] >= 0]
     if points.size == 0 or op_rows.size == 0:
         return extra
-    p_track = kd.prefixed("thread ", kd.unquote(kd.raw_column([evs[i].tid for i in points])))
-    codes = pc.dictionary_encode(
-        pa.concat_arrays(
-            [track.take(op_rows).cast(pa.large_string()), p_track.cast(pa.large_string())]
-        )
-    )
-    codes = codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    o_track, p_tr = codes[: op_rows.size], codes[op_rows.size :]
-    p_ts = point_ts[points]
+    base = d.trace.baseTimeNanoseconds or 0
+    p_ts = d.ts.ns[points] + base
+    p_track = d.tid_code[points]  # host tracks are the thread codes
     lo = min(int(start[op_rows].min()), int(p_ts.min()))
     span = max(int(start[op_rows].max()), int(p_ts.max())) - lo + 1
-    if (int(codes.max()) + 1) * span >= 2**62:
+    if (int(track_code.max()) + 1) * span >= 2**62:
         return extra
-    okey = o_track * span + (start[op_rows] - lo)
+    okey = track_code[op_rows] * span + (start[op_rows] - lo)
     order = np.argsort(okey, kind="stable")
-    pos = np.searchsorted(okey[order], p_tr * span + (p_ts - lo), side="right") - 1
+    pos = np.searchsorted(okey[order], p_track * span + (p_ts - lo), side="right") - 1
     cand = np.where(pos >= 0, op_rows[order[np.clip(pos, 0, None)]], NONE)
+    cand = np.where(track_code[np.clip(cand, 0, None)] == p_track, cand, NONE)
     op_anc = nearest(parent, is_op)
-    for _ in range(64):  # climb to the innermost op that still contains the point
+    while True:  # climb to the innermost op that still contains the point
         c = np.clip(cand, 0, None)
         out = (cand >= 0) & (start[c] + dur[c] < p_ts)
         if not out.any():
             break
         cand = np.where(out, op_anc[c], cand)
-    ids = kd.unquote(kd.raw_column([evs[i].id for i in points]))
-    id_code = pc.dictionary_encode(ids).indices.to_numpy(zero_copy_only=False)
-    id_code = np.asarray(id_code, dtype=np.int64)
-    src = np.full(int(id_code.max()) + 1, NONE, dtype=np.int64)
+    code = d.id_code[points]
+    src = np.full(len(d.ids), NONE, dtype=np.int64)
     dst = src.copy()
-    is_s = phn[points] == "s"
-    src[id_code[is_s]] = cand[is_s]
-    dst[id_code[~is_s]] = cand[~is_s]
-    pairs = np.flatnonzero((src >= 0) & (dst >= 0))
-    id_text = pc.dictionary_encode(ids).dictionary.to_pylist()
-    for code in pairs.tolist():
-        fwd, bwd = int(src[code]), int(dst[code])
+    is_s = d.ph[points] == "s"
+    src[code[is_s]] = cand[is_s]
+    dst[code[~is_s]] = cand[~is_s]
+    for c in np.flatnonzero((src >= 0) & (dst >= 0)).tolist():
+        fwd, bwd = int(src[c]), int(dst[c])
         for row in (fwd, bwd):
             if flow_src[row] in (NONE, fwd):
                 flow_src[row] = fwd
             else:
-                extra[row] = id_text[code]
+                extra[row] = d.ids[c].as_py()
     return extra
