@@ -67,6 +67,7 @@ def record_size(mb: int) -> Path:
     t0 = time.perf_counter()
     record(out, steps)
     size = out.stat().st_size
+    print(f"{out.name}: {steps} steps, {size / 1e6:.1f} MB, {time.perf_counter() - t0:.0f} s")
     return out
 
 
