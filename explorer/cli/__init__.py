@@ -14,6 +14,10 @@ from ..errors import ExplorerError
 # command name -> module under explorer.cli.commands (imported only when needed)
 COMMANDS: dict[str, str] = {
     "schema": "schema",
+    "import": "import_trace",
+    "summary": "summary",
+    "analyze": "analyze",
+    "query": "query",
     "capture": "capture",
     "export": "export",
     "serve": "serve",

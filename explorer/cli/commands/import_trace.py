@@ -1,0 +1,84 @@
+"""`neuron-explorer import TRACE... -o PROFILE_DIR`: a torch.profiler trace into a profile."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "import"
+HELP = (
+    "Import torch.profiler (Kineto) traces (.json or .json.gz; several files or a directory "
+    "for several ranks) into a profile directory."
+)
+PROGRESS_MIN_BYTES = 8 << 20  # below this an import takes well under a second: no bar
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "traces", nargs="+", type=Path, metavar="TRACE", help="trace files or directories of them"
+    )
+    parser.add_argument(
+        "-o", "--output", required=True, type=Path, metavar="PROFILE_DIR", help="profile to write"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace PROFILE_DIR if it exists (atomically)"
+    )
+    parser.add_argument(
+        "--source-root",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="where to look for the source files named by the trace's Python stacks "
+        "(repeatable; the current directory and the trace's directory are always searched)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from ...importers import import_traces, trace_files
+    from ...model.profile import Profile
+
+    files = trace_files(args.traces)
+    size = sum(f.stat().st_size for f in files)
+    gz = any(f.name.endswith(".gz") for f in files)
+    show_bar = not args.quiet and (size * (8 if gz else 1)) >= PROGRESS_MIN_BYTES
+    kw = {"overwrite": args.force, "source_roots": args.source_root}
+    if show_bar:
+        out = _with_bar(files, args.output, kw)
+    else:
+        out = import_traces(files, args.output, **kw)
+    if not args.quiet:
+        m = Profile.open(out).manifest
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(m.row_counts.items()))
+        print(
+            f"imported {len(files)} trace file(s) into {out}: {counts}; "
+            f"{len(m.ranks)} rank(s), {len(m.steps)} step(s)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _with_bar(files: list[Path], out: Path, kw: dict) -> Path:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ...importers import import_traces
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("importing", total=1.0)
+
+        def progress(stage: str, fraction: float) -> None:
+            bar.update(task, description=stage, completed=fraction)
+
+        return import_traces(files, out, progress=progress, **kw)
