@@ -32,7 +32,9 @@ def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Findin
     return rank_findings(findings)
 
 
-def findings_document(profile: Profile, findings: list[Finding]) -> dict:
+def findings_document(
+    profile: Profile, findings: list[Finding], ids: Iterable[str] | None = None
+) -> dict:
     """The findings as the one JSON document `analyze --json` prints (docs/agents.md)."""
     from .context import context
 
@@ -42,6 +44,6 @@ def findings_document(profile: Profile, findings: list[Finding]) -> dict:
         "source": profile.manifest.source,
         "total_step_ns": ctx.total_step_ns,
         "steps": ctx.steps().num_rows if ctx.has_steps else 0,
-        "rules_run": sorted(all_rules()),
+        "rules_run": sorted(ids) if ids is not None else sorted(all_rules()),
         "findings": [f.to_dict() for f in findings],
     }

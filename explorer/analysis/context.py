@@ -20,7 +20,9 @@ from .conventions import (
     COMPUTE_KINDS,
     DEVICE_WORK_KINDS,
     DOWNCAST_EVENT,
+    GRAPH_RECOMPILE_SQL,
     KERNEL_KINDS,
+    RECOMPILE_PREDICATE,
     sql_list,
     sync_predicate,
 )
@@ -231,3 +233,25 @@ class AnalysisContext:
         ORDER BY w.rank, w.s
         """
         return self.arrow(sql)
+
+    @cached_property
+    def _recompiles_ready(self) -> bool:
+        self._steps_ready  # noqa: B018
+        self.run(
+            f"""CREATE TEMP TABLE recompiles AS
+            WITH r AS (SELECT rank, e, row_number() OVER (PARTITION BY rank ORDER BY s) AS i,
+                              count(*) OVER (PARTITION BY rank) AS n FROM steps_w),
+                 f AS (SELECT rank, e AS first_end FROM r WHERE i = 1 AND n >= 2
+                       AND {int(self.has_steps)} = 1)
+            SELECT ev.* FROM ev LEFT JOIN f USING (rank)
+            WHERE {RECOMPILE_PREDICATE}
+               OR (kind = 'compile' AND layer = 'host'
+                   AND (start_ns >= f.first_end OR {GRAPH_RECOMPILE_SQL}))"""
+        )
+        return True
+
+    def ensure_recompiles(self) -> None:
+        """Build `recompiles`: compile events caused by shapes not seen before: the neuron
+        compiler's recompile markers, compiles of a graph's later signatures, and any compile
+        after the first step of a rank (the first step compiles everything once)."""
+        self._recompiles_ready  # noqa: B018

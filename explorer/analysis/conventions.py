@@ -33,6 +33,24 @@ FUSED_OPTIMIZER_LIKE = ("%_foreach_%", "%_fused_%")
 NEURON_SYNC_KIND = "sync"
 NEURON_COPY_KIND = "copy"
 DOWNCAST_EVENT = "downcast"  # kind runtime, args {"from": "float64", "to": "float32"}
+# A float64 downcast: an explicit downcast event, or a neuron kernel given float64 inputs (the
+# device computes them as float32).
+DOWNCAST_PREDICATE = (
+    f"((kind = 'runtime' AND name = '{DOWNCAST_EVENT}') OR (layer = 'device' "
+    "AND kind = 'kernel' AND regexp_matches(coalesce(dtypes, ''), 'float64|double')))"
+)
+# Recompiles: the neuron compiler's "recompile" events, or compiles with args.reason recompile.
+RECOMPILE_PREDICATE = (
+    "(kind = 'compile' AND (name = 'recompile' "
+    "OR json_extract_string(args, '$.reason') = 'recompile'))"
+)
+# The compiled graph a compile belongs to: neuron_graph_<graph>_<signature>[_forward|_backward]
+# -> neuron_graph_<graph>; signature 0 is the graph's first compile, later ones recompiles.
+COMPILE_GROUP_SQL = (
+    "regexp_replace(coalesce(op_name, name), "
+    "'^(neuron_graph_[0-9]+)_[0-9]+(_forward|_backward)?$', '\\1')"
+)
+GRAPH_RECOMPILE_SQL = "regexp_matches(coalesce(op_name, ''), '^neuron_graph_[0-9]+_[1-9][0-9]*')"
 TENSOR_ENGINE_TRACK = "TensorE"
 # Kinds whose args JSON the rules read (analysis keeps args only for these, and downcasts).
 ARGS_KINDS = ("compile", "copy", "sync", "kernel", "fallback", "dma")

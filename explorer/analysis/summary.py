@@ -12,9 +12,10 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from .context import AnalysisContext, context, merged_intervals_sql
 from .conventions import (
+    COMPILE_GROUP_SQL,
     COMPUTE_KINDS,
     DEVICE_WORK_KINDS,
-    DOWNCAST_EVENT,
+    DOWNCAST_PREDICATE,
     ENGINE_TRACKS,
     KERNEL_KINDS,
     TENSOR_ENGINE_TRACK,
@@ -334,15 +335,18 @@ def _readiness(ctx: AnalysisContext) -> Readiness:
     downcasts = ctx.arrow(
         f"""SELECT coalesce(op_name, name) AS op, src_file AS file, src_line AS line,
                count(*) AS calls
-        FROM ev WHERE kind = 'runtime' AND name = '{DOWNCAST_EVENT}'
+        FROM ev WHERE {DOWNCAST_PREDICATE}
         GROUP BY 1, 2, 3 ORDER BY calls DESC, op"""
     )
+    ctx.ensure_recompiles()
     recompiles = ctx.arrow(
-        """SELECT coalesce(op_name, name) AS op, count(*) AS recompiles, sum(dur_ns) AS dur_ns,
-               list(DISTINCT coalesce(shapes, json_extract(args, '$.shapes')::VARCHAR))
-                   AS shapes
-        FROM ev WHERE kind = 'compile' AND json_extract_string(args, '$.reason') = 'recompile'
-        GROUP BY 1 ORDER BY dur_ns DESC, op"""
+        f"""SELECT {COMPILE_GROUP_SQL} AS op,
+               count(*) FILTER (WHERE name <> 'graph compile') AS recompiles,
+               sum(dur_ns) AS dur_ns,
+               list(DISTINCT coalesce(json_extract_string(args, '$.shapes'), shapes))
+                   FILTER (WHERE coalesce(json_extract_string(args, '$.shapes'), shapes)
+                           IS NOT NULL) AS shapes
+        FROM recompiles GROUP BY 1 ORDER BY dur_ns DESC, op"""
     )
     compile_ns = ctx.one(
         "SELECT coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE layer = 'host' AND kind = 'compile'"

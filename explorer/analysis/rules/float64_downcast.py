@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..context import AnalysisContext
-from ..conventions import DOWNCAST_EVENT
+from ..conventions import DOWNCAST_PREDICATE
 from ..findings import Evidence, Finding
 from ..rule import Rule, longest_ids, register, top_lines, top_ops
 
@@ -15,8 +15,9 @@ class Float64Downcast(Rule):
     Pattern: the neuron device has no float64 arithmetic; ops on float64 tensors run as
     float32 (with a warning), so results differ from a CPU float64 run and the extra casts
     cost time.
-    Algorithm: the runtime events named "downcast" (args {"from": "float64", "to": "float32"},
-    op_name the op, src_file/src_line the call site). Report when there are at least
+    Algorithm: neuron kernels whose input dtypes include float64 (the device runs them as
+    float32), and any runtime event named "downcast" (args {"from": "float64", "to":
+    "float32"}); op_name is the op, src_file/src_line the call site. Report when there are at least
     MIN_DOWNCASTS; this is a correctness finding, so no time saving is claimed.
     """
 
@@ -32,7 +33,7 @@ class Float64Downcast(Rule):
     )
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
-        where = f"kind = 'runtime' AND name = '{DOWNCAST_EVENT}'"
+        where = DOWNCAST_PREDICATE
         n = int(ctx.one(f"SELECT count(*) AS n FROM ev WHERE {where}").get("n") or 0)
         if n < self.MIN_DOWNCASTS:
             return []

@@ -5,10 +5,16 @@ from __future__ import annotations
 from ..context import AnalysisContext
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
+from ..shapes import MATMUL_OP_SQL
 
+MATMUL = (
+    "layer = 'device' AND kind = 'kernel' "
+    f"AND (json_extract(args, '$.matmul') IS NOT NULL OR {MATMUL_OP_SQL})"
+)
+FP32_DTYPE = r'(float32|"float"|^float$)'  # torch names float32; Kineto writes "float"
 FP32 = (
-    "layer = 'device' AND kind = 'kernel' AND json_extract(args, '$.matmul') IS NOT NULL "
-    "AND json_extract_string(args, '$.matmul.dtype') IN ('float32', 'float', 'torch.float32')"
+    f"{MATMUL} AND regexp_matches(coalesce(json_extract_string(args, '$.matmul.dtype'), "
+    f"dtypes, ''), '{FP32_DTYPE}')"
 )
 
 
@@ -18,7 +24,8 @@ class Fp32Matmul(Rule):
 
     Pattern: TensorE's bf16 peak is several times its fp32 peak (4x on trn2); a model left in
     float32 runs every matmul at the slow rate.
-    Algorithm: neuron matmul kernels whose args.matmul.dtype is float32. Report when they take
+    Algorithm: neuron matmul kernels (op_name mm/addmm/bmm/matmul/linear, or args.matmul) whose
+    input dtypes (args.matmul.dtype, else the dtypes column) are float32. Report when they take
     at least MIN_SHARE of all kernel time. With speedup = peak_flops_bf16 / peak_flops_fp32
     from the spec (DEFAULT_SPEEDUP without one), the saving is their time x (1 - 1/speedup).
     """

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..context import AnalysisContext
+from ..conventions import COMPILE_GROUP_SQL
 from ..findings import Evidence, Finding, Hotspot
 from ..rule import Rule, fmt_ms, longest_ids, register, top_lines
+from ..shapes import parse_shapes
 
-RECOMPILE = "kind = 'compile' AND json_extract_string(args, '$.reason') = 'recompile'"
+RECOMPILE = "id IN (SELECT id FROM recompiles)"
 
 
 def suggest_buckets(shapes: list[str], multiple: int) -> str:
     """Name the dims that change across compiled signatures and the padded sizes to use."""
-    sigs = []
-    for s in shapes:
-        try:
-            sig = json.loads(s)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(sig, list):
-            sigs.append(sig)
+    sigs = [parse_shapes(s) for s in shapes]
+    sigs = [s for s in sigs if s]
     if len(sigs) < 2:
         return ""
     out = []
@@ -54,8 +49,11 @@ class Recompilation(Rule):
     Pattern: with torch.compile(backend="neuron", dynamic=False) (and for eager ops, whose
     kernels are compiled per (op, shapes, dtypes)), every new input shape compiles again: a
     variable sequence length or a last partial batch recompiles in the middle of training.
-    Algorithm: compile events whose args.reason is "recompile", grouped by op_name (the graph or
-    op); report when there are at least MIN_RECOMPILES. The saving is the recompile time.
+    Algorithm: the recompiles are the compile events named "recompile" (or with args.reason
+    "recompile"), compiles of a graph's later shape signatures (op_name
+    neuron_graph_<graph>_<signature>, signature >= 1) and any compile after a rank's first step;
+    grouped by graph (or op); report when there are at least MIN_RECOMPILES. The saving is
+    their compile time.
     Evidence: the shapes that caused them and padded sizes (multiples of BUCKET_MULTIPLE) that
     would collapse them into a few signatures.
     """
@@ -73,20 +71,20 @@ class Recompilation(Rule):
     )
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
+        ctx.ensure_recompiles()
+        # a graph recompile is a marker plus forward/backward compiles: count the markers
         agg = ctx.one(
-            f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {RECOMPILE}"
+            """SELECT count(*) FILTER (WHERE name <> 'graph compile') AS n,
+                   coalesce(sum(dur_ns), 0) AS ns FROM recompiles"""
         )
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         if n < self.MIN_RECOMPILES:
             return []
         groups: list[dict[str, Any]] = ctx.rows(
-            f"""SELECT coalesce(op_name, name) AS label, count(*) AS count,
-                   sum(dur_ns) AS dur_ns,
-                   list(DISTINCT coalesce(shapes, json_extract(args, '$.shapes')::VARCHAR))
+            f"""SELECT {COMPILE_GROUP_SQL} AS label, count(*) AS count, sum(dur_ns) AS dur_ns,
+                   list(DISTINCT coalesce(json_extract_string(args, '$.shapes'), shapes))
                        AS shapes
-            FROM ev WHERE kind = 'compile' AND coalesce(op_name, name) IN
-                 (SELECT coalesce(op_name, name) FROM ev WHERE {RECOMPILE})
-            GROUP BY 1 ORDER BY dur_ns DESC LIMIT 5"""
+            FROM recompiles GROUP BY 1 ORDER BY count DESC, label LIMIT 5"""
         )
         ops = tuple(
             Hotspot(

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
-from ..context import AnalysisContext
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, fmt_pct, hotspots, longest_ids, register, top_lines
+import json
 
-MATMUL = "layer = 'device' AND kind = 'kernel' AND json_extract(args, '$.matmul') IS NOT NULL"
-M = "TRY_CAST(json_extract(args, '$.matmul.m') AS BIGINT)"
-K = "TRY_CAST(json_extract(args, '$.matmul.k') AS BIGINT)"
-N = "TRY_CAST(json_extract(args, '$.matmul.n') AS BIGINT)"
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding, Hotspot
+from ..rule import Rule, fmt_ms, fmt_pct, register
+from ..shapes import MATMUL_OP_SQL, matmul_dims
+
+MATMUL = (
+    "layer = 'device' AND kind = 'kernel' "
+    f"AND (json_extract(args, '$.matmul') IS NOT NULL OR {MATMUL_OP_SQL})"
+)
+
+
+def _dims(op: str | None, shapes: str | None, mm: str | None) -> tuple[int, int, int] | None:
+    if mm:
+        try:
+            d = json.loads(mm)
+            return int(d["m"]), int(d["k"]), int(d.get("n", 1))
+        except (ValueError, KeyError, TypeError):
+            pass
+    return matmul_dims(op, shapes)
+
+
+def _pad(x: int, t: int) -> int:
+    return -(-x // t) * t
 
 
 @register
@@ -19,11 +36,12 @@ class TensorEnginePadding(Rule):
     Pattern: TensorE is a 128x128 systolic array: the contraction dim K maps onto its 128
     partitions and the output rows M onto its 128 columns (N streams through). A dim of 130
     uses two tiles, the second almost empty.
-    Algorithm: neuron matmul kernels carry args.matmul {m, k, n}. With T = the spec's
-    tensor_engine_dim (128), the used share of the tiles is (m*k) / (ceil(m/T)*T * ceil(k/T)*T)
-    and the waste is 1 minus it. Kernels with waste >= MIN_WASTE count; report when their
-    wasted time (duration x waste) is at least MIN_SHARE of matmul time, and claim it as the
-    saving.
+    Algorithm: neuron matmul kernels (op_name mm/addmm/bmm/matmul/linear, or args.matmul
+    {m, k, n}), grouped by op and input shapes in SQL; (M, K, N) comes from args.matmul or the
+    shapes. With T = the spec's tensor_engine_dim (128), the used share of the tiles is
+    (M*K) / (ceil(M/T)*T * ceil(K/T)*T) and the waste is 1 minus it. Groups with waste >=
+    MIN_WASTE count; report when their wasted time (duration x waste) is at least MIN_SHARE of
+    matmul time, and claim it as the saving.
     """
 
     id = "tensor-engine-padding"
@@ -39,36 +57,39 @@ class TensorEnginePadding(Rule):
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         t = int(ctx.device_spec.get("tensor_engine_dim") or 128)
-        used = f"({M} * {K})::DOUBLE / ((ceil({M} / {t}) * {t}) * (ceil({K} / {t}) * {t}))"
-        ctx.run(
-            f"""CREATE OR REPLACE TEMP TABLE te_pad AS
-            SELECT id, coalesce(op_name, name) AS op, src_file, src_line, src_func, dur_ns,
-                   {M} AS m, {K} AS k, {N} AS n, 1 - {used} AS waste
-            FROM ev WHERE {MATMUL} AND {M} > 0 AND {K} > 0"""
+        groups = ctx.rows(
+            f"""SELECT coalesce(op_name, name) AS op, shapes,
+                   json_extract(args, '$.matmul')::VARCHAR AS mm, sum(dur_ns) AS dur_ns,
+                   count(*) AS count, list(id ORDER BY dur_ns DESC)[1:5] AS ids,
+                   any_value(src_file) AS file, any_value(src_line) AS line
+            FROM ev WHERE {MATMUL} GROUP BY 1, 2, 3"""
         )
-        agg = ctx.one(
-            f"""SELECT coalesce(sum(dur_ns), 0) AS total,
-                   coalesce(sum(dur_ns * waste) FILTER (WHERE waste >= {self.MIN_WASTE}), 0)
-                       AS wasted
-            FROM te_pad"""
-        )
-        total, wasted = int(agg.get("total") or 0), float(agg.get("wasted") or 0.0)
+        total = sum(int(g["dur_ns"]) for g in groups)
+        wasted_rows = []
+        for g in groups:  # one row per distinct (op, shapes): a handful, not per event
+            dims = _dims(g["op"], g["shapes"], g["mm"])
+            if dims is None:
+                continue
+            m, k, n = dims
+            waste = 1 - (m * k) / (_pad(m, t) * _pad(k, t))
+            if waste >= self.MIN_WASTE:
+                wasted_rows.append((int(g["dur_ns"]) * waste, waste, dims, g))
+        wasted = sum(r[0] for r in wasted_rows)
         if total <= 0 or wasted < self.MIN_SHARE * total:
             return []
-        cond = f"waste >= {self.MIN_WASTE}"
-        ops = hotspots(
-            ctx.rows(
-                f"""SELECT op || ' ' || m || 'x' || k || 'x' || n AS label, sum(dur_ns) AS dur_ns,
-                       count(*) AS count,
-                       'waste ' || round(100 * any_value(waste), 1) || '%, pad to '
-                       || (ceil(m / {t}) * {t})::BIGINT || 'x' || (ceil(k / {t}) * {t})::BIGINT
-                       AS note
-                FROM te_pad WHERE {cond} GROUP BY op, m, k, n
-                ORDER BY sum(dur_ns * waste) DESC, label LIMIT 5"""
-            ),
-            note="note",
+        wasted_rows.sort(key=lambda r: -r[0])
+        ops = tuple(
+            Hotspot(
+                label=f"{g['op']} {m}x{k}x{n}",
+                dur_ns=int(g["dur_ns"]),
+                count=int(g["count"]),
+                file=g["file"],
+                line=None if g["line"] is None else int(g["line"]),
+                note=f"waste {100 * w:.1f}%, pad M x K to {_pad(m, t)} x {_pad(k, t)}",
+            )
+            for _, w, (m, k, n), g in wasted_rows[:5]
         )
-        ids_where = f"id IN (SELECT id FROM te_pad WHERE {cond})"
+        ids = tuple(int(i) for r in wasted_rows[:5] for i in r[3]["ids"])
         return [
             self.finding(
                 ctx,
@@ -81,10 +102,21 @@ class TensorEnginePadding(Rule):
                 ),
                 saving_ns=wasted,
                 evidence=Evidence(
-                    event_ids=longest_ids(ctx, ids_where),
+                    event_ids=ids,
                     ops=ops,
-                    source_lines=top_lines(ctx, ids_where),
-                    metrics={"wasted_ns": wasted, "matmul_ns": total, "tile": t},
+                    source_lines=tuple(
+                        Hotspot(
+                            label=f"{h.file}:{h.line}",
+                            dur_ns=h.dur_ns,
+                            count=h.count,
+                            file=h.file,
+                            line=h.line,
+                            note=h.label,
+                        )
+                        for h in ops
+                        if h.file
+                    ),
+                    metrics={"wasted_ns": round(wasted), "matmul_ns": total, "tile": t},
                 ),
             )
         ]

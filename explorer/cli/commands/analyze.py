@@ -1,0 +1,117 @@
+"""`neuron-explorer analyze PROFILE`: findings ranked by estimated saving."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "analyze"
+HELP = (
+    "Run the bottleneck rules on a profile and print the findings ranked by estimated saving "
+    "(exit status 0 whatever is found)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", nargs="?", help="profile directory")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--rule", action="append", metavar="ID", help="run only this rule (repeatable)"
+    )
+    parser.add_argument(
+        "--explain", metavar="ID", help="describe a rule (pattern, algorithm, thresholds, fix)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the rules")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from ...analysis import all_rules, findings_document, get_rule, run_rules
+    from ...errors import ExplorerError
+    from ...model.profile import Profile
+
+    if args.explain:
+        rule = get_rule(args.explain)
+        doc = {
+            "id": rule.id, "title": rule.title, "severity": rule.severity, "scope": rule.scope,
+            "doc": rule.doc(), "thresholds": rule.thresholds(), "fix": rule.fix,
+        }  # fmt: skip
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            render_explain(doc)
+        return 0
+    if args.list:
+        rules = [{"id": r.id, "title": r.title, "scope": r.scope} for r in all_rules().values()]
+        if args.json:
+            print(json.dumps(rules, indent=2))
+        else:
+            for r in sorted(rules, key=lambda r: r["id"]):
+                print(f"{r['id']:<24} {r['scope']:<7} {r['title']}")
+        return 0
+    if not args.profile:
+        raise ExplorerError("analyze: give a PROFILE directory (or --explain ID / --list)")
+    profile = Profile.open(args.profile)
+    ids = args.rule
+    findings = run_rules(profile, ids)
+    doc = findings_document(profile, findings, ids)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    render_findings(doc)
+    return 0
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.2f} ms"
+
+
+def render_explain(doc: dict) -> None:
+    from rich.console import Console
+
+    c = Console()
+    c.print(
+        f"[bold]{doc['id']}[/]: {doc['title']}  (scope {doc['scope']}, "
+        f"severity at least {doc['severity']})"
+    )
+    c.print(doc["doc"], highlight=False)
+    c.print("[bold]Thresholds[/]")
+    for k, v in doc["thresholds"].items():
+        c.print(f"  {k} = {v}", highlight=False)
+    c.print(f"[bold]Fix[/]: {doc['fix']}", highlight=False)
+
+
+def render_findings(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    findings = doc["findings"]
+    c.print(
+        f"[bold]{doc['profile']}[/]: {len(findings)} finding(s) from "
+        f"{len(doc['rules_run'])} rules over {_ms(doc['total_step_ns'])} of steps"
+    )
+    colour = {"high": "red", "medium": "yellow", "low": "cyan"}
+    for i, f in enumerate(findings, 1):
+        sev = f"[{colour.get(f['severity'], 'white')}]{f['severity'].upper()}[/]"
+        c.print()
+        c.print(f"{i}. {sev} [bold]{f['title']}[/]  [dim]({f['rule']})[/]", highlight=False)
+        c.print(
+            f"   saves ~{_ms(f['saving_ns'])} ({100 * f['saving_share']:.1f}% of step time)",
+            highlight=False,
+        )
+        c.print(f"   {f['detail']}", highlight=False)
+        ev = f["evidence"]
+        rows = [("op", h) for h in ev["ops"]] + [("line", h) for h in ev["source_lines"]]
+        if rows:
+            t = Table(show_header=True, box=None, padding=(0, 1), pad_edge=False)
+            for h in ("", "evidence", "time", "count", "note"):
+                t.add_column(h, overflow="fold")
+            for what, h in rows[:10]:
+                t.add_row(
+                    "   " + what, h["label"][:100], _ms(h["dur_ns"]), str(h["count"]), h["note"]
+                )
+            c.print(t)
+        c.print(f"   [green]fix:[/] {f['fix']}", highlight=False)
+    if not findings:
+        c.print("No problems found by the rules that ran.")

@@ -1,0 +1,60 @@
+"""`neuron-explorer query PROFILE "SQL"`: read-only SQL over the profile's tables."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "query"
+HELP = (
+    "Run read-only SQL (DuckDB) over a profile's tables: events, stacks, counters "
+    "(see `neuron-explorer schema` and docs/agents.md)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", help="profile directory")
+    parser.add_argument("sql", help="one SELECT statement")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV")
+    fmt.add_argument("--json", action="store_true", help="print JSON (columns, rows, truncated)")
+    parser.add_argument("--limit", type=int, default=1000, help="most rows to return (1000)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds before stopping (30)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from ...analysis import run_query
+    from ...errors import ExplorerError
+    from ...model.profile import Profile
+
+    if args.limit < 1:
+        raise ExplorerError("query: --limit must be at least 1")
+    result = run_query(Profile.open(args.profile), args.sql, args.limit, args.timeout)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    elif args.csv:
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(result.table.column_names)
+        for row in result.table.to_pylist():
+            writer.writerow(["" if v is None else v for v in row.values()])
+    else:
+        render_table(result)
+    if result.truncated:
+        print(f"(stopped at --limit {args.limit} rows)", file=sys.stderr)
+    return 0
+
+
+def render_table(result) -> None:  # noqa: ANN001 - analysis.QueryResult
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False, caption=f"{result.table.num_rows} rows")
+    for name in result.table.column_names:
+        table.add_column(name, overflow="fold")
+    for row in result.table.to_pylist():
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    Console().print(table)
