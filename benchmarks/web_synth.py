@@ -16,7 +16,7 @@ SOURCE_FILE = "/home/user/project/train.py"
 SOURCE_TEXT = "\n".join(
     [
         "import torch",
-        "",
+        "# shown as text, never run: <b>markup</b> <script>window.__xss=4</script>",
         "",
         "class Model(torch.nn.Module):",
         "    def forward(self, x):",

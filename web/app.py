@@ -45,6 +45,14 @@ def create_app(root: str | Path) -> FastAPI:
             return JSONResponse({"error": str(exc)}, status_code=status)
         return HTMLResponse(render_page("error", title="Error", error=str(exc)), status_code=status)
 
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, exc: Exception) -> Response:
+        # a table that turns out unreadable mid-query, or a bug: one failed request, not a crash
+        msg = f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": msg}, status_code=500)
+        return HTMLResponse(render_page("error", title="Error", error=msg), status_code=500)
+
     # ---- cached per profile -------------------------------------------------------------
     def index(name: str) -> timeline.TimelineIndex:
         return store.derived(
@@ -255,7 +263,7 @@ def create_app(root: str | Path) -> FastAPI:
 
     def page(kind: str, name: str | None = None, **extra: str) -> HTMLResponse:
         if name is not None:
-            store.path(name)  # 404 page for names that are not served profiles
+            store.open(name)  # a 404 page for unknown names, an error page for a corrupt profile
         title = f"{PAGES[kind].title} · {name}" if name else PAGES[kind].title
         return HTMLResponse(render_page(kind, title=title, profile=name or "", **extra))
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.errors import ExplorerError
+from explorer.errors import BadInputError, ExplorerError
 from explorer.model import Profile
 from explorer.model.profile import is_profile
 
@@ -84,7 +84,7 @@ class ProfileStore:
             if hit and hit[0] == mtime:
                 return hit[1]
         profile = Profile.open(path)
-        profile.dataset("events")  # fail now on a corrupt table, not in the middle of a view
+        _check_tables(profile)
         with self._lock:
             if name in self._profiles and self._profiles[name][0] != mtime:
                 self._derived = {k: v for k, v in self._derived.items() if k[0] != name}
@@ -116,3 +116,16 @@ class ProfileStore:
                 con.register(table, profile.dataset(table))
             hit = cons[name] = (profile, con)
         return hit[1]
+
+
+def _check_tables(profile: Profile) -> None:
+    """Read every Parquet footer now, so a corrupt table fails here, not in the middle of a view."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for table in ("events", "stacks", "counters"):
+        for file in profile.dataset(table).files:
+            try:
+                pq.read_metadata(file)
+            except (pa.ArrowException, OSError) as e:
+                raise BadInputError(file, f"corrupt Parquet table ({e})") from None

@@ -129,7 +129,7 @@ def build_index(profile: Profile, con) -> TimelineIndex:
     long_events = profile.table("events", columns=_WINDOW_COLUMNS,
                                 filter=pc.field("dur_ns") > threshold)  # fmt: skip
     start = min((r["s"] for r in lane_rows), default=0)
-    end = max((r["e"] for r in lane_rows), default=0)
+    end = max((r["e"] for r in lane_rows), default=0) + 1  # windows are [start, end)
     steps = tuple(
         {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
         for s in profile.manifest.steps

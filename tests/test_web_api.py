@@ -1,0 +1,276 @@
+"""Every JSON route of the web UI on real imported GPU traces and a neuron-shaped profile, with
+the security rules: names and paths from URLs stay inside the served directory, SQL is read
+only and limited, HTML from traces is escaped, a corrupt profile does not stop the server."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from fastapi.testclient import TestClient
+from test_web_support import GPU_TRACES, SHARED, XSS_FILE, XSS_OP, build_root
+
+from explorer.analysis import run_rules
+from explorer.model import Profile
+from web.app import create_app
+from web.views import source as source_view
+from web.views import sql as sql_view
+from web.views import timeline
+
+GOOD = ("alexnet", "base", "test", "neuron", "xss")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return build_root(tmp_path_factory.mktemp("web"))
+
+
+@pytest.fixture(scope="module")
+def client(root):
+    return TestClient(create_app(root))
+
+
+def get(client, url, status=200):
+    r = client.get(url)
+    assert r.status_code == status, (url, r.status_code, r.text[:300])
+    return r.json() if "json" in r.headers.get("content-type", "") else r
+
+
+def test_profile_list_shows_every_profile_and_the_broken_one(client):
+    data = get(client, "/api/profiles")
+    rows = {r["name"]: r for r in data["profiles"]}
+    assert set(rows) == {*GOOD, "corrupt"}  # the symlink out of the directory is not listed
+    assert rows["corrupt"]["error"] and "corrupt" in rows["corrupt"]["error"]
+    assert rows["neuron"]["devices"] == ["neuron:0"] and rows["neuron"]["device_time_modeled"]
+    assert rows["alexnet"]["devices"] == ["cuda:0"] and not rows["alexnet"]["device_time_modeled"]
+    assert rows["base"]["steps"] == len(Profile.open(f"{data['root']}/base").manifest.steps)
+    assert rows["alexnet"]["top_finding"]["title"]
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_summary_matches_the_manifest_and_analysis(client, root, name):
+    d = get(client, f"/api/p/{name}")
+    prof = Profile.open(root / name)
+    assert d["steps"]["steps"] == len(prof.manifest.steps)
+    assert d["summary"]["n_events"] == prof.row_count("events")
+    assert d["findings_total"] == len(run_rules(prof))
+    assert d["device_time_modeled"] == (name == "neuron")
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_timeline_window_accounts_for_every_event(client, root, name):
+    d = get(client, f"/api/p/{name}/timeline?width_px=800")
+    w = d["window"]
+    con = Profile.open(root / name).duckdb()
+    total = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+    assert w["events"] == total == sum(w["rects"]["count"])
+    assert w["rects_count"] <= timeline.MAX_RECTS
+    assert {r["lane"] for r in d["lanes"]} >= set(w["rects"]["lane"])
+    # a zoomed window: exactly the events that overlap it, all rectangles inside or across it
+    s = d["extent"]["start_ns"] + (d["extent"]["end_ns"] - d["extent"]["start_ns"]) // 3
+    e = s + (d["extent"]["end_ns"] - d["extent"]["start_ns"]) // 10
+    z = get(client, f"/api/p/{name}/timeline?start_ns={s}&end_ns={e}&width_px=600")["window"]
+    expected = con.execute(
+        "SELECT count(*) FROM events WHERE start_ns < ? AND start_ns + dur_ns >= ?", [e, s]
+    ).fetchall()[0][0]
+    assert z["events"] == expected == sum(z["rects"]["count"])
+    for start, dur in zip(z["rects"]["start_ns"], z["rects"]["dur_ns"], strict=True):
+        assert start < e and start + dur >= s
+
+
+def test_timeline_merges_to_the_rectangle_budget(root):
+    prof = Profile.open(root / "neuron")
+    con = prof.duckdb()
+    idx = timeline.build_index(prof, con)
+    w = timeline.window(prof, con, idx, idx.start_ns, idx.end_ns, 1000, max_rects=150)
+    assert w["rects_count"] <= 150
+    assert sum(w["rects"]["count"]) == w["events"] == prof.row_count("events")
+    assert w["merged"] > 0 and max(w["rects"]["count"]) > 1
+    lanes = {(r["track"]): r["depth"] for r in timeline.lanes_json(idx)}
+    assert lanes["thread 1"] == 4 and lanes["TensorE"] == 1  # step > op > op > launch
+
+
+def test_event_details_link_launch_kernel_and_source(client):
+    ops = get(client, "/api/p/neuron/operators/detail?op=aten::addmm")
+    kernel_id = ops["kernels"][0]["first_id"]
+    d = get(client, f"/api/p/neuron/events/{kernel_id}")
+    assert d["event"]["kind"] == "kernel"
+    assert any(f["kind"] == "runtime" for f in d["flows"])  # the launch that caused it
+    assert len(d["children"]) > 0  # its instructions and DMAs
+    assert d["source"]["line"] == d["event"]["src_line"]
+    assert get(client, f"/api/p/neuron/source/{d['source']['file_id']}")["has_source"]
+    get(client, "/api/p/neuron/events/999999999", status=404)
+
+
+def test_gpu_kernel_details_reach_the_launching_runtime_call(client):
+    con = client.app.state.store.connection("alexnet")
+    kid = con.execute(
+        "SELECT id FROM events WHERE kind = 'gpu_kernel' AND flow_id IS NOT NULL LIMIT 1"
+    ).fetchall()[0][0]
+    d = get(client, f"/api/p/alexnet/events/{kid}")
+    assert [f["layer"] for f in d["flows"]] and all(f["layer"] == "host" for f in d["flows"])
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_operators_agree_with_sql(client, root, name):
+    d = get(client, f"/api/p/{name}/operators")
+    con = Profile.open(root / name).duckdb()
+    n_ops = con.execute("SELECT count(*) FROM events WHERE kind='op' AND layer='host'").fetchall()
+    assert sum(o["count"] for o in d["operators"]) == n_ops[0][0]
+    dev = con.execute(
+        "SELECT coalesce(sum(dur_ns), 0) FROM events WHERE layer = 'device' AND op_name IS NOT NULL"
+        " AND kind IN ('kernel','gpu_kernel','gpu_memcpy','gpu_memset','collective')"
+    ).fetchall()[0][0]
+    assert sum(o["device_ns"] for o in d["operators"]) == dev
+    assert (d["roofline"] is not None) == (name == "neuron")
+
+
+def test_operator_detail_expands_into_kernels_and_instructions(client):
+    d = get(client, "/api/p/neuron/operators/detail?op=aten::addmm")
+    assert d["kernels"][0]["name"] == "kernel_addmm"
+    assert {i["track"] for i in d["instructions"]} >= {"TensorE", "DMA q0"}
+    assert d["lines"][0]["line"] in (6, 8)
+
+
+def test_source_ranks_files_and_annotates_lines(client):
+    files = get(client, "/api/p/neuron/source")["files"]
+    assert files[0]["file"].endswith("train.py") and files[0]["has_source"]
+    f = get(client, f"/api/p/neuron/source/{files[0]['file_id']}")
+    hot = {r["line"]: r for r in f["lines"] if r["host_ns"] or r["device_ns"]}
+    assert set(hot) == {6, 7, 8, 9, 13}
+    assert f["lines"][5]["code"].strip() == "x = self.fc1(x)"
+    assert sum(r["host_ns"] for r in f["lines"]) == files[0]["host_ns"]
+    line = get(client, f"/api/p/neuron/source/{files[0]['file_id']}/lines/8")
+    assert {o["name"] for o in line["ops"]} >= {"aten::linear", "aten::addmm", "kernel_addmm"}
+    assert line["events"] and all(e["kind"] == "op" for e in line["events"])
+
+
+def test_findings_are_the_analysis_findings(client, root):
+    d = get(client, "/api/p/alexnet/findings")
+    want = run_rules(Profile.open(root / "alexnet"))
+    assert [f["title"] for f in d["findings"]] == [f.title for f in want]
+
+
+def test_sql_runs_read_only_with_limits(client):
+    d = get(client, "/api/p/base/sql?q=SELECT kind, count(*) AS n FROM events GROUP BY 1")
+    assert d["result"]["columns"] == ["kind", "n"] and d["result"]["row_count"] > 1
+    d = get(client, "/api/p/base/sql?q=SELECT * FROM events&limit=3")
+    assert d["result"]["row_count"] == 3 and d["result"]["truncated"]
+    for bad in ("SELECT * FROM read_csv('/etc/passwd')", "ATTACH '/tmp/x.db'",
+                "COPY events TO '/tmp/x.csv'", "SELECT 1; SELECT 2", "SET threads = 1"):  # fmt: skip
+        err = get(client, f"/api/p/base/sql?q={bad}", status=400)["error"]
+        assert err.startswith("query:"), err
+    csv = get(client, "/api/p/base/sql.csv?q=SELECT name FROM events ORDER BY id LIMIT 4")
+    assert csv.text.splitlines()[0] == "name" and len(csv.text.splitlines()) == 5
+
+
+def test_sql_time_limit(root):
+    prof = Profile.open(root / "neuron")
+    slow = "SELECT count(*) FROM events a, events b, events c WHERE a.id + b.id + c.id = 7"
+    t0 = time.perf_counter()
+    with pytest.raises(sql_view.QueryError, match="time limit"):
+        sql_view.run_query(prof, slow, timeout_s=0.3)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_tables_download_as_parquet(client, root):
+    r = get(client, "/api/p/neuron/tables/events.parquet")
+    assert pq.read_table(io.BytesIO(r.content)).num_rows == Profile.open(root / "neuron").row_count(
+        "events"
+    )
+    get(client, "/api/p/neuron/tables/manifest.parquet", status=404)
+
+
+def test_compare_sorts_by_largest_change(client):
+    d = get(client, "/api/compare?a=base&b=test")
+    deltas = [abs(r["delta"]) for r in d["ops"]]
+    assert deltas == sorted(deltas, reverse=True) and deltas[0] > 0
+    assert d["steps"]["a"]["steps"] and d["breakdown"]
+    get(client, "/api/compare?a=base&b=nope", status=404)
+
+
+def test_pages_are_shells_with_their_script(client):
+    for url, script in [("/", "profiles.js"), ("/p/neuron", "summary.js"),
+                        ("/p/neuron/timeline", "timeline.js"), ("/p/neuron/operators", "operators.js"),
+                        ("/p/neuron/source", "source.js"), ("/p/neuron/findings", "findings.js"),
+                        ("/p/neuron/sql", "sql.js"), ("/compare?a=base&b=test", "compare.js")]:  # fmt: skip
+        r = get(client, url)
+        assert f"/static/js/{script}" in r.text
+    assert get(client, "/static/plotly.min.js").content.startswith(b"/**")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/api/p/..", "/api/p/%2e%2e", "/api/p/..%2F..%2Fetc", "/api/p/%2Fetc%2Fpasswd", "/api/p/escape",
+     "/p/escape", "/p/..%2Fescape", "/api/p/escape/tables/events.parquet", "/api/p/.hidden",
+     "/api/p/neuron/source/..%2F..%2Fetc%2Fpasswd", "/api/p/neuron/source/0000deadbeef",
+     "/api/p/neuron%2F..%2Fescape/timeline", "/api/compare?a=..&b=neuron"],
+)  # fmt: skip
+def test_urls_never_leave_the_served_directory(client, url):
+    r = client.get(url)
+    assert r.status_code == 404, (url, r.status_code)
+
+
+def test_kept_sources_that_link_outside_are_not_read(root):
+    prof = Profile.open(root / "neuron")
+    assert source_view.read_source(prof, "/etc/secret.py") is None
+    assert "fc1" in source_view.read_source(prof, "/home/user/project/train.py")
+
+
+def test_html_from_traces_is_escaped(client):
+    ops = {o["name"] for o in get(client, "/api/p/xss/operators")["operators"]}
+    assert XSS_OP in ops  # kept as data...
+    for url in ("/p/xss", "/p/xss/operators", "/p/xss/source", "/p/xss/timeline"):
+        assert "<script>window" not in get(client, url).text  # ...and never put into HTML
+    files = get(client, "/api/p/xss/source")["files"]
+    assert files[0]["file"] == XSS_FILE
+    r = client.get("/p/%3Cscript%3Ealert(1)%3C%2Fscript%3E")
+    assert r.status_code == 404 and "<script>alert" not in r.text
+
+
+def test_corrupt_profile_gives_an_error_and_the_server_goes_on(client):
+    for url in ("/p/corrupt", "/p/corrupt/timeline"):
+        r = client.get(url)
+        assert r.status_code == 500 and "corrupt Parquet table" in r.text and "error-box" in r.text
+    r = client.get("/api/p/corrupt/timeline")
+    assert r.status_code == 500 and "corrupt" in r.json()["error"]
+    assert get(client, "/api/p/base")["name"] == "base"
+    assert get(client, "/p/base").status_code == 200
+
+
+def _serve(args, env):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "explorer", "serve", *args, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    line = proc.stdout.readline()
+    return proc, line
+
+
+def test_serve_imports_a_raw_trace_and_warns_off_loopback(tmp_path, root):
+    import httpx
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc, line = _serve([str(SHARED / GPU_TRACES["base"]), "--host", "0.0.0.0"], env)
+    try:
+        assert "serving" in line and "http://0.0.0.0:" in line, line
+        url = line.split(" at ")[1].split()[0]
+        port = url.split(":")[2].split("/")[0]
+        r = httpx.get(f"http://127.0.0.1:{port}/api/profiles", timeout=20)
+        assert [p["name"] for p in r.json()["profiles"]] == ["trace_compare_base_base"]
+        assert list((tmp_path / "cache" / "neuron-explorer").glob("*/trace_compare_base_base"))
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert "warning: serving on 0.0.0.0" in err
+
+
+def test_serve_rejects_a_missing_path(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "explorer", "serve", str(tmp_path / "nope")],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
