@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,39 @@ def drop_simulator_events(host: pa.Table, calls: Sequence[Any], origin_unix_ns: 
     return host.filter(pa.array(~drop))
 
 
+def normalize_calls(calls: Sequence[Any]) -> list[Any]:
+    """Put each eager compile first in its launching call, on one consistent clock.
+
+    The runtime models a first-use launch as compile then launch from the call's start, but
+    may record the compile at its real span inside the call and the launch without it. Here
+    the compile starts with the call (zero real span, its modeled cost) and the launch follows
+    it, spanning the whole call: the running cut after the pair is unchanged.
+    """
+    out = sorted(calls, key=lambda e: e.id)
+    last_on_thread: dict[int, int] = {}
+    for i, e in enumerate(out):
+        j = last_on_thread.get(e.tid)
+        last_on_thread[e.tid] = i
+        if j is None or e.kind != "runtime" or out[j].kind != "compile":
+            continue
+        c = out[j]
+        if c.op_name != e.op_name or not e.host_start_ns <= c.host_start_ns <= e.host_end_ns + (
+            c.host_end_ns - c.host_start_ns
+        ):
+            continue
+        compile_real = c.host_end_ns - c.host_start_ns
+        out[j] = replace(
+            c, host_start_ns=e.host_start_ns, host_end_ns=e.host_start_ns,
+            args={**c.args, "real_ns": compile_real},
+        )  # fmt: skip
+        out[i] = replace(
+            e, host_end_ns=e.host_end_ns + compile_real,
+            cut_before_ns=c.cut_before_ns - c.host_cost_ns,
+            args={**e.args, "real_ns": e.host_end_ns - e.host_start_ns},
+        )  # fmt: skip
+    return out
+
+
 def in_window(ev: Any, lo_ns: int, hi_ns: int) -> bool:
     """Whether a runtime event belongs to the recorded window (real unix ns)."""
     t = ev.host_start_ns
@@ -112,7 +145,9 @@ def merge(
     """Host events (EVENTS schema, real clock since `origin_unix_ns`) plus the runtime's events
     -> events and counters on one clock, with the steps."""
     host = drop_own_frames(host)
-    calls = [e for e in runtime if e.kind in HOST_KINDS and e.host_start_ns is not None]
+    calls = normalize_calls(
+        [e for e in runtime if e.kind in HOST_KINDS and e.host_start_ns is not None]
+    )
     work = [e for e in runtime if e.kind in DEVICE_KINDS and e.device_start_ns is not None]
     memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
     host = drop_simulator_events(host, calls, origin_unix_ns)
@@ -231,7 +266,8 @@ def _add(rows: dict[str, list], e: Any, eid: int, flow: int | None, layer: str, 
          start: int, dur: int, parent: int | None, step: int | None, line: tuple | None) -> None:  # fmt: skip
     args = dict(e.args or {})
     if layer == "host":
-        args.update(real_ns=e.host_end_ns - e.host_start_ns, modeled_ns=e.host_cost_ns)
+        args.setdefault("real_ns", e.host_end_ns - e.host_start_ns)
+        args["modeled_ns"] = e.host_cost_ns
     if e.engine:
         args["engine"] = e.engine
     if e.seq_nr >= 0:

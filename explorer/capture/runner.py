@@ -109,6 +109,9 @@ class StepController:
             return
         self.source = source
         self.markers += 1
+        # Shapes from the first scheduled cycle on: torch.profiler's record_shapes holds weak
+        # references to tensors, which breaks model.to("neuron") (a parameter swap) in setup.
+        self.prof.record_shapes = True
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.prof.step()
@@ -192,7 +195,7 @@ def run_captured(
     hook = register_optimizer_step_post_hook(lambda *_: controller.marker("optimizer"))
     prof = profiler_class(
         activities=[torch.profiler.ProfilerActivity.CPU],
-        record_shapes=True,
+        record_shapes=False,  # until the first step marker (see StepController.marker)
         schedule=controller.schedule,
         on_trace_ready=controller.on_trace_ready,
     )
