@@ -1,0 +1,182 @@
+"""The real server under uvicorn, driven through Debian's Chromium with Playwright: every page
+renders (plotly charts, the timeline canvas) without console errors, the timeline zooms, a
+kernel leads to its source line, SQL runs, two profiles compare, and HTML in traces stays text.
+Screenshots of each page go to screenshots/ (git-ignored)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_web_support import XSS_OP, build_root
+
+pytestmark = pytest.mark.browser
+SHOTS = Path(__file__).resolve().parent.parent / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    import uvicorn
+
+    from web.app import create_app
+
+    root = build_root(tmp_path_factory.mktemp("webui"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(root), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make browser)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1440, "height": 950})
+    pg = ctx.new_page()
+    pg.errors = []
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    ctx.close()
+
+
+def _open(page, url: str, shot: str, ready: str) -> None:
+    page.goto(url)
+    page.wait_for_selector(ready, timeout=30_000)
+    page.wait_for_load_state("networkidle")
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
+    assert page.errors == [], page.errors
+    assert page.evaluate("window.__xss") is None
+
+
+PAGES = [
+    ("/", "profiles", "table.data tbody tr"),
+    ("/p/neuron", "neuron-summary", "#step-chart .main-svg"),
+    ("/p/alexnet", "gpu-summary", "#busy-chart .main-svg"),
+    ("/p/neuron/timeline", "neuron-timeline", "#tl-canvas[data-ready]"),
+    ("/p/alexnet/timeline", "gpu-timeline", "#tl-canvas[data-ready]"),
+    ("/p/neuron/operators", "neuron-operators", "#roofline-chart .main-svg"),
+    ("/p/alexnet/operators", "gpu-operators", "#ops-chart .main-svg"),
+    ("/p/neuron/source", "neuron-source", "a.file-link"),
+    ("/p/alexnet/findings", "gpu-findings", ".finding"),
+    ("/p/neuron/sql", "neuron-sql", "#sql-input"),
+    ("/compare?a=base&b=test", "compare", "#compare-chart .main-svg"),
+]
+
+
+@pytest.mark.parametrize("url,shot,ready", PAGES, ids=[p[1] for p in PAGES])
+def test_page_renders(server, page, url, shot, ready):
+    _open(page, server + url, shot, ready)
+
+
+def test_timeline_zooms_and_a_kernel_leads_to_its_line(server, page):
+    _open(page, server + "/p/neuron/timeline", "timeline-before-zoom", "#tl-canvas[data-ready]")
+    status = page.locator("#tl-status")
+    span = float(status.get_attribute("data-end")) - float(status.get_attribute("data-start"))
+    with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
+        page.click("#tl-zoom-in")
+        page.click("#tl-zoom-in")
+    page.wait_for_function(
+        f"document.querySelector('#tl-status').dataset.end - document.querySelector('#tl-status').dataset.start < {span / 3}"
+    )
+    box = page.locator("#tl-canvas").bounding_box()
+    with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
+        page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 60)
+        page.mouse.wheel(0, -600)
+    page.wait_for_timeout(300)
+    target = page.evaluate("window.neTimeline.rectCenter('kernel')")
+    assert target, "no kernel drawn wide enough to click after zooming"
+    page.mouse.click(target["x"], target["y"])
+    link = page.wait_for_selector("#event-source")
+    page.screenshot(path=str(SHOTS / "timeline-kernel-selected.png"), full_page=True)
+    line = int(link.inner_text().rsplit(":", 1)[1])
+    link.click()
+    page.wait_for_selector(f"#L{line}.target")
+    page.wait_for_selector("#line-panel table.data")
+    page.screenshot(path=str(SHOTS / "source-from-kernel.png"), full_page=True)
+    assert page.url.endswith(f"#L{line}")
+    assert page.errors == [], page.errors
+
+
+def test_source_line_lists_ops_and_jumps_to_the_timeline(server, page):
+    _open(page, server + "/p/neuron/source", "source-files", "a.file-link")
+    page.click("a.file-link")
+    page.wait_for_selector("#code")
+    page.click("#L8")
+    page.wait_for_selector("#line-events a.jump")
+    page.click("#line-events a.jump")
+    page.wait_for_selector("#event-source")  # the timeline opened on that op, details shown
+    assert "/timeline?event=" in page.url
+    assert page.errors == [], page.errors
+
+
+def test_sql_query_runs_and_offers_csv(server, page):
+    _open(page, server + "/p/neuron/sql", "sql-empty", "#sql-input")
+    page.fill(
+        "#sql-input", "SELECT track, count(*) AS n FROM events GROUP BY track ORDER BY n DESC"
+    )
+    page.click("#sql-run")
+    page.wait_for_selector("#sql-status")
+    rows = page.locator("#sql-result tbody tr")
+    assert rows.count() == 7 and rows.first.locator("td").first.inner_text() == "thread 1"
+    assert "/sql.csv?q=" in page.get_attribute("#sql-csv", "href")
+    page.fill("#sql-input", "SELECT * FROM read_csv('/etc/passwd')")
+    page.click("#sql-run")
+    assert "disabled" in page.wait_for_selector("#sql-error").inner_text()
+    page.screenshot(path=str(SHOTS / "sql-refused.png"), full_page=True)
+
+
+def test_pick_two_profiles_and_compare(server, page):
+    _open(page, server + "/", "profiles-pick", "table.data tbody tr")
+    page.check('input.pick[data-name="base"]')
+    page.check('input.pick[data-name="test"]')
+    page.click("#compare-btn")
+    page.wait_for_selector("#compare-chart .main-svg")
+    assert "a=base" in page.url and "b=test" in page.url
+    assert page.errors == [], page.errors
+
+
+def test_html_in_traces_is_shown_as_text(server, page):
+    _open(page, server + "/p/xss/operators", "xss-operators", "#ops-chart .main-svg")
+    assert page.get_by_text(XSS_OP).count() >= 1  # the name is visible, as text
+    _open(page, server + "/p/xss/source", "xss-source", "a.file-link")
+    _open(page, server + "/p/xss/timeline", "xss-timeline", "#tl-canvas[data-ready]")
+    page.goto(server + "/p/neuron/source")
+    page.click("a.file-link")
+    page.wait_for_selector("#code")
+    assert "<script>window.__xss=4</script>" in page.locator("#L2").inner_text()
+    assert page.evaluate("window.__xss") is None
+
+
+def test_corrupt_profile_shows_an_error_page(server, page):
+    page.goto(server + "/p/corrupt")
+    assert "corrupt Parquet table" in page.locator(".error-box").inner_text()
+    page.screenshot(path=str(SHOTS / "corrupt.png"), full_page=True)
