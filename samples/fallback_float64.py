@@ -2,7 +2,7 @@
 
 Known problems for the analysis: (1) a CPU fallback: the loss clips residuals at their median
 (torch.median is outside the neuron device's supported ops), so every step copies the residuals
-to the host and back; (2) a float64 tensor: the per-feature scale is created as float64, which
+to the host and back (the backward of abs and minimum falls back too); (2) a float64 tensor: the per-feature scale is created as float64, which
 the device computes as float32 with a warning; (3) a host sync: `loss.item()` in the loop makes
 the host wait for the device at the end of every step.
 """
@@ -20,7 +20,7 @@ def main() -> None:
     torch.manual_seed(0)
     x = torch.randn(args.batch * args.steps, args.features)
     y = x @ torch.randn(args.features, 1) + 0.1 * torch.randn(args.batch * args.steps, 1)
-    scale = torch.linspace(0.5, 1.5, args.features, dtype=torch.float64, device=device)
+    scale = torch.linspace(0.5, 1.5, args.features, dtype=torch.float64).to(device)
     model = nn.Sequential(nn.Linear(args.features, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []
