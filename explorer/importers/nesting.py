@@ -11,10 +11,13 @@ NONE = -1
 def nest(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Index of each interval's enclosing interval on the same track, or -1.
 
-    Algorithm: sort by (track, start, longest first); a sweep over start and end boundaries gives
-    each interval's depth (how many intervals are open when it starts); its parent is the last
-    interval before it, in that order, one level up. Spans that overlap without nesting (clock
-    rounding) get the parent only when it still contains their start.
+    The parent is the nearest earlier interval (in (start, longest first) order) that contains
+    it; a span merely touching it (ending where an instant sits) does not. Spans that overlap
+    without nesting (a record_function opened inside Python frames) never become parents of
+    what they do not contain.
+
+    Algorithm: "previous greater element" on the ends, with a sparse table of range maxima
+    (log n numpy arrays) and a binary descent per level for all intervals at once.
     """
     n = len(start)
     parent = np.full(n, NONE, dtype=np.int64)
@@ -22,34 +25,25 @@ def nest(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         return parent
     order = np.lexsort((np.arange(n), -end, start, track))
     t, s, e = track[order], start[order], end[order]
-    pos = np.arange(n, dtype=np.int64)
-    zero = e <= s
-    # Boundaries: an end sorts before a start at the same time (touching spans do not nest),
-    # except a zero-length span's end, which sorts right after its own start.
-    b_track = np.concatenate([t, t])
-    b_time = np.concatenate([s, np.maximum(e, s)])
-    b_cls = np.concatenate([np.ones(n, np.int8), np.where(zero, 1, 0).astype(np.int8)])
-    b_tie = np.concatenate([pos * 2, pos * 2 + 1])
-    b_delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    b_order = np.lexsort((b_tie, b_cls, b_time, b_track))
-    # every track's deltas sum to zero, so a global running sum is each track's own count
-    open_after = np.cumsum(b_delta[b_order])
-    depth_at = np.empty(2 * n, dtype=np.int64)
-    depth_at[b_order] = open_after
-    depth = depth_at[:n] - 1  # open intervals before this one starts
-    # parent: last earlier interval on the track at depth - 1
-    max_depth = int(depth.max()) + 2
-    group = t.astype(np.int64) * max_depth + depth
-    key = group * n + pos
-    by_key = np.argsort(key, kind="stable")
-    sorted_key = key[by_key]
-    want = (group - 1) * n + pos
-    hit = np.searchsorted(sorted_key, want, side="left") - 1
-    ok = (depth > 0) & (hit >= 0)
-    cand = by_key[np.clip(hit, 0, n - 1)]
-    ok &= sorted_key[np.clip(hit, 0, n - 1)] // n == group - 1
-    ok &= (s[cand] <= s) & ((e[cand] > s) | ((e[cand] == s) & zero))
-    parent[order[ok]] = order[cand[ok]]
+    need = e + (e <= s)  # an instant needs a container that ends strictly after it
+    levels = [e]
+    while (1 << len(levels)) <= n:
+        half = 1 << (len(levels) - 1)
+        prev = levels[-1]
+        cur = prev.copy()
+        np.maximum(prev[: n - half], prev[half:], out=cur[: n - half])
+        levels.append(cur)
+    pos = np.arange(n, dtype=np.int64)  # search for the container in [0, pos)
+    for k in range(len(levels) - 1, -1, -1):
+        cand = pos - (1 << k)
+        ok = cand >= 0
+        skip = np.zeros(n, dtype=bool)
+        skip[ok] = levels[k][cand[ok]] < need[ok]
+        pos[skip] -= 1 << k
+    j = pos - 1
+    jj = np.clip(j, 0, None)
+    found = (j >= 0) & (t[jj] == t) & (e[jj] >= need)
+    parent[order[found]] = order[j[found]]
     return parent
 
 

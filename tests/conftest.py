@@ -1,0 +1,55 @@
+"""Shared fixtures: the real traces in ../shared/traces and profiles imported from them once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+KINETO_GPU = SHARED_TRACES / "kineto-gpu"
+SAMPLE_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"
+
+# short name -> file in ../shared/traces/kineto-gpu (see its README.md)
+SHARED_KINETO = {
+    "mi250": "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "cpu_only": "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    "alexnet": "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
+    "nccl": "nccl_parser_config_nccl_data.json.gz",
+    "ns_resolution": "ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "compare_base": "trace_compare_base_base.json.gz",
+    "compare_test": "trace_compare_test_test.json.gz",
+}
+
+
+def kineto_trace_paths() -> dict[str, Path]:
+    """Every Kineto trace the suite imports: the shared GPU/CPU traces and the shipped sample."""
+    paths = {name: KINETO_GPU / file for name, file in SHARED_KINETO.items()}
+    paths = {name: p for name, p in paths.items() if p.is_file()}
+    paths["cpu_mlp"] = SAMPLE_TRACE
+    return paths
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """The directory ../shared/traces (skips the test when the checkout has none beside it)."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"{SHARED_TRACES} is missing (CI puts shared/ beside the clone)")
+    return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def imported_profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Profiles imported once per session: name -> profile directory.
+
+    Names: mi250, cpu_only, alexnet, nccl, ns_resolution, compare_base, compare_test (the shared
+    traces, when ../shared/traces is there) and cpu_mlp (samples/traces, always there).
+    """
+    from explorer.importers import import_traces
+
+    out = tmp_path_factory.mktemp("imported")
+    return {
+        name: import_traces([path], out / name, source_roots=[ROOT / "samples"])
+        for name, path in kineto_trace_paths().items()
+    }

@@ -1,0 +1,285 @@
+"""The Kineto importer on real traces: every count, time and link is checked against the
+trace's own JSON, read here independently with the standard json module (exact decimals)."""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import re
+from decimal import Decimal
+from functools import cache
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from conftest import kineto_trace_paths
+
+from explorer.model.profile import Profile
+
+TRACES = kineto_trace_paths()
+NAMES = sorted(TRACES)
+
+# the importer's documented mapping, restated: Kineto category -> kind
+KIND_OF_CAT = {
+    "cpu_op": "op", "user_annotation": "annotation", "python_function": "python",
+    "cuda_runtime": "runtime", "cuda_driver": "runtime", "kernel": "gpu_kernel",
+    "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset",
+    "gpu_user_annotation": "gpu_annotation", "cuda_sync": "sync",
+}  # fmt: skip
+DEVICE_KINDS = {"gpu_kernel", "gpu_memcpy", "gpu_memset", "gpu_annotation", "sync"}
+
+
+@cache
+def trace_json(name: str) -> dict:
+    path = TRACES[name]
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return json.loads(f.read(), parse_float=Decimal)
+
+
+def expected_kind(e: dict) -> str | None:
+    """The kind the importer must give a trace event, or None when it is not an events row."""
+    if e.get("ph") in ("M", "s", "f", "t") or (e.get("name") == "[memory]" and e["ph"] != "X"):
+        return None
+    cat, name = e.get("cat", ""), e.get("name", "")
+    kind = KIND_OF_CAT.get(cat.lower(), "other")
+    if kind == "annotation" and re.fullmatch(r"ProfilerStep#\d+", name):
+        return "step"
+    if kind == "annotation" and name.lower().startswith(("nccl:", "gloo:", "ucc:", "mpi:")):
+        return "collective"
+    if kind == "gpu_kernel" and "nccl" in name.lower():
+        return "collective"
+    return kind
+
+
+def rows(events: list[dict]) -> list[dict]:
+    return [e for e in events if expected_kind(e) is not None]
+
+
+def unix_ns(trace: dict, us: Decimal | int) -> int:
+    return int(Decimal(us) * 1000) + int(trace.get("baseTimeNanoseconds", 0))
+
+
+def events(profile: Profile, *columns: str) -> list[dict]:
+    return profile.table("events", columns=list(columns) or None).to_pylist()
+
+
+@pytest.fixture(params=NAMES)
+def name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_row_counts_per_kind_match_the_trace(imported_profiles, name):
+    profile = Profile.open(imported_profiles[name])
+    expected = collections.Counter(expected_kind(e) for e in rows(trace_json(name)["traceEvents"]))
+    got = collections.Counter(e["kind"] for e in events(profile, "kind"))
+    assert got == expected
+    assert profile.manifest.row_counts["events"] == sum(expected.values())
+
+
+def test_every_time_is_exact_to_the_nanosecond(imported_profiles, name):
+    """(name, start, duration) of every row equals the trace's decimal microseconds."""
+    trace = trace_json(name)
+    profile = Profile.open(imported_profiles[name])
+    origin = profile.manifest.origin_unix_ns
+    expected = collections.Counter(
+        (e["name"], unix_ns(trace, e["ts"]), int(Decimal(e.get("dur", 0)) * 1000))
+        for e in rows(trace["traceEvents"])
+    )
+    got = collections.Counter(
+        (e["name"], e["start_ns"] + origin, e["dur_ns"])
+        for e in events(profile, "name", "start_ns", "dur_ns")
+    )
+    assert got == expected
+    assert min(e["start_ns"] for e in events(profile, "start_ns")) == 0
+
+
+def test_ns_resolution_trace_keeps_sub_microsecond_digits(imported_profiles):
+    if "ns_resolution" not in imported_profiles:
+        pytest.skip("shared traces missing")
+    profile = Profile.open(imported_profiles["ns_resolution"])
+    starts = pc.add(profile.table("events", ["start_ns"])["start_ns"], 0).to_numpy()
+    # the trace's ts carry three decimals: most starts are not whole microseconds
+    sub_us = ((starts + profile.manifest.origin_unix_ns) % 1000 != 0).mean()
+    assert sub_us > 0.9
+    first = trace_json("ns_resolution")["traceEvents"][0]
+    assert str(first["ts"]) == "1712195495519689.047"
+    row = profile.table(
+        "events",
+        filter=pc.field("start_ns") == 1712195495519689047 - profile.manifest.origin_unix_ns,
+    )
+    assert first["name"] in row["name"].to_pylist()
+
+
+def test_launches_link_runtime_calls_to_device_work(imported_profiles, name):
+    """Device work shares flow_id with the runtime call of the same correlation id (the ac2g
+    flow), and takes that call's enclosing op as op_name and its step."""
+    trace = trace_json(name)["traceEvents"]
+    runtime = {
+        e["args"]["correlation"]
+        for e in trace
+        if expected_kind(e) == "runtime" and "correlation" in e.get("args", {})
+    }
+    device = [
+        e
+        for e in trace
+        if expected_kind(e) in DEVICE_KINDS | {"collective"}
+        and e.get("args", {}).get("correlation") in runtime
+    ]
+    profile = Profile.open(imported_profiles[name])
+    con = profile.duckdb()
+    linked = con.execute(
+        """SELECT d.name, d.dur_ns, r.name, d.op_name, r.op_name, d.step, r.step,
+                  json_extract(d.args, '$.correlation'), json_extract(r.args, '$.correlation')
+           FROM events d JOIN events r ON d.flow_id = r.flow_id AND r.kind = 'runtime'
+           WHERE d.layer = 'device'"""
+    ).fetchall()
+    assert len(linked) == len(device)
+    for _, _, _, d_op, r_op, d_step, r_step, d_corr, r_corr in linked:
+        assert d_corr == r_corr and d_op == r_op and d_step == r_step
+    # every ac2g flow of the trace whose two ends are events is one of these links
+    ac2g = collections.defaultdict(set)
+    for e in trace:
+        if e.get("cat") == "ac2g":
+            ac2g[e["id"]].add(e["ph"])
+    both = {i for i, phases in ac2g.items() if {"s", "f"} <= phases}
+    corr = {int(c) for *_, c in linked}
+    device_corr = {e["args"]["correlation"] for e in device}
+    assert {i for i in both if i in device_corr} <= corr
+
+
+def test_a_known_kernel_has_its_duration_and_launching_op(imported_profiles):
+    """AlexNet on an A100: the longest kernel, its duration and the aten op that launched it,
+    worked out here from the trace's JSON by containment on the launching thread."""
+    if "alexnet" not in imported_profiles:
+        pytest.skip("shared traces missing")
+    trace = trace_json("alexnet")["traceEvents"]
+    kernel = max((e for e in trace if e.get("cat") == "kernel"), key=lambda e: e["dur"])
+    launch = next(
+        e
+        for e in trace
+        if e.get("cat") == "cuda_runtime"
+        and e["args"].get("correlation") == kernel["args"]["correlation"]
+    )
+    ops = [
+        e
+        for e in trace
+        if e.get("cat") == "cpu_op"
+        and e["tid"] == launch["tid"]
+        and e["ts"] <= launch["ts"]
+        and launch["ts"] + launch["dur"] <= e["ts"] + e["dur"]
+    ]
+    innermost = max(ops, key=lambda e: (e["ts"], -e["dur"]))
+    profile = Profile.open(imported_profiles["alexnet"])
+    row = (
+        profile.duckdb()
+        .execute(
+            "SELECT dur_ns, op_name, kind, device, track FROM events WHERE name = ? AND dur_ns = ?",
+            [kernel["name"], int(kernel["dur"]) * 1000],
+        )
+        .fetchall()
+    )
+    assert row == [
+        (int(kernel["dur"]) * 1000, innermost["name"], "gpu_kernel", "cuda:0", "stream 7")
+    ]
+    assert innermost["name"].startswith("aten::")
+
+
+def test_steps_are_found(imported_profiles, name):
+    trace = trace_json(name)
+    expected = sorted(
+        (int(e["name"].split("#")[1]), unix_ns(trace, e["ts"]), int(Decimal(e["dur"]) * 1000))
+        for e in trace["traceEvents"]
+        if expected_kind(e) == "step"
+    )
+    profile = Profile.open(imported_profiles[name])
+    origin = profile.manifest.origin_unix_ns
+    got = sorted((s.step, s.start_ns + origin, s.dur_ns) for s in profile.manifest.steps)
+    assert got == expected
+    # host events starting inside a step carry its number
+    con = profile.duckdb()
+    for s in profile.manifest.steps:
+        outside = con.execute(
+            "SELECT count(*) FROM events WHERE layer = 'host' AND step = ? "
+            "AND (start_ns < ? OR start_ns >= ?)",
+            [s.step, s.start_ns, s.start_ns + s.dur_ns],
+        ).fetchone()[0]
+        assert outside == 0
+
+
+def test_ranks_and_devices(imported_profiles, name):
+    trace = trace_json(name)
+    profile = Profile.open(imported_profiles[name])
+    rank = trace.get("distributedInfo", {}).get("rank", 0)
+    assert profile.manifest.ranks == (rank,)
+    assert set(profile.table("events", ["rank"])["rank"].to_pylist()) == {rank}
+    assert [d["name"] for d in profile.manifest.devices] == [
+        d["name"] for d in trace.get("deviceProperties", [])
+    ]
+    assert profile.manifest.source == "kineto"
+    assert profile.manifest.inputs == (str(TRACES[name]),)
+
+
+def test_unknown_categories_are_kept_with_their_category(imported_profiles, name):
+    unknown = collections.Counter(
+        e.get("cat", "")
+        for e in rows(trace_json(name)["traceEvents"])
+        if expected_kind(e) == "other"
+    )
+    profile = Profile.open(imported_profiles[name])
+    other = profile.table("events", ["args"], filter=pc.field("kind") == "other")
+    got = collections.Counter(json.loads(a)["cat"] for a in other["args"].to_pylist())
+    assert got == unknown
+
+
+def test_host_nesting_matches_a_plain_stack_walk(imported_profiles, name):
+    """parent_id (computed with numpy) is the innermost earlier event on the thread that
+    contains the event, as a plain stack walk finds it; device events have none."""
+    profile = Profile.open(imported_profiles[name])
+    host = sorted(
+        (e for e in events(profile, "id", "track", "start_ns", "dur_ns", "parent_id", "layer")),
+        key=lambda e: (e["track"], e["start_ns"], -e["dur_ns"], e["id"]),
+    )
+    stack: list[dict] = []
+    track = None
+    for e in host:
+        if e["layer"] != "host":
+            assert e["parent_id"] is None
+            continue
+        if e["track"] != track:
+            stack, track = [], e["track"]
+        while stack and stack[-1]["start_ns"] + stack[-1]["dur_ns"] <= e["start_ns"]:
+            stack.pop()
+        end = e["start_ns"] + e["dur_ns"]
+        need = end + (e["dur_ns"] == 0)  # an instant is not inside a span ending at it
+        container = next((c for c in reversed(stack) if c["start_ns"] + c["dur_ns"] >= need), None)
+        assert e["parent_id"] == (container["id"] if container else None)
+        stack.append(e)
+
+
+def test_ops_carry_shapes_and_dtypes(imported_profiles, name):
+    ops = [e for e in trace_json(name)["traceEvents"] if expected_kind(e) == "op"]
+    with_dims = sum("Input Dims" in e.get("args", {}) for e in ops)
+    profile = Profile.open(imported_profiles[name])
+    t = profile.table("events", ["shapes", "dtypes"], filter=pc.field("kind") == "op")
+    assert t["shapes"].null_count == len(ops) - with_dims
+    dims = sorted(json.dumps(e["args"]["Input Dims"]) for e in ops if "Input Dims" in e["args"])
+    assert sorted(json.dumps(json.loads(s)) for s in t["shapes"].drop_null().to_pylist()) == dims
+
+
+def test_args_keep_every_field(imported_profiles):
+    profile = Profile.open(imported_profiles["cpu_mlp"])
+    trace = trace_json("cpu_mlp")["traceEvents"]
+    op = next(e for e in trace if e.get("cat") == "cpu_op")
+    row = (
+        profile.duckdb()
+        .execute("SELECT args FROM events WHERE kind = 'op' ORDER BY start_ns, dur_ns DESC LIMIT 1")
+        .fetchone()
+    )
+    assert json.loads(row[0], parse_float=Decimal) == op["args"]
+
+
+def test_sample_trace_is_small_and_committed():
+    sample = Path(TRACES["cpu_mlp"])
+    assert sample.stat().st_size < 1 << 20
