@@ -83,23 +83,29 @@ class StepController:
         self.markers = 0
         self.source = "none"
         self.fallback = None  # collected step-0 capture, written only if nothing else is
+        self.cycle_start = 0
+        self.exiting = False
+        self._last = None
         self.written: list[Path] = []
 
     def schedule(self, step: int):  # noqa: ANN201 - a ProfilerAction
-        if step == 0:
-            return self.actions.RECORD_AND_SAVE
-        return self.plan(step)
+        action = self.actions.RECORD_AND_SAVE if step == 0 else self.plan(step)
+        recording = (self.actions.RECORD, self.actions.RECORD_AND_SAVE)
+        if action in recording and self._last not in (self.actions.RECORD,):
+            self.cycle_start = step  # a new recording cycle begins with this step
+        self._last = action
+        return action
 
     def on_trace_ready(self, prof) -> None:  # noqa: ANN001 - torch.profiler.profile
-        if self.markers and prof.step_num > 0 and self.fallback is None and not self.written:
-            if self._is_first_cycle(prof):
-                self.fallback = self.handler.collect(prof)
-                return
+        if self.markers and prof.step_num == 1 and self.fallback is None and not self.written:
+            # The step-0 recording, ended by the first marker: kept only as a fallback.
+            self.fallback = self.handler.collect(prof)
+            return
+        if self.exiting and self.fallback is not None and prof.step_num == self.cycle_start:
+            # The script ended before this cycle saw a whole step: the fallback is better.
+            self.handler.discard(self.handler.collect(prof))
+            return
         self.written.append(self.handler(prof))
-
-    def _is_first_cycle(self, prof) -> bool:  # noqa: ANN001
-        # The step-0 recording ends at the first marker (step_num == 1 at that point).
-        return prof.step_num == 1
 
     def marker(self, source: str) -> None:
         """A step boundary: `source` is "optimizer" or "profiler"; the script's profiler wins."""
@@ -117,9 +123,13 @@ class StepController:
             self.prof.step()
 
     def finish(self) -> None:
-        if not self.written and self.fallback is not None:
+        if self.fallback is None:
+            return
+        if self.written:
+            self.handler.discard(self.fallback)
+        else:
             self.written.append(self.handler.write(self.fallback))
-            self.fallback = None
+        self.fallback = None
 
 
 def _script_profiler_class(controller: StepController, base: type) -> type:
@@ -221,6 +231,7 @@ def run_captured(
         torch.profiler.profile = torch.profiler.profiler.profile = profiler_class
         hook.remove()
         sys.stdout.flush()
+        controller.exiting = True
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -1,0 +1,177 @@
+"""`neuron-explorer capture` and `explorer.trace_handler` on plain CPU scripts: the script runs
+as `python script.py` would, its status and output pass through, and steps are detected."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from explorer.capture.runner import Schedule, run_captured
+from explorer.model import Profile
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "explorer"]
+CPU_ENV = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+
+TRAIN = """
+import sys
+import torch
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+model = torch.nn.Linear(8, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(steps):
+    loss = model(torch.randn(16, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _script(tmp_path: Path, body: str, name: str = "script.py") -> Path:
+    path = tmp_path / "code" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def _steps(out: Path) -> list[int]:
+    return [s.step for s in Profile.open(out).manifest.steps]
+
+
+def test_exit_status_output_argv_and_path_pass_through(tmp_path):
+    _script(tmp_path, "VALUE = 41\n", name="helper.py")
+    script = _script(
+        tmp_path,
+        """
+        import os, sys
+        import helper  # found because the script's directory is on sys.path
+        print("name", __name__, "argv", sys.argv[1:], "value", helper.VALUE + 1)
+        print("to stderr", file=sys.stderr)
+        sys.exit(3)
+        """,
+    )
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    out = tmp_path / "profiles" / "run"
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(out), "--", "python", str(script), "a", "--b"],
+        cwd=elsewhere, env={**CPU_ENV, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert "name __main__ argv ['a', '--b'] value 42" in proc.stdout
+    assert "to stderr" in proc.stderr
+    assert _steps(out) == [0]  # no step markers: the whole run is one step
+
+
+def test_a_script_that_raises_still_leaves_its_profile(tmp_path):
+    script = _script(
+        tmp_path,
+        TRAIN + "\nraise ValueError('broken on purpose')\n",
+    )
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(out), "--active", "2", "--", "python", str(script), "6"],
+        cwd=tmp_path, env={**CPU_ENV, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "ValueError: broken on purpose" in proc.stderr
+    assert 'script.py", line' in proc.stderr and "runpy" not in proc.stderr
+    assert _steps(out) == [2, 3]
+
+
+def test_steps_come_from_optimizer_step(tmp_path):
+    script = _script(tmp_path, TRAIN)
+    out = tmp_path / "run"
+    result = run_captured(["python", str(script), "8"], out, Schedule(1, 1, 3))
+    assert result.exit_code == 0 and result.step_source == "optimizer"
+    assert _steps(out) == [2, 3, 4]
+    ops = (
+        Profile.open(out)
+        .duckdb()
+        .execute("SELECT count(*) FROM events WHERE name = 'aten::addmm' AND shapes IS NOT NULL")
+    )
+    assert ops.fetchone()[0] == 3  # one forward linear per recorded step, with shapes
+
+
+def test_the_scripts_own_profiler_steps_win(tmp_path):
+    script = _script(
+        tmp_path,
+        TRAIN
+        + """
+with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=0, active=9)) as prof:
+    for _ in range(6):
+        with torch.profiler.record_function("forward"):
+            loss = model(torch.randn(16, 8)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.step()  # two optimizer steps per iteration: only prof.step() marks a step
+        prof.step()
+""",
+    )
+    out = tmp_path / "run"
+    result = run_captured(["python", str(script), "0"], out, Schedule(1, 1, 2))
+    assert result.exit_code == 0 and result.step_source == "profiler"
+    assert _steps(out) == [2, 3]
+    forwards = (
+        Profile.open(out)
+        .duckdb()
+        .execute("SELECT count(*) FROM events WHERE kind = 'annotation' AND name = 'forward'")
+    )
+    assert forwards.fetchone()[0] == 2
+
+
+def test_a_run_shorter_than_the_schedule_keeps_its_first_step(tmp_path):
+    script = _script(tmp_path, TRAIN)
+    out = tmp_path / "run"
+    result = run_captured(["python", str(script), "2"], out, Schedule(1, 1, 3))
+    assert result.exit_code == 0
+    assert _steps(out) == [0]
+
+
+def test_trace_handler_writes_one_profile_per_active_cycle(tmp_path):
+    import torch
+
+    import explorer
+
+    model = torch.nn.Linear(8, 4)
+    handler = explorer.trace_handler(tmp_path / "run")
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
+    with torch.profiler.profile(schedule=sched, on_trace_ready=handler) as prof:
+        for _ in range(9):
+            model(torch.randn(4, 8)).sum().backward()
+            prof.step()
+    assert handler.written == [tmp_path / "run", tmp_path / "run.cycle2"]
+    assert _steps(tmp_path / "run") == [2, 3]
+    assert _steps(tmp_path / "run.cycle2") == [6, 7]
+    assert Profile.open(tmp_path / "run").manifest.source == "capture"
+
+
+def test_an_existing_directory_that_is_not_a_profile_is_never_replaced(tmp_path):
+    import explorer
+    from explorer.errors import ExplorerError
+
+    keep = tmp_path / "data"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    with pytest.raises(ExplorerError, match="not a profile"):
+        explorer.trace_handler(keep)
+    assert (keep / "notes.txt").read_text() == "mine"
+
+
+def test_a_missing_script_is_a_one_line_error(tmp_path):
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(tmp_path / "x"), "--", "python", "nope.py"],
+        cwd=tmp_path, env={**CPU_ENV, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "neuron-explorer: error: nope.py: no such script"
+    assert not (tmp_path / "x").exists()
