@@ -98,6 +98,8 @@ def serve(
         print(f"neuron-explorer: warning: serving on {host}, reachable from other machines; "
               "profiles include source code and there is no authentication", file=sys.stderr)  # fmt: skip
     print(f"Neuron Explorer serving {root} at {url}  (Ctrl-C to stop)", flush=True)
+    # the first visit should not wait for the analysis of a big profile
+    threading.Thread(target=app.state.warm_up, daemon=True, name="warm-up").start()
     if open_browser:
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")

@@ -84,6 +84,16 @@ def create_app(root: str | Path) -> FastAPI:
     def devices(name: str) -> list[str]:
         return store.derived(name, "devices", lambda p: overview.devices(store.connection(name)))
 
+    def warm_up() -> None:
+        """Compute what the first visit of each profile needs (run in a background thread)."""
+        for name in store.names():
+            try:
+                index(name), ops(name), lines(name), summary(name), findings(name)
+            except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
+                continue
+
+    app.state.warm_up = warm_up
+
     # ---- JSON ----------------------------------------------------------------------------
     @app.get("/api/profiles")
     def api_profiles() -> dict[str, Any]:

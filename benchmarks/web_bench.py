@@ -1,0 +1,165 @@
+"""Web server speed on a 1-million-event profile: cold and warm page JSON, timeline windows,
+the hottest file's source view, and a bounded load test of concurrent clients on 127.0.0.1.
+
+    .venv/bin/python benchmarks/web_bench.py [--events N] [--clients C] [--seconds S]
+
+The profile is synthetic and neuron-shaped (benchmarks/web_synth.py), kept in benchmarks/data/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from web_synth import make_profile  # noqa: E402
+
+
+def _ms(f) -> tuple[float, httpx.Response]:  # noqa: ANN001
+    t0 = time.perf_counter()
+    r = f()
+    r.raise_for_status()
+    return (time.perf_counter() - t0) * 1e3, r
+
+
+def _start_server(root: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import sys, uvicorn; from web.app import create_app; "
+        f"uvicorn.run(create_app(sys.argv[1]), host='127.0.0.1', port={port}, log_level='warning')"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root)])
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            httpx.get(base + "/static/app.css", timeout=1)
+            return proc, base
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+def _load(
+    base: str, name: str, file_id: str, extent: tuple[int, int], clients: int, seconds: float
+):
+    """Each client loops over summary, a random timeline window and the source view."""
+    span = extent[1] - extent[0]
+    lat: dict[str, list[float]] = {"summary": [], "timeline": [], "source": []}
+    errors = [0]
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def client(seed: int) -> None:
+        rnd = random.Random(seed)
+        with httpx.Client(base_url=base, timeout=30) as c:
+            while time.monotonic() < stop:
+                s = extent[0] + rnd.randrange(span)
+                routes = {
+                    "summary": f"/api/p/{name}",
+                    "timeline": f"/api/p/{name}/timeline?start_ns={s}&end_ns={s + span // 50}&width_px=1500",
+                    "source": f"/api/p/{name}/source/{file_id}",
+                }
+                for route, url in routes.items():
+                    t0 = time.perf_counter()
+                    try:
+                        ok = c.get(url).status_code == 200
+                    except httpx.HTTPError:
+                        ok = False
+                    with lock:
+                        lat[route].append((time.perf_counter() - t0) * 1e3)
+                        errors[0] += not ok
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    return lat, errors[0], elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--windows", type=int, default=30, help="timeline windows to time")
+    args = ap.parse_args()
+
+    root = HERE / "data" / "web"
+    prof = root / f"synth-{args.events}"
+    if not prof.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        make_profile(prof, args.events)
+        print(f"made {prof} in {time.perf_counter() - t0:.1f} s")
+    shutil.rmtree(root / ".cache", ignore_errors=True)
+    name = prof.name
+    proc, base = _start_server(prof)
+    rows: list[tuple[str, str]] = []
+    try:
+        with httpx.Client(base_url=base, timeout=120) as c:
+            t, r = _ms(lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
+            rows.append(("first load: open + timeline of the whole profile (cold)", f"{t:.0f} ms"))
+            extent = (r.json()["extent"]["start_ns"], r.json()["extent"]["end_ns"])
+            events = r.json()["window"]["events"]
+            t, _ = _ms(lambda: c.get(f"/api/p/{name}"))
+            rows.append(
+                ("summary JSON, cold (analysis summary + rules + ops + lines)", f"{t:.0f} ms")
+            )
+            t, _ = _ms(lambda: c.get(f"/api/p/{name}/source"))
+            rows.append(("source file list, after the summary", f"{t:.0f} ms"))
+            warm = [_ms(lambda: c.get(f"/api/p/{name}"))[0] for _ in range(20)]
+            rows.append(("summary JSON, warm, p50", f"{statistics.median(warm):.1f} ms"))
+            rnd = random.Random(0)
+            span = extent[1] - extent[0]
+            win = []
+            for _ in range(args.windows):
+                w = span // rnd.choice((20, 50, 200, 1000))
+                s = extent[0] + rnd.randrange(span - w)
+                win.append(_ms(lambda s=s, w=w: c.get(
+                    f"/api/p/{name}/timeline?start_ns={s}&end_ns={s + w}&width_px=1500"))[0])  # fmt: skip
+            rows.append((f"timeline window (0.1-5% of the profile, 1500 px), p50 of {len(win)}",
+                         f"{statistics.median(win):.1f} ms (p95 {sorted(win)[int(len(win) * .95)]:.0f})"))  # fmt: skip
+            files = c.get(f"/api/p/{name}/source").json()["files"]
+            fid = files[0]["file_id"]
+            t, _ = _ms(lambda: c.get(f"/api/p/{name}/source/{fid}"))
+            src = [_ms(lambda: c.get(f"/api/p/{name}/source/{fid}"))[0] for _ in range(20)]
+            rows.append(("hottest file source view, first / warm p50",
+                         f"{t:.1f} ms / {statistics.median(src):.1f} ms"))  # fmt: skip
+        lat, errors, elapsed = _load(base, name, fid, extent, args.clients, args.seconds)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    n = sum(len(v) for v in lat.values())
+    rows.append((f"load test: {args.clients} clients, {args.seconds:g} s",
+                 f"{n / elapsed:.1f} req/s, {errors} errors"))  # fmt: skip
+    for route, v in lat.items():
+        if v:
+            rows.append((f"  {route} under load, p50 / p95",
+                         f"{statistics.median(v):.0f} / {sorted(v)[int(len(v) * .95)]:.0f} ms"))  # fmt: skip
+    print(f"\nprofile: {events:,} events ({prof})\n")
+    print("| measure | result |\n|---|---|")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
