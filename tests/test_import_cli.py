@@ -1,0 +1,147 @@
+"""`neuron-explorer import` through the real CLI: success, --force, and every kind of bad input
+(one line naming the file and the problem, exit status 2, no partial profile left behind)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLE_TRACE
+
+from explorer.cli import main
+from explorer.model.profile import Profile
+
+EXE = Path(sys.executable).parent / "neuron-explorer"
+X = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.5, "dur": 2.0}
+
+
+def write_json(path: Path, doc: object) -> Path:
+    path.write_text("" if doc is None else json.dumps(doc))
+    return path
+
+
+def bad_inputs(tmp: Path) -> dict[str, tuple[list[Path], str]]:
+    """name -> (inputs, words the error must contain)."""
+    gz = gzip.compress(json.dumps({"traceEvents": [X] * 500}).encode())
+    truncated = tmp / "truncated.json.gz"
+    truncated.write_bytes(gz[: len(gz) // 2])
+    garbage_gz = tmp / "garbage.json.gz"
+    garbage_gz.write_bytes(b"\x1f\x8b" + b"not really gzip" * 10)
+    invalid = tmp / "invalid.json"
+    invalid.write_text('{"traceEvents": [{"ph": "X", ')
+    empty_dir = tmp / "no_traces"
+    empty_dir.mkdir()
+    (empty_dir / "notes.txt").write_text("not a trace")
+    no_ts = dict(X)
+    del no_ts["ts"]
+    no_dur = dict(X)
+    del no_dur["dur"]
+    return {
+        "truncated gzip": ([truncated], "truncated gzip"),
+        "corrupt gzip": ([garbage_gz], "gzip"),
+        "invalid json": ([invalid], "invalid JSON"),
+        "empty file": ([write_json(tmp / "blank.json", "")], "not a torch.profiler trace"),
+        "zero bytes": ([write_json(tmp / "zero.json", None)], "empty file"),
+        "not a trace": (
+            [write_json(tmp / "other.json", {"hello": 1})],
+            "not a torch.profiler trace",
+        ),
+        "a list": ([write_json(tmp / "list.json", [1, 2])], "not a torch.profiler trace"),
+        "empty trace": ([write_json(tmp / "empty.json", {"traceEvents": []})], "empty trace"),
+        "metadata only": (
+            [write_json(tmp / "meta.json", {"traceEvents": [{"ph": "M", "name": "x"}]})],
+            "empty trace",
+        ),
+        "missing ts": ([write_json(tmp / "nots.json", {"traceEvents": [X, no_ts]})], "'ts'"),
+        "missing dur": ([write_json(tmp / "nodur.json", {"traceEvents": [no_dur]})], "'dur'"),
+        "ts not a number": (
+            [write_json(tmp / "strts.json", {"traceEvents": [{**X, "ts": "soon"}]})],
+            "traceEvents[0].ts",
+        ),
+        "directory without traces": ([empty_dir], "no .json or .json.gz"),
+        "no such file": ([tmp / "missing.json"], "no such file"),
+    }
+
+
+def _case_names() -> list[str]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        return sorted(bad_inputs(Path(d)))
+
+
+@pytest.mark.parametrize("case", _case_names())
+def test_bad_input_is_one_line_exit_2_and_no_profile(tmp_path, capsys, case):
+    inputs, words = bad_inputs(tmp_path)[case]
+    out = tmp_path / "out" / "profile"
+    rc = main(["import", *map(str, inputs), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("neuron-explorer: error: ")
+    assert str(inputs[0]) in lines[0] and words in lines[0]
+    assert "Traceback" not in err
+    assert not out.exists()
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+def test_existing_output_is_refused_then_replaced_with_force(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["import", str(SAMPLE_TRACE), "-o", str(out), "-q"]) == 0
+    first = Profile.open(out).manifest.origin_unix_ns
+    assert main(["import", str(SAMPLE_TRACE), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(out) in err[0] and "exists" in err[0]
+    assert main(["import", str(SAMPLE_TRACE), "-o", str(out), "--force", "-q"]) == 0
+    assert Profile.open(out).manifest.origin_unix_ns == first
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["p"]  # no temporary leftovers
+
+
+def test_duplicate_ranks_are_refused(tmp_path, capsys):
+    a = write_json(tmp_path / "a.json", {"distributedInfo": {"rank": 3}, "traceEvents": [X]})
+    b = write_json(tmp_path / "b.json", {"distributedInfo": {"rank": 3}, "traceEvents": [X]})
+    assert main(["import", str(a), str(b), "-o", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "rank 3" in err and str(b) in err
+    assert not (tmp_path / "p").exists()
+
+
+def test_console_script_imports_the_sample(tmp_path):
+    out = tmp_path / "demo"
+    run = subprocess.run(
+        [str(EXE), "import", str(SAMPLE_TRACE), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "imported 1 trace file(s)" in run.stderr
+    p = Profile.open(out)
+    assert p.manifest.source == "kineto" and p.row_count("events") > 1000
+    assert len(p.manifest.steps) == 3
+    # the sample's own script is found beside it and kept
+    assert p.source_text("record_trace.py") == (ROOT / "samples" / "record_trace.py").read_text()
+    bad = subprocess.run(
+        [str(EXE), "import", str(tmp_path / "nope.json"), "-o", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"neuron-explorer: error: {tmp_path / 'nope.json'}: no such file or directory"
+    ]
+
+
+def test_help_describes_the_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["import", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--force" in out and "PROFILE_DIR" in out and "TRACE" in out
