@@ -1,5 +1,7 @@
-"""Exports on real traces: the shared Kineto traces are imported, exported to Perfetto JSON and
-CSV, and read back with json.load and pyarrow to check that nothing was lost or invented."""
+"""Exports on real profiles: the shared Kineto traces (imported once per session by
+conftest's `imported_profiles`) and a neuron capture of samples/gpt_train.py, exported to
+Perfetto JSON and CSV and read back with json.load and pyarrow to check that nothing was lost or
+invented."""
 
 from __future__ import annotations
 
@@ -11,34 +13,51 @@ from pathlib import Path
 
 import pyarrow.csv as pacsv
 import pytest
+from conftest import KINETO_GPU, SHARED_KINETO, kineto_trace_paths
 
 from explorer.cli import main
 from explorer.exporters import EXPORTERS, export
-from explorer.importers import import_traces
 from explorer.model import TABLES, Profile
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto-gpu"
-NS_TRACE = "ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
-A100_TRACE = "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
-ALL_TRACES = sorted(p.name for p in TRACES.glob("*.json.gz"))
+ROOT = Path(__file__).resolve().parent.parent
+NEURON_TRACKS = ["kernels", "TensorE", "VectorE", "ScalarE", "GpSimdE"]
 
 
 @pytest.fixture(scope="module")
-def profiles(tmp_path_factory) -> dict[str, Profile]:
-    """Every shared trace imported once for this module."""
-    if not ALL_TRACES:
-        pytest.fail(f"no shared traces in {TRACES}")
-    root = tmp_path_factory.mktemp("imported")
-    out = {}
-    for name in ALL_TRACES:
-        out[name] = Profile.open(import_traces([TRACES / name], root / name.split(".")[0]))
-    return out
+def profiles(imported_profiles) -> dict[str, Profile]:
+    return {name: Profile.open(path) for name, path in imported_profiles.items()}
+
+
+@pytest.fixture(scope="module")
+def neuron_profile(tmp_path_factory) -> Profile:
+    """samples/gpt_train.py captured on the neuron device: kernels, engines, DMA, memory."""
+    pytest.importorskip("torch")
+    from explorer.capture.runner import Schedule, run_captured
+
+    out = tmp_path_factory.mktemp("neuron") / "gpt"
+    script = ROOT / "samples" / "gpt_train.py"
+    result = run_captured(["python", str(script), "--steps", "4"], out, Schedule(1, 1, 2))
+    assert result.exit_code == 0
+    return Profile.open(out)
 
 
 def _load(path: Path) -> dict:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
         return json.load(f, parse_float=Decimal)  # Decimal: check precision without float error
+
+
+def _expected_links(con) -> int:  # noqa: ANN001
+    """Flow members but the first of each (rank, flow_id), less those whose parent is in the
+    same flow (a kernel's instructions: the arrow goes to the kernel)."""
+    (members,) = con.execute(
+        "SELECT count(*) FROM events e WHERE flow_id IS NOT NULL AND NOT EXISTS (SELECT 1 "
+        "FROM events p WHERE p.id = e.parent_id AND p.flow_id = e.flow_id AND p.rank = e.rank)"
+    ).fetchone()
+    (flows,) = con.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT rank, flow_id FROM events WHERE flow_id IS NOT NULL)"
+    ).fetchone()
+    return members - flows
 
 
 def _by_phase(trace: dict) -> dict[str, list[dict]]:
@@ -48,9 +67,16 @@ def _by_phase(trace: dict) -> dict[str, list[dict]]:
     return out
 
 
-@pytest.mark.parametrize("trace_name", ALL_TRACES)
-def test_perfetto_round_trip(profiles, tmp_path, trace_name):
-    prof = profiles[trace_name]
+@pytest.mark.parametrize("name", sorted(kineto_trace_paths()))
+def test_perfetto_round_trip(profiles, tmp_path, name):
+    _check_round_trip(profiles[name], tmp_path)
+
+
+def test_perfetto_round_trip_neuron_capture(neuron_profile, tmp_path):
+    _check_round_trip(neuron_profile, tmp_path)
+
+
+def _check_round_trip(prof: Profile, tmp_path: Path) -> None:
     result = export(prof, "perfetto", tmp_path / "t.json")
     trace = _load(result.path)
     ph = _by_phase(trace)
@@ -72,11 +98,7 @@ def test_perfetto_round_trip(profiles, tmp_path, trace_name):
     finishes = {e["id"]: e for e in ph.get("f", [])}
     assert len(starts) == len(ph.get("s", [])) and starts.keys() == finishes.keys()
     assert all(e["bp"] == "e" for e in finishes.values())
-    (links,) = con.execute(
-        "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM events "
-        "WHERE flow_id IS NOT NULL GROUP BY rank, flow_id)"
-    ).fetchone()
-    assert len(starts) == links
+    assert len(starts) == _expected_links(con)
 
     # names for every process and thread that holds an event
     procs = {e["pid"]: e["args"]["name"] for e in ph["M"] if e["name"] == "process_name"}
@@ -95,12 +117,12 @@ def test_perfetto_round_trip(profiles, tmp_path, trace_name):
 def test_kernel_times_keep_nanoseconds(profiles, tmp_path):
     """Against the raw trace: every kernel's exported dur equals its recorded dur to the
     nanosecond, and its ts differs from the recorded ts by one constant (the origin)."""
-    with gzip.open(TRACES / NS_TRACE, "rt") as f:
+    with gzip.open(KINETO_GPU / SHARED_KINETO["ns_resolution"], "rt") as f:
         raw = json.load(f, parse_float=Decimal)
     raw_kernels = {
         e["args"]["correlation"]: e for e in raw["traceEvents"] if e.get("cat") == "kernel"
     }
-    trace = _load(export(profiles[NS_TRACE], "perfetto", tmp_path / "t.json").path)
+    trace = _load(export(profiles["ns_resolution"], "perfetto", tmp_path / "t.json").path)
     kernels = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_kernel"]
     assert len(kernels) == len(raw_kernels) > 1000
     offsets = set()
@@ -112,13 +134,13 @@ def test_kernel_times_keep_nanoseconds(profiles, tmp_path):
         offsets.add(Decimal(r["ts"]) - Decimal(e["ts"]))
         fractional += Decimal(e["ts"]) % 1 != 0
     assert len(offsets) == 1
-    origin_us = Decimal(profiles[NS_TRACE].manifest.origin_unix_ns) / 1000
+    origin_us = Decimal(profiles["ns_resolution"].manifest.origin_unix_ns) / 1000
     assert offsets == {origin_us}
     assert fractional > 1000  # the nanoseconds are really there, not rounded to microseconds
 
 
 def test_launch_flows_link_host_runtime_to_device_kernel(profiles, tmp_path):
-    trace = _load(export(profiles[A100_TRACE], "perfetto", tmp_path / "t.json").path)
+    trace = _load(export(profiles["alexnet"], "perfetto", tmp_path / "t.json").path)
     ph = _by_phase(trace)
     procs = {e["pid"]: e["args"]["name"] for e in ph["M"] if e["name"] == "process_name"}
     by_id = {e["args"]["id"]: e for e in ph["X"] + ph.get("i", [])}
@@ -134,7 +156,7 @@ def test_launch_flows_link_host_runtime_to_device_kernel(profiles, tmp_path):
 
 
 def test_gzip_output_beside_the_profile(profiles):
-    prof = profiles[A100_TRACE]
+    prof = profiles["alexnet"]
     out = prof.path.parent / f"{prof.path.name}.perfetto.json.gz"
     try:
         result = export(prof, "perfetto")
@@ -148,9 +170,9 @@ def test_gzip_output_beside_the_profile(profiles):
         out.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("trace_name", [NS_TRACE, A100_TRACE])
-def test_csv_round_trip(profiles, tmp_path, trace_name):
-    prof = profiles[trace_name]
+@pytest.mark.parametrize("name", ["ns_resolution", "alexnet"])
+def test_csv_round_trip(profiles, tmp_path, name):
+    prof = profiles[name]
     result = export(prof, "csv", tmp_path / "tables")
     assert json.loads((result.path / "manifest.json").read_text()) == json.loads(
         (prof.path / "manifest.json").read_text()
@@ -170,7 +192,7 @@ def test_csv_round_trip(profiles, tmp_path, trace_name):
 
 
 def test_every_exporter_writes_atomically_and_refuses_to_overwrite(profiles, tmp_path):
-    prof = profiles[A100_TRACE]
+    prof = profiles["alexnet"]
     for name in EXPORTERS:
         out = tmp_path / ("t.json" if name == "perfetto" else "t-csv")
         export(prof, name, out)
@@ -181,7 +203,7 @@ def test_every_exporter_writes_atomically_and_refuses_to_overwrite(profiles, tmp
 
 
 def test_cli_export_and_its_errors(profiles, tmp_path, capsys):
-    src = profiles[A100_TRACE].path
+    src = profiles["alexnet"].path
     out = tmp_path / "a.json"
     assert main(["export", str(src), "-o", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
@@ -198,7 +220,7 @@ def test_corrupt_profile_gives_one_line_and_no_output(profiles, tmp_path, capsys
     import shutil
 
     broken = tmp_path / "broken"
-    shutil.copytree(profiles[A100_TRACE].path, broken)
+    shutil.copytree(profiles["alexnet"].path, broken)
     data = (broken / "events.parquet").read_bytes()
     (broken / "events.parquet").write_bytes(data[: len(data) // 2])
     for fmt, out in (("perfetto", tmp_path / "b.json"), ("csv", tmp_path / "b-csv")):
@@ -207,3 +229,38 @@ def test_corrupt_profile_gives_one_line_and_no_output(profiles, tmp_path, capsys
         assert len(err) == 1 and "events.parquet: corrupt Parquet table" in err[0], err
         assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken"]
+
+
+def test_neuron_lanes_flows_and_memory(neuron_profile, tmp_path):
+    """The modeled device reads as on the chip: one process, kernels then engines then DMA
+    queues in order, one arrow per kernel launch (none to its instructions), memory counter."""
+    trace = _load(export(neuron_profile, "perfetto", tmp_path / "n.json").path)
+    ph = _by_phase(trace)
+    (pid,) = [e["pid"] for e in ph["M"] if e["name"] == "process_name"
+              and e["args"]["name"] == "rank 0 device neuron:0"]  # fmt: skip
+    names = {e["tid"]: e["args"]["name"] for e in ph["M"]
+             if e["name"] == "thread_name" and e["pid"] == pid}  # fmt: skip
+    order = {e["tid"]: e["args"]["sort_index"] for e in ph["M"]
+             if e["name"] == "thread_sort_index" and e["pid"] == pid}  # fmt: skip
+    lanes = [names[t] for t in sorted(names, key=order.get)]
+    engines = [lane for lane in lanes if not lane.startswith("DMA q")]
+    queues = [int(lane.removeprefix("DMA q")) for lane in lanes if lane.startswith("DMA q")]
+    assert engines == [t for t in NEURON_TRACKS if t in engines] and engines[0] == "kernels"
+    assert queues == sorted(queues) and len(queues) > 1
+    assert lanes[: len(engines)] == engines  # DMA queues after the engines
+
+    by_id = {e["args"]["id"]: e for e in ph["X"] + ph.get("i", [])}
+    starts = {e["id"]: e for e in ph["s"]}
+    targets = Counter(by_id[f["id"]]["cat"] for f in ph["f"])
+    assert targets["kernel"] == sum(e["cat"] == "kernel" for e in ph["X"]) > 0
+    assert targets["instruction"] == targets["dma"] == 0
+    for f in ph["f"]:
+        if by_id[f["id"]]["cat"] == "kernel":
+            s = starts[f["id"]]
+            source = next(e for e in ph["X"] if (e["pid"], e["tid"], e["ts"]) == (s["pid"], s["tid"], s["ts"]) and e["cat"] == "runtime")  # fmt: skip
+            assert source["args"]["flow_id"] == by_id[f["id"]]["args"]["flow_id"]
+            break
+
+    memory = [e for e in ph["C"] if e["name"] == "memory_allocated"]
+    assert memory and all(e["pid"] == pid and "bytes" in e["args"] for e in memory)
+    assert len(ph["C"]) == neuron_profile.row_count("counters")

@@ -1,7 +1,9 @@
 """Flow pairing for trace exports. Events that share a `flow_id` on a rank are linked from the
-flow's source (its host event, else its earliest event) to each of the others. The flow events
-are kept as a few integer columns while the events stream past, then paired with one sort, so
-no Python object is made per event."""
+flow's source (its host event, else its earliest event) to each of the others, except events
+whose parent is in the same flow: a neuron kernel's instructions and DMA transfers carry its
+launch's flow id, and one arrow to the kernel says it, where hundreds would hide the timeline.
+The flow events are kept as a few integer columns while the events stream past, then paired
+with one sort, so no Python object is made per event."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_COLUMNS = ("rank", "flow", "id", "start_ns", "host", "pid", "tid")
+_COLUMNS = ("rank", "flow", "id", "parent", "start_ns", "host", "pid", "tid")
+_NO_PARENT = -1  # event ids are never negative
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class FlowCollector:
                 "rank": take(batch.column("rank")),
                 "flow": take(batch.column("flow_id")),
                 "id": take(batch.column("id")),
+                "parent": take(pc.fill_null(batch.column("parent_id"), _NO_PARENT)),
                 "start_ns": take(batch.column("start_ns")),
                 "host": take(pc.equal(layer, "host")),
                 "pid": take(pc.cast(pid, pa.int64())),
@@ -71,7 +75,7 @@ class FlowCollector:
             cols["flow"][1:] != cols["flow"][:-1]
         )
         group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-        targets = np.flatnonzero(~first)
+        targets = np.flatnonzero(~first & ~_parent_in_same_flow(cols))
         sources = group_start[targets]
         for i in range(0, len(targets), chunk_rows):
             t, s = targets[i : i + chunk_rows], sources[i : i + chunk_rows]
@@ -84,3 +88,17 @@ class FlowCollector:
                 dst_tid=cols["tid"][t],
                 dst_start_ns=cols["start_ns"][t],
             )
+
+
+def _parent_in_same_flow(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """For each flow event: is its parent also an event of the same flow on the same rank?"""
+    by_id = np.argsort(cols["id"], kind="stable")
+    ids = cols["id"][by_id]
+    at = np.searchsorted(ids, cols["parent"]).clip(0, max(len(ids) - 1, 0))
+    parent = by_id[at]
+    return (
+        (cols["parent"] != _NO_PARENT)
+        & (ids[at] == cols["parent"])
+        & (cols["flow"][parent] == cols["flow"])
+        & (cols["rank"][parent] == cols["rank"])
+    )
