@@ -56,7 +56,7 @@ def parse_command(command: Sequence[str]) -> tuple[str, list[str], bool]:
     script = Path(args[0])
     if not script.is_file():
         raise ExplorerError(f"{script}: no such script")
-    return str(script), args, False
+    return str(script.resolve()), args, False  # python 3.9+ runs __main__ by absolute path
 
 
 class StepController:

@@ -1,0 +1,57 @@
+"""Capture every sample into samples/profiles/NAME, so `neuron-explorer serve samples/profiles`
+works right after install. Rerun after changing a sample, the device or the capture:
+
+    python samples/make_profiles.py [NAME ...]
+
+Each sample runs in its own process (a fresh device: eager compiles and caches start empty),
+with small step counts so the committed profiles stay a few MB in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = HERE / "profiles"
+
+# sample -> its arguments; every capture records steps 2-4 (--wait 1 --warmup 1 --active 3)
+SAMPLES: dict[str, list[str]] = {
+    "gpt_train": ["--steps", "6"],
+    "gpt_compile": ["--steps", "6", "--switch-at", "3"],  # the recompile lands in step 3
+    "cnn_dataloader": ["--steps", "6"],
+    "fallback_float64": ["--steps", "6"],
+}
+CAPTURE = ["--wait", "1", "--warmup", "1", "--active", "3"]
+
+
+def capture(name: str) -> int:
+    """Capture one sample with the neuron-explorer CLI into samples/profiles/NAME."""
+    sample_args = SAMPLES[name]
+    out = OUT / name
+    if out.exists():
+        shutil.rmtree(out)
+    command = [sys.executable, "-m", "explorer", "capture", "-o", str(out), *CAPTURE,
+               "--", "python", str(HERE / f"{name}.py"), *sample_args]  # fmt: skip
+    print("$", " ".join(command[1:]), flush=True)
+    return subprocess.call(command, cwd=ROOT)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", choices=[[], *SAMPLES], help="samples (default all)")
+    names = parser.parse_args().names or list(SAMPLES)
+    failed = [n for n in names if capture(n) != 0]
+    size = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
+    print(f"samples/profiles: {size / 1e6:.1f} MB", file=sys.stderr)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
