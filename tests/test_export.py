@@ -214,6 +214,10 @@ def test_cli_export_and_its_errors(profiles, tmp_path, capsys):
     assert "named .json or .json.gz" in capsys.readouterr().err
     assert main(["export", str(src), "--format", "csv", "-o", str(src / "inside")]) == 2
     assert "overlaps the profile" in capsys.readouterr().err
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["export", str(src), "-o", str(blocker / "t.json")]) == 2
+    assert capsys.readouterr().err == f"neuron-explorer: error: {blocker / 't.json'}: cannot write there, {blocker} is not a directory\n"  # fmt: skip
 
 
 def test_corrupt_profile_gives_one_line_and_no_output(profiles, tmp_path, capsys):

@@ -81,8 +81,11 @@ def export(
     module = exporter(name)
     out = Path(out) if out is not None else default_output(profile.path, name)
     module.check_output(out)
-    with atomic_output(out, force=force, keep_clear_of=profile.path) as tmp:
-        counts = module.write(profile, tmp, progress or NoProgress())
+    try:
+        with atomic_output(out, force=force, keep_clear_of=profile.path) as tmp:
+            counts = module.write(profile, tmp, progress or NoProgress())
+    except OSError as e:  # reading errors are BadInputErrors by now: this is the output side
+        raise ExplorerError(f"{out}: cannot write the export ({e.strerror or e})") from None
     return ExportResult(name, out, counts)
 
 

@@ -35,6 +35,9 @@ def atomic_output(out: Path, *, force: bool, keep_clear_of: Path) -> Iterator[Pa
         )
     if (out.exists() or out.is_symlink()) and not force:
         raise ExplorerError(f"{out}: output exists; use --force to replace it")
+    for parent in (out.parent, *out.parent.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ExplorerError(f"{out}: cannot write there, {parent} is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(4)
     tmp = out.parent / f".tmp-{token}-{out.name}"
