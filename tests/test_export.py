@@ -5,6 +5,7 @@ invented."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections import Counter
@@ -268,3 +269,38 @@ def test_neuron_lanes_flows_and_memory(neuron_profile, tmp_path):
     memory = [e for e in ph["C"] if e["name"] == "memory_allocated"]
     assert memory and all(e["pid"] == pid and "bytes" in e["args"] for e in memory)
     assert len(ph["C"]) == neuron_profile.row_count("counters")
+
+
+def test_two_ranks_export_as_separate_processes(profiles, tmp_path):
+    """The alexnet profile written again as ranks 0 and 1 (events/rank=N/ files): each rank gets
+    its own processes, and flows never cross ranks even though flow ids repeat."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from explorer.model import ProfileWriter
+
+    src = profiles["alexnet"]
+    one = src.table("events")
+    shift = pc.max(one["id"]).as_py() + 1
+    other = one.set_column(one.schema.get_field_index("rank"), "rank",
+                           pa.array([1] * one.num_rows, pa.int32()))  # fmt: skip
+    for col in ("id", "parent_id"):
+        i = other.schema.get_field_index(col)
+        other = other.set_column(i, col, pc.add(other[col], shift))
+    with ProfileWriter(tmp_path / "two") as w:
+        w.write_events(pa.concat_tables([one, other.cast(one.schema)]))
+        w.commit(dataclasses.replace(src.manifest, ranks=(0, 1)))
+    two = Profile.open(tmp_path / "two")
+    assert (two.path / "events" / "rank=1").is_dir()
+
+    trace = _load(export(two, "perfetto", tmp_path / "t.json").path)
+    ph = _by_phase(trace)
+    procs = {e["pid"]: e["args"]["name"] for e in ph["M"] if e["name"] == "process_name"}
+    by_id = {e["args"]["id"]: e for e in ph["X"] + ph.get("i", [])}
+    for e in by_id.values():
+        assert procs[e["pid"]].startswith(f"rank {0 if e['args']['id'] < shift else 1} ")
+    assert len(by_id) == 2 * one.num_rows
+    starts = {e["id"]: e for e in ph["s"]}
+    assert len(ph["f"]) == 2 * len(_by_phase(_load(export(src, "perfetto", tmp_path / "o.json").path))["f"])  # fmt: skip
+    for f in ph["f"]:
+        assert procs[f["pid"]].split()[1] == procs[starts[f["id"]]["pid"]].split()[1]

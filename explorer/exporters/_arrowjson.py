@@ -4,11 +4,17 @@ without making a Python object per event. Every helper keeps nulls as nulls unle
 from __future__ import annotations
 
 import json
-from typing import BinaryIO
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+
+class Sink(Protocol):
+    """Where JSON bytes go: a file or a gzip stream."""
+
+    def write(self, data: Any, /) -> int: ...
 
 
 def as_text(arr: pa.Array) -> pa.Array:
@@ -90,7 +96,7 @@ class LineWriter:
     """Writes string arrays whose values each start with ",\\n", dropping the comma before the
     very first value so the enclosing JSON array stays valid."""
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: Sink) -> None:
         self.fh = fh
         self.first = True
         self.written = 0
@@ -102,11 +108,8 @@ class LineWriter:
             return
         if lines.null_count:
             raise ValueError("a JSON line was null")  # a bug in a formatter, never bad input
-        if pa.types.is_large_string(lines.type):
-            width = 8
-            dtype = np.int64
-        else:
-            width, dtype = 4, np.int32
+        large = pa.types.is_large_string(lines.type)
+        width, dtype = (8, np.int64) if large else (4, np.int32)
         offsets = np.frombuffer(
             lines.buffers()[1], dtype=dtype, count=len(lines) + 1, offset=lines.offset * width
         )

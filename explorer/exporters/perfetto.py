@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +20,7 @@ from ..model import Profile
 from . import BATCH_ROWS, Progress, expected_rows, read_batches
 from ._arrowjson import (
     LineWriter,
+    Sink,
     as_text,
     choose,
     field,
@@ -99,7 +99,7 @@ def _add(counts: dict[str, int], key: str, n: int) -> None:
 
 
 @contextmanager
-def _open(path: Path) -> Iterator[BinaryIO]:
+def _open(path: Path) -> Iterator[Sink]:
     with open(path, "wb") as raw:
         if path.name.endswith(".gz"):
             # no file name or time in the gzip header: the same profile gives the same bytes
