@@ -94,7 +94,12 @@ class Profile:
             raise BadInputError(self._table_path(name), f"corrupt Parquet table ({e})") from None
 
     def row_count(self, name: str) -> int:
-        return int(self.manifest.row_counts.get(name, self.dataset(name).count_rows()))
+        if name in self.manifest.row_counts:
+            return int(self.manifest.row_counts[name])
+        try:
+            return self.dataset(name).count_rows()
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BadInputError(self._table_path(name), f"corrupt Parquet table ({e})") from None
 
     def duckdb(self) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with events, stacks and counters registered as views."""
