@@ -150,17 +150,27 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
     step = _step_of(start, start[step_rows], dur_ns[step_rows], steps_no)
     step = np.where(r_dev, NONE, step)
 
-    # op arguments: shapes, dtypes, flops
+    # the args pass: text for every row, typed fields for ops, launches and memory samples
     op_rows = np.flatnonzero(is_op)
-    op_args = kd.decode_subset(OpArgs, d.args, rows[op_rows])
+    gpu_rows = np.flatnonzero((r_kind == "runtime") | r_dev)
+    mem_idx = np.flatnonzero(is_counter)
+    args_text, typed = kd.args_pass(
+        d,
+        rows,
+        {
+            "op": (OpArgs, rows[op_rows]),
+            "gpu": (GpuArgs, rows[gpu_rows]),
+            "mem": (MemArgs, mem_idx),
+        },
+    )
+    op_args = typed.pop("op")
     shapes = _scatter(n, op_rows, kd.raw_column([a.input_dims if a else kd.EMPTY for a in op_args]))
     dtypes = _scatter(n, op_rows, kd.raw_column([a.input_type if a else kd.EMPTY for a in op_args]))
     flops = _scatter(n, op_rows, kd.ints([a.flops if a else None for a in op_args]))
     del op_args
 
     # launches: runtime call -> device work with the same correlation id
-    gpu_rows = np.flatnonzero((r_kind == "runtime") | r_dev)
-    gpu_args = kd.decode_subset(GpuArgs, d.args, rows[gpu_rows])
+    gpu_args = typed.pop("gpu")
     corr = kd.ints([a.correlation if a else None for a in gpu_args])
     nbytes = kd.ints([a.bytes if a else None for a in gpu_args])
     del gpu_args
@@ -222,9 +232,9 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
         "flops": flops,
         "bytes_read": bytes_read,
         "bytes_written": bytes_written,
-        "args": _args_column(d, rows, r_kind, flow_extra),
+        "args": _args_column(d, args_text, rows, r_kind, flow_extra),
     }
-    counters = _counters(d.args, np.flatnonzero(is_counter), d.ts.ns + base)
+    counters = _counters(typed.pop("mem"), d.ts.ns[mem_idx] + base)
     steps = sorted(
         (int(s), int(start[r]), int(dur_ns[r])) for s, r in zip(steps_no, step_rows, strict=True)
     )
@@ -267,11 +277,10 @@ def _check_times(
 
 
 def _args_column(
-    d: kd.Decoded, rows: np.ndarray, kind: np.ndarray, extra: dict[int, str]
+    d: kd.Decoded, col: pa.Array, rows: np.ndarray, kind: np.ndarray, extra: dict[int, str]
 ) -> pa.Array:
     """The events' args as JSON text; unknown categories also keep their cat and ph, and rows
     whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
-    col = d.args.take(pa.array(rows))
     patch = sorted(set(np.flatnonzero(kind == "other").tolist()) | set(extra))
     if not patch:
         return col
@@ -291,9 +300,8 @@ def _args_column(
     return pc.replace_with_mask(col, pa.array(mask), pa.array(texts, col.type))
 
 
-def _counters(args: pa.Array, idx: np.ndarray, ts_unix: np.ndarray) -> dict[str, Any]:
+def _counters(margs: list[MemArgs | None], ts: np.ndarray) -> dict[str, Any]:
     """[memory] instant events -> memory_allocated and memory_reserved samples per device."""
-    margs = kd.decode_subset(MemArgs, args, idx)
     alloc = kd.ints([a.total_allocated if a else None for a in margs])
     reserved = kd.ints([a.total_reserved if a else None for a in margs])
     dtype = kd.ints([a.device_type if a else None for a in margs])
@@ -303,7 +311,6 @@ def _counters(args: pa.Array, idx: np.ndarray, ts_unix: np.ndarray) -> dict[str,
     uniq, inverse = np.unique(np.stack([t, i], axis=1).reshape(-1, 2), axis=0, return_inverse=True)
     labels = pa.array([_device_label(int(a), int(b)) for a, b in uniq], pa.string())
     track = labels.take(pa.array(inverse.reshape(-1).astype(np.int64)))
-    ts = ts_unix[idx]
     parts: dict[str, list] = {"track": [], "name": [], "ts_ns": [], "value": []}
     for name, values in (("memory_allocated", alloc), ("memory_reserved", reserved)):
         ok = pc.is_valid(values)

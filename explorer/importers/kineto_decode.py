@@ -40,7 +40,16 @@ class Event(msgspec.Struct, gc=False):
     ts: float | None = None
     dur: float | None = None
     id: int | str | None = None
+
+
+class ArgsEvent(msgspec.Struct, gc=False):
+    """The args of an event as raw JSON text (a second, lighter pass: see `extract`)."""
+
     args: msgspec.Raw = EMPTY
+
+
+class ArgsTrace(msgspec.Struct, gc=False):
+    traceEvents: list[ArgsEvent]
 
 
 class TimesEvent(msgspec.Struct, gc=False):
@@ -143,14 +152,26 @@ def factorize(values: list[Any]) -> tuple[np.ndarray, pa.Array]:
     return codes, pa.array([str(v) for v in uniques], pa.string())
 
 
-def decode_subset(struct: type, args: pa.Array, idx: np.ndarray) -> list[Any]:
-    """Decode the args objects at rows `idx` of an args column, in one msgspec call."""
-    if idx.size == 0:
-        return []
-    sub = pc.fill_null(args.take(pa.array(idx)), "null").cast(pa.large_string())
-    one = pa.LargeListArray.from_arrays(pa.array([0, len(sub)], pa.int64()), sub)
-    body = pc.binary_join(one, pa.scalar(",", pa.large_string()))[0].as_buffer()
-    return msgspec.json.decode(b"[" + body.to_pybytes() + b"]", type=list[struct | None])
+NULL = msgspec.Raw(b"null")
+
+
+def args_pass(
+    d: Decoded, rows: np.ndarray, subsets: dict[str, tuple[type, np.ndarray]]
+) -> tuple[pa.Array, dict[str, list[Any]]]:
+    """Second pass over the file, for the args: the JSON text of `rows`, and each subset of
+    events decoded into its struct (None where an event has no args). Frees the file buffer.
+
+    It runs once the first pass's structs are gone: holding the file, every event struct and
+    the args column at once would cost a third more memory.
+    """
+    raws = [e.args for e in msgspec.json.decode(d.buf, type=ArgsTrace).traceEvents]
+    d.buf = None
+    text = raw_column([raws[i] for i in rows])
+    typed = {}
+    for key, (struct, idx) in subsets.items():
+        lines = b"\n".join([raws[i] or NULL for i in idx])
+        typed[key] = msgspec.json.Decoder(struct | None).decode_lines(lines) if idx.size else []
+    return text, typed
 
 
 @dataclass
@@ -171,33 +192,34 @@ class Decoded:
     ids: pa.Array
     ts: Times
     dur: Times
-    args: pa.Array  # JSON text per event, null where absent
+    buf: bytes | bytearray | None  # the file, kept for the args pass (args_pass frees it)
     trace: Trace  # top-level keys, with traceEvents emptied
 
 
 def extract(path: Path) -> Decoded:
-    """Read, decode and turn a trace into columns; the per-event structs are freed on return."""
+    """Read and decode a trace into columns, all but the args (see `args_pass`); the per-event
+    structs are freed on return."""
     buf = read_bytes(path)
     trace = decode(path, buf)
     evs = trace.traceEvents
     n = len(evs)
-    args = raw_column([e.args for e in evs])
-    exact = needs_exact([e.ts for e in evs]) or needs_exact([e.dur for e in evs])
-    if exact:
+    if needs_exact([e.ts for e in evs]) or needs_exact([e.dur for e in evs]):
         times = msgspec.json.decode(buf, type=TimesTrace).traceEvents
         ts, dur = text_times([e.ts for e in times]), text_times([e.dur for e in times])
         del times
     else:
         ts, dur = float_times([e.ts for e in evs]), float_times([e.dur for e in evs])
-    del buf  # (the args views keep it until the structs go, at the end of this function)
     names = pa.array([e.name for e in evs], pa.string()).dictionary_encode()
     cats = pa.array([e.cat for e in evs], pa.string()).dictionary_encode()
     pid_code, pids = factorize([e.pid for e in evs])
     tid_code, tids = factorize([e.tid for e in evs])
     id_code, ids = factorize([e.id for e in evs])
+    ph = np.array([e.ph for e in evs], dtype="U4").reshape(-1)
+    trace.traceEvents = []
+    del evs
     out = Decoded(
         n=n,
-        ph=np.array([e.ph for e in evs], dtype="U4").reshape(-1),
+        ph=ph,
         name_code=_codes(names),
         names=names.dictionary,
         cat_code=_codes(cats),
@@ -210,10 +232,9 @@ def extract(path: Path) -> Decoded:
         ids=ids,
         ts=ts,
         dur=dur,
-        args=args,
+        buf=buf,
         trace=trace,
     )
-    trace.traceEvents = []
     return out
 
 

@@ -21,6 +21,25 @@ def import_kineto(
     source_roots: Sequence[Path] = (),
 ) -> Path:
     """Import Kineto trace files (one per rank) into a profile directory, atomically."""
+    import pyarrow as pa
+
+    # The system allocator hands freed buffers straight back to the OS; Arrow's default pool
+    # keeps them for reuse, which adds the import's intermediate columns to its peak memory.
+    pool = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        return _import(paths, out, progress, overwrite, source_roots)
+    finally:
+        pa.set_memory_pool(pool)
+
+
+def _import(
+    paths: Sequence[Path],
+    out: Path,
+    progress: Callable[[str, float], None] | None,
+    overwrite: bool,
+    source_roots: Sequence[Path],
+) -> Path:
     report = progress or (lambda stage, f: None)
     sizes = [max(p.stat().st_size, 1) for p in paths]
     total = float(sum(sizes))
