@@ -15,7 +15,8 @@ class DeviceIdleGaps(Rule):
     still running (host work, syncs, data loading or launch overhead between kernels).
     Algorithm: merge the rank's device work (kernels, copies, DMA, collectives) into disjoint
     busy intervals; inside each step window (the whole trace when there are no steps) the gaps
-    are the complement. Gaps of at least MIN_GAP_NS count; report when they add up to at least
+    are the complement. Gaps of at least MIN_GAP_NS count, less the time the host spends
+    compiling in them (compile-dominated reports that); report when they add up to at least
     MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
     longest gaps most.
     """
@@ -53,7 +54,15 @@ class DeviceIdleGaps(Rule):
         agg = ctx.one(
             "SELECT count(*) AS n, sum(dur_ns) AS total, max(dur_ns) AS longest FROM idle_gaps"
         )
-        total = int(agg.get("total") or 0)
+        # idle while the host compiles is compile-dominated's finding, not this one
+        compiling = ctx.one(
+            """SELECT coalesce(sum(least(x.start_ns + x.dur_ns, g.start_ns + g.dur_ns)
+                                   - greatest(x.start_ns, g.start_ns)), 0) AS ns
+            FROM idle_gaps g JOIN ev x ON x.rank = g.rank AND x.layer = 'host'
+                 AND x.kind = 'compile' AND x.start_ns < g.start_ns + g.dur_ns
+                 AND x.start_ns + x.dur_ns > g.start_ns"""
+        )
+        total = max(int(agg.get("total") or 0) - int(compiling.get("ns") or 0), 0)
         step_ns = ctx.total_step_ns
         if step_ns <= 0 or total < self.MIN_IDLE_SHARE * step_ns:
             return []

@@ -17,7 +17,8 @@ class MemoryBoundOp(Rule):
     Pattern: elementwise and normalisation ops move more bytes than they compute; run one by
     one, each reads and writes HBM and the engines wait on memory.
     Algorithm: for neuron kernels with bytes, arithmetic intensity = flops / (bytes_read +
-    bytes_written); the machine balance is the spec's peak_flops_bf16 / hbm_bytes_per_s. Kernels
+    bytes_written); the machine balance is the spec's machine_balance (else peak_flops_bf16 /
+    hbm_bytes_per_s). Kernels
     under BALANCE_FRACTION of the balance are memory-bound. Report when they take at least
     MIN_SHARE of kernel time; the saving assumed is FUSION_SAVING of their time (fusing a chain
     removes the intermediate HBM round trips).
@@ -38,9 +39,10 @@ class MemoryBoundOp(Rule):
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         spec = ctx.device_spec
         peak, bw = float(spec.get("peak_flops_bf16") or 0), float(spec.get("hbm_bytes_per_s") or 0)
-        if peak <= 0 or bw <= 0:
+        ridge = float(spec.get("machine_balance") or (peak / bw if peak > 0 and bw > 0 else 0))
+        if ridge <= 0:
             return []
-        balance = peak / bw * self.BALANCE_FRACTION
+        balance = ridge * self.BALANCE_FRACTION
         bound = f"{KERNELS} AND {BYTES} > 0 AND coalesce(flops, 0) / {BYTES} < {balance}"
         agg = ctx.one(
             f"""SELECT coalesce(sum(dur_ns), 0) AS total,

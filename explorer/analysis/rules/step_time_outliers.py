@@ -14,7 +14,8 @@ class StepTimeOutliers(Rule):
     Pattern: most steps take the same time but a few are far slower (a periodic checkpoint or
     evaluation, garbage collection, a recompile, a straggling data batch).
     Algorithm: per rank with at least MIN_STEPS steps, a step is an outlier when it takes more
-    than OUTLIER_RATIO times the rank's median step. The saving is the time above the median.
+    than OUTLIER_RATIO times the rank's median step, not counting its compile time (that is
+    compile-dominated's finding). The saving is the time above the median.
     Evidence: the outlier steps, and the host ops whose time per step is most above their mean
     over the other steps.
     """
@@ -35,16 +36,22 @@ class StepTimeOutliers(Rule):
             return []
         ctx.run(
             f"""CREATE OR REPLACE TEMP TABLE step_outliers AS
-            WITH r AS (SELECT rank, median(e - s) AS med, count(*) AS n FROM steps_w
+            WITH c AS (SELECT w.rank, w.s, coalesce(sum(least(x.start_ns + x.dur_ns, w.e)
+                                                    - greatest(x.start_ns, w.s)), 0) AS comp
+                       FROM steps_w w LEFT JOIN ev x ON x.rank = w.rank AND x.layer = 'host'
+                            AND x.kind = 'compile' AND x.start_ns < w.e
+                            AND x.start_ns + x.dur_ns > w.s
+                       GROUP BY w.rank, w.s),
+                 r AS (SELECT rank, median(e - s) AS med, count(*) AS n FROM steps_w
                        GROUP BY rank HAVING count(*) >= {int(self.MIN_STEPS)})
-            SELECT w.rank, w.step, w.s, w.e - w.s AS dur_ns, r.med
-            FROM steps_w w JOIN r USING (rank)
-            WHERE w.e - w.s > {float(self.OUTLIER_RATIO)} * r.med"""
+            SELECT w.rank, w.step, w.s, w.e - w.s AS dur_ns, r.med, c.comp
+            FROM steps_w w JOIN r USING (rank) JOIN c USING (rank, s)
+            WHERE w.e - w.s - c.comp > {float(self.OUTLIER_RATIO)} * r.med"""
         )
         out = ctx.rows("SELECT * FROM step_outliers ORDER BY dur_ns DESC")
         if not out:
             return []
-        extra = sum(int(r["dur_ns"] - r["med"]) for r in out)
+        extra = sum(max(int(r["dur_ns"] - r["comp"] - r["med"]), 0) for r in out)
         steps = tuple(
             Hotspot(
                 label=f"step {r['step']} (rank {r['rank']})",
