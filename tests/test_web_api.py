@@ -13,7 +13,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
-from test_web_support import GPU_TRACES, SHARED, XSS_FILE, XSS_OP, build_root
+from test_web_support import BASE_TRACE, XSS_FILE, XSS_OP, build_root
 
 from explorer.analysis import run_rules
 from explorer.model import Profile
@@ -22,12 +22,12 @@ from web.views import source as source_view
 from web.views import sql as sql_view
 from web.views import timeline
 
-GOOD = ("alexnet", "base", "test", "neuron", "xss")
+GOOD = ("alexnet", "base", "test", "cpu_mlp", "neuron", "xss")
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return build_root(tmp_path_factory.mktemp("web"))
+def root(tmp_path_factory, imported_profiles):
+    return build_root(tmp_path_factory.mktemp("web"), imported_profiles)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +150,16 @@ def test_source_ranks_files_and_annotates_lines(client):
     assert line["events"] and all(e["kind"] == "op" for e in line["events"])
 
 
+def test_source_of_a_real_trace(client):
+    files = get(client, "/api/p/cpu_mlp/source")["files"]
+    assert files[0]["file"].endswith("record_trace.py") and files[0]["has_source"]
+    f = get(client, f"/api/p/cpu_mlp/source/{files[0]['file_id']}")
+    hot = max(f["lines"], key=lambda r: r["ops"])
+    assert hot["ops"] > 0 and hot["code"].strip()
+    ops = get(client, f"/api/p/cpu_mlp/source/{files[0]['file_id']}/lines/{hot['line']}")["ops"]
+    assert any(o["name"].startswith("aten::") for o in ops)
+
+
 def test_findings_are_the_analysis_findings(client, root):
     d = get(client, "/api/p/alexnet/findings")
     want = run_rules(Profile.open(root / "alexnet"))
@@ -243,6 +253,18 @@ def test_corrupt_profile_gives_an_error_and_the_server_goes_on(client):
     assert get(client, "/p/base").status_code == 200
 
 
+def test_requests_during_the_background_warm_up(root):
+    # explorer.analysis keeps one DuckDB connection per profile; the app serialises its use
+    import threading
+
+    for _ in range(3):
+        app = create_app(root / "base")
+        warm = threading.Thread(target=app.state.warm_up)
+        warm.start()
+        assert TestClient(app).get("/api/profiles").status_code == 200
+        warm.join()
+
+
 def _serve(args, env):
     proc = subprocess.Popen(
         [sys.executable, "-m", "explorer", "serve", *args, "--port", "0"],
@@ -256,7 +278,7 @@ def test_serve_imports_a_raw_trace_and_warns_off_loopback(tmp_path, root):
     import httpx
 
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc, line = _serve([str(SHARED / GPU_TRACES["base"]), "--host", "0.0.0.0"], env)
+    proc, line = _serve([str(BASE_TRACE), "--host", "0.0.0.0"], env)
     try:
         assert "serving" in line and "http://0.0.0.0:" in line, line
         url = line.split(" at ")[1].split()[0]

@@ -21,12 +21,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, imported_profiles):
     import uvicorn
 
     from web.app import create_app
 
-    root = build_root(tmp_path_factory.mktemp("webui"))
+    root = build_root(tmp_path_factory.mktemp("webui"), imported_profiles)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -135,6 +135,18 @@ def test_source_line_lists_ops_and_jumps_to_the_timeline(server, page):
     page.click("#line-events a.jump")
     page.wait_for_selector("#event-source")  # the timeline opened on that op, details shown
     assert "/timeline?event=" in page.url
+    assert page.errors == [], page.errors
+
+
+def test_an_op_leads_to_its_line_in_a_real_trace(server, page):
+    _open(page, server + "/p/cpu_mlp/operators", "cpu-operators", "#ops-chart .main-svg")
+    page.click("table.data tbody tr >> nth=0")
+    link = page.wait_for_selector("a.op-line")
+    line = int(link.inner_text().rsplit(":", 1)[1])
+    link.click()
+    page.wait_for_selector(f"#L{line}.target")
+    assert page.locator(f"#L{line} td.src").inner_text().strip()  # the code of that line
+    page.screenshot(path=str(SHOTS / "cpu-source-from-op.png"), full_page=True)
     assert page.errors == [], page.errors
 
 

@@ -1,4 +1,4 @@
-"""Profiles the web tests serve (no tests here): real Kineto traces imported with the importer,
+"""Profiles the web tests serve (no tests here): real Kineto traces imported by the importer,
 a neuron-shaped profile from benchmarks/web_synth.py (the neuron capture is not in the suite
 yet), a trace whose op names and file names carry HTML, a corrupt profile, and a symlink that
 points out of the served directory."""
@@ -8,17 +8,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 from explorer.importers import import_traces
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "traces" / "kineto-gpu"
-GPU_TRACES = {
-    "alexnet": "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
-    "base": "trace_compare_base_base.json.gz",
-    "test": "trace_compare_test_test.json.gz",
+COPIED = {
+    "alexnet": "alexnet",
+    "base": "compare_base",
+    "test": "compare_test",
+    "cpu_mlp": "cpu_mlp",
 }
+BASE_TRACE = SHARED / "trace_compare_base_base.json.gz"
 XSS_OP = "<script>window.__xss=1</script>"
 XSS_OP2 = "aten::mm\"'><img src=x onerror=window.__xss=2>"
 XSS_FILE = "/home/u/evil<script>window.__xss=3</script>.py"
@@ -49,18 +52,19 @@ def xss_trace(path: Path) -> Path:
     return path
 
 
-def build_root(tmp: Path) -> Path:
-    """A served directory: alexnet, base, test, neuron (synthetic), xss, corrupt, and a symlink
-    `escape` to a valid profile outside it."""
+def build_root(tmp: Path, imported: dict[str, Path]) -> Path:
+    """A served directory: alexnet, base, test (shared GPU traces), cpu_mlp (the sample trace,
+    with its source kept), neuron (synthetic), xss, corrupt, and a symlink `escape` to a valid
+    profile outside it. `imported` is conftest's imported_profiles."""
     root = tmp / "profiles"
     root.mkdir()
-    for name, file in GPU_TRACES.items():
-        import_traces([SHARED / file], root / name)
+    for name, key in COPIED.items():
+        shutil.copytree(imported[key], root / name)
     synth_module().make_profile(root / "neuron", 6000)
     import_traces([xss_trace(tmp / "xss.json")], root / "xss")
-    import_traces([SHARED / GPU_TRACES["base"]], root / "corrupt")
+    shutil.copytree(imported["compare_base"], root / "corrupt")
     (root / "corrupt" / "events.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
-    import_traces([SHARED / GPU_TRACES["base"]], tmp / "outside")
+    shutil.copytree(imported["compare_base"], tmp / "outside")
     os.symlink(tmp / "outside", root / "escape")
     # a source file kept in the profile that is really a link to a file outside it
     (tmp / "secret.py").write_text("SECRET = 1\n")

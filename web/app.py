@@ -67,12 +67,18 @@ def create_app(root: str | Path) -> FastAPI:
     def lines(name: str):  # noqa: ANN202 - pyarrow table
         return store.derived(name, "lines", lambda p: source.line_table(store.connection(name)))
 
+    # explorer.analysis keeps one DuckDB connection per profile: one analysis call at a time
     def summary(name: str) -> dict[str, Any] | None:
-        return store.derived(name, "summary", overview.analysis_summary)
+        def make(p):  # noqa: ANN001, ANN202
+            with store.profile_lock(name):
+                return overview.analysis_summary(p)
+
+        return store.derived(name, "summary", make)
 
     def findings(name: str) -> list[dict[str, Any]] | None:
         def make(p):  # noqa: ANN001, ANN202
-            found = overview.analysis_findings(p)
+            with store.profile_lock(name):
+                found = overview.analysis_findings(p)
             for f in found or ():  # so the page can link evidence lines to the source view
                 for line in f.get("evidence", {}).get("source_lines", ()):
                     if line.get("file"):

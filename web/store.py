@@ -46,6 +46,8 @@ class ProfileStore:
         self._profiles: dict[str, tuple[float, Profile]] = {}
         self._derived: dict[tuple[str, str], Any] = {}
         self._local = threading.local()
+        self._key_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._profile_locks: dict[str, threading.Lock] = {}
 
     def names(self) -> list[str]:
         """Names of the profile directories that can be served, sorted."""
@@ -92,15 +94,26 @@ class ProfileStore:
         return profile
 
     def derived(self, name: str, key: str, make: Callable[[Profile], Any]) -> Any:
-        """A value computed once per profile (summary, operator table, timeline index...)."""
+        """A value computed once per profile (summary, operator table, timeline index...);
+        concurrent requests for the same value wait for the one computing it."""
         profile = self.open(name)
         with self._lock:
             if (name, key) in self._derived:
                 return self._derived[(name, key)]
-        value = make(profile)
-        with self._lock:
-            self._derived[(name, key)] = value
+            key_lock = self._key_locks.setdefault((name, key), threading.Lock())
+        with key_lock:
+            with self._lock:
+                if (name, key) in self._derived:
+                    return self._derived[(name, key)]
+            value = make(profile)
+            with self._lock:
+                self._derived[(name, key)] = value
         return value
+
+    def profile_lock(self, name: str) -> threading.Lock:
+        """Serialises work that shares one connection per profile (explorer.analysis's context)."""
+        with self._lock:
+            return self._profile_locks.setdefault(name, threading.Lock())
 
     def connection(self, name: str) -> duckdb.DuckDBPyConnection:
         """This thread's DuckDB connection with the profile's tables registered (connecting
