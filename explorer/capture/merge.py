@@ -209,7 +209,7 @@ def merge(
         return int(host_ids[p]) if p < n_host else ids[calls[p - n_host].id]
 
     src = _backward_lines(runtime)
-    rows: dict[str, list] = {c.name: [] for c in EVENTS.columns}
+    rows: list[tuple] = []
     flow_step: dict[int, int] = {}
     call_steps = step_of(c_start, steps_start, steps_end, steps_num)
     for i, e in enumerate(calls):
@@ -229,7 +229,9 @@ def merge(
              int(e.device_dur_ns or 0), pid, step, _line(e, src))  # fmt: skip
 
     host = _fill_op_lines(host, parents, calls, src)
-    events = pa.concat_tables([conform(EVENTS, host), conform(EVENTS, rows)]).unify_dictionaries()
+    columns = dict(zip(_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
+    added = conform(EVENTS, columns) if rows else EVENTS.arrow_schema().empty_table()
+    events = pa.concat_tables([conform(EVENTS, host), added]).unify_dictionaries()
     counters = _memory_counters(memory, device_offset, device)
     steps = tuple(
         Step(int(k), 0, int(s), int(e - s))
@@ -262,9 +264,22 @@ def _line(e: Any, backward: dict[int, tuple[str, int, str]]) -> tuple | None:
     return None
 
 
-def _add(rows: dict[str, list], e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
-         start: int, dur: int, parent: int | None, step: int | None, line: tuple | None) -> None:  # fmt: skip
-    args = dict(e.args or {})
+_COLUMNS = tuple(c.name for c in EVENTS.columns)
+_json_cache: dict[tuple, str] = {}
+
+
+def _json(value: tuple) -> str:
+    """JSON text of a shapes or dtypes tuple; the same few tuples recur, so cache them."""
+    text = _json_cache.get(value)
+    if text is None:
+        text = _json_cache[value] = json.dumps(value)
+        if len(_json_cache) > 100_000:
+            _json_cache.clear()
+    return text
+
+
+def _args(e: Any, layer: str) -> str | None:
+    args = dict(e.args) if e.args else {}
     if layer == "host":
         args.setdefault("real_ns", e.host_end_ns - e.host_start_ns)
         args["modeled_ns"] = e.host_cost_ns
@@ -274,20 +289,19 @@ def _add(rows: dict[str, list], e: Any, eid: int, flow: int | None, layer: str, 
         args["seq_nr"] = e.seq_nr
     if e.is_backward:
         args["backward"] = True
-    values = {
-        "id": eid, "rank": 0, "layer": layer, "kind": e.kind, "name": e.name, "track": track,
-        "device": device, "start_ns": start, "dur_ns": max(dur, 0), "parent_id": parent,
-        "flow_id": flow, "step": step, "stack_id": None,
-        "src_file": line[0] if line else None, "src_line": line[1] if line else None,
-        "src_func": line[2] if line else None, "op_name": e.op_name or None,
-        "shapes": json.dumps([list(s) for s in e.shapes]) if e.shapes else None,
-        "dtypes": json.dumps(list(e.dtypes)) if e.dtypes else None,
-        "flops": e.flops or None, "bytes_read": e.bytes_read or None,
-        "bytes_written": e.bytes_written or None,
-        "args": json.dumps(args, default=str, sort_keys=True) if args else None,
-    }  # fmt: skip
-    for k, v in values.items():
-        rows[k].append(v)
+    return json.dumps(args, default=str, sort_keys=True) if args else None
+
+
+def _add(rows: list[tuple], e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
+         start: int, dur: int, parent: int | None, step: int | None, line: tuple | None) -> None:  # fmt: skip
+    """One runtime event as a row, in the order of the events schema's columns."""
+    file, lineno, func = line if line else (None, None, None)
+    rows.append((
+        eid, 0, layer, e.kind, e.name, track, device, start, max(dur, 0), parent, flow, step,
+        None, file, lineno, func, e.op_name or None,
+        _json(e.shapes) if e.shapes else None, _json(e.dtypes) if e.dtypes else None,
+        e.flops or None, e.bytes_read or None, e.bytes_written or None, _args(e, layer),
+    ))  # fmt: skip
 
 
 def _fill_op_lines(
