@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered when `import torch` below runs the autoload hook
 _registered = False
 
 
@@ -18,6 +18,9 @@ def register() -> None:
         if _registered:
             return
         import torch
+
+        if _registered:  # `import torch` just ran the autoload hook, which registered
+            return
 
         from backend import device_module, tensor
         from backend.runtime import guard

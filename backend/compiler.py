@@ -127,7 +127,7 @@ class DeviceProgram:
             return self.gm(*args)
         t0 = time.time_ns()
         m0 = model.modeled_now(t0)
-        out = self.gm(*args)
+        out = _rec.run_hidden(self.gm, args, {})
         rt = model.spec().runtime
         flow = events.next_flow()
         tid = threading.get_native_id()

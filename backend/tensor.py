@@ -13,10 +13,25 @@ import torch
 DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registration.register()
 
 
+_NO_KWARGS: dict = {}
+
+
+def _dispatch_first_use(func, args, kwargs):
+    from backend.runtime.dispatch import dispatch
+
+    return dispatch(func, args, kwargs)
+
+
+_dispatch = _dispatch_first_use  # bound to runtime.dispatch.dispatch at registration
+
+
 def set_device_object(device: torch.device) -> None:
     """Called once the backend is renamed, so wrappers report `neuron:0`."""
-    global DEVICE
+    global DEVICE, _dispatch
+    from backend.runtime.dispatch import dispatch
+
     DEVICE = device
+    _dispatch = dispatch
 
 
 class NeuronTensor(torch.Tensor):
@@ -44,9 +59,7 @@ class NeuronTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from backend.runtime.dispatch import dispatch
-
-        return dispatch(func, args, kwargs or {})
+        return _dispatch(func, args, kwargs or _NO_KWARGS)
 
     # Traceable-subclass protocol: torch.compile (AOTAutograd) traces through to the payload.
     def __tensor_flatten__(self) -> tuple[list[str], None]:

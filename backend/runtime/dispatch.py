@@ -70,6 +70,25 @@ def _unwrap(a, inputs: list, info: OpInfo):
     return a
 
 
+def unwrap_all(args: tuple, kwargs: dict, inputs: list, info: OpInfo) -> tuple[list, dict]:
+    """CPU payloads in place of neuron tensors; `inputs` collects (payload, wrapper) pairs."""
+    cpu_args = []
+    for a in args:
+        if type(a) is NeuronTensor:
+            p = a._payload
+            inputs.append((p, a))
+            cpu_args.append(p)
+        elif isinstance(a, _Tensor) or type(a) in _SEQ:
+            cpu_args.append(_unwrap(a, inputs, info))
+        else:
+            cpu_args.append(a)
+    if kwargs:
+        kwargs = {k: _unwrap(v, inputs, info) for k, v in kwargs.items()}
+        if "device" in kwargs:
+            kwargs["device"] = _CPU
+    return cpu_args, kwargs
+
+
 def _wrap(o, inputs: list, new: list):
     if isinstance(o, _Tensor):
         for p, w in inputs:
@@ -90,17 +109,12 @@ def dispatch(func, args: tuple, kwargs: dict):
         info = _INFO[func] = OpInfo(func)
     if info.special is not None:
         return info.special(info, args, kwargs)
-    recording = _prof._is_profiler_enabled and not getattr(_tls, "quiet", 0)
-    if recording:
+    if _prof._is_profiler_enabled and not getattr(_tls, "quiet", 0):
         from backend.runtime import record
 
         return record.dispatch_recorded(info, args, kwargs)
     inputs: list = []
-    cpu_args = tuple(_unwrap(a, inputs, info) for a in args)
-    if kwargs:
-        kwargs = {k: _unwrap(v, inputs, info) for k, v in kwargs.items()}
-        if "device" in kwargs:
-            kwargs["device"] = _CPU
+    cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
     if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
         return _wrap(func(*cpu_args, **kwargs), inputs, [])
     if info.kernel:
@@ -109,6 +123,12 @@ def dispatch(func, args: tuple, kwargs: dict):
         else:
             tracking.warn_fallback(info.name)
     out = func(*cpu_args, **kwargs)
+    if out is None:
+        return None
+    if inputs and out is inputs[0][0]:  # in-place: the result is the first input
+        if info.mutates and inputs[0][0].dtype is _F64:
+            finish_outputs(info, [], inputs)
+        return inputs[0][1]
     new: list = []
     result = _wrap(out, inputs, new)
     finish_outputs(info, new, inputs)

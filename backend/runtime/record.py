@@ -19,6 +19,7 @@ from backend.runtime.source import user_frame
 _now = time.time_ns
 _tid = threading.get_native_id
 _DTYPE_NAMES: dict = {}
+_enable_rf = torch._C._autograd._enable_record_function
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -45,9 +46,9 @@ def autograd_position() -> tuple[int, bool]:
 
 def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
     """Append one host event and advance the one clock by its cut."""
-    eid = events.next_id()
+    eid = next(events._ids)
     cut = model.add_cut(t1 - t0, cost)
-    events.append(
+    events._buf.append(
         (
             "host",
             eid,
@@ -91,24 +92,29 @@ def lower(info, in_payloads, out_payloads):
 def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, args=None):
     """Run a kernel plan on the modeled device no earlier than ready_ns (device-relative)."""
     run = model.timeline().submit(plan, ready_ns=ready_ns)
-    events.append(
-        ("kernel", events.next_id(), plan.name, op, shapes, dtypes, tid, plan, run, flow, src,
+    events._buf.append(
+        ("kernel", next(events._ids), plan.name, op, shapes, dtypes, tid, plan, run, flow, src,
          seq, bwd, args)
     )  # fmt: skip
     return run
 
 
+def run_hidden(func, args, kwargs):
+    """Run a payload op without a torch.profiler event: it is simulator work, not the user's op."""
+    _enable_rf(False)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _enable_rf(True)
+
+
 def dispatch_recorded(info, args: tuple, kwargs: dict):
     t0 = _now()
     inputs: list = []
-    cpu_args = tuple(_d._unwrap(a, inputs, info) for a in args)
-    if kwargs:
-        kwargs = {k: _d._unwrap(v, inputs, info) for k, v in kwargs.items()}
-        if "device" in kwargs:
-            kwargs["device"] = _d._CPU
+    cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
     func = info.func
     if (inputs and type(inputs[0][0]) is not torch.Tensor) or not info.kernel:
-        out = func(*cpu_args, **kwargs)
+        out = run_hidden(func, cpu_args, kwargs)
         new: list = []
         result = _d._wrap(out, inputs, new)
         _d.finish_outputs(info, new, inputs)
@@ -116,33 +122,32 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
     src = user_frame(4)
     seq, bwd = autograd_position()
     tid = _tid()
-    in_payloads = [p for p, _w in inputs]
-    shapes, dtypes = _describe(in_payloads)
-    spec = model.spec()
     if not info.supported:
+        shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
     m0 = model.modeled_now(t0)  # this call's start on the modeled clock, before its own cut
-    compiled = tracking.note_call(info, inputs)
-    out = func(*cpu_args, **kwargs)
+    key, compiled = tracking.note_key(info, inputs)
+    out = run_hidden(func, cpu_args, kwargs)
     new = []
     result = _d._wrap(out, inputs, new)
-    key = tracking.cache_key(info, inputs)
-    plan = tracking.compile_cache.get(key)
+    entry = tracking.compile_cache.get(key)
     t_c = _now()
-    if plan is None:
-        outs = [w._payload for w in new] or (
-            [in_payloads[0]] if info.mutates and in_payloads else []
-        )
-        plan = tracking.compile_cache[key] = lower(info, in_payloads, outs)
+    if entry is None:
+        in_payloads = [p for p, _w in inputs]
+        outs = [w._payload for w in new] or ([in_payloads[0]] if info.mutates and inputs else [])
+        entry = (lower(info, in_payloads, outs), *_describe(in_payloads))
+        tracking.compile_cache[key] = entry
+    plan, shapes, dtypes = entry
     t_l = _now()
-    rt = spec.runtime
+    rt = model.spec().runtime
     if compiled:
         _host("compile", "compile", info.name, shapes, dtypes, tid, t_c, t_l, rt.eager_compile_ns,
               src, seq, bwd, args={"cache": "miss"})  # fmt: skip
-    flow = events.next_flow()
+    flow = next(events._flows)
     ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
     submit_kernel(plan, ready, info.name, shapes, dtypes, tid, flow, src, seq, bwd)
-    _d.finish_outputs(info, new, inputs)
+    if new or info.mutates:
+        _d.finish_outputs(info, new, inputs)
     t1 = _now()
     # The launch owns the payload compute too: all of it is simulator time, cut from the host.
     compile_real = t_l - t_c if compiled else 0
@@ -162,7 +167,7 @@ def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dt
     _host("copy", "copy d2h", info.name, shapes, dtypes, tid, t0, t0, d2h, src, seq, bwd,
           args={"bytes": in_bytes})  # fmt: skip
     t_cpu = _now()
-    out = info.func(*cpu_args, **kwargs)
+    out = run_hidden(info.func, cpu_args, kwargs)
     t_done = _now()
     new: list = []
     result = _d._wrap(out, inputs, new)

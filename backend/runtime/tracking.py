@@ -10,25 +10,34 @@ executed: set[str] = set()
 fallback: set[str] = set()
 _warned: set[str] = set()
 _f64_warned = False
-# (op, shapes, dtypes) -> cached kernel plan (None until the cost model lowered it)
+# (op, shapes, dtypes) -> (kernel plan, shapes, dtypes); None until the cost model lowered it
 compile_cache: dict[tuple, object] = {}
 stats = {"eager_compiles": 0, "eager_cache_hits": 0}
 
 
 def cache_key(info, inputs: list) -> tuple:
-    return (info.func, *[(p.shape, p.dtype) for p, _w in inputs])
+    key = [info.func]
+    for p, _w in inputs:
+        key.append(p.shape)
+        key.append(p.dtype)
+    return tuple(key)
 
 
-def note_call(info, inputs: list) -> bool:
-    """Count one kernel call; True when its (op, shapes, dtypes) key compiles now."""
+def note_key(info, inputs: list) -> tuple[tuple, bool]:
+    """Count one kernel call: its cache key, and True when that key compiles now."""
     executed.add(info.name)
     key = cache_key(info, inputs)
     if key in compile_cache:
         stats["eager_cache_hits"] += 1
-        return False
+        return key, False
     compile_cache[key] = None
     stats["eager_compiles"] += 1
-    return True
+    return key, True
+
+
+def note_call(info, inputs: list) -> bool:
+    """Count one kernel call; True when its (op, shapes, dtypes) key compiles now."""
+    return note_key(info, inputs)[1]
 
 
 def warn_fallback(name: str) -> None:
