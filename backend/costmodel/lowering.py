@@ -156,7 +156,8 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
     budget = spec.sbuf_bytes * spec.policy.sbuf_operand_share
     for b, m, k, n in problems:
         n_chunks = ceil(n / fmax)
-        col_cycles = n * passes + n_chunks * spec.tensor_instr_overhead_cycles
+        # an fp32 matmul is `passes` bf16-rate passes, each paying the instruction overhead
+        col_cycles = n * passes + n_chunks * max(1.0, passes) * spec.tensor_instr_overhead_cycles
         for ks, kc in _split(k, dim):
             for ms, mc in _split(m, dim):
                 g = groups.setdefault((ks, ms), [0, 0.0, 0])
@@ -229,10 +230,9 @@ def assemble(
         share = total_value // stages
         return share + (total_value - share * stages if s == stages - 1 else 0)
 
-    if not computes:  # pure data movement: HBM -> HBM
-        for s in range(stages):
-            for w in writes:
-                dma(part(w, s), "dma_hbm_to_hbm", (), True, True)
+    if not computes:  # pure data movement, HBM -> HBM: nothing to overlap, so one stage
+        for w in writes:
+            dma(w, "dma_hbm_to_hbm", (), True, True)
         return _plan(
             name, op, instrs, 0, sum(writes), sum(writes), inputs, outputs, (), category, spec
         )

@@ -56,8 +56,10 @@ class ModelPolicy:
     """How the modeled compiler tiles and pipelines work: model choices, not chip facts."""
 
     max_stages: int = 8  # a kernel's work is split into at most this many pipelined stages
-    stage_min_bytes: int = 1 << 20  # ... each moving at least this much HBM traffic
-    dma_piece_min_bytes: int = 16 << 10  # a stage's tensor is spread over queues in pieces >= this
+    # ... each moving at least this much HBM traffic, so every DMA queue gets pieces large
+    # enough (~256 KiB) to amortise the per-transfer latency
+    stage_min_bytes: int = 4 << 20
+    dma_piece_min_bytes: int = 64 << 10  # a stage's tensor is spread over queues in pieces >= this
     engine_tile_elems: int = 128 * 512  # elements one Vector/Scalar/GpSimd instruction handles
     sbuf_operand_share: float = 0.5  # share of SBUF a matmul keeps its operands in
 
