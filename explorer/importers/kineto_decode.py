@@ -169,9 +169,20 @@ def args_pass(
     text = raw_column([raws[i] for i in rows])
     typed = {}
     for key, (struct, idx) in subsets.items():
-        lines = b"\n".join([raws[i] or NULL for i in idx])
-        typed[key] = msgspec.json.Decoder(struct | None).decode_lines(lines) if idx.size else []
+        subset = [raws[i] or NULL for i in idx]
+        decoder = msgspec.json.Decoder(struct | None)
+        try:
+            typed[key] = decoder.decode_lines(b"\n".join(subset)) if idx.size else []
+        except msgspec.ValidationError:  # an odd args object: keep the rest, this one as None
+            typed[key] = [_decode_or_none(decoder, r) for r in subset]
     return text, typed
+
+
+def _decode_or_none(decoder: msgspec.json.Decoder, raw: msgspec.Raw) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError:
+        return None
 
 
 @dataclass
