@@ -48,10 +48,12 @@ run(async () => {
     section("All ops", table),
   );
   const top = ops.slice(0, 15).reverse();
+  chart.style.height = Math.max(300, 90 + 30 * top.length) + "px";
+  roof.style.height = chart.style.height;
   plot(chart, [
     { type: "bar", orientation: "h", name: "host self", y: top.map((o) => o.name), x: top.map((o) => o.host_self_ns / 1e6), marker: { color: "#3b82f6" } },
     { type: "bar", orientation: "h", name: "device" + modeled, y: top.map((o) => o.name), x: top.map((o) => o.device_ns / 1e6), marker: { color: "#10b981" } },
-  ], { barmode: "group", xaxis: { title: { text: "ms" } }, yaxis: { automargin: true }, margin: { l: 140, r: 10, t: 30, b: 50 } });
+  ], { barmode: "group", xaxis: { title: { text: "ms" } }, yaxis: { automargin: true, tickfont: { family: "ui-monospace, Menlo, Consolas, monospace", size: 11 } }, margin: { l: 10, r: 10, t: 30, b: 50 } });
   if (d.roofline) {
     const pts = ops.filter((o) => o.intensity && o.achieved_flops_per_s);
     const peak = d.roofline.peak_flops_per_s, bw = d.roofline.peak_bytes_per_s;

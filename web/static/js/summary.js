@@ -68,7 +68,7 @@ run(async () => {
     h("h1", {}, profile, h("span", { class: "note" }, `  ${d.manifest.source} · ${d.devices.join(", ") || "host only"}${d.manifest.device_spec ? " · " + (d.manifest.device_spec.name || "") + " (modeled)" : ""}`)),
     h("div", { class: "cards" },
       card("Steps", String(d.steps.steps || (s.step_stats ? s.step_stats.count : 0)), d.steps.steps ? "" : "no ProfilerStep spans"),
-      card("Step time", fmtNs(s.step_stats ? s.step_stats.median_ns : d.steps.step_ns_mean), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace"),
+      card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
       b.device_compute_ns !== null ? card("Device compute" + modeled, fmtPct(share(b.device_compute_ns)), fmtNs(b.device_compute_ns)) : null,
       b.device_idle_ns !== null ? card("Device idle" + modeled, fmtPct(share(b.device_idle_ns)), fmtNs(b.device_idle_ns)) : null,
       card("MFU", s.mfu === null ? "–" : fmtPct(s.mfu), s.mfu === null ? "neuron profiles" : "TensorE vs bf16 peak"),

@@ -102,6 +102,7 @@ function draw() {
     }
     ctx.restore();
   }
+  drawFlows(width);
   // gutter labels
   ctx.fillStyle = "#f3f4f6"; ctx.fillRect(0, 0, GUTTER, height);
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(GUTTER - 1, 0, 1, height);
@@ -186,12 +187,46 @@ function hitAt(px, py) {
   return -1;
 }
 
+function laneOf(e) {
+  return state.lanes.findIndex((l) => l.rank === e.rank && l.layer === e.layer && l.track === e.track && (l.device || null) === (e.device || null));
+}
+
+function yOf(e, lane) {  // the row of an event drawn in this window, else its lane's first row
+  const k = state.win ? state.win.rects.id.indexOf(e.id) : -1;
+  const depth = k >= 0 ? state.win.rects.depth[k] : 0;
+  return state.laneY[lane] + Math.min(depth, state.lanes[lane].depth - 1) * ROW + ROW / 2;
+}
+
+function drawFlows(width) {
+  const f = state.flowLinks;
+  if (!f || f.ev.id !== state.selected) return;
+  const from = laneOf(f.ev);
+  if (from < 0) return;
+  const y0 = yOf(f.ev, from), x0 = xOf(f.ev.start_ns);
+  ctx.save();
+  ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, 1e6); ctx.clip();
+  ctx.strokeStyle = "#db2777"; ctx.fillStyle = "#db2777"; ctx.lineWidth = 1.5;
+  for (const p of f.flows) {
+    const to = laneOf(p);
+    if (to < 0) continue;
+    const y1 = yOf(p, to), x1 = xOf(p.start_ns);
+    const [ax, ay, bx, by] = p.start_ns <= f.ev.start_ns ? [x1, y1, x0, y0] : [x0, y0, x1, y1];
+    ctx.beginPath(); ctx.moveTo(ax, ay);
+    const my = (ay + by) / 2;
+    ctx.bezierCurveTo(ax, my, bx, my, bx, by); ctx.stroke();
+    ctx.beginPath(); ctx.arc(bx, by, 3, 0, 2 * Math.PI); ctx.fill();
+  }
+  ctx.restore();
+}
+
 async function select(eventId) {
   state.selected = eventId;
   draw();
   detailsEl.replaceChildren(h("div", { class: "note" }, "Loading event…"));
   const d = await api(`/p/${enc(profile)}/events/${enc(eventId)}`);
   const ev = d.event;
+  state.flowLinks = { ev, flows: d.flows };
+  draw();
   const item = (e) => h("li", {}, h("a", { href: "#", onclick: (x) => { x.preventDefault(); focusEvent(e); } }, `${e.kind} · ${e.name}`),
     h("span", { class: "note" }, `  ${e.track} · ${fmtNs(e.dur_ns)}`));
   const kv = h("dl", { class: "kv" });
@@ -218,14 +253,17 @@ function focusEvent(e) {
   select(e.id);
 }
 
-function rectCenter(kind) {  // used by the browser tests to find something to click
+function rectCenter(kind) {  // used by the browser tests: the whole rectangle of `kind` nearest the middle
+  const mid = GUTTER + (canvas.clientWidth - GUTTER) / 2;
+  let best = null;
   for (const [x, y, w, i] of state.hits) {
-    if (state.win.rects.kind[i] === kind && state.win.rects.count[i] === 1 && w >= 3) {
-      const b = canvas.getBoundingClientRect();
-      return { x: b.left + x + Math.min(w / 2, 20), y: b.top + y + ROW / 2, id: state.win.rects.id[i] };
-    }
+    if (state.win.rects.kind[i] !== kind || state.win.rects.count[i] !== 1 || w < 3 || x < GUTTER) continue;
+    if (!best || Math.abs(x + w / 2 - mid) < Math.abs(best[0] + best[2] / 2 - mid)) best = [x, y, w, i];
   }
-  return null;
+  if (!best) return null;
+  const b = canvas.getBoundingClientRect();
+  const [x, y, w, i] = best;
+  return { x: b.left + x + w / 2, y: b.top + y + ROW / 2, id: state.win.rects.id[i] };
 }
 
 function wire() {
