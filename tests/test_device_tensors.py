@@ -1,0 +1,157 @@
+"""The neuron device as a user sees it: tensors, printing, views, saving, errors, device APIs."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+import torch
+
+import backend
+from backend.tensor import NeuronTensor
+
+NEURON = torch.device("neuron", 0)
+
+
+def test_factories_and_copies_keep_values_and_device():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, device="neuron")
+    torch.manual_seed(0)
+    ref = torch.randn(3, 4)
+    assert x.device == NEURON and isinstance(x, NeuronTensor)
+    assert torch.equal(x.cpu(), ref)
+    t = torch.tensor([[1, 2], [3, 4]], device="neuron")
+    assert t.dtype == torch.int64 and t.cpu().tolist() == [[1, 2], [3, 4]]
+    assert torch.equal(ref.to("neuron").cpu(), ref)
+    assert torch.zeros(2, 2, device="neuron").cpu().sum().item() == 0
+    assert torch.full((2,), 7.0, device="neuron").tolist() == [7.0, 7.0]
+
+
+def test_printing_matches_cuda_style():
+    x = torch.tensor([1.5, -2.0], device="neuron", requires_grad=True)
+    assert repr(x) == "tensor([ 1.5000, -2.0000], device='neuron:0', requires_grad=True)"
+    assert str(torch.tensor(3, device="neuron", dtype=torch.int32)) == (
+        "tensor(3, device='neuron:0', dtype=torch.int32)"
+    )
+    assert "grad_fn=<MulBackward0>" in repr(x * 2)
+    assert f"{torch.tensor(2.25, device='neuron'):.1f}" == "2.2"
+
+
+def test_indexing_views_and_in_place_share_storage_like_cpu():
+    x = torch.arange(12.0, device="neuron").view(3, 4)
+    ref = torch.arange(12.0).view(3, 4)
+    for t in (x, ref):
+        row = t[1]
+        row.add_(100)
+        t[:, 0] = -1
+        t.t()[2].mul_(2)
+        t[t > 105] = 0
+    assert torch.equal(x.cpu(), ref)
+    assert x[torch.tensor([0, 2])].cpu().tolist() == ref[torch.tensor([0, 2])].tolist()
+    assert x.transpose(0, 1).contiguous().cpu().tolist() == ref.t().contiguous().tolist()
+
+
+def test_save_and_load_device_tensors_and_state_dicts():
+    model = torch.nn.Linear(3, 2).to("neuron")
+    x = torch.randn(4, device="neuron")
+    buf = io.BytesIO()
+    torch.save({"x": x, "state": model.state_dict()}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert loaded["x"].device == NEURON and torch.equal(loaded["x"].cpu(), x.cpu())
+    fresh = torch.nn.Linear(3, 2).to("neuron")
+    fresh.load_state_dict(loaded["state"])
+    assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
+
+
+def test_mixing_cpu_and_neuron_tensors_is_a_clear_error_but_scalars_are_fine():
+    x = torch.ones(3, device="neuron")
+    with pytest.raises(RuntimeError, match="same device.*neuron:0 and cpu"):
+        x + torch.ones(3)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.mm(torch.ones(3, 3), torch.ones(3, 3, device="neuron"))
+    assert (x + torch.tensor(2.0)).cpu().tolist() == [3.0, 3.0, 3.0]
+    assert (x * 2).device == NEURON
+    with pytest.raises(TypeError, match="cpu"):
+        x.numpy()
+
+
+def test_device_modules_and_accelerator_api():
+    assert torch.accelerator.current_accelerator() == torch.device("neuron")
+    assert torch.accelerator.is_available() and torch.accelerator.device_count() == 1
+    torch.accelerator.synchronize()
+    assert torch.neuron.is_available() and torch.neuron.device_count() == 1
+    assert torch.neuron.current_device() == 0
+    torch.neuron.set_device(0)
+    torch.neuron.synchronize()
+    torch.neuron.manual_seed(5)
+    a = torch.randn(3, device="neuron")
+    torch.manual_seed(5)
+    assert torch.equal(a.cpu(), torch.randn(3))
+    assert torch.device("neuron").type == "neuron" and torch.ones(1).neuron().device == NEURON
+
+
+def test_memory_accounting_counts_allocations_and_frees():
+    torch.neuron.reset_peak_memory_stats()
+    before = torch.neuron.memory_allocated()
+    x = torch.empty(1024, 256, device="neuron")  # 1 MiB of float32
+    assert torch.neuron.memory_allocated() - before == 1 << 20
+    view = x[:10]
+    assert torch.neuron.memory_allocated() - before == 1 << 20  # views allocate nothing
+    y = x * 2
+    assert torch.neuron.max_memory_allocated() - before >= 2 << 20
+    del x, view, y
+    assert torch.neuron.memory_allocated() == before
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() == before
+
+
+def test_float64_runs_as_float32_with_a_warning():
+    x = torch.tensor([1.0 + 1e-12, 1 / 3], dtype=torch.float64, device="neuron")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        y = x * 1.0
+    assert y.dtype == torch.float64
+    as_f32 = (torch.tensor([1.0 + 1e-12, 1 / 3], dtype=torch.float64).float()).double()
+    assert torch.equal(y.cpu(), as_f32)
+    assert not torch.equal(y.cpu(), torch.tensor([1.0 + 1e-12, 1 / 3], dtype=torch.float64))
+
+
+def test_unsupported_ops_fall_back_to_cpu_once_with_a_warning():
+    backend.clear_op_tracking()
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0], device="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = torch.nonzero(x)
+        second = torch.nonzero(x + 1)
+    fallback_warnings = [w for w in caught if "aten::nonzero" in str(w.message)]
+    assert len(fallback_warnings) <= 1  # once per process (it may have fired earlier)
+    assert first.device == NEURON and first.cpu().flatten().tolist() == [1, 3]
+    assert second.cpu().flatten().tolist() == [0, 1, 2, 3]
+    assert backend.get_fallback_ops() == ["aten::nonzero"]
+    assert "aten::add" in backend.get_executed_ops()
+    assert "aten::nonzero" not in backend.get_executed_ops()
+    backend.clear_op_tracking()
+    assert backend.get_executed_ops() == [] and backend.get_fallback_ops() == []
+
+
+def test_eager_compile_cache_is_keyed_by_op_shapes_and_dtypes():
+    a, b = torch.ones(5, device="neuron"), torch.ones(6, device="neuron")
+    backend.reset_compile_stats()
+    for _ in range(3):
+        a.sin()
+    s = backend.compile_stats()
+    assert (s.eager_compiles, s.eager_cache_hits) == (1, 2)
+    b.sin()
+    a.half().sin()  # _to_copy to half is a compile too
+    assert backend.compile_stats().eager_compiles == 4
+
+
+def test_supported_ops_table_is_documented():
+    doc = (backend.__path__[0] + "/../docs/device.md").replace("backend/../", "")
+    text = open(doc, encoding="utf-8").read()
+    ops = backend.supported_ops()
+    assert "aten::mm" in ops and "aten::nonzero" not in ops
+    missing = [op for op in ops if f"`{op}`" not in text]
+    assert not missing, f"docs/device.md does not list {missing}"
