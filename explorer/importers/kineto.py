@@ -97,25 +97,9 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
     report = progress or (lambda f: None)
     d = kd.extract(path)
     report(0.6)
-    name_dict: list[str] = d.names.to_pylist()
-    kinds, layers = (
-        zip(*(CATEGORIES.get(c.lower(), ("other", "host")) for c in d.cats), strict=True)
-        if d.cats
-        else ((), ())
-    )
-    kind = np.array(kinds, dtype=object)[d.cat_code] if d.n else np.zeros(0, dtype=object)
-    layer_dev = np.array([x == "device" for x in layers], dtype=bool)[d.cat_code]
-    step_no = np.array([_step_number(s) for s in name_dict], dtype=np.int64)
-    is_coll_name = np.array([s.lower().startswith(COLLECTIVE_PREFIXES) for s in name_dict])
-    is_nccl = np.array(["nccl" in s.lower() for s in name_dict], dtype=bool)
-    is_mem = np.array([s == MEMORY_EVENT for s in name_dict], dtype=bool)
-    phn, name_code = d.ph, d.name_code
-    if d.n:
-        kind[(kind == "annotation") & (step_no[name_code] >= 0)] = "step"
-        kind[(kind == "annotation") & is_coll_name[name_code]] = "collective"
-        kind[(kind == "gpu_kernel") & is_nccl[name_code]] = "collective"
-    is_flow = np.isin(phn, list(FLOW_PHASES))
-    is_counter = is_mem[name_code] & (phn != "X")
+    c = _classify(d)
+    name_dict, kind, layer_dev, step_no = c.names, c.kind, c.device, c.step_no
+    phn, name_code, is_flow, is_counter = d.ph, d.name_code, c.is_flow, c.is_counter
     rows = np.flatnonzero(~is_flow & ~is_counter & (phn != "M"))
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
@@ -252,6 +236,39 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
         meta=_meta(d.trace),
         user_files={frames[i].file for i in used},
     )
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """Per event: kind and layer; per distinct name: step number (-1 if not a step)."""
+
+    names: list[str]
+    kind: np.ndarray  # object array of kind names
+    device: np.ndarray  # bool: device layer
+    step_no: np.ndarray  # by name code
+    is_flow: np.ndarray  # bool: a flow event (ph s, f, t)
+    is_counter: np.ndarray  # bool: a [memory] sample (goes to counters)
+
+
+def _classify(d: kd.Decoded) -> _Classes:
+    """Kinds from the category table, refined by name (steps, collectives), decided once per
+    distinct category and name and spread to events by their codes."""
+    names: list[str] = d.names.to_pylist()
+    by_cat = [CATEGORIES.get(c.lower(), ("other", "host")) for c in d.cats]
+    kind = np.array([k for k, _ in by_cat] or ["other"], dtype=object)[d.cat_code]
+    device = np.array([layer == "device" for _, layer in by_cat] or [False])[d.cat_code]
+    step_no = np.array([_step_number(s) for s in names], dtype=np.int64)
+    coll_name = np.array([s.lower().startswith(COLLECTIVE_PREFIXES) for s in names], dtype=bool)
+    nccl = np.array(["nccl" in s.lower() for s in names], dtype=bool)
+    memory = np.array([s == MEMORY_EVENT for s in names], dtype=bool)
+    if d.n:
+        code = d.name_code
+        kind[(kind == "annotation") & (step_no[code] >= 0)] = "step"
+        kind[(kind == "annotation") & coll_name[code]] = "collective"
+        kind[(kind == "gpu_kernel") & nccl[code]] = "collective"
+    is_flow = np.isin(d.ph, list(FLOW_PHASES))
+    is_counter = (memory[d.name_code] if d.n else np.zeros(0, bool)) & (d.ph != "X")
+    return _Classes(names, kind, device, step_no, is_flow, is_counter)
 
 
 def _step_of(
