@@ -209,3 +209,45 @@ def test_each_neuron_problem_is_the_top_finding(problem):
     assert problem in ids
     if problem != "float64-downcast":
         assert ids[0] == problem, ids
+
+
+def recorded_cpu_problems() -> Profile:
+    """A real torch.profiler CPU trace recorded here: batches from a slow single-process
+    DataLoader, a 24-layer MLP updated by SGD(foreach=False), and one step that sleeps."""
+    if "recorded" in _CACHE:
+        return _CACHE["recorded"]
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    from explorer.importers import import_traces
+
+    class SlowData(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, i: int):
+            time.sleep(0.02)  # e.g. decoding an image in the training process
+            return torch.randn(32), torch.randn(32)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(24)])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, foreach=False)
+    loader = torch.utils.data.DataLoader(SlowData(), batch_size=4, num_workers=0)
+    trace = _TMP / "recorded.pt.trace.json"
+    # a schedule makes torch.profiler record the ProfilerStep#N spans
+    plan = schedule(wait=0, warmup=1, active=7, repeat=1)
+    with profile(activities=[ProfilerActivity.CPU], schedule=plan,
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:  # fmt: skip
+        for i, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == 4:
+                with record_function("checkpoint"):
+                    time.sleep(1.0)  # a slow step: e.g. a checkpoint written in the loop
+            prof.step()
+            if i == 7:
+                break
+    _CACHE["recorded"] = Profile.open(import_traces([trace], _TMP / "recorded"))
+    return _CACHE["recorded"]

@@ -18,7 +18,7 @@ class DeviceIdleGaps(Rule):
     are the complement. Gaps of at least MIN_GAP_NS count, less the time the host spends
     compiling in them (compile-dominated reports that); report when they add up to at least
     MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
-    longest gaps most.
+    TOP_GAPS longest gaps most.
     """
 
     id = "device-idle-gaps"

@@ -36,8 +36,11 @@ class StepTimeOutliers(Rule):
             return []
         ctx.run(
             f"""CREATE OR REPLACE TEMP TABLE step_outliers AS
-            WITH c AS (SELECT w.rank, w.s, coalesce(sum(least(x.start_ns + x.dur_ns, w.e)
-                                                    - greatest(x.start_ns, w.s)), 0) AS comp
+            WITH c AS (SELECT w.rank, w.s,
+                              -- least/greatest skip NULLs, so unmatched rows must add 0
+                              coalesce(sum(CASE WHEN x.id IS NOT NULL THEN
+                                  least(x.start_ns + x.dur_ns, w.e) - greatest(x.start_ns, w.s)
+                                  END), 0) AS comp
                        FROM steps_w w LEFT JOIN ev x ON x.rank = w.rank AND x.layer = 'host'
                             AND x.kind = 'compile' AND x.start_ns < w.e
                             AND x.start_ns + x.dur_ns > w.s

@@ -24,7 +24,7 @@ class UnfusedOptimizer(Rule):
     id = "unfused-optimizer"
     title = "Optimizer updates parameters one by one"
     severity = "low"
-    MIN_OPS_PER_STEP = 40
+    MIN_OPS_PER_STEP = 32  # a few ops per parameter for a model of 16+ parameters
     FUSED_SAVING = 0.5  # multi-tensor/fused optimizers typically halve optimizer.step()
     fix = (
         "Use the multi-tensor or fused implementation: torch.optim.AdamW(params, lr, "

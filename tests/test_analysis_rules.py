@@ -1,0 +1,116 @@
+"""Every rule finds its problem where it exists and stays quiet where it does not.
+
+Generic rules run on the real Kineto traces in ../shared/traces/kineto-gpu/ and on a CPU trace
+recorded here with torch.profiler; the neuron rules on the small neuron profiles of
+test_analysis_profiles (captured samples replace those once capture lands).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_analysis_profiles import neuron_profile, real, recorded_cpu_problems
+
+from explorer.analysis import all_rules, findings_document, get_rule, run_rules
+from explorer.errors import ExplorerError
+
+# rule id -> (a profile with the problem, a profile without it)
+CASES = {
+    "device-idle-gaps": ("alexnet", "ns_resolution"),
+    "launch-bound": ("nccl", "ns_resolution"),
+    "cuda-sync": ("ns_resolution", "nccl"),
+    "host-device-copies": ("alexnet", "nccl"),
+    "collective-share": ("cpu_only", "ns_resolution"),
+    "step-time-outliers": ("recorded", "ns_resolution"),
+    "unfused-optimizer": ("recorded", "nccl"),
+    "dataloader-stall": ("recorded", "nccl"),
+    "cpu-fallback": ("neuron:cpu-fallback", "neuron:clean"),
+    "recompilation": ("neuron:recompilation", "neuron:clean"),
+    "compile-dominated": ("neuron:compile-dominated", "neuron:clean"),
+    "float64-downcast": ("neuron:float64-downcast", "neuron:clean"),
+    "host-sync": ("neuron:host-sync", "neuron:clean"),
+    "small-dma": ("neuron:small-dma", "neuron:clean"),
+    "memory-bound-op": ("neuron:memory-bound-op", "neuron:clean"),
+    "tensor-engine-padding": ("neuron:tensor-engine-padding", "neuron:clean"),
+    "fp32-matmul": ("neuron:fp32-matmul", "neuron:clean"),
+}
+# launch-bound and host-device-copies also cover the neuron device
+NEURON_ALSO = ("launch-bound", "host-device-copies")
+
+
+def _profile(name: str):
+    if name == "recorded":
+        return recorded_cpu_problems()
+    if name.startswith("neuron:"):
+        problem = name.split(":", 1)[1]
+        return neuron_profile(None if problem == "clean" else problem)
+    return real(name)
+
+
+def test_every_rule_has_a_case():
+    assert set(CASES) == set(all_rules())
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_finds_the_problem(rule_id):
+    findings = get_rule(rule_id).evaluate(_profile(CASES[rule_id][0]))
+    assert findings, f"{rule_id} found nothing on {CASES[rule_id][0]}"
+    for f in findings:
+        assert f.rule == rule_id and f.title and f.detail and f.fix
+        assert f.saving_ns >= 0 and 0 <= f.saving_share <= 1
+        assert f.severity in ("low", "medium", "high")
+        assert f.evidence.ops or f.evidence.source_lines or f.evidence.event_ids
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_quiet_without_the_problem(rule_id):
+    assert get_rule(rule_id).evaluate(_profile(CASES[rule_id][1])) == []
+
+
+@pytest.mark.parametrize("rule_id", NEURON_ALSO)
+def test_shared_rules_find_the_neuron_problem(rule_id):
+    assert get_rule(rule_id).evaluate(neuron_profile(rule_id))
+
+
+def test_evidence_names_the_culprits():
+    """The evidence points at what causes the time, from the real traces."""
+    (sync,) = get_rule("cuda-sync").evaluate(real("ns_resolution"))
+    assert sync.evidence.ops[0].label.startswith("cudaDeviceSynchronize")
+    (copies,) = get_rule("host-device-copies").evaluate(real("alexnet"))
+    assert all("Pageable" in h.label for h in copies.evidence.ops)
+    assert copies.evidence.metrics["pageable"] == 16
+    (opt,) = get_rule("unfused-optimizer").evaluate(recorded_cpu_problems())
+    assert opt.evidence.ops[0].label == "aten::add_"
+    assert opt.evidence.metrics["ops"] >= 7 * 48  # 48 parameters, 7 optimizer steps
+    (loader,) = get_rule("dataloader-stall").evaluate(recorded_cpu_problems())
+    assert "DataLoader" in loader.evidence.ops[0].label
+
+
+def test_findings_are_ranked_and_serialisable():
+    profile = real("nccl")
+    findings = run_rules(profile)
+    savings = [f.saving_ns for f in findings]
+    assert savings == sorted(savings, reverse=True)
+    doc = json.loads(json.dumps(findings_document(profile, findings)))
+    assert doc["findings"][0]["rule"] == findings[0].rule
+    assert set(doc) == {"profile", "source", "total_step_ns", "steps", "rules_run", "findings"}
+    assert set(doc["findings"][0]) == {
+        "rule", "severity", "title", "detail", "fix", "saving_ns", "saving_share", "evidence"
+    }  # fmt: skip
+
+
+def test_run_rules_by_id_and_unknown_id():
+    assert {f.rule for f in run_rules(real("alexnet"), ["cuda-sync"])} <= {"cuda-sync"}
+    with pytest.raises(ExplorerError, match="unknown rule"):
+        run_rules(real("alexnet"), ["no-such-rule"])
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_is_described(rule_id):
+    rule = get_rule(rule_id)
+    doc = rule.doc()
+    assert "Pattern:" in doc and "Algorithm:" in doc
+    assert rule.title and rule.fix and rule.scope in ("any", "neuron")
+    for name in rule.thresholds():
+        assert name in doc, f"{rule_id}: threshold {name} not explained in the docstring"
