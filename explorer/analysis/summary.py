@@ -310,7 +310,7 @@ def _mfu(ctx: AnalysisContext) -> float | None:
         FROM ev WHERE layer = 'device' AND {_in_steps(ctx)}"""
     )
     flops = row.get("te") or row.get("mm") or 0
-    return round(float(flops) / secs / peak, 6)
+    return float(flops) / secs / peak
 
 
 def _mbu(ctx: AnalysisContext) -> float | None:
@@ -322,7 +322,7 @@ def _mbu(ctx: AnalysisContext) -> float | None:
         f"""SELECT coalesce(sum(coalesce(bytes_read, 0) + coalesce(bytes_written, 0)), 0) AS b
         FROM ev WHERE layer = 'device' AND kind = 'kernel' AND {_in_steps(ctx)}"""
     )
-    return round(float(row.get("b") or 0) / secs / peak, 6)
+    return float(row.get("b") or 0) / secs / peak
 
 
 def _readiness(ctx: AnalysisContext) -> Readiness:
