@@ -204,7 +204,7 @@ def assemble(
     total = sum(reads) + sum(writes)
     stages = max(1, min(policy.max_stages, total // policy.stage_min_bytes))
     if computes:
-        stages = min(stages, max(1, min(c.count for c in computes)))
+        stages = min(stages, max(1, min(c.repeat for c in computes)))
     nq = spec.dma_queues
     queue_bw = spec.memory_bytes_per_s / nq / 1e9  # bytes per ns per queue
     instrs: list[Instr] = []
@@ -250,7 +250,7 @@ def assemble(
             load(s + 1)
         deps = tuple(loads[s])
         for c in computes:
-            count = part(c.count, s)
+            count = part(c.repeat, s)
             instrs.append(Instr(c.engine, c.opcode, max(1, round(c.dur_ns / stages)), deps,
                                 part(c.flops, s), part(c.sbuf_bytes, s), 0, 0,
                                 max(1, count), c.utilization))  # fmt: skip

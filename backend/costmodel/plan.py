@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
+from typing import NamedTuple
 
 # Bytes per element by torch dtype name (without "torch.").
 DTYPE_BYTES: dict[str, int] = {
@@ -49,13 +50,13 @@ class TensorInfo:
         return self.numel * self.itemsize
 
 
-@dataclass(frozen=True)
-class Instr:
-    """One instruction (or a batch of identical ones, `count`) of a kernel plan.
+class Instr(NamedTuple):
+    """One instruction (or `repeat` identical ones in a row) of a kernel plan.
 
     `deps` are indices of earlier instructions of the same plan that must finish first; `queue`
-    is the plan-relative DMA queue for DMA transfers. `utilization` is the share of the engine's
-    peak the work uses (for TensorE: the share of the 128x128 array the tiles fill).
+    is the plan-relative DMA queue of a DMA transfer. `utilization` is the share of the engine's
+    peak the work uses (for TensorE: the share of the 128x128 array the tiles fill). A NamedTuple,
+    not a dataclass, because lowering builds thousands of them and a tuple is 5x cheaper to make.
     """
 
     engine: str
@@ -66,19 +67,18 @@ class Instr:
     bytes_read: int = 0
     bytes_written: int = 0
     queue: int = 0
-    count: int = 1
+    repeat: int = 1
     utilization: float = 1.0
 
 
-@dataclass(frozen=True)
-class Compute:
+class Compute(NamedTuple):
     """Engine work before it is split into pipeline stages (the unit `fuse` recombines)."""
 
     engine: str
     opcode: str
     dur_ns: float  # the whole op's time on that engine
     flops: int
-    count: int = 1
+    repeat: int = 1  # instructions it takes
     utilization: float = 1.0
     sbuf_bytes: int = 0  # bytes read/written inside SBUF/PSUM by this work
 

@@ -24,6 +24,8 @@ SRC_TRN3_CORE = f"{_DOCS}/about-neuron/arch/neuron-hardware/neuron-core-v4.html"
 SRC_TRN3_CHIP = f"{_DOCS}/about-neuron/arch/neuron-hardware/trainium3.html"
 SRC_DMA_GUIDE = f"{_DOCS}/nki/deep-dives/nki-dma-bandwidth-guide.html"
 SRC_NKI_ISA = f"{_DOCS}/nki/api/nki.isa.html"
+SRC_DMA_OVERVIEW = f"{_DOCS}/nki/about/nki-dma-overview.html"
+SRC_ISSUE = "issue 3 of this project (figure given by the lead; not found in the pages above)"
 ASSUMPTION = "ASSUMPTION (not published; see docs/costmodel.md)"
 
 
@@ -175,9 +177,9 @@ TRN1 = DeviceSpec(
     gpsimd=EngineSpec("GpSimdE", 1.4e9, 16, 16, 128),
     hbm_bytes=32 * _GIB,
     hbm_bytes_per_s_chip=820e9,
-    dma_bytes_per_s=410e9,
-    dma_queues=16,  # 32 DMA engines per chip / 2 cores
-    dma_latency_ns=2000,
+    dma_bytes_per_s=435.2e9,  # 16 DMA engines x 27.2 GB/s
+    dma_queues=16,
+    dma_latency_ns=1300,
     dma_min_efficient_bytes=4096,
     sbuf_bytes=24 * _MIB,
     psum_bytes=2 * _MIB,
@@ -209,9 +211,9 @@ TRN1 = DeviceSpec(
         ),
         ("hbm_bytes", SRC_TRN1_NKI + ": 32 GiB per device"),
         ("hbm_bytes_per_s_chip", SRC_TRN1_NKI + ": 820 GB/s per device"),
-        ("dma_bytes_per_s", ASSUMPTION + ": the core's HBM share"),
-        ("dma_queues", SRC_TRN1_NKI + ": 32 DMA engines per device, 16 per core"),
-        ("dma_latency_ns", ASSUMPTION + ": ~2 us fixed cost per DMA on v2"),
+        ("dma_bytes_per_s", SRC_DMA_OVERVIEW + ": 16 DMA engines per core x 27.2 GB/s"),
+        ("dma_queues", SRC_DMA_OVERVIEW + ": each NeuronCore (v2-v4) has 16 DMA engines"),
+        ("dma_latency_ns", ASSUMPTION + ": as trn2 (" + SRC_ISSUE + ")"),
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN2_NKI + ": 24 MiB in NeuronCore-v2"),
         ("psum_bytes", SRC_TRN1_NKI + ": 2 MiB"),
@@ -266,9 +268,15 @@ TRN2 = DeviceSpec(
         ("gpsimd", SRC_TRN2_NKI + ": 1.2 GHz; gather/scatter rate is an " + ASSUMPTION),
         ("hbm_bytes", SRC_TRN2_NKI + ": 96 GiB per device"),
         ("hbm_bytes_per_s_chip", SRC_TRN2_NKI + ": 2.9 TB/s per device"),
-        ("dma_bytes_per_s", SRC_TRN2_CHIP + ": DMA bandwidth per chip over 8 cores, ~368 GB/s"),
-        ("dma_queues", SRC_TRN2_NKI + ": 128 DMA engines per device, 16 per core"),
-        ("dma_latency_ns", SRC_DMA_GUIDE + ": ~1.3 us fixed cost per DMA"),
+        (
+            "dma_bytes_per_s",
+            SRC_ISSUE
+            + ": ~368 GB/s per core; "
+            + SRC_DMA_OVERVIEW
+            + " gives 16 engines x 27.2 GB/s = 435 GB/s theoretical",
+        ),
+        ("dma_queues", SRC_DMA_OVERVIEW + ": each NeuronCore (v2-v4) has 16 DMA engines"),
+        ("dma_latency_ns", SRC_ISSUE + ": ~1.3 us DMA start latency"),
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN2_NKI + ": 28 MiB (128 partitions of 224 KiB)"),
         ("psum_bytes", SRC_TRN2_NKI + ": 2 MiB"),
@@ -293,7 +301,7 @@ TRN3 = DeviceSpec(
     gpsimd=EngineSpec("GpSimdE", 1.2e9, 16, 16, 128),
     hbm_bytes=144 * _GIB,
     hbm_bytes_per_s_chip=4.9e12,
-    dma_bytes_per_s=612e9,  # 4.9 TB/s DMA per chip / 8 cores
+    dma_bytes_per_s=614.4e9,  # 16 DMA engines x 38.4 GB/s
     dma_queues=16,
     dma_latency_ns=1300,
     dma_min_efficient_bytes=4096,
@@ -324,9 +332,9 @@ TRN3 = DeviceSpec(
         ("gpsimd", ASSUMPTION + ": as NeuronCore-v3"),
         ("hbm_bytes", SRC_TRN3_CHIP + ": 144 GiB per chip"),
         ("hbm_bytes_per_s_chip", SRC_TRN3_CHIP + ": 4.9 TB/s (the NKI guide says 4.7)"),
-        ("dma_bytes_per_s", SRC_TRN3_CHIP + ": 4.9 TB/s DMA bandwidth per chip / 8 cores"),
-        ("dma_queues", SRC_TRN3_NKI + ": 128 DMA engines per device, 16 per core"),
-        ("dma_latency_ns", ASSUMPTION + ": as NeuronCore-v3"),
+        ("dma_bytes_per_s", SRC_DMA_OVERVIEW + ": 16 engines x 38.4 GB/s (chip: 4.9 TB/s / 8)"),
+        ("dma_queues", SRC_DMA_OVERVIEW + ": each NeuronCore (v2-v4) has 16 DMA engines"),
+        ("dma_latency_ns", ASSUMPTION + ": as trn2 (" + SRC_ISSUE + ")"),
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN3_CORE + ": 32 MiB"),
         ("psum_bytes", SRC_TRN3_NKI + ": 2 MiB, as in v3"),

@@ -51,7 +51,7 @@ class KernelRun:
         for ins, start in zip(self.plan.instrs, self.starts, strict=True):
             track = f"DMA q{(ins.queue + off) % nq}" if ins.engine == DMA else ins.engine
             out.append(InstrRun(track, ins.engine, ins.opcode, start, ins.dur_ns, ins.flops,
-                                ins.bytes_read, ins.bytes_written, ins.count, ins.utilization))  # fmt: skip
+                                ins.bytes_read, ins.bytes_written, ins.repeat, ins.utilization))  # fmt: skip
         return out
 
     def busy_ns(self) -> dict[str, int]:
