@@ -317,3 +317,16 @@ def test_cost_model_never_imports_torch():
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [node.module]
             assert not any(n == "torch" or n.startswith("torch.") for n in names), path
+
+
+def test_every_figure_is_documented():
+    doc = (ROOT / "docs" / "costmodel.md").read_text(encoding="utf-8")
+    spec = get_spec()
+    names = [f.name for f in fields(DeviceSpec)] + [
+        f"runtime.{k}" for k in spec.to_dict()["runtime"]
+    ]
+    names += [f.name for f in fields(spec.policy)]
+    missing = [n for n in names if n not in ("name", "chip", "core", "sources", "policy", "runtime")
+               and n not in doc]  # fmt: skip
+    assert not missing, f"docs/costmodel.md does not mention {missing}"
+    assert "not a measurement" in doc
