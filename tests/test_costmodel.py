@@ -82,6 +82,11 @@ def test_unaligned_matmul_shows_wasted_tiles(m, k, n):
     assert plan.tensor_utilization < 1.0
     partial = [i for i in plan.instrs if i.engine == "TensorE" and i.utilization < 1.0]
     assert partial, "edge tiles must appear as instructions with utilization < 1"
+    wasted = [i for i in run(plan, spec).instrs if i.engine == "TensorE" and i.wasted_share > 0]
+    assert wasted
+    args = json.loads(json.dumps(plan.event_args))
+    assert args["matmul"] == {"batch": 1, "m": m, "k": k, "n": n}
+    assert args["tensor_utilization"] == pytest.approx(expected, abs=1e-4)
     # the padded shape costs TensorE the same time: the waste is real time, not just a number
     padded = mm(ceil(m / dim) * dim, ceil(k / dim) * dim, n, "bfloat16", spec)
     assert padded.tensor_utilization == 1.0

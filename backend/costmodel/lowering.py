@@ -183,7 +183,7 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
         computes.insert(1, _pass(spec, spec.scalar, "activation_reduce", scores, 4, 2))
     reads = [t.nbytes for t in inputs] + ([reread] if reread else [])
     writes = [t.nbytes for t in outputs]
-    return assemble(spec, name, op, ops.MATMUL, inputs, outputs, reads, computes, writes)
+    return assemble(spec, name, op, ops.MATMUL, inputs, outputs, reads, computes, writes, problems)
 
 
 def assemble(
@@ -196,6 +196,7 @@ def assemble(
     reads: Sequence[int],
     computes: Sequence[Compute],
     writes: Sequence[int],
+    gemms: tuple[tuple[int, int, int, int], ...] = (),
 ) -> KernelPlan:
     """Pipeline `reads` -> `computes` -> `writes` in stages, loading stage s+1 during stage s."""
     policy = spec.policy
@@ -259,12 +260,14 @@ def assemble(
             dma(part(w, s), "dma_sbuf_to_hbm", deps, False, True)
     flops = sum(c.flops for c in computes)
     return _plan(name, op, instrs, flops, sum(reads), sum(writes), inputs, outputs, tuple(computes),
-                 category, spec)  # fmt: skip
+                 category, spec, gemms)  # fmt: skip
 
 
-def _plan(name, op, instrs, flops, read, written, inputs, outputs, computes, category, spec):
+def _plan(
+    name, op, instrs, flops, read, written, inputs, outputs, computes, category, spec, gemms=()
+):
     return KernelPlan(name, op, tuple(instrs), flops, read, written, inputs, outputs, computes,
-                      category, spec.name)  # fmt: skip
+                      category, spec.name, tuple(gemms))  # fmt: skip
 
 
 def fuse(
@@ -308,4 +311,5 @@ def fuse(
     op = work[0].op if len(work) == 1 else "+".join(p.op for p in work)
     reads = [t.nbytes for t in inputs]
     writes = [t.nbytes for t in outputs]
-    return assemble(spec, name, op, "fused", inputs, outputs, reads, computes, writes)
+    gemms = tuple(g for p in work for g in p.gemms)
+    return assemble(spec, name, op, "fused", inputs, outputs, reads, computes, writes, gemms)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from math import prod
 from typing import NamedTuple
 
@@ -98,6 +99,7 @@ class KernelPlan:
     computes: tuple[Compute, ...] = field(default=(), repr=False)
     category: str = "elementwise"
     spec: str = "trn2"  # name of the DeviceSpec it was lowered for
+    gemms: tuple[tuple[int, int, int, int], ...] = ()  # (batch, M, K, N) of TensorE work
     # (resource, is_dma, dur_ns, deps) per instruction, precomputed for the timeline's hot loop
     sched: tuple[tuple[int, bool, int, tuple[int, ...]], ...] = field(
         default=(), init=False, repr=False, compare=False
@@ -131,6 +133,16 @@ class KernelPlan:
         # utilization = useful / issued, so issued = useful / utilization
         issued = sum(f / u for f, u in work if u > 0)
         return total / issued if issued else None
+
+    @cached_property
+    def event_args(self) -> dict:
+        """What a kernel event's `args` should carry: category, GEMM dims, TensorE utilization."""
+        args: dict = {"category": self.category}
+        if self.gemms:
+            b, m, k, n = max(self.gemms, key=lambda g: g[0] * g[1] * g[2] * g[3])
+            args["matmul"] = {"batch": b, "m": m, "k": k, "n": n}
+            args["tensor_utilization"] = round(self.tensor_utilization or 0.0, 4)
+        return args
 
     @property
     def arithmetic_intensity(self) -> float:

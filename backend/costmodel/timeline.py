@@ -24,6 +24,11 @@ class InstrRun:
     count: int = 1
     utilization: float = 1.0
 
+    @property
+    def wasted_share(self) -> float:
+        """Share of the engine's capacity this instruction leaves unused (TensorE: padding)."""
+        return 1.0 - self.utilization
+
 
 @dataclass(frozen=True)
 class KernelRun:
