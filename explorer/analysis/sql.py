@@ -83,7 +83,7 @@ def run_query(
     start = time.perf_counter()
     timer.start()
     try:
-        reader = con.execute(sql).to_arrow_reader(BATCH_ROWS)
+        reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         batches, rows = [], 0
         truncated = False
         for batch in reader:

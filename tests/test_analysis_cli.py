@@ -1,0 +1,125 @@
+"""The summary, analyze and query commands as a user runs them, and docs/rules.md kept honest."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_analysis_profiles import neuron_profile, real
+
+from explorer.analysis import all_rules
+from explorer.cli import main
+
+RULES_MD = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _sections() -> dict[str, str]:
+    text = RULES_MD.read_text(encoding="utf-8")
+    parts = re.split(r"^## ", text, flags=re.M)
+    return {p.split("\n", 1)[0].strip(): p for p in parts[1:]}
+
+
+@pytest.mark.parametrize("rule_id", sorted(all_rules()))
+def test_every_rule_is_documented_with_its_thresholds(rule_id):
+    section = _sections().get(rule_id)
+    assert section, f"docs/rules.md has no section '## {rule_id}'"
+    rule = all_rules()[rule_id]
+    for word in ("Pattern", "Algorithm", "Fix"):
+        assert f"**{word}.**" in section
+    for name, value in rule.thresholds().items():
+        assert f"| `{name}` | {value} |" in section, f"{rule_id}: {name} = {value} not in docs"
+
+
+@pytest.mark.parametrize("rule_id", sorted(all_rules()))
+def test_explain_every_rule(capsys, rule_id):
+    code, out, _ = _run(capsys, "analyze", "--explain", rule_id, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["id"] == rule_id and "Algorithm:" in doc["doc"]
+    assert doc["thresholds"] == all_rules()[rule_id].thresholds()
+
+
+def test_analyze_json_and_text(capsys):
+    profile = str(real("alexnet").path)
+    code, out, _ = _run(capsys, "analyze", profile, "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert [f["rule"] for f in doc["findings"]] == ["device-idle-gaps", "host-device-copies"]
+    code, out, _ = _run(capsys, "analyze", profile)
+    assert code == 0 and "device-idle-gaps" in out and "fix:" in out
+
+
+def test_analyze_one_rule_and_nothing_found_exit_zero(capsys):
+    code, out, _ = _run(capsys, "analyze", str(real("ns_resolution").path), "--rule",
+                        "device-idle-gaps", "--json")  # fmt: skip
+    doc = json.loads(out)
+    assert code == 0 and doc["findings"] == [] and doc["rules_run"] == ["device-idle-gaps"]
+    code, out, _ = _run(capsys, "analyze", str(neuron_profile(None).path))
+    assert code == 0 and "No problems found" in out
+
+
+def test_analyze_list(capsys):
+    code, out, _ = _run(capsys, "analyze", "--list")
+    assert code == 0 and all(rid in out for rid in all_rules())
+
+
+def test_summary_text_and_json(capsys):
+    profile = str(real("nccl").path)
+    code, out, _ = _run(capsys, "summary", profile)
+    assert code == 0
+    for heading in ("Devices", "Step-time breakdown", "Top host ops by self time",
+                    "Top device kernels", "time per step"):  # fmt: skip
+        assert heading in out
+    code, out, _ = _run(capsys, "summary", profile, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["step_stats"]["count"] == 3
+
+
+def test_summary_neuron_readiness(capsys):
+    code, out, _ = _run(capsys, "summary", str(neuron_profile("cpu-fallback").path))
+    assert code == 0
+    assert "Trainium readiness" in out and "aten::nonzero" in out and "TensorE" in out
+
+
+def test_query_formats(capsys):
+    profile = str(real("nccl").path)
+    sql = "SELECT kind, count(*) AS n FROM events WHERE layer = 'host' GROUP BY kind ORDER BY kind"
+    code, out, _ = _run(capsys, "query", profile, sql, "--csv")
+    lines = out.strip().splitlines()
+    assert code == 0 and lines[0] == "kind,n" and "step,3" in lines
+    code, out, _ = _run(capsys, "query", profile, sql, "--json")
+    assert json.loads(out)["rows"][-1] == {"kind": "step", "n": 3}
+    code, out, err = _run(capsys, "query", profile, "SELECT id FROM events", "--limit", "3")
+    assert code == 0 and "stopped at --limit 3" in err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["summary", "/no/such/profile"], "not a profile directory"),
+        (["analyze", "/no/such/profile"], "not a profile directory"),
+        (["analyze", "--explain", "nope"], "unknown rule"),
+        (["query", "PROFILE", "DROP TABLE events"], "only read-only SELECT"),
+    ],
+)
+def test_errors_are_one_line_exit_2(capsys, argv, message):
+    argv = [str(real("nccl").path) if a == "PROFILE" else a for a in argv]
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_console_script_runs():
+    res = subprocess.run(
+        [sys.executable, "-m", "explorer", "analyze", "--explain", "cpu-fallback"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0 and "cpu-fallback" in res.stdout
