@@ -211,21 +211,26 @@ def assemble(
     instrs: list[Instr] = []
     next_queue = [0]
 
+    def transfer_ns(piece: int) -> int:
+        eff = min(1.0, piece / spec.dma_min_efficient_bytes)  # small payloads waste bandwidth
+        return max(1, round(spec.dma_latency_ns + piece / (queue_bw * eff)))
+
     def dma(nbytes: int, opcode: str, deps: tuple[int, ...], read: bool, write: bool) -> list[int]:
+        if nbytes <= 0:
+            return []
         pieces = max(1, min(nq, ceil(nbytes / policy.dma_piece_min_bytes)))
         base, extra = divmod(nbytes, pieces)
-        out = []
-        for i in range(pieces):
-            piece = base + (i < extra)
-            if piece <= 0:
-                continue
-            eff = min(1.0, piece / spec.dma_min_efficient_bytes)  # small payloads waste bandwidth
-            dur = spec.dma_latency_ns + piece / (queue_bw * eff)
-            out.append(len(instrs))
-            instrs.append(Instr(DMA, opcode, max(1, round(dur)), deps, 0, piece if read else 0,
-                                piece if write else 0, next_queue[0]))  # fmt: skip
-            next_queue[0] = (next_queue[0] + 1) % nq
-        return out
+        first, q0 = len(instrs), next_queue[0]
+        # `extra` pieces carry one byte more; one duration for all is exact to the nanosecond
+        dur = transfer_ns(base + (extra > 0))
+        big, small = base + 1, base
+        instrs.extend(
+            Instr(DMA, opcode, dur, deps, 0, (big if i < extra else small) if read else 0,
+                  (big if i < extra else small) if write else 0, (q0 + i) % nq)
+            for i in range(pieces)
+        )  # fmt: skip
+        next_queue[0] = (q0 + pieces) % nq
+        return list(range(first, first + pieces))
 
     def part(total_value: int, s: int) -> int:
         share = total_value // stages
