@@ -335,3 +335,26 @@ def test_every_figure_is_documented():
                and n not in doc]  # fmt: skip
     assert not missing, f"docs/costmodel.md does not mention {missing}"
     assert "not a measurement" in doc
+
+
+def test_gathers_read_the_rows_they_fetch_and_scatters_everything():
+    weight, idx, out = T(50_000, 512), T(8, 128, dtype="int64"), T(8, 128, 512)
+    emb = lower_op("aten::embedding", [weight, idx], [out])
+    assert emb.bytes_read == idx.nbytes + out.nbytes < weight.nbytes
+    pool_in = T(8, 64, 32, 32)
+    pool = lower_op("aten::max_pool2d_with_indices", [pool_in], [T(8, 64, 16, 16)] * 2)
+    assert pool.bytes_read == pool_in.nbytes
+    grad = lower_op("aten::embedding_dense_backward", [out, idx], [weight])
+    assert grad.bytes_read == out.nbytes + idx.nbytes and grad.bytes_written == weight.nbytes
+
+
+def test_attention_backward_is_five_gemms_on_the_right_operands():
+    q, k = T(2, 4, 128, 64, dtype="bfloat16"), T(2, 4, 256, 64, dtype="bfloat16")
+    grad_out, lse = q, T(2, 4, 128)
+    bwd = lower_op(
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+        [grad_out, q, k, k, q, lse],
+        [q, k, k],
+    )
+    assert len(bwd.gemms) == 5
+    assert sum(2 * b * m * kk * n for b, m, kk, n in bwd.gemms) == 5 * 2 * 8 * 128 * 256 * 64

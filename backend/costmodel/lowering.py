@@ -58,7 +58,7 @@ def _lower(op, inputs, outputs, spec, name) -> KernelPlan:
     reads = [t.nbytes for t in inputs]
     if category == ops.FILL:
         reads = []
-    elif category == ops.GATHER and inputs and "scatter" not in op and "put" not in op:
+    elif category == ops.GATHER and inputs and ops.reads_gathered_rows(op):
         # a gather reads the rows it fetches, not the whole source table
         reads = reads[1:] + [sum(t.nbytes for t in outputs)]
     writes = [t.nbytes for t in outputs]

@@ -120,6 +120,18 @@ def classify(op: str) -> str:
     return ELEMENTWISE
 
 
+_ROW_GATHERS = ("gather", "index_select", "embedding", "take", "nll_loss", "_unsafe_index")
+_WRITES_INTO = ("scatter", "put", "index_add", "index_copy", "index_fill", "backward")
+
+
+def reads_gathered_rows(op: str) -> bool:
+    """True for gathers that read only the rows they fetch (embedding, index_select, ...)."""
+    name = base_name(op)
+    if any(w in name for w in _WRITES_INTO):
+        return False
+    return name == "index" or any(w in name for w in _ROW_GATHERS)
+
+
 # A GEMM problem: `batch` independent (M x K) @ (K x N) products.
 Gemm = tuple[int, int, int, int]
 
@@ -137,7 +149,7 @@ def gemms(op: str, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ..
     mats = [t for t in inputs if len(t.shape) >= 1]
     out = outputs[0] if outputs else None
     if "scaled_dot_product" in name or "attention" in name:
-        q, k, v = _qkv(inputs)
+        q, k, v = _qkv(inputs, "backward" in name)
         b = prod(q.shape[:-2])
         seq_q, emb, seq_k, emb_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
         fwd = [_mk(b, seq_q, emb, seq_k), _mk(b, seq_q, seq_k, emb_v)]
@@ -167,8 +179,10 @@ def gemms(op: str, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ..
     return [_mk(1, rows, k, n)]
 
 
-def _qkv(inputs: tuple[TensorInfo, ...]) -> tuple[TensorInfo, TensorInfo, TensorInfo]:
+def _qkv(inputs: tuple[TensorInfo, ...], backward: bool) -> tuple[TensorInfo, ...]:
     ts = [t for t in inputs if len(t.shape) >= 2]
+    if backward:  # (grad_out, q, k, v, out, ...)
+        ts = ts[1:]
     if len(ts) < 3:
         raise ValueError("attention needs q, k and v")
     return ts[0], ts[1], ts[2]
