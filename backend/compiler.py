@@ -161,10 +161,24 @@ def _compile(kind: str, graph_id: str):
     return compile_graph
 
 
+_skipping = False
+
+
+def skip_backend_frames() -> None:
+    """Dynamo must never trace the runtime itself (it runs under compiled code at run time)."""
+    global _skipping
+    if not _skipping:
+        import torch._dynamo.trace_rules
+
+        torch._dynamo.trace_rules.add("backend")
+        _skipping = True
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    skip_backend_frames()
     code = gm.code
     signature = tuple(
         (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__

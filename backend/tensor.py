@@ -79,6 +79,8 @@ class NeuronTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents=None) -> str:
         from backend.runtime import dispatch
 
+        if type(self._payload) is not torch.Tensor:  # fake or functional payload while tracing
+            return f"NeuronTensor({self._payload!r})"
         dispatch.record_sync("print", self)
         return _format(self)
 

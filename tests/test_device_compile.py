@@ -1,0 +1,92 @@
+"""torch.compile(backend="neuron"): one device program per graph and shape signature."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import backend
+import backend.compiler
+
+
+def _drain_kinds(kind: str):
+    return [e for e in backend.events.drain() if e.kind == kind]
+
+
+def chain(x, w):
+    y = x @ w
+    return (y * 2 + 1).relu().sigmoid()
+
+
+def test_compiled_function_matches_eager_and_fuses_the_elementwise_chain():
+    torch._dynamo.reset()
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    compiled = torch.compile(chain, backend="neuron", dynamic=False)
+    backend.events.clear()
+    with torch.profiler.profile():
+        out = compiled(x.to("neuron"), w.to("neuron"))
+    assert out.device.type == "neuron"
+    assert torch.allclose(out.cpu(), chain(x, w))
+    kernels = [e for e in backend.events.drain() if e.kind == "kernel"]
+    names = [k.name for k in kernels if k.op_name.startswith("neuron_graph")]
+    assert names == ["mm", "fused_mul_add_relu_sigmoid"]
+    lines = {k.src_line for k in kernels if k.op_name.startswith("neuron_graph")}
+    first = chain.__code__.co_firstlineno
+    assert lines == {first + 1, first + 2}  # each kernel keeps its FX node's source line
+    assert all(k.src_file == __file__ for k in kernels if k.op_name.startswith("neuron_graph"))
+
+
+def test_new_input_shape_is_a_counted_and_recorded_recompile():
+    torch._dynamo.reset()
+    backend.reset_compile_stats()
+    compiled = torch.compile(lambda x: (x * 3).sum(1), backend="neuron", dynamic=False)
+    for n in (4, 4, 4):
+        compiled(torch.ones(n, 5, device="neuron"))
+    assert backend.compile_stats().graph_compiles == 1
+    backend.events.clear()
+    with torch.profiler.profile():
+        out = compiled(torch.ones(6, 5, device="neuron"))
+    assert out.cpu().tolist() == [15.0] * 6
+    stats = backend.compile_stats()
+    assert (stats.graph_compiles, stats.graph_recompiles) == (2, 1)
+    names = [e.name for e in _drain_kinds("compile")]
+    assert "recompile" in names and "graph compile" in names
+
+
+def test_training_through_torch_compile_matches_eager_cpu():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    dev = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    dev.load_state_dict(ref.state_dict())
+    dev = dev.to("neuron")
+    compiled = torch.compile(dev, backend="neuron", dynamic=False)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_dev = torch.optim.SGD(dev.parameters(), lr=0.1)
+    for _ in range(2):
+        x, y = torch.randn(5, 8), torch.randn(5, 2)
+        for model, opt, d in ((ref, opt_ref, "cpu"), (compiled, opt_dev, "neuron")):
+            loss = nn.functional.mse_loss(model(x.to(d)), y.to(d))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for a, b in zip(ref.parameters(), dev.parameters(), strict=True):
+        assert torch.allclose(a, b.detach().cpu(), atol=1e-6)
+    backend.events.clear()
+    with torch.profiler.profile():
+        compiled(torch.randn(5, 8, device="neuron")).sum().backward()
+    launches = {e.op_name for e in _drain_kinds("runtime") if e.name == "launch"}
+    assert any(n.endswith("_forward") for n in launches)
+    assert any(n.endswith("_backward") for n in launches)
+
+
+def test_set_default_backend_selects_neuron():
+    torch._dynamo.reset()
+    backend.reset_compile_stats()
+    torch.compiler.set_default_backend("neuron")
+    try:
+        out = torch.compile(lambda x: x + 1, dynamic=False)(torch.zeros(3, device="neuron"))
+    finally:
+        torch.compiler.set_default_backend(None)
+    assert out.cpu().tolist() == [1.0, 1.0, 1.0]
+    assert backend.compile_stats().graph_compiles == 1
