@@ -13,11 +13,13 @@ from models import TinyGPT, lm_loss, pick_device, sample_args, token_batch
 
 
 def main() -> None:
-    args = sample_args(__doc__.splitlines()[0], steps=6, batch=8, seq=32, seq2=48, switch_at=3)
+    args = sample_args(
+        __doc__.splitlines()[0], steps=6, batch=8, seq=32, seq2=48, switch_at=3, layers=2
+    )
     device = pick_device(args.device)
     torch.manual_seed(0)
     data = torch.Generator().manual_seed(0)
-    model = TinyGPT().to(device)
+    model = TinyGPT(layers=args.layers).to(device)
     # Without the neuron device, "eager" keeps the compile path (and the recompile) cheap.
     backend = "neuron" if device.type == "neuron" else "eager"
     compiled = torch.compile(model, backend=backend, dynamic=False)

@@ -88,11 +88,10 @@ class TinyGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
+        self.register_buffer("positions", torch.arange(context), persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.shape[1]
-        positions = torch.arange(t, device=idx.device)
-        x = self.tok(idx) + self.pos(positions)
+        x = self.tok(idx) + self.pos(self.positions[: idx.shape[1]])
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln(x))

@@ -61,13 +61,25 @@ def cnn(tmp_path_factory):
     return _capture(tmp_path_factory, "cnn_dataloader", "--steps", "5")
 
 
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    from backend import compile_stats, reset_compile_stats
+
+    reset_compile_stats()
+    profile = _capture(
+        tmp_path_factory, "gpt_compile", "--steps", "5", "--switch-at", "3", "--layers", "1",
+        schedule=Schedule(wait=1, warmup=1, active=3),
+    )  # fmt: skip
+    return profile, compile_stats()
+
+
 def _rows(profile: Profile, sql: str) -> list[dict]:
     cur = profile.duckdb().execute(sql)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-@pytest.fixture(params=["gpt", "fallback", "cnn"])
+@pytest.fixture(params=["gpt", "fallback", "cnn", "compiled"])
 def sample(request):
     value = request.getfixturevalue(request.param)
     return value[0] if isinstance(value, tuple) else value
@@ -85,7 +97,9 @@ def test_every_kernel_has_a_flow_to_the_framework_op_that_launched_it(sample):
     assert len(kernels) > 20
     for k in kernels:
         assert k["launch_kind"] == "runtime", k
-        assert k["op_kind"] == "op" and k["op"] == k["op_name"], k
+        assert k["op_kind"] == "op", k
+        if not k["op_name"].startswith("neuron_graph_"):  # graph programs: CompiledFunction
+            assert k["op"] == k["op_name"], k
 
 
 def test_kernels_carry_the_user_line_that_launched_them(sample):
@@ -209,3 +223,33 @@ def test_a_step_ending_in_item_waits_for_the_devices_remaining_work(tmp_path):
         assert remaining > 100_000  # the device still had work when .item() was called
         assert json.loads(s["args"])["wait_ns"] == remaining
         assert remaining <= s["dur_ns"] <= remaining + 100_000
+
+
+def test_compiles_and_recompiles_equal_what_the_sample_does(compiled):
+    profile, stats = compiled
+    # The sample compiles the model in step 0, then changes the sequence length once, in
+    # step 3: every graph it compiled (one per graph break) recompiles there, and only there.
+    assert stats.graph_recompiles >= 1
+    recompiles = _rows(
+        profile, "SELECT step FROM events WHERE kind = 'compile' AND name = 'recompile'"
+    )
+    assert [r["step"] for r in recompiles] == [3] * stats.graph_recompiles
+    graphs = _rows(
+        profile, "SELECT step, args FROM events WHERE kind = 'compile' AND name = 'graph compile'"
+    )
+    forward = [g for g in graphs if json.loads(g["args"])["graph"] == "forward"]
+    assert len(forward) == stats.graph_recompiles  # one forward compile per recompile
+    assert {g["step"] for g in graphs} == {3}  # steady-state steps 2 and 4 compile nothing
+
+
+def test_compiled_kernels_carry_their_fx_nodes_lines(compiled):
+    profile, _ = compiled
+    kernels = _rows(
+        profile,
+        """SELECT src_file, src_line FROM events
+           WHERE kind = 'kernel' AND op_name LIKE 'neuron_graph_%'""",
+    )
+    assert len(kernels) > 10
+    lines = {(k["src_file"], k["src_line"]) for k in kernels if k["src_line"] is not None}
+    assert len(lines) > 5  # many FX nodes' lines, not one line for the whole program
+    assert {Path(f).name for f, _ in lines} <= {"models.py", "gpt_compile.py"}
