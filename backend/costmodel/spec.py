@@ -203,8 +203,14 @@ TRN1 = DeviceSpec(
         ("tensor_instr_overhead_cycles", ASSUMPTION),
         ("fp32_matmul_passes", SRC_TRN1_CHIP + ": 47.5 FP32 vs 190 BF16 TFLOPS per chip"),
         ("fp8_speedup", SRC_TRN1_CHIP + ": FP8 at the BF16 rate"),
-        ("vector", ASSUMPTION + ": 128 lanes at 1.4 GHz (engine clock not published for v2)"),
-        ("scalar", ASSUMPTION + ": 128 lanes at 1.4 GHz"),
+        (
+            "vector",
+            ASSUMPTION + ": 128 lanes at 1.4 GHz; " + SRC_TRN1_CORE + " gives only 2.3 FP32 TFLOPS",
+        ),
+        (
+            "scalar",
+            ASSUMPTION + ": 128 lanes at 1.4 GHz; " + SRC_TRN1_CORE + " gives only 2.9 FP32 TFLOPS",
+        ),
         (
             "gpsimd",
             SRC_TRN1_CORE + ": 8 x 512-bit processors; rate for gather/scatter is an " + ASSUMPTION,
