@@ -226,7 +226,7 @@ def recorded_cpu_problems() -> Profile:
             return 64
 
         def __getitem__(self, i: int):
-            time.sleep(0.02)  # e.g. decoding an image in the training process
+            time.sleep(0.05)  # e.g. decoding an image in the training process
             return torch.randn(32), torch.randn(32)
 
     torch.manual_seed(0)
@@ -245,7 +245,7 @@ def recorded_cpu_problems() -> Profile:
             opt.step()
             if i == 4:
                 with record_function("checkpoint"):
-                    time.sleep(1.0)  # a slow step: e.g. a checkpoint written in the loop
+                    time.sleep(1.5)  # a slow step: e.g. a checkpoint written in the loop
             prof.step()
             if i == 7:
                 break

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from ..model.schema import EVENTS
@@ -30,6 +31,7 @@ from .conventions import (
 if TYPE_CHECKING:
     import duckdb
 
+HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
 _CACHE: weakref.WeakKeyDictionary[Profile, AnalysisContext] = weakref.WeakKeyDictionary()
 
 
@@ -81,20 +83,32 @@ class AnalysisContext:
         self.manifest = profile.manifest
 
     @cached_property
+    def events(self) -> pa.Table:
+        """The event columns the rules read, decoded once by pyarrow (strings stay
+        dictionary-encoded). args, shapes and dtypes are kept only on the rows whose rules
+        read them (ARGS_KINDS and downcast events), and not read at all when there are none."""
+        cols = [c.name for c in EVENTS.columns if c.name not in HEAVY_COLUMNS]
+        table = self.profile.table("events", columns=cols)
+        keep = pc.or_(
+            pc.is_in(table["kind"].cast(pa.string()), value_set=pa.array(ARGS_KINDS)),
+            pc.equal(table["name"].cast(pa.string()), DOWNCAST_EVENT),
+        )
+        keep = pc.fill_null(keep, False)
+        wanted = int(pc.sum(keep).as_py() or 0)
+        for name in HEAVY_COLUMNS:
+            if wanted:
+                col = self.profile.table("events", columns=[name])[name]
+                col = pc.if_else(keep, col, pa.scalar(None, pa.string()))
+            else:
+                col = pa.nulls(table.num_rows, pa.string())
+            table = table.append_column(name, col)
+        return table
+
+    @cached_property
     def con(self) -> duckdb.DuckDBPyConnection:
         con = self.profile.duckdb()
-        # One scan of the Parquet files into DuckDB's own columns: every later query filters
-        # and joins there. args, shapes and dtypes (text) are kept only for the kinds whose rules read them.
-        heavy = ("args", "shapes", "dtypes")
-        cols = ", ".join(c.name for c in EVENTS.columns if c.name not in heavy)
-        keep = f"kind IN {sql_list(ARGS_KINDS)} OR name = '{DOWNCAST_EVENT}'"
-        con.execute(
-            f"""CREATE TEMP TABLE ev AS SELECT {cols},
-                CASE WHEN {keep} THEN args END AS args,
-                CASE WHEN {keep} THEN shapes END AS shapes,
-                CASE WHEN {keep} THEN dtypes END AS dtypes
-            FROM events"""
-        ).fetchall()
+        # every rule queries `ev`, the Arrow table above (scanned in place, not copied)
+        con.register("ev", self.events)
         return con
 
     def run(self, sql: str) -> None:
@@ -164,14 +178,21 @@ class AnalysisContext:
         ).fetchall()
         return frozenset(int(r[0]) for r in rows)
 
+    def _merge_device(self, table: str, kinds: tuple[str, ...]) -> None:
+        src = (
+            f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev "
+            f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}"
+        )
+        self.run(f"CREATE TEMP TABLE {table} AS {merged_intervals_sql(src, 'rank')}")
+
     @cached_property
     def _busy_ready(self) -> bool:
-        for table, kinds in (("busy", DEVICE_WORK_KINDS), ("compute_busy", COMPUTE_KINDS)):
-            src = (
-                f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev "
-                f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}"
-            )
-            self.run(f"CREATE TEMP TABLE {table} AS {merged_intervals_sql(src, 'rank')}")
+        self._merge_device("busy", DEVICE_WORK_KINDS)
+        return True
+
+    @cached_property
+    def _compute_busy_ready(self) -> bool:
+        self._merge_device("compute_busy", COMPUTE_KINDS)
         return True
 
     def ensure_busy(self) -> None:
@@ -187,6 +208,7 @@ class AnalysisContext:
         """
         self._steps_ready  # noqa: B018
         self.ensure_busy()
+        self._compute_busy_ready  # noqa: B018
 
         def clipped(table: str) -> str:
             return f"""SELECT w.rank, w.s,

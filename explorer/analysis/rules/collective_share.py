@@ -35,6 +35,8 @@ class CollectiveShare(Rule):
     )
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
+        if not ctx.one("SELECT count(*) AS n FROM ev WHERE kind = 'collective'").get("n"):
+            return []
         dev = "layer = 'device' AND kind = 'collective'"
         host = "layer = 'host' AND kind = 'collective'"
         where = f"""(({dev}) OR (({host}) AND rank NOT IN
@@ -46,7 +48,8 @@ class CollectiveShare(Rule):
                     AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s"""
         other = (
             f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE layer = 'device' "
-            f"AND kind IN {sql_list(COMPUTE_KINDS)} AND kind <> 'collective'"
+            f"AND kind IN {sql_list(COMPUTE_KINDS)} AND kind <> 'collective' "
+            f"AND rank IN (SELECT DISTINCT rank FROM ev WHERE {dev})"
         )
         ctx.steps()
         rows = ctx.rows(

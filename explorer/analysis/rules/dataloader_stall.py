@@ -34,7 +34,10 @@ class DataloaderStall(Rule):
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         if not ctx.has_steps:
             return []
-        where = f"layer = 'host' AND kind <> 'step' AND {sql_like_any('name', DATALOADER_LIKE)}"
+        where = (
+            f"layer = 'host' AND kind IN ('annotation', 'op') "
+            f"AND {sql_like_any('name', DATALOADER_LIKE)}"
+        )
         src = f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE {where}"
         row = ctx.one(
             f"""WITH m AS ({merged_intervals_sql(src, "rank")})

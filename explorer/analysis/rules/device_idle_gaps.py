@@ -67,31 +67,34 @@ class DeviceIdleGaps(Rule):
         if step_ns <= 0 or total < self.MIN_IDLE_SHARE * step_ns:
             return []
         top = f"(SELECT * FROM idle_gaps ORDER BY dur_ns DESC LIMIT {int(self.TOP_GAPS)})"
-        overlap = f"""FROM {top} g JOIN ev x ON x.rank = g.rank AND x.layer = 'host'
-                AND x.kind IN ('op', 'runtime', 'sync', 'fallback', 'compile', 'copy')
-                AND x.start_ns < g.start_ns + g.dur_ns AND x.start_ns + x.dur_ns > g.start_ns"""
-        ov = (
-            "least(x.start_ns + x.dur_ns, g.start_ns + g.dur_ns) - greatest(x.start_ns, g.start_ns)"
+        ctx.run(
+            f"""CREATE OR REPLACE TEMP TABLE gap_host AS
+            SELECT x.id, x.name, x.src_file, x.src_line, x.src_func,
+                   least(x.start_ns + x.dur_ns, g.start_ns + g.dur_ns)
+                   - greatest(x.start_ns, g.start_ns) AS ov
+            FROM {top} g JOIN ev x ON x.rank = g.rank AND x.layer = 'host'
+                 AND x.kind IN ('op', 'runtime', 'sync', 'fallback', 'compile', 'copy')
+                 AND x.start_ns < g.start_ns + g.dur_ns AND x.start_ns + x.dur_ns > g.start_ns"""
         )
         ops = hotspots(
             ctx.rows(
-                f"""SELECT x.name AS label, sum({ov}) AS dur_ns, count(*) AS count {overlap}
+                """SELECT name AS label, sum(ov) AS dur_ns, count(*) AS count FROM gap_host
                 GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5"""
             )
         )
         lines = hotspots(
             ctx.rows(
-                f"""SELECT x.src_file || ':' || x.src_line AS label, x.src_file AS file,
-                       x.src_line AS line, any_value(x.src_func) AS func,
-                       sum({ov}) AS dur_ns, count(*) AS count {overlap}
-                AND x.src_file IS NOT NULL GROUP BY x.src_file, x.src_line
+                """SELECT src_file || ':' || src_line AS label, src_file AS file,
+                       src_line AS line, any_value(src_func) AS func,
+                       sum(ov) AS dur_ns, count(*) AS count FROM gap_host
+                WHERE src_file IS NOT NULL GROUP BY src_file, src_line
                 ORDER BY dur_ns DESC, label LIMIT 5"""
             )
         )
         ids = tuple(
             int(r[0])
             for r in ctx.con.execute(
-                f"SELECT x.id {overlap} ORDER BY {ov} DESC, x.id LIMIT 20"
+                "SELECT id FROM gap_host ORDER BY ov DESC, id LIMIT 20"
             ).fetchall()
         )
         share = total / step_ns
