@@ -101,20 +101,27 @@ class TraceHandler:
     def discard(self, raw: RawCapture) -> None:
         shutil.rmtree(raw.workdir, ignore_errors=True)
 
-    def write(self, raw: RawCapture) -> Path:
-        """Merge a collected cycle into the next profile directory; returns its path."""
+    def write(self, raw: RawCapture) -> Path | None:
+        """Merge a collected cycle into the next profile directory; returns its path.
+
+        A profile that cannot be written is reported on stderr, not raised: this runs inside
+        the training loop's `prof.step()`, and a failed profile must not end the training.
+        """
         self.cycles += 1
         path = self.path_for(self.cycles)
-        self._check(path)
         try:
+            self._check(path)
             write_profile(raw, path)
+        except (ExplorerError, OSError) as e:
+            print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
+            return None
         finally:
             self.discard(raw)
         self.written.append(path)
         print(f"neuron-explorer: wrote profile {path}", file=sys.stderr)
         return path
 
-    def __call__(self, prof: Any) -> Path:
+    def __call__(self, prof: Any) -> Path | None:
         return self.write(self.collect(prof))
 
 

@@ -105,7 +105,9 @@ class StepController:
             # The script ended before this cycle saw a whole step: the fallback is better.
             self.handler.discard(self.handler.collect(prof))
             return
-        self.written.append(self.handler(prof))
+        path = self.handler(prof)
+        if path is not None:
+            self.written.append(path)
 
     def marker(self, source: str) -> None:
         """A step boundary: `source` is "optimizer" or "profiler"; the script's profiler wins."""
@@ -128,7 +130,8 @@ class StepController:
         if self.written:
             self.handler.discard(self.fallback)
         else:
-            self.written.append(self.handler.write(self.fallback))
+            path = self.handler.write(self.fallback)
+            self.written += [path] if path is not None else []
         self.fallback = None
 
 
