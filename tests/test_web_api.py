@@ -22,7 +22,8 @@ from web.views import source as source_view
 from web.views import sql as sql_view
 from web.views import timeline
 
-GOOD = ("alexnet", "base", "test", "cpu_mlp", "neuron", "xss")
+GOOD = ("alexnet", "base", "test", "cpu_mlp", "gpt", "neuron", "xss")
+NEURON = ("gpt", "neuron")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,9 @@ def test_summary_matches_the_manifest_and_analysis(client, root, name):
     assert d["steps"]["steps"] == len(prof.manifest.steps)
     assert d["summary"]["n_events"] == prof.row_count("events")
     assert d["findings_total"] == len(run_rules(prof))
-    assert d["device_time_modeled"] == (name == "neuron")
+    assert d["device_time_modeled"] == (name in NEURON)
+    if name in NEURON:
+        assert d["summary"]["readiness"] is not None and d["summary"]["engines"]
 
 
 @pytest.mark.parametrize("name", GOOD)
@@ -127,7 +130,7 @@ def test_operators_agree_with_sql(client, root, name):
         " AND kind IN ('kernel','gpu_kernel','gpu_memcpy','gpu_memset','collective')"
     ).fetchall()[0][0]
     assert sum(o["device_ns"] for o in d["operators"]) == dev
-    assert (d["roofline"] is not None) == (name == "neuron")
+    assert (d["roofline"] is not None) == (name in NEURON)
 
 
 def test_operator_detail_expands_into_kernels_and_instructions(client):

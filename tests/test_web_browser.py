@@ -56,39 +56,44 @@ def browser():
         b.close()
 
 
+@pytest.fixture(scope="module")
+def context(browser):
+    ctx = browser.new_context(viewport={"width": 1440, "height": 950})  # one cache: plotly.js once
+    yield ctx
+    ctx.close()
+
+
 @pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1440, "height": 950})
-    pg = ctx.new_page()
+def page(context):
+    pg = context.new_page()
     pg.errors = []
     pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
     yield pg
-    ctx.close()
+    pg.close()
 
 
 def _open(page, url: str, shot: str, ready: str) -> None:
     page.goto(url)
     page.wait_for_selector(ready, timeout=30_000)
-    page.wait_for_load_state("networkidle")
     SHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
     assert page.errors == [], page.errors
     assert page.evaluate("window.__xss") is None
 
 
+# plotly.js is 4.8 MB: parsing it costs seconds on a busy machine, so chart pages are few here
 PAGES = [
     ("/", "profiles", "table.data tbody tr"),
     ("/p/neuron", "neuron-summary", "#step-chart .main-svg"),
-    ("/p/alexnet", "gpu-summary", "#busy-chart .main-svg"),
+    ("/p/gpt", "gpt-summary", "#busy-chart .main-svg"),
     ("/p/neuron/timeline", "neuron-timeline", "#tl-canvas[data-ready]"),
     ("/p/alexnet/timeline", "gpu-timeline", "#tl-canvas[data-ready]"),
-    ("/p/neuron/operators", "neuron-operators", "#roofline-chart .main-svg"),
-    ("/p/alexnet/operators", "gpu-operators", "#ops-chart .main-svg"),
+    ("/p/gpt/timeline", "gpt-timeline", "#tl-canvas[data-ready]"),
     ("/p/neuron/source", "neuron-source", "a.file-link"),
     ("/p/alexnet/findings", "gpu-findings", ".finding"),
+    ("/p/gpt/findings", "gpt-findings", ".finding"),
     ("/p/neuron/sql", "neuron-sql", "#sql-input"),
-    ("/compare?a=base&b=test", "compare", "#compare-chart .main-svg"),
 ]
 
 
@@ -126,6 +131,29 @@ def test_timeline_zooms_and_a_kernel_leads_to_its_line(server, page):
     assert page.errors == [], page.errors
 
 
+def test_a_kernel_of_a_real_capture_leads_to_its_line(server, page):
+    import httpx
+
+    sql = ("SELECT start_ns, dur_ns FROM events WHERE kind = 'kernel' AND src_file IS NOT NULL "
+           "ORDER BY dur_ns DESC LIMIT 1")  # fmt: skip
+    s, d = httpx.get(f"{server}/api/p/gpt/sql", params={"q": sql}).json()["result"]["rows"][0]
+    url = f"{server}/p/gpt/timeline?start_ns={s - 20 * d}&end_ns={s + 21 * d}"
+    _open(page, url, "gpt-timeline-zoomed", "#tl-canvas[data-ready]")
+    with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
+        page.click("#tl-zoom-in")
+    page.wait_for_timeout(300)
+    target = page.evaluate("window.neTimeline.rectCenter('kernel')")
+    page.mouse.click(target["x"], target["y"])
+    link = page.wait_for_selector("#event-source")
+    page.screenshot(path=str(SHOTS / "gpt-kernel-selected.png"), full_page=True)
+    line = int(link.inner_text().rsplit(":", 1)[1])
+    link.click()
+    page.wait_for_selector(f"#L{line}.target")
+    assert page.locator(f"#L{line} td.src").inner_text().strip()
+    page.screenshot(path=str(SHOTS / "gpt-source-from-kernel.png"), full_page=True)
+    assert page.errors == [], page.errors
+
+
 def test_source_line_lists_ops_and_jumps_to_the_timeline(server, page):
     _open(page, server + "/p/neuron/source", "source-files", "a.file-link")
     page.click("a.file-link")
@@ -138,15 +166,15 @@ def test_source_line_lists_ops_and_jumps_to_the_timeline(server, page):
     assert page.errors == [], page.errors
 
 
-def test_an_op_leads_to_its_line_in_a_real_trace(server, page):
-    _open(page, server + "/p/cpu_mlp/operators", "cpu-operators", "#ops-chart .main-svg")
+def test_an_op_leads_to_its_line_in_a_real_capture(server, page):
+    _open(page, server + "/p/gpt/operators", "gpt-operators", "#roofline-chart .main-svg")
     page.click("table.data tbody tr >> nth=0")
     link = page.wait_for_selector("a.op-line")
     line = int(link.inner_text().rsplit(":", 1)[1])
     link.click()
     page.wait_for_selector(f"#L{line}.target")
     assert page.locator(f"#L{line} td.src").inner_text().strip()  # the code of that line
-    page.screenshot(path=str(SHOTS / "cpu-source-from-op.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "gpt-source-from-op.png"), full_page=True)
     assert page.errors == [], page.errors
 
 
@@ -173,6 +201,7 @@ def test_pick_two_profiles_and_compare(server, page):
     page.click("#compare-btn")
     page.wait_for_selector("#compare-chart .main-svg")
     assert "a=base" in page.url and "b=test" in page.url
+    page.screenshot(path=str(SHOTS / "compare.png"), full_page=True)
     assert page.errors == [], page.errors
 
 

@@ -1,6 +1,6 @@
 """Profiles the web tests serve (no tests here): real Kineto traces imported by the importer,
-a neuron-shaped profile from benchmarks/web_synth.py (the neuron capture is not in the suite
-yet), a trace whose op names and file names carry HTML, a corrupt profile, and a symlink that
+a real neuron capture from samples/profiles, a neuron-shaped profile from
+benchmarks/web_synth.py (exact, known structure), a trace whose op names and file names carry HTML, a corrupt profile, and a symlink that
 points out of the served directory."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ COPIED = {
     "test": "compare_test",
     "cpu_mlp": "cpu_mlp",
 }
+SAMPLE_CAPTURE = ROOT / "samples" / "profiles" / "gpt_train"  # a real capture on the neuron device
 BASE_TRACE = SHARED / "trace_compare_base_base.json.gz"
 XSS_OP = "<script>window.__xss=1</script>"
 XSS_OP2 = "aten::mm\"'><img src=x onerror=window.__xss=2>"
@@ -54,12 +55,14 @@ def xss_trace(path: Path) -> Path:
 
 def build_root(tmp: Path, imported: dict[str, Path]) -> Path:
     """A served directory: alexnet, base, test (shared GPU traces), cpu_mlp (the sample trace,
-    with its source kept), neuron (synthetic), xss, corrupt, and a symlink `escape` to a valid
+    with its source kept), gpt (samples/profiles/gpt_train, captured on the neuron device),
+    neuron (synthetic, 6,000 events), xss, corrupt, and a symlink `escape` to a valid
     profile outside it. `imported` is conftest's imported_profiles."""
     root = tmp / "profiles"
     root.mkdir()
     for name, key in COPIED.items():
         shutil.copytree(imported[key], root / name)
+    shutil.copytree(SAMPLE_CAPTURE, root / "gpt")
     synth_module().make_profile(root / "neuron", 6000)
     import_traces([xss_trace(tmp / "xss.json")], root / "xss")
     shutil.copytree(imported["compare_base"], root / "corrupt")

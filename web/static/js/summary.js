@@ -95,7 +95,10 @@ run(async () => {
       ], d.top_lines, { compact: true }) : h("p", { class: "note" }, "No source lines in this profile."))),
   );
   breakdownChart(stepChart, s, modeled);
-  const util = s.engines.length ? s.engines.map((e) => [`${e.rank ? "r" + e.rank + " " : ""}${e.engine}`, e.utilization])
+  const ENGINE_ORDER = ["TensorE", "VectorE", "ScalarE", "GpSimdE"];
+  const engineKey = (e) => [e.rank, ENGINE_ORDER.includes(e.engine) ? ENGINE_ORDER.indexOf(e.engine) : 10 + (parseInt(e.engine.replace(/\D+/g, ""), 10) || 0)];
+  const engines = s.engines.slice().sort((a, b) => { const [x, y] = [engineKey(a), engineKey(b)]; return x[0] - y[0] || x[1] - y[1]; });
+  const util = engines.length ? engines.map((e) => [`${e.rank ? "r" + e.rank + " " : ""}${e.engine}`, e.utilization])
     : s.devices.map((x) => [`${x.rank ? "r" + x.rank + " " : ""}${x.device}`, x.window_ns ? x.busy_ns / b.steps_ns : 0]);
   if (util.length) {
     busyChart.style.height = Math.min(340, 90 + 34 * util.length) + "px";
