@@ -358,3 +358,15 @@ def test_attention_backward_is_five_gemms_on_the_right_operands():
     )
     assert len(bwd.gemms) == 5
     assert sum(2 * b * m * kk * n for b, m, kk, n in bwd.gemms) == 5 * 2 * 8 * 128 * 256 * 64
+
+
+def test_multi_tensor_ops_cost_the_whole_list():
+    params = [T(128, 384), T(384), T(384, 128), T(128)] * 2  # layers repeat their shapes
+    one = lower_op("aten::_foreach_add_.List", params[:1] * 2, [])
+    many = lower_op("aten::_foreach_add_.List", params * 2, [])
+    assert many.flops == sum(t.numel for t in params) > one.flops
+    assert many.bytes_written == sum(t.nbytes for t in params)
+    adam = lower_op("aten::_fused_adamw_", params * 4 + [T()] * len(params), [])
+    assert adam.bytes_read == 4 * sum(t.nbytes for t in params) + 4 * len(params)  # + steps
+    assert adam.bytes_written == 3 * sum(t.nbytes for t in params)  # params and two moments
+    assert run(adam).dur_ns > run(many).dur_ns

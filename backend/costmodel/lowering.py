@@ -39,6 +39,8 @@ def lower_op(
 
 def _lower(op, inputs, outputs, spec, name) -> KernelPlan:
     category = ops.classify(op)
+    if ops.is_multi_tensor(op) and inputs:
+        return _lower_multi(op, category, inputs, outputs, spec, name)
     if not outputs and inputs:
         outputs = inputs[:1]  # an in-place op writes its first argument
     if category == ops.VIEW:
@@ -63,6 +65,22 @@ def _lower(op, inputs, outputs, spec, name) -> KernelPlan:
         reads = reads[1:] + [sum(t.nbytes for t in outputs)]
     writes = [t.nbytes for t in outputs]
     return assemble(spec, name, op, category, inputs, outputs, reads, computes, writes)
+
+
+def _lower_multi(op, category, inputs, outputs, spec, name) -> KernelPlan:
+    """One kernel over every tensor of the lists: the work is the sum over the first list."""
+    first = ops.first_list(op, inputs)
+    passes, lists_written = ops.multi_tensor_passes(op)
+    if not outputs:  # in place: the first list (and an optimizer's state lists) are written
+        outputs = inputs[: len(first) * lists_written]
+    elems = sum(t.numel for t in first)
+    eng, opcode = (spec.vector, "tensor_tensor")
+    if category == ops.TRANSCENDENTAL:
+        eng, opcode = (spec.scalar, "activation")
+    work = _pass(spec, eng, opcode, elems * passes, _itemsize(first))
+    reads = [t.nbytes for t in inputs]
+    writes = [t.nbytes for t in outputs]
+    return assemble(spec, name, op, category, inputs, outputs, reads, (work,), writes)
 
 
 def _elems(ts: Sequence[TensorInfo]) -> int:

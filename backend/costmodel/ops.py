@@ -132,6 +132,43 @@ def reads_gathered_rows(op: str) -> bool:
     return name == "index" or any(w in name for w in _ROW_GATHERS)
 
 
+def is_multi_tensor(op: str) -> bool:
+    """_foreach_* and _fused_* (optimizer) ops: the same work over lists of tensors."""
+    return base_name(op).startswith(("_foreach_", "_fused_"))
+
+
+def first_list(op: str, inputs: tuple[TensorInfo, ...]) -> tuple[TensorInfo, ...]:
+    """The first tensor list of a multi-tensor op, from how many lists its signature takes.
+
+    Shapes cannot tell lists apart (a model's layers repeat), so the count comes from the name:
+    `.List` overloads take two lists (addcmul/addcdiv/lerp one more), fused Adam four.
+    """
+    tensors = [t for t in inputs if t.shape != ()]  # 0-dim entries are scalars and step counts
+    name = base_name(op)
+    overload = op.rsplit(".", 1)[-1] if "." in op.rsplit("::", 1)[-1] else ""
+    if "adam" in name:
+        lists = 5 if len(tensors) % 4 and not len(tensors) % 5 else 4  # amsgrad adds a list
+    elif "sgd" in name:
+        lists = 3 if not len(tensors) % 3 else 2  # momentum buffers
+    elif name.endswith(("addcmul", "addcdiv")):
+        lists = 3
+    elif name.endswith("lerp"):
+        lists = 3 if overload == "List" else 2
+    else:
+        lists = 2 if overload == "List" else 1
+    return tuple(tensors[: max(1, len(tensors) // lists)])
+
+
+def multi_tensor_passes(op: str) -> tuple[int, int]:
+    """(VectorE passes per element, tensor lists written) of a multi-tensor op."""
+    name = base_name(op)
+    if "adam" in name:  # exp_avg lerp, exp_avg_sq mul+addcmul, sqrt, div, add
+        return 6, 3
+    if "sgd" in name:  # momentum buffer and param
+        return 2, 2
+    return 1, 1
+
+
 # A GEMM problem: `batch` independent (M x K) @ (K x N) products.
 Gemm = tuple[int, int, int, int]
 
