@@ -17,7 +17,7 @@ _COLS = (
     "CAST(op_name AS VARCHAR) AS op_name, shapes, dtypes, flops, bytes_read, bytes_written, args"
 )
 _BRIEF = (
-    "id, rank, CAST(device AS VARCHAR) AS device, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
+    "id, parent_id, rank, CAST(device AS VARCHAR) AS device, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
     "CAST(name AS VARCHAR) AS name, CAST(track AS VARCHAR) AS track, start_ns, dur_ns, "
     "CAST(src_file AS VARCHAR) AS src_file, src_line"
 )

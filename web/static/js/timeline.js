@@ -206,7 +206,9 @@ function drawFlows(width) {
   ctx.save();
   ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, 1e6); ctx.clip();
   ctx.strokeStyle = "#db2777"; ctx.fillStyle = "#db2777"; ctx.lineWidth = 1.5;
+  const ids = new Set(f.flows.map((p) => p.id));
   for (const p of f.flows) {
+    if (ids.has(p.parent_id)) continue;  // draw to a kernel, not to each of its DMAs as well
     const to = laneOf(p);
     if (to < 0) continue;
     const y1 = yOf(p, to), x1 = xOf(p.start_ns);
