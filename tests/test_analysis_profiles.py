@@ -64,6 +64,14 @@ def real(name: str) -> Profile:
     return _CACHE[name]
 
 
+def sample(name: str) -> Profile:
+    """A profile captured on the neuron device from samples/NAME.py (samples/profiles)."""
+    path = Path(__file__).resolve().parent.parent / "samples" / "profiles" / name
+    if not path.exists():
+        pytest.skip(f"captured sample {path} not present")
+    return Profile.open(path)
+
+
 def trace_json(name: str) -> list[dict]:
     import gzip
 

@@ -19,11 +19,13 @@ from ..model.schema import EVENTS
 from .conventions import (
     ARGS_KINDS,
     COMPUTE_KINDS,
+    DATALOADER_LIKE,
     DEVICE_WORK_KINDS,
     DOWNCAST_EVENT,
     GRAPH_RECOMPILE_SQL,
     KERNEL_KINDS,
     RECOMPILE_PREDICATE,
+    sql_like_any,
     sql_list,
     sync_predicate,
 )
@@ -277,3 +279,34 @@ class AnalysisContext:
         compiler's recompile markers, compiles of a graph's later signatures, and any compile
         after the first step of a rank (the first step compiles everything once)."""
         self._recompiles_ready  # noqa: B018
+
+    @cached_property
+    def _explained_ready(self) -> bool:
+        """`explained(rank, s, e)`: host time with a known cause of device idleness (compiles,
+        CPU fallbacks, syncs and data loading), merged per rank."""
+        src = f"""SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
+            WHERE layer = 'host' AND (kind IN ('compile', 'fallback') OR {sync_predicate()}
+                  OR (kind IN ('annotation', 'op') AND {sql_like_any("name", DATALOADER_LIKE)}))"""
+        self.run(f"CREATE TEMP TABLE explained AS {merged_intervals_sql(src, 'rank')}")
+        return True
+
+    @cached_property
+    def explained_idle(self) -> pa.Table:
+        """Per step window (rank, start_ns): device idle time that overlaps explained host time,
+        which the more specific rules (compile, fallback, sync, data loading) report."""
+        self._steps_ready  # noqa: B018
+        self.ensure_busy()
+        self._explained_ready  # noqa: B018
+        return self.arrow(
+            """WITH xw AS (SELECT w.rank, w.s, w.e, greatest(x.s, w.s) AS xs, least(x.e, w.e) AS xe
+                        FROM steps_w w JOIN explained x ON x.rank = w.rank
+                             AND x.s < w.e AND x.e > w.s),
+                 ex AS (SELECT rank, s, sum(xe - xs) AS ns FROM xw GROUP BY rank, s),
+                 exb AS (SELECT xw.rank, xw.s, sum(least(b.e, xw.xe) - greatest(b.s, xw.xs)) AS ns
+                         FROM xw JOIN busy b ON b.rank = xw.rank AND b.s < xw.xe AND b.e > xw.xs
+                         GROUP BY xw.rank, xw.s)
+            SELECT w.rank, w.s AS start_ns,
+                   coalesce(ex.ns, 0) - coalesce(exb.ns, 0) AS explained_idle_ns
+            FROM steps_w w LEFT JOIN ex USING (rank, s) LEFT JOIN exb USING (rank, s)
+            ORDER BY w.rank, w.s"""
+        )

@@ -14,9 +14,9 @@ class CpuFallback(Rule):
     Pattern: an op the neuron runtime does not implement falls back to the CPU: its inputs are
     copied to the host, it runs there, and its outputs are copied back, every call.
     Algorithm: the host events of kind fallback (one per fallback call; op_name names the op,
-    src_file/src_line the call site, dur_ns includes the copies). Report when there are at least
-    MIN_FALLBACKS; the saving is their whole time (the op on the device is assumed free in
-    comparison).
+    src_file/src_line the call site) plus the device sync and the copies out and back recorded
+    with the same op and call site. Report when there are at least MIN_FALLBACKS; the saving is
+    that whole time (the op on the device is assumed free in comparison).
     """
 
     id = "cpu-fallback"
@@ -39,6 +39,16 @@ class CpuFallback(Rule):
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         if n < self.MIN_FALLBACKS:
             return []
+        # the device sync and the copies out and back that each fallback call costs: the
+        # runtime records them with the fallback's op and call site
+        around = ctx.one(
+            f"""SELECT coalesce(sum(x.dur_ns), 0) AS ns FROM ev x
+            WHERE x.layer = 'host' AND (x.name = 'sync' OR (x.kind = 'copy' AND
+                  json_extract_string(x.args, '$.direction') IS NULL))
+              AND (x.op_name, x.src_file, x.src_line) IN
+                  (SELECT (op_name, src_file, src_line) FROM ev WHERE {where})"""
+        )
+        ns += int(around.get("ns") or 0)
         ops = top_ops(ctx, where)
         names = ", ".join(o.label for o in ops[:3])
         return [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..context import AnalysisContext
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, hotspots, register
+from .launch_bound import LaunchBound
 
 
 @register
@@ -15,9 +16,10 @@ class DeviceIdleGaps(Rule):
     still running (host work, syncs, data loading or launch overhead between kernels).
     Algorithm: merge the rank's device work (kernels, copies, DMA, collectives) into disjoint
     busy intervals; inside each step window (the whole trace when there are no steps) the gaps
-    are the complement. Gaps of at least MIN_GAP_NS count, less the time the host spends
-    compiling in them (compile-dominated reports that); report when they add up to at least
-    MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
+    are the complement. Gaps of at least MIN_GAP_NS count, less the time the host spends in
+    them compiling, falling back, syncing or loading data, and less the gaps of launch-bound
+    steps (the rules for those causes report that time); report when the rest adds up to at
+    least MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
     TOP_GAPS longest gaps most.
     """
 
@@ -48,21 +50,31 @@ class DeviceIdleGaps(Rule):
                 UNION ALL SELECT rank, s, e, e FROM w),
             g AS (SELECT rank, ws, e AS gs, lead(s) OVER (PARTITION BY rank, ws ORDER BY s, e)
                          AS ge FROM pts)
-            SELECT rank, gs AS start_ns, ge - gs AS dur_ns FROM g
+            SELECT rank, ws, gs AS start_ns, ge - gs AS dur_ns FROM g
             WHERE ge - gs >= {int(self.MIN_GAP_NS)}"""
         )
         agg = ctx.one(
             "SELECT count(*) AS n, sum(dur_ns) AS total, max(dur_ns) AS longest FROM idle_gaps"
         )
-        # idle while the host compiles is compile-dominated's finding, not this one
-        compiling = ctx.one(
-            """SELECT coalesce(sum(least(x.start_ns + x.dur_ns, g.start_ns + g.dur_ns)
-                                   - greatest(x.start_ns, g.start_ns)), 0) AS ns
-            FROM idle_gaps g JOIN ev x ON x.rank = g.rank AND x.layer = 'host'
-                 AND x.kind = 'compile' AND x.start_ns < g.start_ns + g.dur_ns
-                 AND x.start_ns + x.dur_ns > g.start_ns"""
+        # idle while the host compiles, falls back, syncs or loads data is reported by those
+        # rules, and gaps in launch-bound steps by launch-bound
+        ctx.explained_idle  # noqa: B018 - builds `explained`
+        bound, _ = LaunchBound().bound_steps(ctx)
+        ctx.con.register("launch_bound_steps", bound.select(["rank", "start_ns"]))
+        other = ctx.one(
+            """SELECT coalesce(sum(least(x.e, g.start_ns + g.dur_ns) - greatest(x.s, g.start_ns)),
+                               0) AS ns
+            FROM idle_gaps g JOIN explained x ON x.rank = g.rank
+                 AND x.s < g.start_ns + g.dur_ns AND x.e > g.start_ns"""
         )
-        total = max(int(agg.get("total") or 0) - int(compiling.get("ns") or 0), 0)
+        in_bound = ctx.one(
+            """SELECT coalesce(sum(g.dur_ns), 0) AS ns FROM idle_gaps g
+            JOIN launch_bound_steps l ON l.rank = g.rank AND g.ws = l.start_ns"""
+        )
+        total = max(
+            int(agg.get("total") or 0) - int(other.get("ns") or 0) - int(in_bound.get("ns") or 0),
+            0,
+        )
         step_ns = ctx.total_step_ns
         if step_ns <= 0 or total < self.MIN_IDLE_SHARE * step_ns:
             return []

@@ -16,8 +16,10 @@ class HostSync(Rule):
     makes the host wait until the device has finished all queued work, so host and device stop
     overlapping.
     Algorithm: the host events of kind sync (args.reason: item | cpu | print | synchronize;
-    dur_ns is the wait). Report when there are at least MIN_SYNCS of them waiting at least
-    MIN_SHARE of step time; the saving is the wait time.
+    dur_ns is the wait), except a CPU fallback's own wait. Report when there are at least
+    MIN_SYNCS of them and they wait at least MIN_SHARE of step time or occur in at least
+    EVERY_STEP_FRACTION of the steps (a sync in every step is cheap while the step is
+    launch-bound and costly once it is not); the saving is the wait time.
     """
 
     id = "host-sync"
@@ -26,17 +28,31 @@ class HostSync(Rule):
     scope = "neuron"
     MIN_SYNCS = 1
     MIN_SHARE = 0.02
+    EVERY_STEP_FRACTION = 0.5  # syncs in this share of steps are reported whatever they cost
     fix = (
         "Keep values on the device inside the step: accumulate the loss in a device tensor and "
         "call .item() every N steps, log outside the step, and drop print(tensor) from the loop."
     )
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
-        where = f"layer = 'host' AND kind = '{NEURON_SYNC_KIND}'"
-        agg = ctx.one(f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {where}")
+        # a fallback's own wait for the device belongs to cpu-fallback
+        where = (
+            f"layer = 'host' AND kind = '{NEURON_SYNC_KIND}' AND NOT (name = 'sync' AND op_name "
+            "IN (SELECT op_name FROM ev WHERE kind = 'fallback'))"
+        )
+        agg = ctx.one(
+            f"""SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns,
+                   count(DISTINCT step) AS steps FROM ev WHERE {where}"""
+        )
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         step_ns = ctx.total_step_ns
-        if n < self.MIN_SYNCS or step_ns <= 0 or ns < self.MIN_SHARE * step_ns:
+        n_steps = ctx.steps().num_rows if ctx.has_steps else 0
+        every_step = (
+            n_steps > 0 and int(agg.get("steps") or 0) >= self.EVERY_STEP_FRACTION * n_steps
+        )
+        if n < self.MIN_SYNCS or step_ns <= 0:
+            return []
+        if ns < self.MIN_SHARE * step_ns and not every_step:
             return []
         reasons = hotspots(
             ctx.rows(

@@ -18,9 +18,10 @@ class LaunchBound(Rule):
     Pattern: eager mode issues one kernel per op; when each kernel is shorter than the host's
     cost to dispatch and launch it, the device idles between launches (GPU or neuron).
     Algorithm: per step, take the kernel count and the device idle time from the step
-    breakdown, and the median kernel duration of the rank. A step is launch-bound when it has
-    at least MIN_KERNELS_PER_STEP kernels, a median kernel under TINY_KERNEL_NS and the device
-    idle at least MIN_IDLE_SHARE of the step. The saving assumed is RECOVERABLE_SHARE of the
+    breakdown, less the idle time that overlaps compiles, fallbacks, syncs or data loading (the
+    more specific rules report that), and the median kernel duration of the rank. A step is
+    launch-bound when it has at least MIN_KERNELS_PER_STEP kernels, a median kernel under
+    TINY_KERNEL_NS and that idle time is at least MIN_IDLE_SHARE of the step. The saving assumed is RECOVERABLE_SHARE of the
     idle time in those steps.
     """
 
@@ -37,9 +38,12 @@ class LaunchBound(Rule):
         "for CUDA graphs on GPU), and drop per-element Python loops."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
+    def bound_steps(self, ctx: AnalysisContext) -> tuple[pa.Table, dict]:
+        """The launch-bound step windows (breakdown rows plus idle_ns, the idle time no more
+        specific rule explains) and the per-rank median kernel rows."""
+        none = (ctx.breakdown.slice(0, 0), {})
         if not ctx.device_ranks:
-            return []
+            return none
         med = ctx.rows(
             f"""SELECT rank, median(dur_ns) AS med, any_value(device) AS device FROM ev
             WHERE layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)} GROUP BY rank"""
@@ -47,15 +51,20 @@ class LaunchBound(Rule):
         tiny = {int(r["rank"]): r for r in med if r["med"] is not None}
         tiny = {k: v for k, v in tiny.items() if v["med"] < self.TINY_KERNEL_NS}
         if not tiny:
-            return []
+            return none
         b = ctx.breakdown
+        explained = ctx.explained_idle["explained_idle_ns"]  # same rows and order
+        b = b.append_column("idle_ns", pc.subtract(b["device_idle_ns"], explained))
         b = b.filter(pc.is_in(b["rank"], value_set=pa.array(list(tiny), pa.int32())))
         b = b.filter(pc.greater_equal(b["kernels"], self.MIN_KERNELS_PER_STEP))
-        idle = pc.divide(pc.cast(b["device_idle_ns"], "double"), pc.cast(b["dur_ns"], "double"))
-        b = b.filter(pc.greater_equal(idle, self.MIN_IDLE_SHARE))
+        idle = pc.divide(pc.cast(b["idle_ns"], "double"), pc.cast(b["dur_ns"], "double"))
+        return b.filter(pc.greater_equal(idle, self.MIN_IDLE_SHARE)), tiny
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        b, tiny = self.bound_steps(ctx)
         if b.num_rows == 0:
             return []
-        idle_ns = int(pc.sum(b["device_idle_ns"]).as_py())
+        idle_ns = int(pc.sum(b["idle_ns"]).as_py())
         step_ns = int(pc.sum(b["dur_ns"]).as_py())
         kernels = int(pc.sum(b["kernels"]).as_py())
         median_ns = float(min(v["med"] for v in tiny.values()))
