@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import BadInputError
+from ..model.schema import KINDS
 from . import kineto_decode as kd
 from . import pystacks
 from .kineto_links import fwdbwd, launches
@@ -39,6 +40,8 @@ CATEGORIES: dict[str, tuple[str, str]] = {
     "gpu_user_annotation": ("gpu_annotation", "device"),
     "cuda_sync": ("sync", "device"),
 }  # fmt: skip
+K = {name: i for i, name in enumerate(KINDS)}  # kind name -> code in the int8 kind arrays
+KIND_NAMES = pa.array(KINDS, pa.string())
 FLOW_PHASES = frozenset({"s", "f", "t"})
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 COLLECTIVE_PREFIXES = ("nccl:", "gloo:", "ucc:", "mpi:", "c10d::")
@@ -125,18 +128,18 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
     parent = np.full(n, NONE, dtype=np.int64)
     hp = nest(track_code[host], start[host], start[host] + dur_ns[host])
     parent[host] = np.where(hp >= 0, host[np.clip(hp, 0, None)], NONE)
-    is_op = r_kind == "op"
-    is_py = r_kind == "python"
+    is_op = r_kind == K["op"]
+    is_py = r_kind == K["python"]
 
     # steps, by containment of the start on this rank's host timeline
-    step_rows = np.flatnonzero(r_kind == "step")
+    step_rows = np.flatnonzero(r_kind == K["step"])
     steps_no = step_no[name_code[rows[step_rows]]]
     step = _step_of(start, start[step_rows], dur_ns[step_rows], steps_no)
     step = np.where(r_dev, NONE, step)
 
     # the args pass: text for every row, typed fields for ops, launches and memory samples
     op_rows = np.flatnonzero(is_op)
-    gpu_rows = np.flatnonzero((r_kind == "runtime") | r_dev)
+    gpu_rows = np.flatnonzero((r_kind == K["runtime"]) | r_dev)
     mem_idx = np.flatnonzero(is_counter)
     args_text, typed = kd.args_pass(
         d,
@@ -164,8 +167,8 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
     flow_src[linked] = launch[linked]
     flow_src[launch[linked]] = launch[linked]
     bytes_col = _scatter(n, gpu_rows, nbytes)
-    is_xfer = np.isin(r_kind, ["gpu_memcpy", "gpu_memset"])
-    bytes_read = pc.if_else(r_kind == "gpu_memcpy", bytes_col, pa.nulls(n, pa.int64()))
+    is_xfer = np.isin(r_kind, [K["gpu_memcpy"], K["gpu_memset"]])
+    bytes_read = pc.if_else(r_kind == K["gpu_memcpy"], bytes_col, pa.nulls(n, pa.int64()))
     bytes_written = pc.if_else(is_xfer, bytes_col, pa.nulls(n, pa.int64()))
 
     # op_name: ops are their own op; runtime calls take the enclosing op; device work its launch's
@@ -176,7 +179,7 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
     unlaunched = np.flatnonzero(r_dev & (launch < 0))
     step[unlaunched] = _step_of(start[unlaunched], start[step_rows], dur_ns[step_rows], steps_no)
     op_name_code = np.where(op_of >= 0, name_code[rows[np.clip(op_of, 0, None)]], NONE)
-    op_name_code = np.where(is_op | (r_kind == "runtime") | r_dev, op_name_code, NONE)
+    op_name_code = np.where(is_op | (r_kind == K["runtime"]) | r_dev, op_name_code, NONE)
 
     # python stacks and source lines (device work takes its launch's)
     py_parent = nearest(parent, is_py)
@@ -199,7 +202,7 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
     uf = pa.array(user_frame, mask=user_frame < 0)
     columns = {
         "layer": _dict_take(pa.array(["host", "device"]), r_dev.astype(np.int64)),
-        "kind": pa.array(r_kind.astype(str)).dictionary_encode(),
+        "kind": _dict_take(KIND_NAMES, r_kind.astype(np.int64)),
         "name": _dict_take(d.names, name_code[rows]),
         "track": _dict_take(track_dict, track_code),
         "device": _dict_take(device_dict, device_code),
@@ -243,7 +246,7 @@ class _Classes:
     """Per event: kind and layer; per distinct name: step number (-1 if not a step)."""
 
     names: list[str]
-    kind: np.ndarray  # object array of kind names
+    kind: np.ndarray  # int8 index into KINDS
     device: np.ndarray  # bool: device layer
     step_no: np.ndarray  # by name code
     is_flow: np.ndarray  # bool: a flow event (ph s, f, t)
@@ -255,7 +258,7 @@ def _classify(d: kd.Decoded) -> _Classes:
     distinct category and name and spread to events by their codes."""
     names: list[str] = d.names.to_pylist()
     by_cat = [CATEGORIES.get(c.lower(), ("other", "host")) for c in d.cats]
-    kind = np.array([k for k, _ in by_cat] or ["other"], dtype=object)[d.cat_code]
+    kind = np.array([K[k] for k, _ in by_cat] or [K["other"]], dtype=np.int8)[d.cat_code]
     device = np.array([layer == "device" for _, layer in by_cat] or [False])[d.cat_code]
     step_no = np.array([_step_number(s) for s in names], dtype=np.int64)
     coll_name = np.array([s.lower().startswith(COLLECTIVE_PREFIXES) for s in names], dtype=bool)
@@ -263,9 +266,10 @@ def _classify(d: kd.Decoded) -> _Classes:
     memory = np.array([s == MEMORY_EVENT for s in names], dtype=bool)
     if d.n:
         code = d.name_code
-        kind[(kind == "annotation") & (step_no[code] >= 0)] = "step"
-        kind[(kind == "annotation") & coll_name[code]] = "collective"
-        kind[(kind == "gpu_kernel") & nccl[code]] = "collective"
+        annotation = kind == K["annotation"]
+        kind[annotation & (step_no[code] >= 0)] = K["step"]
+        kind[annotation & coll_name[code]] = K["collective"]
+        kind[(kind == K["gpu_kernel"]) & nccl[code]] = K["collective"]
     is_flow = np.isin(d.ph, list(FLOW_PHASES))
     is_counter = (memory[d.name_code] if d.n else np.zeros(0, bool)) & (d.ph != "X")
     return _Classes(names, kind, device, step_no, is_flow, is_counter)
@@ -298,7 +302,7 @@ def _args_column(
 ) -> pa.Array:
     """The events' args as JSON text; unknown categories also keep their cat and ph, and rows
     whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
-    patch = sorted(set(np.flatnonzero(kind == "other").tolist()) | set(extra))
+    patch = sorted(set(np.flatnonzero(kind == K["other"]).tolist()) | set(extra))
     if not patch:
         return col
     texts = []
@@ -306,7 +310,7 @@ def _args_column(
         raw = col[r].as_py()
         a = msgspec.json.decode(raw) if raw else {}
         a = a if isinstance(a, dict) else {"args": a}
-        if kind[r] == "other":
+        if kind[r] == K["other"]:
             e = rows[r]
             a = {"cat": d.cats[d.cat_code[e]], "ph": str(d.ph[e]), **a}
         if r in extra:
