@@ -98,7 +98,7 @@ def _dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
 def load(path: Path, progress: Callable[[float], None] | None = None) -> FileData:
     """Read, decode and map one trace file."""
     report = progress or (lambda f: None)
-    d = kd.extract(path)
+    d = kd.extract(path, report)
     report(0.6)
     c = _classify(d)
     name_dict, kind, layer_dev, step_no = c.names, c.kind, c.device, c.step_no

@@ -10,6 +10,7 @@ digits) a second pass parses the times from their text.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,11 +208,13 @@ class Decoded:
     trace: Trace  # top-level keys, with traceEvents emptied
 
 
-def extract(path: Path) -> Decoded:
+def extract(path: Path, report: Callable[[float], None] = lambda f: None) -> Decoded:
     """Read and decode a trace into columns, all but the args (see `args_pass`); the per-event
     structs are freed on return."""
     buf = read_bytes(path)
+    report(0.15)
     trace = decode(path, buf)
+    report(0.4)
     evs = trace.traceEvents
     n = len(evs)
     if needs_exact([e.ts for e in evs]) or needs_exact([e.dur for e in evs]):
