@@ -175,3 +175,28 @@ def test_a_missing_script_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "neuron-explorer: error: nope.py: no such script"
     assert not (tmp_path / "x").exists()
+
+
+def test_without_optimizer_or_profiler_a_repeated_record_function_marks_the_steps(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import torch
+
+        model = torch.nn.Linear(8, 4)
+        for _ in range(4):
+            with torch.profiler.record_function("train_step"):
+                model(torch.randn(16, 8)).sum().backward()
+        with torch.profiler.record_function("evaluate"):
+            model(torch.randn(2, 8))
+        """,
+    )
+    out = tmp_path / "run"
+    result = run_captured(["python", str(script)], out, Schedule(1, 1, 3))
+    assert result.exit_code == 0 and result.step_source == "none"
+    profile = Profile.open(out)
+    assert _steps(out) == [0, 1, 2, 3]
+    per_step = profile.duckdb().execute(
+        "SELECT step, count(*) FROM events WHERE name = 'aten::addmm' GROUP BY 1 ORDER BY 1"
+    )
+    assert per_step.fetchall() == [(0, 1), (1, 1), (2, 1), (3, 1), (None, 1)]

@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
 from .clock import Call, HostClock
-from .link import innermost_parents, inside_spans, reparent, step_of
+from .host import column_array, column_list, drop_simulator_events, steps_from_markers
+from .link import innermost_parents, step_of
 
 DEVICE = "neuron:0"
-SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
 HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy"})
 DEVICE_KINDS = frozenset({"kernel", "instruction", "dma"})
 FRAMEWORK_KINDS = ("op", "annotation")  # what a runtime call's launching op can be
@@ -44,17 +44,6 @@ class Merged:
     removed_ns: int  # simulator time cut from the host timeline
 
 
-def _col(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy(zero_copy_only=False)
-
-
-def _pylist(table: pa.Table, name: str) -> list:
-    col = table.column(name)
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    return col.to_pylist()
-
-
 def drop_own_frames(host: pa.Table) -> pa.Table:
     """Remove python events and stacks that belong to the backend or explorer itself."""
     if not host.num_rows:
@@ -66,38 +55,6 @@ def drop_own_frames(host: pa.Table) -> pa.Table:
     for d in _HIDDEN_DIRS:
         own = pc.or_(own, pc.or_(pc.match_substring(name, d), pc.match_substring(src, d)))
     return host.filter(pc.invert(pc.and_(pc.equal(kind, "python"), own)))
-
-
-def drop_simulator_events(host: pa.Table, calls: Sequence[Any], origin_unix_ns: int) -> pa.Table:
-    """Remove what the simulator itself did on the host: the CPU ops computing payloads inside
-    runtime calls, and the PythonSubclass spans of the device tensor's __torch_dispatch__.
-    Children of a removed event move to its nearest kept ancestor."""
-    if not calls or not host.num_rows:
-        return host
-    track = np.array(_pylist(host, "track"), dtype=object)
-    start = _col(host, "start_ns").astype(np.int64)
-    end = start + _col(host, "dur_ns").astype(np.int64)
-    spans: dict[object, tuple] = {}
-    for e in sorted(calls, key=lambda e: e.host_start_ns):
-        s, t = spans.setdefault(f"thread {e.tid}", ([], []))
-        s.append(e.host_start_ns - origin_unix_ns)
-        t.append(e.host_end_ns - origin_unix_ns)
-    spans = {k: (np.array(s, np.int64), np.array(t, np.int64)) for k, (s, t) in spans.items()}
-    names = np.array(_pylist(host, "name"), dtype=object)
-    drop = inside_spans(track, start, end, spans) | (names == SIMULATOR_DISPATCH)
-    drop &= np.array(_pylist(host, "kind"), dtype=object) != "step"
-    if not drop.any():
-        return host
-    ids = _col(host, "id").astype(np.int64)
-    raw_parent = host.column("parent_id").to_numpy(zero_copy_only=False)
-    parents = np.where(np.isnan(raw_parent.astype(float)), -1, raw_parent).astype(np.int64)
-    new_parent = reparent(ids, parents, ~drop)
-    host = host.set_column(
-        host.schema.get_field_index("parent_id"),
-        "parent_id",
-        pa.array(new_parent, pa.int64(), mask=new_parent < 0),
-    )
-    return host.filter(pa.array(~drop))
 
 
 def normalize_calls(calls: Sequence[Any]) -> list[Any]:
@@ -163,20 +120,21 @@ def merge(
     )  # fmt: skip
     device_offset = origin_unix_ns - cut0
 
-    h_start = _col(host, "start_ns").astype(np.int64)
-    h_end = h_start + _col(host, "dur_ns").astype(np.int64)
+    h_start = column_array(host, "start_ns").astype(np.int64)
+    h_end = h_start + column_array(host, "dur_ns").astype(np.int64)
     h_start, h_end = clock.map(h_start), clock.map(h_end)
     host = host.set_column(host.schema.get_field_index("start_ns"), "start_ns", pa.array(h_start))
     host = host.set_column(
         host.schema.get_field_index("dur_ns"), "dur_ns", pa.array(h_end - h_start)
     )
 
-    kinds = np.array(_pylist(host, "kind"), dtype=object)
+    host = steps_from_markers(host)
+    kinds = np.array(column_list(host, "kind"), dtype=object)
     is_step = kinds == "step"
-    step_nums = _col(host, "step")
+    step_nums = column_array(host, "step")
     steps_start, steps_end = h_start[is_step], h_end[is_step]
     steps_num = np.array([_step_number(n, s) for n, s in zip(
-        np.array(_pylist(host, "name"), dtype=object)[is_step], step_nums[is_step], strict=True
+        np.array(column_list(host, "name"), dtype=object)[is_step], step_nums[is_step], strict=True
     )], dtype=np.int64)  # fmt: skip
 
     next_id = int(pc.max(host.column("id")).as_py() or 0) + 1 if host.num_rows else 1
@@ -195,12 +153,14 @@ def merge(
         [e.host_start_ns - e.cut_before_ns - device_offset for e in calls], dtype=np.int64
     )
     c_end = c_start + np.array([max(e.host_cost_ns, 0) for e in calls], dtype=np.int64)
-    tracks = np.array([*_pylist(host, "track"), *[f"thread {e.tid}" for e in calls]], dtype=object)
+    tracks = np.array(
+        [*column_list(host, "track"), *[f"thread {e.tid}" for e in calls]], dtype=object
+    )
     all_start = np.concatenate([h_start, c_start])
     all_end = np.concatenate([h_end, c_end])
     parent_ok = np.ones(len(all_start), dtype=bool)
     parents = innermost_parents(tracks, all_start, all_end, parent_ok)[host.num_rows :]
-    host_ids = _col(host, "id")
+    host_ids = column_array(host, "id")
     n_host = host.num_rows
 
     def parent_id(p: int) -> int | None:
@@ -311,10 +271,10 @@ def _fill_op_lines(
     made, where the trace itself has none (no with_stack)."""
     if not host.num_rows or not len(calls):
         return host
-    files, lines, funcs = (_pylist(host, c) for c in ("src_file", "src_line", "src_func"))
-    kinds = _pylist(host, "kind")
-    id_index = {int(v): i for i, v in enumerate(_col(host, "id"))}
-    host_parent = _col(host, "parent_id")
+    files, lines, funcs = (column_list(host, c) for c in ("src_file", "src_line", "src_func"))
+    kinds = column_list(host, "kind")
+    id_index = {int(v): i for i, v in enumerate(column_array(host, "id"))}
+    host_parent = column_array(host, "parent_id")
     for i, e in enumerate(calls):
         line = _line(e, src)
         p = int(parents[i])
