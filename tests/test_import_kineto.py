@@ -283,3 +283,30 @@ def test_args_keep_every_field(imported_profiles):
 def test_sample_trace_is_small_and_committed():
     sample = Path(TRACES["cpu_mlp"])
     assert sample.stat().st_size < 1 << 20
+
+
+def test_source_lines_where_python_events_exist(imported_profiles, name):
+    n_python = sum(e.get("cat") == "python_function" for e in trace_json(name)["traceEvents"])
+    profile = Profile.open(imported_profiles[name])
+    ops = profile.table("events", ["src_file", "src_line"], filter=pc.field("kind") == "op")
+    if n_python == 0:
+        assert ops["src_file"].null_count == len(ops)
+        assert profile.row_count("stacks") == 0
+    else:
+        assert ops["src_file"].null_count < len(ops)
+        assert ops["src_line"].null_count == ops["src_file"].null_count
+        assert profile.row_count("stacks") > 0
+
+
+def test_memory_samples_become_counters(imported_profiles, name):
+    mem = [
+        e
+        for e in trace_json(name)["traceEvents"]
+        if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {})
+    ]
+    profile = Profile.open(imported_profiles[name])
+    got = profile.table("counters", filter=pc.field("name") == "memory_allocated")
+    assert got.num_rows == len(mem)
+    assert sorted(got["value"].to_pylist()) == sorted(
+        float(e["args"]["Total Allocated"]) for e in mem
+    )
