@@ -217,12 +217,14 @@ def extract(path: Path, report: Callable[[float], None] = lambda f: None) -> Dec
     report(0.4)
     evs = trace.traceEvents
     n = len(evs)
-    if needs_exact([e.ts for e in evs]) or needs_exact([e.dur for e in evs]):
+    ts_us = pa.array([e.ts for e in evs], pa.float64())
+    dur_us = pa.array([e.dur for e in evs], pa.float64())
+    if needs_exact(ts_us) or needs_exact(dur_us):
         times = msgspec.json.decode(buf, type=TimesTrace).traceEvents
         ts, dur = text_times([e.ts for e in times]), text_times([e.dur for e in times])
         del times
     else:
-        ts, dur = float_times([e.ts for e in evs]), float_times([e.dur for e in evs])
+        ts, dur = float_times(ts_us), float_times(dur_us)
     names = pa.array([e.name for e in evs], pa.string()).dictionary_encode()
     cats = pa.array([e.cat for e in evs], pa.string()).dictionary_encode()
     pid_code, pids = factorize([e.pid for e in evs])
@@ -262,18 +264,17 @@ class Times:
     missing: np.ndarray  # bool
 
 
-def float_times(values: list[float | None]) -> Times:
+def float_times(arr: pa.Array) -> Times:
     """Microseconds decoded as float64 -> integer ns, exact while |us| < EXACT_FLOAT_US."""
-    arr = pa.array(values, pa.float64())
     us = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False)
     whole = np.floor(us)
     ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
     return Times(ns, arr.is_null().to_numpy(zero_copy_only=False))
 
 
-def needs_exact(values: list[float | None]) -> bool:
+def needs_exact(values: pa.Array) -> bool:
     """True when some time is large enough that float64 lost its nanosecond digits."""
-    arr = pc.fill_null(pa.array(values, pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+    arr = pc.fill_null(values, 0.0).to_numpy(zero_copy_only=False)
     big = np.abs(arr) >= EXACT_FLOAT_US
     return bool(big.any() and (arr[big] != np.floor(arr[big])).any())
 
@@ -291,8 +292,7 @@ def text_times(raws: list[msgspec.Raw]) -> Times:
         return Times(ns.copy(), missing)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # more than 3 decimals or exponent notation: float64 on the text's fraction
-        vals = [float(x) for x in filled.to_pylist()]
-        return float_times(vals)
+        return float_times(pa.array([float(x) for x in filled.to_pylist()], pa.float64()))
 
 
 def ints(values: list[Any]) -> pa.Int64Array:
