@@ -38,10 +38,8 @@ class ProfileStore:
 
     def __init__(self, root: str | Path) -> None:
         root = Path(root).resolve()
-        if is_profile(root):
-            self.root, self._only = root.parent, root.name
-        else:
-            self.root, self._only = root, None
+        self._only: str | None = root.name if is_profile(root) else None
+        self.root = root.parent if self._only else root
         self._lock = threading.Lock()
         self._profiles: dict[str, tuple[float, Profile]] = {}
         self._derived: dict[tuple[str, str], Any] = {}

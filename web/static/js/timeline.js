@@ -128,7 +128,7 @@ function draw() {
 let fetchTimer = null;
 function scheduleFetch(delay = 90) {
   clearTimeout(fetchTimer);
-  fetchTimer = setTimeout(fetchWindow, delay);
+  fetchTimer = setTimeout(() => fetchWindow().catch((e) => { statusEl.textContent = "Could not load this window: " + e.message; }), delay);
 }
 
 async function fetchWindow() {
