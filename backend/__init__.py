@@ -19,20 +19,22 @@ def _autoloading() -> bool:
     return False
 
 
-if not _autoloading():
-    from backend._registration import register
+try:
+    from backend._registration import is_registered, register
+    from backend.runtime import events
+    from backend.runtime.ops import supported_ops
+    from backend.runtime.stats import compile_stats, reset_compile_stats
+    from backend.runtime.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
 
-    register()
+    if not _autoloading():
+        register()
+except Exception as _exc:
+    if not _autoloading():
+        raise
+    import warnings as _warnings
 
-from backend._registration import is_registered, register  # noqa: E402
-from backend.runtime import events  # noqa: E402
-from backend.runtime.ops import supported_ops  # noqa: E402
-from backend.runtime.stats import compile_stats, reset_compile_stats  # noqa: E402
-from backend.runtime.tracking import (  # noqa: E402
-    clear_op_tracking,
-    get_executed_ops,
-    get_fallback_ops,
-)
+    # torch turns any exception here into a failure of `import torch` itself
+    _warnings.warn(f"neuron device not registered: {_exc!r}", RuntimeWarning, stacklevel=2)
 
 __all__ = [
     "clear_op_tracking",
