@@ -201,7 +201,9 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
         computes.insert(1, _pass(spec, spec.scalar, "activation_reduce", scores, 4, 2))
     reads = [t.nbytes for t in inputs] + ([reread] if reread else [])
     writes = [t.nbytes for t in outputs]
-    return assemble(spec, name, op, ops.MATMUL, inputs, outputs, reads, computes, writes, problems)
+    return assemble(
+        spec, name, op, ops.MATMUL, inputs, outputs, reads, computes, writes, tuple(problems)
+    )
 
 
 def assemble(

@@ -186,13 +186,13 @@ def gemms(op: str, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ..
     mats = [t for t in inputs if len(t.shape) >= 1]
     out = outputs[0] if outputs else None
     if "scaled_dot_product" in name or "attention" in name:
-        q, k, v = _qkv(inputs, "backward" in name)
-        b = prod(q.shape[:-2])
-        seq_q, emb, seq_k, emb_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
-        fwd = [_mk(b, seq_q, emb, seq_k), _mk(b, seq_q, seq_k, emb_v)]
+        q, key, value = _qkv(inputs, "backward" in name)
+        batch = prod(q.shape[:-2])
+        seq_q, emb, seq_k, emb_v = q.shape[-2], q.shape[-1], key.shape[-2], value.shape[-1]
+        fwd = [_mk(batch, seq_q, emb, seq_k), _mk(batch, seq_q, seq_k, emb_v)]
         if "backward" in name:  # recompute scores, then dV, dP, dQ, dK
-            return fwd[:1] + [_mk(b, seq_k, seq_q, emb_v), _mk(b, seq_q, emb_v, seq_k),
-                              _mk(b, seq_q, seq_k, emb), _mk(b, seq_k, seq_q, emb)]  # fmt: skip
+            return fwd[:1] + [_mk(batch, seq_k, seq_q, emb_v), _mk(batch, seq_q, emb_v, seq_k),
+                              _mk(batch, seq_q, seq_k, emb), _mk(batch, seq_k, seq_q, emb)]  # fmt: skip
         return fwd
     if name.startswith(("conv", "_conv", "cudnn_conv", "mkldnn_conv", "slow_conv", "thnn_conv")):
         return _conv_gemms(name, inputs, outputs)
