@@ -227,19 +227,19 @@ def test_a_step_ending_in_item_waits_for_the_devices_remaining_work(tmp_path):
 
 def test_compiles_and_recompiles_equal_what_the_sample_does(compiled):
     profile, stats = compiled
-    # The sample compiles the model in step 0, then changes the sequence length once, in
-    # step 3: every graph it compiled (one per graph break) recompiles there, and only there.
-    assert stats.graph_recompiles >= 1
-    recompiles = _rows(
-        profile, "SELECT step FROM events WHERE kind = 'compile' AND name = 'recompile'"
-    )
-    assert [r["step"] for r in recompiles] == [3] * stats.graph_recompiles
+    # The sample compiles its graphs in step 0 (before the window) and changes the sequence
+    # length once, in step 3: each graph compiles again there, and steps 2 and 4 compile none.
     graphs = _rows(
         profile, "SELECT step, args FROM events WHERE kind = 'compile' AND name = 'graph compile'"
     )
     forward = [g for g in graphs if json.loads(g["args"])["graph"] == "forward"]
-    assert len(forward) == stats.graph_recompiles  # one forward compile per recompile
-    assert {g["step"] for g in graphs} == {3}  # steady-state steps 2 and 4 compile nothing
+    assert stats.graph_compiles >= 2
+    assert len(forward) == stats.graph_compiles // 2
+    assert {g["step"] for g in graphs} == {3}
+    recompiles = _rows(
+        profile, "SELECT step FROM events WHERE kind = 'compile' AND name = 'recompile'"
+    )
+    assert [r["step"] for r in recompiles] == [3] * stats.graph_recompiles
 
 
 def test_compiled_kernels_carry_their_fx_nodes_lines(compiled):
