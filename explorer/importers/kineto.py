@@ -145,22 +145,15 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
         d,
         rows,
         {
-            "op": (OpArgs, rows[op_rows]),
-            "gpu": (GpuArgs, rows[gpu_rows]),
-            "mem": (MemArgs, mem_idx),
+            "op": (OpArgs, rows[op_rows], _op_columns),
+            "gpu": (GpuArgs, rows[gpu_rows], _gpu_columns),
+            "mem": (MemArgs, mem_idx, _mem_columns),
         },
     )
-    op_args = typed.pop("op")
-    shapes = _scatter(n, op_rows, kd.raw_column([a.input_dims if a else kd.EMPTY for a in op_args]))
-    dtypes = _scatter(n, op_rows, kd.raw_column([a.input_type if a else kd.EMPTY for a in op_args]))
-    flops = _scatter(n, op_rows, kd.ints([a.flops if a else None for a in op_args]))
-    del op_args
+    shapes, dtypes, flops = (_scatter(n, op_rows, col) for col in typed["op"])
+    corr, nbytes = typed["gpu"]
 
     # launches: runtime call -> device work with the same correlation id
-    gpu_args = typed.pop("gpu")
-    corr = kd.ints([a.correlation if a else None for a in gpu_args])
-    nbytes = kd.ints([a.bytes if a else None for a in gpu_args])
-    del gpu_args
     launch = launches(gpu_rows, corr, r_dev[gpu_rows], n)
     flow_src = np.full(n, NONE, dtype=np.int64)
     linked = np.flatnonzero(launch >= 0)
@@ -221,7 +214,7 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
         "bytes_written": bytes_written,
         "args": _args_column(d, args_text, rows, r_kind, flow_extra),
     }
-    counters = _counters(typed.pop("mem"), d.ts.ns[mem_idx] + base)
+    counters = _counters(typed["mem"], d.ts.ns[mem_idx] + base)
     steps = sorted(
         (int(s), int(start[r]), int(dur_ns[r])) for s, r in zip(steps_no, step_rows, strict=True)
     )
@@ -321,12 +314,29 @@ def _args_column(
     return pc.replace_with_mask(col, pa.array(mask), pa.array(texts, col.type))
 
 
-def _counters(margs: list[MemArgs | None], ts: np.ndarray) -> dict[str, Any]:
+def _op_columns(args: list[OpArgs | None]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    return (
+        kd.raw_column([a.input_dims if a else kd.EMPTY for a in args]),
+        kd.raw_column([a.input_type if a else kd.EMPTY for a in args]),
+        kd.ints([a.flops if a else None for a in args]),
+    )
+
+
+def _gpu_columns(args: list[GpuArgs | None]) -> tuple[pa.Array, pa.Array]:
+    return (
+        kd.ints([a.correlation if a else None for a in args]),
+        kd.ints([a.bytes if a else None for a in args]),
+    )
+
+
+def _mem_columns(args: list[MemArgs | None]) -> tuple[pa.Array, ...]:
+    fields = ("total_allocated", "total_reserved", "device_type", "device_id")
+    return tuple(kd.ints([getattr(a, f) if a else None for a in args]) for f in fields)
+
+
+def _counters(mem: tuple[pa.Array, ...], ts: np.ndarray) -> dict[str, Any]:
     """[memory] instant events -> memory_allocated and memory_reserved samples per device."""
-    alloc = kd.ints([a.total_allocated if a else None for a in margs])
-    reserved = kd.ints([a.total_reserved if a else None for a in margs])
-    dtype = kd.ints([a.device_type if a else None for a in margs])
-    did = kd.ints([a.device_id if a else None for a in margs])
+    alloc, reserved, dtype, did = mem
     t = pc.fill_null(dtype, -1).to_numpy(zero_copy_only=False).astype(np.int64)
     i = pc.fill_null(did, -1).to_numpy(zero_copy_only=False).astype(np.int64)
     uniq, inverse = np.unique(np.stack([t, i], axis=1).reshape(-1, 2), axis=0, return_inverse=True)

@@ -9,6 +9,7 @@ digits) a second pass parses the times from their text.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,9 +84,21 @@ def read_bytes(path: Path) -> bytes | bytearray:
         with path.open("rb") as f:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
-            return _gunzip(f, path) if gz else f.read()
+            return _gunzip(f, path) if gz else _read_all(f)
     except OSError as e:
         raise BadInputError(path, f"cannot read ({e.strerror or e})") from None
+
+
+def _read_all(f: Any) -> bytearray:
+    """The whole file in one buffer of its size (f.read() grows a buffer: twice the memory)."""
+    buf = bytearray(os.fstat(f.fileno()).st_size)
+    view, got = memoryview(buf), 0
+    while got < len(buf) and (n := f.readinto(view[got:])):
+        got += n
+    del view
+    if got < len(buf):  # the file shrank while read
+        del buf[got:]
+    return buf
 
 
 def _gunzip(f: Any, path: Path) -> bytearray:
@@ -157,26 +170,31 @@ NULL = msgspec.Raw(b"null")
 
 
 def args_pass(
-    d: Decoded, rows: np.ndarray, subsets: dict[str, tuple[type, np.ndarray]]
-) -> tuple[pa.Array, dict[str, list[Any]]]:
-    """Second pass over the file, for the args: the JSON text of `rows`, and each subset of
-    events decoded into its struct (None where an event has no args). Frees the file buffer.
+    d: Decoded,
+    rows: np.ndarray,
+    subsets: dict[str, tuple[type, np.ndarray, Callable[[list[Any]], Any]]],
+) -> tuple[pa.Array, dict[str, Any]]:
+    """Second pass over the file, for the args: the JSON text of `rows`, and for each subset
+    `(struct, events, to_columns)` the columns `to_columns` makes of the events' args decoded
+    into `struct` (None where an event has none), one subset at a time. Frees the file buffer.
 
     It runs once the first pass's structs are gone: holding the file, every event struct and
     the args column at once would cost a third more memory.
     """
     raws = [e.args for e in msgspec.json.decode(d.buf, type=ArgsTrace).traceEvents]
     d.buf = None
-    text = raw_column([raws[i] for i in rows])
     typed = {}
-    for key, (struct, idx) in subsets.items():
+    for key, (struct, idx, to_columns) in subsets.items():
         subset = [raws[i] or NULL for i in idx]
         decoder = msgspec.json.Decoder(struct | None)
         try:
-            typed[key] = decoder.decode_lines(b"\n".join(subset)) if idx.size else []
+            decoded = decoder.decode_lines(b"\n".join(subset)) if idx.size else []
         except msgspec.ValidationError:  # an odd args object: keep the rest, this one as None
-            typed[key] = [_decode_or_none(decoder, r) for r in subset]
-    return text, typed
+            decoded = [_decode_or_none(decoder, r) for r in subset]
+        typed[key] = to_columns(decoded)
+        del decoded
+    # last: the subsets' temporary buffers are gone by now, so the peaks do not add up
+    return raw_column([raws[i] for i in rows]), typed
 
 
 def _decode_or_none(decoder: msgspec.json.Decoder, raw: msgspec.Raw) -> Any:
