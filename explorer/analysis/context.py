@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from ..model.schema import EVENTS
+from . import intervals
 from .conventions import (
     ARGS_KINDS,
     COMPUTE_KINDS,
@@ -180,12 +181,23 @@ class AnalysisContext:
         ).fetchall()
         return frozenset(int(r[0]) for r in rows)
 
+    def merged(self, name: str, source: str, part: str = "rank") -> pa.Table:
+        """Merge the intervals (columns s, e) that `source` selects into disjoint ones per
+        `part` lane, register them as table `name` and return them."""
+        cols = [c.strip() for c in part.split(",")]
+        try:
+            table = intervals.merge(self.arrow(source), cols)
+        except OverflowError:  # spans too wide for the int64 shift: let DuckDB do it
+            table = self.arrow(merged_intervals_sql(source, part))
+        self.con.register(name, table)
+        return table
+
     def _merge_device(self, table: str, kinds: tuple[str, ...]) -> None:
-        src = (
+        self.merged(
+            table,
             f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev "
-            f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}"
+            f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}",
         )
-        self.run(f"CREATE TEMP TABLE {table} AS {merged_intervals_sql(src, 'rank')}")
 
     @cached_property
     def _busy_ready(self) -> bool:
@@ -212,11 +224,18 @@ class AnalysisContext:
         self.ensure_busy()
         self._compute_busy_ready  # noqa: B018
 
-        def clipped(table: str) -> str:
-            return f"""SELECT w.rank, w.s,
-                    sum(least(b.e, w.e) - greatest(b.s, w.s)) AS ns
-                FROM steps_w w JOIN {table} b ON b.rank = w.rank AND b.s < w.e AND b.e > w.s
-                GROUP BY ALL"""
+        windows = self.arrow("SELECT rank, s, s AS ws, e AS we FROM steps_w")
+        step_dev = pa.table(
+            {
+                "rank": windows["rank"],
+                "s": windows["s"],
+                "ns_busy": intervals.covered(self.arrow("SELECT * FROM busy"), ["rank"], windows),
+                "ns_comp": intervals.covered(
+                    self.arrow("SELECT * FROM compute_busy"), ["rank"], windows
+                ),
+            }
+        )
+        self.con.register("step_dev", step_dev)
 
         def host_kind(pred: str) -> str:
             return f"""SELECT w.rank, w.s,
@@ -229,15 +248,16 @@ class AnalysisContext:
         device_ranks = sorted(self.device_ranks) or [-(2**31)]
         ranks_sql = "(" + ", ".join(str(r) for r in device_ranks) + ")"
         sql = f"""
-        WITH busy_w AS ({clipped("busy")}), comp_w AS ({clipped("compute_busy")}),
+        WITH busy_w AS (SELECT rank, s, ns_busy AS ns FROM step_dev),
+        comp_w AS (SELECT rank, s, ns_comp AS ns FROM step_dev),
         comp_k AS ({host_kind("x.kind = 'compile'")}),
         fall_k AS ({host_kind("x.kind = 'fallback'")}),
         sync_k AS ({host_kind(sync_pred)}),
         kern AS (SELECT w.rank, w.s, count(*) AS n
-                 FROM steps_w w JOIN ev k ON k.rank = w.rank AND k.layer = 'device'
-                      AND k.kind IN {sql_list(KERNEL_KINDS)}
-                      AND k.start_ns >= w.s AND k.start_ns < w.e
-                 GROUP BY ALL)
+                 FROM (SELECT rank, start_ns FROM ev WHERE layer = 'device'
+                       AND kind IN {sql_list(KERNEL_KINDS)}) k
+                 ASOF JOIN steps_w w ON k.rank = w.rank AND k.start_ns >= w.s
+                 WHERE k.start_ns < w.e GROUP BY ALL)
         SELECT w.rank, w.step, w.s AS start_ns, w.e - w.s AS dur_ns,
                CASE WHEN w.rank IN {ranks_sql} THEN coalesce(c.ns, 0) END
                    AS device_compute_ns,
@@ -287,7 +307,7 @@ class AnalysisContext:
         src = f"""SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
             WHERE layer = 'host' AND (kind IN ('compile', 'fallback') OR {sync_predicate()}
                   OR (kind IN ('annotation', 'op') AND {sql_like_any("name", DATALOADER_LIKE)}))"""
-        self.run(f"CREATE TEMP TABLE explained AS {merged_intervals_sql(src, 'rank')}")
+        self.merged("explained", src)
         return True
 
     @cached_property
@@ -297,16 +317,18 @@ class AnalysisContext:
         self._steps_ready  # noqa: B018
         self.ensure_busy()
         self._explained_ready  # noqa: B018
+        pieces = self.arrow(
+            """SELECT w.rank, w.s, greatest(x.s, w.s) AS ws, least(x.e, w.e) AS we
+            FROM steps_w w JOIN explained x ON x.rank = w.rank AND x.s < w.e AND x.e > w.s"""
+        )
+        busy = intervals.covered(self.arrow("SELECT * FROM busy"), ["rank"], pieces)
+        self.con.register(
+            "explained_pieces", pieces.append_column("busy_ns", pa.array(busy, pa.int64()))
+        )
         return self.arrow(
-            """WITH xw AS (SELECT w.rank, w.s, w.e, greatest(x.s, w.s) AS xs, least(x.e, w.e) AS xe
-                        FROM steps_w w JOIN explained x ON x.rank = w.rank
-                             AND x.s < w.e AND x.e > w.s),
-                 ex AS (SELECT rank, s, sum(xe - xs) AS ns FROM xw GROUP BY rank, s),
-                 exb AS (SELECT xw.rank, xw.s, sum(least(b.e, xw.xe) - greatest(b.s, xw.xs)) AS ns
-                         FROM xw JOIN busy b ON b.rank = xw.rank AND b.s < xw.xe AND b.e > xw.xs
-                         GROUP BY xw.rank, xw.s)
-            SELECT w.rank, w.s AS start_ns,
-                   coalesce(ex.ns, 0) - coalesce(exb.ns, 0) AS explained_idle_ns
-            FROM steps_w w LEFT JOIN ex USING (rank, s) LEFT JOIN exb USING (rank, s)
+            """WITH ex AS (SELECT rank, s, sum(we - ws) - sum(busy_ns) AS ns
+                        FROM explained_pieces GROUP BY rank, s)
+            SELECT w.rank, w.s AS start_ns, coalesce(ex.ns, 0) AS explained_idle_ns
+            FROM steps_w w LEFT JOIN ex USING (rank, s)
             ORDER BY w.rank, w.s"""
         )

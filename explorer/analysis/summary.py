@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model.profile import Profile
-from .context import AnalysisContext, context, merged_intervals_sql
+from .context import AnalysisContext, context
 from .conventions import (
     COMPILE_GROUP_SQL,
     COMPUTE_KINDS,
@@ -176,12 +176,12 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
             f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}"
         )
 
+    ctx.merged("dev_busy", src(DEVICE_WORK_KINDS), part)
+    ctx.merged("dev_compute", src(COMPUTE_KINDS), part)
     rows = ctx.rows(
-        f"""WITH b AS ({merged_intervals_sql(src(DEVICE_WORK_KINDS), part)}),
-             c AS ({merged_intervals_sql(src(COMPUTE_KINDS), part)}),
-             bs AS (SELECT rank, device, sum(e - s) AS busy, max(e) - min(s) AS win
-                    FROM b GROUP BY ALL),
-             cs AS (SELECT rank, device, sum(e - s) AS comp FROM c GROUP BY ALL),
+        f"""WITH bs AS (SELECT rank, device, sum(e - s) AS busy, max(e) - min(s) AS win
+                    FROM dev_busy GROUP BY ALL),
+             cs AS (SELECT rank, device, sum(e - s) AS comp FROM dev_compute GROUP BY ALL),
              n AS (SELECT rank, device,
                           count(*) FILTER (WHERE kind IN {sql_list(KERNEL_KINDS)}) AS kernels,
                           count(*) FILTER (WHERE kind = 'collective') AS collectives,
@@ -275,9 +275,9 @@ def _engines(ctx: AnalysisContext) -> tuple[EngineUtil, ...]:
         f"WHERE layer = 'device' AND (track IN {sql_list(tracks)} "
         f"OR (kind = 'dma' AND track LIKE 'DMA%'))"
     )
+    ctx.merged("engine_busy", src, "rank, track")
     rows = ctx.rows(
-        f"""SELECT rank, track, sum(e - s) AS busy FROM ({merged_intervals_sql(src, "rank, track")})
-        GROUP BY ALL ORDER BY rank, track"""
+        "SELECT rank, track, sum(e - s) AS busy FROM engine_busy GROUP BY ALL ORDER BY rank, track"
     )
     denom = _rank_time(ctx)
     return tuple(

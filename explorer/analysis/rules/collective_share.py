@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..context import AnalysisContext, merged_intervals_sql
+from ..context import AnalysisContext
 from ..conventions import COMPUTE_KINDS, sql_list
 from ..findings import Evidence, Finding, Hotspot
 from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_ops
@@ -52,9 +52,10 @@ class CollectiveShare(Rule):
             f"AND rank IN (SELECT DISTINCT rank FROM ev WHERE {dev})"
         )
         ctx.steps()
+        ctx.merged("coll_spans", src)
+        ctx.merged("other_compute", other)
         rows = ctx.rows(
-            f"""WITH c AS ({merged_intervals_sql(src, "rank")}),
-                 o AS ({merged_intervals_sql(other, "rank")}),
+            """WITH c AS (SELECT * FROM coll_spans), o AS (SELECT * FROM other_compute),
                  tot AS (SELECT rank, sum(e - s) AS coll FROM c GROUP BY rank),
                  ov AS (SELECT c.rank, sum(least(c.e, o.e) - greatest(c.s, o.s)) AS overlap
                         FROM c JOIN o ON o.rank = c.rank AND o.s < c.e AND o.e > c.s

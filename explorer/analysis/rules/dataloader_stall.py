@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..context import AnalysisContext, merged_intervals_sql
+from ..context import AnalysisContext
 from ..conventions import DATALOADER_LIKE, sql_like_any
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
@@ -39,10 +39,10 @@ class DataloaderStall(Rule):
             f"AND {sql_like_any('name', DATALOADER_LIKE)}"
         )
         src = f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE {where}"
+        ctx.merged("loader_spans", src)
         row = ctx.one(
-            f"""WITH m AS ({merged_intervals_sql(src, "rank")})
-            SELECT coalesce(sum(least(m.e, w.e) - greatest(m.s, w.s)), 0) AS ns
-            FROM m JOIN steps_w w ON w.rank = m.rank AND m.s < w.e AND m.e > w.s"""
+            """SELECT coalesce(sum(least(m.e, w.e) - greatest(m.s, w.s)), 0) AS ns
+            FROM loader_spans m JOIN steps_w w ON w.rank = m.rank AND m.s < w.e AND m.e > w.s"""
         )
         loader_ns = int(row.get("ns") or 0)
         gap = ctx.one(

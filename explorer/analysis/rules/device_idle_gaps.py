@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from ..context import AnalysisContext
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, hotspots, register
@@ -60,6 +62,10 @@ class DeviceIdleGaps(Rule):
         # rules, and gaps in launch-bound steps by launch-bound
         ctx.explained_idle  # noqa: B018 - builds `explained`
         bound, _ = LaunchBound().bound_steps(ctx)
+        if bound is None:
+            bound = pa.table(
+                {"rank": pa.array([], pa.int32()), "start_ns": pa.array([], pa.int64())}
+            )
         ctx.con.register("launch_bound_steps", bound.select(["rank", "start_ns"]))
         other = ctx.one(
             """SELECT coalesce(sum(least(x.e, g.start_ns + g.dur_ns) - greatest(x.s, g.start_ns)),

@@ -38,10 +38,10 @@ class LaunchBound(Rule):
         "for CUDA graphs on GPU), and drop per-element Python loops."
     )
 
-    def bound_steps(self, ctx: AnalysisContext) -> tuple[pa.Table, dict]:
+    def bound_steps(self, ctx: AnalysisContext) -> tuple[pa.Table | None, dict]:
         """The launch-bound step windows (breakdown rows plus idle_ns, the idle time no more
-        specific rule explains) and the per-rank median kernel rows."""
-        none = (ctx.breakdown.slice(0, 0), {})
+        specific rule explains; None when there are none) and the per-rank median kernels."""
+        none = (None, {})
         if not ctx.device_ranks:
             return none
         med = ctx.rows(
@@ -62,7 +62,7 @@ class LaunchBound(Rule):
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         b, tiny = self.bound_steps(ctx)
-        if b.num_rows == 0:
+        if b is None or b.num_rows == 0:
             return []
         idle_ns = int(pc.sum(b["idle_ns"]).as_py())
         step_ns = int(pc.sum(b["dur_ns"]).as_py())

@@ -37,17 +37,23 @@ class UnfusedOptimizer(Rule):
         if not ctx.one(f"SELECT count(*) AS n FROM ev WHERE {opt}").get("n"):
             return []
         fused = sql_like_any("x.name", FUSED_OPTIMIZER_LIKE)
-        # each host op joins the latest optimizer span that started before it on its thread
-        # (an ASOF join, sort-based), and counts when it also starts before that span ends
+        # each host op finds the optimizer span around it on its thread: by hash join within
+        # the same step when steps are known, else by an ASOF join (the latest span that
+        # started before the op); it counts when it also starts before that span ends
+        if ctx.has_steps:
+            join = "x JOIN o ON x.rank = o.rank AND x.track = o.track AND x.step = o.step"
+            join += " AND x.start_ns >= o.start_ns"
+        else:
+            join = "x ASOF JOIN o ON x.rank = o.rank AND x.track = o.track"
+            join += " AND x.start_ns >= o.start_ns"
         ctx.run(
             f"""CREATE OR REPLACE TEMP TABLE opt_ops AS
-            WITH o AS (SELECT id, rank, track, start_ns, start_ns + dur_ns AS end_ns
+            WITH o AS (SELECT id, rank, track, step, start_ns, start_ns + dur_ns AS end_ns
                        FROM ev WHERE {opt}),
-                 x AS (SELECT id, rank, track, name, start_ns, dur_ns FROM ev
+                 x AS (SELECT id, rank, track, step, name, start_ns, dur_ns FROM ev
                        WHERE layer = 'host' AND kind = 'op')
             SELECT o.id AS oid, x.id, x.name, x.dur_ns, {fused} AS fused
-            FROM x ASOF JOIN o ON x.rank = o.rank AND x.track = o.track
-                 AND x.start_ns >= o.start_ns
+            FROM {join}
             WHERE x.start_ns < o.end_ns"""
         )
         ctx.run(
