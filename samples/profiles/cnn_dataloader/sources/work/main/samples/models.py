@@ -41,11 +41,13 @@ def pick_device(name: str) -> torch.device:
 class CausalSelfAttention(nn.Module):
     """Multi-head attention with a causal mask, written out op by op (no fused kernel)."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, context: int) -> None:
         super().__init__()
         self.heads = heads
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
+        causal = torch.ones(context, context, dtype=torch.bool).tril()
+        self.register_buffer("causal", causal, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
@@ -54,18 +56,17 @@ class CausalSelfAttention(nn.Module):
         k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
         v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~self.causal[:t, :t], float("-inf"))
         weights = F.softmax(scores, dim=-1)
         y = (weights @ v).transpose(1, 2).reshape(b, t, c)
         return self.proj(y)
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, context: int) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
+        self.attn = CausalSelfAttention(dim, heads, context)
         self.ln2 = nn.LayerNorm(dim)
         self.fc = nn.Linear(dim, 4 * dim)
         self.out = nn.Linear(4 * dim, dim)
@@ -77,7 +78,7 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """A GPT-style language model: token and position embeddings, causal blocks, a tied head."""
+    """A GPT-style language model: token and position embeddings, causal blocks, a linear head."""
 
     def __init__(
         self, vocab: int = 256, dim: int = 64, heads: int = 4, layers: int = 2, context: int = 64
@@ -85,14 +86,13 @@ class TinyGPT(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(context, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(dim, heads, context) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
+        self.register_buffer("positions", torch.arange(context), persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.shape[1]
-        positions = torch.arange(t, device=idx.device)
-        x = self.tok(idx) + self.pos(positions)
+        x = self.tok(idx) + self.pos(self.positions[: idx.shape[1]])
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln(x))
