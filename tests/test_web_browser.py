@@ -139,6 +139,11 @@ def test_a_kernel_of_a_real_capture_leads_to_its_line(server, page):
     s, d = httpx.get(f"{server}/api/p/gpt/sql", params={"q": sql}).json()["result"]["rows"][0]
     url = f"{server}/p/gpt/timeline?start_ns={s - 20 * d}&end_ns={s + 21 * d}"
     _open(page, url, "gpt-timeline-zoomed", "#tl-canvas[data-ready]")
+    # the sixteen DMA queues start folded into one row; a click on its label unfolds them
+    row_top = page.evaluate("window.neTimeline.state.rows.find((r) => r.count > 4).top")
+    box = page.locator("#tl-canvas").bounding_box()
+    page.mouse.click(box["x"] + 20, box["y"] + row_top + 8)
+    assert page.evaluate("window.neTimeline.state.collapsed.size") == 0
     with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
         page.click("#tl-zoom-in")
     page.wait_for_timeout(300)

@@ -58,11 +58,13 @@ def event_json(con, event_id: int) -> dict[str, Any] | None:
         [event_id],
     )
     flows = (
+        # the other ends of the flow, not this event's own children (a kernel's DMAs share it)
         _rows(
             con,
-            f"SELECT {_BRIEF} FROM events WHERE flow_id = ? AND id <> ? ORDER BY start_ns LIMIT 50",
-            [ev["flow_id"], event_id],
-        )  # fmt: skip
+            f"SELECT {_BRIEF} FROM events WHERE flow_id = ? AND id <> ? "
+            "AND parent_id IS DISTINCT FROM ? ORDER BY start_ns LIMIT 50",
+            [ev["flow_id"], event_id, event_id],
+        )
         if ev["flow_id"] is not None
         else []
     )

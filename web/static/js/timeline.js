@@ -4,7 +4,7 @@
 import { api, h, mount, run, fmtNs, fmtNum, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl } from "./common.js";
 
 const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6;
-const state = { lanes: [], extent: null, view: null, win: null, laneY: [], selected: null, hits: [], reqId: 0 };
+const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0 };
 let canvas, ctx, wrap, statusEl, detailsEl, tip;
 
 function laneLabel(l) {
@@ -12,9 +12,26 @@ function laneLabel(l) {
   return `${l.rank ? "r" + l.rank + " " : ""}${dev} · ${l.track}`;
 }
 
+function groupOf(l) {  // lanes that fold into one row: a device's DMA queues
+  return l.layer === "device" && /^DMA q\d+$/.test(l.track) ? `${l.rank}|${l.device}|DMA` : null;
+}
+
 function layout() {
   let y = AXIS;
-  state.laneY = state.lanes.map((l) => { const top = y; y += l.depth * ROW + LANE_GAP; return top; });
+  const seen = new Map();
+  state.rows = [];
+  state.laneY = state.lanes.map((l) => {
+    const g = groupOf(l);
+    if (g && state.collapsed.has(g)) {
+      if (seen.has(g)) { seen.get(g).count++; return seen.get(g).top; }
+      const row = { top: y, label: "", group: g, count: 1, lane: l };
+      seen.set(g, row); state.rows.push(row);
+      y += ROW + LANE_GAP;
+      return row.top;
+    }
+    state.rows.push({ top: y, lane: l, group: g });
+    const top = y; y += l.depth * ROW + LANE_GAP; return top;
+  });
   return y + 4;
 }
 
@@ -37,9 +54,21 @@ function shadeColor(hex, amt) {
   return `rgb(${f(n >> 16)},${f((n >> 8) & 255)},${f(n & 255)})`;
 }
 
+function isFolded(lane) {
+  const g = groupOf(state.lanes[lane]);
+  return g !== null && state.collapsed.has(g);
+}
+
 function xOf(ns) {
   const w = canvas.clientWidth - GUTTER;
   return GUTTER + ((ns - state.view[0]) / (state.view[1] - state.view[0])) * w;
+}
+
+function fmtTick(t, step) {  // enough decimals that neighbouring ticks differ
+  const a = Math.abs(t) || step;
+  const [scale, unit] = a >= 1e9 ? [1e9, "s"] : a >= 1e6 ? [1e6, "ms"] : a >= 1e3 ? [1e3, "µs"] : [1, "ns"];
+  const decimals = Math.max(0, Math.min(9, Math.ceil(-Math.log10(step / scale) - 1e-9)));
+  return (t / scale).toFixed(decimals) + " " + unit;
 }
 
 function niceStep(span, px) {
@@ -62,12 +91,12 @@ function draw() {
   ctx.font = "11px Inter, system-ui, sans-serif";
   ctx.textBaseline = "middle";
   // lane backgrounds
-  state.lanes.forEach((l, i) => {
-    const y = state.laneY[i], hgt = l.depth * ROW;
+  state.rows.forEach((r, i) => {
+    const hgt = r.count ? ROW : r.lane.depth * ROW;
     ctx.fillStyle = i % 2 ? "#fafbfc" : "#fff";
-    ctx.fillRect(0, y - LANE_GAP / 2, width, hgt + LANE_GAP);
-    if (i > 0 && l.layer !== state.lanes[i - 1].layer) {
-      ctx.fillStyle = "#cbd5e1"; ctx.fillRect(0, y - LANE_GAP / 2 - 1, width, 2);
+    ctx.fillRect(0, r.top - LANE_GAP / 2, width, hgt + LANE_GAP);
+    if (i > 0 && r.lane.layer !== state.rows[i - 1].lane.layer) {
+      ctx.fillStyle = "#cbd5e1"; ctx.fillRect(0, r.top - LANE_GAP / 2 - 1, width, 2);
     }
   });
   // rectangles
@@ -78,7 +107,7 @@ function draw() {
     ctx.save();
     ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, height - AXIS); ctx.clip();
     for (let i = 0; i < n; i++) {
-      const lane = r.lane[i], y = state.laneY[lane] + Math.min(r.depth[i], state.lanes[lane].depth - 1) * ROW;
+      const lane = r.lane[i], y = state.laneY[lane] + (isFolded(lane) ? 0 : Math.min(r.depth[i], state.lanes[lane].depth - 1) * ROW);
       const x0 = xOf(r.start_ns[i]), x1 = xOf(r.start_ns[i] + r.dur_ns[i]);
       if (x1 < GUTTER || x0 > width) continue;
       const x = Math.max(x0, GUTTER - 2), w = Math.max(1, Math.min(x1, width + 2) - x);
@@ -106,20 +135,23 @@ function draw() {
   // gutter labels
   ctx.fillStyle = "#f3f4f6"; ctx.fillRect(0, 0, GUTTER, height);
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(GUTTER - 1, 0, 1, height);
-  state.lanes.forEach((l, i) => {
-    ctx.fillStyle = l.layer === "host" ? "#1f2937" : "#065f46";
-    const label = laneLabel(l);
-    ctx.fillText(label.length > 30 ? label.slice(0, 29) + "…" : label, 8, state.laneY[i] + ROW / 2);
+  state.rows.forEach((r) => {
+    ctx.fillStyle = r.lane.layer === "host" ? "#1f2937" : "#065f46";
+    let label = laneLabel(r.lane);
+    if (r.count) label = `▸ ${r.lane.device} · DMA (${r.count} queues)`;
+    else if (r.group) label = "▾ " + label;
+    ctx.fillText(label.length > 30 ? label.slice(0, 29) + "…" : label, 8, r.top + ROW / 2);
   });
   // axis
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(0, AXIS - 1, width, 1);
   const [s, e] = state.view, step = niceStep(e - s, width - GUTTER);
   ctx.fillStyle = "#4b5563";
-  for (let t = Math.ceil(s / step) * step; t <= e; t += step) {
+  const t0 = state.extent.start_ns;
+  for (let t = t0 + Math.ceil((s - t0) / step) * step; t <= e; t += step) {
     const x = xOf(t);
     ctx.fillRect(x, AXIS - 6, 1, 6);
-    ctx.fillText(fmtNs(t - state.extent.start_ns), x + 3, AXIS / 2);
+    ctx.fillText(fmtTick(t - state.extent.start_ns, step), x + 3, AXIS / 2);
   }
   ctx.fillStyle = "#6b7280";
   ctx.fillText(state.win && state.win.device_time_modeled ? "time (device: modeled)" : "time", 8, AXIS / 2);
@@ -193,7 +225,7 @@ function laneOf(e) {
 
 function yOf(e, lane) {  // the row of an event drawn in this window, else its lane's first row
   const k = state.win ? state.win.rects.id.indexOf(e.id) : -1;
-  const depth = k >= 0 ? state.win.rects.depth[k] : 0;
+  const depth = k >= 0 && !isFolded(lane) ? state.win.rects.depth[k] : 0;
   return state.laneY[lane] + Math.min(depth, state.lanes[lane].depth - 1) * ROW + ROW / 2;
 }
 
@@ -247,6 +279,7 @@ async function select(eventId) {
       h("div", {}, h("h2", {}, "Flow partners"), d.flows.length ? h("ul", { class: "list-plain" }, d.flows.map(item)) : h("p", { class: "note" }, "none"),
         h("h2", {}, "Enclosing"), d.ancestors.length ? h("ul", { class: "list-plain" }, d.ancestors.map(item)) : h("p", { class: "note" }, "none")),
       h("div", {}, h("h2", {}, "Children"), d.children.length ? h("ul", { class: "list-plain" }, d.children.map(item)) : h("p", { class: "note" }, "none")))));
+  return d;
 }
 
 function focusEvent(e) {
@@ -279,6 +312,17 @@ function wire() {
   canvas.addEventListener("mousedown", (e) => { drag = { x: e.clientX, view: state.view.slice(), moved: false }; canvas.classList.add("dragging"); });
   window.addEventListener("mouseup", (e) => {
     canvas.classList.remove("dragging");
+    const cr = canvas.getBoundingClientRect();
+    if (drag && !drag.moved && e.clientX - cr.left < GUTTER) {
+      const y = e.clientY - cr.top;
+      const row = state.rows.find((r) => y >= r.top && y < r.top + (r.count ? ROW : r.lane.depth * ROW));
+      if (row && row.group) {
+        if (state.collapsed.has(row.group)) state.collapsed.delete(row.group); else state.collapsed.add(row.group);
+        draw();
+      }
+      drag = null;
+      return;
+    }
     if (drag && !drag.moved) {
       const r = canvas.getBoundingClientRect();
       const i = hitAt(e.clientX - r.left, e.clientY - r.top);
@@ -325,6 +369,9 @@ run(async () => {
   const d = await api(`/p/${enc(profile)}/timeline?width_px=${width}${q}`);
   setModeled(d.device_time_modeled);
   Object.assign(state, { lanes: d.lanes, extent: d.extent, win: d.window });
+  const groups = new Map();
+  d.lanes.forEach((l) => { const g = groupOf(l); if (g) groups.set(g, (groups.get(g) || 0) + 1); });
+  groups.forEach((n, g) => { if (n > 4) state.collapsed.add(g); });
   state.win.device_time_modeled = d.device_time_modeled;
   state.view = [d.window.start_ns, d.window.end_ns];
   canvas = h("canvas", { id: "tl-canvas" });
@@ -348,13 +395,16 @@ run(async () => {
       h("button", { id: "tl-reset", onclick: () => setView(state.extent.start_ns, state.extent.end_ns) }, "Whole profile"),
       steps, statusEl,
       h("span", { class: "spacer" }),
-      h("span", { class: "note" }, "wheel: zoom · drag: pan · click: details · W/A/S/D")),
+      h("span", { class: "note" }, "wheel: zoom · drag: pan · click: details · click a ▸ lane to unfold · W/A/S/D")),
     wrap, detailsEl, tip);
   wire();
   draw();
   updateStatus();
   window.neTimeline = { rectCenter, state, setView };
   const ev = qs("event");
-  if (ev !== null) await select(Number(ev));
+  if (ev !== null) {
+    const d = await select(Number(ev));
+    if (s0 === null && d) focusEvent(d.event);
+  }
   canvas.dataset.ready = "1";
 });
