@@ -23,10 +23,11 @@ from .conventions import (
     DATALOADER_LIKE,
     DEVICE_WORK_KINDS,
     DOWNCAST_EVENT,
+    FUSED_OPTIMIZER_LIKE,
     GRAPH_RECOMPILE_SQL,
     KERNEL_KINDS,
+    OPTIMIZER_STEP_LIKE,
     RECOMPILE_PREDICATE,
-    sql_like_any,
     sql_list,
     sync_predicate,
 )
@@ -35,6 +36,12 @@ if TYPE_CHECKING:
     import duckdb
 
 HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
+# boolean columns `ev` adds, from name patterns (conventions.py)
+NAME_FLAGS = {
+    "is_loader": DATALOADER_LIKE,
+    "is_optimizer": (OPTIMIZER_STEP_LIKE,),
+    "is_fused": FUSED_OPTIMIZER_LIKE,
+}
 _CACHE: weakref.WeakKeyDictionary[Profile, AnalysisContext] = weakref.WeakKeyDictionary()
 
 
@@ -59,6 +66,19 @@ def merged_intervals_sql(source: str, part: str) -> str:
           FROM m)
     SELECT {part}, min(s) AS s, max(e) AS e FROM g GROUP BY {part}, grp
     """
+
+
+def _name_matches(names: pa.ChunkedArray, patterns: tuple[str, ...]) -> pa.ChunkedArray:
+    """Whether each name matches any SQL LIKE pattern, evaluated on each chunk's dictionary."""
+    chunks = []
+    for chunk in names.chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        hit = pa.array([False] * len(chunk.dictionary), pa.bool_())
+        for pattern in patterns:
+            hit = pc.or_(hit, pc.fill_null(pc.match_like(chunk.dictionary, pattern), False))
+        chunks.append(pc.fill_null(pc.take(hit, chunk.indices), False))
+    return pa.chunked_array(chunks, pa.bool_())
 
 
 def plain_types(table: pa.Table) -> pa.Table:
@@ -105,6 +125,9 @@ class AnalysisContext:
             else:
                 col = pa.nulls(table.num_rows, pa.string())
             table = table.append_column(name, col)
+        # name tests computed once per distinct name (on the dictionary), not per row
+        for flag, patterns in NAME_FLAGS.items():
+            table = table.append_column(flag, _name_matches(table["name"], patterns))
         return table
 
     @cached_property
@@ -306,7 +329,7 @@ class AnalysisContext:
         CPU fallbacks, syncs and data loading), merged per rank."""
         src = f"""SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
             WHERE layer = 'host' AND (kind IN ('compile', 'fallback') OR {sync_predicate()}
-                  OR (kind IN ('annotation', 'op') AND {sql_like_any("name", DATALOADER_LIKE)}))"""
+                  OR (kind IN ('annotation', 'op') AND is_loader))"""
         self.merged("explained", src)
         return True
 

@@ -91,3 +91,64 @@ def covered(merged: pa.Table, part: list[str], windows: pa.Table) -> np.ndarray:
         return np.where(valid, before[j] - before[first] + inside, 0)
 
     return upto(we) - upto(ws)
+
+
+def gaps(merged: pa.Table, part: list[str], windows: pa.Table, min_ns: int) -> pa.Table:
+    """The stretches of at least `min_ns` inside each window (part columns plus ws, we) that
+    the disjoint `merged` intervals of its lane leave uncovered: the window's part columns,
+    ws, and each gap's start_ns and dur_ns. Windows whose lane has no interval are skipped."""
+    empty = pa.table(
+        {
+            **{p: windows[p].slice(0, 0) for p in part},
+            "ws": pa.array([], pa.int64()),
+            "start_ns": pa.array([], pa.int64()),
+            "dur_ns": pa.array([], pa.int64()),
+        }
+    )
+    merged = merged.filter(pc.greater(merged["e"], merged["s"]))  # instants split no gap
+    if windows.num_rows == 0 or merged.num_rows == 0:
+        return empty
+    keys = merged.select(part)
+    code = _codes(pa.concat_tables([keys, windows.select(part).cast(keys.schema)]), part)
+    mc, wc = code[: merged.num_rows], code[merged.num_rows :]
+    s = merged["s"].to_numpy(zero_copy_only=False).astype(np.int64)
+    e = merged["e"].to_numpy(zero_copy_only=False).astype(np.int64)
+    ws = windows["ws"].to_numpy(zero_copy_only=False).astype(np.int64)
+    we = windows["we"].to_numpy(zero_copy_only=False).astype(np.int64)
+    lo = int(min(s.min(), ws.min()))
+    span = int(max(e.max(), we.max())) - lo + 2
+    if span * (int(code.max()) + 1) >= _LIMIT:
+        raise OverflowError("intervals span too wide to measure in int64")
+    order = np.argsort(mc * span + (s - lo), kind="stable")
+    mc, s, e = mc[order], s[order], e[order]
+    ks, ke = mc * span + (s - lo), mc * span + (e - lo)
+    # idle stretches of each lane: before its first interval, between intervals, after its last
+    new_lane = np.empty(len(mc), dtype=bool)
+    new_lane[0] = True
+    new_lane[1:] = mc[1:] != mc[:-1]
+    last = np.empty(len(mc), dtype=bool)
+    last[:-1] = new_lane[1:]
+    last[-1] = True
+    idle_s = np.concatenate([mc[new_lane] * span, ke])
+    idle_e = np.concatenate([ks[new_lane], np.where(last, mc * span + span - 1, np.roll(ks, -1))])
+    o = np.argsort(idle_s, kind="stable")
+    idle_s, idle_e = idle_s[o], idle_e[o]
+    has_lane = np.isin(wc, mc)
+    kws, kwe = wc * span + (ws - lo), wc * span + (we - lo)
+    first = np.searchsorted(idle_e, kws, "right")  # first stretch ending after the start
+    stop = np.searchsorted(idle_s, kwe, "left")  # stretches starting before the end
+    count = np.where(has_lane, np.maximum(stop - first, 0), 0)
+    win = np.repeat(np.arange(len(ws)), count)
+    idx = np.repeat(first, count) + (
+        np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    )
+    gs = np.maximum(idle_s[idx], kws[win])
+    ge = np.minimum(idle_e[idx], kwe[win])
+    keep = ge - gs >= min_ns
+    win, gs, ge = win[keep], gs[keep], ge[keep]
+    base = wc[win] * span - lo
+    out = {p: windows[p].take(pa.array(win)) for p in part}
+    out["ws"] = pa.array(ws[win])
+    out["start_ns"] = pa.array(gs - base)
+    out["dur_ns"] = pa.array(ge - gs)
+    return pa.table(out)

@@ -13,7 +13,8 @@ class CompileDominated(Rule):
 
     Pattern: the first steps compile every op or graph for the device; in a short run (or a
     profile of the first steps) compilation dominates, and the steady-state cost is hidden.
-    Algorithm: sum the host compile events; compare the first step of each rank with the median
+    Algorithm: sum the host compile events that are not recompiles (those are recompilation's
+    finding); compare the first step of each rank with the median
     of its other steps. Report when compile time is at least COMPILE_SHARE of step time, or the
     first step takes at least FIRST_STEP_RATIO times the steady median and contains compiles.
     The saving is the compile time (a warm persistent cache or a warm-up before the measured
@@ -33,7 +34,8 @@ class CompileDominated(Rule):
     )
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
-        where = "layer = 'host' AND kind = 'compile'"
+        ctx.ensure_recompiles()  # recompiles are recompilation's finding
+        where = "layer = 'host' AND kind = 'compile' AND id NOT IN (SELECT id FROM recompiles)"
         agg = ctx.one(f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {where}")
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         step_ns = ctx.total_step_ns
@@ -46,6 +48,7 @@ class CompileDominated(Rule):
                  m AS (SELECT rank, median(dur) AS steady FROM r WHERE i > 1 GROUP BY rank),
                  c AS (SELECT f.rank, sum(x.dur_ns) AS ns FROM f JOIN ev x
                        ON x.rank = f.rank AND x.layer = 'host' AND x.kind = 'compile'
+                       AND x.id NOT IN (SELECT id FROM recompiles)
                        AND x.start_ns >= f.s AND x.start_ns < f.s + f.dur GROUP BY f.rank)
             SELECT f.rank, f.dur AS first_ns, m.steady AS steady_ns,
                    coalesce(c.ns, 0) AS first_compile_ns

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..context import AnalysisContext
-from ..conventions import DATALOADER_LIKE, sql_like_any
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
 
@@ -16,7 +15,8 @@ class DataloaderStall(Rule):
     workers cannot keep up, so each step starts with the host in DataLoader.__next__, or steps
     are separated by gaps where no ProfilerStep runs.
     Algorithm: merge the host spans named like the DataLoader's __next__ (torch.profiler's
-    "enumerate(DataLoader)#...__next__") per rank and clip them to the step windows; add the
+    "enumerate(DataLoader)#...__next__", conventions.DATALOADER_LIKE) per rank and clip them to
+    the step windows; add the
     gaps between consecutive steps of a rank. Report when that time is at least MIN_SHARE of
     step time (plus gaps).
     """
@@ -34,10 +34,7 @@ class DataloaderStall(Rule):
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         if not ctx.has_steps:
             return []
-        where = (
-            f"layer = 'host' AND kind IN ('annotation', 'op') "
-            f"AND {sql_like_any('name', DATALOADER_LIKE)}"
-        )
+        where = "layer = 'host' AND kind IN ('annotation', 'op') AND is_loader"
         src = f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE {where}"
         ctx.merged("loader_spans", src)
         row = ctx.one(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from .. import intervals
 from ..context import AnalysisContext
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, hotspots, register
@@ -42,19 +43,9 @@ class DeviceIdleGaps(Rule):
             return []
         ctx.ensure_busy()
         ctx.steps()
-        ctx.run(
-            f"""CREATE OR REPLACE TEMP TABLE idle_gaps AS
-            WITH w AS (SELECT * FROM steps_w WHERE rank IN (SELECT DISTINCT rank FROM busy)),
-            pts AS (
-                SELECT w.rank, w.s AS ws, greatest(b.s, w.s) AS s, least(b.e, w.e) AS e
-                FROM w JOIN busy b ON b.rank = w.rank AND b.s < w.e AND b.e > w.s
-                UNION ALL SELECT rank, s, s, s FROM w
-                UNION ALL SELECT rank, s, e, e FROM w),
-            g AS (SELECT rank, ws, e AS gs, lead(s) OVER (PARTITION BY rank, ws ORDER BY s, e)
-                         AS ge FROM pts)
-            SELECT rank, ws, gs AS start_ns, ge - gs AS dur_ns FROM g
-            WHERE ge - gs >= {int(self.MIN_GAP_NS)}"""
-        )
+        windows = ctx.arrow("SELECT rank, s AS ws, e AS we FROM steps_w")
+        busy = ctx.arrow("SELECT * FROM busy")
+        ctx.con.register("idle_gaps", intervals.gaps(busy, ["rank"], windows, self.MIN_GAP_NS))
         agg = ctx.one(
             "SELECT count(*) AS n, sum(dur_ns) AS total, max(dur_ns) AS longest FROM idle_gaps"
         )

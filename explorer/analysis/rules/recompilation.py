@@ -11,6 +11,11 @@ from ..rule import Rule, fmt_ms, longest_ids, register, top_lines
 from ..shapes import parse_shapes
 
 RECOMPILE = "id IN (SELECT id FROM recompiles)"
+# one compiled program: an eager op, or a graph signature (its forward and backward together)
+PROGRAM_SQL = (
+    "regexp_replace(coalesce(op_name, name), "
+    "'^(neuron_graph_[0-9]+_[0-9]+)_(forward|backward)$', '\\1')"
+)
 
 
 def suggest_buckets(shapes: list[str], multiple: int) -> str:
@@ -72,19 +77,20 @@ class Recompilation(Rule):
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         ctx.ensure_recompiles()
-        # a graph recompile is a marker plus forward/backward compiles: count the markers
+        # count programs: a graph recompile is a marker plus forward and backward compiles
         agg = ctx.one(
-            """SELECT count(*) FILTER (WHERE name <> 'graph compile') AS n,
-                   coalesce(sum(dur_ns), 0) AS ns FROM recompiles"""
+            f"""SELECT count(DISTINCT {PROGRAM_SQL}) AS n, coalesce(sum(dur_ns), 0) AS ns
+            FROM recompiles"""
         )
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         if n < self.MIN_RECOMPILES:
             return []
         groups: list[dict[str, Any]] = ctx.rows(
-            f"""SELECT {COMPILE_GROUP_SQL} AS label, count(*) AS count, sum(dur_ns) AS dur_ns,
+            f"""SELECT {COMPILE_GROUP_SQL} AS label, count(DISTINCT {PROGRAM_SQL}) AS count,
+                   sum(dur_ns) AS dur_ns,
                    list(DISTINCT coalesce(json_extract_string(args, '$.shapes'), shapes))
                        AS shapes
-            FROM recompiles GROUP BY 1 ORDER BY count DESC, label LIMIT 5"""
+            FROM recompiles GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5"""
         )
         ops = tuple(
             Hotspot(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..context import AnalysisContext
-from ..conventions import FUSED_OPTIMIZER_LIKE, OPTIMIZER_STEP_LIKE, sql_like_any
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, hotspots, register
 
@@ -33,10 +32,10 @@ class UnfusedOptimizer(Rule):
     )
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
-        opt = f"layer = 'host' AND kind <> 'step' AND name LIKE '{OPTIMIZER_STEP_LIKE}'"
+        opt = "layer = 'host' AND kind <> 'step' AND is_optimizer"
         if not ctx.one(f"SELECT count(*) AS n FROM ev WHERE {opt}").get("n"):
             return []
-        fused = sql_like_any("x.name", FUSED_OPTIMIZER_LIKE)
+        fused = "x.is_fused"
         # each host op finds the optimizer span around it on its thread: by hash join within
         # the same step when steps are known, else by an ASOF join (the latest span that
         # started before the op); it counts when it also starts before that span ends
@@ -50,7 +49,7 @@ class UnfusedOptimizer(Rule):
             f"""CREATE OR REPLACE TEMP TABLE opt_ops AS
             WITH o AS (SELECT id, rank, track, step, start_ns, start_ns + dur_ns AS end_ns
                        FROM ev WHERE {opt}),
-                 x AS (SELECT id, rank, track, step, name, start_ns, dur_ns FROM ev
+                 x AS (SELECT id, rank, track, step, name, start_ns, dur_ns, is_fused FROM ev
                        WHERE layer = 'host' AND kind = 'op')
             SELECT o.id AS oid, x.id, x.name, x.dur_ns, {fused} AS fused
             FROM {join}
