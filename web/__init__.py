@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -15,8 +16,6 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def cache_dir() -> Path:
     """Where raw traces are imported on the fly: $XDG_CACHE_HOME or ~/.cache, neuron-explorer/."""
-    import os
-
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "neuron-explorer"
 
@@ -85,7 +84,10 @@ def serve(
     from .app import create_app
 
     root = resolve_root(path)
-    app = create_app(root)
+    loopback = host in LOOPBACK
+    app = create_app(
+        root, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
+    )
     if port == 0:
         with socket.socket() as s:
             s.bind((host, 0))
@@ -94,7 +96,7 @@ def serve(
     url = f"http://{shown}:{port}/"
     if len(app.state.store.names()) == 1 and root.name in app.state.store.names():
         url += f"p/{root.name}"
-    if host not in LOOPBACK:
+    if not loopback:
         print(f"neuron-explorer: warning: serving on {host}, reachable from other machines; "
               "profiles include source code and there is no authentication", file=sys.stderr)  # fmt: skip
     print(f"Neuron Explorer serving {root} at {url}  (Ctrl-C to stop)", flush=True)
@@ -108,4 +110,8 @@ def serve(
         server.run()
     except OSError as e:
         raise ExplorerError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
-    return 0
+    # Worker and warm-up threads may still hold DuckDB connections or be inside a query; tearing
+    # the interpreter down under them aborts the process with a C++ error, so leave directly.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

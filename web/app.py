@@ -28,11 +28,16 @@ def _plotly_js() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
-def create_app(root: str | Path) -> FastAPI:
-    """The app serving the profile (or directory of profiles) at `root`."""
+def create_app(root: str | Path, allowed_hosts: list[str] | None = None) -> FastAPI:
+    """The app serving the profile (or directory of profiles) at `root`. `allowed_hosts` limits
+    the Host header (serve sets it on loopback, so a DNS-rebinding page cannot read profiles)."""
     store = ProfileStore(root)
     app = FastAPI(title="Neuron Explorer", docs_url="/api/docs", openapi_url="/api/openapi.json")
     app.state.store = store
+    if allowed_hosts:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
 
     @app.exception_handler(ExplorerError)
     def _explorer_error(request: Request, exc: ExplorerError) -> Response:
