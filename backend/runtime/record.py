@@ -112,9 +112,8 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
     t0 = _now()
     inputs: list = []
     cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
-    func = info.func
     if (inputs and type(inputs[0][0]) is not torch.Tensor) or not info.kernel:
-        out = run_hidden(func, cpu_args, kwargs)
+        out = run_hidden(info.call, cpu_args, kwargs)
         new: list = []
         result = _d._wrap(out, inputs, new)
         _d.finish_outputs(info, new, inputs)
@@ -127,7 +126,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
     m0 = model.modeled_now(t0)  # this call's start on the modeled clock, before its own cut
     key, compiled = tracking.note_key(info, inputs)
-    out = run_hidden(func, cpu_args, kwargs)
+    out = run_hidden(info.call, cpu_args, kwargs)
     new = []
     result = _d._wrap(out, inputs, new)
     entry = tracking.compile_cache.get(key)
@@ -167,7 +166,7 @@ def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dt
     _host("copy", "copy d2h", info.name, shapes, dtypes, tid, t0, t0, d2h, src, seq, bwd,
           args={"bytes": in_bytes})  # fmt: skip
     t_cpu = _now()
-    out = run_hidden(info.func, cpu_args, kwargs)
+    out = run_hidden(info.call, cpu_args, kwargs)
     t_done = _now()
     new: list = []
     result = _d._wrap(out, inputs, new)

@@ -1,0 +1,100 @@
+"""Dispatch overhead of the neuron device: a tiny op and a TinyGPT training step, neuron vs CPU
+eager, with the profiler off and on.
+
+Run: .venv/bin/python benchmarks/device_bench.py [--calls N] [--steps N]
+Goals (issue 3): at most 15 us per op with the profiler off and 20 us on, and a training step at
+most 3x CPU eager. Per-op overhead = neuron time per op minus CPU time per op. Times are process
+CPU time with one torch thread, best of several rounds (the least disturbed on a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "samples"))
+from models import TinyGPT, lm_loss, token_batch  # noqa: E402
+
+
+def best_us(fn, calls: int, rounds: int = 5) -> float:
+    """Best of `rounds`, in CPU microseconds per call (process time: steadier than wall time
+    on a shared machine; torch runs one intra-op thread here, so it is comparable)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.process_time()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.process_time() - t0) / calls)
+    return best * 1e6
+
+
+def tiny_op(device: str, calls: int) -> float:
+    x = torch.ones(8, device=device)
+    for _ in range(100):
+        x.add_(1)
+    return best_us(lambda: x.add_(1), calls)
+
+
+def train_step_ms(device: str, steps: int) -> float:
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    model = TinyGPT(layers=2).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = token_batch(8, 32, 256, gen).to(device)
+
+    def step():
+        loss = lm_loss(model(tokens[:, :-1]), tokens[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    step()
+    return best_us(step, steps, rounds=3) / 1000
+
+
+class profiled:
+    """A recording torch.profiler session; the backend's events are drained on exit."""
+
+    def __enter__(self):
+        self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        self.prof.__enter__()
+
+    def __exit__(self, *exc):
+        self.prof.__exit__(*exc)
+        self.events = len(backend.events.drain())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for label, ctx in (("off", None), ("on", profiled)):
+        cm = ctx() if ctx else None
+        if cm:
+            cm.__enter__()
+        cpu_op, dev_op = tiny_op("cpu", args.calls), tiny_op("neuron", args.calls)
+        cpu_step = train_step_ms("cpu", args.steps)
+        dev_step = train_step_ms("neuron", args.steps)
+        if cm:
+            cm.__exit__(None, None, None)
+        rows.append((label, cpu_op, dev_op, dev_op - cpu_op, cpu_step, dev_step))
+    print("| profiler | CPU add_ us | neuron add_ us | overhead us/op | CPU step ms |"
+          " neuron step ms | step ratio |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for label, cpu_op, dev_op, over, cpu_step, dev_step in rows:
+        print(f"| {label} | {cpu_op:.1f} | {dev_op:.1f} | {over:.1f} | {cpu_step:.1f} |"
+              f" {dev_step:.1f} | {dev_step / cpu_step:.2f}x |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
