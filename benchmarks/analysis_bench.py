@@ -1,5 +1,6 @@
 """Time every analysis rule and the summary on a profile of about a million events.
 
+The first rule to run also reads the events (one pyarrow decode shared by every rule).
 The profile is a real trace (the V100 training trace in ../shared/traces/kineto-gpu/) imported
 and then repeated back to back in time until it holds TARGET_EVENTS events, so the rules see
 real shapes of data at scale. Usage: .venv/bin/python benchmarks/analysis_bench.py [EVENTS]
@@ -73,6 +74,7 @@ def main() -> int:
             prof = repeat_profile(base, Path(keep or Path(tmp) / "big"), target)
         n = prof.row_count("events")
         times = {}
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         findings = 0
         for rid, rule in all_rules().items():
@@ -80,17 +82,20 @@ def main() -> int:
             findings += len(rule.evaluate(prof))
             times[rid] = time.perf_counter() - t
         rules_s = time.perf_counter() - t0
+        rules_cpu = time.process_time() - cpu0
         t = time.perf_counter()
         summarize(prof)
         summary_s = time.perf_counter() - t
     print(f"profile: {n:,} events ({TRACE.name} repeated), {findings} findings")
     print("| rule | seconds |\n|---|---|")
-    for rid, s in sorted(times.items(), key=lambda kv: -kv[1]):
-        print(f"| {rid} | {s:.3f} |")
-    print(f"| **all rules** | **{rules_s:.2f}** |")
+    for rid, secs in sorted(times.items(), key=lambda kv: -kv[1]):
+        print(f"| {rid} | {secs:.3f} |")
+    print(f"| **all rules** (reading the events included) | **{rules_s:.2f}** |")
+    print(f"| all rules, CPU time of the process (all threads) | {rules_cpu:.2f} |")
     print(f"| summarize (after the rules, sharing their cache) | {summary_s:.2f} |")
     ok = rules_s < GOAL_S
     print(f"goal: all rules under {GOAL_S:.0f} s: {'met' if ok else 'NOT met'}")
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0 if ok else 1
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import duckdb
 
 HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
+UNUSED_COLUMNS = ("flow_id", "stack_id")  # no rule reads them; not decoded
 # boolean columns `ev` adds, from name patterns (conventions.py)
 NAME_FLAGS = {
     "is_loader": DATALOADER_LIKE,
@@ -69,7 +70,8 @@ def merged_intervals_sql(source: str, part: str) -> str:
 
 
 def _name_matches(names: pa.ChunkedArray, patterns: tuple[str, ...]) -> pa.ChunkedArray:
-    """Whether each name matches any SQL LIKE pattern, evaluated on each chunk's dictionary."""
+    """Whether each value matches any SQL LIKE pattern (a plain string matches itself),
+    evaluated once per distinct value on each chunk's dictionary."""
     chunks = []
     for chunk in names.chunks:
         if not pa.types.is_dictionary(chunk.type):
@@ -110,13 +112,13 @@ class AnalysisContext:
         """The event columns the rules read, decoded once by pyarrow (strings stay
         dictionary-encoded). args, shapes and dtypes are kept only on the rows whose rules
         read them (ARGS_KINDS and downcast events), and not read at all when there are none."""
-        cols = [c.name for c in EVENTS.columns if c.name not in HEAVY_COLUMNS]
+        skip = (*HEAVY_COLUMNS, *UNUSED_COLUMNS)
+        cols = [c.name for c in EVENTS.columns if c.name not in skip]
         table = self.profile.table("events", columns=cols)
         keep = pc.or_(
-            pc.is_in(table["kind"].cast(pa.string()), value_set=pa.array(ARGS_KINDS)),
-            pc.equal(table["name"].cast(pa.string()), DOWNCAST_EVENT),
+            _name_matches(table["kind"], ARGS_KINDS),
+            _name_matches(table["name"], (DOWNCAST_EVENT,)),
         )
-        keep = pc.fill_null(keep, False)
         wanted = int(pc.sum(keep).as_py() or 0)
         for name in HEAVY_COLUMNS:
             if wanted:
