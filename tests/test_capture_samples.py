@@ -253,3 +253,20 @@ def test_compiled_kernels_carry_their_fx_nodes_lines(compiled):
     lines = {(k["src_file"], k["src_line"]) for k in kernels if k["src_line"] is not None}
     assert len(lines) > 5  # many FX nodes' lines, not one line for the whole program
     assert {Path(f).name for f, _ in lines} <= {"models.py", "gpt_compile.py"}
+
+
+def test_with_stack_the_backends_frames_and_what_they_call_are_left_out(tmp_path):
+    import explorer
+
+    model = torch.nn.Linear(8, 4).to("neuron")
+    out = tmp_path / "stack"
+    with explorer.profile(out, with_stack=True):
+        for _ in range(2):
+            model(torch.randn(4, 8, device="neuron")).sum().backward()
+    profile = Profile.open(out)
+    frames = _rows(profile, "SELECT DISTINCT file FROM stacks")
+    assert frames and not [f for f in frames if f["file"].startswith(OWN_DIRS)]
+    python = _rows(profile, "SELECT name FROM events WHERE kind = 'python'")
+    assert python and not [p for p in python if "time_ns" in p["name"] or "backend/" in p["name"]]
+    lines = _rows(profile, "SELECT DISTINCT src_file FROM events WHERE src_file IS NOT NULL")
+    assert [Path(r["src_file"]).name for r in lines] == [Path(__file__).name] * len(lines)

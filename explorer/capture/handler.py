@@ -22,6 +22,7 @@ from ..errors import ExplorerError
 from ..model.io import ProfileWriter
 from ..model.profile import Profile, is_profile
 from . import sources
+from .host import without_own_frames
 from .merge import in_window, merge
 
 WINDOW_SLACK_NS = 1_000_000  # runtime events this close outside the trace's span still count
@@ -148,8 +149,8 @@ def write_profile(raw: RawCapture, path: Path) -> Path:
     lo = origin + (min(span.to_pylist(), default=0)) - WINDOW_SLACK_NS
     hi = origin + max((s + d for s, d in zip(span.to_pylist(), events.column("dur_ns").to_pylist(), strict=True)), default=0) + WINDOW_SLACK_NS  # fmt: skip
     runtime = [e for e in raw.runtime if in_window(e, lo, hi)]
+    events, stacks = without_own_frames(events, host.table("stacks"))
     merged = merge(events, origin, runtime)
-    stacks = host.table("stacks")
     counters = host.table("counters")
     import pyarrow as pa
 

@@ -3,15 +3,21 @@ own work, and find the steps of a run captured whole from its record_function ma
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from .link import inside_spans, reparent, step_of
+from .link import inside_spans, step_of
 
 SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
+# The project's own code (backend/ and explorer/ side by side): never a user frame.
+OWN_DIRS = tuple(
+    str(Path(__file__).resolve().parents[2] / d) + os.sep for d in ("backend", "explorer")
+)
 
 
 def column_array(table: pa.Table, name: str) -> np.ndarray:
@@ -27,8 +33,8 @@ def column_list(table: pa.Table, name: str) -> list:
 
 def drop_simulator_events(host: pa.Table, calls: Sequence[Any], origin_unix_ns: int) -> pa.Table:
     """Remove what the simulator itself did on the host: the CPU ops computing payloads inside
-    runtime calls, and the PythonSubclass spans of the device tensor's __torch_dispatch__.
-    Children of a removed event move to its nearest kept ancestor."""
+    runtime calls, and the PythonSubclass spans of the device tensor's __torch_dispatch__, each
+    with everything nested in it."""
     if not calls or not host.num_rows:
         return host
     track = np.array(column_list(host, "track"), dtype=object)
@@ -43,18 +49,7 @@ def drop_simulator_events(host: pa.Table, calls: Sequence[Any], origin_unix_ns: 
     names = np.array(column_list(host, "name"), dtype=object)
     drop = inside_spans(track, start, end, spans) | (names == SIMULATOR_DISPATCH)
     drop &= np.array(column_list(host, "kind"), dtype=object) != "step"
-    if not drop.any():
-        return host
-    ids = column_array(host, "id").astype(np.int64)
-    raw_parent = host.column("parent_id").to_numpy(zero_copy_only=False)
-    parents = np.where(np.isnan(raw_parent.astype(float)), -1, raw_parent).astype(np.int64)
-    new_parent = reparent(ids, parents, ~drop)
-    host = host.set_column(
-        host.schema.get_field_index("parent_id"),
-        "parent_id",
-        pa.array(new_parent, pa.int64(), mask=new_parent < 0),
-    )
-    return host.filter(pa.array(~drop))
+    return host.filter(pa.array(~with_descendants(host, drop)))
 
 
 def steps_from_markers(host: pa.Table) -> pa.Table:
@@ -96,3 +91,82 @@ def steps_from_markers(host: pa.Table) -> pa.Table:
     return host.set_column(
         host.schema.get_field_index("step"), "step", pa.array(step, pa.int32(), mask=step < 0)
     )
+
+
+def is_own_file(file: str | None) -> bool:
+    """A file of this project's backend or explorer packages: never a user frame."""
+    return bool(file) and file.startswith(OWN_DIRS)
+
+
+def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Stacks lose the backend's and explorer's frames; an event whose innermost user frame
+    was one of them takes the next user frame of its stack instead (or none)."""
+    if not stacks.num_rows:
+        return events, stacks
+    from ..importers.pystacks import is_user_file
+
+    files = column_list(stacks, "file")
+    own = np.array([is_own_file(f) for f in files], dtype=bool)
+    if not own.any() and not any(is_own_file(f) for f in column_list(events, "src_file")):
+        return events, stacks
+    sid = column_array(stacks, "stack_id").astype(np.int64)
+    depth = column_array(stacks, "depth").astype(np.int64)
+    kept = stacks.filter(pa.array(~own))
+    k_sid, k_depth = sid[~own], depth[~own]
+    order = np.lexsort((k_depth, k_sid))
+    new_depth = np.empty(len(k_sid), dtype=np.int64)
+    first = np.r_[True, k_sid[order][1:] != k_sid[order][:-1]] if len(order) else np.zeros(0, bool)
+    starts = (
+        np.maximum.accumulate(np.where(first, np.arange(len(order)), 0)) if len(order) else first
+    )
+    new_depth[order] = np.arange(len(order)) - starts
+    kept = kept.set_column(
+        kept.schema.get_field_index("depth"), "depth", pa.array(new_depth, pa.int32())
+    )
+    # Innermost remaining user frame per stack.
+    lines, funcs = column_list(kept, "line"), column_list(kept, "function")
+    kfiles = column_list(kept, "file")
+    user: dict[int, tuple] = {}
+    for i in order.tolist():
+        s = int(k_sid[i])
+        if s not in user and is_user_file(kfiles[i]):
+            user[s] = (kfiles[i], lines[i], funcs[i])
+    src = [column_list(events, c) for c in ("src_file", "src_line", "src_func")]
+    stack_ids = column_list(events, "stack_id")
+    for i, f in enumerate(src[0]):
+        if is_own_file(f):
+            frame = user.get(stack_ids[i]) if stack_ids[i] is not None else None
+            src[0][i], src[1][i], src[2][i] = frame or (None, None, None)
+    for name, values, ty in zip(("src_file", "src_line", "src_func"), src,
+                                (pa.string(), pa.int32(), pa.string()), strict=True):  # fmt: skip
+        events = events.set_column(events.schema.get_field_index(name), name, pa.array(values, ty))
+    return events, kept
+
+
+def drop_own_frames(host: pa.Table) -> pa.Table:
+    """Remove the python events of the backend's and explorer's own functions, with everything
+    they called (builtins, torch internals): that is the simulator at work, not the user."""
+    if not host.num_rows:
+        return host
+    kinds = np.array(column_list(host, "kind"), dtype=object)
+    names = column_list(host, "name")
+    own = (kinds == "python") & np.array([any(d in n for d in OWN_DIRS) for n in names])
+    if not own.any():
+        return host
+    return host.filter(pa.array(~with_descendants(host, own)))
+
+
+def with_descendants(host: pa.Table, mask: np.ndarray) -> np.ndarray:
+    """`mask` extended to every event nested (through parent_id) in a masked one."""
+    if not mask.any():
+        return mask
+    ids = column_array(host, "id").astype(np.int64)
+    raw = host.column("parent_id").to_numpy(zero_copy_only=False).astype(float)
+    parents = np.where(np.isnan(raw), -1, raw).astype(np.int64)
+    index = {int(v): i for i, v in enumerate(ids)}
+    out = mask.copy()
+    for i in np.argsort(column_array(host, "start_ns"), kind="stable").tolist():
+        p = index.get(int(parents[i]), -1)  # parents start before their children
+        if p >= 0 and out[p]:
+            out[i] = True
+    return out

@@ -53,22 +53,3 @@ def inside_spans(
         ok = i >= 0
         out[rows[ok]] = end[rows[ok]] <= e[i[ok]]
     return out
-
-
-def reparent(ids: np.ndarray, parents: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Parent ids after dropping rows: a kept row whose parent is dropped takes the nearest
-    kept ancestor (-1 for none). `parents` holds -1 for no parent."""
-    index = {int(v): i for i, v in enumerate(ids)}
-    out = parents.copy()
-    for i in np.flatnonzero(keep & (parents >= 0)).tolist():
-        p = int(parents[i])
-        while p >= 0:
-            j = index.get(p)
-            if j is None:
-                p = -1
-            elif keep[j]:
-                break
-            else:
-                p = int(parents[j])
-        out[i] = p
-    return out

@@ -10,10 +10,8 @@ the forward op with the same autograd sequence number. See clock.py for the time
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,17 +21,20 @@ import pyarrow.compute as pc
 from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
 from .clock import Call, HostClock
-from .host import column_array, column_list, drop_simulator_events, steps_from_markers
+from .host import (
+    OWN_DIRS,
+    column_array,
+    column_list,
+    drop_own_frames,
+    drop_simulator_events,
+    steps_from_markers,
+)
 from .link import innermost_parents, step_of
 
 DEVICE = "neuron:0"
 HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy"})
 DEVICE_KINDS = frozenset({"kernel", "instruction", "dma"})
 FRAMEWORK_KINDS = ("op", "annotation")  # what a runtime call's launching op can be
-# The project's own frames (backend/ and explorer/ beside each other) are never user frames.
-_HIDDEN_DIRS = tuple(
-    str(Path(__file__).resolve().parents[2] / d) + os.sep for d in ("backend", "explorer")
-)
 
 
 @dataclass(frozen=True)
@@ -42,19 +43,6 @@ class Merged:
     counters: pa.Table
     steps: tuple[Step, ...]
     removed_ns: int  # simulator time cut from the host timeline
-
-
-def drop_own_frames(host: pa.Table) -> pa.Table:
-    """Remove python events and stacks that belong to the backend or explorer itself."""
-    if not host.num_rows:
-        return host
-    kind = pc.cast(host.column("kind"), pa.string())
-    name = pc.cast(host.column("name"), pa.string())
-    src = pc.fill_null(pc.cast(host.column("src_file"), pa.string()), "")
-    own = pc.equal(kind, "__never__")
-    for d in _HIDDEN_DIRS:
-        own = pc.or_(own, pc.or_(pc.match_substring(name, d), pc.match_substring(src, d)))
-    return host.filter(pc.invert(pc.and_(pc.equal(kind, "python"), own)))
 
 
 def normalize_calls(calls: Sequence[Any]) -> list[Any]:
@@ -217,7 +205,7 @@ def _backward_lines(runtime: Sequence[Any]) -> dict[int, tuple[str, int, str]]:
 
 
 def _line(e: Any, backward: dict[int, tuple[str, int, str]]) -> tuple | None:
-    if e.src_file and e.src_line and not any(d in e.src_file for d in _HIDDEN_DIRS):
+    if e.src_file and e.src_line and not any(d in e.src_file for d in OWN_DIRS):
         return (e.src_file, e.src_line, e.src_func or "")
     if e.seq_nr >= 0:
         return backward.get(e.seq_nr)
