@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_analysis_profiles import neuron_profile, real, recorded_cpu_problems, sample
+from test_analysis_profiles import neuron_profile, real, recorded_cpu_problems, sample, trace_json
 
 from explorer.analysis import all_rules, findings_document, get_rule, run_rules
 from explorer.errors import ExplorerError
@@ -156,3 +156,23 @@ def test_captured_fallback_evidence_names_ops_and_lines():
     assert [(h.file.rsplit("/", 1)[-1], h.line) for h in d.evidence.source_lines] == [
         ("fallback_float64.py", 30)
     ]
+
+
+def test_collective_spread_across_ranks(tmp_path):
+    """Two real traces imported as ranks 0 and 1: the uneven collective time is reported."""
+    from test_analysis_profiles import SHARED, TRACES
+
+    from explorer.importers import import_traces
+    from explorer.model.profile import Profile
+
+    paths = [SHARED / TRACES["nccl"], SHARED / TRACES["compare_base"]]
+    profile = Profile.open(import_traces(paths, tmp_path / "two-ranks"))
+    assert profile.manifest.ranks == (0, 1)
+    (f,) = get_rule("collective-share").evaluate(profile)
+    assert f.evidence.metrics["ranks"] == 2
+    assert f.evidence.metrics["spread"] >= get_rule("collective-share").SPREAD_RATIO
+    per_rank = {h.label: h.dur_ns for h in f.evidence.ops if h.label.startswith("rank ")}
+    assert set(per_rank) == {"rank 0", "rank 1"} and per_rank["rank 0"] > per_rank["rank 1"] > 0
+    # rank 0's collective time is the NCCL kernels' (inside its steps): at most their sum
+    nccl = [e for e in trace_json("nccl") if e.get("cat") == "kernel" and "nccl" in e["name"]]
+    assert per_rank["rank 0"] <= sum(e["dur"] for e in nccl) * 1000 + len(nccl)
