@@ -29,7 +29,9 @@ def profile(
     Shapes are recorded; `with_stack` stays off because the neuron runtime captures the exact
     user line of every launch itself, more cheaply. Give `wait` to use a schedule
     (wait/warmup/active/repeat, steps marked with `prof.step()`); without it the whole block is
-    recorded as one cycle.
+    recorded as one cycle. Move the model to the device before entering: while shapes are
+    recorded, torch.profiler holds weak references to tensors, and `model.to("neuron")` (which
+    swaps each parameter for a device tensor) refuses to run.
     """
     import torch.profiler as tp
 
