@@ -181,6 +181,7 @@ def args_pass(
     It runs once the first pass's structs are gone: holding the file, every event struct and
     the args column at once would cost a third more memory.
     """
+    assert d.buf is not None, "args_pass runs once per Decoded"
     raws = [e.args for e in msgspec.json.decode(d.buf, type=ArgsTrace).traceEvents]
     d.buf = None
     typed = {}

@@ -75,11 +75,11 @@ def fwdbwd(
     is_s = d.ph[points] == "s"
     src[code[is_s]] = cand[is_s]
     dst[code[~is_s]] = cand[~is_s]
-    for c in np.flatnonzero((src >= 0) & (dst >= 0)).tolist():
-        fwd, bwd = int(src[c]), int(dst[c])
+    for flow in np.flatnonzero((src >= 0) & (dst >= 0)).tolist():
+        fwd, bwd = int(src[flow]), int(dst[flow])
         for row in (fwd, bwd):
             if flow_src[row] in (NONE, fwd):
                 flow_src[row] = fwd
             else:
-                extra[row] = d.ids[c].as_py()
+                extra[row] = d.ids[flow].as_py()
     return extra

@@ -134,7 +134,9 @@ def _table(s_parent: np.ndarray, s_frame: np.ndarray, frames: tuple[Frame, ...])
         keep = nxt >= 0
         sid, cur = sid[keep], nxt[keep]
         depth += 1
-    all_sid, all_depth, all_f = map(np.concatenate, (sids, depths, fidx))
+    all_sid: np.ndarray = np.concatenate(sids)
+    all_depth: np.ndarray = np.concatenate(depths)
+    all_f: np.ndarray = np.concatenate(fidx)
     order = np.lexsort((all_depth, all_sid))
     take = pa.array(all_f[order])
     return {
