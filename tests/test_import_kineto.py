@@ -310,3 +310,44 @@ def test_memory_samples_become_counters(imported_profiles, name):
     assert sorted(got["value"].to_pylist()) == sorted(
         float(e["args"]["Total Allocated"]) for e in mem
     )
+
+
+def test_older_category_names_map_like_current_ones(tmp_path):
+    """Traces from older PyTorch name categories Operator, Runtime, Kernel, Memcpy, Memset."""
+    from explorer.importers import import_traces
+
+    def ev(cat: str, name: str, pid: int, tid: int, ts: int, dur: int, **args: object) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}  # fmt: skip
+
+    trace = {
+        "traceEvents": [
+            ev("Operator", "aten::mm", 1, 1, 100, 50),
+            ev("Runtime", "cudaLaunchKernel", 1, 1, 110, 5, correlation=7),
+            ev("Kernel", "gemm", 0, 7, 130, 20, correlation=7, device=0),
+            ev("Memcpy", "Memcpy HtoD", 0, 7, 160, 4, correlation=8, bytes=64),
+            ev("Memset", "Memset (Device)", 0, 7, 170, 1, correlation=9, bytes=16),
+            ev("cuda_driver", "cuLaunchKernel", 1, 1, 120, 3),
+        ]
+    }
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(trace))
+    p = Profile.open(import_traces([path], tmp_path / "p"))
+    rows = {e["name"]: e for e in events(p)}
+    assert {n: (r["kind"], r["layer"]) for n, r in rows.items()} == {
+        "aten::mm": ("op", "host"),
+        "cudaLaunchKernel": ("runtime", "host"),
+        "cuLaunchKernel": ("runtime", "host"),
+        "gemm": ("gpu_kernel", "device"),
+        "Memcpy HtoD": ("gpu_memcpy", "device"),
+        "Memset (Device)": ("gpu_memset", "device"),
+    }
+    kernel, launch = rows["gemm"], rows["cudaLaunchKernel"]
+    assert kernel["flow_id"] == launch["flow_id"] == launch["id"]
+    assert kernel["op_name"] == launch["op_name"] == "aten::mm"
+    assert launch["parent_id"] == rows["aten::mm"]["id"]
+    assert (kernel["track"], kernel["device"]) == ("stream 7", "cuda:0")
+    assert (rows["Memcpy HtoD"]["bytes_read"], rows["Memcpy HtoD"]["bytes_written"]) == (64, 64)
+    assert (rows["Memset (Device)"]["bytes_read"], rows["Memset (Device)"]["bytes_written"]) == (
+        None,
+        16,
+    )
