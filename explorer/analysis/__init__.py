@@ -39,11 +39,14 @@ def findings_document(
     from .context import context
 
     ctx = context(profile)
+    with ctx.lock:
+        steps = ctx.steps().num_rows if ctx.has_steps else 0
+        total = ctx.total_step_ns
     return {
         "profile": str(profile.path),
         "source": profile.manifest.source,
-        "total_step_ns": ctx.total_step_ns,
-        "steps": ctx.steps().num_rows if ctx.has_steps else 0,
+        "total_step_ns": total,
+        "steps": steps,
         "rules_run": sorted(ids) if ids is not None else sorted(all_rules()),
         "findings": [f.to_dict() for f in findings],
     }

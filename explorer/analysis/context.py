@@ -7,6 +7,7 @@ that running every rule scans the events a few times, not once per rule.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -46,12 +47,17 @@ NAME_FLAGS = {
 _CACHE: weakref.WeakKeyDictionary[Profile, AnalysisContext] = weakref.WeakKeyDictionary()
 
 
+_CACHE_LOCK = threading.Lock()
+
+
 def context(profile: Profile) -> AnalysisContext:
-    """The cached analysis context of a profile (one per open Profile object)."""
-    ctx = _CACHE.get(profile)
-    if ctx is None:
-        ctx = _CACHE[profile] = AnalysisContext(profile)
-    return ctx
+    """The cached analysis context of a profile (one per open Profile object). Hold
+    `ctx.lock` while using it: its DuckDB connection and temp tables are not thread-safe."""
+    with _CACHE_LOCK:
+        ctx = _CACHE.get(profile)
+        if ctx is None:
+            ctx = _CACHE[profile] = AnalysisContext(profile)
+        return ctx
 
 
 def merged_intervals_sql(source: str, part: str) -> str:
@@ -106,6 +112,7 @@ class AnalysisContext:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self.manifest = profile.manifest
+        self.lock = threading.RLock()  # one rule or summary at a time (the web serves threads)
 
     @cached_property
     def events(self) -> pa.Table:

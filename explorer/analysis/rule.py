@@ -26,7 +26,9 @@ class Rule:
 
     def evaluate(self, profile: Profile) -> list[Finding]:
         """The findings of this rule on a profile (empty when the problem is absent)."""
-        return self.check(context(profile))
+        ctx = context(profile)
+        with ctx.lock:
+            return self.check(ctx)
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         raise NotImplementedError

@@ -132,6 +132,11 @@ def summarize(profile: Profile) -> Summary:
     """Devices, steps, the step-time breakdown, top ops and kernels, engine utilization, MFU and
     MBU, and (for neuron profiles) the readiness block."""
     ctx = context(profile)
+    with ctx.lock:
+        return _summarize(profile, ctx)
+
+
+def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
     totals = ctx.one(
         "SELECT count(*) AS n, min(start_ns) AS lo, max(start_ns + dur_ns) AS hi FROM ev"
     )
