@@ -145,3 +145,15 @@ def test_help_describes_the_command(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "--force" in out and "PROFILE_DIR" in out and "TRACE" in out
+
+
+def test_ranks_come_from_distributed_info_then_file_order(tmp_path):
+    from explorer.importers import import_traces
+
+    a = write_json(tmp_path / "a.json", {"traceEvents": [X]})
+    b = write_json(tmp_path / "b.json", {"distributedInfo": {"rank": 0}, "traceEvents": [X]})
+    c = write_json(tmp_path / "c.json", {"traceEvents": [X]})
+    p = Profile.open(import_traces([a, b, c], tmp_path / "p"))
+    assert p.manifest.ranks == (0, 1, 2)
+    by_input = {e["rank"]: e["path"] for e in p.manifest.extra["kineto"]}
+    assert by_input == {1: str(a), 0: str(b), 2: str(c)}

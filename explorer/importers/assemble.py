@@ -17,17 +17,16 @@ from .kineto import FileData
 
 
 def assign_ranks(files: Sequence[FileData]) -> list[int]:
-    """distributedInfo.rank where every file has one, else the file order; ranks must differ."""
-    if all(f.rank is not None for f in files):
-        ranks = [int(f.rank) for f in files]  # type: ignore[arg-type]
-    else:
-        ranks = list(range(len(files)))
+    """distributedInfo.rank where a file has one; the others take the lowest free ranks in file
+    order. Two files with the same rank are an error."""
     seen: dict[int, Path] = {}
-    for r, f in zip(ranks, files, strict=True):
-        if r in seen:
-            raise BadInputError(f.path, f"rank {r} is also the rank of {seen[r]}")
-        seen[r] = f.path
-    return ranks
+    for f in files:
+        if f.rank is not None:
+            if f.rank in seen:
+                raise BadInputError(f.path, f"rank {f.rank} is also the rank of {seen[f.rank]}")
+            seen[f.rank] = f.path
+    free = (r for r in range(len(files) + len(seen)) if r not in seen)
+    return [f.rank if f.rank is not None else next(free) for f in files]
 
 
 def _ids(f: FileData, first_id: int) -> np.ndarray:
@@ -99,7 +98,12 @@ def write_profile(
         host=str(files[0].meta.get("host_name", "")),
         steps=tuple(sorted(steps, key=lambda s: (s.rank, s.step, s.start_ns))),
         inputs=tuple(str(f.path) for f in files),
-        extra={"kineto": [{"rank": r, **f.meta} for r, f in zip(ranks, files, strict=True)]},
+        extra={
+            "kineto": [
+                {"rank": r, "path": str(f.path), **f.meta}
+                for r, f in zip(ranks, files, strict=True)
+            ]
+        },
     )
     path = writer.commit(manifest)
     report(1.0)
