@@ -63,12 +63,6 @@ def sql_list(values: Iterable[str]) -> str:
     return "(" + ", ".join(quoted) + ")"
 
 
-def sql_like_any(column: str, patterns: Iterable[str]) -> str:
-    """`column LIKE p1 OR column LIKE p2 ...` as one parenthesised SQL condition."""
-    parts = [f"{column} LIKE '" + p.replace("'", "''") + "'" for p in patterns]
-    return "(" + " OR ".join(parts) + ")"
-
-
 def sync_predicate(alias: str = "") -> str:
     """SQL condition true for host events that wait for the device (alias: table prefix)."""
     a = f"{alias}." if alias else ""
