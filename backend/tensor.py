@@ -67,7 +67,12 @@ class NeuronTensor(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner: dict[str, Any], meta: Any, outer_size, outer_stride):
-        return NeuronTensor(inner["_payload"])
+        payload = inner["_payload"]
+        if type(payload) is torch.Tensor:  # a compiled program's output: device memory
+            from backend.runtime.dispatch import new_tensor
+
+            return new_tensor("compiled", payload)
+        return NeuronTensor(payload)
 
     def __reduce_ex__(self, proto):
         # Saved as a CPU tensor plus the device, like other storage-less backends (xla, mtia).

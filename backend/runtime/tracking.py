@@ -47,10 +47,9 @@ def warn_fallback(name: str) -> None:
             if name in _warned:
                 return
             _warned.add(name)
-        warnings.warn(
+        _warn_at_user_line(
             f"neuron: {name} is not supported on the device; it runs on the CPU "
-            "(copies to and from the host each call). See backend.supported_ops().",
-            stacklevel=4,
+            "(copies to and from the host each call). See backend.supported_ops()."
         )
 
 
@@ -58,11 +57,21 @@ def warn_float64() -> None:
     global _f64_warned
     if not _f64_warned:
         _f64_warned = True
-        warnings.warn(
+        _warn_at_user_line(
             "neuron: float64 is computed as float32 on the device (results keep float32 "
-            "precision); use float32 or bfloat16.",
-            stacklevel=4,
+            "precision); use float32 or bfloat16."
         )
+
+
+def _warn_at_user_line(message: str) -> None:
+    """Warn pointing at the user's line (not torch's or ours), like a CUDA warning would."""
+    from backend.runtime.source import user_frame
+
+    where = user_frame(3)
+    if where is None:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, where[0], where[1])
 
 
 def get_executed_ops() -> list[str]:
