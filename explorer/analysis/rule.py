@@ -121,22 +121,30 @@ def fmt_pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def top_ops(ctx: AnalysisContext, where: str, limit: int = 5) -> tuple[Hotspot, ...]:
-    """The ops (the framework op, else the event name) carrying most time among `where` rows."""
+def top_ops(
+    ctx: AnalysisContext, where: str, limit: int = 5, by: str = "dur_ns"
+) -> tuple[Hotspot, ...]:
+    """The ops (the framework op, else the event name) carrying most time (or, by="count",
+    most events) among `where` rows."""
+    order = "count DESC, dur_ns DESC" if by == "count" else "dur_ns DESC"
     rows = ctx.rows(
         f"""SELECT coalesce(op_name, name) AS label, sum(dur_ns) AS dur_ns, count(*) AS count
-        FROM ev WHERE {where} GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT {int(limit)}"""
+        FROM ev WHERE {where} GROUP BY 1 ORDER BY {order}, label LIMIT {int(limit)}"""
     )
     return hotspots(rows)
 
 
-def top_lines(ctx: AnalysisContext, where: str, limit: int = 5) -> tuple[Hotspot, ...]:
-    """The user source lines carrying most time among `where` rows."""
+def top_lines(
+    ctx: AnalysisContext, where: str, limit: int = 5, by: str = "dur_ns"
+) -> tuple[Hotspot, ...]:
+    """The user source lines carrying most time (or, by="count", most events) among `where`
+    rows."""
+    order = "count DESC, dur_ns DESC" if by == "count" else "dur_ns DESC"
     rows = ctx.rows(
         f"""SELECT src_file || ':' || src_line AS label, src_file AS file, src_line AS line,
                any_value(src_func) AS func, sum(dur_ns) AS dur_ns, count(*) AS count
         FROM ev WHERE ({where}) AND src_file IS NOT NULL
-        GROUP BY src_file, src_line ORDER BY dur_ns DESC, label LIMIT {int(limit)}"""
+        GROUP BY src_file, src_line ORDER BY {order}, label LIMIT {int(limit)}"""
     )
     return hotspots(rows)
 

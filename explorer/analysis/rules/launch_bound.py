@@ -89,8 +89,8 @@ class LaunchBound(Rule):
                 saving_ns=idle_ns * self.RECOVERABLE_SHARE,
                 evidence=Evidence(
                     event_ids=longest_ids(ctx, where),
-                    ops=top_ops(ctx, where),
-                    source_lines=top_lines(ctx, where),
+                    ops=top_ops(ctx, where, by="count"),  # the ops that launch the most
+                    source_lines=top_lines(ctx, where, by="count"),
                     metrics={
                         "steps": b.num_rows,
                         "kernels": kernels,
