@@ -292,13 +292,14 @@ def test_serve_imports_a_raw_trace_and_warns_off_loopback(tmp_path, root):
         assert "serving" in line and "http://0.0.0.0:" in line, line
         url = line.split(" at ")[1].split()[0]
         port = url.split(":")[2].split("/")[0]
-        r = httpx.get(f"http://127.0.0.1:{port}/api/profiles", timeout=20)
+        r = httpx.get(f"http://127.0.0.1:{port}/api/profiles", timeout=120)
+        assert r.status_code == 200, r.text
         assert [p["name"] for p in r.json()["profiles"]] == ["trace_compare_base_base"]
         assert list((tmp_path / "cache" / "neuron-explorer").glob("*/trace_compare_base_base"))
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=20)
-    assert "warning: serving on 0.0.0.0" in err
+        _, err = proc.communicate(timeout=60)
+    assert "warning: serving on 0.0.0.0" in err, err
 
 
 def test_serve_rejects_a_missing_path(tmp_path):
