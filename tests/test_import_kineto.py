@@ -351,3 +351,24 @@ def test_older_category_names_map_like_current_ones(tmp_path):
         None,
         16,
     )
+
+
+def test_fwdbwd_flows_link_forward_and_backward_ops(imported_profiles, name):
+    """Every complete fwdbwd flow of the trace joins two ops (or, where the flow_id was taken,
+    is kept in the args); the backward end is an autograd op."""
+    phases = collections.defaultdict(set)
+    for e in trace_json(name)["traceEvents"]:
+        if e.get("cat") == "fwdbwd":
+            phases[e["id"]].add(e["ph"])
+    pairs = sum(p >= {"s", "f"} for p in phases.values())
+    con = Profile.open(imported_profiles[name]).duckdb()
+    linked = con.execute(
+        "SELECT b.name FROM events f JOIN events b ON b.flow_id = f.id AND b.id <> f.id "
+        "WHERE f.flow_id = f.id AND f.kind = 'op' AND b.kind = 'op'"
+    ).fetchall()
+    in_args = con.execute(
+        "SELECT count(*) FROM events WHERE json_extract(args, '$.fwdbwd_flow') IS NOT NULL"
+    ).fetchone()[0]
+    # in these traces no op is at both ends of two flows, so none lands in the args
+    assert (len(linked), in_args) == (pairs, 0)
+    assert all("Backward" in n or "backward" in n.lower() for (n,) in linked)
