@@ -157,3 +157,15 @@ def test_ranks_come_from_distributed_info_then_file_order(tmp_path):
     assert p.manifest.ranks == (0, 1, 2)
     by_input = {e["rank"]: e["path"] for e in p.manifest.extra["kineto"]}
     assert by_input == {1: str(a), 0: str(b), 2: str(c)}
+
+
+def test_gzip_of_several_members_is_read_whole(tmp_path):
+    text = gzip.decompress(SAMPLE_TRACE.read_bytes())
+    half = len(text) // 2
+    two = tmp_path / "two_members.json.gz"
+    two.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    assert main(["import", str(two), "-o", str(tmp_path / "a"), "-q"]) == 0
+    assert main(["import", str(SAMPLE_TRACE), "-o", str(tmp_path / "b"), "-q"]) == 0
+    assert Profile.open(tmp_path / "a").manifest.row_counts == (
+        Profile.open(tmp_path / "b").manifest.row_counts
+    )

@@ -26,8 +26,6 @@ from ..errors import BadInputError
 EMPTY = msgspec.Raw(b"")
 GZIP_MAGIC = b"\x1f\x8b"
 READ_CHUNK = 1 << 20
-
-
 EXACT_FLOAT_US = 2.0**43  # below this a float64 of microseconds keeps every nanosecond digit
 
 
@@ -107,13 +105,10 @@ def _gunzip(f: Any, path: Path) -> bytearray:
     try:
         while chunk := f.read(READ_CHUNK):
             while chunk:
-                out += d.decompress(chunk)
-                chunk = d.unused_data
                 if d.eof:  # a multi-member gzip: go on with the next member
                     d = zlib.decompressobj(wbits=31)
-                    if not chunk:
-                        return out
-        out += d.flush()
+                out += d.decompress(chunk)
+                chunk = d.unused_data
     except zlib.error as e:
         raise BadInputError(path, f"corrupt gzip data ({e})") from None
     if not d.eof:
