@@ -50,6 +50,11 @@ COMPILE_GROUP_SQL = (
     "regexp_replace(coalesce(op_name, name), "
     "'^(neuron_graph_[0-9]+)_[0-9]+(_forward|_backward)?$', '\\1')"
 )
+# One compiled program: an eager op, or a graph signature (its forward and backward together).
+PROGRAM_SQL = (
+    "regexp_replace(coalesce(op_name, name), "
+    "'^(neuron_graph_[0-9]+_[0-9]+)_(forward|backward)$', '\\1')"
+)
 GRAPH_RECOMPILE_SQL = "regexp_matches(coalesce(op_name, ''), '^neuron_graph_[0-9]+_[1-9][0-9]*')"
 TENSOR_ENGINE_TRACK = "TensorE"
 # Kinds whose args JSON the rules read (analysis keeps args only for these, and downcasts).

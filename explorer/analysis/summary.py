@@ -18,6 +18,7 @@ from .conventions import (
     DOWNCAST_PREDICATE,
     ENGINE_TRACKS,
     KERNEL_KINDS,
+    PROGRAM_SQL,
     TENSOR_ENGINE_TRACK,
     TRANSFER_KINDS,
     sql_list,
@@ -274,11 +275,12 @@ def _rank_time(ctx: AnalysisContext) -> dict[int, int]:
 
 
 def _engines(ctx: AnalysisContext) -> tuple[EngineUtil, ...]:
-    tracks = (*ENGINE_TRACKS,)
+    # the DMA queues count as one engine, busy while any queue moves data
     src = (
-        f"SELECT rank, track, start_ns AS s, start_ns + dur_ns AS e FROM ev "
-        f"WHERE layer = 'device' AND (track IN {sql_list(tracks)} "
-        f"OR (kind = 'dma' AND track LIKE 'DMA%'))"
+        "SELECT rank, CASE WHEN track LIKE 'DMA%' THEN 'DMA' ELSE track END AS track, "
+        "start_ns AS s, start_ns + dur_ns AS e FROM ev "
+        f"WHERE layer = 'device' AND (track IN {sql_list(ENGINE_TRACKS)} "
+        "OR (kind = 'dma' AND track LIKE 'DMA%'))"
     )
     ctx.merged("engine_busy", src, "rank, track")
     rows = ctx.rows(
@@ -346,7 +348,7 @@ def _readiness(ctx: AnalysisContext) -> Readiness:
     ctx.ensure_recompiles()
     recompiles = ctx.arrow(
         f"""SELECT {COMPILE_GROUP_SQL} AS op,
-               count(*) FILTER (WHERE name <> 'graph compile') AS recompiles,
+               count(DISTINCT {PROGRAM_SQL}) AS recompiles,
                sum(dur_ns) AS dur_ns,
                list(DISTINCT coalesce(json_extract_string(args, '$.shapes'), shapes))
                    FILTER (WHERE coalesce(json_extract_string(args, '$.shapes'), shapes)

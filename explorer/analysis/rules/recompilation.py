@@ -5,17 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import AnalysisContext
-from ..conventions import COMPILE_GROUP_SQL
+from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL
 from ..findings import Evidence, Finding, Hotspot
 from ..rule import Rule, fmt_ms, longest_ids, register, top_lines
 from ..shapes import parse_shapes
 
 RECOMPILE = "id IN (SELECT id FROM recompiles)"
-# one compiled program: an eager op, or a graph signature (its forward and backward together)
-PROGRAM_SQL = (
-    "regexp_replace(coalesce(op_name, name), "
-    "'^(neuron_graph_[0-9]+_[0-9]+)_(forward|backward)$', '\\1')"
-)
 
 
 def suggest_buckets(shapes: list[str], multiple: int) -> str:

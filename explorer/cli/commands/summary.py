@@ -35,6 +35,16 @@ def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.3f} ms"
 
 
+def _cell(column: str, value: object) -> str:
+    if value is None:
+        return ""
+    if column.endswith("_ns"):
+        return _ms(value)  # type: ignore[arg-type]
+    if isinstance(value, list):
+        return "; ".join(str(v) for v in value[:5])
+    return str(value)
+
+
 def _pct(part: float | None, whole: float) -> str:
     return "-" if part is None or not whole else f"{100 * part / whole:.1f}%"
 
@@ -132,7 +142,7 @@ def render_summary(s, top: int = 10) -> None:  # noqa: ANN001, C901 - analysis.S
         for h in ("rank", "engine", "busy", "utilization"):
             t.add_column(h, justify="left" if h == "engine" else "right")
         for e in s.engines:
-            t.add_row(str(e.rank), e.engine, _ms(e.busy_ns), f"{100 * e.utilization:.1f}%")
+            t.add_row(str(e.rank), e.engine, _ms(e.busy_ns), f"{100 * e.utilization:.2f}%")
         c.print(t)
     if s.mfu is not None or s.mbu is not None:
         mfu = "-" if s.mfu is None else f"{100 * s.mfu:.2f}%"
@@ -159,5 +169,5 @@ def render_summary(s, top: int = 10) -> None:  # noqa: ANN001, C901 - analysis.S
             for h in table.column_names:
                 t.add_column(h, overflow="fold")
             for row in table.to_pylist()[:top]:
-                t.add_row(*("" if v is None else str(v) for v in row.values()))
+                t.add_row(*(_cell(k, v) for k, v in row.items()))
             c.print(t)
