@@ -100,10 +100,13 @@ def render_summary(s, top: int = 10) -> None:  # noqa: ANN001, C901 - analysis.S
     t.add_column("where")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
-    for label, v in (
+    device_rows = (
         ("device compute", b.device_compute_ns),
         ("DMA / copies only", b.dma_ns),
         ("device idle", b.device_idle_ns),
+    )
+    for label, v in (
+        *(device_rows if b.device_compute_ns is not None else ()),  # none on CPU-only traces
         ("compile", b.compile_ns),
         ("CPU fallback", b.fallback_ns),
         ("sync wait", b.sync_ns),
