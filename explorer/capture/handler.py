@@ -2,8 +2,9 @@
 
 Same contract as `torch.profiler.tensorboard_trace_handler`: pass it as `on_trace_ready`, and
 each completed active cycle becomes one output. Ours is a profile directory: the first cycle
-writes `dir_name` itself (or `dir_name/worker_name`), later cycles `<that>.cycle2`,
-`<that>.cycle3`, ... beside it. A rerun replaces an earlier profile of the same name; a path
+writes `dir_name` itself (or `dir_name/worker_name`; with several torch.distributed ranks the
+worker name defaults to `rank<N>`), later cycles `<that>.cycle2`, `<that>.cycle3`, ... beside
+it. A rerun replaces an earlier profile of the same name; a path
 that exists and is not a profile is never touched.
 """
 
@@ -72,9 +73,13 @@ def _roots() -> tuple[str, ...]:
 class TraceHandler:
     """Callable for `on_trace_ready`; `written` lists the profiles made so far."""
 
-    def __init__(self, dir_name: str | os.PathLike, worker_name: str | None = None) -> None:
+    def __init__(
+        self, dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
+    ) -> None:
         base = Path(dir_name)
+        worker_name = worker_name or _distributed_worker()
         self.base = base / worker_name if worker_name else base
+        self.use_gzip = use_gzip  # tensorboard_trace_handler's; profiles are zstd Parquet anyway
         self.cycles = 0
         self.written: list[Path] = []
         self._check(self.base)
@@ -126,9 +131,24 @@ class TraceHandler:
         return self.write(self.collect(prof))
 
 
-def trace_handler(dir_name: str | os.PathLike, worker_name: str | None = None) -> TraceHandler:
-    """An `on_trace_ready` handler writing one profile directory per active cycle."""
-    return TraceHandler(dir_name, worker_name)
+def trace_handler(
+    dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
+) -> TraceHandler:
+    """An `on_trace_ready` handler writing one profile directory per active cycle, with
+    `torch.profiler.tensorboard_trace_handler`'s arguments."""
+    return TraceHandler(dir_name, worker_name, use_gzip)
+
+
+def _distributed_worker() -> str | None:
+    """ "rank<N>" when several torch.distributed ranks run, so they never share a profile."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            if dist.get_world_size() > 1:
+                return f"rank{dist.get_rank()}"
+    except (RuntimeError, ValueError):
+        pass
+    return None
 
 
 def _import_host(trace: Path, workdir: Path) -> Profile:

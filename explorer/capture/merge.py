@@ -90,6 +90,7 @@ def merge(
     """Host events (EVENTS schema, real clock since `origin_unix_ns`) plus the runtime's events
     -> events and counters on one clock, with the steps."""
     host = drop_own_frames(host)
+    rank = int(host.column("rank")[0].as_py()) if host.num_rows else 0  # one process, one rank
     calls = normalize_calls(
         [e for e in runtime if e.kind in HOST_KINDS and e.host_start_ns is not None]
     )
@@ -165,7 +166,7 @@ def merge(
         step = int(call_steps[i]) if call_steps[i] >= 0 else None
         if e.flow_id and step is not None:
             flow_step.setdefault(flows[e.flow_id], step)
-        _add(rows, e, ids[e.id], flows.get(e.flow_id), "host", f"thread {e.tid}", "cpu", int(c_start[i]),
+        _add(rows, rank, e, ids[e.id], flows.get(e.flow_id), "host", f"thread {e.tid}", "cpu", int(c_start[i]),
              int(c_end[i] - c_start[i]), parent_id(int(parents[i])), step, line)  # fmt: skip
 
     d_start = np.array([e.device_start_ns - device_offset for e in work], dtype=np.int64)
@@ -173,14 +174,14 @@ def merge(
     for i, e in enumerate(work):
         step = flow_step.get(flows.get(e.flow_id), int(d_steps[i]) if d_steps[i] >= 0 else None)
         pid = ids.get(e.parent_id) if e.parent_id is not None else None
-        _add(rows, e, ids[e.id], flows.get(e.flow_id), "device", e.track or "kernels", device, int(d_start[i]),
+        _add(rows, rank, e, ids[e.id], flows.get(e.flow_id), "device", e.track or "kernels", device, int(d_start[i]),
              int(e.device_dur_ns or 0), pid, step, _line(e, src))  # fmt: skip
 
     host = _fill_op_lines(host, parents, calls, src)
     columns = dict(zip(_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
     added = conform(EVENTS, columns) if rows else EVENTS.arrow_schema().empty_table()
     events = pa.concat_tables([conform(EVENTS, host), added]).unify_dictionaries()
-    counters = _memory_counters(memory, device_offset, device)
+    counters = _memory_counters(memory, device_offset, device, rank)
     steps = tuple(
         Step(int(k), 0, int(s), int(e - s))
         for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
@@ -240,12 +241,12 @@ def _args(e: Any, layer: str) -> str | None:
     return json.dumps(args, default=str, sort_keys=True) if args else None
 
 
-def _add(rows: list[tuple], e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
+def _add(rows: list[tuple], rank: int, e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
          start: int, dur: int, parent: int | None, step: int | None, line: tuple | None) -> None:  # fmt: skip
     """One runtime event as a row, in the order of the events schema's columns."""
     file, lineno, func = line if line else (None, None, None)
     rows.append((
-        eid, 0, layer, e.kind, e.name, track, device, start, max(dur, 0), parent, flow, step,
+        eid, rank, layer, e.kind, e.name, track, device, start, max(dur, 0), parent, flow, step,
         None, file, lineno, func, e.op_name or None,
         _json(e.shapes) if e.shapes else None, _json(e.dtypes) if e.dtypes else None,
         e.flops or None, e.bytes_read or None, e.bytes_written or None, _args(e, layer),
@@ -279,12 +280,12 @@ def _fill_op_lines(
     return host
 
 
-def _memory_counters(memory: Sequence[Any], offset: int, device: str) -> pa.Table:
+def _memory_counters(memory: Sequence[Any], offset: int, device: str, rank: int) -> pa.Table:
     ts = np.array([e.host_start_ns - e.cut_before_ns - offset for e in memory], dtype=np.int64)
     return conform(
         COUNTERS,
         {
-            "rank": [0] * len(memory),
+            "rank": [rank] * len(memory),
             "track": [device] * len(memory),
             "name": ["memory_allocated"] * len(memory),
             "ts_ns": ts.tolist(),
