@@ -42,6 +42,12 @@ def suggest_buckets(shapes: list[str], multiple: int) -> str:
     return "; ".join(out[:3])
 
 
+def _shapes_note(shapes: list[str], multiple: int) -> str:
+    if not shapes:
+        return ""
+    return suggest_buckets(shapes, multiple) or f"shapes: {', '.join(sorted(shapes)[:5])}"
+
+
 @register
 class Recompilation(Rule):
     """Graph or op recompiles caused by changing input shapes.
@@ -92,10 +98,7 @@ class Recompilation(Rule):
                 label=str(g["label"]),
                 dur_ns=int(g["dur_ns"]),
                 count=int(g["count"]),
-                note=(
-                    suggest_buckets([s for s in g["shapes"] if s], self.BUCKET_MULTIPLE)
-                    or f"shapes: {', '.join(sorted(s for s in g['shapes'] if s)[:5])}"
-                ),
+                note=_shapes_note([s for s in g["shapes"] if s], self.BUCKET_MULTIPLE),
             )
             for g in groups
         )
