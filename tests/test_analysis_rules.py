@@ -176,3 +176,11 @@ def test_collective_spread_across_ranks(tmp_path):
     # rank 0's collective time is the NCCL kernels' (inside its steps): at most their sum
     nccl = [e for e in trace_json("nccl") if e.get("cat") == "kernel" and "nccl" in e["name"]]
     assert per_rank["rank 0"] <= sum(e["dur"] for e in nccl) * 1000 + len(nccl)
+
+
+def test_recompile_evidence_suggests_padded_sizes():
+    """Graph signatures (8, 107), (8, 114), (8, 121): one padded size, 128, serves them all."""
+    (f,) = get_rule("recompilation").evaluate(neuron_profile("recompilation"))
+    (op,) = f.evidence.ops
+    assert op.label == "neuron_graph_0" and op.count == 3
+    assert op.note == "input 0 dim 1 takes 3 sizes (107..121): pad to [128]"
