@@ -93,6 +93,9 @@ def test_steps_come_from_optimizer_step(tmp_path):
     result = run_captured(["python", str(script), "8"], out, Schedule(1, 1, 3))
     assert result.exit_code == 0 and result.step_source == "optimizer"
     assert _steps(out) == [2, 3, 4]
+    recorded = Profile.open(out).manifest.extra["capture"]
+    assert recorded == {"command": ["python", str(script), "8"],
+                        "schedule": {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}}  # fmt: skip
     ops = (
         Profile.open(out)
         .duckdb()

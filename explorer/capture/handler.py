@@ -82,6 +82,7 @@ class TraceHandler:
         self.use_gzip = use_gzip  # tensorboard_trace_handler's; profiles are zstd Parquet anyway
         self.cycles = 0
         self.written: list[Path] = []
+        self.extra: dict[str, Any] = {}  # added to each manifest's extra (the capture command)
         self._check(self.base)
 
     @staticmethod
@@ -117,7 +118,7 @@ class TraceHandler:
         path = self.path_for(self.cycles)
         try:
             self._check(path)
-            write_profile(raw, path)
+            write_profile(raw, path, self.extra)
         except (ExplorerError, OSError) as e:
             print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
             return None
@@ -159,7 +160,7 @@ def _import_host(trace: Path, workdir: Path) -> Profile:
     return Profile.open(out)
 
 
-def write_profile(raw: RawCapture, path: Path) -> Path:
+def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = None) -> Path:
     """Merge host and runtime events of one cycle and write the profile atomically."""
     host = _import_host(raw.trace, raw.workdir)
     manifest = host.manifest
@@ -192,6 +193,6 @@ def write_profile(raw: RawCapture, path: Path) -> Path:
             host=manifest.host or platform.node(),
             steps=merged.steps,
             inputs=(),
-            extra={**manifest.extra, "simulator_ns_removed": merged.removed_ns},
+            extra={**manifest.extra, **(extra or {}), "simulator_ns_removed": merged.removed_ns},
         )
         return writer.commit(final)

@@ -13,7 +13,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ExplorerError
@@ -200,6 +200,7 @@ def run_captured(
     from .handler import trace_handler
 
     handler = trace_handler(out)
+    handler.extra["capture"] = {"command": list(command), "schedule": asdict(schedule)}
     controller = StepController(schedule, handler)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     profiler_class = torch.profiler.profile
