@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..errors import ExplorerError
 from ..model.profile import Profile
 from .findings import Evidence, Finding, Hotspot, rank_findings
 from .rule import Rule, all_rules, get_rule
@@ -26,9 +27,15 @@ __all__ = [
 def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Finding]:
     """Evaluate the rules (all, or those named by `ids`) and rank the findings by saving."""
     rules = [get_rule(i) for i in ids] if ids is not None else list(all_rules().values())
+    import duckdb
+
     findings: list[Finding] = []
     for rule in rules:
-        findings.extend(rule.evaluate(profile))
+        try:
+            findings.extend(rule.evaluate(profile))
+        except duckdb.Error as e:  # e.g. malformed JSON in args: name the rule and profile
+            line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ExplorerError(f"{profile.path}: rule {rule.id} failed: {line}") from None
     return rank_findings(findings)
 
 
