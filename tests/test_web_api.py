@@ -306,3 +306,15 @@ def test_serve_rejects_a_missing_path(tmp_path):
     r = subprocess.run([sys.executable, "-m", "explorer", "serve", str(tmp_path / "nope")],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serve_reports_a_port_in_use(root):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "explorer", "serve", str(root / "base"),
+                            "--port", str(port)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr

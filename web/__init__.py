@@ -88,10 +88,16 @@ def serve(
     app = create_app(
         root, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
     )
-    if port == 0:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
+    # bind before printing the URL, so it is reachable the moment it is shown
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise ExplorerError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
+    port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
     if len(app.state.store.names()) == 1 and root.name in app.state.store.names():
@@ -106,10 +112,7 @@ def serve(
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
-    try:
-        server.run()
-    except OSError as e:
-        raise ExplorerError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
+    server.run(sockets=[sock])
     # Worker and warm-up threads may still hold DuckDB connections or be inside a query; tearing
     # the interpreter down under them aborts the process with a C++ error, so leave directly.
     sys.stdout.flush()
