@@ -184,3 +184,27 @@ def test_recompile_evidence_suggests_padded_sizes():
     (op,) = f.evidence.ops
     assert op.label == "neuron_graph_0" and op.count == 3
     assert op.note == "input 0 dim 1 takes 3 sizes (107..121): pad to [128]"
+
+
+def test_malformed_args_do_not_stop_the_analysis(tmp_path):
+    """One kernel with broken args JSON: the rules still run and read the good rows."""
+    import time
+
+    from explorer.model.io import ProfileWriter
+    from explorer.model.manifest import Manifest
+    from explorer.model.profile import Profile
+
+    good = '{"matmul": {"m": 130, "k": 130, "n": 8, "dtype": "float32"}}'
+    with ProfileWriter(tmp_path / "p") as w:
+        w.write_events(
+            {
+                "id": [0, 1, 2], "rank": [0, 0, 0], "layer": ["host", "device", "device"],
+                "kind": ["step", "kernel", "kernel"], "name": ["ProfilerStep#1", "mm", "mm"],
+                "track": ["thread 1", "kernels", "kernels"], "start_ns": [0, 10, 2000],
+                "dur_ns": [10_000, 1000, 1000], "op_name": [None, "aten::mm", "aten::mm"],
+                "args": [None, "{bad", good],
+            }
+        )  # fmt: skip
+        w.commit(Manifest(source="capture", origin_unix_ns=time.time_ns()))
+    ids = {f.rule for f in run_rules(Profile.open(tmp_path / "p"))}
+    assert {"tensor-engine-padding", "fp32-matmul"} <= ids

@@ -89,6 +89,17 @@ def _name_matches(names: pa.ChunkedArray, patterns: tuple[str, ...]) -> pa.Chunk
     return pa.chunked_array(chunks, pa.bool_())
 
 
+def _valid_json_or_null(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """args with malformed JSON become NULL, so one bad row cannot stop every JSON query."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("a", pa.table({"args": col}))
+    valid = con.sql("SELECT coalesce(json_valid(args), false) AS ok FROM a").to_arrow_table()
+    con.close()
+    return pc.if_else(valid["ok"], col, pa.scalar(None, pa.string()))
+
+
 def plain_types(table: pa.Table) -> pa.Table:
     """DuckDB sums integers into HUGEINT (Arrow decimal128); make those int64 (float64 when
     fractional) so tables stay plain numbers in Python and JSON."""
@@ -131,6 +142,8 @@ class AnalysisContext:
             if wanted:
                 col = self.profile.table("events", columns=[name])[name]
                 col = pc.if_else(keep, col, pa.scalar(None, pa.string()))
+                if name == "args":
+                    col = _valid_json_or_null(col)
             else:
                 col = pa.nulls(table.num_rows, pa.string())
             table = table.append_column(name, col)
