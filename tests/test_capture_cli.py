@@ -203,3 +203,24 @@ def test_without_optimizer_or_profiler_a_repeated_record_function_marks_the_step
         "SELECT step, count(*) FROM events WHERE name = 'aten::addmm' GROUP BY 1 ORDER BY 1"
     )
     assert per_step.fetchall() == [(0, 1), (1, 1), (2, 1), (3, 1), (None, 1)]
+
+
+def test_two_optimizers_stepping_each_iteration_count_one_step(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import torch
+
+        gen, disc = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        g_opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+        d_opt = torch.optim.SGD(disc.parameters(), lr=0.1)
+        for _ in range(6):
+            disc(gen(torch.randn(8, 4))).mean().backward()
+            d_opt.step()
+            g_opt.step()
+        """,
+    )
+    out = tmp_path / "run"
+    result = run_captured(["python", str(script)], out, Schedule(1, 1, 2))
+    assert result.exit_code == 0 and result.steps_seen == 6
+    assert _steps(out) == [2, 3]

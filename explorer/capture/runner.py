@@ -84,6 +84,7 @@ class StepController:
         self.source = "none"
         self.fallback = None  # collected step-0 capture, written only if nothing else is
         self.cycle_start = 0
+        self.step_optimizer: object | None = None
         self.exiting = False
         self._last = None
         self.written: list[Path] = []
@@ -108,6 +109,14 @@ class StepController:
         path = self.handler(prof)
         if path is not None:
             self.written.append(path)
+
+    def optimizer_stepped(self, optimizer: object, *_: object) -> None:
+        """Post-hook of every optimizer.step(): only the first optimizer seen marks steps, so a
+        loop stepping two optimizers (a GAN, an encoder and a decoder) counts one step."""
+        if self.step_optimizer is None:
+            self.step_optimizer = optimizer
+        if optimizer is self.step_optimizer:
+            self.marker("optimizer")
 
     def marker(self, source: str) -> None:
         """A step boundary: `source` is "optimizer" or "profiler"; the script's profiler wins."""
@@ -206,7 +215,7 @@ def run_captured(
     profiler_class = torch.profiler.profile
     sys.argv = argv
     sys.path.insert(0, os.getcwd() if is_module else str(Path(target).resolve().parent))
-    hook = register_optimizer_step_post_hook(lambda *_: controller.marker("optimizer"))
+    hook = register_optimizer_step_post_hook(controller.optimizer_stepped)
     prof = profiler_class(
         activities=[torch.profiler.ProfilerActivity.CPU],
         record_shapes=False,  # until the first step marker (see StepController.marker)
