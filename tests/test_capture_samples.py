@@ -270,3 +270,21 @@ def test_with_stack_the_backends_frames_and_what_they_call_are_left_out(tmp_path
     assert python and not [p for p in python if "time_ns" in p["name"] or "backend/" in p["name"]]
     lines = _rows(profile, "SELECT DISTINCT src_file FROM events WHERE src_file IS NOT NULL")
     assert [Path(r["src_file"]).name for r in lines] == [Path(__file__).name] * len(lines)
+
+
+def test_a_script_captured_whole_moves_its_model_and_keeps_op_shapes(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 4).to('neuron')  # inside the recording: no shapes yet\n"
+        "for _ in range(2):\n"
+        "    model(torch.randn(16, 8, device='neuron')).sum().item()\n"
+    )
+    out = tmp_path / "run"
+    assert run_captured(["python", str(script)], out).exit_code == 0
+    profile = Profile.open(out)
+    assert [s.step for s in profile.manifest.steps] == [0]
+    ops = _rows(profile, "SELECT shapes, src_line FROM events WHERE name = 'aten::addmm'")
+    assert [(json.loads(o["shapes"]), o["src_line"]) for o in ops] == [
+        ([[4], [16, 8], [8, 4]], 4)
+    ] * 2

@@ -257,22 +257,26 @@ def _fill_op_lines(
     host: pa.Table, parents: np.ndarray, calls: Sequence[Any], src: dict
 ) -> pa.Table:
     """Give each framework op (and its enclosing ops) the user line of the runtime calls it
-    made, where the trace itself has none (no with_stack)."""
+    made, where the trace itself has none (no with_stack); an op recorded without shapes takes
+    those of its own launch."""
     if not host.num_rows or not len(calls):
         return host
-    files, lines, funcs = (column_list(host, c) for c in ("src_file", "src_line", "src_func"))
-    kinds = column_list(host, "kind")
+    cols = ("src_file", "src_line", "src_func", "shapes", "dtypes")
+    files, lines, funcs, shapes, dtypes = (column_list(host, c) for c in cols)
+    kinds, names = column_list(host, "kind"), column_list(host, "name")
     id_index = {int(v): i for i, v in enumerate(column_array(host, "id"))}
     host_parent = column_array(host, "parent_id")
     for i, e in enumerate(calls):
-        line = _line(e, src)
         p = int(parents[i])
+        if 0 <= p < host.num_rows and names[p] == e.op_name and shapes[p] is None and e.shapes:
+            shapes[p], dtypes[p] = _json(e.shapes), _json(e.dtypes)
+        line = _line(e, src)
         while line and 0 <= p < host.num_rows and kinds[p] in FRAMEWORK_KINDS:
             if files[p] is None:
                 files[p], lines[p], funcs[p] = line
             parent = host_parent[p]
             p = id_index.get(int(parent), -1) if parent == parent and parent is not None else -1
-    for name, values in (("src_file", files), ("src_line", lines), ("src_func", funcs)):
+    for name, values in zip(cols, (files, lines, funcs, shapes, dtypes), strict=True):
         idx = host.schema.get_field_index(name)
         host = host.set_column(
             idx, name, pa.array(values, type=pa.string() if name != "src_line" else pa.int32())
