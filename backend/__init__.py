@@ -22,6 +22,7 @@ def _autoloading() -> bool:
 try:
     from backend._registration import is_registered, register
     from backend.runtime import events
+    from backend.runtime.model import set_spec as set_device_spec
     from backend.runtime.ops import supported_ops
     from backend.runtime.stats import compile_stats, reset_compile_stats
     from backend.runtime.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
@@ -45,5 +46,6 @@ __all__ = [
     "is_registered",
     "register",
     "reset_compile_stats",
+    "set_device_spec",
     "supported_ops",
 ]

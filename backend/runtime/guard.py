@@ -3,7 +3,8 @@
 The Python guard from torch._C._acc works but aborts the process after an exception inside a
 backward kernel, so at first use we build a small C++ guard (guard.cpp) with g++ against the
 installed torch headers, cache it, and load it over the Python one. Without a compiler the
-Python guard stays and backward errors are deferred and re-raised (see `defer.py`).
+Python guard stays, with a warning: everything works except that a process in which an
+exception was raised inside backward may abort when it exits.
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ def install() -> str:
         kind = "native"
     except Exception as exc:  # noqa: BLE001 - the Python guard still works
         warnings.warn(
-            f"neuron: using the Python device guard ({exc}); errors inside backward are "
-            "re-raised after backward",
+            f"neuron: using the Python device guard ({exc}); a process in which an exception "
+            "is raised inside backward may abort at exit (install g++ to fix)",
             RuntimeWarning,
             stacklevel=2,
         )

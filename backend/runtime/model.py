@@ -17,7 +17,7 @@ _spec: Any = None
 
 
 def spec() -> Any:
-    """The active DeviceSpec (NEURON_DEVICE_SPEC, default trn2)."""
+    """The active DeviceSpec (NEURON_DEVICE_SPEC, default trn2; `backend.set_device_spec`)."""
     global _spec
     if _spec is None:
         from backend.costmodel import get_spec
@@ -50,6 +50,9 @@ def set_spec(name: str) -> None:
 
     set_default_spec(name)
     _spec, _timeline = get_spec(), None
+    from backend.runtime import tracking
+
+    tracking.compile_cache.clear()  # kernels were lowered for the previous chip
 
 
 def modeled_now(real_ns: int) -> int:
