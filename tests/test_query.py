@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_analysis_profiles import neuron_profile, real
+from test_analysis_profiles import neuron_profile, real, sample
 
 from explorer.analysis import run_query
 from explorer.errors import ExplorerError
@@ -26,7 +26,7 @@ def test_agents_md_has_ten_queries():
 @pytest.mark.parametrize("i", range(len(_doc_queries())))
 def test_every_agents_md_query_runs(i):
     sql = _doc_queries()[i]
-    for profile in (real("nccl"), neuron_profile("cpu-fallback")):
+    for profile in (real("nccl"), sample("gpt_train"), neuron_profile("cpu-fallback")):
         run_query(profile, sql, limit=50)
 
 
@@ -47,6 +47,18 @@ def test_agents_md_queries_return_what_they_say():
     ]  # fmt: skip
     recompiles = run_query(neuron_profile("recompilation"), q[8]).table.to_pylist()
     assert [r["step"] for r in recompiles] == [1, 2, 3]
+
+
+def test_agents_md_queries_on_a_captured_neuron_profile():
+    q = _doc_queries()
+    lines = run_query(sample("gpt_train"), q[2]).table.to_pylist()
+    assert lines and lines[0]["device_ns"] and lines[0]["src_file"].endswith(".py")
+    launched = run_query(sample("gpt_train"), q[6]).table.to_pylist()
+    assert launched and all(r["launched_by"] == "launch" for r in launched)
+    engines = {r["track"] for r in run_query(sample("gpt_train"), q[10]).table.to_pylist()}
+    assert {"TensorE", "VectorE"} <= engines
+    fallbacks = run_query(sample("fallback_float64"), q[7]).table.to_pylist()
+    assert "aten::median" in {r["op_name"] for r in fallbacks}
 
 
 def test_row_limit_truncates():
