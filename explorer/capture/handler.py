@@ -169,7 +169,7 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
     span = events.column("start_ns")
     lo = origin + (min(span.to_pylist(), default=0)) - WINDOW_SLACK_NS
     hi = origin + max((s + d for s, d in zip(span.to_pylist(), events.column("dur_ns").to_pylist(), strict=True)), default=0) + WINDOW_SLACK_NS  # fmt: skip
-    runtime = [e for e in raw.runtime if in_window(e, lo, hi)]
+    runtime = in_window(raw.runtime, lo, hi)
     events, stacks = without_own_frames(events, host.table("stacks"))
     merged = merge(events, origin, runtime)
     counters = host.table("counters")

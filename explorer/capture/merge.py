@@ -78,10 +78,15 @@ def normalize_calls(calls: Sequence[Any]) -> list[Any]:
     return out
 
 
-def in_window(ev: Any, lo_ns: int, hi_ns: int) -> bool:
-    """Whether a runtime event belongs to the recorded window (real unix ns)."""
-    t = ev.host_start_ns
-    return t is None or lo_ns <= t <= hi_ns
+def in_window(runtime: Sequence[Any], lo_ns: int, hi_ns: int) -> list[Any]:
+    """The runtime events of the recorded window (real unix ns): host calls made in it, and
+    the device work they launched."""
+    calls = [
+        e for e in runtime if e.host_start_ns is not None and lo_ns <= e.host_start_ns <= hi_ns
+    ]
+    flows = {e.flow_id for e in calls if e.flow_id}
+    work = [e for e in runtime if e.host_start_ns is None and (not e.flow_id or e.flow_id in flows)]
+    return sorted([*calls, *work], key=lambda e: e.id)
 
 
 def merge(
