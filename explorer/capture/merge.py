@@ -188,7 +188,7 @@ def merge(
     events = pa.concat_tables([conform(EVENTS, host), added]).unify_dictionaries()
     counters = _memory_counters(memory, device_offset, device, rank)
     steps = tuple(
-        Step(int(k), 0, int(s), int(e - s))
+        Step(int(k), rank, int(s), int(e - s))
         for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
     )
     return Merged(events, counters, steps, clock.total_removed_ns)
