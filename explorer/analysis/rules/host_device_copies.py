@@ -27,7 +27,8 @@ class HostDeviceCopies(Rule):
     least MIN_PAGEABLE_COPIES, and all of them when there are at least MIN_COPIES_PER_STEP per
     step taking at least MIN_SHARE of step time. Neuron: host copy events with direction h2d,
     grouped by source line; report lines that copy in at least EVERY_STEP_FRACTION of the steps
-    (with at least two steps). Saving: PINNED_SAVING of pageable copy time; the whole time of
+    (with at least two steps) when those copies take at least MIN_SHARE of step time. Saving:
+    PINNED_SAVING of pageable copy time; the whole time of
     per-step neuron copies and of frequent GPU copies.
     """
 
@@ -107,8 +108,8 @@ class HostDeviceCopies(Rule):
                 HAVING count(DISTINCT step) >= {self.EVERY_STEP_FRACTION} * {steps}
                 ORDER BY dur_ns DESC"""
             )
-            if per_line:
-                ns = sum(int(r["dur_ns"]) for r in per_line)
+            ns = sum(int(r["dur_ns"]) for r in per_line)
+            if per_line and ns >= self.MIN_SHARE * step_ns:
                 where = f"{NEURON_H2D} AND step IS NOT NULL"
                 out.append(
                     self.finding(
