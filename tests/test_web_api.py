@@ -231,8 +231,9 @@ def test_urls_never_leave_the_served_directory(client, url):
 
 def test_loopback_server_refuses_other_host_names(root):
     app = TestClient(create_app(root, allowed_hosts=["127.0.0.1", "localhost"]))
-    assert app.get("/api/profiles", headers={"Host": "127.0.0.1:8765"}).status_code == 200
-    assert app.get("/api/profiles", headers={"Host": "evil.example:8765"}).status_code == 400
+    url = "/api/p/base/tables/stacks.parquet"
+    assert app.get(url, headers={"Host": "127.0.0.1:8765"}).status_code == 200
+    assert app.get(url, headers={"Host": "evil.example:8765"}).status_code == 400
 
 
 def test_kept_sources_that_link_outside_are_not_read(root):
