@@ -155,3 +155,15 @@ def test_supported_ops_table_is_documented():
     assert "aten::mm" in ops and "aten::nonzero" not in ops
     missing = [op for op in ops if f"`{op}`" not in text]
     assert not missing, f"docs/device.md does not list {missing}"
+
+
+def test_dataloader_pin_memory_generators_and_host_results_work():
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).view(4, 2))
+    loader = torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)
+    batches = [b[0].to("neuron", non_blocking=True) for b in loader]
+    assert [b.cpu().tolist() for b in batches] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    x = torch.ones(2, device="neuron")
+    assert torch.zeros_like(x, device="cpu").device.type == "cpu"
+    g = torch.Generator(device="neuron").manual_seed(3)
+    a = torch.randn(3, generator=g, device="neuron")
+    assert torch.equal(a.cpu(), torch.randn(3, generator=torch.Generator().manual_seed(3)))

@@ -111,6 +111,8 @@ def dispatch(func, args: tuple, kwargs: dict):
         info = _INFO[func] = OpInfo(func)
     if info.special is not None:
         return info.special(info, args, kwargs)
+    if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
+        return _host_result(info, args, kwargs)  # e.g. zeros_like(x, device="cpu")
     if _prof._is_profiler_enabled and not getattr(_tls, "quiet", 0):
         from backend.runtime import record
 
@@ -135,6 +137,16 @@ def dispatch(func, args: tuple, kwargs: dict):
     result = _wrap(out, inputs, new)
     finish_outputs(info, new, inputs)
     return result
+
+
+def _on_host(device) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
+
+
+def _host_result(info: OpInfo, args: tuple, kwargs: dict):
+    """An op asked to put its result on the CPU: run it on the payloads, keep the plain result."""
+    cpu_args, kwargs = unwrap_all(args, kwargs, [], info)
+    return info.call(*cpu_args, **kwargs)
 
 
 def finish_outputs(info: OpInfo, new: list, inputs: list) -> None:

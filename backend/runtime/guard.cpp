@@ -1,8 +1,11 @@
 // The neuron device guard in C++: with the Python guard, an exception raised inside a backward
 // kernel on the device aborts the process at exit; this one never calls into Python on unwind.
 // Built by guard.py with g++ against the installed torch headers and cached.
-#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace {
 using SyncCallback = void (*)();
@@ -30,6 +33,31 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex i) const noexcept override {}
   void synchronizeEvent(void* event) const override {}
 };
+// Hooks: the payload lives in host memory, so "pinned" memory is host memory and the
+// device's generator is the CPU one (numerics equal a CPU run with the same seed).
+struct NeuronHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex i) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  bool isPinnedPtr(const void* data) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex i) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex i) const override {
+    return at::detail::createCPUGenerator();
+  }
+  at::Device getDeviceFromPtr(void* data) const override {
+    return at::Device(c10::DeviceType::PrivateUse1, 0);
+  }
+};
+
+struct Registrar {
+  Registrar() { at::RegisterPrivateUse1HooksInterface(new NeuronHooks()); }
+};
+Registrar registrar;
 }  // namespace
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);

@@ -66,7 +66,7 @@ def build(path: Path) -> None:
     cmd = [
         compiler, "-O1", "-std=c++17", "-shared", "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-        f"-I{torch_dir / 'include'}", str(_SOURCE), f"-L{torch_dir / 'lib'}", "-lc10",
+        f"-I{torch_dir / 'include'}", str(_SOURCE), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
         f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", tmp,
     ]  # fmt: skip
     try:
@@ -101,19 +101,23 @@ def _load_native() -> None:
 def install() -> str:
     """Register hooks and a guard: the C++ one when it builds, else the Python one."""
     global kind
+    if os.environ.get("NEURON_PYTHON_GUARD") != "1":
+        try:
+            _load_native()  # its static initialisers register the guard and the hooks
+            kind = "native"
+            return kind
+        except Exception as exc:  # noqa: BLE001 - the Python guard still works
+            problem = exc
+    else:
+        problem = "NEURON_PYTHON_GUARD=1"
     hooks, guard = _Hooks(), _PythonGuard()
     _keep.extend([hooks, guard])
     torch._C._acc.register_python_privateuseone_hook(hooks)
     torch._C._acc.register_python_privateuseone_device_guard(guard)
     kind = "python"
-    if os.environ.get("NEURON_PYTHON_GUARD") == "1":
-        return kind
-    try:
-        _load_native()  # registering overrides the Python guard
-        kind = "native"
-    except Exception as exc:  # noqa: BLE001 - the Python guard still works
+    if problem != "NEURON_PYTHON_GUARD=1":
         warnings.warn(
-            f"neuron: using the Python device guard ({exc}); a process in which an exception "
+            f"neuron: using the Python device guard ({problem}); a process in which an exception "
             "is raised inside backward may abort at exit (install g++ to fix)",
             RuntimeWarning,
             stacklevel=2,
