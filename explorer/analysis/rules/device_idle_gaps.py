@@ -62,7 +62,9 @@ class DeviceIdleGaps(Rule):
             """SELECT coalesce(sum(least(x.e, g.start_ns + g.dur_ns) - greatest(x.s, g.start_ns)),
                                0) AS ns
             FROM idle_gaps g JOIN explained x ON x.rank = g.rank
-                 AND x.s < g.start_ns + g.dur_ns AND x.e > g.start_ns"""
+                 AND x.s < g.start_ns + g.dur_ns AND x.e > g.start_ns
+            WHERE NOT EXISTS (SELECT 1 FROM launch_bound_steps l
+                              WHERE l.rank = g.rank AND l.start_ns = g.ws)"""
         )
         in_bound = ctx.one(
             """SELECT coalesce(sum(g.dur_ns), 0) AS ns FROM idle_gaps g
