@@ -77,7 +77,10 @@ class DeviceIdleGaps(Rule):
         step_ns = ctx.total_step_ns
         if step_ns <= 0 or total < self.MIN_IDLE_SHARE * step_ns:
             return []
-        top = f"(SELECT * FROM idle_gaps ORDER BY dur_ns DESC LIMIT {int(self.TOP_GAPS)})"
+        top = f"""(SELECT * FROM idle_gaps g WHERE NOT EXISTS (SELECT 1 FROM launch_bound_steps l
+                                                           WHERE l.rank = g.rank
+                                                           AND l.start_ns = g.ws)
+                 ORDER BY dur_ns DESC LIMIT {int(self.TOP_GAPS)})"""
         ctx.run(
             f"""CREATE OR REPLACE TEMP TABLE gap_host AS
             SELECT x.id, x.name, x.src_file, x.src_line, x.src_func,
