@@ -224,3 +224,13 @@ def test_two_optimizers_stepping_each_iteration_count_one_step(tmp_path):
     result = run_captured(["python", str(script)], out, Schedule(1, 1, 2))
     assert result.exit_code == 0 and result.steps_seen == 6
     assert _steps(out) == [2, 3]
+
+
+def test_python_dash_m_runs_a_module_from_the_working_directory(tmp_path, monkeypatch, capsys):
+    _script(tmp_path, TRAIN + "\nprint('module ran as', __name__)\n", name="trainmod.py")
+    monkeypatch.chdir(tmp_path / "code")
+    out = tmp_path / "run"
+    result = run_captured(["python", "-m", "trainmod", "6"], out, Schedule(1, 1, 2))
+    assert result.exit_code == 0
+    assert "module ran as __main__" in capsys.readouterr().out
+    assert _steps(out) == [2, 3]
