@@ -14,6 +14,7 @@ DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registratio
 
 
 _NO_KWARGS: dict = {}
+_DATA = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.data
 
 
 def _dispatch_first_use(func, args, kwargs):
@@ -60,6 +61,20 @@ class NeuronTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs or _NO_KWARGS)
+
+    @property
+    def data(self) -> torch.Tensor:
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # `param.data = t` swaps the wrapper's metadata in C++; the payload must follow it
+        if not isinstance(new, NeuronTensor):
+            raise RuntimeError(
+                f"neuron: .data of a neuron tensor can only be set to a neuron tensor, got {new.device}"
+            )
+        _DATA.__set__(self, new)
+        self._payload = new._payload
 
     # Traceable-subclass protocol: torch.compile (AOTAutograd) traces through to the payload.
     def __tensor_flatten__(self) -> tuple[list[str], None]:
@@ -122,6 +137,18 @@ def _format(t: NeuronTensor) -> str:
     elif t.requires_grad:
         suffixes.append("requires_grad=True")
     return _tensor_str._add_suffixes("tensor(" + body, suffixes, len("tensor("), False)
+
+
+def refresh(wrapper: NeuronTensor) -> None:
+    """After an op resized or restrided the payload (out=, resize_, t_), match the wrapper to it."""
+    p = wrapper._payload
+    if (wrapper.shape, wrapper.stride(), wrapper.storage_offset()) != (
+        p.shape,
+        p.stride(),
+        p.storage_offset(),
+    ):
+        _DATA.__set__(wrapper, NeuronTensor(p))
+        wrapper._payload = p
 
 
 def wrap(payload: torch.Tensor) -> NeuronTensor:

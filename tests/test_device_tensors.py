@@ -167,3 +167,18 @@ def test_dataloader_pin_memory_generators_and_host_results_work():
     g = torch.Generator(device="neuron").manual_seed(3)
     a = torch.randn(3, generator=g, device="neuron")
     assert torch.equal(a.cpu(), torch.randn(3, generator=torch.Generator().manual_seed(3)))
+
+
+def test_data_assignment_out_resizes_and_in_place_restrides_keep_the_wrapper_in_step():
+    layer = torch.nn.Linear(2, 3).to("neuron")
+    layer.weight.data = torch.ones(4, 2, device="neuron")
+    assert layer.weight.shape == (4, 2) and layer.weight.cpu().tolist() == [[1.0, 1.0]] * 4
+    out = torch.empty(0, device="neuron")
+    torch.add(torch.ones(3, device="neuron"), 1, out=out)
+    assert out.shape == (3,) and out.cpu().tolist() == [2.0, 2.0, 2.0]
+    t = torch.arange(6.0, device="neuron").view(2, 3)
+    t.t_()
+    assert t.shape == (3, 2) and t.cpu().tolist() == torch.arange(6.0).view(2, 3).t().tolist()
+    half = torch.nn.Linear(2, 2).to("neuron").half()
+    assert half.weight.dtype == torch.float16 and isinstance(half.weight, NeuronTensor)
+    assert half(torch.ones(1, 2, device="neuron", dtype=torch.float16)).dtype == torch.float16

@@ -13,7 +13,7 @@ import torch
 from torch.autograd import profiler as _prof
 
 from backend.runtime import memory, ops, tracking
-from backend.tensor import NeuronTensor
+from backend.tensor import NeuronTensor, refresh
 
 _Tensor = torch.Tensor
 _F64 = torch.float64
@@ -130,8 +130,10 @@ def dispatch(func, args: tuple, kwargs: dict):
     if out is None:
         return None
     if inputs and out is inputs[0][0]:  # in-place: the result is the first input
-        if info.mutates and inputs[0][0].dtype is _F64:
-            finish_outputs(info, [], inputs)
+        if info.mutates:
+            refresh(inputs[0][1])
+            if inputs[0][0].dtype is _F64:
+                finish_outputs(info, [], inputs)
         return inputs[0][1]
     new: list = []
     result = _wrap(out, inputs, new)
@@ -161,7 +163,8 @@ def finish_outputs(info: OpInfo, new: list, inputs: list) -> None:
                 f64 = True
                 _round_f64(p)
         if info.mutates:
-            for p, _w in inputs:
+            for p, w in inputs:
+                refresh(w)
                 if p.dtype is _F64:
                     f64 = True
                     _round_f64(p)
