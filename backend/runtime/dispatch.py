@@ -111,6 +111,11 @@ def dispatch(func, args: tuple, kwargs: dict):
         info = _INFO[func] = OpInfo(func)
     if info.special is not None:
         return info.special(info, args, kwargs)
+    return run_op(info, args, kwargs)
+
+
+def run_op(info: OpInfo, args: tuple, kwargs: dict):
+    """The common path: compile cache, fallback, payload op, wrap, memory."""
     if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
         return _host_result(info, args, kwargs)  # e.g. zeros_like(x, device="cpu")
     if _prof._is_profiler_enabled and not getattr(_tls, "quiet", 0):
@@ -243,11 +248,7 @@ def _to_copy(info: OpInfo, args, kwargs):
 
 
 def _dispatch_plain(info: OpInfo, args, kwargs):
-    saved, info.special = info.special, None
-    try:
-        return dispatch(info.func, args, kwargs)
-    finally:
-        info.special = saved
+    return run_op(info, args, kwargs)
 
 
 def _local_scalar_dense(info: OpInfo, args, kwargs):
