@@ -63,12 +63,9 @@ def _infos(values) -> list:
 
 
 def _node_tensors(node: torch.fx.Node) -> tuple[list, list]:
-    ins = []
-    for a in torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n).__iter__():
-        for x in a if isinstance(a, tuple | list) else (a,):
-            for y in x if isinstance(x, list | tuple) else (x,):
-                if isinstance(y, torch.fx.Node) and "val" in y.meta:
-                    ins.append(y.meta["val"])
+    """TensorInfos of a node's tensor arguments (in order) and of its results."""
+    ins: list = []
+    torch.fx.node.map_arg((node.args, node.kwargs), lambda n: ins.append(n.meta.get("val")))
     val = node.meta.get("val")
     outs = list(val) if isinstance(val, list | tuple) else [val]
     return _infos(ins), _infos(outs)
@@ -119,8 +116,6 @@ class DeviceProgram:
 
     def __init__(self, gm: torch.fx.GraphModule, name: str, kernels: list[Kernel]) -> None:
         self.gm, self.name, self.kernels = gm, name, kernels
-        self._shapes: tuple = ()
-        self._launch_ns = None
 
     def __call__(self, args: list) -> Any:
         if not _prof._is_profiler_enabled:

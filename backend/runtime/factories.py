@@ -7,13 +7,6 @@ import torch
 _lib: torch.library.Library | None = None
 
 
-def _cpu_kwargs(kwargs: dict) -> dict:
-    kwargs = dict(kwargs)
-    kwargs["device"] = "cpu"
-    kwargs.pop("pin_memory", None)
-    return kwargs
-
-
 def _empty_memory_format(
     size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
 ):
