@@ -152,3 +152,23 @@ def test_payload_ops_are_hidden_from_the_torch_profiler():
     adds = [e for e in prof.events() if e.name == "aten::add"]
     assert len(adds) == 1
     backend.events.clear()
+
+
+def test_a_device_bound_sequence_makes_the_host_wait_in_the_sync():
+    x = torch.randn(16 * 1024 * 1024, device="neuron")  # 64 MiB: each sum streams it from HBM
+
+    def work():
+        for _ in range(6):
+            x.sum()
+        return x.sum().item()
+
+    work()  # compile first
+    _, events = _record(work)
+    kernels = [e for e in events if e.kind == "kernel"]
+    launch_cost = sum(e.host_cost_ns for e in events if e.kind == "runtime")
+    busy = sum(k.device_dur_ns for k in kernels)
+    assert busy > 5 * launch_cost  # launches are cheap, the device is the bottleneck
+    sync = next(e for e in events if e.name == ".item()")
+    end = max(k.device_start_ns + k.device_dur_ns for k in kernels)
+    assert sync.args["wait_ns"] > 0
+    assert sync.host_start_ns - sync.cut_before_ns + sync.args["wait_ns"] == end
