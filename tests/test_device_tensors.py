@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import warnings
 
@@ -93,6 +94,7 @@ def test_device_modules_and_accelerator_api():
 
 
 def test_memory_accounting_counts_allocations_and_frees():
+    gc.collect()  # tensors of earlier tests must not be freed in the middle of this one
     torch.neuron.reset_peak_memory_stats()
     before = torch.neuron.memory_allocated()
     x = torch.empty(1024, 256, device="neuron")  # 1 MiB of float32
