@@ -20,6 +20,7 @@ _now = time.time_ns
 _tid = threading.get_native_id
 _DTYPE_NAMES: dict = {}
 _enable_rf = torch._C._autograd._enable_record_function
+_grad_enabled = torch.is_grad_enabled
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -36,11 +37,17 @@ def _describe(payloads) -> tuple[tuple, tuple]:
     )
 
 
-def autograd_position() -> tuple[int, bool]:
-    """(sequence number, in backward): backward kernels carry their forward op's number."""
+def autograd_position(inputs: list | None = None) -> tuple[int, bool]:
+    """(sequence number, in backward): backward kernels carry their forward op's number.
+
+    A forward op gets the number of the autograd node it just created, so only when it
+    records grad (some input requires grad); otherwise -1.
+    """
     node = torch._C._current_autograd_node()
     if node is not None:
         return node._sequence_nr(), True
+    if inputs is not None and not (_grad_enabled() and any(w.requires_grad for _p, w in inputs)):
+        return -1, False
     return torch._C._autograd._get_sequence_nr() - 1, False
 
 
@@ -119,7 +126,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
         _d.finish_outputs(info, new, inputs)
         return result
     src = user_frame(4)
-    seq, bwd = autograd_position()
+    seq, bwd = autograd_position(inputs)
     tid = _tid()
     if not info.supported:
         shapes, dtypes = _describe([p for p, _w in inputs])
