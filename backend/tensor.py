@@ -14,6 +14,7 @@ DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registratio
 
 
 _NO_KWARGS: dict = {}
+_make_wrapper = torch.Tensor._make_wrapper_subclass
 _DATA = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.data
 
 
@@ -42,16 +43,14 @@ class NeuronTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, payload: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
-        t = torch.Tensor._make_wrapper_subclass(
-            cls,
-            payload.shape,
-            strides=payload.stride(),
-            storage_offset=payload.storage_offset(),
-            dtype=payload.dtype,
-            layout=payload.layout,
-            device=DEVICE,
-            requires_grad=requires_grad,
-        )
+        # fewest keywords that describe the payload: argument parsing is most of the cost
+        offset = payload.storage_offset()
+        if offset:
+            t = _make_wrapper(cls, payload.shape, strides=payload.stride(), storage_offset=offset,
+                              dtype=payload.dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+        else:
+            t = _make_wrapper(cls, payload.shape, strides=payload.stride(), dtype=payload.dtype,
+                              device=DEVICE, requires_grad=requires_grad)  # fmt: skip
         t._payload = payload
         return t
 
