@@ -7,8 +7,6 @@ a torch.profiler session records, the runtime events (see `record.py`).
 
 from __future__ import annotations
 
-import threading
-
 import torch
 from torch.autograd import profiler as _prof
 
@@ -19,7 +17,6 @@ _Tensor = torch.Tensor
 _F64 = torch.float64
 _CPU = torch.device("cpu")
 _SEQ = (list, tuple)
-_tls = threading.local()  # .quiet > 0 while the backend itself calls ops (printing)
 
 
 class OpInfo:
@@ -118,7 +115,7 @@ def run_op(info: OpInfo, args: tuple, kwargs: dict):
     """The common path: compile cache, fallback, payload op, wrap, memory."""
     if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
         return _host_result(info, args, kwargs)  # e.g. zeros_like(x, device="cpu")
-    if _prof._is_profiler_enabled and not getattr(_tls, "quiet", 0):
+    if _prof._is_profiler_enabled:
         from backend.runtime import record
 
         return record.dispatch_recorded(info, args, kwargs)
@@ -188,16 +185,6 @@ def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:
     w = NeuronTensor(payload)
     memory.track(w, payload.untyped_storage().nbytes())
     return w
-
-
-class quiet:
-    """Ops the backend runs for itself (printing a tensor) are not the user's: record nothing."""
-
-    def __enter__(self):
-        _tls.quiet = getattr(_tls, "quiet", 0) + 1
-
-    def __exit__(self, *exc):
-        _tls.quiet -= 1
 
 
 # ---- ops with their own path: copies between host and device, scalar reads ------------------
