@@ -95,7 +95,7 @@ def steps_from_markers(host: pa.Table) -> pa.Table:
 
 def is_own_file(file: str | None) -> bool:
     """A file of this project's backend or explorer packages: never a user frame."""
-    return bool(file) and file.startswith(OWN_DIRS)
+    return file is not None and file.startswith(OWN_DIRS)
 
 
 def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa.Table]:

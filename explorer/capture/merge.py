@@ -177,9 +177,12 @@ def merge(
     d_start = np.array([e.device_start_ns - device_offset for e in work], dtype=np.int64)
     d_steps = step_of(d_start, steps_start, steps_end, steps_num)
     for i, e in enumerate(work):
-        step = flow_step.get(flows.get(e.flow_id), int(d_steps[i]) if d_steps[i] >= 0 else None)
+        flow = flows.get(e.flow_id)
+        step = flow_step.get(flow) if flow is not None else None
+        if step is None and d_steps[i] >= 0:
+            step = int(d_steps[i])
         pid = ids.get(e.parent_id) if e.parent_id is not None else None
-        _add(rows, rank, e, ids[e.id], flows.get(e.flow_id), "device", e.track or "kernels", device, int(d_start[i]),
+        _add(rows, rank, e, ids[e.id], flow, "device", e.track or "kernels", device, int(d_start[i]),
              int(e.device_dur_ns or 0), pid, step, _line(e, src))  # fmt: skip
 
     host = _fill_op_lines(host, parents, calls, src)

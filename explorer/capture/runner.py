@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import ExplorerError
 
@@ -79,14 +80,14 @@ class StepController:
             repeat=schedule.repeat,
         )
         self.handler = handler
-        self.prof = None
+        self.prof: Any = None  # the torch.profiler.profile it drives
         self.markers = 0
         self.source = "none"
         self.fallback = None  # collected step-0 capture, written only if nothing else is
         self.cycle_start = 0
         self.step_optimizer: object | None = None
         self.exiting = False
-        self._last = None
+        self._last: Any = None  # the last ProfilerAction returned
         self.written: list[Path] = []
 
     def schedule(self, step: int):  # noqa: ANN201 - a ProfilerAction
@@ -178,6 +179,12 @@ def _script_profiler_class(controller: StepController, base: type) -> type:
     return ScriptProfile
 
 
+def _set_profiler_class(torch: Any, cls: type) -> None:
+    """What `torch.profiler.profile` names while the script runs (both public spellings)."""
+    torch.profiler.profile = cls
+    torch.profiler.profiler.profile = cls
+
+
 def _exit_code(exc: SystemExit) -> int:
     code = exc.code
     if code is None:
@@ -224,7 +231,7 @@ def run_captured(
     )
     controller.prof = prof
     shim = _script_profiler_class(controller, profiler_class)
-    torch.profiler.profile = torch.profiler.profiler.profile = shim
+    _set_profiler_class(torch, shim)
     exit_code = 0
     prof.__enter__()
     try:
@@ -241,7 +248,7 @@ def run_captured(
         _print_script_error(exc)
         exit_code = 1
     finally:
-        torch.profiler.profile = torch.profiler.profiler.profile = profiler_class
+        _set_profiler_class(torch, profiler_class)
         hook.remove()
         sys.stdout.flush()
         controller.exiting = True
