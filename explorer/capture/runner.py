@@ -13,7 +13,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,12 @@ class Schedule:
     repeat: int = 1
 
 
-@dataclass
+@dataclass(frozen=True)
 class CaptureResult:
+    """How a captured run ended: the script's exit status and the profiles written."""
+
     exit_code: int
-    profiles: list[Path] = field(default_factory=list)
+    profiles: tuple[Path, ...] = ()
     steps_seen: int = 0
     step_source: str = "none"  # none | optimizer | profiler
 
@@ -260,4 +262,6 @@ def run_captured(
         finally:
             controller.prof = None
             sys.argv, sys.path[:] = saved_argv, saved_path
-    return CaptureResult(exit_code, controller.written, controller.markers, controller.source)
+    return CaptureResult(
+        exit_code, tuple(controller.written), controller.markers, controller.source
+    )
