@@ -105,7 +105,9 @@ NO_KERNEL = frozenset({
     "aten::detach", "aten::alias", "aten::lift_fresh", "aten::empty", "aten::empty_strided",
     "aten::_local_scalar_dense", "aten::set_", "aten::resize_", "aten::_unsafe_view",
     "aten::is_same_size", "aten::_has_compatible_shallow_copy_type", "aten::is_pinned",
-    "aten::_pin_memory", "aten::record_stream", "aten::_reshape_alias",
+    "aten::_pin_memory", "aten::record_stream", "aten::_reshape_alias", "aten::t_",
+    "aten::transpose_", "aten::squeeze_", "aten::unsqueeze_", "aten::as_strided_",
+    "aten::swapdims_", "aten::swapaxes_", "aten::resize_as_", "aten::detach_",
 })  # fmt: skip
 
 
