@@ -123,23 +123,9 @@ def merge(
     )
 
     host = steps_from_markers(host)
-    kinds = np.array(column_list(host, "kind"), dtype=object)
-    is_step = kinds == "step"
-    step_nums = column_array(host, "step")
-    steps_start, steps_end = h_start[is_step], h_end[is_step]
-    steps_num = np.array([_step_number(n, s) for n, s in zip(
-        np.array(column_list(host, "name"), dtype=object)[is_step], step_nums[is_step], strict=True
-    )], dtype=np.int64)  # fmt: skip
-
+    steps_start, steps_end, steps_num = _step_spans(host, h_start, h_end)
     next_id = int(pc.max(host.column("id")).as_py() or 0) + 1 if host.num_rows else 1
-    ids = {e.id: next_id + i for i, e in enumerate([*calls, *work])}
-    # A runtime flow takes the id of its launching call, as Kineto flows take their source
-    # event's id, so it never collides with the importer's flow ids.
-    flows = {e.flow_id: ids[e.id] for e in reversed(calls) if e.flow_id}
-    spare = next_id + len(ids)
-    for e in work:
-        if e.flow_id and e.flow_id not in flows:
-            flows[e.flow_id], spare = spare, spare + 1
+    ids, flows = _new_ids(calls, work, next_id)
 
     # Runtime calls on the host: mapped times, nested under the innermost host event.
     # Exactly where the runtime's clock put each call: its start minus the cut before it.
@@ -195,6 +181,32 @@ def merge(
         for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
     )
     return Merged(events, counters, steps, clock.total_removed_ns)
+
+
+def _step_spans(
+    host: pa.Table, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, numbers) of the step events, on the mapped clock."""
+    is_step = np.array(column_list(host, "kind"), dtype=object) == "step"
+    names = np.array(column_list(host, "name"), dtype=object)[is_step]
+    steps = column_array(host, "step")[is_step]
+    numbers = [_step_number(n, s) for n, s in zip(names, steps, strict=True)]
+    return start[is_step], end[is_step], np.array(numbers, dtype=np.int64)
+
+
+def _new_ids(
+    calls: Sequence[Any], work: Sequence[Any], next_id: int
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Event ids for the runtime's events (from `next_id` on), and the runtime's flow ids
+    renumbered: a flow takes the id of its launching call, as Kineto flows take their source
+    event's id, so it never collides with the importer's flow ids."""
+    ids = {e.id: next_id + i for i, e in enumerate([*calls, *work])}
+    flows = {e.flow_id: ids[e.id] for e in reversed(calls) if e.flow_id}
+    spare = next_id + len(ids)
+    for e in work:
+        if e.flow_id and e.flow_id not in flows:
+            flows[e.flow_id], spare = spare, spare + 1
+    return ids, flows
 
 
 def _step_number(name: str, step: Any) -> int:
