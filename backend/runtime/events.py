@@ -113,12 +113,12 @@ def drain() -> list[RuntimeEvent]:
         elif tag == "kernel":
             budget = _kernel_events(rec, out, budget)
         elif tag == "memory":
-            _, eid, tid, t_ns, allocated, delta = rec
+            _, eid, tid, t_ns, allocated, delta, peak = rec
             out.append(
                 RuntimeEvent(
                     id=eid, kind="memory", name="memory_allocated", tid=tid, host_start_ns=t_ns,
                     host_end_ns=t_ns, cut_before_ns=model.cut_ns, value=allocated,
-                    args={"delta_bytes": delta},
+                    args={"delta_bytes": delta, "peak_bytes": peak},
                 )
             )  # fmt: skip
     return out
@@ -146,7 +146,8 @@ def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
             device_start_ns=base + int(run.start_ns), device_dur_ns=int(run.end_ns - run.start_ns),
             track="kernels", flops=int(plan.flops), bytes_read=int(plan.bytes_read),
             bytes_written=int(plan.bytes_written), flow_id=flow, src_file=file, src_line=line,
-            src_func=func, seq_nr=seq, is_backward=bwd, args=args or {},
+            src_func=func, seq_nr=seq, is_backward=bwd,
+            args={"category": plan.category, **(args or {})},
         )
     )  # fmt: skip
     for r in run.instrs:

@@ -60,5 +60,13 @@ def _free(key: int, nbytes: int) -> None:
 
 def _record(delta: int) -> None:
     events.append(
-        ("memory", events.next_id(), threading.get_native_id(), time.time_ns(), _allocated, delta)
+        (
+            "memory",
+            events.next_id(),
+            threading.get_native_id(),
+            time.time_ns(),
+            _allocated,
+            delta,
+            _peak,
+        )  # fmt: skip
     )
