@@ -56,7 +56,7 @@ def test_plain_import_torch_registers_the_device_and_backward_errors_do_not_abor
     assert "Warning" not in r.stderr
 
 
-def test_autoload_off_leaves_torch_alone_until_import_backend():
+def test_autoload_off_leaves_torch_alone_until_import_backend_and_the_python_guard_works():
     r = _python(
         """
         import sys, torch
@@ -66,12 +66,16 @@ def test_autoload_off_leaves_torch_alone_until_import_backend():
         except RuntimeError as e:
             print("refused")
         import backend
-        print(torch.randn(2, device="neuron").device)
+        from backend.runtime import guard
+        x = torch.randn(2, 3, device="neuron", requires_grad=True)
+        (x @ x.t()).sum().backward()
+        print(x.device, guard.kind, x.grad.shape == x.shape)
         """,
         TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+        NEURON_PYTHON_GUARD="1",  # the fallback when no C++ compiler is found
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["refused", "neuron:0"]
+    assert r.stdout.split() == ["refused", "neuron:0", "python", "True"]
 
 
 def test_a_failing_registration_warns_and_import_torch_still_works():
