@@ -19,6 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..errors import ExplorerError
 from ..model.io import ProfileWriter
 from ..model.profile import Profile, is_profile
@@ -166,15 +169,16 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
     manifest = host.manifest
     origin = manifest.origin_unix_ns
     events = host.table("events")
-    span = events.column("start_ns")
-    lo = origin + (min(span.to_pylist(), default=0)) - WINDOW_SLACK_NS
-    hi = origin + max((s + d for s, d in zip(span.to_pylist(), events.column("dur_ns").to_pylist(), strict=True)), default=0) + WINDOW_SLACK_NS  # fmt: skip
-    runtime = in_window(raw.runtime, lo, hi)
+    if events.num_rows:  # the trace's real span, a little wider
+        start = pc.min(events.column("start_ns")).as_py()
+        end = pc.max(pc.add(events.column("start_ns"), events.column("dur_ns"))).as_py()
+        runtime = in_window(raw.runtime, origin + start - WINDOW_SLACK_NS,
+                            origin + end + WINDOW_SLACK_NS)  # fmt: skip
+    else:
+        runtime = []
     events, stacks = without_own_frames(events, host.table("stacks"))
     merged = merge(events, origin, runtime)
     counters = host.table("counters")
-    import pyarrow as pa
-
     if merged.counters.num_rows:
         counters = pa.concat_tables([counters, merged.counters]).unify_dictionaries()
     with ProfileWriter(path, overwrite=True) as writer:
