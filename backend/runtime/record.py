@@ -21,6 +21,7 @@ _tid = threading.get_native_id
 _DTYPE_NAMES: dict = {}
 _enable_rf = torch._C._autograd._enable_record_function
 _grad_enabled = torch.is_grad_enabled
+_F64 = torch.float64
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -82,7 +83,13 @@ def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow
 def _tensor_infos(payloads):
     from backend.costmodel import TensorInfo
 
-    return [TensorInfo(shape=tuple(p.shape), dtype=dtype_name(p.dtype)) for p in payloads]
+    # the device computes float64 as float32, so that is what its kernels move and compute
+    return [
+        TensorInfo(
+            shape=tuple(p.shape), dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype)
+        )
+        for p in payloads
+    ]
 
 
 def lower(info, in_payloads, out_payloads):
