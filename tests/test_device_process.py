@@ -49,7 +49,7 @@ def test_plain_import_torch_registers_the_device_and_backward_errors_do_not_abor
         """,
         TORCH_DEVICE_BACKEND_AUTOLOAD="1",
     )
-    # the process must also exit cleanly: the Python-only guard aborts at exit here
+    # the process must also exit cleanly (the Python-only guard can abort at exit here)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["neuron:0", "True", "native", "1", "caught", "boom-in-backward",
                                 "caught", "boom-in-backward", "alive", "True"]  # fmt: skip

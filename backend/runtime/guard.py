@@ -1,10 +1,10 @@
 """Device guard and hooks for `neuron` (PrivateUse1).
 
-The Python guard from torch._C._acc works but aborts the process after an exception inside a
-backward kernel, so at first use we build a small C++ guard (guard.cpp) with g++ against the
-installed torch headers, cache it, and load it over the Python one. Without a compiler the
-Python guard stays, with a warning: everything works except that a process in which an
-exception was raised inside backward may abort when it exits.
+The Python guard from torch._C._acc can abort the process at exit after an exception inside a
+backward kernel (DESIGN.md), and its hooks lack pinned memory and generators, so at first use
+we build a small C++ guard and hooks (guard.cpp) with g++ against the installed torch headers,
+cache the library and load it. Without a compiler the Python guard and hooks are used, with a
+warning.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def install() -> str:
     kind = "python"
     if problem != "NEURON_PYTHON_GUARD=1":
         warnings.warn(
-            f"neuron: using the Python device guard ({problem}); a process in which an exception "
-            "is raised inside backward may abort at exit (install g++ to fix)",
+            f"neuron: using the Python device guard ({problem}): no pinned memory, no neuron "
+            "generators, and an exception inside backward may abort at exit (install g++)",
             RuntimeWarning,
             stacklevel=2,
         )
