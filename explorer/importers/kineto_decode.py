@@ -126,6 +126,8 @@ def decode(path: Path, buf: bytes | bytearray) -> Trace:
         raise BadInputError(path, f"not a torch.profiler trace ({e})") from None
     except msgspec.DecodeError as e:
         raise BadInputError(path, f"invalid JSON ({e})") from None
+    except RecursionError:  # msgspec's decoder recurses per nesting level
+        raise BadInputError(path, "JSON nested too deeply to read") from None
 
 
 def raw_column(raws: list[msgspec.Raw]) -> pa.Array:
