@@ -95,6 +95,9 @@ def _dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
 
 
+MAX_BASE_NS = 2**62  # the year 2116; room left for the trace's own times in int64
+
+
 def load(path: Path, progress: Callable[[float], None] | None = None) -> FileData:
     """Read, decode and map one trace file."""
     report = progress or (lambda f: None)
@@ -109,6 +112,8 @@ def load(path: Path, progress: Callable[[float], None] | None = None) -> FileDat
     _check_times(path, d, name_dict, rows, d.ts.missing[rows], "ts")
     _check_times(path, d, name_dict, rows, d.dur.missing[rows] & (phn[rows] == "X"), "dur")
     base = d.trace.baseTimeNanoseconds or 0
+    if abs(base) >= MAX_BASE_NS:  # beyond int64 nanoseconds once the event times are added
+        raise BadInputError(path, f"baseTimeNanoseconds {base} is out of range")
     start = d.ts.ns[rows] + base
     dur_ns = np.maximum(d.dur.ns[rows], 0)
     n = rows.size
