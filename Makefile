@@ -1,7 +1,7 @@
 # Neuron Explorer task runner. `make help` lists the targets.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
-SAMPLE  ?= samples/traces/cpu_mlp_train.pt.trace.json.gz
+PORT    ?= 8765
 
 .DEFAULT_GOAL := help
 
@@ -19,10 +19,12 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 browser: ## install Debian's chromium for the browser tests (needs root)
 	@test -x /usr/bin/chromium || (apt-get update -q && apt-get install -y -q chromium)
 
-demo: venv ## set up, import a shipped sample trace and print its summary
-	rm -rf profiles/demo
-	.venv/bin/neuron-explorer import $(SAMPLE) -o profiles/demo
-	.venv/bin/neuron-explorer summary profiles/demo
+demo: venv ## set up, capture the GPT sample on the neuron device, analyze it and serve the UI
+	rm -rf profiles/gpt_train
+	.venv/bin/neuron-explorer capture -o profiles/gpt_train -- python samples/gpt_train.py
+	.venv/bin/neuron-explorer summary profiles/gpt_train
+	.venv/bin/neuron-explorer analyze profiles/gpt_train
+	.venv/bin/neuron-explorer serve profiles --port $(PORT)
 
 lint: venv ## ruff check and format check
 	.venv/bin/ruff check .
