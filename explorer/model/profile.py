@@ -61,7 +61,25 @@ class Profile:
         for name in TABLES:
             if not profile._table_path(name).exists():
                 raise BadInputError(path, f"table {name} is missing")
+            profile._check_footers(name)
         return profile
+
+    def _check_footers(self, name: str) -> None:
+        """Read each Parquet footer of a table now (a few kB), so a truncated or foreign file
+        fails here in one line rather than halfway through a reader."""
+        import pyarrow.parquet as pq
+
+        p = self._table_path(name)
+        files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
+        wanted = TABLES[name].arrow_schema().names
+        for file in files:
+            try:
+                names = pq.read_schema(file).names
+            except (pa.ArrowException, OSError) as e:
+                raise BadInputError(file, f"corrupt Parquet table ({e})") from None
+            missing = [c for c in wanted if c not in names]
+            if missing:
+                raise BadInputError(file, f"not a {name} table (no column {missing[0]})")
 
     @property
     def name(self) -> str:
