@@ -3,6 +3,7 @@ is filled, then renamed into place, so an interrupted write never looks like a p
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
@@ -51,7 +52,10 @@ class ProfileWriter:
             raise ExplorerError(f"{self.path}: output path exists; choose another or remove it")
         self.overwrite = overwrite
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        remove_stale_temporaries(self.path)
+        self.tmp = Path(
+            tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-", dir=self.path.parent)
+        )
         self._counts: dict[str, int] = {}
 
     def __enter__(self) -> ProfileWriter:
@@ -106,13 +110,40 @@ class ProfileWriter:
         tmp_manifest.write_text(manifest.to_json(), encoding="utf-8")
         os.replace(tmp_manifest, self.tmp / MANIFEST)
         if self.path.exists() and self.overwrite:
-            trash = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
+            trash = Path(
+                tempfile.mkdtemp(
+                    prefix=f".{self.path.name}.old-{os.getpid()}-", dir=self.path.parent
+                )
+            )
             os.replace(self.path, trash / "old")
             os.replace(self.tmp, self.path)
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(self.tmp, self.path)
         return self.path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's live process (or a name that is not ours): leave it
+    return True
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove what killed writers of `path` left beside it (`.NAME.tmp-PID-*`, `.NAME.old-PID-*`
+    whose process is gone), so they do not pile up; live writers' directories are kept."""
+    removed = []
+    for kind in ("tmp", "old"):
+        for p in path.parent.glob(f".{glob.escape(path.name)}.{kind}-*-*"):
+            pid = p.name[len(path.name) + len(kind) + 3 :].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
 
 
 def source_relpath(file: str) -> str:
