@@ -17,7 +17,7 @@ def main() -> None:
     torch.manual_seed(0)
     data = torch.Generator().manual_seed(0)
     model = TinyGPT().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, foreach=True)
     for _ in range(args.steps):
         tokens = token_batch(args.batch, args.seq, 256, data).to(device)
         logits = model(tokens[:, :-1])

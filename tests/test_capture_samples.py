@@ -288,3 +288,34 @@ def test_a_script_captured_whole_moves_its_model_and_keeps_op_shapes(tmp_path):
     assert [(json.loads(o["shapes"]), o["src_line"]) for o in ops] == [
         ([[4], [16, 8], [8, 4]], 4)
     ] * 2
+
+
+@pytest.mark.parametrize(
+    "name, fixture",
+    [("gpt_train", "gpt"), ("gpt_compile", "compiled"), ("cnn_dataloader", "cnn"),
+     ("fallback_float64", "fallback")],
+)  # fmt: skip
+def test_a_fresh_capture_shows_the_samples_known_problems_on_top(request, name, fixture):
+    from test_analysis_rules import known_on_top
+
+    from explorer.analysis import run_rules
+
+    value = request.getfixturevalue(fixture)
+    known_on_top(name, run_rules(value[0] if isinstance(value, tuple) else value))
+
+
+def test_the_recompile_finding_counts_what_the_sample_recompiled(compiled):
+    from explorer.analysis import get_rule
+
+    profile, stats = compiled
+    (f,) = get_rule("recompilation").evaluate(profile)
+    m = f.evidence.metrics
+    # one shape change: dynamo compiles the model once more (graph_compiles counts the first
+    # compile too), as a forward and a backward program; the eager loss ops outside the
+    # graph compile again for the new shape
+    assert m["graph_recompiles"] == stats.graph_compiles - 1 == 1
+    assert m["graph_compile_pieces"] == 2
+    assert m["op_recompiles"] >= 1
+    assert m["recompiles"] == m["graph_recompiles"] + m["op_recompiles"]
+    assert f"{m['graph_recompiles']} graph(s)" in f.title
+    assert f"{m['op_recompiles']} eager op(s)" in f.title

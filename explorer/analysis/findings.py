@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SEVERITIES = ("low", "medium", "high")  # ordered, least to most severe
+# ranked in this order: what keeps a model from running right on the device comes first
+CATEGORIES = ("readiness", "performance")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Finding:
     saving_ns: int  # estimated time saved over the profiled steps
     saving_share: float  # saving_ns over the total profiled step time (0..1)
     evidence: Evidence = Evidence()
+    category: str = "performance"  # readiness (runs wrong or off the device) | performance
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,8 +59,12 @@ def severity_for(share: float, floor: str = "low") -> str:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Largest estimated saving first; ties by severity, then rule id for a stable order."""
+    """Readiness findings first, then performance; within each, largest estimated saving
+    first, ties by severity, then rule id for a stable order."""
     return sorted(
         findings,
-        key=lambda f: (-f.saving_ns, -SEVERITIES.index(f.severity), f.rule, f.title),
-    )
+        key=lambda f: (
+            CATEGORIES.index(f.category), -f.saving_ns, -SEVERITIES.index(f.severity), f.rule,
+            f.title,
+        ),
+    )  # fmt: skip

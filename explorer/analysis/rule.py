@@ -23,6 +23,9 @@ class Rule:
     severity: ClassVar[str] = "medium"  # the floor; a large share of step time raises it
     scope: ClassVar[str] = "any"  # "any" trace, or "neuron" (needs a neuron capture)
     fix: ClassVar[str] = ""
+    # "readiness": the model runs off the device or computes differently there (ranked first,
+    # whatever the saving); "performance": it runs right but slower than it could
+    category: ClassVar[str] = "performance"
 
     def evaluate(self, profile: Profile) -> list[Finding]:
         """The findings of this rule on a profile (empty when the problem is absent)."""
@@ -69,6 +72,7 @@ class Rule:
             saving_ns=saving,
             saving_share=round(share, 6),
             evidence=evidence or Evidence(),
+            category=self.category,
         )
 
 

@@ -23,6 +23,7 @@ class CpuFallback(Rule):
     title = "Ops fall back to the CPU"
     severity = "high"
     scope = "neuron"
+    category = "readiness"
     MIN_FALLBACKS = 1
     fix = (
         "Replace the op with supported ones at the lines shown (e.g. boolean-mask indexing with "

@@ -25,6 +25,7 @@ class Float64Downcast(Rule):
     title = "float64 runs as float32 on the device"
     severity = "medium"
     scope = "neuron"
+    category = "readiness"
     MIN_DOWNCASTS = 1
     fix = (
         "Make the dtype explicit at the lines shown: create tensors as float32 "

@@ -11,6 +11,17 @@ from ..rule import Rule, fmt_ms, longest_ids, register, top_lines
 from ..shapes import parse_shapes
 
 RECOMPILE = "id IN (SELECT id FROM recompiles)"
+IS_GRAPH = "coalesce(op_name, '') LIKE 'neuron_graph_%'"
+
+
+def _what(graphs: int, pieces: int, eager: int) -> str:
+    """'1 graph(s), 2 forward/backward compile(s) and 5 eager op(s)', for titles."""
+    parts = []
+    if graphs:
+        parts.append(f"{graphs} graph(s), {pieces} forward/backward compile(s)")
+    if eager:
+        parts.append(f"{eager} eager op(s)")
+    return " and ".join(parts) or "no program named"
 
 
 def suggest_buckets(shapes: list[str], multiple: int) -> str:
@@ -86,6 +97,17 @@ class Recompilation(Rule):
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         if n < self.MIN_RECOMPILES:
             return []
+        # what was compiled again, so a count reads right: one shape change of a compiled model
+        # is one graph program (its forward and backward compiles), plus each eager op outside
+        # the graph that met the new shape
+        kinds = ctx.one(
+            f"""SELECT count(DISTINCT {PROGRAM_SQL}) FILTER (WHERE {IS_GRAPH}) AS graphs,
+                   count(*) FILTER (WHERE {IS_GRAPH} AND name <> 'recompile') AS pieces,
+                   count(DISTINCT {PROGRAM_SQL}) FILTER (WHERE NOT {IS_GRAPH}) AS eager
+            FROM recompiles"""
+        )
+        graphs, pieces, eager = (int(kinds.get(k) or 0) for k in ("graphs", "pieces", "eager"))
+        what = _what(graphs, pieces, eager)
         groups: list[dict[str, Any]] = ctx.rows(
             f"""SELECT {COMPILE_GROUP_SQL} AS label, count(DISTINCT {PROGRAM_SQL}) AS count,
                    sum(dur_ns) AS dur_ns,
@@ -105,19 +127,25 @@ class Recompilation(Rule):
         return [
             self.finding(
                 ctx,
-                title=f"{n} recompiles from new input shapes ({fmt_ms(ns)}), "
+                title=f"{n} recompiles from new input shapes ({what}), {fmt_ms(ns)}, "
                 f"worst: {ops[0].label if ops else '?'}",
                 detail=(
-                    f"{n} compiles were triggered by input shapes not seen before, costing "
-                    f"{fmt_ms(ns)}. With dynamic=False each distinct shape is a new program; "
-                    "padding to a few sizes makes later steps hit the cache."
+                    f"{n} programs were compiled again for input shapes not seen before "
+                    f"({what}), costing {fmt_ms(ns)}. With dynamic=False each distinct shape is "
+                    "a new program; padding to a few sizes makes later steps hit the cache."
                 ),
                 saving_ns=ns,
                 evidence=Evidence(
                     event_ids=longest_ids(ctx, RECOMPILE),
                     ops=ops,
                     source_lines=top_lines(ctx, RECOMPILE),
-                    metrics={"recompiles": n, "recompile_ns": ns},
+                    metrics={
+                        "recompiles": n,
+                        "recompile_ns": ns,
+                        "graph_recompiles": graphs,
+                        "graph_compile_pieces": pieces,
+                        "op_recompiles": eager,
+                    },  # fmt: skip
                 ),
             )
         ]

@@ -95,7 +95,8 @@ def render_findings(doc: dict) -> None:
     for i, f in enumerate(findings, 1):
         sev = f"[{colour.get(f['severity'], 'white')}]{f['severity'].upper()}[/]"
         c.print()
-        c.print(f"{i}. {sev} [bold]{f['title']}[/]  [dim]({f['rule']})[/]", highlight=False)
+        tag = " [magenta]READINESS[/]" if f.get("category") == "readiness" else ""
+        c.print(f"{i}. {sev}{tag} [bold]{f['title']}[/]  [dim]({f['rule']})[/]", highlight=False)
         c.print(
             f"   saves ~{_ms(f['saving_ns'])} ({100 * f['saving_share']:.1f}% of step time)",
             highlight=False,

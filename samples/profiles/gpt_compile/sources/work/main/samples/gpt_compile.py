@@ -23,7 +23,7 @@ def main() -> None:
     # Without the neuron device, "eager" keeps the compile path (and the recompile) cheap.
     backend = "neuron" if device.type == "neuron" else "eager"
     compiled = torch.compile(model, backend=backend, dynamic=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, foreach=True)
     for step in range(args.steps):
         seq = args.seq if step < args.switch_at else args.seq2  # the deliberate shape change
         tokens = token_batch(args.batch, seq, 256, data).to(device)
