@@ -125,6 +125,9 @@ class TraceHandler:
         except (ExplorerError, OSError) as e:
             print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
             return None
+        except Exception as e:  # noqa: BLE001 - a bug of ours must not end the training either
+            print(f"neuron-explorer: profile {path} not written: {failure(e)}", file=sys.stderr)
+            return None
         finally:
             self.discard(raw)
         self.written.append(path)
@@ -132,7 +135,20 @@ class TraceHandler:
         return path
 
     def __call__(self, prof: Any) -> Path | None:
-        return self.write(self.collect(prof))
+        try:
+            raw = self.collect(prof)
+        except Exception as e:  # noqa: BLE001 - raising into prof.step() can crash torch.profiler
+            self.cycles += 1
+            print(f"neuron-explorer: profile {self.path_for(self.cycles)} not written: "
+                  f"{failure(e)}", file=sys.stderr)  # fmt: skip
+            return None
+        return self.write(raw)
+
+
+def failure(e: BaseException) -> str:
+    """An exception as one line for a 'not written' message."""
+    text = str(e).strip().splitlines()
+    return f"{e.__class__.__name__}: {text[0]}" if text else e.__class__.__name__
 
 
 def trace_handler(

@@ -101,6 +101,18 @@ class StepController:
         return action
 
     def on_trace_ready(self, prof) -> None:  # noqa: ANN001 - torch.profiler.profile
+        # This runs inside the script's prof.step() / optimizer.step(): an exception raised here
+        # would end the script, and one raised through torch.profiler's step can crash it later.
+        try:
+            self._trace_ready(prof)
+        except Exception as e:  # noqa: BLE001
+            from .handler import failure
+
+            print(
+                f"neuron-explorer: a profile cycle was not written: {failure(e)}", file=sys.stderr
+            )
+
+    def _trace_ready(self, prof) -> None:  # noqa: ANN001 - torch.profiler.profile
         if self.markers and prof.step_num == 1 and self.fallback is None and not self.written:
             # The step-0 recording, ended by the first marker: kept only as a fallback.
             self.fallback = self.handler.collect(prof)
