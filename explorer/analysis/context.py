@@ -29,6 +29,7 @@ from .conventions import (
     KERNEL_KINDS,
     OPTIMIZER_STEP_LIKE,
     RECOMPILE_PREDICATE,
+    TRACE_COMPILE_PREDICATE,
     sql_list,
     sync_predicate,
 )
@@ -348,10 +349,10 @@ class AnalysisContext:
     @cached_property
     def _explained_ready(self) -> bool:
         """`explained(rank, s, e)`: host time with a known cause of device idleness (compiles,
-        CPU fallbacks, syncs and data loading), merged per rank."""
+        torch.compile's tracing, CPU fallbacks, syncs and data loading), merged per rank."""
         src = f"""SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
             WHERE layer = 'host' AND (kind IN ('compile', 'fallback') OR {sync_predicate()}
-                  OR (kind IN ('annotation', 'op') AND is_loader))"""
+                  OR (kind IN ('annotation', 'op') AND is_loader) OR {TRACE_COMPILE_PREDICATE})"""
         self.merged("explained", src)
         return True
 

@@ -55,17 +55,26 @@ PROGRAM_SQL = (
     "regexp_replace(coalesce(op_name, name), "
     "'^(neuron_graph_[0-9]+_[0-9]+)_(forward|backward)$', '\\1')"
 )
-GRAPH_RECOMPILE_SQL = "regexp_matches(coalesce(op_name, ''), '^neuron_graph_[0-9]+_[1-9][0-9]*')"
-TENSOR_ENGINE_TRACK = "TensorE"
-# Kinds whose args JSON the rules read (analysis keeps args only for these, and downcasts).
-ARGS_KINDS = ("compile", "copy", "sync", "kernel", "fallback", "dma")
-ENGINE_TRACKS = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
 
 
 def sql_list(values: Iterable[str]) -> str:
     """A SQL list literal of string constants, e.g. ('a', 'b')."""
     quoted = ["'" + v.replace("'", "''") + "'" for v in values]
     return "(" + ", ".join(quoted) + ")"
+
+
+# torch.compile's own spans (dynamo's record_functions): tracing the frame, AOT autograd and the
+# backend compile of the forward, and the backward's compile on its first run. Host time in them
+# is compile time, most of it real Python that no backend compile event covers.
+TRACE_COMPILE_NAMES = ("entire_frame_compile", "entire_backward_compile")
+TRACE_COMPILE_PREDICATE = (
+    f"(layer = 'host' AND kind IN ('op', 'annotation') AND name IN {sql_list(TRACE_COMPILE_NAMES)})"
+)
+GRAPH_RECOMPILE_SQL = "regexp_matches(coalesce(op_name, ''), '^neuron_graph_[0-9]+_[1-9][0-9]*')"
+TENSOR_ENGINE_TRACK = "TensorE"
+# Kinds whose args JSON the rules read (analysis keeps args only for these, and downcasts).
+ARGS_KINDS = ("compile", "copy", "sync", "kernel", "fallback", "dma")
+ENGINE_TRACKS = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
 
 
 def sync_predicate(alias: str = "") -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import AnalysisContext
-from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL
+from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL, TRACE_COMPILE_PREDICATE
 from ..findings import Evidence, Finding, Hotspot
 from ..rule import Rule, fmt_ms, longest_ids, register, top_lines
 from ..shapes import parse_shapes
@@ -69,8 +69,10 @@ class Recompilation(Rule):
     Algorithm: the recompiles are the compile events named "recompile" (or with args.reason
     "recompile"), compiles of a graph's later shape signatures (op_name
     neuron_graph_<graph>_<signature>, signature >= 1) and any compile after a rank's first step;
-    grouped by graph (or op); report when there are at least MIN_RECOMPILES. The saving is
-    their compile time.
+    grouped by graph (or op) and counted as programs (a graph signature's forward and backward
+    compiles are one); report when there are at least MIN_RECOMPILES. The saving is their
+    compile time plus the rest of torch.compile's own spans (entire_frame_compile,
+    entire_backward_compile: tracing, AOT autograd) that enclose them.
     Evidence: the shapes that caused them and padded sizes (multiples of BUCKET_MULTIPLE) that
     would collapse them into a few signatures.
     """
@@ -108,6 +110,20 @@ class Recompilation(Rule):
         )
         graphs, pieces, eager = (int(kinds.get(k) or 0) for k in ("graphs", "pieces", "eager"))
         what = _what(graphs, pieces, eager)
+        # torch.compile's own spans around a recompile (tracing, AOT autograd) are its cost too
+        trace = ctx.one(
+            f"""WITH t AS (SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
+                           WHERE {TRACE_COMPILE_PREDICATE}),
+                 top AS (SELECT * FROM t WHERE NOT EXISTS (SELECT 1 FROM t o WHERE o.rank =
+                         t.rank AND o.s <= t.s AND o.e >= t.e AND (o.s < t.s OR o.e > t.e))),
+                 hit AS (SELECT DISTINCT top.* FROM top JOIN recompiles r ON r.rank = top.rank
+                         AND r.start_ns >= top.s AND r.start_ns + r.dur_ns <= top.e)
+            SELECT coalesce(sum(h.e - h.s), 0) - coalesce(sum(inside.ns), 0) AS ns FROM hit h
+            LEFT JOIN (SELECT h2.rank, h2.s, sum(r.dur_ns) AS ns FROM hit h2 JOIN recompiles r
+                       ON r.rank = h2.rank AND r.start_ns >= h2.s AND r.start_ns + r.dur_ns <= h2.e
+                       GROUP BY ALL) inside ON inside.rank = h.rank AND inside.s = h.s"""
+        )
+        trace_ns = max(int(trace.get("ns") or 0), 0)
         groups: list[dict[str, Any]] = ctx.rows(
             f"""SELECT {COMPILE_GROUP_SQL} AS label, count(DISTINCT {PROGRAM_SQL}) AS count,
                    sum(dur_ns) AS dur_ns,
@@ -127,14 +143,16 @@ class Recompilation(Rule):
         return [
             self.finding(
                 ctx,
-                title=f"{n} recompiles from new input shapes ({what}), {fmt_ms(ns)}, "
+                title=f"{n} recompiles from new input shapes ({what}), {fmt_ms(ns + trace_ns)}, "
                 f"worst: {ops[0].label if ops else '?'}",
                 detail=(
                     f"{n} programs were compiled again for input shapes not seen before "
-                    f"({what}), costing {fmt_ms(ns)}. With dynamic=False each distinct shape is "
+                    f"({what}), costing {fmt_ms(ns)} in compiles"
+                    + (f" and {fmt_ms(trace_ns)} in torch.compile's tracing" if trace_ns else "")
+                    + ". With dynamic=False each distinct shape is "
                     "a new program; padding to a few sizes makes later steps hit the cache."
                 ),
-                saving_ns=ns,
+                saving_ns=ns + trace_ns,
                 evidence=Evidence(
                     event_ids=longest_ids(ctx, RECOMPILE),
                     ops=ops,
@@ -142,6 +160,7 @@ class Recompilation(Rule):
                     metrics={
                         "recompiles": n,
                         "recompile_ns": ns,
+                        "trace_ns": trace_ns,
                         "graph_recompiles": graphs,
                         "graph_compile_pieces": pieces,
                         "op_recompiles": eager,

@@ -33,7 +33,7 @@ class SlowImages(Dataset):
 
 
 def main() -> None:
-    args = sample_args(__doc__.splitlines()[0], steps=6, batch=16, workers=1, load_ms=4)
+    args = sample_args(__doc__.splitlines()[0], steps=6, batch=16, workers=1, load_ms=10)
     device = pick_device(args.device)
     torch.manual_seed(0)
     dataset = SlowImages(args.batch * args.steps, args.load_ms)
