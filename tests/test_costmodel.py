@@ -304,6 +304,46 @@ def test_kernels_queue_behind_busy_engines_and_drain():
     assert late.start_ns == 10**12 and tl.drain_ns() == late.end_ns
 
 
+def _reference_schedule(plans_and_ready, spec):
+    """The timeline's rule written plainly: each instruction starts when its queue is free, its
+    dependencies are done and its kernel is ready; DMA queues rotate per kernel."""
+    free: dict = {}
+    rot, out = 0, []
+    for plan, ready in plans_and_ready:
+        ends: list[int] = []
+        starts = []
+        for ins in plan.instrs:
+            res = (
+                f"DMA q{(ins.queue + rot) % spec.dma_queues}" if ins.engine == "DMA" else ins.engine
+            )
+            t = max([free.get(res, 0), ready, *(ends[d] for d in ins.deps)])
+            starts.append(t)
+            ends.append(t + ins.dur_ns)
+            free[res] = t + ins.dur_ns
+        rot = (rot + plan.dma_queues_used) % spec.dma_queues
+        out.append(tuple(starts))
+    return out, max(free.values())
+
+
+def test_timeline_idle_fast_path_equals_the_plain_schedule():
+    # an idle device places a kernel at its precomputed idle schedule; a busy one runs the loop
+    spec = get_spec()
+    plans = [
+        lower_op("aten::add", [T(8), T(8)], [T(8)], spec),
+        mm(300, 200, 129, "float32", spec),
+        lower_op("aten::exp", [T(4096, 512)], [T(4096, 512)], spec),
+        mm(2048, 2048, 2048, "bfloat16", spec),
+        lower_op("aten::sum", [T(64, 256)], [T()], spec),
+    ]
+    # alternate a busy device (ready times close together) with idle gaps
+    seq = [(plans[i % len(plans)], (i // 3) * (10**7 if i % 4 == 0 else 500)) for i in range(40)]
+    want, drain = _reference_schedule(seq, spec)
+    tl = DeviceTimeline(spec)
+    got = [tl.submit(plan, ready).starts for plan, ready in seq]
+    assert got == want
+    assert tl.drain_ns() == drain
+
+
 def test_runtime_costs_are_modeled():
     rt = get_spec().runtime
     for value in (rt.launch_ns, rt.eager_compile_ns, rt.graph_compile_ns_base,

@@ -114,12 +114,32 @@ class KernelPlan:
         )
         object.__setattr__(self, "sched", sched)
 
+    @cached_property
+    def idle_schedule(self) -> tuple:
+        """The plan scheduled alone from time 0 with the DMA rotation at 0: (starts, end per
+        plan-relative resource, first start, last end). Where every resource the plan uses is
+        free by its ready time, the timeline places it exactly at ready + these offsets."""
+        free: dict[tuple[bool, int], int] = {}
+        starts: list[int] = []
+        ends: list[int] = []
+        for res, is_dma, dur, deps in self.sched:
+            t = free.get((is_dma, res), 0)
+            for d in deps:
+                if ends[d] > t:
+                    t = ends[d]
+            starts.append(t)
+            t += dur
+            ends.append(t)
+            free[(is_dma, res)] = t
+        last = tuple((is_dma, res, end) for (is_dma, res), end in free.items())
+        return tuple(starts), last, min(starts, default=0), max(ends, default=0)
+
     @property
     def is_empty(self) -> bool:
         """True for views and other ops with no device work."""
         return not self.instrs
 
-    @property
+    @cached_property
     def dma_queues_used(self) -> int:
         return 1 + max((i.queue for i in self.instrs if i.engine == DMA), default=-1)
 

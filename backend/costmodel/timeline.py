@@ -77,14 +77,29 @@ class DeviceTimeline:
         self._nq = self.spec.dma_queues
         self._free = [0] * (len(ENGINES) + self._nq)
         self._rotation = 0  # successive kernels start on different DMA queues
+        self._horizon = 0  # max(self._free): when the whole device is idle
 
     def submit(self, plan: KernelPlan, ready_ns: int = 0) -> KernelRun:
         """Place `plan` on the device, no instruction starting before `ready_ns`."""
-        ready = int(ready_ns)
+        return KernelRun(plan, *self.place(plan, int(ready_ns)))
+
+    def place(self, plan: KernelPlan, ready: int) -> tuple[int, int, tuple[int, ...], int, int]:
+        """Schedule `plan` at int `ready`; returns the KernelRun fields after the plan (first
+        start, last end, starts, queue offset, DMA queues), cheaper to keep than a KernelRun."""
+        nq, rot = self._nq, self._rotation
         if not plan.sched:
-            return KernelRun(plan, ready, ready, (), 0, self._nq)
-        free, nq, rot = self._free, self._nq, self._rotation
+            return ready, ready, (), 0, nq
+        free = self._free
         base = len(ENGINES)
+        self._rotation = (rot + plan.dma_queues_used) % nq
+        if ready >= self._horizon and plan.dma_queues_used <= nq:
+            # Fast path: the device is idle by `ready` (as in a launch-bound step), so the plan
+            # runs exactly at its idle schedule shifted to `ready`.
+            rel, last, first, final = plan.idle_schedule
+            for is_dma, res, end in last:
+                free[base + (res + rot) % nq if is_dma else res] = ready + end
+            self._horizon = ready + final
+            return ready + first, ready + final, tuple([ready + s for s in rel]), rot, nq
         starts: list[int] = []
         ends: list[int] = []
         for res, is_dma, dur, deps in plan.sched:
@@ -100,12 +115,14 @@ class DeviceTimeline:
             t += dur
             ends.append(t)
             free[res] = t
-        self._rotation = (rot + plan.dma_queues_used) % nq
-        return KernelRun(plan, min(starts), max(ends), tuple(starts), rot, nq)
+        end = max(ends)
+        if end > self._horizon:
+            self._horizon = end
+        return min(starts), end, tuple(starts), rot, nq
 
     def drain_ns(self) -> int:
         """When every engine and DMA queue is idle (what a sync waits for)."""
-        return max(self._free)
+        return self._horizon
 
     def free_ns(self, track: str) -> int:
         """When `track` ("TensorE", ..., "DMA q3") finishes the work queued on it."""
@@ -116,3 +133,4 @@ class DeviceTimeline:
     def reset(self) -> None:
         self._free = [0] * len(self._free)
         self._rotation = 0
+        self._horizon = 0
