@@ -7,6 +7,8 @@ a torch.profiler session records, the runtime events (see `record.py`).
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch.autograd import profiler as _prof
 
@@ -17,6 +19,7 @@ _Tensor = torch.Tensor
 _F64 = torch.float64
 _CPU = torch.device("cpu")
 _SEQ = (list, tuple)
+_now = time.time_ns
 
 
 class OpInfo:
@@ -42,10 +45,13 @@ _INFO: dict = {}
 
 
 def _info(func) -> OpInfo:
-    info = _INFO.get(func)
-    if info is None:
-        info = _INFO[func] = OpInfo(func)
-    return info
+    """The OpInfo of `func`, kept on the OpOverload itself: OpOverload hashes in Python, so an
+    attribute read is cheaper than a dict lookup on every op."""
+    try:
+        return func._neuron_info
+    except AttributeError:
+        info = func._neuron_info = _INFO[func] = OpInfo(func)
+        return info
 
 
 def _mixed_device_error(name: str) -> RuntimeError:
@@ -103,12 +109,29 @@ def _wrap(o, inputs: list, new: list):
 
 def dispatch(func, args: tuple, kwargs: dict):
     """Run one aten op for neuron tensors; called from NeuronTensor.__torch_dispatch__."""
-    info = _INFO.get(func)
-    if info is None:
-        info = _INFO[func] = OpInfo(func)
+    if _prof._is_profiler_enabled:
+        return _dispatch_recording(func, args, kwargs, _now())
+    try:
+        info = func._neuron_info
+    except AttributeError:
+        info = _info(func)
     if info.special is not None:
         return info.special(info, args, kwargs)
     return run_op(info, args, kwargs)
+
+
+def _dispatch_recording(func, args: tuple, kwargs: dict, t0: int):
+    """`dispatch` while a profiler records: the runtime call's span starts at `t0`, as early
+    as Python sees the op, so little simulator time stays on the host clock."""
+    try:
+        info = func._neuron_info
+    except AttributeError:
+        info = _info(func)
+    if info.special is not None:
+        return info.special(info, args, kwargs)
+    if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
+        return _host_result(info, args, kwargs)
+    return _record.dispatch_recorded(info, args, kwargs, t0)
 
 
 def run_op(info: OpInfo, args: tuple, kwargs: dict):
@@ -116,9 +139,7 @@ def run_op(info: OpInfo, args: tuple, kwargs: dict):
     if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
         return _host_result(info, args, kwargs)  # e.g. zeros_like(x, device="cpu")
     if _prof._is_profiler_enabled:
-        from backend.runtime import record
-
-        return record.dispatch_recorded(info, args, kwargs)
+        return _record.dispatch_recorded(info, args, kwargs, _now())
     inputs: list = []
     cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
     if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
@@ -264,3 +285,6 @@ _SPECIAL = {
     "aten::_to_copy": _to_copy,
     "aten::_local_scalar_dense": _local_scalar_dense,
 }
+
+
+from backend.runtime import record as _record  # noqa: E402  (record imports this module)

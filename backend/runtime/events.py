@@ -102,6 +102,7 @@ def clear() -> None:
 def drain() -> list[RuntimeEvent]:
     """Return the events recorded since the last drain, oldest first, and forget them."""
     with _lock:
+        model.schedule_pending()
         raw = _buf[:]
         del _buf[: len(raw)]
     out: list[RuntimeEvent] = []
@@ -137,7 +138,12 @@ def _host_event(rec: tuple) -> RuntimeEvent:
 
 
 def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
-    (_, eid, name, op, shapes, dtypes, tid, plan, run, flow, src, seq, bwd, args) = rec
+    (_, eid, name, op, shapes, dtypes, tid, plan, cell, flow, src, seq, bwd, args) = rec
+    from backend.costmodel.timeline import KernelRun
+
+    if cell[2] is None:  # launched on another thread while this drain began
+        model.schedule_pending()
+    run = KernelRun(plan, *cell[2])
     file, line, func = src if src is not None else (None, None, None)
     base = model.origin_ns
     out.append(

@@ -14,6 +14,9 @@ origin_ns = time.time_ns()  # device-clock zero; device times are stored as orig
 cut_ns = 0  # real backend time minus modeled host cost, summed over runtime calls so far
 _timeline: Any = None
 _spec: Any = None
+# Kernels launched but not yet placed on the timeline, as [plan, ready_ns, KernelRun | None]
+# cells in launch order: scheduling waits until a sync or a drain needs it (same result).
+_pending: list[list] = []
 
 
 def spec() -> Any:
@@ -48,6 +51,7 @@ def set_spec(name: str) -> None:
     global _spec, _timeline
     from backend.costmodel import get_spec, set_default_spec
 
+    schedule_pending()  # launched kernels run on the chip they were lowered for
     set_default_spec(name)
     _spec, _timeline = get_spec(), None
     from backend.runtime import tracking
@@ -68,8 +72,28 @@ def add_cut(real_dur_ns: int, modeled_cost_ns: int) -> int:
     return before
 
 
+def launch(plan: Any, ready_ns: int) -> list:
+    """Queue a kernel to start no earlier than ready_ns (device-relative); once scheduled, its
+    cell's last item holds the KernelRun fields after the plan (`DeviceTimeline.place`)."""
+    cell = [plan, ready_ns, None]
+    _pending.append(cell)
+    return cell
+
+
+def schedule_pending() -> None:
+    """Place every queued kernel on the device timeline, in launch order."""
+    if not _pending:
+        return
+    cells = _pending[:]
+    del _pending[: len(cells)]
+    place = timeline().place
+    for cell in cells:
+        cell[2] = place(cell[0], cell[1])
+
+
 def device_idle_at() -> int:
     """Device-relative ns when every engine queue is idle."""
+    schedule_pending()
     if _timeline is None:
         return 0
     return int(_timeline.drain_ns())

@@ -15,13 +15,18 @@ from torch.autograd import profiler as _prof
 from backend.runtime import dispatch as _d
 from backend.runtime import events, model, tracking
 from backend.runtime.source import user_frame
+from backend.tensor import refresh
 
 _now = time.time_ns
 _tid = threading.get_native_id
 _DTYPE_NAMES: dict = {}
 _enable_rf = torch._C._autograd._enable_record_function
 _grad_enabled = torch.is_grad_enabled
+_current_node = torch._C._current_autograd_node
+_sequence_nr = torch._C._autograd._get_sequence_nr
 _F64 = torch.float64
+_Tensor = torch.Tensor
+_pending = model._pending  # kernels waiting to be placed on the device timeline
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -44,12 +49,12 @@ def autograd_position(inputs: list | None = None) -> tuple[int, bool]:
     A forward op gets the number of the autograd node it just created, so only when it
     records grad (some input requires grad); otherwise -1.
     """
-    node = torch._C._current_autograd_node()
+    node = _current_node()
     if node is not None:
         return node._sequence_nr(), True
     if inputs is not None and not (_grad_enabled() and any(w.requires_grad for _p, w in inputs)):
         return -1, False
-    return torch._C._autograd._get_sequence_nr() - 1, False
+    return _sequence_nr() - 1, False
 
 
 def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
@@ -104,13 +109,16 @@ def lower(info, in_payloads, out_payloads):
 
 
 def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, args=None):
-    """Run a kernel plan on the modeled device no earlier than ready_ns (device-relative)."""
-    run = model.timeline().submit(plan, ready_ns=ready_ns)
+    """Launch a kernel plan on the modeled device no earlier than ready_ns (device-relative).
+
+    Only the launch is recorded here; the timeline places it when a sync or a drain needs it.
+    """
+    cell = [plan, ready_ns, None]  # model.launch, inlined: this runs once per op
+    _pending.append(cell)
     events._buf.append(
-        ("kernel", next(events._ids), plan.name, op, shapes, dtypes, tid, plan, run, flow, src,
+        ("kernel", next(events._ids), plan.name, op, shapes, dtypes, tid, plan, cell, flow, src,
          seq, bwd, args)
     )  # fmt: skip
-    return run
 
 
 def run_hidden(func, args, kwargs):
@@ -122,11 +130,11 @@ def run_hidden(func, args, kwargs):
         _enable_rf(True)
 
 
-def dispatch_recorded(info, args: tuple, kwargs: dict):
-    t0 = _now()
+def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
+    """The recorded path of one op; `t0` is when the runtime call began (`dispatch`'s entry)."""
     inputs: list = []
     cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
-    if (inputs and type(inputs[0][0]) is not torch.Tensor) or not info.kernel:
+    if (inputs and type(inputs[0][0]) is not _Tensor) or not info.kernel:
         out = run_hidden(info.call, cpu_args, kwargs)
         new: list = []
         result = _d._wrap(out, inputs, new)
@@ -139,19 +147,28 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
         shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
     m0 = model.modeled_now(t0)  # this call's start on the modeled clock, before its own cut
-    key, compiled = tracking.note_key(info, inputs)
-    out = run_hidden(info.call, cpu_args, kwargs)
+    key, compiled, entry = tracking.note_key(info, inputs)
+    _enable_rf(False)  # run_hidden, inlined
+    try:
+        out = info.call(*cpu_args, **kwargs)
+    finally:
+        _enable_rf(True)
     new = []
-    result = _d._wrap(out, inputs, new)
-    entry = tracking.compile_cache.get(key)
-    t_c = _now()
-    if entry is None:
+    if inputs and out is inputs[0][0]:  # in-place: as in dispatch.run_op
+        result = inputs[0][1]
+        inplace = info.mutates
+    else:
+        result = _d._wrap(out, inputs, new)
+        inplace = False
+    t_c = t_l = 0
+    if entry is None:  # first use while recording: lower the kernel (the eager compile)
+        t_c = _now()
         in_payloads = [p for p, _w in inputs]
         outs = [w._payload for w in new] or ([in_payloads[0]] if info.mutates and inputs else [])
         entry = (lower(info, in_payloads, outs), *_describe(in_payloads))
         tracking.compile_cache[key] = entry
+        t_l = _now()
     plan, shapes, dtypes = entry
-    t_l = _now()
     rt = model.spec().runtime
     if compiled:
         _host("compile", "compile", info.name, shapes, dtypes, tid, t_c, t_l, rt.eager_compile_ns,
@@ -159,7 +176,11 @@ def dispatch_recorded(info, args: tuple, kwargs: dict):
     flow = next(events._flows)
     ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
     submit_kernel(plan, ready, info.name, shapes, dtypes, tid, flow, src, seq, bwd)
-    if new or info.mutates:
+    if inplace:
+        refresh(inputs[0][1])
+        if inputs[0][0].dtype is _F64:
+            _d.finish_outputs(info, [], inputs)
+    elif new or info.mutates:
         _d.finish_outputs(info, new, inputs)
     t1 = _now()
     # The launch owns the payload compute too: all of it is simulator time, cut from the host.

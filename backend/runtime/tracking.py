@@ -10,29 +10,33 @@ executed: set[str] = set()
 fallback: set[str] = set()
 _warned: set[str] = set()
 _f64_warned = False
-# (op, shapes, dtypes) -> (kernel plan, shapes, dtypes); None until the cost model lowered it
+# (op, shapes, dtypes) -> (kernel plan, shapes, dtypes); None until the cost model lowered it.
+# The op is its OpInfo (one per OpOverload), which hashes by identity, unlike an OpOverload.
 compile_cache: dict[tuple, object] = {}
 stats = {"eager_compiles": 0, "eager_cache_hits": 0}
+_MISSING = object()
 
 
 def cache_key(info, inputs: list) -> tuple:
-    key = [info.func]
+    key = [info]
     for p, _w in inputs:
         key.append(p.shape)
         key.append(p.dtype)
     return tuple(key)
 
 
-def note_key(info, inputs: list) -> tuple[tuple, bool]:
-    """Count one kernel call: its cache key, and True when that key compiles now."""
+def note_key(info, inputs: list) -> tuple[tuple, bool, object]:
+    """Count one kernel call: its cache key, True when that key compiles now, and its cache
+    entry (None until lowered)."""
     executed.add(info.name)
     key = cache_key(info, inputs)
-    if key in compile_cache:
+    entry = compile_cache.get(key, _MISSING)
+    if entry is not _MISSING:
         stats["eager_cache_hits"] += 1
-        return key, False
+        return key, False, entry
     compile_cache[key] = None
     stats["eager_compiles"] += 1
-    return key, True
+    return key, True, None
 
 
 def note_call(info, inputs: list) -> bool:
