@@ -12,6 +12,7 @@ from explorer.model import Profile
 MAX_ROWS = 10_000
 DEFAULT_ROWS = 1_000
 TIMEOUT_S = 10.0
+MAX_SQL_CHARS = 10_000  # the SQL box's text arrives in the URL; no real query needs more
 
 EXAMPLES = (
     ("Slowest ops", "SELECT name, count(*) AS n, sum(dur_ns) / 1e6 AS total_ms\nFROM events "
@@ -44,6 +45,8 @@ def run_query(
 
     if not sql.strip():
         raise QueryError("query: empty")
+    if len(sql) > MAX_SQL_CHARS:
+        raise QueryError(f"query: longer than the limit of {MAX_SQL_CHARS} characters")
     limit = max(1, min(int(limit), MAX_ROWS))
     try:
         res = analysis_query(profile, sql, limit=limit, timeout_s=timeout_s)
