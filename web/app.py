@@ -20,6 +20,7 @@ from .store import NotFound, ProfileStore
 from .views import compare, events, operators, overview, source, sql, timeline
 
 STATIC = Path(__file__).resolve().parent / "static"
+NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
 
 
 def _plotly_js() -> Path:
@@ -150,7 +151,10 @@ def create_app(root: str | Path, allowed_hosts: list[str] | None = None) -> Fast
 
     @app.get("/api/p/{name}/timeline")
     def api_timeline(
-        name: str, start_ns: int | None = None, end_ns: int | None = None, width_px: int = 1500
+        name: str,
+        start_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
+        end_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
+        width_px: int = 1500,
     ) -> dict[str, Any]:
         p = store.open(name)
         idx = index(name)
