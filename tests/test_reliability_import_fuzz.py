@@ -149,3 +149,20 @@ def test_mutated_traces_through_the_real_command(tmp_path, kind):
                           capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
     assert "Traceback" not in proc.stderr
     check_outcome(trace, out, proc.returncode, proc.stderr if proc.returncode else "")
+
+
+def test_the_atheris_target_checks_its_inputs():
+    """tests/fuzz/fuzz_import.py's check runs without atheris too: raw bytes and mutations."""
+    from fuzz import fuzz_import
+
+    outcomes = [fuzz_import.check_one(fuzz_import.input_for(data)) for data in
+                (b"", b"\x00{}", bytes([200, 0, 1, 2, 3, 4]), bytes([65, 3, 9, 9, 9, 9]))]  # fmt: skip
+    assert outcomes[:2] == [False, False] and True in outcomes
+
+
+def test_the_atheris_target_runs_on_demand(tmp_path):
+    pytest.importorskip("atheris")
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "fuzz" / "fuzz_import.py"),
+                           "-runs=200", "-seed=1"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0 and "Done 200 runs" in proc.stderr, proc.stderr[-3000:]
