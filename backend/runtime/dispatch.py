@@ -25,7 +25,8 @@ _now = time.time_ns
 class OpInfo:
     """How the runtime treats one OpOverload; built once per overload."""
 
-    __slots__ = ("func", "call", "name", "kernel", "supported", "mutates", "allows_cpu", "special")
+    __slots__ = ("func", "call", "name", "kernel", "supported", "mutates", "restrides",
+                 "allows_cpu", "special")  # fmt: skip
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         schema = func._schema
@@ -36,6 +37,11 @@ class OpInfo:
         self.supported = ops.is_supported(func)
         self.kernel = not (func.is_view or self.name in ops.NO_KERNEL)
         self.mutates = schema.is_mutable
+        # may change a mutated tensor's shape or strides: metadata ops and out= variants; an
+        # in-place op with a kernel (add_, mul_, ...) keeps them, so its wrapper needs no refresh
+        self.restrides = self.mutates and (
+            not self.kernel or any(a.is_out for a in schema.arguments)
+        )
         self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put_",
                                         "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
         self.special = _SPECIAL.get(self.name)
@@ -154,7 +160,8 @@ def run_op(info: OpInfo, args: tuple, kwargs: dict):
         return None
     if inputs and out is inputs[0][0]:  # in-place: the result is the first input
         if info.mutates:
-            refresh(inputs[0][1])
+            if info.restrides:
+                refresh(inputs[0][1])
             if inputs[0][0].dtype is _F64:
                 finish_outputs(info, [], inputs)
         return inputs[0][1]

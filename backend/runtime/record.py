@@ -52,8 +52,14 @@ def autograd_position(inputs: list | None = None) -> tuple[int, bool]:
     node = _current_node()
     if node is not None:
         return node._sequence_nr(), True
-    if inputs is not None and not (_grad_enabled() and any(w.requires_grad for _p, w in inputs)):
-        return -1, False
+    if inputs is not None:
+        if not _grad_enabled():
+            return -1, False
+        for _p, w in inputs:  # a loop: cheaper than any() over a generator, once per op
+            if w.requires_grad:
+                break
+        else:
+            return -1, False
     return _sequence_nr() - 1, False
 
 
@@ -177,7 +183,8 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
     submit_kernel(plan, ready, info.name, shapes, dtypes, tid, flow, src, seq, bwd)
     if inplace:
-        refresh(inputs[0][1])
+        if info.restrides:
+            refresh(inputs[0][1])
         if inputs[0][0].dtype is _F64:
             _d.finish_outputs(info, [], inputs)
     elif new or info.mutates:
