@@ -22,8 +22,8 @@ from web.views import source as source_view
 from web.views import sql as sql_view
 from web.views import timeline
 
-GOOD = ("alexnet", "base", "test", "cpu_mlp", "gpt", "neuron", "xss")
-NEURON = ("gpt", "neuron")
+GOOD = ("alexnet", "base", "test", "cpu_mlp", "gpt", "fallback", "neuron", "xss")
+NEURON = ("gpt", "fallback", "neuron")
 
 
 @pytest.fixture(scope="module")

@@ -222,6 +222,18 @@ def test_html_in_traces_is_shown_as_text(server, page):
     assert page.evaluate("window.__xss") is None
 
 
+def test_readiness_findings_come_first_and_say_so(server, page):
+    _open(page, server + "/p/fallback/findings", "fallback-findings", ".finding")
+    findings = page.locator(".finding")
+    assert findings.count() >= 3
+    first_two = [findings.nth(i).inner_text() for i in range(2)]
+    assert all("READINESS" in t.upper() for t in first_two), first_two
+    assert {"cpu-fallback", "float64-downcast"} == {
+        r for r in ("cpu-fallback", "float64-downcast") for t in first_two if r in t
+    }
+    assert "readiness" not in findings.nth(findings.count() - 1).inner_text().lower()
+
+
 def test_corrupt_profile_shows_an_error_page(server, page):
     page.goto(server + "/p/corrupt")
     assert "corrupt Parquet table" in page.locator(".error-box").inner_text()

@@ -22,6 +22,7 @@ COPIED = {
     "cpu_mlp": "cpu_mlp",
 }
 SAMPLE_CAPTURE = ROOT / "samples" / "profiles" / "gpt_train"  # a real capture on the neuron device
+FALLBACK_CAPTURE = ROOT / "samples" / "profiles" / "fallback_float64"  # readiness problems
 BASE_TRACE = SHARED / "trace_compare_base_base.json.gz"
 XSS_OP = "<script>window.__xss=1</script>"
 XSS_OP2 = "aten::mm\"'><img src=x onerror=window.__xss=2>"
@@ -55,7 +56,8 @@ def xss_trace(path: Path) -> Path:
 
 def build_root(tmp: Path, imported: dict[str, Path]) -> Path:
     """A served directory: alexnet, base, test (shared GPU traces), cpu_mlp (the sample trace,
-    with its source kept), gpt (samples/profiles/gpt_train, captured on the neuron device),
+    with its source kept), gpt (samples/profiles/gpt_train, captured on the neuron device), fallback
+    (samples/profiles/fallback_float64, with CPU fallbacks and float64),
     neuron (synthetic, 6,000 events), xss, corrupt, and a symlink `escape` to a valid
     profile outside it. `imported` is conftest's imported_profiles."""
     root = tmp / "profiles"
@@ -63,6 +65,7 @@ def build_root(tmp: Path, imported: dict[str, Path]) -> Path:
     for name, key in COPIED.items():
         shutil.copytree(imported[key], root / name)
     shutil.copytree(SAMPLE_CAPTURE, root / "gpt")
+    shutil.copytree(FALLBACK_CAPTURE, root / "fallback")
     synth_module().make_profile(root / "neuron", 6000)
     import_traces([xss_trace(tmp / "xss.json")], root / "xss")
     shutil.copytree(imported["compare_base"], root / "corrupt")

@@ -93,6 +93,13 @@ export function severityChip(sev) {
   return h("span", { class: `sev sev-${sev || "low"}` }, sev || "low");
 }
 
+// Readiness findings (the model does not run right on the device) rank before performance ones.
+export function findingChips(f) {
+  const chips = [severityChip(f.severity)];
+  if (f.category === "readiness") chips.push(" ", h("span", { class: "sev cat-readiness", title: "stops the model running right on the device; ranked before performance findings" }, "readiness"));
+  return h("span", {}, ...chips);
+}
+
 // A sortable table. columns: [{key, label, fmt?, num?, cell?(row) -> Node|string, title?}]
 export function dataTable(columns, rows, opts = {}) {
   let sortKey = opts.sortKey || null;

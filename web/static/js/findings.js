@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, fmtPct, severityChip, sourceUrl, timelineUrl, pUrl, enc, section, profile } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtPct, findingChips, sourceUrl, timelineUrl, pUrl, enc, section, profile } from "./common.js";
 
 function evidence(f) {
   const ev = f.evidence || {};
@@ -26,8 +26,8 @@ run(async () => {
   const body = !d.available ? h("p", { class: "note" }, "The analysis is not available in this installation, so there are no findings to show.")
     : !d.findings.length ? h("p", { class: "note" }, "No rule found a problem in this profile.")
     : h("div", {}, d.findings.map((f) => h("div", { class: `finding sev-${f.severity}-b` },
-      h("div", {}, severityChip(f.severity), h("span", { class: "note mono" }, `  ${f.rule}`),
+      h("div", {}, findingChips(f), h("span", { class: "note mono" }, `  ${f.rule}`),
         h("span", { class: "note" }, `  · saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)} of step time)`)),
       h("h3", {}, f.title), h("p", {}, f.detail), f.fix ? h("div", { class: "fix" }, h("b", {}, "Fix: "), f.fix) : null, evidence(f))));
-  mount(h("h1", {}, "Findings", h("span", { class: "note" }, d.available ? `  ${d.findings.length} found, largest saving first` : "")), section("Findings", body));
+  mount(h("h1", {}, "Findings", h("span", { class: "note" }, d.available ? `  ${d.findings.length} found: readiness problems first, then largest saving first` : "")), section("Findings", body));
 });

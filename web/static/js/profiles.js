@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, fmtNum, dataTable, severityChip, pUrl, enc, section } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, dataTable, findingChips, pUrl, enc, section } from "./common.js";
 
 run(async () => {
   const data = await api("/profiles");
@@ -26,7 +26,7 @@ run(async () => {
     { key: "steps", label: "Steps", num: true },
     { key: "step_ns_mean", label: "Step time", num: true, fmt: fmtNs },
     { key: "top_finding", label: "Top finding", cell: (r) => r.error ? h("span", { class: "pos" }, "cannot open: " + r.error)
-      : r.top_finding ? h("span", {}, severityChip(r.top_finding.severity), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title)) : "" },
+      : r.top_finding ? h("span", {}, findingChips(r.top_finding), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title)) : "" },
   ];
   mount(
     h("h1", {}, "Profiles"),

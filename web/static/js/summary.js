@@ -1,10 +1,10 @@
-import { api, h, mount, run, fmtNs, fmtNum, fmtPct, dataTable, severityChip, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, fmtPct, dataTable, findingChips, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile } from "./common.js";
 
 
 function findingList(name, findings) {
   if (!findings) return h("p", { class: "note" }, "Findings appear here once the analysis is available.");
   if (!findings.length) return h("p", { class: "note" }, "No findings: no rule matched this profile.");
-  return h("ul", { class: "list-plain" }, findings.map((f) => h("li", {}, severityChip(f.severity), " ",
+  return h("ul", { class: "list-plain" }, findings.map((f) => h("li", {}, findingChips(f), " ",
     h("a", { href: pUrl(name, "/findings") }, f.title), h("span", { class: "note" }, `  saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)})`))));
 }
 
