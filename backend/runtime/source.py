@@ -17,7 +17,10 @@ _SKIP_PREFIXES = tuple(
         sysconfig.get_paths()["stdlib"],
     )
 )
-_user_code: dict = {}  # code object -> is it user code
+# id(code) -> (code, is it user code). Keyed by id: hashing a code object hashes its bytecode
+# and constants every time (CPython does not cache it), microseconds per frame; the value
+# holds the code so its id is never reused while cached.
+_user_code: dict = {}
 
 
 def _is_user(code) -> bool:
@@ -41,10 +44,10 @@ def user_frame(depth: int = 2) -> tuple[str, int, str] | None:
     cache = _user_code
     while frame is not None:
         code = frame.f_code
-        user = cache.get(code)
-        if user is None:
-            user = cache[code] = _is_user(code)
-        if user:
+        hit = cache.get(id(code))
+        if hit is None:
+            hit = cache[id(code)] = (code, _is_user(code))
+        if hit[1]:
             return code.co_filename, frame.f_lineno, code.co_name
         frame = frame.f_back
     return None
