@@ -14,8 +14,9 @@ origin_ns = time.time_ns()  # device-clock zero; device times are stored as orig
 cut_ns = 0  # real backend time minus modeled host cost, summed over runtime calls so far
 _timeline: Any = None
 _spec: Any = None
-# Kernels launched but not yet placed on the timeline, as [plan, ready_ns, KernelRun | None]
-# cells in launch order: scheduling waits until a sync or a drain needs it (same result).
+# Kernels launched but not yet placed on the timeline, as [plan, ready_ns, placed] cells in
+# launch order (record.submit_kernel appends them; `placed` is DeviceTimeline.place's result,
+# None until then): scheduling waits until a sync or a drain needs it, with the same result.
 _pending: list[list] = []
 
 
@@ -70,14 +71,6 @@ def add_cut(real_dur_ns: int, modeled_cost_ns: int) -> int:
     before = cut_ns
     cut_ns += real_dur_ns - modeled_cost_ns
     return before
-
-
-def launch(plan: Any, ready_ns: int) -> list:
-    """Queue a kernel to start no earlier than ready_ns (device-relative); once scheduled, its
-    cell's last item holds the KernelRun fields after the plan (`DeviceTimeline.place`)."""
-    cell = [plan, ready_ns, None]
-    _pending.append(cell)
-    return cell
 
 
 def schedule_pending() -> None:

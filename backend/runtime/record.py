@@ -119,7 +119,7 @@ def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, 
 
     Only the launch is recorded here; the timeline places it when a sync or a drain needs it.
     """
-    cell = [plan, ready_ns, None]  # model.launch, inlined: this runs once per op
+    cell = [plan, ready_ns, None]  # placed by model.schedule_pending
     _pending.append(cell)
     events._buf.append(
         ("kernel", next(events._ids), plan.name, op, shapes, dtypes, tid, plan, cell, flow, src,
