@@ -25,7 +25,7 @@ from explorer.model import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_INPUT_LIMIT_S = 30  # the largest seed imports in about 0.1 s; a hang trips this alarm
-FUZZ_EXAMPLES = 400
+FUZZ_EXAMPLES = 300
 SEEDS = [(p.name, load(p)) for p in seed_traces()]
 
 

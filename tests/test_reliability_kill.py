@@ -31,7 +31,7 @@ NS_TRACE = (
     / ("ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 )
 SAMPLE_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"
-IMPORT_KILLS = 6
+IMPORT_KILLS = 5
 WRITER_KILLS = 6
 KILL_SEED = 20261130
 PY = [sys.executable, "-m", "explorer"]
