@@ -292,7 +292,9 @@ def _check_times(
     if bad.any():
         i = int(rows[int(np.argmax(bad))])
         name = names[d.name_code[i]]
-        raise BadInputError(path, f"event #{i} ({name!r}, ph {str(d.ph[i])!r}) has no {what!r} time")
+        raise BadInputError(
+            path, f"event #{i} ({name!r}, ph {str(d.ph[i])!r}) has no {what!r} time"
+        )
 
 
 def _args_column(
