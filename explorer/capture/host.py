@@ -15,9 +15,11 @@ from .link import inside_spans, step_of
 
 SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
 # The project's own code (backend/ and explorer/ side by side): never a user frame.
-OWN_DIRS = tuple(
-    str(Path(__file__).resolve().parents[2] / d) + os.sep for d in ("backend", "explorer")
-)
+OWN_PACKAGES = ("backend", "explorer")
+OWN_DIRS = tuple(str(Path(__file__).resolve().parents[2] / d) + os.sep for d in OWN_PACKAGES)
+# torch.profiler trims a python event's file to be relative to the sys.path entry it lies under,
+# so in a checkout on sys.path the backend's frames read "backend/runtime/....py(10): f".
+OWN_RELATIVE = tuple(d + "/" for d in OWN_PACKAGES)
 
 
 def column_array(table: pa.Table, name: str) -> np.ndarray:
@@ -95,7 +97,7 @@ def steps_from_markers(host: pa.Table) -> pa.Table:
 
 def is_own_file(file: str | None) -> bool:
     """A file of this project's backend or explorer packages: never a user frame."""
-    return file is not None and file.startswith(OWN_DIRS)
+    return file is not None and file.startswith(OWN_DIRS + OWN_RELATIVE)
 
 
 def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -150,10 +152,15 @@ def drop_own_frames(host: pa.Table) -> pa.Table:
         return host
     kinds = np.array(column_list(host, "kind"), dtype=object)
     names = column_list(host, "name")
-    own = (kinds == "python") & np.array([any(d in n for d in OWN_DIRS) for n in names])
+    own = (kinds == "python") & np.array([_is_own_python_event(n) for n in names])
     if not own.any():
         return host
     return host.filter(pa.array(~with_descendants(host, own)))
+
+
+def _is_own_python_event(name: str) -> bool:
+    """A python event "FILE(LINE): FUNC" whose FILE is the project's own code."""
+    return name.startswith(OWN_RELATIVE) or any(d in name for d in OWN_DIRS)
 
 
 def with_descendants(host: pa.Table, mask: np.ndarray) -> np.ndarray:
