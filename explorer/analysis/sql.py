@@ -17,6 +17,7 @@ from ..model.schema import TABLES
 DEFAULT_LIMIT = 1000
 DEFAULT_TIMEOUT_S = 30.0
 MEMORY_LIMIT = "2GB"  # a runaway query fails instead of exhausting the machine
+QUERY_THREADS = 1  # a runaway query holds one core until its time limit, not all of them
 BATCH_ROWS = 2048
 
 
@@ -51,6 +52,7 @@ def read_only_connection(profile: Profile):  # noqa: ANN201 - duckdb.DuckDBPyCon
     for name in TABLES:
         con.register(name, profile.dataset(name))
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'").fetchall()
+    con.execute(f"SET threads = {QUERY_THREADS}").fetchall()
     con.execute("SET enable_external_access = false").fetchall()
     con.execute("SET lock_configuration = true").fetchall()
     return con
