@@ -57,24 +57,30 @@ def merge(table: pa.Table, part: list[str]) -> pa.Table:
     return pa.table(cols)
 
 
-def covered(merged: pa.Table, part: list[str], windows: pa.Table) -> np.ndarray:
-    """For each window (the part columns plus ws, we), the time inside it that the disjoint
-    `merged` intervals of its lane cover: F(we) - F(ws), F(t) = covered time before t."""
-    m = windows.num_rows
-    if m == 0 or merged.num_rows == 0:
-        return np.zeros(m, dtype=np.int64)
+def _lanes(merged: pa.Table, part: list[str], windows: pa.Table, pad: int) -> tuple:
+    """Lane codes, interval ends and window ends as int64 arrays, and the per-lane span (the
+    time range plus `pad`) that lays the lanes end to end on one int64 axis."""
     keys = merged.select(part)
-    both = pa.concat_tables([keys, windows.select(part).cast(keys.schema)])
-    code = _codes(both, part)
+    code = _codes(pa.concat_tables([keys, windows.select(part).cast(keys.schema)]), part)
     mc, wc = code[: merged.num_rows], code[merged.num_rows :]
     s = merged["s"].to_numpy(zero_copy_only=False).astype(np.int64)
     e = merged["e"].to_numpy(zero_copy_only=False).astype(np.int64)
     ws = windows["ws"].to_numpy(zero_copy_only=False).astype(np.int64)
     we = windows["we"].to_numpy(zero_copy_only=False).astype(np.int64)
     lo = int(min(s.min(), ws.min()))
-    span = int(max(e.max(), we.max())) - lo + 1
+    span = int(max(e.max(), we.max())) - lo + pad
     if span * (int(code.max()) + 1) >= _LIMIT:
         raise OverflowError("intervals span too wide to measure in int64")
+    return mc, wc, s, e, ws, we, lo, span
+
+
+def covered(merged: pa.Table, part: list[str], windows: pa.Table) -> np.ndarray:
+    """For each window (the part columns plus ws, we), the time inside it that the disjoint
+    `merged` intervals of its lane cover: F(we) - F(ws), F(t) = covered time before t."""
+    m = windows.num_rows
+    if m == 0 or merged.num_rows == 0:
+        return np.zeros(m, dtype=np.int64)
+    mc, wc, s, e, ws, we, lo, span = _lanes(merged, part, windows, pad=1)
     key = mc * span + (s - lo)  # lanes laid end to end; intervals are disjoint in a lane
     order = np.argsort(key, kind="stable")
     key, mc, s, e = key[order], mc[order], s[order], e[order]
@@ -108,17 +114,7 @@ def gaps(merged: pa.Table, part: list[str], windows: pa.Table, min_ns: int) -> p
     merged = merged.filter(pc.greater(merged["e"], merged["s"]))  # instants split no gap
     if windows.num_rows == 0 or merged.num_rows == 0:
         return empty
-    keys = merged.select(part)
-    code = _codes(pa.concat_tables([keys, windows.select(part).cast(keys.schema)]), part)
-    mc, wc = code[: merged.num_rows], code[merged.num_rows :]
-    s = merged["s"].to_numpy(zero_copy_only=False).astype(np.int64)
-    e = merged["e"].to_numpy(zero_copy_only=False).astype(np.int64)
-    ws = windows["ws"].to_numpy(zero_copy_only=False).astype(np.int64)
-    we = windows["we"].to_numpy(zero_copy_only=False).astype(np.int64)
-    lo = int(min(s.min(), ws.min()))
-    span = int(max(e.max(), we.max())) - lo + 2
-    if span * (int(code.max()) + 1) >= _LIMIT:
-        raise OverflowError("intervals span too wide to measure in int64")
+    mc, wc, s, e, ws, we, lo, span = _lanes(merged, part, windows, pad=2)
     order = np.argsort(mc * span + (s - lo), kind="stable")
     mc, s, e = mc[order], s[order], e[order]
     ks, ke = mc * span + (s - lo), mc * span + (e - lo)
