@@ -112,11 +112,9 @@ def test_kernels_carry_the_user_line_that_launched_them(sample):
         "SELECT op_name, src_file, src_line, args FROM events WHERE kind = 'kernel'",
     )
     with_line = [k for k in kernels if k["src_line"] is not None]
-    forward = [k for k in kernels if '"backward": true' not in (k["args"] or "")]
-    assert len([k for k in forward if k["src_line"] is not None]) >= 0.95 * len(forward)
-    # backward of a view (split -> cat, transpose -> clone) has no forward kernel to take a
-    # line from; with the multi-tensor optimizer they are a larger share of a small step
-    assert len(with_line) >= 0.9 * len(kernels)
+    # backward kernels of a view (split -> cat, transpose -> clone) take the view's line too,
+    # from the runtime's "forward" marker for the autograd node (no forward kernel to inherit)
+    assert len(with_line) >= 0.95 * len(kernels)
     checked = 0
     for k in with_line:
         path = Path(k["src_file"])

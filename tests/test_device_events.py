@@ -113,6 +113,26 @@ def test_backward_kernels_carry_the_forward_ops_sequence_number():
     assert any(e.op_name == "aten::mm" and e.seq_nr == fwd.seq_nr for e in bwd)
 
 
+def test_a_view_that_launches_no_kernel_leaves_its_line_for_its_backward_kernels():
+    x = torch.randn(8, 16, device="neuron", requires_grad=True)
+    code = test_a_view_that_launches_no_kernel_leaves_its_line_for_its_backward_kernels.__code__
+
+    def step():
+        a, b = x.split(4, dim=0)  # a view: no kernel; its backward concatenates the grads
+        (a * 2 + b).sum().backward()
+
+    _, events = _record(step)
+    marks = [e for e in events if e.kind == "forward"]
+    assert marks and all(not e.is_backward and e.seq_nr >= 0 for e in marks)
+    split = [e for e in marks if e.src_line == code.co_firstlineno + 5]
+    assert len(split) == 1 and split[0].src_file == code.co_filename
+    bwd = [e for e in events if e.kind == "kernel" and e.is_backward]
+    assert any(e.seq_nr == split[0].seq_nr for e in bwd), [(e.name, e.seq_nr) for e in bwd]
+    assert not any(
+        e.seq_nr == split[0].seq_nr for e in events if e.kind == "kernel" and not e.is_backward
+    )
+
+
 def test_copies_fallbacks_and_memory_are_events():
     host = torch.randn(256, 256)
 

@@ -13,8 +13,13 @@ from typing import Any
 
 from backend.runtime import model
 
-KINDS = ("compile", "runtime", "fallback", "sync", "copy", "kernel", "instruction", "dma", "memory")
-HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy", "memory"})
+KINDS = (
+    "compile", "runtime", "fallback", "sync", "copy", "kernel", "instruction", "dma", "memory",
+    "forward",
+)  # fmt: skip
+# "forward": a marker, not an event of its own: a metadata op (view, reshape...) launched no
+# kernel but created autograd node `seq_nr` at its user line, for the backward kernels to inherit.
+HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy", "memory", "forward"})
 DEFAULT_INSTRUCTION_LIMIT = 200_000
 
 
@@ -113,6 +118,15 @@ def drain() -> list[RuntimeEvent]:
             out.append(_host_event(rec))
         elif tag == "kernel":
             budget = _kernel_events(rec, out, budget)
+        elif tag == "forward":
+            _, eid, tid, t_ns, seq, (file, line, func) = rec
+            out.append(
+                RuntimeEvent(
+                    id=eid, kind="forward", name="forward", tid=tid, host_start_ns=t_ns,
+                    host_end_ns=t_ns, cut_before_ns=model.cut_ns, src_file=file, src_line=line,
+                    src_func=func, seq_nr=seq,
+                )
+            )  # fmt: skip
         elif tag == "memory":
             _, eid, tid, t_ns, allocated, delta, peak = rec
             out.append(

@@ -63,6 +63,17 @@ def autograd_position(inputs: list | None = None) -> tuple[int, bool]:
     return _sequence_nr() - 1, False
 
 
+def _note_forward(inputs: list) -> None:
+    """A metadata op that made an autograd node: remember its user line by the node's number,
+    for the backward kernels that node launches (they have no forward kernel to inherit from)."""
+    seq, bwd = autograd_position(inputs)
+    if seq < 0 or bwd:
+        return
+    src = user_frame(5)
+    if src is not None:
+        events._buf.append(("forward", next(events._ids), _tid(), _now(), seq, src))
+
+
 def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
     """Append one host event and advance the one clock by its cut."""
     eid = next(events._ids)
@@ -145,6 +156,8 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
         new: list = []
         result = _d._wrap(out, inputs, new)
         _d.finish_outputs(info, new, inputs)
+        if not info.kernel and inputs:
+            _note_forward(inputs)
         return result
     src = user_frame(4)
     seq, bwd = autograd_position(inputs)
