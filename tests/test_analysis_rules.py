@@ -2,13 +2,16 @@
 
 Generic rules run on the real Kineto traces in ../shared/traces/kineto-gpu/ and on a CPU trace
 recorded here with torch.profiler; the neuron rules on the samples captured on the neuron
-device (samples/profiles) where one has the problem, else on the small neuron profiles of
-test_analysis_profiles (compile-dominated, which no sample shows yet).
+device (samples/profiles) where one has the problem, or on a model's first steps captured here
+(compile-dominated: the samples skip their compile steps, as a profile should).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,7 +35,7 @@ CASES = {
     "dataloader-stall": ("recorded", "nccl"),
     "cpu-fallback": ("sample:fallback_float64", "sample:gpt_train"),
     "recompilation": ("sample:gpt_compile", "sample:gpt_train"),
-    "compile-dominated": ("neuron:compile-dominated", "neuron:clean"),
+    "compile-dominated": ("captured:first_steps", "sample:gpt_train"),
     "float64-downcast": ("sample:fallback_float64", "sample:gpt_train"),
     "host-sync": ("sample:fallback_float64", "sample:gpt_train"),
     "small-dma": ("sample:fallback_float64", "neuron:clean"),
@@ -44,7 +47,37 @@ CASES = {
 NEURON_ALSO = ("launch-bound", "host-device-copies")
 
 
+@functools.cache
+def first_steps_captured():
+    """The sample TinyGPT's first four eager training steps captured on the neuron device with
+    no wait: step 0 compiles every op on first use, so compilation dominates the profile."""
+    import torch
+
+    import explorer
+    from explorer.model import Profile
+
+    sys.path.insert(0, str(ROOT / "samples"))
+    from models import TinyGPT, lm_loss, token_batch
+
+    torch.manual_seed(0)
+    data = torch.Generator().manual_seed(0)
+    model = TinyGPT(layers=1).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    out = Path(tempfile.mkdtemp(prefix="first-steps-")) / "profile"
+    with explorer.profile(out, wait=0, warmup=0, active=4) as prof:
+        for _ in range(4):
+            tokens = token_batch(8, 33, 256, data).to("neuron")
+            loss = lm_loss(model(tokens[:, :-1]), tokens[:, 1:])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            prof.step()
+    return Profile.open(out)
+
+
 def _profile(name: str):
+    if name == "captured:first_steps":
+        return first_steps_captured()
     if name.startswith("sample:"):
         return sample(name.split(":", 1)[1])
     if name == "recorded":
@@ -124,6 +157,16 @@ def test_readiness_findings_rank_first_then_each_category_by_saving():
     assert {r.id for r in all_rules().values() if r.category == "readiness"} == {
         "cpu-fallback", "float64-downcast"
     }  # fmt: skip
+
+
+def test_compile_dominated_claims_the_first_steps_compiles():
+    profile = first_steps_captured()
+    [finding] = get_rule("compile-dominated").evaluate(profile)
+    con = profile.duckdb()
+    compile_ns, step0 = con.execute(
+        "SELECT sum(dur_ns), min(step) FROM events WHERE kind = 'compile'"
+    ).fetchone()
+    assert step0 == 0 and finding.saving_ns == compile_ns > 0
 
 
 def test_run_rules_by_id_and_unknown_id():
