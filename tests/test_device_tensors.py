@@ -109,6 +109,35 @@ def test_memory_accounting_counts_allocations_and_frees():
     assert torch.neuron.max_memory_allocated() == before
 
 
+def test_memory_is_counted_per_storage_so_a_view_keeps_its_base_allocated():
+    # detach() and .data are views that do not keep their base tensor alive (no ._base)
+    gc.collect()
+    torch.neuron.reset_peak_memory_stats()
+    before = torch.neuron.memory_allocated()
+    base = torch.randn(512, 512, device="neuron")  # 1 MiB of float32
+    view = base.detach()[100:]
+    alias = base.data.t()
+    assert view._base is None or view._base is not base
+    assert torch.neuron.memory_allocated() - before == 1 << 20
+    del base
+    gc.collect()
+    assert torch.neuron.memory_allocated() - before == 1 << 20  # the views still hold it
+    doubled = view * 2  # a fresh storage: 412 x 512 float32
+    fresh = 412 * 512 * 4
+    assert torch.neuron.memory_allocated() - before == (1 << 20) + fresh
+    assert torch.equal(doubled.cpu(), alias.t()[100:].cpu() * 2)
+    del view
+    assert torch.neuron.memory_allocated() - before == (1 << 20) + fresh  # alias remains
+    del alias
+    assert torch.neuron.memory_allocated() - before == fresh  # the last view went
+    assert torch.neuron.max_memory_allocated() - before == (1 << 20) + fresh
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() - before == fresh
+    del doubled
+    assert torch.neuron.memory_allocated() == before
+    assert torch.neuron.max_memory_allocated() - before == fresh  # the peak stays until reset
+
+
 def test_float64_runs_as_float32_with_a_warning():
     x = torch.tensor([1.0 + 1e-12, 1 / 3], dtype=torch.float64, device="neuron")
     with warnings.catch_warnings(record=True):

@@ -188,7 +188,7 @@ def finish_outputs(info: OpInfo, new: list, inputs: list) -> None:
         for w in new:
             p = w._payload
             if not info.func.is_view:
-                memory.track(w, p.untyped_storage().nbytes())
+                memory.track(p)
             if p.dtype is _F64:
                 f64 = True
                 _round_f64(p)
@@ -211,7 +211,7 @@ def _round_f64(p: torch.Tensor) -> None:
 def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:
     """Wrap a payload a factory op just allocated on the device."""
     w = NeuronTensor(payload)
-    memory.track(w, payload.untyped_storage().nbytes())
+    memory.track(payload)
     return w
 
 

@@ -1,7 +1,9 @@
 """Device memory accounting: bytes of the payload storages that neuron tensors allocated.
 
-A tensor's bytes count from the op that allocated it until its wrapper is gone; views and
-in-place results allocate nothing. While the profiler records, each change is a memory event.
+Counted per storage, as the CUDA caching allocator counts blocks: a storage's bytes count from
+the op that allocated it until its last tensor or view is gone (a view that outlives its base
+keeps the storage counted); views and in-place results allocate nothing. While the profiler
+records, each change is a memory event.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from backend.runtime import events
 
 _allocated = 0
 _peak = 0
+# id(storage) -> weakref to it. torch keeps one Python object per live StorageImpl (PyObject
+# preservation), so its id is stable while any tensor uses it and the weakref's callback runs
+# exactly when the last one goes.
 _live: dict[int, weakref.ref] = {}
 _lock = threading.Lock()
 
@@ -33,13 +38,18 @@ def reset_peak() -> None:
     _peak = _allocated
 
 
-def track(wrapper, nbytes: int) -> None:
-    """Count `nbytes` until `wrapper` is collected."""
+def track(payload) -> None:
+    """Count the bytes of `payload`'s storage until its last tensor is collected (once per
+    storage, however many tensors share it)."""
     global _allocated, _peak
+    storage = payload.untyped_storage()
+    key = id(storage)
+    if key in _live:
+        return
+    nbytes = storage.nbytes()
     if nbytes <= 0:
         return
-    key = id(wrapper)
-    ref = weakref.ref(wrapper, lambda _r, key=key, n=nbytes: _free(key, n))
+    ref = weakref.ref(storage, lambda _r, key=key, n=nbytes: _free(key, n))
     with _lock:
         _live[key] = ref
         _allocated += nbytes
