@@ -4,11 +4,13 @@ The Python guard from torch._C._acc can abort the process at exit after an excep
 backward kernel (DESIGN.md), and its hooks lack pinned memory and generators, so at first use
 we build a small C++ guard and hooks (guard.cpp) with g++ against the installed torch headers,
 cache the library and load it. Without a compiler the Python guard and hooks are used, with a
-warning.
+warning, and an exit hook that lets autograd's device thread go idle before the interpreter
+finalizes (see `_settle_device_thread`).
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -40,6 +42,23 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 class _PythonGuard(torch._C._acc.DeviceGuard):
     def type_(self):
         return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _settle_device_thread() -> None:
+    """At exit, with the Python guard: wait until autograd's device thread is idle.
+
+    Backward on the device runs on a C++ thread of autograd's, which calls the Python guard
+    (taking the GIL) from C++ frames that cannot unwind, and after an exception inside backward
+    it may still be cleaning up when the caller has already seen the error. Should it take the
+    GIL once the interpreter finalizes, CPython ends the thread and C++ aborts the process. The
+    exception is the caller's at once; only the exit waits for the thread: one scalar backward
+    on the device queues behind whatever the thread still does, and returns when it is done.
+    """
+    try:
+        x = torch.zeros((), device="neuron", requires_grad=True)
+        torch.autograd.grad(x * 1.0, x)
+    except Exception:  # noqa: BLE001 - best effort at exit, the device may be half torn down
+        pass
 
 
 def cache_dir() -> Path:
@@ -114,11 +133,12 @@ def install() -> str:
     _keep.extend([hooks, guard])
     torch._C._acc.register_python_privateuseone_hook(hooks)
     torch._C._acc.register_python_privateuseone_device_guard(guard)
+    atexit.register(_settle_device_thread)
     kind = "python"
     if problem != "NEURON_PYTHON_GUARD=1":
         warnings.warn(
             f"neuron: using the Python device guard ({problem}): no pinned memory, no neuron "
-            "generators, and an exception inside backward may abort at exit (install g++)",
+            "generators, and no torch.accelerator.synchronize() (install g++)",
             RuntimeWarning,
             stacklevel=2,
         )
