@@ -20,6 +20,7 @@ from test_analysis_profiles import neuron_profile, real, recorded_cpu_problems, 
 from explorer.analysis import all_rules, findings_document, get_rule, run_rules
 from explorer.analysis.findings import CATEGORIES
 from explorer.errors import ExplorerError
+from explorer.model.profile import Profile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,7 +147,8 @@ def test_readiness_findings_rank_first_then_each_category_by_saving():
     categories = [f.category for f in findings]
     assert categories == sorted(categories, key=CATEGORIES.index)
     readiness = [f for f in findings if f.category == "readiness"]
-    assert {f.rule for f in readiness} == {"cpu-fallback", "float64-downcast"}
+    # host-sync is readiness here because the sample syncs in every step (see below)
+    assert {f.rule for f in readiness} == {"cpu-fallback", "float64-downcast", "host-sync"}
     for group in (readiness, [f for f in findings if f.category == "performance"]):
         savings = [f.saving_ns for f in group]
         assert savings == sorted(savings, reverse=True)
@@ -191,12 +193,12 @@ KNOWN = {
     "gpt_train": ("launch-bound",),
     "gpt_compile": ("recompilation",),
     "cnn_dataloader": ("dataloader-stall",),
-    "fallback_float64": ("cpu-fallback", "float64-downcast"),
+    "fallback_float64": ("cpu-fallback", "float64-downcast", "host-sync"),
 }
 # also named in the docstrings and reported, ranked by their (smaller) measured cost
 ALSO = {
     "gpt_train": ("fp32-matmul", "tensor-engine-padding"),
-    "fallback_float64": ("host-sync",),
+    "fallback_float64": ("launch-bound",),
 }
 
 
@@ -295,3 +297,36 @@ def test_malformed_args_do_not_stop_the_analysis(tmp_path):
         w.commit(Manifest(source="capture", origin_unix_ns=time.time_ns()))
     ids = {f.rule for f in run_rules(Profile.open(tmp_path / "p"))}
     assert {"tensor-engine-padding", "fp32-matmul"} <= ids
+
+
+@functools.cache
+def syncs_captured(every: int) -> Profile:
+    """4 eager steps of a small MLP on the neuron device, reading the loss with `.item()` in
+    one step of `every`."""
+    import torch
+    from torch import nn
+
+    import explorer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to("neuron")
+    x = torch.randn(8, 16).to("neuron")
+    out = Path(tempfile.mkdtemp(prefix=f"syncs-{every}-")) / "profile"
+    with explorer.profile(out, wait=0, warmup=1, active=4) as prof:
+        for i in range(5):
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            if i % every == 0:
+                loss.item()
+            prof.step()
+    return Profile.open(out)
+
+
+def test_a_sync_in_every_step_is_a_porting_problem_and_a_rare_cheap_one_is_quiet():
+    (f,) = get_rule("host-sync").evaluate(syncs_captured(1))
+    assert f.category == "readiness" and f.evidence.metrics["syncs"] == 4
+    assert f.evidence.ops[0].label == ".item()" and "torch.compile" in f.detail
+    # the wait is measured, not invented: a launch-bound eager step leaves the device idle
+    assert f.saving_share < get_rule("host-sync").MIN_SHARE
+    # once in four steps, and as cheap: not worth a finding
+    assert get_rule("host-sync").evaluate(syncs_captured(4)) == []

@@ -23,8 +23,9 @@ class Rule:
     severity: ClassVar[str] = "medium"  # the floor; a large share of step time raises it
     scope: ClassVar[str] = "any"  # "any" trace, or "neuron" (needs a neuron capture)
     fix: ClassVar[str] = ""
-    # "readiness": the model runs off the device or computes differently there (ranked first,
-    # whatever the saving); "performance": it runs right but slower than it could
+    # "readiness": a porting problem: the step leaves the device (fallbacks, host syncs in
+    # every step) or computes differently there (ranked first, whatever the saving);
+    # "performance": it runs right but slower than it could. A finding may override it.
     category: ClassVar[str] = "performance"
 
     def evaluate(self, profile: Profile) -> list[Finding]:
@@ -59,6 +60,7 @@ class Rule:
         saving_ns: float,
         evidence: Evidence | None = None,
         fix: str | None = None,
+        category: str | None = None,
     ) -> Finding:
         saving = max(int(saving_ns), 0)
         total = ctx.total_step_ns
@@ -72,7 +74,7 @@ class Rule:
             saving_ns=saving,
             saving_share=round(share, 6),
             evidence=evidence or Evidence(),
-            category=self.category,
+            category=category or self.category,
         )
 
 

@@ -20,6 +20,11 @@ class HostSync(Rule):
     MIN_SYNCS of them and they wait at least MIN_SHARE of step time or occur in at least
     EVERY_STEP_FRACTION of the steps (a sync in every step is cheap while the step is
     launch-bound and costly once it is not); the saving is the wait time.
+    Category: syncs in at least EVERY_STEP_FRACTION of the steps are a porting problem
+    (readiness), like a CPU fallback: the step makes a host round trip every time, so it
+    cannot become one device program (`.item()` is a graph break under torch.compile, the
+    fix launch-bound asks for) and the host can never run ahead of the device. Their measured
+    wait stays the saving, however small; sporadic syncs are performance findings.
     """
 
     id = "host-sync"
@@ -70,8 +75,16 @@ class HostSync(Rule):
                     f"The host waited {fmt_ms(ns)} for the device in {n} syncs inside the "
                     "steps. Each sync drains the device's queue, so the host cannot run ahead "
                     "and the device then idles while the host prepares the next work."
+                    + (
+                        " A sync in every step also keeps the step from becoming one device "
+                        "program: .item() breaks a torch.compile graph. The wait is small "
+                        "while the step is launch-bound and grows once it is fused."
+                        if every_step
+                        else ""
+                    )
                 ),
                 saving_ns=ns,
+                category="readiness" if every_step else None,
                 evidence=Evidence(
                     event_ids=longest_ids(ctx, where),
                     ops=reasons,

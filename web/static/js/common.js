@@ -96,7 +96,7 @@ export function severityChip(sev) {
 // Readiness findings (the model does not run right on the device) rank before performance ones.
 export function findingChips(f) {
   const chips = [severityChip(f.severity)];
-  if (f.category === "readiness") chips.push(" ", h("span", { class: "sev cat-readiness", title: "stops the model running right on the device; ranked before performance findings" }, "readiness"));
+  if (f.category === "readiness") chips.push(" ", h("span", { class: "sev cat-readiness", title: "a porting problem: the step leaves the device or computes differently there; ranked before performance findings" }, "readiness"));
   return h("span", {}, ...chips);
 }
 
