@@ -12,12 +12,14 @@ import weakref
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from ..model.schema import EVENTS
 from . import intervals
+from .columns import Columns
 from .conventions import (
     ARGS_KINDS,
     COMPUTE_KINDS,
@@ -27,10 +29,11 @@ from .conventions import (
     FUSED_OPTIMIZER_LIKE,
     GRAPH_RECOMPILE_SQL,
     KERNEL_KINDS,
+    NEURON_SYNC_KIND,
     OPTIMIZER_STEP_LIKE,
     RECOMPILE_PREDICATE,
+    SYNC_RUNTIME_NAMES,
     TRACE_COMPILE_PREDICATE,
-    sql_list,
     sync_predicate,
 )
 
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     import duckdb
 
 HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
-UNUSED_COLUMNS = ("flow_id", "stack_id")  # no rule reads them; not decoded
+UNUSED_COLUMNS = ("stack_id",)  # nothing reads it; not decoded
 # boolean columns `ev` adds, from name patterns (conventions.py)
 NAME_FLAGS = {
     "is_loader": DATALOADER_LIKE,
@@ -76,24 +79,12 @@ def merged_intervals_sql(source: str, part: str) -> str:
     """
 
 
-def _name_matches(names: pa.ChunkedArray, patterns: tuple[str, ...]) -> pa.ChunkedArray:
-    """Whether each value matches any SQL LIKE pattern (a plain string matches itself),
-    evaluated once per distinct value on each chunk's dictionary."""
-    chunks = []
-    for chunk in names.chunks:
-        if not pa.types.is_dictionary(chunk.type):
-            chunk = pc.dictionary_encode(chunk)
-        hit = pa.array([False] * len(chunk.dictionary), pa.bool_())
-        for pattern in patterns:
-            hit = pc.or_(hit, pc.fill_null(pc.match_like(chunk.dictionary, pattern), False))
-        chunks.append(pc.fill_null(pc.take(hit, chunk.indices), False))
-    return pa.chunked_array(chunks, pa.bool_())
-
-
 def _valid_json_or_null(col: pa.ChunkedArray) -> pa.ChunkedArray:
     """args with malformed JSON become NULL, so one bad row cannot stop every JSON query."""
     import duckdb
 
+    if col.null_count == len(col):
+        return col
     con = duckdb.connect()
     con.register("a", pa.table({"args": col}))
     valid = con.sql("SELECT coalesce(json_valid(args), false) AS ok FROM a").to_arrow_table()
@@ -130,28 +121,36 @@ class AnalysisContext:
     def events(self) -> pa.Table:
         """The event columns the rules read, decoded once by pyarrow (strings stay
         dictionary-encoded). args, shapes and dtypes are kept only on the rows whose rules
-        read them (ARGS_KINDS and downcast events), and not read at all when there are none."""
-        skip = (*HEAVY_COLUMNS, *UNUSED_COLUMNS)
-        cols = [c.name for c in EVENTS.columns if c.name not in skip]
-        table = self.profile.table("events", columns=cols)
-        keep = pc.or_(
-            _name_matches(table["kind"], ARGS_KINDS),
-            _name_matches(table["name"], (DOWNCAST_EVENT,)),
+        read them (ARGS_KINDS and downcast events)."""
+        skip = set(UNUSED_COLUMNS)
+        table = self.profile.table(
+            "events", columns=[c.name for c in EVENTS.columns if c.name not in skip]
         )
-        wanted = int(pc.sum(keep).as_py() or 0)
+        light = table.drop_columns(list(HEAVY_COLUMNS))
+        self._cols = Columns(light)
+        keep = self._cols.where("kind", ARGS_KINDS) | self._cols.where("name", (DOWNCAST_EVENT,))
+        wanted = bool(keep.any())
+        keep_arr = pa.array(keep)
         for name in HEAVY_COLUMNS:
             if wanted:
-                col = self.profile.table("events", columns=[name])[name]
-                col = pc.if_else(keep, col, pa.scalar(None, pa.string()))
+                col = pc.if_else(
+                    keep_arr, table[name].combine_chunks(), pa.scalar(None, pa.string())
+                )
                 if name == "args":
                     col = _valid_json_or_null(col)
             else:
                 col = pa.nulls(table.num_rows, pa.string())
-            table = table.append_column(name, col)
+            light = light.append_column(name, col)
         # name tests computed once per distinct name (on the dictionary), not per row
         for flag, patterns in NAME_FLAGS.items():
-            table = table.append_column(flag, _name_matches(table["name"], patterns))
-        return table
+            light = light.append_column(flag, pa.array(self._cols.like("name", patterns)))
+        return light
+
+    @cached_property
+    def cols(self) -> Columns:
+        """numpy views of `events` (columns.py) for the array-wise parts of the analysis."""
+        self.events  # noqa: B018 - builds them
+        return self._cols
 
     @cached_property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -221,11 +220,35 @@ class AnalysisContext:
     @cached_property
     def device_ranks(self) -> frozenset[int]:
         """Ranks that have any device work."""
-        rows = self.con.execute(
-            f"SELECT DISTINCT rank FROM ev WHERE layer = 'device' "
-            f"AND kind IN {sql_list(DEVICE_WORK_KINDS)}"
-        ).fetchall()
-        return frozenset(int(r[0]) for r in rows)
+        rows = self.device_rows(DEVICE_WORK_KINDS)
+        return frozenset(int(r) for r in np.unique(self.cols.ints("rank")[rows]))
+
+    def device_rows(self, kinds: tuple[str, ...]) -> np.ndarray:
+        """Where the events are device work of one of `kinds` (a boolean row mask)."""
+        return self.cols.where("layer", ("device",)) & self.cols.where("kind", kinds)
+
+    def subset(self, name: str, rows: np.ndarray) -> str:
+        """Register the `ev` rows that the mask `rows` selects as table `name` (returned), so
+        a query about a few kinds of events scans those rather than every event."""
+        self.con.register(name, self.events.filter(pa.array(rows)))
+        return name
+
+    def merged_rows(self, name: str, rows: np.ndarray) -> pa.Table:
+        """Merge the spans of the `rows` of `ev` into disjoint intervals per rank, register them
+        as table `name` (rank, s, e) and return them."""
+        cols = self.cols
+        at = np.flatnonzero(rows)
+        rank = cols.ints("rank")[at]
+        try:
+            first, s, e = intervals.merge_arrays(rank, cols.ints("start_ns")[at], cols.end()[at])
+        except OverflowError:  # spans too wide for the int64 shift: let DuckDB do it
+            self.subset(f"{name}_src", rows)
+            return self.merged(
+                name, f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM {name}_src"
+            )
+        table = pa.table({"rank": self.events["rank"].take(pa.array(at[first])), "s": s, "e": e})
+        self.con.register(name, table)
+        return table
 
     def merged(self, name: str, source: str, part: str = "rank") -> pa.Table:
         """Merge the intervals (columns s, e) that `source` selects into disjoint ones per
@@ -239,11 +262,7 @@ class AnalysisContext:
         return table
 
     def _merge_device(self, table: str, kinds: tuple[str, ...]) -> None:
-        self.merged(
-            table,
-            f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev "
-            f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}",
-        )
+        self.merged_rows(table, self.device_rows(kinds))
 
     @cached_property
     def _busy_ready(self) -> bool:
@@ -283,10 +302,19 @@ class AnalysisContext:
         )
         self.con.register("step_dev", step_dev)
 
+        cols = self.cols
+        host = cols.where("layer", ("host",))
+        sync_rows = (cols.where("kind", (NEURON_SYNC_KIND,)) & host) | (
+            cols.where("kind", ("runtime",)) & cols.where("name", SYNC_RUNTIME_NAMES)
+        )
+        # the few events these joins read, not every event
+        self.subset("ev_host_x", host & (cols.where("kind", ("compile", "fallback")) | sync_rows))
+        self.subset("ev_kernels", self.device_rows(KERNEL_KINDS))
+
         def host_kind(pred: str) -> str:
             return f"""SELECT w.rank, w.s,
                     sum(least(x.start_ns + x.dur_ns, w.e) - greatest(x.start_ns, w.s)) AS ns
-                FROM steps_w w JOIN ev x ON x.rank = w.rank AND x.layer = 'host' AND {pred}
+                FROM steps_w w JOIN ev_host_x x ON x.rank = w.rank AND x.layer = 'host' AND {pred}
                      AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s
                 GROUP BY ALL"""
 
@@ -300,8 +328,7 @@ class AnalysisContext:
         fall_k AS ({host_kind("x.kind = 'fallback'")}),
         sync_k AS ({host_kind(sync_pred)}),
         kern AS (SELECT w.rank, w.s, count(*) AS n
-                 FROM (SELECT rank, start_ns FROM ev WHERE layer = 'device'
-                       AND kind IN {sql_list(KERNEL_KINDS)}) k
+                 FROM ev_kernels k
                  ASOF JOIN steps_w w ON k.rank = w.rank AND k.start_ns >= w.s
                  WHERE k.start_ns < w.e GROUP BY ALL)
         SELECT w.rank, w.step, w.s AS start_ns, w.e - w.s AS dur_ns,
@@ -327,13 +354,14 @@ class AnalysisContext:
     @cached_property
     def _recompiles_ready(self) -> bool:
         self._steps_ready  # noqa: B018
+        compiles = self.subset("ev_compiles", self.cols.where("kind", ("compile",)))
         self.run(
             f"""CREATE TEMP TABLE recompiles AS
             WITH r AS (SELECT rank, e, row_number() OVER (PARTITION BY rank ORDER BY s) AS i,
                               count(*) OVER (PARTITION BY rank) AS n FROM steps_w),
                  f AS (SELECT rank, e AS first_end FROM r WHERE i = 1 AND n >= 2
                        AND {int(self.has_steps)} = 1)
-            SELECT ev.* FROM ev LEFT JOIN f USING (rank)
+            SELECT ev.* FROM {compiles} AS ev LEFT JOIN f USING (rank)
             WHERE {RECOMPILE_PREDICATE}
                OR (kind = 'compile' AND layer = 'host'
                    AND (start_ns >= f.first_end OR {GRAPH_RECOMPILE_SQL}))"""

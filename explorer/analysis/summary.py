@@ -6,22 +6,25 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model.profile import Profile
+from . import intervals
+from .columns import children_ns, exact_sum, group_sum
 from .context import AnalysisContext, context
 from .conventions import (
     COMPILE_GROUP_SQL,
     COMPUTE_KINDS,
     DEVICE_WORK_KINDS,
+    DOWNCAST_EVENT,
     DOWNCAST_PREDICATE,
     ENGINE_TRACKS,
     KERNEL_KINDS,
     PROGRAM_SQL,
     TENSOR_ENGINE_TRACK,
     TRANSFER_KINDS,
-    sql_list,
 )
 
 TOP_N = 15
@@ -138,10 +141,8 @@ def summarize(profile: Profile) -> Summary:
 
 
 def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
-    totals = ctx.one(
-        "SELECT count(*) AS n, min(start_ns) AS lo, max(start_ns + dur_ns) AS hi FROM ev"
-    )
-    wall = int((totals.get("hi") or 0) - (totals.get("lo") or 0))
+    cols = ctx.cols
+    wall = int(cols.end().max() - cols.ints("start_ns").min()) if cols.n else 0
     steps = ctx.breakdown
     neuron = _is_neuron(ctx)
     by_self, by_total = _top_ops(ctx)
@@ -149,7 +150,7 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         profile=str(profile.path),
         source=profile.manifest.source,
         ranks=tuple(profile.manifest.ranks),
-        n_events=int(totals.get("n") or 0),
+        n_events=cols.n,
         wall_ns=wall,
         devices=_devices(ctx),
         step_stats=_step_stats(steps) if ctx.has_steps else None,
@@ -166,52 +167,61 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
 
 
 def _is_neuron(ctx: AnalysisContext) -> bool:
-    if ctx.manifest.device_spec:
-        return True
-    row = ctx.one("SELECT count(*) AS n FROM ev WHERE device LIKE 'neuron%' LIMIT 1")
-    return bool(row.get("n"))
+    return bool(ctx.manifest.device_spec) or bool(ctx.cols.like("device", ("neuron%",)).any())
+
+
+def _device_rows(ctx: AnalysisContext, kinds: tuple[str, ...]) -> np.ndarray:
+    cols = ctx.cols
+    return cols.where("layer", ("device",)) & cols.where("kind", kinds)
 
 
 def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
-    work = f"layer = 'device' AND kind IN {sql_list(DEVICE_WORK_KINDS)}"
-    part = "rank, device"
+    """Per rank and device (a NULL device is left out): counts by kind, and the unions of its
+    work and of its kernels."""
+    cols = ctx.cols
+    rank = cols.ints("rank")
+    dev, dev_names = cols.codes("device")
+    lane_all = (rank - int(rank.min() if cols.n else 0)) * (len(dev_names) + 1) + dev + 1
+    work = _device_rows(ctx, DEVICE_WORK_KINDS) & (dev >= 0)
+    lanes, lane_of = np.unique(lane_all[work], return_inverse=True)
+    if not len(lanes):
+        return ()
+    kind_rows = {
+        key: np.bincount(lane_of[cols.where("kind", kinds)[work]], minlength=len(lanes))
+        for key, kinds in (("kernels", KERNEL_KINDS), ("collectives", ("collective",)),
+                           ("transfers", TRANSFER_KINDS))
+    }  # fmt: skip
+    s, e = cols.ints("start_ns"), cols.end()
 
-    def src(kinds: tuple[str, ...]) -> str:
-        return (
-            f"SELECT rank, device, start_ns AS s, start_ns + dur_ns AS e FROM ev "
-            f"WHERE layer = 'device' AND kind IN {sql_list(kinds)}"
-        )
+    def union(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per lane: covered time, first start, last end."""
+        lane = np.searchsorted(lanes, lane_all[mask])
+        rows, ms, me = intervals.merge_arrays(lane, s[mask], e[mask])
+        at = lane[rows]
+        lo = np.full(len(lanes), np.iinfo(np.int64).max)
+        hi = np.full(len(lanes), np.iinfo(np.int64).min)
+        np.minimum.at(lo, at, ms)
+        np.maximum.at(hi, at, me)
+        return group_sum(at, me - ms, len(lanes)), lo, hi
 
-    ctx.merged("dev_busy", src(DEVICE_WORK_KINDS), part)
-    ctx.merged("dev_compute", src(COMPUTE_KINDS), part)
-    rows = ctx.rows(
-        f"""WITH bs AS (SELECT rank, device, sum(e - s) AS busy, max(e) - min(s) AS win
-                    FROM dev_busy GROUP BY ALL),
-             cs AS (SELECT rank, device, sum(e - s) AS comp FROM dev_compute GROUP BY ALL),
-             n AS (SELECT rank, device,
-                          count(*) FILTER (WHERE kind IN {sql_list(KERNEL_KINDS)}) AS kernels,
-                          count(*) FILTER (WHERE kind = 'collective') AS collectives,
-                          count(*) FILTER (WHERE kind IN {sql_list(TRANSFER_KINDS)})
-                              AS transfers
-                   FROM ev WHERE {work} GROUP BY ALL)
-        SELECT n.*, bs.busy, coalesce(cs.comp, 0) AS comp, bs.win
-        FROM n JOIN bs USING (rank, device) LEFT JOIN cs USING (rank, device)
-        ORDER BY rank, device"""
-    )
-    return tuple(
+    busy, lo, hi = union(work)
+    comp, _, _ = union(_device_rows(ctx, COMPUTE_KINDS) & (dev >= 0))
+    first = np.flatnonzero(work)[np.unique(lane_of, return_index=True)[1]]
+    out = [
         DeviceStats(
-            rank=int(r["rank"]),
-            device=str(r["device"]),
-            kernels=int(r["kernels"]),
-            collectives=int(r["collectives"]),
-            transfers=int(r["transfers"]),
-            busy_ns=int(r["busy"]),
-            compute_ns=int(r["comp"]),
-            window_ns=int(r["win"]),
-            idle_ns=int(r["win"] - r["busy"]),
+            rank=int(rank[first[i]]),
+            device=str(dev_names[dev[first[i]]]),
+            kernels=int(kind_rows["kernels"][i]),
+            collectives=int(kind_rows["collectives"][i]),
+            transfers=int(kind_rows["transfers"][i]),
+            busy_ns=int(busy[i]),
+            compute_ns=int(comp[i]),
+            window_ns=int(hi[i] - lo[i]),
+            idle_ns=int(hi[i] - lo[i] - busy[i]),
         )
-        for r in rows
-    )
+        for i in range(len(lanes))
+    ]
+    return tuple(sorted(out, key=lambda d: (d.rank, d.device)))
 
 
 def _step_stats(steps: pa.Table) -> StepStats:
@@ -241,29 +251,51 @@ def _breakdown(steps: pa.Table) -> Breakdown:
 
 def _top_ops(ctx: AnalysisContext) -> tuple[pa.Table, pa.Table]:
     """Host ops by self time and by total time; self = dur minus the direct children's."""
-    ctx.run(
-        """CREATE OR REPLACE TEMP TABLE op_stats AS
-        WITH ch AS (SELECT parent_id, sum(dur_ns) AS c FROM ev
-                    WHERE parent_id IS NOT NULL AND layer = 'host' GROUP BY 1)
-        SELECT name, count(*) AS calls,
-               sum(greatest(dur_ns - coalesce(ch.c, 0), 0)) AS self_ns, sum(dur_ns) AS total_ns
-        FROM ev LEFT JOIN ch ON ch.parent_id = ev.id
-        WHERE layer = 'host' AND kind = 'op' GROUP BY name"""
+    cols = ctx.cols
+    host = cols.where("layer", ("host",))
+    ops = np.flatnonzero(host & cols.where("kind", ("op",)))
+    dur = cols.ints("dur_ns")
+    children = children_ns(cols, ops)
+    name, names = cols.codes("name")
+    group, inverse = np.unique(name[ops], return_inverse=True)
+    table = pa.table(
+        {
+            "name": pa.array([names[g] for g in group], pa.string()),
+            "calls": pa.array(np.bincount(inverse, minlength=len(group)).astype(np.int64)),
+            "self_ns": pa.array(group_sum(inverse, np.maximum(dur[ops] - children, 0), len(group))),
+            "total_ns": pa.array(group_sum(inverse, dur[ops], len(group))),
+        }
     )
     return tuple(
-        ctx.arrow(f"SELECT * FROM op_stats ORDER BY {order} DESC, name LIMIT {TOP_N}")
-        for order in ("self_ns", "total_ns")
+        table.sort_by([(order_by, "descending"), ("name", "ascending")]).slice(0, TOP_N)
+        for order_by in ("self_ns", "total_ns")
     )  # type: ignore[return-value]
 
 
 def _top_kernels(ctx: AnalysisContext) -> pa.Table:
-    return ctx.arrow(
-        f"""SELECT name, any_value(device) AS device, count(*) AS calls,
-               sum(dur_ns) AS total_ns, avg(dur_ns) AS mean_ns,
-               sum(dur_ns) / sum(sum(dur_ns)) OVER () AS share
-        FROM ev WHERE layer = 'device' AND kind IN {sql_list(COMPUTE_KINDS)}
-        GROUP BY name ORDER BY total_ns DESC, name LIMIT {TOP_N}"""
-    )
+    cols = ctx.cols
+    rows = np.flatnonzero(_device_rows(ctx, COMPUTE_KINDS))
+    name, names = cols.codes("name")
+    dev, dev_names = cols.codes("device")
+    group, first, inverse = np.unique(name[rows], return_index=True, return_inverse=True)
+    dur = cols.ints("dur_ns")[rows]
+    calls = np.bincount(inverse, minlength=len(group)).astype(np.int64)
+    total = group_sum(inverse, dur, len(group))
+    grand = exact_sum(total)
+    table = pa.table(
+        {
+            "name": pa.array([names[g] for g in group], pa.string()),
+            "device": pa.array(
+                [dev_names[d] if d >= 0 else None for d in dev[rows[first]]], pa.string()
+            ),
+            "calls": pa.array(calls),
+            "total_ns": pa.array(total),
+            "mean_ns": pa.array([int(t) / int(c) for t, c in zip(total, calls, strict=True)],
+                                pa.float64()),
+            "share": pa.array([int(t) / grand if grand else None for t in total], pa.float64()),
+        }
+    )  # fmt: skip
+    return table.sort_by([("total_ns", "descending"), ("name", "ascending")]).slice(0, TOP_N)
 
 
 def _rank_time(ctx: AnalysisContext) -> dict[int, int]:
@@ -275,33 +307,51 @@ def _rank_time(ctx: AnalysisContext) -> dict[int, int]:
 
 
 def _engines(ctx: AnalysisContext) -> tuple[EngineUtil, ...]:
+    cols = ctx.cols
+    track, tracks = cols.codes("track")
     # the DMA queues count as one engine, busy while any queue moves data
-    src = (
-        "SELECT rank, CASE WHEN track LIKE 'DMA%' THEN 'DMA' ELSE track END AS track, "
-        "start_ns AS s, start_ns + dur_ns AS e FROM ev "
-        f"WHERE layer = 'device' AND (track IN {sql_list(ENGINE_TRACKS)} "
-        "OR (kind = 'dma' AND track LIKE 'DMA%'))"
+    dma_queue = cols.like("track", ("DMA%",))
+    rows = cols.where("layer", ("device",)) & (
+        cols.where("track", ENGINE_TRACKS) | (cols.where("kind", ("dma",)) & dma_queue)
     )
-    ctx.merged("engine_busy", src, "rank, track")
-    rows = ctx.rows(
-        "SELECT rank, track, sum(e - s) AS busy FROM engine_busy GROUP BY ALL ORDER BY rank, track"
-    )
+    engines = sorted({tracks[t] for t in np.unique(track[rows & ~dma_queue])})
+    if (rows & dma_queue).any():
+        engines = sorted({*engines, "DMA"})
+    engine_of = np.full(len(tracks) + 1, -1, dtype=np.int64)  # track code -> engine index
+    for code, name in enumerate(tracks):
+        label = "DMA" if name.startswith("DMA") else name
+        if label in engines:
+            engine_of[code] = engines.index(label)
+    rank = cols.ints("rank")
+    lane = (rank[rows] - int(rank.min() if cols.n else 0)) * len(engines) + engine_of[track[rows]]
+    at, s, e = intervals.merge_arrays(lane, cols.ints("start_ns")[rows], cols.end()[rows])
+    keys, inverse = np.unique(lane[at], return_inverse=True)
+    busy = group_sum(inverse, e - s, len(keys))
+    first = at[np.unique(inverse, return_index=True)[1]]
     denom = _rank_time(ctx)
-    return tuple(
-        EngineUtil(
-            rank=int(r["rank"]),
-            engine=str(r["track"]),
-            busy_ns=int(r["busy"]),
-            utilization=round(int(r["busy"]) / denom[r["rank"]], 6)
-            if denom.get(r["rank"])
-            else 0.0,
+    out = []
+    for i, k in enumerate(keys):
+        r = int(rank[rows][first[i]])
+        out.append(
+            EngineUtil(
+                rank=r,
+                engine=engines[int(k) % len(engines)],
+                busy_ns=int(busy[i]),
+                utilization=round(int(busy[i]) / denom[r], 6) if denom.get(r) else 0.0,
+            )
         )
-        for r in rows
-    )
+    return tuple(sorted(out, key=lambda u: (u.rank, u.engine)))
 
 
 def _in_steps(ctx: AnalysisContext) -> str:
     return "step IS NOT NULL" if ctx.has_steps else "TRUE"
+
+
+def _step_rows(ctx: AnalysisContext) -> np.ndarray:
+    """Device rows inside a step (every row when the profile has no steps)."""
+    cols = ctx.cols
+    rows = cols.where("layer", ("device",))
+    return rows & cols.valid("step") if ctx.has_steps else rows
 
 
 def _mfu(ctx: AnalysisContext) -> float | None:
@@ -309,14 +359,18 @@ def _mfu(ctx: AnalysisContext) -> float | None:
     secs = ctx.total_step_ns / 1e9
     if peak <= 0 or secs <= 0:
         return None
-    row = ctx.one(
-        f"""SELECT coalesce(sum(flops) FILTER (WHERE kind = 'instruction'
-                        AND track = '{TENSOR_ENGINE_TRACK}'), 0) AS te,
-                   coalesce(sum(flops) FILTER (WHERE kind = 'kernel'
-                        AND json_extract(args, '$.matmul') IS NOT NULL), 0) AS mm
-        FROM ev WHERE layer = 'device' AND {_in_steps(ctx)}"""
-    )
-    flops = row.get("te") or row.get("mm") or 0
+    cols = ctx.cols
+    te = _step_rows(ctx) & cols.where("kind", ("instruction",))
+    te &= cols.where("track", (TENSOR_ENGINE_TRACK,))
+    flops = exact_sum(cols.ints("flops")[te])
+    if not flops:  # no engine instructions: the matmul kernels' FLOPs
+        has_args = pc.is_valid(ctx.events["args"]).to_numpy(zero_copy_only=False)
+        kernels = ctx.subset("ev_mm", _step_rows(ctx) & cols.where("kind", ("kernel",)) & has_args)
+        row = ctx.one(
+            f"""SELECT coalesce(sum(flops), 0) AS mm FROM {kernels}
+            WHERE json_extract(args, '$.matmul') IS NOT NULL"""
+        )
+        flops = row.get("mm") or 0
     return float(flops) / secs / peak
 
 
@@ -325,24 +379,29 @@ def _mbu(ctx: AnalysisContext) -> float | None:
     secs = ctx.total_step_ns / 1e9
     if peak <= 0 or secs <= 0:
         return None
-    row = ctx.one(
-        f"""SELECT coalesce(sum(coalesce(bytes_read, 0) + coalesce(bytes_written, 0)), 0) AS b
-        FROM ev WHERE layer = 'device' AND kind = 'kernel' AND {_in_steps(ctx)}"""
-    )
-    return float(row.get("b") or 0) / secs / peak
+    cols = ctx.cols
+    rows = _step_rows(ctx) & cols.where("kind", ("kernel",))
+    moved = exact_sum(cols.ints("bytes_read")[rows]) + exact_sum(cols.ints("bytes_written")[rows])
+    return float(moved) / secs / peak
 
 
 def _readiness(ctx: AnalysisContext) -> Readiness:
+    cols = ctx.cols
+    host = cols.where("layer", ("host",))
+    fallbacks = ctx.subset("ev_fallbacks", host & cols.where("kind", ("fallback",)))
     fallback = ctx.arrow(
-        """SELECT coalesce(op_name, name) AS op, src_file AS file, src_line AS line,
+        f"""SELECT coalesce(op_name, name) AS op, src_file AS file, src_line AS line,
                any_value(src_func) AS func, count(*) AS calls, sum(dur_ns) AS dur_ns
-        FROM ev WHERE layer = 'host' AND kind = 'fallback'
-        GROUP BY 1, 2, 3 ORDER BY dur_ns DESC, op"""
+        FROM {fallbacks} GROUP BY 1, 2, 3 ORDER BY dur_ns DESC, op"""
     )
+    # DOWNCAST_PREDICATE reads dtypes, which the context keeps on kernels only
+    maybe = pc.is_valid(ctx.events["dtypes"]).to_numpy(zero_copy_only=False)
+    marked = cols.where("kind", ("runtime",)) & cols.where("name", (DOWNCAST_EVENT,))
+    candidates = ctx.subset("ev_downcasts", marked | (ctx.device_rows(("kernel",)) & maybe))
     downcasts = ctx.arrow(
         f"""SELECT coalesce(op_name, name) AS op, src_file AS file, src_line AS line,
                count(*) AS calls
-        FROM ev WHERE {DOWNCAST_PREDICATE}
+        FROM {candidates} WHERE {DOWNCAST_PREDICATE}
         GROUP BY 1, 2, 3 ORDER BY calls DESC, op"""
     )
     ctx.ensure_recompiles()
@@ -355,9 +414,7 @@ def _readiness(ctx: AnalysisContext) -> Readiness:
                            IS NOT NULL) AS shapes
         FROM recompiles GROUP BY 1 ORDER BY dur_ns DESC, op"""
     )
-    compile_ns = ctx.one(
-        "SELECT coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE layer = 'host' AND kind = 'compile'"
-    )["ns"]
+    compile_ns = exact_sum(cols.ints("dur_ns")[host & cols.where("kind", ("compile",))])
     first = steady = None
     if ctx.has_steps:
         row = ctx.one(
