@@ -330,3 +330,43 @@ def test_a_sync_in_every_step_is_a_porting_problem_and_a_rare_cheap_one_is_quiet
     assert f.saving_share < get_rule("host-sync").MIN_SHARE
     # once in four steps, and as cheap: not worth a finding
     assert get_rule("host-sync").evaluate(syncs_captured(4)) == []
+
+
+@functools.cache
+def compiled_first_steps_captured() -> Profile:
+    """The first 3 steps of a small MLP under torch.compile(backend="neuron"), step 0 included:
+    dynamo traces and AOT autograd runs in it, around the backend's graph compiles."""
+    import torch
+    from torch import nn
+
+    import explorer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to("neuron")
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    x = torch.randn(8, 16).to("neuron")
+    out = Path(tempfile.mkdtemp(prefix="compiled-first-")) / "profile"
+    with explorer.profile(out, wait=0, warmup=0, active=3) as prof:
+        for _ in range(3):
+            compiled(x).pow(2).mean().backward()
+            prof.step()
+    return Profile.open(out)
+
+
+def test_compile_dominated_claims_torch_compiles_tracing_in_the_first_step():
+    from explorer.analysis.conventions import TRACE_COMPILE_PREDICATE
+
+    profile = compiled_first_steps_captured()
+    (f,) = get_rule("compile-dominated").evaluate(profile)
+    m = f.evidence.metrics
+    # the tracing spans are in the capture, longer than the graph compiles they hold
+    spans = (
+        profile.duckdb()
+        .execute(f"SELECT count(*), sum(dur_ns) FROM events WHERE {TRACE_COMPILE_PREDICATE}")
+        .fetchone()
+    )
+    assert spans[0] >= 2  # the forward's frame compile and the backward's compile
+    assert 0 < m["trace_ns"] < spans[1]
+    assert f.saving_ns == m["compile_ns"] + m["trace_ns"]
+    assert "torch.compile's tracing" in f.detail
+    assert get_rule("recompilation").evaluate(profile) == []  # one shape: nothing recompiled

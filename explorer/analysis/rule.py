@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from .context import AnalysisContext, context
+from .conventions import TRACE_COMPILE_PREDICATE
 from .findings import Evidence, Finding, Hotspot, severity_for
 
 RULES: dict[str, Rule] = {}
@@ -161,3 +162,27 @@ def longest_ids(ctx: AnalysisContext, where: str, limit: int = 20) -> tuple[int,
         f"SELECT id FROM ev WHERE {where} ORDER BY dur_ns DESC, id LIMIT {int(limit)}"
     ).fetchall()
     return tuple(int(r[0]) for r in rows)
+
+
+def torch_compile_trace_ns(ctx: AnalysisContext, *, around_recompiles: bool) -> int:
+    """Host time in torch.compile's own outermost spans (dynamo tracing, AOT autograd) beyond
+    the backend compile events inside them. around_recompiles=True: the spans that contain a
+    recompile (recompilation's cost); False: the others, the first compiles (compile-dominated's).
+    Needs ctx.ensure_recompiles()."""
+    has = "EXISTS" if around_recompiles else "NOT EXISTS"
+    member = "IN" if around_recompiles else "NOT IN"
+    row = ctx.one(
+        f"""WITH t AS (SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
+                       WHERE {TRACE_COMPILE_PREDICATE}),
+             top AS (SELECT * FROM t WHERE NOT EXISTS (SELECT 1 FROM t o WHERE o.rank = t.rank
+                     AND o.s <= t.s AND o.e >= t.e AND (o.s < t.s OR o.e > t.e))),
+             sel AS (SELECT DISTINCT * FROM top WHERE {has} (SELECT 1 FROM recompiles r
+                     WHERE r.rank = top.rank AND r.start_ns >= top.s
+                     AND r.start_ns + r.dur_ns <= top.e)),
+             c AS (SELECT rank, start_ns, dur_ns FROM ev WHERE layer = 'host' AND kind = 'compile'
+                   AND id {member} (SELECT id FROM recompiles))
+        SELECT coalesce((SELECT sum(e - s) FROM sel), 0) - coalesce((SELECT sum(c.dur_ns)
+               FROM c JOIN sel ON c.rank = sel.rank AND c.start_ns >= sel.s
+               AND c.start_ns + c.dur_ns <= sel.e), 0) AS ns"""
+    )
+    return max(int(row.get("ns") or 0), 0)

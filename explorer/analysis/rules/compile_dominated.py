@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from ..context import AnalysisContext
 from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
+from ..rule import (
+    Rule,
+    fmt_ms,
+    fmt_pct,
+    longest_ids,
+    register,
+    top_lines,
+    top_ops,
+    torch_compile_trace_ns,
+)
 
 
 @register
@@ -14,7 +23,10 @@ class CompileDominated(Rule):
     Pattern: the first steps compile every op or graph for the device; in a short run (or a
     profile of the first steps) compilation dominates, and the steady-state cost is hidden.
     Algorithm: sum the host compile events that are not recompiles (those are recompilation's
-    finding); compare the first step of each rank with the median
+    finding), plus torch.compile's own tracing around them (the outermost dynamo spans, such as
+    entire_frame_compile, that hold no recompile, less the compile events inside them: Python
+    tracing and AOT autograd that no backend compile event covers); compare the first step of
+    each rank with the median
     of its other steps. Report when compile time is at least COMPILE_SHARE of step time, or the
     first step takes at least FIRST_STEP_RATIO times the steady median and contains compiles.
     The saving is the compile time (a warm persistent cache or a warm-up before the measured
@@ -37,10 +49,12 @@ class CompileDominated(Rule):
         ctx.ensure_recompiles()  # recompiles are recompilation's finding
         where = "layer = 'host' AND kind = 'compile' AND id NOT IN (SELECT id FROM recompiles)"
         agg = ctx.one(f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {where}")
-        n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
+        n, backend_ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         step_ns = ctx.total_step_ns
         if n == 0 or step_ns <= 0:
             return []
+        trace_ns = torch_compile_trace_ns(ctx, around_recompiles=False)
+        ns = backend_ns + trace_ns
         first = ctx.one(
             """WITH r AS (SELECT rank, step, s, e - s AS dur,
                            row_number() OVER (PARTITION BY rank ORDER BY s) AS i FROM steps_w),
@@ -70,7 +84,12 @@ class CompileDominated(Rule):
                 ctx,
                 title=f"Compilation takes {fmt_ms(ns)} ({fmt_pct(share)} of step time){steady}",
                 detail=(
-                    f"{n} compiles took {fmt_ms(ns)}."
+                    f"{n} compiles took {fmt_ms(backend_ns)}"
+                    + (
+                        f", and torch.compile's tracing {fmt_ms(trace_ns)} more."
+                        if trace_ns
+                        else "."
+                    )
                     + (
                         f" The first step runs {ratio:.1f}x the median of the later steps, "
                         "so the profile mostly measures compilation."
@@ -85,7 +104,8 @@ class CompileDominated(Rule):
                     source_lines=top_lines(ctx, where),
                     metrics={
                         "compiles": n,
-                        "compile_ns": ns,
+                        "compile_ns": backend_ns,
+                        "trace_ns": trace_ns,
                         "compile_share": round(share, 4),
                         "first_step_ns": int(first.get("first_ns") or 0),
                         "steady_step_ns": float(first.get("steady_ns") or 0.0),

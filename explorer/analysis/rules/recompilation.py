@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import AnalysisContext
-from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL, TRACE_COMPILE_PREDICATE
+from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL
 from ..findings import Evidence, Finding, Hotspot
-from ..rule import Rule, fmt_ms, longest_ids, register, top_lines
+from ..rule import Rule, fmt_ms, longest_ids, register, top_lines, torch_compile_trace_ns
 from ..shapes import parse_shapes
 
 RECOMPILE = "id IN (SELECT id FROM recompiles)"
@@ -111,19 +111,7 @@ class Recompilation(Rule):
         graphs, pieces, eager = (int(kinds.get(k) or 0) for k in ("graphs", "pieces", "eager"))
         what = _what(graphs, pieces, eager)
         # torch.compile's own spans around a recompile (tracing, AOT autograd) are its cost too
-        trace = ctx.one(
-            f"""WITH t AS (SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
-                           WHERE {TRACE_COMPILE_PREDICATE}),
-                 top AS (SELECT * FROM t WHERE NOT EXISTS (SELECT 1 FROM t o WHERE o.rank =
-                         t.rank AND o.s <= t.s AND o.e >= t.e AND (o.s < t.s OR o.e > t.e))),
-                 hit AS (SELECT DISTINCT top.* FROM top JOIN recompiles r ON r.rank = top.rank
-                         AND r.start_ns >= top.s AND r.start_ns + r.dur_ns <= top.e)
-            SELECT coalesce(sum(h.e - h.s), 0) - coalesce(sum(inside.ns), 0) AS ns FROM hit h
-            LEFT JOIN (SELECT h2.rank, h2.s, sum(r.dur_ns) AS ns FROM hit h2 JOIN recompiles r
-                       ON r.rank = h2.rank AND r.start_ns >= h2.s AND r.start_ns + r.dur_ns <= h2.e
-                       GROUP BY ALL) inside ON inside.rank = h.rank AND inside.s = h.s"""
-        )
-        trace_ns = max(int(trace.get("ns") or 0), 0)
+        trace_ns = torch_compile_trace_ns(ctx, around_recompiles=True)
         groups: list[dict[str, Any]] = ctx.rows(
             f"""SELECT {COMPILE_GROUP_SQL} AS label, count(DISTINCT {PROGRAM_SQL}) AS count,
                    sum(dur_ns) AS dur_ns,
