@@ -1,18 +1,18 @@
-"""Reading and decoding a Kineto trace file into columns without building a dict per event.
+"""Reading and decoding a Kineto trace into columns without building a dict per event.
 
 msgspec decodes each event into a small typed struct; `args` stays raw JSON text (msgspec.Raw,
-a view into the file's buffer) and becomes one Arrow string column in bulk. Times decode as
-float64, which is exact to the nanosecond below 2**43 us (the relative times of current
-torch.profiler traces); for larger fractional times (microseconds since 1970 with nanosecond
-digits) a second pass parses the times from their text.
+a view into the buffer) and becomes one Arrow string column in bulk. Times decode as float64,
+which is exact to the nanosecond below 2**43 us (the relative times of current torch.profiler
+traces); an event with a larger time (microseconds since 1970 with nanosecond digits) takes it
+from the text instead. The decoding itself goes range by range: see kineto_ranges.
 """
 
 from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -40,27 +40,14 @@ class Event(msgspec.Struct, gc=False):
     ts: float | None = None
     dur: float | None = None
     id: int | str | None = None
-
-
-class ArgsEvent(msgspec.Struct, gc=False):
-    """The args of an event as raw JSON text (a second, lighter pass: see `extract`)."""
-
     args: msgspec.Raw = EMPTY
 
 
-class ArgsTrace(msgspec.Struct, gc=False):
-    traceEvents: list[ArgsEvent]
-
-
 class TimesEvent(msgspec.Struct, gc=False):
-    """The times of an event as text, for the exact second pass."""
+    """The times of an event as text, for events whose float time lost digits."""
 
     ts: msgspec.Raw = EMPTY
     dur: msgspec.Raw = EMPTY
-
-
-class TimesTrace(msgspec.Struct, gc=False):
-    traceEvents: list[TimesEvent]
 
 
 class Trace(msgspec.Struct, gc=False):
@@ -74,6 +61,9 @@ class Trace(msgspec.Struct, gc=False):
     traceName: Any = None
     displayTimeUnit: Any = None
     host_name: Any = None
+
+
+TOP_KEYS = tuple(f for f in Trace.__struct_fields__ if f != "traceEvents")
 
 
 def read_bytes(path: Path) -> bytes | bytearray:
@@ -116,9 +106,9 @@ def _gunzip(f: Any, path: Path) -> bytearray:
     return out
 
 
-def decode(path: Path, buf: bytes | bytearray) -> Trace:
+def decode(path: Path, buf: bytes | bytearray | memoryview) -> Trace:
     """Decode a trace; raises BadInputError naming the file for invalid JSON or a non-trace."""
-    if not buf[:4096].strip() and not buf.strip():
+    if not bytes(buf[:4096]).strip() and not bytes(buf).strip():
         raise BadInputError(path, "empty file")
     try:
         return msgspec.json.decode(buf, type=Trace)
@@ -149,129 +139,40 @@ def prefixed(prefix: str, col: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(pa.scalar(prefix, col.type), col, pa.scalar("", col.type))
 
 
-def factorize(values: list[Any]) -> tuple[np.ndarray, pa.Array]:
-    """Codes and distinct values (as text) of JSON scalars; None gets code -1.
+class Factorizer:
+    """Codes of JSON scalars in first-seen order, over several batches; None gets code -1.
 
-    The distinct values come back as Arrow strings, not the decoded objects: a few objects kept
-    alive from the middle of the decode would pin its memory arenas and keep them from the OS.
+    Both passes over a batch run in C (dict.fromkeys, map); Python only sees new values.
     """
-    index = dict.fromkeys(values)  # both passes run in C: no Python code per value
-    uniques = [v for v in index if v is not None]
-    index.update((v, i) for i, v in enumerate(uniques))
-    index[None] = -1
-    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
-    return codes, pa.array([str(v) for v in uniques], pa.string())
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {None: -1}
+        self.values: list[Any] = []
+
+    def codes(self, batch: list[Any]) -> np.ndarray:
+        index = self.index
+        for v in dict.fromkeys(batch):
+            if v not in index:
+                index[v] = len(self.values)
+                self.values.append(v)
+        return np.fromiter(map(index.__getitem__, batch), dtype=np.int64, count=len(batch))
+
+    def remap(self, values: list[Any]) -> np.ndarray:
+        """Another factorizer's distinct `values` in this one's numbering, plus a last -1 so
+        that `remap[codes]` maps its codes (-1 included)."""
+        index = self.index
+        for v in values:
+            if v not in index:
+                index[v] = len(self.values)
+                self.values.append(v)
+        remap = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+        return np.append(remap, -1)
 
 
-NULL = msgspec.Raw(b"null")
-
-
-def args_pass(
-    d: Decoded,
-    rows: np.ndarray,
-    subsets: dict[str, tuple[type, np.ndarray, Callable[[list[Any]], Any]]],
-) -> tuple[pa.Array, dict[str, Any]]:
-    """Second pass over the file, for the args: the JSON text of `rows`, and for each subset
-    `(struct, events, to_columns)` the columns `to_columns` makes of the events' args decoded
-    into `struct` (None where an event has none), one subset at a time. Frees the file buffer.
-
-    It runs once the first pass's structs are gone: holding the file, every event struct and
-    the args column at once would cost a third more memory.
-    """
-    assert d.buf is not None, "args_pass runs once per Decoded"
-    raws = [e.args for e in msgspec.json.decode(d.buf, type=ArgsTrace).traceEvents]
-    d.buf = None
-    typed = {}
-    for key, (struct, idx, to_columns) in subsets.items():
-        subset = [raws[i] or NULL for i in idx]
-        decoder = msgspec.json.Decoder(struct | None)
-        try:
-            decoded = decoder.decode_lines(b"\n".join(subset)) if idx.size else []
-        except msgspec.ValidationError:  # an odd args object: keep the rest, this one as None
-            decoded = [_decode_or_none(decoder, r) for r in subset]
-        typed[key] = to_columns(decoded)
-        del decoded
-    # last: the subsets' temporary buffers are gone by now, so the peaks do not add up
-    return raw_column([raws[i] for i in rows]), typed
-
-
-def _decode_or_none(decoder: msgspec.json.Decoder, raw: msgspec.Raw) -> Any:
-    try:
-        return decoder.decode(raw)
-    except msgspec.ValidationError:
-        return None
-
-
-@dataclass
-class Decoded:
-    """A trace's events as columns (codes into distinct values) plus the top-level keys."""
-
-    n: int
-    ph: np.ndarray  # fixed-width str array (no Python objects kept)
-    name_code: np.ndarray
-    names: pa.Array  # distinct names (strings)
-    cat_code: np.ndarray
-    cats: list[str]
-    pid_code: np.ndarray
-    pids: pa.Array  # distinct pids as text
-    tid_code: np.ndarray
-    tids: pa.Array
-    id_code: np.ndarray
-    ids: pa.Array
-    ts: Times
-    dur: Times
-    buf: bytes | bytearray | None  # the file, kept for the args pass (args_pass frees it)
-    trace: Trace  # top-level keys, with traceEvents emptied
-
-
-def extract(path: Path, report: Callable[[float], None] = lambda f: None) -> Decoded:
-    """Read and decode a trace into columns, all but the args (see `args_pass`); the per-event
-    structs are freed on return."""
-    buf = read_bytes(path)
-    report(0.15)
-    trace = decode(path, buf)
-    report(0.4)
-    evs = trace.traceEvents
-    n = len(evs)
-    ts_us = pa.array([e.ts for e in evs], pa.float64())
-    dur_us = pa.array([e.dur for e in evs], pa.float64())
-    if needs_exact(ts_us) or needs_exact(dur_us):
-        times = msgspec.json.decode(buf, type=TimesTrace).traceEvents
-        ts, dur = text_times([e.ts for e in times]), text_times([e.dur for e in times])
-        del times
-    else:
-        ts, dur = float_times(ts_us), float_times(dur_us)
-    names = pa.array([e.name for e in evs], pa.string()).dictionary_encode()
-    cats = pa.array([e.cat for e in evs], pa.string()).dictionary_encode()
-    pid_code, pids = factorize([e.pid for e in evs])
-    tid_code, tids = factorize([e.tid for e in evs])
-    id_code, ids = factorize([e.id for e in evs])
-    ph = np.array([e.ph for e in evs], dtype="U4").reshape(-1)
-    trace.traceEvents = []
-    del evs
-    out = Decoded(
-        n=n,
-        ph=ph,
-        name_code=_codes(names),
-        names=names.dictionary,
-        cat_code=_codes(cats),
-        cats=cats.dictionary.to_pylist(),
-        pid_code=pid_code,
-        pids=pids,
-        tid_code=tid_code,
-        tids=tids,
-        id_code=id_code,
-        ids=ids,
-        ts=ts,
-        dur=dur,
-        buf=buf,
-        trace=trace,
-    )
-    return out
-
-
-def _codes(d: pa.DictionaryArray) -> np.ndarray:
-    return d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+def as_text(values: list[Any]) -> pa.Array:
+    """Distinct values as Arrow strings (the decoded objects are not kept: a few objects alive
+    from the middle of the decode would pin its memory arenas and keep them from the OS)."""
+    return pa.array([str(v) for v in values], pa.string())
 
 
 @dataclass(frozen=True)
@@ -279,36 +180,54 @@ class Times:
     ns: np.ndarray  # int64 nanoseconds (0 where missing)
     missing: np.ndarray  # bool
 
+    @staticmethod
+    def concat(parts: list[Times]) -> Times:
+        return Times(
+            np.concatenate([t.ns for t in parts]), np.concatenate([t.missing for t in parts])
+        )
 
-def float_times(arr: pa.Array) -> Times:
-    """Microseconds decoded as float64 -> integer ns, exact while |us| < EXACT_FLOAT_US."""
+
+def float_times(values: list[float | None]) -> tuple[Times, np.ndarray]:
+    """Microseconds decoded as float64 -> integer ns, and which events need their text instead
+    (|us| >= EXACT_FLOAT_US, where float64 may have lost nanosecond digits)."""
+    arr = pa.array(values, pa.float64())
     us = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False)
     whole = np.floor(us)
     ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
-    return Times(ns, arr.is_null().to_numpy(zero_copy_only=False))
+    return Times(ns, arr.is_null().to_numpy(zero_copy_only=False)), np.abs(us) >= EXACT_FLOAT_US
 
 
-def needs_exact(values: pa.Array) -> bool:
-    """True when some time is large enough that float64 lost its nanosecond digits."""
-    arr = pc.fill_null(values, 0.0).to_numpy(zero_copy_only=False)
-    big = np.abs(arr) >= EXACT_FLOAT_US
-    return bool(big.any() and (arr[big] != np.floor(arr[big])).any())
-
-
-def text_times(raws: list[msgspec.Raw]) -> Times:
-    """Microseconds as written in the JSON -> exact integer ns (decimal parse in Arrow)."""
+def text_ns(raws: list[msgspec.Raw], fallback: np.ndarray) -> np.ndarray:
+    """Microseconds as written in the JSON -> exact integer ns (decimal parse in Arrow; each
+    value on its own when some have more than 3 decimals or an exponent). A value beyond int64
+    nanoseconds keeps its `fallback` (the float path's)."""
     col = raw_column(raws)
-    missing = col.is_null().to_numpy(zero_copy_only=False)
-    filled = pc.fill_null(col, "0")
     try:
-        dec = pc.cast(filled, pa.decimal128(38, 3))
-        ns = np.frombuffer(dec.buffers()[1], dtype=np.int64)[::2][
-            dec.offset : dec.offset + len(dec)
-        ]
-        return Times(ns.copy(), missing)
+        dec = pc.cast(col, pa.decimal128(38, 3))
+        ns = np.frombuffer(dec.buffers()[1], dtype=np.int64)[::2]
+        ok = pc.less(pc.abs(dec), pa.scalar(MAX_TEXT_US, pa.decimal128(38, 3)))
+        if pc.all(ok).as_py():
+            return ns[dec.offset : dec.offset + len(dec)].copy()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        # more than 3 decimals or exponent notation: float64 on the text's fraction
-        return float_times(pa.array([float(x) for x in filled.to_pylist()], pa.float64()))
+        pass
+    return np.array(
+        [_text_ns(bytes(r), f) for r, f in zip(raws, fallback.tolist(), strict=True)],
+        dtype=np.int64,
+    )
+
+
+MAX_TEXT_US = 2**53  # 9.0e18 ns: within int64
+
+
+def _text_ns(text: bytes, fallback: int) -> int:
+    """One time's text -> ns, rounded half to even."""
+    try:
+        us = Decimal(text.decode())
+    except (InvalidOperation, UnicodeDecodeError):
+        return fallback
+    if not abs(us) < MAX_TEXT_US:
+        return fallback
+    return int((us * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
 def ints(values: list[Any]) -> pa.Int64Array:

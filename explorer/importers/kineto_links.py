@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import kineto_decode as kd
+from .kineto_extract import Decoded
 from .nesting import NONE, nearest
 
 
@@ -28,7 +28,7 @@ def launches(gpu_rows: np.ndarray, corr: pa.Array, is_dev: np.ndarray, n: int) -
 
 
 def fwdbwd(
-    d: kd.Decoded,
+    d: Decoded,
     points: np.ndarray,
     rows: np.ndarray,
     track_code: np.ndarray,

@@ -1,0 +1,157 @@
+"""A trace file to columns: decoded range by range (kineto_ranges), a large file in several
+processes (kineto_parallel), and the whole file at once for anything the ranges cannot decode,
+so a bad file gets the same one-line error whichever way it went."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import BadInputError
+from . import kineto_decode as kd
+from . import kineto_parallel as parallel
+from .kineto_ranges import (
+    FIELDS,
+    RANGE_BYTES,
+    BufferSource,
+    FileSource,
+    RangeError,
+    Source,
+    Span,
+    decode_span,
+)
+
+MAX_WORKERS = 4
+PARALLEL_MIN_BYTES = 24 << 20  # below this a second process costs more than it saves
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode: processes (None: one per CPU, up to MAX_WORKERS), range size, smallest
+    file decoded in several processes."""
+
+    workers: int | None = None
+    range_bytes: int = RANGE_BYTES
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES
+
+
+@dataclass
+class Decoded:
+    """A trace's events as columns (codes into distinct values) plus the top-level keys."""
+
+    n: int
+    ph: np.ndarray  # fixed-width str array (no Python objects kept)
+    name_code: np.ndarray
+    names: pa.Array  # distinct names (strings)
+    name_list: list[str]
+    cat_code: np.ndarray
+    cats: list[str]
+    pid_code: np.ndarray
+    pids: pa.Array  # distinct pids as text
+    tid_code: np.ndarray
+    tids: pa.Array
+    id_code: np.ndarray
+    ids: pa.Array
+    ts: kd.Times
+    dur: kd.Times
+    row_args: pa.ChunkedArray  # args JSON text of the events that are rows (kinds.Roles)
+    typed: dict[str, tuple[pa.ChunkedArray, ...]]  # kineto_args.SUBSETS -> columns
+    trace: kd.Trace  # top-level keys, traceEvents empty
+
+
+def extract(path: Path, options: DecodeOptions = DecodeOptions()) -> Decoded:
+    """Read and decode a trace file into columns."""
+    try:
+        with path.open("rb") as f:
+            gz = f.read(2) == kd.GZIP_MAGIC
+            if gz:
+                source: Source = BufferSource(kd.read_bytes(path))
+                return _merge(_spans(path, source, options))
+            fd = os.dup(f.fileno())
+    except OSError as e:
+        raise BadInputError(path, f"cannot read ({e.strerror or e})") from None
+    try:
+        return _merge(_spans(path, FileSource(fd, os.fstat(fd).st_size), options))
+    finally:
+        os.close(fd)
+
+
+def _spans(path: Path, source: Source, options: DecodeOptions) -> list[Span]:
+    try:
+        workers = _workers(source, options)
+        cut_at = parallel.cuts(source, workers) if workers > 1 else []
+        if cut_at:
+            return parallel.decode_spans(source, cut_at, options.range_bytes)
+        return [decode_span(source, None, None, range_bytes=options.range_bytes, path=path)]
+    except RangeError:  # decode it all at once: the usual error for a bad file
+        buf = source.buf if isinstance(source, BufferSource) else kd.read_bytes(path)
+        whole = BufferSource(buf)
+        return [decode_span(whole, None, None, range_bytes=whole.size + 1, path=path)]
+
+
+def _workers(source: Source, options: DecodeOptions) -> int:
+    if source.size < max(options.parallel_min_bytes, 2 * options.range_bytes):
+        return 1
+    if not parallel.available():
+        return 1
+    if options.workers is not None:
+        return max(1, options.workers)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MAX_WORKERS, cpus or 1))
+
+
+def _merge(spans: list[Span]) -> Decoded:
+    """The spans' pieces as one set of columns, codes renumbered over all distinct values in
+    file order (so the result does not depend on how the file was cut)."""
+    factorizers = {f: kd.Factorizer() for f in FIELDS}
+    codes: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
+    pieces = []
+    for span in spans:
+        remaps = {f: factorizers[f].remap(span.values[f]) for f in FIELDS}
+        for p in span.pieces:
+            for f in FIELDS:
+                codes[f].append(remaps[f][p.codes[f]])
+            pieces.append(p)
+    top: dict = {}
+    for span in spans:
+        top.update(span.top)
+    values = {f: z.values for f, z in factorizers.items()}
+    ph = np.concatenate([p.ph for p in pieces])
+    typed_keys = pieces[0].typed.keys()
+    return Decoded(
+        n=len(ph),
+        ph=ph,
+        name_code=np.concatenate(codes["name"]),
+        names=pa.array(values["name"], pa.string()),
+        name_list=values["name"],
+        cat_code=np.concatenate(codes["cat"]),
+        cats=values["cat"],
+        pid_code=np.concatenate(codes["pid"]),
+        pids=kd.as_text(values["pid"]),
+        tid_code=np.concatenate(codes["tid"]),
+        tids=kd.as_text(values["tid"]),
+        id_code=np.concatenate(codes["id"]),
+        ids=kd.as_text(values["id"]),
+        ts=kd.Times.concat([p.ts for p in pieces]),
+        dur=kd.Times.concat([p.dur for p in pieces]),
+        row_args=_chunked([p.row_args for p in pieces]),
+        typed={
+            k: tuple(
+                _chunked(list(cols)) for cols in zip(*(p.typed[k] for p in pieces), strict=True)
+            )
+            for k in typed_keys
+        },
+        trace=kd.Trace(traceEvents=[], **top),
+    )
+
+
+def _chunked(arrays: list[pa.Array]) -> pa.ChunkedArray:
+    """One column of the pieces' arrays (text goes large when one piece's is)."""
+    types = {a.type for a in arrays}
+    if len(types) > 1 and pa.large_string() in types:
+        arrays = [a.cast(pa.large_string()) for a in arrays]
+    return pa.chunked_array(arrays)

@@ -1,0 +1,65 @@
+"""What a Kineto event becomes: kind and layer from its category, and whether it is a row of the
+events table, a flow point or a memory sample. The range decoder needs this per event to decode
+the typed args of ops, launches and memory samples; the mapping refines kinds by name."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..model.schema import KINDS
+
+# Kineto category (lower case) -> (kind, layer)
+CATEGORIES: dict[str, tuple[str, str]] = {
+    "cpu_op": ("op", "host"), "operator": ("op", "host"),
+    "user_annotation": ("annotation", "host"),
+    "python_function": ("python", "host"),
+    "cuda_runtime": ("runtime", "host"), "cuda_driver": ("runtime", "host"),
+    "runtime": ("runtime", "host"), "driver": ("runtime", "host"),
+    "privateuse1_runtime": ("runtime", "host"), "privateuse1_driver": ("runtime", "host"),
+    "kernel": ("gpu_kernel", "device"),
+    "gpu_memcpy": ("gpu_memcpy", "device"), "memcpy": ("gpu_memcpy", "device"),
+    "gpu_memset": ("gpu_memset", "device"), "memset": ("gpu_memset", "device"),
+    "gpu_user_annotation": ("gpu_annotation", "device"),
+    "cuda_sync": ("sync", "device"),
+}  # fmt: skip
+K = {name: i for i, name in enumerate(KINDS)}  # kind name -> code in the int8 kind arrays
+KIND_NAMES = pa.array(KINDS, pa.string())
+FLOW_PHASES = ("s", "f", "t")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+COLLECTIVE_PREFIXES = ("nccl:", "gloo:", "ucc:", "mpi:", "c10d::")
+MEMORY_EVENT = "[memory]"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Per event: kind by category (int8 code), device layer, and what the event becomes."""
+
+    kind: np.ndarray
+    device: np.ndarray
+    is_flow: np.ndarray  # a flow point (ph s, f, t)
+    is_counter: np.ndarray  # a [memory] sample (goes to counters)
+    is_row: np.ndarray  # a row of the events table
+
+    def typed_subsets(self) -> dict[str, np.ndarray]:
+        """The events whose args decode into typed columns: ops, launches and device work,
+        memory samples (indices, in event order)."""
+        return {
+            "op": np.flatnonzero(self.is_row & (self.kind == K["op"])),
+            "gpu": np.flatnonzero(self.is_row & ((self.kind == K["runtime"]) | self.device)),
+            "mem": np.flatnonzero(self.is_counter),
+        }
+
+
+def roles(ph: np.ndarray, cat_code: np.ndarray, cats: list[str], memory_name: np.ndarray) -> Roles:
+    """Roles of events from their phase, category code (into `cats`) and whether the name is
+    the memory event's (`memory_name`, per event)."""
+    by_cat = [CATEGORIES.get(c.lower(), ("other", "host")) for c in cats]
+    kind = np.array([K[k] for k, _ in by_cat] or [K["other"]], dtype=np.int8)[cat_code]
+    device = np.array([layer == "device" for _, layer in by_cat] or [False])[cat_code]
+    is_flow = np.isin(ph, FLOW_PHASES)
+    is_counter = memory_name & (ph != "X")
+    return Roles(kind, device, is_flow, is_counter, ~is_flow & ~is_counter & (ph != "M"))

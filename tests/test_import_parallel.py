@@ -1,0 +1,99 @@
+"""The Kineto importer's decoding in ranges and in several processes gives exactly the tables of
+decoding the whole file at once, on the real traces; a cut that is not between two events is
+caught, and a bad file fails in one line whichever way it is decoded."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import kineto_trace_paths
+
+from explorer.errors import BadInputError
+from explorer.importers import kineto, kineto_parallel
+from explorer.importers.assemble import write_profile
+from explorer.importers.kineto_extract import DecodeOptions
+from explorer.importers.kineto_ranges import BufferSource, RangeError, decode_span
+from explorer.model.io import ProfileWriter
+
+TRACES = kineto_trace_paths()
+WHOLE = DecodeOptions(workers=1, range_bytes=1 << 40)  # the whole file in one decode
+RANGES = DecodeOptions(workers=1, range_bytes=64 << 10)
+PARALLEL = DecodeOptions(workers=2, range_bytes=64 << 10, parallel_min_bytes=0)
+THREE = DecodeOptions(workers=3, range_bytes=32 << 10, parallel_min_bytes=0)
+
+needs_fork = pytest.mark.skipif(not kineto_parallel.available(), reason="needs fork and memfd")
+
+
+def _import(path: Path, out: Path, options: DecodeOptions) -> dict[str, pq.ParquetFile]:
+    with ProfileWriter(out) as writer:
+        write_profile([kineto.load(path, options=options)], out, writer=writer)
+    return {t: pq.read_table(out / f"{t}.parquet") for t in ("events", "stacks", "counters")}
+
+
+@needs_fork
+@pytest.mark.parametrize("name", sorted(TRACES))
+@pytest.mark.parametrize("options", [RANGES, PARALLEL, THREE], ids=["ranges", "two", "three"])
+def test_ranges_and_processes_give_the_whole_file_tables(tmp_path, name, options):
+    whole = _import(TRACES[name], tmp_path / "whole", WHOLE)
+    cut = _import(TRACES[name], tmp_path / "cut", options)
+    for table, expected in whole.items():
+        assert cut[table].num_rows == expected.num_rows, table
+        assert cut[table].equals(expected), table
+
+
+def _plain(tmp_path: Path, name: str) -> Path:
+    """A shared trace gunzipped (plain files are read range by range from disk)."""
+    out = tmp_path / f"{name}.json"
+    out.write_bytes(gzip.decompress(TRACES[name].read_bytes()))
+    return out
+
+
+@needs_fork
+def test_a_plain_file_in_two_processes_matches_the_gzip_one(tmp_path):
+    plain = _plain(tmp_path, "alexnet")
+    a = _import(plain, tmp_path / "plain", PARALLEL)
+    b = _import(TRACES["alexnet"], tmp_path / "gz", WHOLE)
+    assert all(a[t].equals(b[t]) for t in a)
+
+
+def test_a_cut_inside_a_string_is_caught():
+    text = gzip.decompress(TRACES["alexnet"].read_bytes())
+    # an args string holding an event separator, in the middle of the file
+    at = text.index(b'"args": {', len(text) // 2) + len(b'"args": {')
+    text = text[:at] + b'"note": "a}, {b", ' + text[at:]
+    cut = text.index(b"}, {b") + 1
+    source = BufferSource(bytearray(text))
+    with pytest.raises(RangeError):
+        decode_span(source, None, cut)
+    with pytest.raises(RangeError):
+        decode_span(source, cut, None)
+
+
+def _replace_after(text: bytes, at: int, old: bytes, new: bytes) -> bytes:
+    i = text.index(old, at)
+    return text[:i] + new + text[i + len(old) :]
+
+
+@needs_fork
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda t: t[: len(t) * 3 // 4],  # truncated in the second half
+        lambda t: t[: len(t) * 3 // 4] + b"}{" + t[len(t) * 3 // 4 :],  # garbage there
+        lambda t: _replace_after(t, t.index(b'"ph": "X"', len(t) * 3 // 4), b'"ts"', b'"tz"'),
+    ],
+    ids=["truncated", "garbage", "no-ts"],
+)
+def test_bad_files_fail_in_one_line_the_same_way(tmp_path, damage):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(damage(gzip.decompress(TRACES["alexnet"].read_bytes())))
+    errors = []
+    for options in (WHOLE, PARALLEL):
+        with pytest.raises(BadInputError) as e:
+            kineto.load(bad, options=options)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+    assert "\n" not in errors[0]
