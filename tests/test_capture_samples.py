@@ -235,6 +235,30 @@ def test_a_step_ending_in_item_waits_for_the_devices_remaining_work(tmp_path):
         assert remaining <= s["dur_ns"] <= remaining + 100_000
 
 
+def test_placing_a_long_queue_at_a_sync_is_cut_from_the_host(tmp_path):
+    import explorer
+
+    x = torch.randn(64, 64, device="neuron")
+    out = tmp_path / "queue"
+    with explorer.profile(out, wait=0, warmup=1, active=1) as prof:
+        for _ in range(2):
+            y = x
+            for _ in range(400):
+                y = y * 1.0001  # 400 kernels queued, placed on the device timeline at the sync
+            y.sum().item()
+            prof.step()
+    profile = Profile.open(out)
+    (sync,) = _rows(profile, "SELECT dur_ns, args FROM events WHERE name = '.item()'")
+    (op,) = _rows(
+        profile, "SELECT dur_ns FROM events WHERE name = 'aten::_local_scalar_dense' AND step = 1"
+    )
+    real = json.loads(sync["args"])["real_ns"]
+    # the simulator's scheduling took real time inside the sync's span; the user's .item()
+    # shows only its modeled cost and the op's own dispatch
+    assert op["dur_ns"] < real
+    assert op["dur_ns"] - sync["dur_ns"] < 500_000
+
+
 def test_compiles_and_recompiles_equal_what_the_sample_does(compiled):
     profile, stats = compiled
     # The sample compiles its graphs in step 0 (before the window) and changes the sequence

@@ -216,11 +216,12 @@ def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dt
     tracking.warn_fallback(info.name)
     in_bytes = sum(p.untyped_storage().nbytes() for p, _w in inputs)
     wait = max(0, model.device_idle_at() - model.modeled_now(t0)) + spec.runtime.sync_ns
-    _host("sync", "sync", info.name, shapes, dtypes, tid, t0, t0, wait, src, seq, bwd)
+    t_w = _now()  # placing the queued kernels above is simulator time: the sync's span cuts it
+    _host("sync", "sync", info.name, shapes, dtypes, tid, t0, t_w, wait, src, seq, bwd)
     d2h = _copy_ns(in_bytes, spec.runtime.d2h_bytes_per_s)
-    _host("copy", "copy d2h", info.name, shapes, dtypes, tid, t0, t0, d2h, src, seq, bwd,
-          args={"bytes": in_bytes})  # fmt: skip
     t_cpu = _now()
+    _host("copy", "copy d2h", info.name, shapes, dtypes, tid, t_w, t_cpu, d2h, src, seq, bwd,
+          args={"bytes": in_bytes})  # fmt: skip
     out = run_hidden(info.call, cpu_args, kwargs)
     t_done = _now()
     new: list = []
@@ -264,7 +265,6 @@ class host_call:
     def __exit__(self, *exc) -> None:
         if not self.t0:
             return
-        t1 = _now()
         spec = model.spec()
         rt = spec.runtime
         nbytes = sum(p.untyped_storage().nbytes() for p in self.payloads)
@@ -278,5 +278,8 @@ class host_call:
             cost += _copy_ns(nbytes, bw)
         shapes, dtypes = _describe(self.payloads)
         seq, bwd = autograd_position()
+        # the span ends after device_idle_at() placed the queued kernels: that is simulator
+        # work (hundreds of microseconds behind a long queue) and must be cut with the rest
+        t1 = _now()
         _host(self.kind, self.name, self.op, shapes, dtypes, _tid(), self.t0, t1, cost, self.src,
               seq, bwd, args={"bytes": nbytes, "direction": self.direction, "wait_ns": wait})  # fmt: skip
