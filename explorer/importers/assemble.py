@@ -29,17 +29,42 @@ def assign_ranks(files: Sequence[FileData]) -> list[int]:
     return [f.rank if f.rank is not None else next(free) for f in files]
 
 
-def _ids(f: FileData, first_id: int) -> np.ndarray:
-    """Event ids in (start, longest first) order, so ids follow the events table's sort."""
-    start = f.columns["start_ns"]
-    order = np.lexsort((-f.columns["dur_ns"], start))
-    ids = np.empty(len(start), dtype=np.int64)
-    ids[order] = np.arange(first_id, first_id + len(start), dtype=np.int64)
-    return ids
+def _order(f: FileData) -> np.ndarray:
+    """Rows in (start, longest first) order: the events table's order within a rank, so ids
+    numbered in it follow the table's sort and the table needs no sort of its own."""
+    return np.lexsort((-f.columns["dur_ns"], f.columns["start_ns"]))
+
+
+def _permute(col: Any, order: np.ndarray) -> Any:
+    return col[order] if isinstance(col, np.ndarray) else col.take(order)
 
 
 def _link(ids: np.ndarray, rows: np.ndarray) -> pa.Array:
+    """Row indices (-1: none) as the ids of those rows (null: none)."""
     return pa.array(np.where(rows >= 0, ids[np.clip(rows, 0, None)], 0), mask=rows < 0)
+
+
+def _events(f: FileData, rank: int, first_id: int, first_stack: int, origin: int) -> pa.Table:
+    """The file's events table in its final order; its columns are taken out of `f` one by
+    one as they are reordered, so the file's columns and the table never coexist whole."""
+    order = _order(f)
+    n = len(order)
+    ids = np.empty(n, dtype=np.int64)  # by row
+    ids[order] = np.arange(first_id, first_id + n, dtype=np.int64)
+    cols: dict[str, Any] = {
+        "id": np.arange(first_id, first_id + n, dtype=np.int64),
+        "rank": pa.array(np.full(n, rank, dtype=np.int32)),
+        "parent_id": _link(ids, f.links["parent"][order]),
+        "flow_id": _link(ids, f.links["flow_src"][order]),
+    }
+    for name in list(f.columns):
+        col = _permute(f.columns.pop(name), order)
+        if name == "start_ns":
+            col = col - origin
+        elif name == "stack_id":
+            col = pa.array(col + first_stack, mask=col < 0)
+        cols[name] = col
+    return pa.table(cols)
 
 
 def write_profile(
@@ -57,21 +82,14 @@ def write_profile(
     events, stacks, counters, steps = [], [], [], []
     next_id, next_stack = 0, 0
     for rank, f in sorted(zip(ranks, files, strict=True), key=lambda x: x[0]):
-        ids = _ids(f, next_id)
-        next_id += len(ids)
-        cols: dict[str, Any] = dict(f.columns)
-        cols["id"] = ids
-        cols["rank"] = pa.array(np.full(len(ids), rank, dtype=np.int32))
-        cols["start_ns"] = f.columns["start_ns"] - origin
-        cols["parent_id"] = _link(ids, f.links["parent"])
-        cols["flow_id"] = _link(ids, f.links["flow_src"])
-        sid = cols["stack_id"]
-        cols["stack_id"] = pa.array(sid + next_stack, mask=sid < 0)
-        events.append(pa.table(cols))
+        sid = f.columns["stack_id"]
+        stack_count = int(sid.max()) + 1 if len(sid) and sid.max() >= 0 else 0
+        events.append(_events(f, rank, next_id, next_stack, origin))
+        next_id += events[-1].num_rows
         st = dict(f.stacks)
         st["stack_id"] = pa.array(st["stack_id"].to_numpy() + next_stack)
         stacks.append(pa.table(st))
-        next_stack += int(sid.max()) + 1 if len(sid) and sid.max() >= 0 else 0
+        next_stack += stack_count
         c = dict(f.counters)
         c["ts_ns"] = c["ts_ns"] - origin
         c["rank"] = pa.array(np.full(len(c["ts_ns"]), rank, dtype=np.int32))

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -23,20 +24,39 @@ SOURCES = "sources"
 ROW_GROUP_ROWS = 64 * 1024  # small enough for predicate push-down on start_ns
 
 
+# JSON text columns: their min/max statistics cost a fifth of an events write and filter nothing
+NO_STATISTICS = frozenset({"args", "shapes", "dtypes"})
+ZSTD_LEVEL = 1  # measured: as small as the default level on profiles, 10% faster to write
+
+
 def _write_table(table: Table, data: pa.Table, path: Path) -> None:
     pq.write_table(
         data,
         path,
         compression="zstd",
+        compression_level=ZSTD_LEVEL,
         row_group_size=ROW_GROUP_ROWS,
         # only the declared dictionary columns: encoding args/shapes text costs a quarter of the write
         use_dictionary=[c.name for c in table.columns if pa.types.is_dictionary(c.type)],
-        write_statistics=True,
+        write_statistics=[c for c in data.column_names if c not in NO_STATISTICS],
     )
 
 
 def _sort_events(events: pa.Table) -> pa.Table:
+    """Events in (rank, start_ns, id) order; a table already in that order is kept as it is
+    (the importers write it so: a sort would copy every column)."""
+    if _is_sorted(events):
+        return events
     return events.sort_by([("rank", "ascending"), ("start_ns", "ascending"), ("id", "ascending")])
+
+
+def _is_sorted(events: pa.Table) -> bool:
+    if events.num_rows < 2:
+        return True
+    rank, start, ids = (
+        np.diff(events.column(c).to_numpy().astype(np.int64)) for c in ("rank", "start_ns", "id")
+    )
+    return bool(np.all((rank > 0) | ((rank == 0) & ((start > 0) | ((start == 0) & (ids > 0))))))
 
 
 class ProfileWriter:
