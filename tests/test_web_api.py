@@ -16,8 +16,10 @@ from fastapi.testclient import TestClient
 from test_web_support import BASE_TRACE, XSS_FILE, XSS_OP, build_root
 
 from explorer.analysis import run_rules
+from explorer.analysis.context import context
 from explorer.model import Profile
 from web.app import create_app
+from web.views import operators as operators_view
 from web.views import source as source_view
 from web.views import sql as sql_view
 from web.views import timeline
@@ -32,8 +34,8 @@ def root(tmp_path_factory, imported_profiles):
 
 
 @pytest.fixture(scope="module")
-def client(root):
-    return TestClient(create_app(root))
+def client(root, tmp_path_factory):
+    return TestClient(create_app(root, analysis_cache=tmp_path_factory.mktemp("analysis-cache")))
 
 
 def get(client, url, status=200):
@@ -133,6 +135,34 @@ def test_operators_agree_with_sql(client, root, name):
     assert (d["roofline"] is not None) == (name in NEURON)
 
 
+@pytest.mark.parametrize("name", GOOD)
+def test_operator_and_line_tables_equal_their_sql_definition(root, name):
+    """The tables are computed over numpy arrays; OPS_SQL and LINES_SQL define them."""
+    prof = Profile.open(root / name)
+    con = prof.duckdb()
+    cols = context(prof).cols
+    for sql, table, key in (
+        (operators_view.OPS_SQL, operators_view.operator_table(cols), ("name",)),
+        (source_view.LINES_SQL, source_view.line_table(cols), ("file", "line")),
+    ):
+        want = con.sql(sql).to_arrow_table()
+        assert table.schema == want.schema
+        assert _by(table.to_pylist(), key) == _by(want.to_pylist(), key)
+        # SQL ranks the rows with both host and device time first, by their sum
+        both = [r for r in want.to_pylist() if r["launches"] and r.get("count", r.get("host_ns"))]
+        top = table.to_pylist()[: len(both)]
+        assert [_total(r) for r in top] == [_total(r) for r in both]
+        assert [_total(r) for r in both] == sorted(map(_total, both), reverse=True)
+
+
+def _total(row: dict) -> int:
+    return row["device_ns"] + row.get("host_self_ns", row.get("host_ns"))
+
+
+def _by(rows: list[dict], key: tuple[str, ...]) -> list[dict]:
+    return sorted(rows, key=lambda r: tuple(str(r[k]) for k in key))
+
+
 def test_operator_detail_expands_into_kernels_and_instructions(client):
     d = get(client, "/api/p/neuron/operators/detail?op=aten::addmm")
     assert d["kernels"][0]["name"] == "kernel_addmm"
@@ -229,8 +259,8 @@ def test_urls_never_leave_the_served_directory(client, url):
     assert r.status_code == 404, (url, r.status_code)
 
 
-def test_loopback_server_refuses_other_host_names(root):
-    app = TestClient(create_app(root, allowed_hosts=["127.0.0.1", "localhost"]))
+def test_loopback_server_refuses_other_host_names(root, tmp_path):
+    app = TestClient(create_app(root, ["127.0.0.1", "localhost"], analysis_cache=tmp_path))
     url = "/api/p/base/tables/stacks.parquet"
     assert app.get(url, headers={"Host": "127.0.0.1:8765"}).status_code == 200
     assert app.get(url, headers={"Host": "evil.example:8765"}).status_code == 400
@@ -263,12 +293,12 @@ def test_corrupt_profile_gives_an_error_and_the_server_goes_on(client):
     assert get(client, "/p/base").status_code == 200
 
 
-def test_requests_during_the_background_warm_up(root):
+def test_requests_during_the_background_warm_up(root, tmp_path):
     # explorer.analysis keeps one DuckDB connection per profile; the app serialises its use
     import threading
 
-    for _ in range(3):
-        app = create_app(root / "base")
+    for i in range(3):  # a fresh analysis cache each time, so every warm-up computes
+        app = create_app(root / "base", analysis_cache=tmp_path / str(i))
         warm = threading.Thread(target=app.state.warm_up)
         warm.start()
         assert TestClient(app).get("/api/profiles").status_code == 200

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import html
 import io
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +15,22 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from explorer.analysis.context import context
 from explorer.errors import BadInputError, ExplorerError
+from explorer.model import Profile
 from explorer.model.schema import TABLES
 
+from . import cache_dir
+from .cache import AnalysisCache, profile_identity
 from .pages import PAGES, render_page
 from .store import NotFound, ProfileStore
 from .views import compare, events, operators, overview, source, sql, timeline
 
 STATIC = Path(__file__).resolve().parent / "static"
 NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
+# The profile list analyses profiles up to this size on the spot (well under a second); larger
+# ones show their top finding once known (from the disk cache, or a background analysis).
+LIST_INLINE_EVENTS = 200_000
 
 
 def _plotly_js() -> Path:
@@ -29,10 +39,20 @@ def _plotly_js() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
-def create_app(root: str | Path, allowed_hosts: list[str] | None = None) -> FastAPI:
+def create_app(
+    root: str | Path,
+    allowed_hosts: list[str] | None = None,
+    analysis_cache: str | Path | None = None,
+) -> FastAPI:
     """The app serving the profile (or directory of profiles) at `root`. `allowed_hosts` limits
-    the Host header (serve sets it on loopback, so a DNS-rebinding page cannot read profiles)."""
+    the Host header (serve sets it on loopback, so a DNS-rebinding page cannot read profiles).
+    Analysis results persist under `analysis_cache` (default: the user cache, web/cache.py)."""
     store = ProfileStore(root)
+    disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
+    # one profile analysed at a time in the background, leaving the other core to requests
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis")
+    pending: set[str] = set()
+    pending_lock = threading.Lock()
     app = FastAPI(title="Neuron Explorer", docs_url="/api/docs", openapi_url="/api/openapi.json")
     app.state.store = store
     if allowed_hosts:
@@ -59,19 +79,28 @@ def create_app(root: str | Path, allowed_hosts: list[str] | None = None) -> Fast
             return JSONResponse({"error": msg}, status_code=500)
         return HTMLResponse(render_page("error", title="Error", error=msg), status_code=500)
 
-    # ---- cached per profile -------------------------------------------------------------
+    # ---- cached per profile (in memory, and on disk for what takes seconds to compute) ---
+    def persisted(name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
+        def make(p: Profile) -> Any:
+            identity = store.derived(name, "identity", profile_identity)
+            value = disk.load(p, kind, identity)
+            if value is None:
+                value = compute(p)
+                disk.store(p, kind, identity, value)
+            return value
+
+        return store.derived(name, kind, make)
+
     def index(name: str) -> timeline.TimelineIndex:
         return store.derived(
             name, "timeline", lambda p: timeline.build_index(p, store.connection(name))
         )
 
     def ops(name: str):  # noqa: ANN202 - pyarrow table
-        return store.derived(
-            name, "ops", lambda p: operators.operator_table(store.connection(name))
-        )
+        return persisted(name, "ops_table", lambda p: operators.operator_table(context(p).cols))
 
     def lines(name: str):  # noqa: ANN202 - pyarrow table
-        return store.derived(name, "lines", lambda p: source.line_table(store.connection(name)))
+        return persisted(name, "lines_table", lambda p: source.line_table(context(p).cols))
 
     # explorer.analysis keeps one DuckDB connection per profile: one analysis call at a time
     def summary(name: str) -> dict[str, Any] | None:
@@ -79,7 +108,7 @@ def create_app(root: str | Path, allowed_hosts: list[str] | None = None) -> Fast
             with store.profile_lock(name):
                 return overview.analysis_summary(p)
 
-        return store.derived(name, "summary", make)
+        return persisted(name, "summary", make)
 
     def findings(name: str) -> list[dict[str, Any]] | None:
         def make(p):  # noqa: ANN001, ANN202
@@ -91,10 +120,34 @@ def create_app(root: str | Path, allowed_hosts: list[str] | None = None) -> Fast
                         line["file_id"] = source.file_id(line["file"])
             return found
 
-        return store.derived(name, "findings", make)
+        return persisted(name, "findings", make)
 
     def devices(name: str) -> list[str]:
-        return store.derived(name, "devices", lambda p: overview.devices(store.connection(name)))
+        return persisted(name, "devices", lambda p: overview.devices(store.connection(name)))
+
+    def known_findings(name: str, p: Profile) -> tuple[bool, list[dict[str, Any]] | None]:
+        """The findings if computed (here or by an earlier server) or quick to compute; else
+        (False, None) and they are computed in the background."""
+        events = int(p.manifest.row_counts.get("events") or 0)
+        if events <= LIST_INLINE_EVENTS or store.has(name, "findings"):
+            return True, findings(name)
+        identity = store.derived(name, "identity", profile_identity)
+        if disk.load(p, "findings", identity) is not None:
+            return True, findings(name)  # read back into memory
+        with pending_lock:
+            if name not in pending:
+                pending.add(name)
+                background.submit(_analyse_later, name)
+        return False, None
+
+    def _analyse_later(name: str) -> None:
+        try:
+            findings(name), summary(name)
+        except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
+            pass
+        finally:
+            with pending_lock:
+                pending.discard(name)
 
     def warm_up() -> None:
         """Compute what the first visit of each profile needs (run in a background thread)."""
@@ -113,7 +166,9 @@ def create_app(root: str | Path, allowed_hosts: list[str] | None = None) -> Fast
         for name in store.names():
             try:
                 p = store.open(name)
-                rows.append(overview.profile_row(name, p, devices(name), findings(name)))
+                known, found = known_findings(name, p)
+                row = overview.profile_row(name, p, devices(name), found)
+                rows.append({**row, "analysis_pending": not known})
             except ExplorerError as e:
                 rows.append({"name": name, "error": str(e)})
         return {"root": str(store.root), "profiles": rows}

@@ -108,6 +108,11 @@ class ProfileStore:
                 self._derived[(name, key)] = value
         return value
 
+    def has(self, name: str, key: str) -> bool:
+        """Whether a derived value is already in memory (for a profile still current)."""
+        with self._lock:
+            return (name, key) in self._derived
+
     def profile_lock(self, name: str) -> threading.Lock:
         """Serialises work that shares one connection per profile (explorer.analysis's context)."""
         with self._lock:

@@ -7,14 +7,18 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
+from explorer.analysis.columns import Columns, group_sum, groups
 from explorer.model import Profile
 from explorer.model.io import SOURCES, source_relpath
 
 from . import fetch_dicts
-from .operators import _LAUNCH_SQL
+from .operators import _LAUNCH_SQL, LAUNCH_KINDS
 
+# The line table's definition; line_table computes the same over numpy arrays (a test checks
+# that they agree on real profiles).
 # Host time of a line counts each event once: an event whose parent sits on the same line is
 # already inside its parent's time. Device work without a line takes its launch's line.
 LINES_SQL = f"""
@@ -55,8 +59,88 @@ def file_id(path: str) -> str:
     return hashlib.sha1(path.encode("utf-8")).hexdigest()[:12]
 
 
-def line_table(con) -> pa.Table:
-    return con.sql(LINES_SQL).to_arrow_table()
+def line_table(cols: Columns) -> pa.Table:
+    """Host and device time per source line: LINES_SQL computed over the profile's event arrays."""
+    dur, ids = cols.ints("dur_ns"), cols.ints("id")
+    file, files = cols.codes("src_file")
+    line, has_line = cols.ints("src_line"), cols.valid("src_line")
+    func, funcs = cols.codes("src_func")
+    host = cols.where("layer", ("host",))
+
+    # host: each event once, unless its parent sits on the same line
+    e = np.flatnonzero(host & (file >= 0) & ~cols.where("kind", ("step", "python")))
+    by_id = np.argsort(ids[e], kind="stable")
+    sorted_ids = ids[e][by_id]
+    parent = cols.ints("parent_id")[e]
+    pos = np.minimum(np.searchsorted(sorted_ids, parent), max(len(e) - 1, 0))
+    p = e[by_id[pos]] if len(e) else e
+    inside = (
+        cols.valid("parent_id")[e] & (sorted_ids[pos] == parent) & (file[p] == file[e])
+        & has_line[p] & has_line[e] & (line[p] == line[e])
+    ) if len(e) else np.zeros(0, dtype=bool)  # fmt: skip
+    first, group, n = groups(file[e], _line_key(line[e], has_line[e]))
+    host_ns = group_sum(group, np.where(inside, 0, dur[e]), n)
+    counted = np.bincount(group, weights=~inside, minlength=n)  # host_ns is NULL without any
+    ops = np.bincount(group, weights=cols.where("kind", ("op",))[e], minlength=n)
+    named = np.flatnonzero(func[e] >= 0)  # any_value: the group's first function name
+    fn = np.full(n, -1)
+    with_fn, at_fn = np.unique(group[named], return_index=True)
+    fn[with_fn] = func[e][named[at_fn]]
+    rows: list[list] = []  # file, line, func, host_ns, device_ns, ops, launches, has host/device
+    on_line: dict[tuple[str, int], list] = {}
+    for g in range(n):
+        r = e[first[g]]
+        row = [files[file[r]], int(line[r]) if has_line[r] else None,
+               funcs[fn[g]] if fn[g] >= 0 else "", int(host_ns[g]), 0, int(ops[g]), 0,
+               counted[g] > 0, False]  # fmt: skip
+        rows.append(row)
+        if row[1] is not None:
+            on_line[(row[0], row[1])] = row
+
+    # device: each launch on its own line, or else on the line of the host call that launched it
+    flow, has_flow = cols.ints("flow_id"), cols.valid("flow_id")
+    launch = np.flatnonzero(host & has_flow & (file >= 0))
+    flows, lfirst = np.unique(flow[launch], return_index=True)
+    lined = launch[has_line[launch]]
+    lflows, lline_first = np.unique(flow[lined], return_index=True)
+    d = np.flatnonzero(cols.where("layer", ("device",)) & cols.where("kind", LAUNCH_KINDS))
+    at = np.minimum(np.searchsorted(flows, flow[d]), max(len(flows) - 1, 0))
+    hit = has_flow[d] & (flows[at] == flow[d]) if len(flows) else np.zeros(len(d), dtype=bool)
+    launch_file = file[launch[lfirst[at]]] if len(flows) else np.full(len(d), -1)
+    dfile = np.where(file[d] >= 0, file[d], np.where(hit, launch_file, -1))
+    lat = np.minimum(np.searchsorted(lflows, flow[d]), max(len(lflows) - 1, 0))
+    lhit = has_flow[d] & (lflows[lat] == flow[d]) if len(lflows) else np.zeros(len(d), dtype=bool)
+    dline_ok = has_line[d] | lhit
+    dline = np.where(has_line[d], line[d], line[lined[lline_first[lat]]] if len(lflows) else 0)
+    keep = dfile >= 0  # launches without a file are not on any line
+    d, dfile, dline, dline_ok = d[keep], dfile[keep], dline[keep], dline_ok[keep]
+    first, group, n = groups(dfile, _line_key(dline, dline_ok))
+    device_ns = group_sum(group, dur[d], n)
+    launches = np.bincount(group, minlength=n)
+    for g in range(n):
+        ln = int(dline[first[g]]) if dline_ok[first[g]] else None
+        # a NULL line joins no host row (SQL equality), so it keeps a row of its own
+        row = on_line.get((files[dfile[first[g]]], ln)) if ln is not None else None
+        if row is None:
+            row = [files[dfile[first[g]]], ln, "", 0, 0, 0, 0, False, True]
+            rows.append(row)
+        row[4], row[6], row[8] = int(device_ns[g]), int(launches[g]), True
+    # LINES_SQL orders by host_ns + device_ns before its coalesce: lines with both host and
+    # device time first, by that sum; then the rest (NULL sums), here by their time and line
+    rows.sort(key=lambda r: (not (r[7] and r[8]), -(r[3] + r[4]), r[0], r[1] is None, r[1] or 0))
+    names = ("file", "line", "func", "host_ns", "device_ns", "ops", "launches")
+    types = (pa.string(), pa.int32(), pa.string(), *[pa.int64()] * 4)
+    return pa.table(
+        {
+            k: pa.array([r[i] for r in rows], t)
+            for i, (k, t) in enumerate(zip(names, types, strict=True))
+        }
+    )
+
+
+def _line_key(line: np.ndarray, has_line: np.ndarray) -> np.ndarray:
+    """A non-negative group key per line number, 0 for none (NULL lines group together)."""
+    return np.where(has_line, line.astype(np.int64) - (int(line.min()) if len(line) else 0) + 1, 0)
 
 
 def files_json(lines: pa.Table, profile: Profile) -> list[dict[str, Any]]:

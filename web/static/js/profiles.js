@@ -26,11 +26,14 @@ run(async () => {
     { key: "steps", label: "Steps", num: true },
     { key: "step_ns_mean", label: "Step time", num: true, fmt: fmtNs },
     { key: "top_finding", label: "Top finding", cell: (r) => r.error ? h("span", { class: "pos" }, "cannot open: " + r.error)
-      : r.top_finding ? h("span", {}, findingChips(r.top_finding), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title)) : "" },
+      : r.top_finding ? h("span", {}, findingChips(r.top_finding), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title))
+      : r.analysis_pending ? h("span", { class: "note" }, "analysing…") : "" },
   ];
   mount(
     h("h1", {}, "Profiles"),
     h("p", { class: "note" }, `Serving ${data.root}. Select two profiles to compare them.`),
     section("Profiles", dataTable(cols, data.profiles, { sortKey: "name", desc: false }), h("div", { class: "sql-actions" }, button)),
   );
+  // large profiles are analysed in the background: show their top finding once known
+  if (data.profiles.some((r) => r.analysis_pending)) setTimeout(() => location.reload(), 3000);
 });
