@@ -37,9 +37,16 @@ class KernelRun:
     plan: KernelPlan
     start_ns: int
     end_ns: int
-    starts: tuple[int, ...] = field(default=(), repr=False)
+    offsets: tuple[int, ...] = field(default=(), repr=False)  # instruction starts - shift
     queue_offset: int = field(default=0, repr=False)
     dma_queues: int = field(default=16, repr=False)
+    shift: int = field(default=0, repr=False)
+
+    @property
+    def starts(self) -> tuple[int, ...]:
+        """Each instruction's start on the device clock."""
+        shift = self.shift
+        return tuple([shift + s for s in self.offsets])
 
     @property
     def name(self) -> str:
@@ -51,11 +58,11 @@ class KernelRun:
 
     @cached_property
     def instrs(self) -> list[InstrRun]:
-        nq, off = self.dma_queues, self.queue_offset
+        nq, off, shift = self.dma_queues, self.queue_offset, self.shift
         out = []
-        for ins, start in zip(self.plan.instrs, self.starts, strict=True):
+        for ins, start in zip(self.plan.instrs, self.offsets, strict=True):
             track = f"DMA q{(ins.queue + off) % nq}" if ins.engine == DMA else ins.engine
-            out.append(InstrRun(track, ins.engine, ins.opcode, start, ins.dur_ns, ins.flops,
+            out.append(InstrRun(track, ins.engine, ins.opcode, shift + start, ins.dur_ns, ins.flops,
                                 ins.bytes_read, ins.bytes_written, ins.repeat, ins.utilization))  # fmt: skip
         return out
 
@@ -83,12 +90,15 @@ class DeviceTimeline:
         """Place `plan` on the device, no instruction starting before `ready_ns`."""
         return KernelRun(plan, *self.place(plan, int(ready_ns)))
 
-    def place(self, plan: KernelPlan, ready: int) -> tuple[int, int, tuple[int, ...], int, int]:
+    def place(
+        self, plan: KernelPlan, ready: int
+    ) -> tuple[int, int, tuple[int, ...], int, int, int]:
         """Schedule `plan` at int `ready`; returns the KernelRun fields after the plan (first
-        start, last end, starts, queue offset, DMA queues), cheaper to keep than a KernelRun."""
+        start, last end, start offsets, queue offset, DMA queues, shift), cheaper to keep than a
+        KernelRun."""
         nq, rot = self._nq, self._rotation
         if not plan.sched:
-            return ready, ready, (), 0, nq
+            return ready, ready, (), 0, nq, 0
         free = self._free
         base = len(ENGINES)
         self._rotation = (rot + plan.dma_queues_used) % nq
@@ -99,7 +109,8 @@ class DeviceTimeline:
             for is_dma, res, end in last:
                 free[base + (res + rot) % nq if is_dma else res] = ready + end
             self._horizon = ready + final
-            return ready + first, ready + final, tuple([ready + s for s in rel]), rot, nq
+            # the idle schedule's offsets, shifted when the instructions are read
+            return ready + first, ready + final, rel, rot, nq, ready
         starts: list[int] = []
         ends: list[int] = []
         for res, is_dma, dur, deps in plan.sched:
@@ -118,7 +129,7 @@ class DeviceTimeline:
         end = max(ends)
         if end > self._horizon:
             self._horizon = end
-        return min(starts), end, tuple(starts), rot, nq
+        return min(starts), end, tuple(starts), rot, nq, 0
 
     def drain_ns(self) -> int:
         """When every engine and DMA queue is idle (what a sync waits for)."""

@@ -116,7 +116,18 @@ def _wrap(o, inputs: list, new: list):
 def dispatch(func, args: tuple, kwargs: dict):
     """Run one aten op for neuron tensors; called from NeuronTensor.__torch_dispatch__."""
     if _prof._is_profiler_enabled:
-        return _dispatch_recording(func, args, kwargs, _now())
+        # recording: the runtime call's span starts here, as early as Python sees the op, so
+        # little simulator time stays on the host clock
+        t0 = _now()
+        try:
+            info = func._neuron_info
+        except AttributeError:
+            info = _info(func)
+        if info.special is not None:
+            return info.special(info, args, kwargs)
+        if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
+            return _host_result(info, args, kwargs)
+        return _record.dispatch_recorded(info, args, kwargs, t0)
     try:
         info = func._neuron_info
     except AttributeError:
@@ -124,20 +135,6 @@ def dispatch(func, args: tuple, kwargs: dict):
     if info.special is not None:
         return info.special(info, args, kwargs)
     return run_op(info, args, kwargs)
-
-
-def _dispatch_recording(func, args: tuple, kwargs: dict, t0: int):
-    """`dispatch` while a profiler records: the runtime call's span starts at `t0`, as early
-    as Python sees the op, so little simulator time stays on the host clock."""
-    try:
-        info = func._neuron_info
-    except AttributeError:
-        info = _info(func)
-    if info.special is not None:
-        return info.special(info, args, kwargs)
-    if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
-        return _host_result(info, args, kwargs)
-    return _record.dispatch_recorded(info, args, kwargs, t0)
 
 
 def run_op(info: OpInfo, args: tuple, kwargs: dict):

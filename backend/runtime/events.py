@@ -116,6 +116,8 @@ def drain() -> list[RuntimeEvent]:
         tag = rec[0]
         if tag == "host":
             out.append(_host_event(rec))
+        elif tag == "launch":
+            budget = _launch_events(rec, out, budget)
         elif tag == "kernel":
             budget = _kernel_events(rec, out, budget)
         elif tag == "forward":
@@ -151,13 +153,49 @@ def _host_event(rec: tuple) -> RuntimeEvent:
     )  # fmt: skip
 
 
+def _launch_events(rec: list, out: list[RuntimeEvent], budget: int) -> int:
+    """An eager kernel launch: the kernel (with its instructions), then its launching call."""
+    (_, kid, hid, op, entry, tid, t0, t1, cut, src, seq, bwd, flow, cost, plan, _ready,
+     _placed) = rec  # fmt: skip
+    _plan, shapes, dtypes = entry
+    budget = _kernel_events(
+        ("kernel", kid, plan.name, op, shapes, dtypes, tid, plan, rec, flow, src, seq, bwd, None),
+        out,
+        budget,
+    )
+    out.append(
+        _host_event(
+            (
+                "host",
+                hid,
+                "runtime",
+                "launch",
+                op,
+                shapes,
+                dtypes,
+                tid,
+                t0,
+                t1,
+                cost,
+                cut,
+                src,
+                seq,
+                bwd,
+                flow,
+                None,
+            )
+        )  # fmt: skip
+    )
+    return budget
+
+
 def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
     (_, eid, name, op, shapes, dtypes, tid, plan, cell, flow, src, seq, bwd, args) = rec
     from backend.costmodel.timeline import KernelRun
 
-    if cell[2] is None:  # launched on another thread while this drain began
+    if cell[-1] is None:  # launched on another thread while this drain began
         model.schedule_pending()
-    run = KernelRun(plan, *cell[2])
+    run = KernelRun(plan, *cell[-1])
     file, line, func = src if src is not None else (None, None, None)
     base = model.origin_ns
     out.append(

@@ -14,9 +14,10 @@ origin_ns = time.time_ns()  # device-clock zero; device times are stored as orig
 cut_ns = 0  # real backend time minus modeled host cost, summed over runtime calls so far
 _timeline: Any = None
 _spec: Any = None
-# Kernels launched but not yet placed on the timeline, as [plan, ready_ns, placed] cells in
-# launch order (record.submit_kernel appends them; `placed` is DeviceTimeline.place's result,
-# None until then): scheduling waits until a sync or a drain needs it, with the same result.
+# Kernels launched but not yet placed on the timeline, in launch order: lists ending in
+# [..., plan, ready_ns, placed] (the raw launch records of record.py; `placed` is
+# DeviceTimeline.place's result, None until then): scheduling waits until a sync or a drain
+# needs it, with the same result.
 _pending: list[list] = []
 
 
@@ -81,7 +82,7 @@ def schedule_pending() -> None:
     del _pending[: len(cells)]
     place = timeline().place
     for cell in cells:
-        cell[2] = place(cell[0], cell[1])
+        cell[-1] = place(cell[-3], cell[-2])
 
 
 def device_idle_at() -> int:

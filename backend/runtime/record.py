@@ -27,6 +27,14 @@ _sequence_nr = torch._C._autograd._get_sequence_nr
 _F64 = torch.float64
 _Tensor = torch.Tensor
 _pending = model._pending  # kernels waiting to be placed on the device timeline
+_buf = events._buf
+_ids = events._ids
+_flows = events._flows
+_executed = tracking.executed
+_compile_cache = tracking.compile_cache
+_stats = tracking.stats
+_cache_key = tracking.cache_key
+_MISSING = tracking._MISSING
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -69,7 +77,7 @@ def _note_forward(inputs: list) -> None:
     seq, bwd = autograd_position(inputs)
     if seq < 0 or bwd:
         return
-    src = user_frame(5)
+    src = user_frame(4)
     if src is not None:
         events._buf.append(("forward", next(events._ids), _tid(), _now(), seq, src))
 
@@ -148,7 +156,12 @@ def run_hidden(func, args, kwargs):
 
 
 def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
-    """The recorded path of one op; `t0` is when the runtime call began (`dispatch`'s entry)."""
+    """The recorded path of one op; `t0` is when the runtime call began (`dispatch`'s entry).
+
+    A kernel launch is one raw record, the kernel and its launching call together (`drain`
+    makes the two events of it): record time only takes what cannot wait, the clock readings,
+    the user line, the autograd position and the running cut.
+    """
     inputs: list = []
     cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
     if (inputs and type(inputs[0][0]) is not _Tensor) or not info.kernel:
@@ -159,14 +172,39 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
         if not info.kernel and inputs:
             _note_forward(inputs)
         return result
-    src = user_frame(4)
-    seq, bwd = autograd_position(inputs)
+    src = user_frame(3)
+    node = _current_node()  # autograd_position(inputs), inlined: once per op
+    if node is not None:
+        seq, bwd = node._sequence_nr(), True
+    else:
+        seq, bwd = -1, False
+        if _grad_enabled():
+            for _p, w in inputs:
+                if w.requires_grad:
+                    seq = _sequence_nr() - 1
+                    break
     tid = _tid()
     if not info.supported:
         shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
-    m0 = model.modeled_now(t0)  # this call's start on the modeled clock, before its own cut
-    key, compiled, entry = tracking.note_key(info, inputs)
+    m0 = t0 - model.cut_ns - model.origin_ns  # modeled_now(t0): before this call's own cut
+    # tracking.note_key, inlined
+    name = info.name
+    _executed.add(name)
+    n = len(inputs)
+    if n == 2:
+        p, q = inputs[0][0], inputs[1][0]
+        key = (info, p.shape, p.dtype, q.shape, q.dtype)
+    else:
+        key = _cache_key(info, inputs)
+    entry = _compile_cache.get(key, _MISSING)
+    if entry is _MISSING:
+        compiled = True
+        entry = _compile_cache[key] = None
+        _stats["eager_compiles"] += 1
+    else:
+        compiled = False
+        _stats["eager_cache_hits"] += 1
     _enable_rf(False)  # run_hidden, inlined
     try:
         out = info.call(*cpu_args, **kwargs)
@@ -175,38 +213,37 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     new = []
     if inputs and out is inputs[0][0]:  # in-place: as in dispatch.run_op
         result = inputs[0][1]
-        inplace = info.mutates
+        if info.mutates:
+            if info.restrides:
+                refresh(result)
+            if inputs[0][0].dtype is _F64:
+                _d.finish_outputs(info, [], inputs)
     else:
         result = _d._wrap(out, inputs, new)
-        inplace = False
-    t_c = t_l = 0
+        if new or info.mutates:
+            _d.finish_outputs(info, new, inputs)
+    rt = model.spec().runtime
+    compile_real = 0
     if entry is None:  # first use while recording: lower the kernel (the eager compile)
         t_c = _now()
         in_payloads = [p for p, _w in inputs]
         outs = [w._payload for w in new] or ([in_payloads[0]] if info.mutates and inputs else [])
         entry = (lower(info, in_payloads, outs), *_describe(in_payloads))
-        tracking.compile_cache[key] = entry
+        _compile_cache[key] = entry
         t_l = _now()
-    plan, shapes, dtypes = entry
-    rt = model.spec().runtime
-    if compiled:
-        _host("compile", "compile", info.name, shapes, dtypes, tid, t_c, t_l, rt.eager_compile_ns,
-              src, seq, bwd, args={"cache": "miss"})  # fmt: skip
-    flow = next(events._flows)
+        if compiled:
+            compile_real = t_l - t_c
+            _host("compile", "compile", name, entry[1], entry[2], tid, t_c, t_l,
+                  rt.eager_compile_ns, src, seq, bwd, args={"cache": "miss"})  # fmt: skip
     ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
-    submit_kernel(plan, ready, info.name, shapes, dtypes, tid, flow, src, seq, bwd)
-    if inplace:
-        if info.restrides:
-            refresh(inputs[0][1])
-        if inputs[0][0].dtype is _F64:
-            _d.finish_outputs(info, [], inputs)
-    elif new or info.mutates:
-        _d.finish_outputs(info, new, inputs)
-    t1 = _now()
     # The launch owns the payload compute too: all of it is simulator time, cut from the host.
-    compile_real = t_l - t_c if compiled else 0
-    _host("runtime", "launch", info.name, shapes, dtypes, tid, t0, t1 - compile_real,
-          rt.launch_ns, src, seq, bwd, flow)  # fmt: skip
+    t1 = _now() - compile_real
+    cut = model.cut_ns
+    model.cut_ns = cut + (t1 - t0) - rt.launch_ns  # model.add_cut, inlined
+    rec = ["launch", next(_ids), next(_ids), name, entry, tid, t0, t1, cut, src,
+           seq, bwd, next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
+    _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(rec[-3], rec[-2])
+    _buf.append(rec)
     return result
 
 
