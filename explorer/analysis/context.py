@@ -33,7 +33,7 @@ from .conventions import (
     OPTIMIZER_STEP_LIKE,
     RECOMPILE_PREDICATE,
     SYNC_RUNTIME_NAMES,
-    TRACE_COMPILE_PREDICATE,
+    TRACE_COMPILE_NAMES,
     sync_predicate,
 )
 
@@ -116,6 +116,7 @@ class AnalysisContext:
         self.profile = profile
         self.manifest = profile.manifest
         self.lock = threading.RLock()  # one rule or summary at a time (the web serves threads)
+        self._subsets: set[str] = set()
 
     @cached_property
     def events(self) -> pa.Table:
@@ -231,6 +232,17 @@ class AnalysisContext:
         """Register the `ev` rows that the mask `rows` selects as table `name` (returned), so
         a query about a few kinds of events scans those rather than every event."""
         self.con.register(name, self.events.filter(pa.array(rows)))
+        return name
+
+    def events_of(self, kinds: tuple[str, ...], layer: str | None = None) -> str:
+        """The name of a registered table of the `ev` rows of these kinds (and layer): rules
+        about a few kinds of events query it instead of scanning every event."""
+        name = "ev_" + "_".join((layer or "any", *kinds))
+        if name not in self._subsets:
+            rows = self.cols.where("kind", kinds)
+            if layer is not None:
+                rows = rows & self.cols.where("layer", (layer,))
+            self._subsets.add(self.subset(name, rows))
         return name
 
     def merged_rows(self, name: str, rows: np.ndarray) -> pa.Table:
@@ -378,10 +390,15 @@ class AnalysisContext:
     def _explained_ready(self) -> bool:
         """`explained(rank, s, e)`: host time with a known cause of device idleness (compiles,
         torch.compile's tracing, CPU fallbacks, syncs and data loading), merged per rank."""
-        src = f"""SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev
-            WHERE layer = 'host' AND (kind IN ('compile', 'fallback') OR {sync_predicate()}
-                  OR (kind IN ('annotation', 'op') AND is_loader) OR {TRACE_COMPILE_PREDICATE})"""
-        self.merged("explained", src)
+        cols = self.cols
+        kind = cols.where
+        rows = cols.where("layer", ("host",)) & (
+            kind("kind", ("compile", "fallback", NEURON_SYNC_KIND))  # sync_predicate()
+            | (kind("kind", ("runtime",)) & kind("name", SYNC_RUNTIME_NAMES))
+            | (kind("kind", ("annotation", "op")) & cols.like("name", DATALOADER_LIKE))
+            | (kind("kind", ("op", "annotation")) & kind("name", TRACE_COMPILE_NAMES))
+        )
+        self.merged_rows("explained", rows)
         return True
 
     @cached_property

@@ -34,7 +34,10 @@ class CudaSync(Rule):
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         where = f"layer = 'host' AND kind = 'runtime' AND name IN {sql_list(SYNC_RUNTIME_NAMES)}"
-        agg = ctx.one(f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {where}")
+        runtime = ctx.events_of(("runtime",), "host")
+        agg = ctx.one(
+            f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM {runtime} WHERE {where}"
+        )
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
         step_ns = ctx.total_step_ns
         if n < self.MIN_CALLS or step_ns <= 0 or ns < self.MIN_SHARE * step_ns:
@@ -42,7 +45,7 @@ class CudaSync(Rule):
         calls = hotspots(
             ctx.rows(
                 f"""SELECT name || coalesce(' from ' || op_name, '') AS label,
-                       sum(dur_ns) AS dur_ns, count(*) AS count FROM ev WHERE {where}
+                       sum(dur_ns) AS dur_ns, count(*) AS count FROM {runtime} WHERE {where}
                 GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5"""
             )
         )

@@ -53,7 +53,7 @@ class Fp32Matmul(Rule):
             f"""SELECT coalesce(sum(dur_ns), 0) AS total,
                    coalesce(sum(dur_ns) FILTER (WHERE {FP32}), 0) AS ns,
                    count(*) FILTER (WHERE {FP32}) AS n
-            FROM ev WHERE layer = 'device' AND kind = 'kernel'"""
+            FROM {ctx.events_of(("kernel",), "device")} WHERE layer = 'device' AND kind = 'kernel'"""
         )
         total, ns, n = (int(agg.get(k) or 0) for k in ("total", "ns", "n"))
         if total <= 0 or ns < self.MIN_SHARE * total:

@@ -54,7 +54,7 @@ class HostDeviceCopies(Rule):
             f"""SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns,
                    count(*) FILTER (WHERE name LIKE '%Pageable%') AS pn,
                    coalesce(sum(dur_ns) FILTER (WHERE name LIKE '%Pageable%'), 0) AS pns
-            FROM ev WHERE {GPU_HOST_COPY}"""
+            FROM {ctx.events_of(("gpu_memcpy",))} WHERE {GPU_HOST_COPY}"""
         )
         n, ns, pn, pns = (int(g.get(k) or 0) for k in ("n", "ns", "pn", "pns"))
         frequent = (
@@ -103,7 +103,8 @@ class HostDeviceCopies(Rule):
                        src_file || ':' || src_line AS label, count(DISTINCT step) AS steps,
                        count(*) AS count, sum(dur_ns) AS dur_ns,
                        sum(coalesce(bytes_written, bytes_read, 0)) AS bytes
-                FROM ev WHERE {NEURON_H2D} AND step IS NOT NULL AND src_file IS NOT NULL
+                FROM {ctx.events_of((NEURON_COPY_KIND,), "host")}
+                WHERE {NEURON_H2D} AND step IS NOT NULL AND src_file IS NOT NULL
                 GROUP BY src_file, src_line
                 HAVING count(DISTINCT step) >= {self.EVERY_STEP_FRACTION} * {steps}
                 ORDER BY dur_ns DESC"""

@@ -45,7 +45,8 @@ class LaunchBound(Rule):
         if not ctx.device_ranks:
             return none
         med = ctx.rows(
-            f"""SELECT rank, median(dur_ns) AS med, any_value(device) AS device FROM ev
+            f"""SELECT rank, median(dur_ns) AS med, any_value(device) AS device
+            FROM {ctx.events_of(KERNEL_KINDS, "device")}
             WHERE layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)} GROUP BY rank"""
         )
         tiny = {int(r["rank"]): r for r in med if r["med"] is not None}

@@ -43,7 +43,7 @@ class SmallDma(Rule):
             f"""SELECT count(*) AS n, count(*) FILTER (WHERE {SIZE} < {limit}) AS small,
                    coalesce(sum(dur_ns) FILTER (WHERE {SIZE} < {limit}), 0) AS ns,
                    coalesce(sum({SIZE}) FILTER (WHERE {SIZE} < {limit}), 0) AS bytes
-            FROM ev WHERE {DMA}"""
+            FROM {ctx.events_of(("dma",), "device")} WHERE {DMA}"""
         )
         n, k = int(agg.get("n") or 0), int(agg.get("small") or 0)
         if k < self.MIN_COUNT or k < self.MIN_SMALL_SHARE * n:

@@ -62,7 +62,7 @@ class TensorEnginePadding(Rule):
                    json_extract(args, '$.matmul')::VARCHAR AS mm, sum(dur_ns) AS dur_ns,
                    count(*) AS count, list(id ORDER BY dur_ns DESC)[1:5] AS ids,
                    any_value(src_file) AS file, any_value(src_line) AS line
-            FROM ev WHERE {MATMUL} GROUP BY 1, 2, 3"""
+            FROM {ctx.events_of(("kernel",), "device")} WHERE {MATMUL} GROUP BY 1, 2, 3"""
         )
         total = sum(int(g["dur_ns"]) for g in groups)
         wasted_rows = []
