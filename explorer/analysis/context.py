@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
 UNUSED_COLUMNS = ("stack_id",)  # nothing reads it; not decoded
+SUBSET_SHARE = 0.25  # events_of copies rows out of `ev` only when they are at most this share
 # boolean columns `ev` adds, from name patterns (conventions.py)
 NAME_FLAGS = {
     "is_loader": DATALOADER_LIKE,
@@ -123,24 +124,24 @@ class AnalysisContext:
         """The event columns the rules read, decoded once by pyarrow (strings stay
         dictionary-encoded). args, shapes and dtypes are kept only on the rows whose rules
         read them (ARGS_KINDS and downcast events)."""
-        skip = set(UNUSED_COLUMNS)
-        table = self.profile.table(
+        skip = (*HEAVY_COLUMNS, *UNUSED_COLUMNS)
+        light = self.profile.table(
             "events", columns=[c.name for c in EVENTS.columns if c.name not in skip]
         )
-        light = table.drop_columns(list(HEAVY_COLUMNS))
         self._cols = Columns(light)
         keep = self._cols.where("kind", ARGS_KINDS) | self._cols.where("name", (DOWNCAST_EVENT,))
-        wanted = bool(keep.any())
+        wanted = bool(keep.any())  # a CUDA trace has none: its long args are never decoded
+        heavy = self.profile.table("events", columns=list(HEAVY_COLUMNS)) if wanted else None
         keep_arr = pa.array(keep)
         for name in HEAVY_COLUMNS:
-            if wanted:
+            if heavy is not None:
                 col = pc.if_else(
-                    keep_arr, table[name].combine_chunks(), pa.scalar(None, pa.string())
+                    keep_arr, heavy[name].combine_chunks(), pa.scalar(None, pa.string())
                 )
                 if name == "args":
                     col = _valid_json_or_null(col)
             else:
-                col = pa.nulls(table.num_rows, pa.string())
+                col = pa.nulls(light.num_rows, pa.string())
             light = light.append_column(name, col)
         # name tests computed once per distinct name (on the dictionary), not per row
         for flag, patterns in NAME_FLAGS.items():
@@ -242,6 +243,8 @@ class AnalysisContext:
             rows = self.cols.where("kind", kinds)
             if layer is not None:
                 rows = rows & self.cols.where("layer", (layer,))
+            if rows.sum() > SUBSET_SHARE * self.cols.n:  # copying most rows costs more
+                return "ev"
             self._subsets.add(self.subset(name, rows))
         return name
 
