@@ -8,12 +8,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import BadInputError
 from ..model.io import ProfileWriter
 from ..model.manifest import Manifest, Step
 from . import pystacks
-from .kineto import FileData
+from .kineto import FileData, PatchedText
 
 
 def assign_ranks(files: Sequence[FileData]) -> list[int]:
@@ -35,8 +36,34 @@ def _order(f: FileData) -> np.ndarray:
     return np.lexsort((-f.columns["dur_ns"], f.columns["start_ns"]))
 
 
-def _permute(col: Any, order: np.ndarray) -> Any:
-    return col[order] if isinstance(col, np.ndarray) else col.take(order)
+def _permute(col: Any, order: np.ndarray, pos: np.ndarray) -> Any:
+    """`col` in `order` (`pos`: each row's place in it)."""
+    if isinstance(col, np.ndarray):
+        return col[order]
+    if isinstance(col, PatchedText):
+        return _take_patched(col, order, pos)
+    return col.take(order)
+
+
+BLOCK_ROWS = 1 << 16
+
+
+def _take_patched(col: PatchedText, order: np.ndarray, pos: np.ndarray) -> pa.ChunkedArray:
+    """The patched text column in `order`, built block by block: each block taken from the
+    base and patched on its own, so only the result and one block exist besides the base."""
+    at = pos[col.rows]
+    by_place = np.argsort(at, kind="stable")
+    at, texts = at[by_place], col.texts.take(by_place)
+    out = []
+    for i in range(0, len(order), BLOCK_ROWS):
+        block = col.base.take(order[i : i + BLOCK_ROWS])
+        lo, hi = np.searchsorted(at, [i, i + BLOCK_ROWS])
+        if hi > lo:
+            mask = np.zeros(len(block), dtype=bool)
+            mask[at[lo:hi] - i] = True
+            block = pc.replace_with_mask(block, mask, texts.slice(lo, hi - lo))
+        out.append(block)
+    return pa.chunked_array(out, type=col.base.type)
 
 
 def _link(ids: np.ndarray, rows: np.ndarray) -> pa.Array:
@@ -49,8 +76,9 @@ def _events(f: FileData, rank: int, first_id: int, first_stack: int, origin: int
     one as they are reordered, so the file's columns and the table never coexist whole."""
     order = _order(f)
     n = len(order)
-    ids = np.empty(n, dtype=np.int64)  # by row
-    ids[order] = np.arange(first_id, first_id + n, dtype=np.int64)
+    pos = np.empty(n, dtype=np.int64)  # each row's place in the table
+    pos[order] = np.arange(n, dtype=np.int64)
+    ids = pos + first_id
     cols: dict[str, Any] = {
         "id": np.arange(first_id, first_id + n, dtype=np.int64),
         "rank": pa.array(np.full(n, rank, dtype=np.int32)),
@@ -58,7 +86,7 @@ def _events(f: FileData, rank: int, first_id: int, first_stack: int, origin: int
         "flow_id": _link(ids, f.links["flow_src"][order]),
     }
     for name in list(f.columns):
-        col = _permute(f.columns.pop(name), order)
+        col = _permute(f.columns.pop(name), order, pos)
         if name == "start_ns":
             col = col - origin
         elif name == "stack_id":

@@ -96,7 +96,7 @@ def load(
         "op_name": _dict_take(d.names, _op_name_code(r, parent, launch, dev_rows)),
         **_op_columns(r.n, op_rows, d.typed["op"]),
         **_byte_columns(r, gpu_rows, nbytes),
-        "args": _args_column(d, d.row_args, r, flow_extra),
+        "args": _args_column(d, r, flow_extra),
     }
     base = d.trace.baseTimeNanoseconds or 0
     counters = _counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
@@ -306,28 +306,34 @@ def _check_times(path: Path, d: Decoded, rows: np.ndarray, bad: np.ndarray, what
         )
 
 
-def _args_column(
-    d: Decoded, col: pa.ChunkedArray, r: _Rows, extra: dict[int, str]
-) -> pa.ChunkedArray:
+@dataclass(frozen=True)
+class PatchedText:
+    """A text column given as base values with some rows replaced; assemble materialises it
+    block by block as it reorders the rows, so the column is never copied whole twice."""
+
+    base: pa.Array
+    rows: np.ndarray  # the rows replaced, ascending
+    texts: pa.Array  # their values
+
+
+def _args_column(d: Decoded, r: _Rows, extra: dict[int, str]) -> PatchedText:
     """The events' args as JSON text; unknown categories also keep their cat and ph, and rows
     whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
+    base, d.row_args = d.row_args, None  # type: ignore[assignment]
     patch = sorted(set(np.flatnonzero(r.kind == K["other"]).tolist()) | set(extra))
-    if not patch:
-        return col
-    texts = []
-    for i in patch:
-        raw = col[i].as_py()
-        a = msgspec.json.decode(raw) if raw else {}
-        a = a if isinstance(a, dict) else {"args": a}
-        if r.kind[i] == K["other"]:
-            e = r.rows[i]
-            a = {"cat": d.cats[d.cat_code[e]], "ph": str(d.ph[e]), **a}
-        if i in extra:
-            a["fwdbwd_flow"] = extra[i]
-        texts.append(msgspec.json.encode(a).decode())
-    mask = np.zeros(r.n, dtype=bool)
-    mask[patch] = True
-    return pc.if_else(mask, _scatter(r.n, np.array(patch), pa.array(texts, col.type)), col)
+    texts = [_patched_args(d, r, base[i].as_py(), i, extra) for i in patch]
+    return PatchedText(base, np.array(patch, dtype=np.int64), pa.array(texts, base.type))
+
+
+def _patched_args(d: Decoded, r: _Rows, raw: str | None, i: int, extra: dict[int, str]) -> str:
+    a = msgspec.json.decode(raw) if raw else {}
+    a = a if isinstance(a, dict) else {"args": a}
+    if r.kind[i] == K["other"]:
+        e = r.rows[i]
+        a = {"cat": d.cats[d.cat_code[e]], "ph": str(d.ph[e]), **a}
+    if i in extra:
+        a["fwdbwd_flow"] = extra[i]
+    return msgspec.json.encode(a).decode()
 
 
 def _counters(mem: tuple[pa.ChunkedArray, ...], ts: np.ndarray) -> dict[str, Any]:

