@@ -150,3 +150,19 @@ def groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         key = key * (int(k.max()) + 1 if len(k) else 1) + k
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return first, inverse, len(uniq)
+
+
+def dense(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """np.unique(keys, return_index=True, return_inverse=True) for non-negative integer keys,
+    in linear time when their range is small (lanes, ranks, codes): the distinct keys, the first
+    row of each, and each row's group."""
+    if len(keys) == 0 or int(keys.max()) >= max(4 * len(keys), 1 << 16):
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return uniq, first, inverse
+    present = np.bincount(keys)
+    uniq = np.flatnonzero(present)
+    group_of = np.cumsum(present > 0) - 1
+    inverse = group_of[keys]
+    first = np.full(len(uniq), len(keys), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(keys)))
+    return uniq, first, inverse

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from . import intervals
-from .columns import children_ns, exact_sum, group_sum
+from .columns import children_ns, dense, exact_sum, group_sum
 from .context import AnalysisContext, context
 from .conventions import (
     COMPILE_GROUP_SQL,
@@ -183,7 +183,7 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
     dev, dev_names = cols.codes("device")
     lane_all = (rank - int(rank.min() if cols.n else 0)) * (len(dev_names) + 1) + dev + 1
     work = _device_rows(ctx, DEVICE_WORK_KINDS) & (dev >= 0)
-    lanes, lane_of = np.unique(lane_all[work], return_inverse=True)
+    lanes, first_of, lane_of = dense(lane_all[work])
     if not len(lanes):
         return ()
     kind_rows = {
@@ -192,10 +192,12 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
                            ("transfers", TRANSFER_KINDS))
     }  # fmt: skip
     s, e = cols.ints("start_ns"), cols.end()
+    lane_number = np.zeros(int(lanes[-1]) + 1, dtype=np.int64)
+    lane_number[lanes] = np.arange(len(lanes))
 
     def union(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per lane: covered time, first start, last end."""
-        lane = np.searchsorted(lanes, lane_all[mask])
+        lane = lane_number[lane_all[mask]]
         rows, ms, me = intervals.merge_arrays(lane, s[mask], e[mask])
         at = lane[rows]
         lo = np.full(len(lanes), np.iinfo(np.int64).max)
@@ -206,7 +208,7 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
 
     busy, lo, hi = union(work)
     comp, _, _ = union(_device_rows(ctx, COMPUTE_KINDS) & (dev >= 0))
-    first = np.flatnonzero(work)[np.unique(lane_of, return_index=True)[1]]
+    first = np.flatnonzero(work)[first_of]
     out = [
         DeviceStats(
             rank=int(rank[first[i]]),
@@ -322,16 +324,17 @@ def _engines(ctx: AnalysisContext) -> tuple[EngineUtil, ...]:
         label = "DMA" if name.startswith("DMA") else name
         if label in engines:
             engine_of[code] = engines.index(label)
-    rank = cols.ints("rank")
-    lane = (rank[rows] - int(rank.min() if cols.n else 0)) * len(engines) + engine_of[track[rows]]
-    at, s, e = intervals.merge_arrays(lane, cols.ints("start_ns")[rows], cols.end()[rows])
-    keys, inverse = np.unique(lane[at], return_inverse=True)
+    at = np.flatnonzero(rows)
+    rank = cols.ints("rank")[at]
+    lane = (rank - int(rank.min() if len(at) else 0)) * len(engines) + engine_of[track[at]]
+    first, s, e = intervals.merge_arrays(lane, cols.ints("start_ns")[at], cols.end()[at])
+    keys, inverse = np.unique(lane[first], return_inverse=True)
     busy = group_sum(inverse, e - s, len(keys))
-    first = at[np.unique(inverse, return_index=True)[1]]
+    lane_rank = rank[first[np.unique(inverse, return_index=True)[1]]]
     denom = _rank_time(ctx)
     out = []
     for i, k in enumerate(keys):
-        r = int(rank[rows][first[i]])
+        r = int(lane_rank[i])
         out.append(
             EngineUtil(
                 rank=r,
