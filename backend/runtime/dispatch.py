@@ -26,7 +26,7 @@ class OpInfo:
     """How the runtime treats one OpOverload; built once per overload."""
 
     __slots__ = ("func", "call", "name", "kernel", "supported", "mutates", "restrides",
-                 "allows_cpu", "special")  # fmt: skip
+                 "allows_cpu", "special", "payload_keys", "redispatch", "tensor_slots")  # fmt: skip
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         schema = func._schema
@@ -45,6 +45,46 @@ class OpInfo:
         self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put_",
                                         "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
         self.special = _SPECIAL.get(self.name)
+        self.payload_keys, self.redispatch = _payload_route(func)
+        # positional Tensor parameters: torch hands __torch_dispatch__ a Python number there for
+        # a scalar operand (x * 2), which only a call (not a boxed redispatch) converts back
+        self.tensor_slots = tuple(
+            i
+            for i, a in enumerate(schema.arguments)
+            if not a.kwarg_only and isinstance(a.type, torch._C.TensorType)
+        )
+
+
+def _payload_route(func) -> tuple:
+    """(keys, redispatch) that run `func` on CPU payloads without a profiler event, or
+    (None, None) where the op has no CPU kernel to go to.
+
+    A redispatch records no torch.profiler event (only a call through the dispatcher does): it
+    hides the simulator's payload op for half the cost of switching record functions off and on
+    (each switch copies the profiler's thread-local callbacks). It skips autograd and
+    ADInplaceOrView, which a payload never needs (it does not require grad; its wrapper carries
+    the version counter and view links), but keeps the conjugate and negative views' fallbacks.
+    A redispatch does not skip an op's fallthrough kernels as a call does, so a key where the
+    op has one is left out.
+    """
+    schema = func._schema
+    name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    handle = getattr(func, "_handle", None)
+    has_kernel = torch._C._dispatch_has_computed_kernel_for_dispatch_key
+    if handle is None or not has_kernel(name, "CPU") or _falls_through(name, "CPU"):
+        return None, None
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    for key in ("Conjugate", "Negative"):
+        if not _falls_through(name, key):
+            keys = keys | torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+    return keys, handle.redispatch_boxed
+
+
+def _falls_through(name: str, key: str) -> bool:
+    try:
+        return torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(name, key)
+    except RuntimeError:  # no kernel of the op's own: the key's backend fallback runs
+        return False
 
 
 _INFO: dict = {}

@@ -155,6 +155,22 @@ def run_hidden(func, args, kwargs):
         _enable_rf(True)
 
 
+def run_payload(info, args, kwargs):
+    """`run_hidden` for an op on real CPU payloads: straight to its CPU kernel where it has one
+    (see dispatch._payload_route)."""
+    if info.redispatch is not None and _all_tensors(info.tensor_slots, args):
+        return info.redispatch(info.payload_keys, *args, **kwargs)
+    return run_hidden(info.call, args, kwargs)
+
+
+def _all_tensors(slots: tuple, args) -> bool:
+    n = len(args)
+    for i in slots:
+        if i < n and not isinstance(args[i], _Tensor):
+            return False
+    return True
+
+
 def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     """The recorded path of one op; `t0` is when the runtime call began (`dispatch`'s entry).
 
@@ -165,7 +181,10 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     inputs: list = []
     cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
     if (inputs and type(inputs[0][0]) is not _Tensor) or not info.kernel:
-        out = run_hidden(info.call, cpu_args, kwargs)
+        if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
+            out = run_hidden(info.call, cpu_args, kwargs)
+        else:
+            out = run_payload(info, cpu_args, kwargs)
         new: list = []
         result = _d._wrap(out, inputs, new)
         _d.finish_outputs(info, new, inputs)
@@ -205,11 +224,14 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     else:
         compiled = False
         _stats["eager_cache_hits"] += 1
-    _enable_rf(False)  # run_hidden, inlined
-    try:
-        out = info.call(*cpu_args, **kwargs)
-    finally:
-        _enable_rf(True)
+    if info.redispatch is not None and _all_tensors(info.tensor_slots, cpu_args):
+        out = info.redispatch(info.payload_keys, *cpu_args, **kwargs)  # run_payload, inlined
+    else:
+        _enable_rf(False)
+        try:
+            out = info.call(*cpu_args, **kwargs)
+        finally:
+            _enable_rf(True)
     new = []
     if inputs and out is inputs[0][0]:  # in-place: as in dispatch.run_op
         result = inputs[0][1]
@@ -259,7 +281,7 @@ def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dt
     t_cpu = _now()
     _host("copy", "copy d2h", info.name, shapes, dtypes, tid, t_w, t_cpu, d2h, src, seq, bwd,
           args={"bytes": in_bytes})  # fmt: skip
-    out = run_hidden(info.call, cpu_args, kwargs)
+    out = run_payload(info, cpu_args, kwargs)
     t_done = _now()
     new: list = []
     result = _d._wrap(out, inputs, new)
