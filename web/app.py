@@ -52,6 +52,7 @@ def create_app(
     # one profile analysed at a time in the background, leaving the other core to requests
     background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis")
     pending: set[str] = set()
+    side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tables")
     pending_lock = threading.Lock()
     app = FastAPI(title="Neuron Explorer", docs_url="/api/docs", openapi_url="/api/openapi.json")
     app.state.store = store
@@ -177,6 +178,9 @@ def create_app(
     def api_summary(name: str) -> dict[str, Any]:
         p = store.open(name)
         m = p.manifest
+        if not (store.has(name, "ops_table") and store.has(name, "lines_table")):
+            # the tables (numpy, GIL mostly released) while this thread runs the rules
+            side.submit(lambda: (ops(name), lines(name)))
         f = findings(name)
         modeled = overview.is_modeled(p)
         return {
