@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
 UNUSED_COLUMNS = ("stack_id",)  # nothing reads it; not decoded
-SUBSET_SHARE = 0.25  # events_of copies rows out of `ev` only when they are at most this share
+SUBSET_SHARE = 0.15  # events_of copies rows out of `ev` only when they are at most this share
 # boolean columns `ev` adds, from name patterns (conventions.py)
 NAME_FLAGS = {
     "is_loader": DATALOADER_LIKE,
