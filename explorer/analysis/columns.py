@@ -51,7 +51,7 @@ class Columns:
     def end(self) -> np.ndarray:
         return self._once(("end",), lambda: self.ints("start_ns") + self.ints("dur_ns"))
 
-    def codes(self, name: str) -> tuple[np.ndarray, list[str | None]]:
+    def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """A string column as int32 codes into its distinct values (-1 for NULL), the values
         sorted, so codes order like the strings."""
         return self._once(("codes", name), lambda: _codes(self.table[name]))
@@ -85,7 +85,7 @@ class Columns:
         return table[code]
 
 
-def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
+def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     if pa.types.is_dictionary(col.type):
         dicts = [c.dictionary for c in col.chunks]
         values = pc.unique(pa.chunked_array(dicts, col.type.value_type)) if dicts else None

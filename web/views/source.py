@@ -87,7 +87,7 @@ def line_table(cols: Columns) -> pa.Table:
     with_fn, at_fn = np.unique(group[named], return_index=True)
     fn[with_fn] = func[e][named[at_fn]]
     rows: list[list] = []  # file, line, func, host_ns, device_ns, ops, launches, has host/device
-    on_line: dict[tuple[str, int], list] = {}
+    on_line: dict[tuple[str, int | None], list] = {}
     for g in range(n):
         r = e[first[g]]
         row = [files[file[r]], int(line[r]) if has_line[r] else None,
@@ -120,11 +120,11 @@ def line_table(cols: Columns) -> pa.Table:
     for g in range(n):
         ln = int(dline[first[g]]) if dline_ok[first[g]] else None
         # a NULL line joins no host row (SQL equality), so it keeps a row of its own
-        row = on_line.get((files[dfile[first[g]]], ln)) if ln is not None else None
-        if row is None:
-            row = [files[dfile[first[g]]], ln, "", 0, 0, 0, 0, False, True]
-            rows.append(row)
-        row[4], row[6], row[8] = int(device_ns[g]), int(launches[g]), True
+        hit = on_line.get((files[dfile[first[g]]], ln)) if ln is not None else None
+        if hit is None:
+            hit = [files[dfile[first[g]]], ln, "", 0, 0, 0, 0, False, True]
+            rows.append(hit)
+        hit[4], hit[6], hit[8] = int(device_ns[g]), int(launches[g]), True
     # LINES_SQL orders by host_ns + device_ns before its coalesce: lines with both host and
     # device time first, by that sum; then the rest (NULL sums), here by their time and line
     rows.sort(key=lambda r: (not (r[7] and r[8]), -(r[3] + r[4]), r[0], r[1] is None, r[1] or 0))
