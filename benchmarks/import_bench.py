@@ -6,9 +6,9 @@
 Each measurement runs in a fresh subprocess: wall time, CPU time (user+sys, worker processes
 included) and peak RSS of the work (the largest process), next to the RSS the interpreter had
 before it (imports done), so the table shows both the absolute peak and what the work added.
-"tree peak" is the memory of the whole process tree, sampled every 10 ms: the anonymous and
-file-backed RSS of the process and all its children plus the memfd files they hold (the
-importer's decoding processes hand their columns over in one), each memfd counted once.
+"tree peak" is the memory of the whole process tree, sampled every 10 ms from outside: the
+anonymous and file-backed RSS of the process and all its children plus the memfd files they
+hold (the importer's decoding processes hand their columns over in one), each counted once.
 Traces: benchmarks/data/ (import_record.py).
 """
 
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -47,9 +49,23 @@ def rss_mb():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
 base = rss_mb()
-import os, threading
-def tree_mb():
-    pids, todo = [], [os.getpid()]
+def cpu_s():  # this process and its worker processes (HTA parses in a multiprocessing pool)
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+c0, t0 = cpu_s(), time.perf_counter()
+result = load()
+t1, cpu = time.perf_counter(), cpu_s() - c0
+peak = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
+print(json.dumps({"wall": t1 - t0, "cpu": cpu, "peak": peak, "base": base}))
+"""
+
+METHODS = ("json", "orjson", "import")
+
+
+def tree_mb(root: int) -> float:
+    """Memory of `root` and all its descendants: anonymous and file-backed RSS of each, plus
+    the memfd files they hold (counted once: a parent and child share them)."""
+    pids, todo = [], [root]
     while todo:
         pid = todo.pop()
         pids.append(pid)
@@ -63,47 +79,33 @@ def tree_mb():
     for pid in pids:
         try:
             with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith(("RssAnon:", "RssFile:")):
-                        kb += int(line.split()[1])
+                kb += sum(int(x.split()[1]) for x in f if x.startswith(("RssAnon:", "RssFile:")))
             for fd in os.listdir(f"/proc/{pid}/fd"):
-                p = f"/proc/{pid}/fd/{fd}"
-                if os.readlink(p).startswith("/memfd:"):
-                    st = os.stat(p)
+                link = f"/proc/{pid}/fd/{fd}"
+                if os.readlink(link).startswith("/memfd:"):
+                    st = os.stat(link)
                     memfds[st.st_ino] = st.st_blocks * 512
         except OSError:
             pass
     return kb / 1024 + sum(memfds.values()) / 2**20
-tree_peak, done = [0.0], threading.Event()
-def sample():
-    while not done.wait(0.01):
-        tree_peak[0] = max(tree_peak[0], tree_mb())
-sampler = threading.Thread(target=sample, daemon=True)
-sampler.start()
-def cpu_s():  # this process and its worker processes (HTA parses in a multiprocessing pool)
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-c0, t0 = cpu_s(), time.perf_counter()
-result = load()
-t1, cpu = time.perf_counter(), cpu_s() - c0
-done.set(); sampler.join()
-peak = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
-tree = max(tree_peak[0], peak)
-print(json.dumps({"wall": t1 - t0, "cpu": cpu, "peak": peak, "tree": tree, "base": base}))
-"""
-
-METHODS = ("json", "orjson", "import")
 
 
 def measure(method: str, trace: Path, python: str = sys.executable) -> dict:
+    """One run in a fresh process; its process tree's memory sampled from here every 10 ms
+    (a sampling thread inside would contend for the measured interpreter's GIL)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            [python, "-c", CHILD, method, str(trace), str(Path(tmp) / "profile")],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        cmd = [python, "-c", CHILD, method, str(trace), str(Path(tmp) / "profile")]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tree = 0.0
+        while proc.poll() is None:
+            tree = max(tree, tree_mb(proc.pid))
+            time.sleep(0.01)
+        out, err = proc.communicate()
+        if proc.returncode:
+            raise RuntimeError(f"{method} failed: {err}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result["tree"] = max(tree, result["peak"])
+    return result
 
 
 def bench(

@@ -82,13 +82,18 @@ def extract(path: Path, options: DecodeOptions = DecodeOptions()) -> Decoded:
 
 
 def _spans(path: Path, source: Source, options: DecodeOptions) -> list[Span]:
-    try:
-        workers = _workers(source, options)
-        cut_at = parallel.cuts(source, workers) if workers > 1 else []
-        if cut_at:
+    """Decode in processes, else in ranges here, else the whole file at once (the usual error
+    for a bad file)."""
+    workers = _workers(source, options)
+    cut_at = parallel.cuts(source, workers) if workers > 1 else []
+    if cut_at:
+        try:
             return parallel.decode_spans(source, cut_at, options.range_bytes)
+        except RangeError:
+            pass
+    try:
         return [decode_span(source, None, None, range_bytes=options.range_bytes, path=path)]
-    except RangeError:  # decode it all at once: the usual error for a bad file
+    except RangeError:
         buf = source.buf if isinstance(source, BufferSource) else kd.read_bytes(path)
         whole = BufferSource(buf)
         return [decode_span(whole, None, None, range_bytes=whole.size + 1, path=path)]

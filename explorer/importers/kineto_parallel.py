@@ -59,16 +59,22 @@ class _Child:
     """A forked process decoding one span into a memfd."""
 
     def __init__(self, source: Source, begin: int, end: int | None, range_bytes: int) -> None:
-        self.memfd = os.memfd_create("neuron-explorer-import", os.MFD_CLOEXEC)
-        read_end, write_end = os.pipe()
-        with warnings.catch_warnings():  # Python 3.12+ warns about fork in a threaded process
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self.pid = os.fork()
+        self.pid, self.pipe, self.memfd, write_end = 0, -1, -1, -1
+        try:
+            self.memfd = os.memfd_create("neuron-explorer-import", os.MFD_CLOEXEC)
+            self.pipe, write_end = os.pipe()
+            with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.pid = os.fork()
+        except OSError as e:  # out of processes or memory: decode here instead
+            if write_end >= 0:
+                os.close(write_end)
+            self.close()
+            raise RangeError(f"cannot start a decoding process ({e})") from None
         if self.pid == 0:  # the child: never returns
-            os.close(read_end)
+            os.close(self.pipe)
             _child_main(source, begin, end, range_bytes, self.memfd, write_end)
         os.close(write_end)
-        self.pipe = read_end
 
     def result(self) -> Span:
         """The child's span, its columns mapped from the memfd; RangeError if it failed."""
@@ -96,10 +102,11 @@ class _Child:
                 pass
             self.pid = 0
         for fd in (self.pipe, self.memfd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         self.pipe = self.memfd = -1
 
 

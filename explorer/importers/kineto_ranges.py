@@ -7,8 +7,9 @@ A cut is the comma between two events (`}` `,` `{`, any whitespace). It is check
 trusted: a range is decoded as a JSON object of its own (the range's events wrapped in
 `{"<key>":[` and `]}` written over the bytes around its cuts), which succeeds only if each cut
 sits between two events at the top level of the array. So when every range decodes, the events
-are exactly the file's; otherwise RangeError, and the caller decodes the whole file at once,
-which gives the usual one-line error for a bad file.
+are exactly the file's. A range that fails is tried again with an earlier cut (a string may
+hold "}, {"); then RangeError, and the caller decodes the whole file at once, which gives the
+usual one-line error for a bad file.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ WRAP = b'{"' + WRAP_KEY.encode() + b'":['
 END = b"]}"
 CUT = re.compile(rb"\}\s*,\s*\{")
 CUT_WINDOW = 1 << 16  # a cut is looked for in the last 64 KB of a read first
+CUT_TRIES = 4  # cuts tried for one range before the caller falls back
 FIELDS = ("ph", "name", "cat", "pid", "tid", "id")  # factorized event fields
 
 
@@ -150,17 +152,26 @@ def decode_span(
     while True:
         lo = 0 if pos is None else pos - len(WRAP) + 1
         cut = _next_cut(source, lo, limit, end, range_bytes)
-        hi = source.size if cut is None else cut + len(END)
-        view = source.read(lo, hi)
-        patches = _patch(view, first=pos is None, last=cut is None, size=hi - lo)
-        try:
-            evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
-            span.top.update(top)
-            span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
-            del evs
-        finally:
-            for at, saved in patches:  # a buffer source's bytes are the file's: put them back
-                view[at : at + len(saved)] = saved
+        for attempt in range(CUT_TRIES):
+            hi = source.size if cut is None else cut + len(END)
+            view = source.read(lo, hi)
+            patches = _patch(view, first=pos is None, last=cut is None, size=hi - lo)
+            try:
+                evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
+                span.top.update(top)
+                span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
+                del evs
+                break
+            except RangeError:
+                # the range's start is sound (the previous range ended there); a cut we chose
+                # may sit in a string that holds "}, {": try the one before it
+                earlier = None if cut == end else _last_cut(source, lo + len(WRAP), cut)
+                if earlier is None or attempt == CUT_TRIES - 1:
+                    raise
+                cut = earlier
+            finally:
+                for at, saved in patches:  # a buffer source's bytes are the file's: restore
+                    view[at : at + len(saved)] = saved
         if cut == end:
             break
         pos = cut
