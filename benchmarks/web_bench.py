@@ -177,6 +177,16 @@ def main() -> int:
         proc.terminate()
         proc.wait(timeout=20)
         shutil.rmtree(cache, ignore_errors=True)
+    # a first visit to the list with nothing cached: it must not wait for the rules
+    proc, base = _start_server(prof, cache)
+    try:
+        with httpx.Client(base_url=base, timeout=120) as c:
+            t, _ = _timed(proc, lambda: c.get("/api/profiles"))
+            rows.append(("profile list, first request, empty cache (analysis goes on behind)", t))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        shutil.rmtree(cache, ignore_errors=True)
     n = sum(len(v) for v in lat.values())
     rows.append((f"load test: {args.clients} clients, {args.seconds:g} s",
                  f"{n / elapsed:.1f} req/s, {errors} errors"))  # fmt: skip
