@@ -71,6 +71,19 @@ _lock = threading.Lock()
 _instruction_limit = DEFAULT_INSTRUCTION_LIMIT
 
 
+_thread = threading.local()
+
+
+def native_tid() -> int:
+    """The calling thread's native id, as torch.profiler's traces name threads; kept per thread
+    (threading.get_native_id is a system call each time)."""
+    try:
+        return _thread.tid
+    except AttributeError:
+        _thread.tid = threading.get_native_id()
+        return _thread.tid
+
+
 def next_id() -> int:
     return next(_ids)
 

@@ -73,7 +73,7 @@ def _record(delta: int) -> None:
         (
             "memory",
             events.next_id(),
-            threading.get_native_id(),
+            events.native_tid(),
             time.time_ns(),
             _allocated,
             delta,

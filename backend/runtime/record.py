@@ -6,7 +6,6 @@ advances the one clock (model.py); kernels go to the DeviceTimeline at their mod
 
 from __future__ import annotations
 
-import threading
 import time
 
 import torch
@@ -18,7 +17,8 @@ from backend.runtime.source import user_frame
 from backend.tensor import refresh
 
 _now = time.time_ns
-_tid = threading.get_native_id
+_tid = events.native_tid
+_thread = events._thread
 _DTYPE_NAMES: dict = {}
 _enable_rf = torch._C._autograd._enable_record_function
 _grad_enabled = torch.is_grad_enabled
@@ -202,7 +202,10 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
                 if w.requires_grad:
                     seq = _sequence_nr() - 1
                     break
-    tid = _tid()
+    try:
+        tid = _thread.tid  # events.native_tid(), inlined
+    except AttributeError:
+        tid = _tid()
     if not info.supported:
         shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)

@@ -17,10 +17,13 @@ _SKIP_PREFIXES = tuple(
         sysconfig.get_paths()["stdlib"],
     )
 )
-# id(code) -> (code, is it user code). Keyed by id: hashing a code object hashes its bytecode
-# and constants every time (CPython does not cache it), microseconds per frame; the value
-# holds the code so its id is never reused while cached.
-_user_code: dict = {}
+# Decisions by id(code), as two sets of ids: hashing a code object hashes its bytecode and
+# constants every time (CPython does not cache it), microseconds per frame, and a set
+# membership test is cheaper than a dict lookup; `_seen` holds the codes so that no id is
+# reused while it is in a set.
+_library_ids: set[int] = set()
+_user_ids: set[int] = set()
+_seen: list = []
 
 
 def _is_user(code) -> bool:
@@ -41,13 +44,22 @@ def user_frame(depth: int = 2) -> tuple[str, int, str] | None:
         frame = sys._getframe(depth)
     except ValueError:
         return None
-    cache = _user_code
+    library, users = _library_ids, _user_ids
     while frame is not None:
         code = frame.f_code
-        hit = cache.get(id(code))
-        if hit is None:
-            hit = cache[id(code)] = (code, _is_user(code))
-        if hit[1]:
-            return code.co_filename, frame.f_lineno, code.co_name
+        key = id(code)
+        if key not in library:
+            if key in users or _learn(code):
+                return code.co_filename, frame.f_lineno, code.co_name
         frame = frame.f_back
     return None
+
+
+def _learn(code) -> bool:
+    """Decide once whether `code` is user code; True if it is."""
+    _seen.append(code)
+    if _is_user(code):
+        _user_ids.add(id(code))
+        return True
+    _library_ids.add(id(code))
+    return False
