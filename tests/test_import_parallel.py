@@ -112,3 +112,20 @@ def test_bad_files_fail_in_one_line_the_same_way(tmp_path, damage):
         errors.append(str(e.value))
     assert errors[0] == errors[1]
     assert "\n" not in errors[0]
+
+
+def test_events_written_in_blocks_equal_a_sorted_write(tmp_path):
+    """The importer writes events a row group at a time, in order; the result reads back as
+    write_events' sorted table does, and blocks out of order are refused."""
+    events = _import(TRACES["ns_resolution"], tmp_path / "p", WHOLE)["events"]
+    shuffled = events.take(list(range(events.num_rows))[::-1])
+    with ProfileWriter(tmp_path / "sorted") as w:
+        w.write_events(shuffled)
+        sorted_table = pq.read_table(w.tmp / "events.parquet")
+    step = 1000
+    blocks = [events.slice(i, step) for i in range(0, events.num_rows, step)]
+    with ProfileWriter(tmp_path / "blocks") as w:
+        w.write_events_in_order(blocks)
+        assert pq.read_table(w.tmp / "events.parquet").equals(sorted_table)
+    with ProfileWriter(tmp_path / "bad") as w, pytest.raises(ValueError, match="order"):
+        w.write_events_in_order(blocks[::-1])

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import BadInputError
-from ..model.io import ProfileWriter
+from ..model.io import ROW_GROUP_ROWS, ProfileWriter
 from ..model.manifest import Manifest, Step
 from . import pystacks
-from .kineto import FileData, PatchedText
+from .kineto import FileData
 
 
 def assign_ranks(files: Sequence[FileData]) -> list[int]:
@@ -31,68 +31,47 @@ def assign_ranks(files: Sequence[FileData]) -> list[int]:
 
 
 def _order(f: FileData) -> np.ndarray:
-    """Rows in (start, longest first) order: the events table's order within a rank, so ids
-    numbered in it follow the table's sort and the table needs no sort of its own."""
+    """Rows in (start, longest first) order: the events table's order within a rank (ids are
+    numbered in it, so the table is in (rank, start_ns, id) order as written)."""
     return np.lexsort((-f.columns["dur_ns"], f.columns["start_ns"]))
 
 
-def _permute(col: Any, order: np.ndarray, pos: np.ndarray) -> Any:
-    """`col` in `order` (`pos`: each row's place in it)."""
+def _take(col: Any, rows: np.ndarray) -> Any:
     if isinstance(col, np.ndarray):
-        return col[order]
-    if isinstance(col, PatchedText):
-        return _take_patched(col, order, pos)
-    return col.take(order)
+        return col[rows]
+    return col.take(rows)
 
 
-BLOCK_ROWS = 1 << 16
+def _ids_of(ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Row indices (-1: none) as the ids of those rows (-1: none)."""
+    return np.where(rows >= 0, ids[np.clip(rows, 0, None)], -1)
 
 
-def _take_patched(col: PatchedText, order: np.ndarray, pos: np.ndarray) -> pa.ChunkedArray:
-    """The patched text column in `order`, built block by block: each block taken from the
-    base and patched on its own, so only the result and one block exist besides the base."""
-    at = pos[col.rows]
-    by_place = np.argsort(at, kind="stable")
-    at, texts = at[by_place], col.texts.take(by_place)
-    out = []
-    for i in range(0, len(order), BLOCK_ROWS):
-        block = col.base.take(order[i : i + BLOCK_ROWS])
-        lo, hi = np.searchsorted(at, [i, i + BLOCK_ROWS])
-        if hi > lo:
-            mask = np.zeros(len(block), dtype=bool)
-            mask[at[lo:hi] - i] = True
-            block = pc.replace_with_mask(block, mask, texts.slice(lo, hi - lo))
-        out.append(block)
-    return pa.chunked_array(out, type=col.base.type)
+def _masked(ids: np.ndarray) -> pa.Array:
+    return pa.array(ids, mask=ids < 0)
 
 
-def _link(ids: np.ndarray, rows: np.ndarray) -> pa.Array:
-    """Row indices (-1: none) as the ids of those rows (null: none)."""
-    return pa.array(np.where(rows >= 0, ids[np.clip(rows, 0, None)], 0), mask=rows < 0)
-
-
-def _events(f: FileData, rank: int, first_id: int, first_stack: int, origin: int) -> pa.Table:
-    """The file's events table in its final order; its columns are taken out of `f` one by
-    one as they are reordered, so the file's columns and the table never coexist whole."""
+def _event_blocks(
+    f: FileData, rank: int, first_id: int, first_stack: int, origin: int
+) -> Iterator[dict[str, Any]]:
+    """The file's events in their final order, a row group at a time: the reordered table
+    never exists whole, and each block is written while the next is taken."""
     order = _order(f)
-    n = len(order)
-    pos = np.empty(n, dtype=np.int64)  # each row's place in the table
-    pos[order] = np.arange(n, dtype=np.int64)
-    ids = pos + first_id
-    cols: dict[str, Any] = {
-        "id": np.arange(first_id, first_id + n, dtype=np.int64),
-        "rank": pa.array(np.full(n, rank, dtype=np.int32)),
-        "parent_id": _link(ids, f.links["parent"][order]),
-        "flow_id": _link(ids, f.links["flow_src"][order]),
-    }
-    for name in list(f.columns):
-        col = _permute(f.columns.pop(name), order, pos)
-        if name == "start_ns":
-            col = col - origin
-        elif name == "stack_id":
-            col = pa.array(col + first_stack, mask=col < 0)
-        cols[name] = col
-    return pa.table(cols)
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = np.arange(first_id, first_id + len(order), dtype=np.int64)
+    parent = _ids_of(ids, f.links["parent"])
+    flow = _ids_of(ids, f.links["flow_src"])
+    for i in range(0, len(order), ROW_GROUP_ROWS):
+        rows = order[i : i + ROW_GROUP_ROWS]
+        block = {name: _take(col, rows) for name, col in f.columns.items()}
+        block["id"] = ids[rows]
+        block["rank"] = np.full(len(rows), rank, dtype=np.int32)
+        block["parent_id"] = _masked(parent[rows])
+        block["flow_id"] = _masked(flow[rows])
+        block["start_ns"] = block["start_ns"] - origin
+        sid = block["stack_id"]
+        block["stack_id"] = pa.array(sid + first_stack, mask=sid < 0)
+        yield block
 
 
 def write_profile(
@@ -107,17 +86,16 @@ def write_profile(
     report = progress or (lambda f: None)
     ranks = assign_ranks(files)
     origin = min(int(f.columns["start_ns"].min()) for f in files)
-    events, stacks, counters, steps = [], [], [], []
+    blocks, stacks, counters, steps = [], [], [], []
     next_id, next_stack = 0, 0
     for rank, f in sorted(zip(ranks, files, strict=True), key=lambda x: x[0]):
+        blocks.append(_event_blocks(f, rank, next_id, next_stack, origin))
+        next_id += len(f.columns["start_ns"])
         sid = f.columns["stack_id"]
-        stack_count = int(sid.max()) + 1 if len(sid) and sid.max() >= 0 else 0
-        events.append(_events(f, rank, next_id, next_stack, origin))
-        next_id += events[-1].num_rows
         st = dict(f.stacks)
         st["stack_id"] = pa.array(st["stack_id"].to_numpy() + next_stack)
         stacks.append(pa.table(st))
-        next_stack += stack_count
+        next_stack += int(sid.max()) + 1 if len(sid) and sid.max() >= 0 else 0
         c = dict(f.counters)
         c["ts_ns"] = c["ts_ns"] - origin
         c["rank"] = pa.array(np.full(len(c["ts_ns"]), rank, dtype=np.int32))
@@ -125,7 +103,7 @@ def write_profile(
         counters.append(pa.table(c))
         steps += [Step(s, rank, start - origin, dur) for s, start, dur in f.steps]
     report(0.3)
-    writer.write_events(_concat(events))
+    writer.write_events_in_order(itertools.chain.from_iterable(blocks))
     report(0.8)
     writer.write_table("stacks", _concat(stacks))
     writer.write_table("counters", _concat(counters))

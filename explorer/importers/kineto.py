@@ -308,12 +308,20 @@ def _check_times(path: Path, d: Decoded, rows: np.ndarray, bad: np.ndarray, what
 
 @dataclass(frozen=True)
 class PatchedText:
-    """A text column given as base values with some rows replaced; assemble materialises it
-    block by block as it reorders the rows, so the column is never copied whole twice."""
+    """A text column given as base values with some rows replaced, materialised by `take` (a
+    block at a time as assemble writes the rows in order), so it is never copied whole."""
 
     base: pa.Array
-    rows: np.ndarray  # the rows replaced, ascending
-    texts: pa.Array  # their values
+    index: np.ndarray  # per row: its replacement in `texts`, or -1
+    texts: pa.Array
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        block = self.base.take(rows)
+        at = self.index[rows]
+        patched = at >= 0
+        if patched.any():
+            block = pc.replace_with_mask(block, patched, self.texts.take(at[patched]))
+        return block
 
 
 def _args_column(d: Decoded, r: _Rows, extra: dict[int, str]) -> PatchedText:
@@ -322,7 +330,9 @@ def _args_column(d: Decoded, r: _Rows, extra: dict[int, str]) -> PatchedText:
     base, d.row_args = d.row_args, None  # type: ignore[assignment]
     patch = sorted(set(np.flatnonzero(r.kind == K["other"]).tolist()) | set(extra))
     texts = [_patched_args(d, r, base[i].as_py(), i, extra) for i in patch]
-    return PatchedText(base, np.array(patch, dtype=np.int64), pa.array(texts, base.type))
+    index = np.full(r.n, -1, dtype=np.int64)
+    index[patch] = np.arange(len(patch))
+    return PatchedText(base, index, pa.array(texts, base.type))
 
 
 def _patched_args(d: Decoded, r: _Rows, raw: str | None, i: int, extra: dict[int, str]) -> str:
