@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import kineto_trace_paths
@@ -129,3 +130,22 @@ def test_events_written_in_blocks_equal_a_sorted_write(tmp_path):
         assert pq.read_table(w.tmp / "events.parquet").equals(sorted_table)
     with ProfileWriter(tmp_path / "bad") as w, pytest.raises(ValueError, match="order"):
         w.write_events_in_order(blocks[::-1])
+
+
+@pytest.mark.parametrize("name", ["ns_resolution", "nccl", "cpu_mlp"])
+def test_nesting_by_pointer_jumping_equals_the_sparse_table_descent(name):
+    """Host nesting jumps pointers for as many rounds as the nesting is deep, then hands what
+    is left to a sparse-table descent: both searches give the same containers on real traces."""
+    from explorer.importers import nesting
+
+    cols = kineto.load(TRACES[name], options=WHOLE).columns
+    host = cols["layer"].indices.to_numpy(zero_copy_only=False) == 0
+    track = cols["track"].indices.to_numpy(zero_copy_only=False)[host]
+    start, end = cols["start_ns"][host], cols["start_ns"][host] + cols["dur_ns"][host]
+    order = nesting._track_start_order(track, start, end)
+    e, s = end[order], start[order]
+    need = e + (e <= s)
+    every = np.arange(len(e))
+    jumped = nesting._previous_container(e, need)
+    assert (jumped >= 0).sum() > len(e) // 2
+    assert np.array_equal(jumped, nesting._descend(e, need, every, every.copy()))
