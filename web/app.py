@@ -124,7 +124,7 @@ def create_app(
         return persisted(name, "findings", make)
 
     def devices(name: str) -> list[str]:
-        return persisted(name, "devices", lambda p: overview.devices(store.connection(name)))
+        return persisted(name, "devices", overview.devices)
 
     def known_findings(name: str, p: Profile) -> tuple[bool, list[dict[str, Any]] | None]:
         """The findings if computed (here or by an earlier server) or quick to compute; else
@@ -135,11 +135,15 @@ def create_app(
         identity = store.derived(name, "identity", profile_identity)
         if disk.load(p, "findings", identity) is not None:
             return True, findings(name)  # read back into memory
-        with pending_lock:
-            if name not in pending:
-                pending.add(name)
-                background.submit(_analyse_later, name)
         return False, None
+
+    def analyse_later(names: list[str]) -> None:
+        """Queue the analysis of profiles the list could not show yet (one at a time)."""
+        with pending_lock:
+            for name in names:
+                if name not in pending:
+                    pending.add(name)
+                    background.submit(_analyse_later, name)
 
     def _analyse_later(name: str) -> None:
         try:
@@ -163,15 +167,18 @@ def create_app(
     # ---- JSON ----------------------------------------------------------------------------
     @app.get("/api/profiles")
     def api_profiles() -> dict[str, Any]:
-        rows = []
+        rows, later = [], []
         for name in store.names():
             try:
                 p = store.open(name)
                 known, found = known_findings(name, p)
                 row = overview.profile_row(name, p, devices(name), found)
                 rows.append({**row, "analysis_pending": not known})
+                if not known:
+                    later.append(name)
             except ExplorerError as e:
                 rows.append({"name": name, "error": str(e)})
+        analyse_later(later)  # after the list is built, which then does not wait for them
         return {"root": str(store.root), "profiles": rows}
 
     @app.get("/api/p/{name}")

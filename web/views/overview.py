@@ -27,11 +27,18 @@ def step_stats(profile: Profile) -> dict[str, Any]:
     }
 
 
-def devices(con) -> list[str]:
-    rows = con.execute(
-        "SELECT DISTINCT CAST(device AS VARCHAR) FROM events WHERE layer = 'device' ORDER BY 1"
-    ).fetchall()
-    return [r[0] for r in rows if r[0]]
+def devices(profile: Profile) -> list[str]:
+    """The devices that ran work, sorted. Read with pyarrow (two dictionary columns), so the
+    profile list needs neither DuckDB nor the whole events table."""
+    import pyarrow.compute as pc
+
+    t = profile.table("events", columns=["layer", "device"])
+    found: set[str] = set()
+    for layer, device in zip(t["layer"].chunks, t["device"].chunks, strict=True):
+        on_device = pc.equal(layer.cast(layer.type.value_type), "device") if len(layer) else None
+        if on_device is not None:
+            found.update(v for v in pc.unique(device.filter(on_device)).to_pylist() if v)
+    return sorted(found)
 
 
 def analysis_summary(profile: Profile) -> dict[str, Any]:
