@@ -73,43 +73,28 @@ def load(
     r = _rows(path, d, c)
     report(0.7)
     parent = _host_parents(r)
-    step_rows = np.flatnonzero(r.kind == K["step"])
-    steps_no = c.step_no[r.name_code[step_rows]]
-    step = np.where(r.dev, NONE, _step_of(r.start, r.start[step_rows], r.dur[step_rows], steps_no))
-    op_rows = np.flatnonzero(r.kind == K["op"])
-    gpu_rows = np.flatnonzero((r.kind == K["runtime"]) | r.dev)
-    corr, nbytes = d.typed["gpu"]
-    launch = launches(gpu_rows, corr, r.dev[gpu_rows], r.n)
-    flow_src = _launch_flows(launch)
-    dev_rows = np.flatnonzero(r.dev & (launch >= 0))
-    step[dev_rows] = step[launch[dev_rows]]
-    unlaunched = np.flatnonzero(r.dev & (launch < 0))
-    step[unlaunched] = _step_of(r.start[unlaunched], r.start[step_rows], r.dur[step_rows], steps_no)
-    stacks = _stacks(d, c, r, parent, launch, dev_rows)
+    links = _launch_links(d, r)
+    step, steps = _steps(r, c, links)
+    stacks = _stacks(d, c, r, parent, links)
     report(0.8)
-    is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
-    flow_extra = fwdbwd(d, np.flatnonzero(is_fwdbwd), r.rows, r.track_code, r.start, r.dur,
-                        parent, r.kind == K["op"], flow_src)  # fmt: skip
+    flow_extra = _fwdbwd_links(d, c, r, parent, links.flow_src)
     columns = {
         **_base_columns(d, r, step),
         **_stack_columns(stacks),
-        "op_name": _dict_take(d.names, _op_name_code(r, parent, launch, dev_rows)),
-        **_op_columns(r.n, op_rows, d.typed["op"]),
-        **_byte_columns(r, gpu_rows, nbytes),
+        "op_name": _dict_take(d.names, _op_name_code(r, parent, links)),
+        **_op_columns(r.n, np.flatnonzero(r.kind == K["op"]), d.typed["op"]),
+        **_byte_columns(r, links),
         "args": _args_column(d, r, flow_extra),
     }
     base = d.trace.baseTimeNanoseconds or 0
     counters = _counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
-    steps = sorted(
-        (int(s), int(r.start[i]), int(r.dur[i])) for s, i in zip(steps_no, step_rows, strict=True)
-    )
     used = np.unique(stacks.user_frame[stacks.user_frame >= 0])
     report(1.0)
     return FileData(
         path=path,
         rank=_rank(d.trace.distributedInfo),
         columns=columns,
-        links={"parent": parent, "flow_src": flow_src},
+        links={"parent": parent, "flow_src": links.flow_src},
         stacks=stacks.table,
         counters=counters,
         steps=steps,
@@ -172,29 +157,65 @@ def _host_parents(r: _Rows) -> np.ndarray:
     return parent
 
 
-def _launch_flows(launch: np.ndarray) -> np.ndarray:
-    """flow_src: a launched row and its launching runtime call both point at the call."""
-    flow_src = np.full(len(launch), NONE, dtype=np.int64)
+@dataclass(frozen=True)
+class _Links:
+    """Runtime launches -> device work (the correlation arg)."""
+
+    gpu_rows: np.ndarray  # runtime calls and device work: the rows with a correlation id
+    nbytes: pa.ChunkedArray  # their `bytes` arg
+    launch: np.ndarray  # per row: the runtime row that launched it, or -1
+    dev_rows: np.ndarray  # device rows that have a launch
+    flow_src: np.ndarray  # per row: the launching row for both ends of a launch, or -1
+
+
+def _launch_links(d: Decoded, r: _Rows) -> _Links:
+    gpu_rows = np.flatnonzero((r.kind == K["runtime"]) | r.dev)
+    corr, nbytes = d.typed["gpu"]
+    launch = launches(gpu_rows, corr, r.dev[gpu_rows], r.n)
+    flow_src = np.full(r.n, NONE, dtype=np.int64)
     linked = np.flatnonzero(launch >= 0)
     flow_src[linked] = launch[linked]
     flow_src[launch[linked]] = launch[linked]
-    return flow_src
+    dev_rows = np.flatnonzero(r.dev & (launch >= 0))
+    return _Links(gpu_rows, nbytes, launch, dev_rows, flow_src)
 
 
-def _op_name_code(
-    r: _Rows, parent: np.ndarray, launch: np.ndarray, dev_rows: np.ndarray
-) -> np.ndarray:
+def _steps(r: _Rows, c: _Classes, links: _Links) -> tuple[np.ndarray, list]:
+    """Each row's step (host rows by containment of their start, device work its launch's,
+    unlaunched device work by its own start) and the steps as (step, start, dur)."""
+    step_rows = np.flatnonzero(r.kind == K["step"])
+    numbers = c.step_no[r.name_code[step_rows]]
+    starts, durs = r.start[step_rows], r.dur[step_rows]
+    step = np.where(r.dev, NONE, _step_of(r.start, starts, durs, numbers))
+    step[links.dev_rows] = step[links.launch[links.dev_rows]]
+    alone = np.flatnonzero(r.dev & (links.launch < 0))
+    step[alone] = _step_of(r.start[alone], starts, durs, numbers)
+    steps = sorted(
+        (int(s), int(r.start[i]), int(r.dur[i])) for s, i in zip(numbers, step_rows, strict=True)
+    )
+    return step, steps
+
+
+def _fwdbwd_links(
+    d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, flow_src: np.ndarray
+) -> dict[int, str]:
+    is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
+    return fwdbwd(d, np.flatnonzero(is_fwdbwd), r.rows, r.track_code, r.start, r.dur, parent,
+                  r.kind == K["op"], flow_src)  # fmt: skip
+
+
+def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
     """op_name: ops are their own op; runtime calls take the enclosing op; device work its
     launch's."""
     is_op = r.kind == K["op"]
     op_of = nearest(parent, is_op, include_self=True)
-    op_of[dev_rows] = op_of[launch[dev_rows]]
+    op_of[links.dev_rows] = op_of[links.launch[links.dev_rows]]
     code = np.where(op_of >= 0, r.name_code[np.clip(op_of, 0, None)], NONE)
     return np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE)
 
 
 def _stacks(
-    d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, launch: np.ndarray, dev_rows: np.ndarray
+    d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, links: _Links
 ) -> pystacks.Stacks:
     """Python stacks and source lines; device work takes its launch's."""
     is_py = r.kind == K["python"]
@@ -206,6 +227,7 @@ def _stacks(
     )
     stack_id = stacks.stack_id.copy()
     user_frame = stacks.user_frame.copy()
+    dev_rows, launch = links.dev_rows, links.launch
     stack_id[dev_rows] = stack_id[launch[dev_rows]]
     user_frame[dev_rows] = user_frame[launch[dev_rows]]
     return pystacks.Stacks(stack_id, user_frame, stacks.frames, stacks.table)
@@ -240,9 +262,9 @@ def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
     return {"shapes": shapes, "dtypes": dtypes, "flops": flops}
 
 
-def _byte_columns(r: _Rows, gpu_rows: np.ndarray, nbytes: pa.ChunkedArray) -> dict[str, Any]:
+def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
     """Copies read and write their bytes; memsets only write them."""
-    col = _scatter(r.n, gpu_rows, nbytes)
+    col = _scatter(r.n, links.gpu_rows, links.nbytes)
     none = pa.nulls(r.n, pa.int64())
     is_copy = r.kind == K["gpu_memcpy"]
     return {

@@ -66,7 +66,7 @@ class Trace(msgspec.Struct, gc=False):
 TOP_KEYS = tuple(f for f in Trace.__struct_fields__ if f != "traceEvents")
 
 
-def read_bytes(path: Path) -> bytes | bytearray:
+def read_bytes(path: Path) -> bytearray:
     """The file's JSON text, gunzipped in a stream when it is gzip (one buffer, no copies)."""
     try:
         with path.open("rb") as f:
@@ -148,11 +148,11 @@ class Factorizer(dict):
 
     def __init__(self) -> None:
         super().__init__({None: -1})
-        self.values: list[Any] = []
+        self.seen: list[Any] = []  # the distinct values, by code
 
     def __missing__(self, value: Any) -> int:
-        code = self[value] = len(self.values)
-        self.values.append(value)
+        code = self[value] = len(self.seen)
+        self.seen.append(value)
         return code
 
     def codes(self, batch: list[Any]) -> np.ndarray:

@@ -125,7 +125,7 @@ def _merge(spans: list[Span]) -> Decoded:
     top: dict = {}
     for span in spans:
         top.update(span.top)
-    values = {f: z.values for f, z in factorizers.items()}
+    values = {f: z.seen for f, z in factorizers.items()}
     ph = phases(values["ph"], np.concatenate(codes["ph"]))
     typed_keys = pieces[0].typed.keys()
     return Decoded(

@@ -30,7 +30,7 @@ def available() -> bool:
 
 def cuts(source: Source, parts: int) -> list[int]:
     """Event boundaries near each 1/parts of the file (fewer if the events are too long)."""
-    found = []
+    found: list[int] = []
     for i in range(1, parts):
         start = max(found[-1] + 1 if found else 0, source.size * i // parts)
         cut = find_cut(source, start, source.size)
@@ -42,12 +42,12 @@ def cuts(source: Source, parts: int) -> list[int]:
 
 def decode_spans(source: Source, cut_at: list[int], range_bytes: int) -> list[Span]:
     """The spans between `cut_at` decoded: the first here, the others in forked children."""
-    bounds = [None, *cut_at, None]
+    ends: list[int | None] = [*cut_at[1:], None]
     children = []
     try:
-        for begin, end in zip(bounds[1:-1], bounds[2:], strict=True):
+        for begin, end in zip(cut_at, ends, strict=True):
             children.append(_Child(source, begin, end, range_bytes))
-        spans = [decode_span(source, None, bounds[1], range_bytes=range_bytes)]
+        spans = [decode_span(source, None, cut_at[0], range_bytes=range_bytes)]
         spans += [c.result() for c in children]
         return spans
     finally:

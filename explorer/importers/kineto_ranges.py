@@ -165,7 +165,9 @@ def decode_span(
             except RangeError:
                 # the range's start is sound (the previous range ended there); a cut we chose
                 # may sit in a string that holds "}, {": try the one before it
-                earlier = None if cut == end else _last_cut(source, lo + len(WRAP), cut)
+                earlier = None
+                if cut is not None and cut != end:
+                    earlier = _last_cut(source, lo + len(WRAP), cut)
                 if earlier is None or attempt == CUT_TRIES - 1:
                     raise
                 cut = earlier
@@ -175,7 +177,7 @@ def decode_span(
         if cut == end:
             break
         pos = cut
-    span.values = {f: z.values for f, z in factorizers.items()}
+    span.values = {f: z.seen for f, z in factorizers.items()}
     return span
 
 
@@ -249,13 +251,13 @@ def _columns(
         "tid": factorizers["tid"].codes([e.tid for e in evs]),
         "id": factorizers["id"].codes([e.id for e in evs]),
     }
-    ph = phases(factorizers["ph"].values, codes["ph"])
+    ph = phases(factorizers["ph"].seen, codes["ph"])
     ts, ts_text = kd.float_times([e.ts for e in evs])
     dur, dur_text = kd.float_times([e.dur for e in evs])
     if ts_text.any() or dur_text.any():
         _exact_times(view, first, ts, ts_text, dur, dur_text)
     memory_code = factorizers["name"].get(MEMORY_EVENT, -2)
-    r = roles(ph, codes["cat"], factorizers["cat"].values, codes["name"] == memory_code)
+    r = roles(ph, codes["cat"], factorizers["cat"].seen, codes["name"] == memory_code)
     args = [e.args for e in evs]
     typed = {
         key: typed_columns([args[i] for i in idx], *SUBSETS[key])
