@@ -111,9 +111,11 @@ def test_an_unwritable_cache_still_serves(served, tmp_path):
     assert page["summary"]["n_events"] == Profile.open(served / "gpt").row_count("events")
 
 
-def test_profile_list_shows_large_profiles_without_waiting(served, tmp_path, monkeypatch):
-    # every profile counts as large here, so the list must not analyse any on the spot
-    monkeypatch.setattr(web.app, "LIST_INLINE_EVENTS", 0)
+@pytest.mark.parametrize("limit", ["LIST_INLINE_EVENTS", "LIST_INLINE_S"])
+def test_profile_list_does_not_wait_for_the_analysis(served, tmp_path, monkeypatch, limit):
+    # every profile counts as large (or the time for analysing on the spot is used up), so the
+    # list must not analyse any on the spot
+    monkeypatch.setattr(web.app, limit, 0)
     cache = tmp_path / "cache"
     client = TestClient(create_app(served, analysis_cache=cache))
     row = client.get("/api/profiles").json()["profiles"][0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,9 +29,11 @@ from .views import compare, events, operators, overview, source, sql, timeline
 
 STATIC = Path(__file__).resolve().parent / "static"
 NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
-# The profile list analyses profiles up to this size on the spot (well under a second); larger
-# ones show their top finding once known (from the disk cache, or a background analysis).
+# The profile list analyses profiles up to this size on the spot (well under a second each), for
+# up to LIST_INLINE_S per request; the others show their top finding once known (from the disk
+# cache, or a background analysis), so a folder of many or large profiles lists at once.
 LIST_INLINE_EVENTS = 200_000
+LIST_INLINE_S = 1.0
 
 
 def _plotly_js() -> Path:
@@ -126,11 +129,13 @@ def create_app(
     def devices(name: str) -> list[str]:
         return persisted(name, "devices", overview.devices)
 
-    def known_findings(name: str, p: Profile) -> tuple[bool, list[dict[str, Any]] | None]:
-        """The findings if computed (here or by an earlier server) or quick to compute; else
-        (False, None) and they are computed in the background."""
+    def known_findings(
+        name: str, p: Profile, inline: bool
+    ) -> tuple[bool, list[dict[str, Any]] | None]:
+        """The findings if computed (here or by an earlier server), or computed now when
+        `inline` and the profile is small; else (False, None), for the background."""
         events = int(p.manifest.row_counts.get("events") or 0)
-        if events <= LIST_INLINE_EVENTS or store.has(name, "findings"):
+        if store.has(name, "findings") or (inline and events <= LIST_INLINE_EVENTS):
             return True, findings(name)
         identity = store.derived(name, "identity", profile_identity)
         if disk.load(p, "findings", identity) is not None:
@@ -168,10 +173,12 @@ def create_app(
     @app.get("/api/profiles")
     def api_profiles() -> dict[str, Any]:
         rows, later = [], []
+        start = time.monotonic()
         for name in store.names():
             try:
                 p = store.open(name)
-                known, found = known_findings(name, p)
+                inline = time.monotonic() - start < LIST_INLINE_S
+                known, found = known_findings(name, p, inline)
                 row = overview.profile_row(name, p, devices(name), found)
                 rows.append({**row, "analysis_pending": not known})
                 if not known:
