@@ -45,12 +45,12 @@ class Roles:
     is_row: np.ndarray  # a row of the events table
 
     def typed_subsets(self) -> dict[str, np.ndarray]:
-        """The events whose args decode into typed columns: ops, launches and device work,
-        memory samples (indices, in event order)."""
+        """The events whose args decode into typed columns (bool masks): ops, launches and
+        device work, memory samples."""
         return {
-            "op": np.flatnonzero(self.is_row & (self.kind == K["op"])),
-            "gpu": np.flatnonzero(self.is_row & ((self.kind == K["runtime"]) | self.device)),
-            "mem": np.flatnonzero(self.is_counter),
+            "op": self.is_row & (self.kind == K["op"]),
+            "gpu": self.is_row & ((self.kind == K["runtime"]) | self.device),
+            "mem": self.is_counter,
         }
 
 

@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -259,11 +260,11 @@ def _columns(
     memory_code = factorizers["name"].get(MEMORY_EVENT, -2)
     r = roles(ph, codes["cat"], factorizers["cat"].seen, codes["name"] == memory_code)
     args = [e.args for e in evs]
-    typed = {
-        key: typed_columns([args[i] for i in idx], *SUBSETS[key])
-        for key, idx in r.typed_subsets().items()
+    typed = {  # compress with a mask: a third of the time of indexing by numpy ints
+        key: typed_columns(list(compress(args, mask.tolist())), *SUBSETS[key])
+        for key, mask in r.typed_subsets().items()
     }
-    row_args = kd.raw_column([args[i] for i in np.flatnonzero(r.is_row)])
+    row_args = kd.raw_column(list(compress(args, r.is_row.tolist())))
     return Piece(codes, ts, dur, row_args, typed)
 
 
