@@ -67,7 +67,7 @@ def load(
 ) -> FileData:
     """Read, decode and map one trace file."""
     report = progress or (lambda f: None)
-    d = extract(path, options or DecodeOptions())
+    d = extract(path, options or DecodeOptions(), lambda f: report(0.6 * f))
     report(0.6)
     c = _classify(d)
     r = _rows(path, d, c)

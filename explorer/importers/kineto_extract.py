@@ -5,6 +5,7 @@ so a bad file gets the same one-line error whichever way it went."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,35 +65,45 @@ class Decoded:
     trace: kd.Trace  # top-level keys, traceEvents empty
 
 
-def extract(path: Path, options: DecodeOptions = DecodeOptions()) -> Decoded:
-    """Read and decode a trace file into columns."""
+def extract(
+    path: Path,
+    options: DecodeOptions = DecodeOptions(),
+    progress: Callable[[float], None] = lambda f: None,
+) -> Decoded:
+    """Read and decode a trace file into columns (`progress`: the share decoded)."""
     try:
         with path.open("rb") as f:
             gz = f.read(2) == kd.GZIP_MAGIC
             if gz:
                 source: Source = BufferSource(kd.read_bytes(path))
-                return _merge(_spans(path, source, options))
+                return _merge(_spans(path, source, options, progress))
             fd = os.dup(f.fileno())
     except OSError as e:
         raise BadInputError(path, f"cannot read ({e.strerror or e})") from None
     try:
-        return _merge(_spans(path, FileSource(fd, os.fstat(fd).st_size), options))
+        return _merge(_spans(path, FileSource(fd, os.fstat(fd).st_size), options, progress))
     finally:
         os.close(fd)
 
 
-def _spans(path: Path, source: Source, options: DecodeOptions) -> list[Span]:
+def _spans(
+    path: Path, source: Source, options: DecodeOptions, progress: Callable[[float], None]
+) -> list[Span]:
     """Decode in processes, else in ranges here, else the whole file at once (the usual error
     for a bad file)."""
     workers = _workers(source, options)
     cut_at = parallel.cuts(source, workers) if workers > 1 else []
     if cut_at:
         try:
-            return parallel.decode_spans(source, cut_at, options.range_bytes)
+            return parallel.decode_spans(source, cut_at, options.range_bytes, progress)
         except RangeError:
             pass
     try:
-        return [decode_span(source, None, None, range_bytes=options.range_bytes, path=path)]
+        return [
+            decode_span(
+                source, None, None, range_bytes=options.range_bytes, path=path, progress=progress
+            )
+        ]
     except RangeError:
         buf = source.buf if isinstance(source, BufferSource) else kd.read_bytes(path)
         whole = BufferSource(buf)

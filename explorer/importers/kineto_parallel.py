@@ -16,6 +16,7 @@ import os
 import pickle
 import signal
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from .kineto_ranges import Piece, RangeError, Source, Span, decode_span, find_cut
@@ -40,14 +41,20 @@ def cuts(source: Source, parts: int) -> list[int]:
     return found
 
 
-def decode_spans(source: Source, cut_at: list[int], range_bytes: int) -> list[Span]:
-    """The spans between `cut_at` decoded: the first here, the others in forked children."""
+def decode_spans(
+    source: Source,
+    cut_at: list[int],
+    range_bytes: int,
+    progress: Callable[[float], None] = lambda f: None,
+) -> list[Span]:
+    """The spans between `cut_at` decoded: the first here (its `progress` reported), the
+    others in forked children."""
     ends: list[int | None] = [*cut_at[1:], None]
     children = []
     try:
         for begin, end in zip(cut_at, ends, strict=True):
             children.append(_Child(source, begin, end, range_bytes))
-        spans = [decode_span(source, None, cut_at[0], range_bytes=range_bytes)]
+        spans = [decode_span(source, None, cut_at[0], range_bytes=range_bytes, progress=progress)]
         spans += [c.result() for c in children]
         return spans
     finally:

@@ -142,10 +142,12 @@ def decode_span(
     keep: Callable[[Piece], Any] = lambda p: p,
     range_bytes: int = RANGE_BYTES,
     path: Path | None = None,
+    progress: Callable[[float], None] = lambda f: None,
 ) -> Span:
     """Decode the events between cut `begin` (None: the file's start) and cut `end` (None: its
-    end), range by range; `keep` turns each range's Piece into what the Span holds. A span that
-    is the whole file in one range decodes as the file (BadInputError naming `path`)."""
+    end), range by range; `keep` turns each range's Piece into what the Span holds, `progress`
+    hears the share of the span done. A span that is the whole file in one range decodes as the
+    file (BadInputError naming `path`)."""
     span = Span()
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     pos = begin
@@ -175,9 +177,10 @@ def decode_span(
             finally:
                 for at, saved in patches:  # a buffer source's bytes are the file's: restore
                     view[at : at + len(saved)] = saved
-        if cut == end:
+        if cut is None or cut == end:
             break
         pos = cut
+        progress((cut - (begin or 0)) / (limit - (begin or 0)))
     span.values = {f: z.seen for f, z in factorizers.items()}
     return span
 
