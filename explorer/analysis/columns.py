@@ -132,13 +132,35 @@ def group_sum(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 def children_ns(cols: Columns, rows: np.ndarray) -> np.ndarray:
     """For each event of `rows` (indices), the summed duration of its direct host children."""
     child = np.flatnonzero(cols.where("layer", ("host",)) & cols.valid("parent_id"))
-    parents, inverse = np.unique(cols.ints("parent_id")[child], return_inverse=True)
+    ids, parent = cols.ints("id"), cols.ints("parent_id")[child]
+    top = int(ids.max()) if cols.n else -1
+    if cols.n and int(ids.min()) >= 0 and top < 4 * cols.n:  # ids are small: index by id
+        known = (parent >= 0) & (parent <= top)
+        by_id = np.zeros(top + 1, dtype=np.int64)
+        np.add.at(by_id, parent[known], cols.ints("dur_ns")[child][known])
+        return by_id[ids[rows]]
+    parents, inverse = np.unique(parent, return_inverse=True)
     if not len(parents):
         return np.zeros(len(rows), dtype=np.int64)
     child_ns = group_sum(inverse, cols.ints("dur_ns")[child], len(parents))
-    ids = cols.ints("id")[rows]
-    pos = np.minimum(np.searchsorted(parents, ids), len(parents) - 1)
-    return np.where(parents[pos] == ids, child_ns[pos], 0)
+    of = ids[rows]
+    pos = np.minimum(np.searchsorted(parents, of), len(parents) - 1)
+    return np.where(parents[pos] == of, child_ns[pos], 0)
+
+
+def find_rows(cols: Columns, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """For each of `ids`, the row among `rows` (indices) with that event id, or -1."""
+    own = cols.ints("id")[rows]
+    if not len(own):
+        return np.full(len(ids), -1, dtype=np.int64)
+    lo, top = int(own.min()), int(own.max())
+    if lo >= 0 and top < 4 * cols.n:  # ids are small: a lookup table by id
+        row_of = np.full(top + 2, -1, dtype=np.int64)
+        row_of[own] = rows
+        return row_of[np.where((ids >= 0) & (ids <= top), ids, top + 1)]
+    order = np.argsort(own, kind="stable")
+    pos = np.minimum(np.searchsorted(own[order], ids), len(own) - 1)
+    return np.where(own[order][pos] == ids, rows[order][pos], -1)
 
 
 def groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from explorer.analysis.columns import Columns, group_sum, groups
+from explorer.analysis.columns import Columns, find_rows, group_sum, groups
 from explorer.model import Profile
 from explorer.model.io import SOURCES, source_relpath
 
@@ -61,7 +61,7 @@ def file_id(path: str) -> str:
 
 def line_table(cols: Columns) -> pa.Table:
     """Host and device time per source line: LINES_SQL computed over the profile's event arrays."""
-    dur, ids = cols.ints("dur_ns"), cols.ints("id")
+    dur = cols.ints("dur_ns")
     file, files = cols.codes("src_file")
     line, has_line = cols.ints("src_line"), cols.valid("src_line")
     func, funcs = cols.codes("src_func")
@@ -69,15 +69,10 @@ def line_table(cols: Columns) -> pa.Table:
 
     # host: each event once, unless its parent sits on the same line
     e = np.flatnonzero(host & (file >= 0) & ~cols.where("kind", ("step", "python")))
-    by_id = np.argsort(ids[e], kind="stable")
-    sorted_ids = ids[e][by_id]
-    parent = cols.ints("parent_id")[e]
-    pos = np.minimum(np.searchsorted(sorted_ids, parent), max(len(e) - 1, 0))
-    p = e[by_id[pos]] if len(e) else e
-    inside = (
-        cols.valid("parent_id")[e] & (sorted_ids[pos] == parent) & (file[p] == file[e])
-        & has_line[p] & has_line[e] & (line[p] == line[e])
-    ) if len(e) else np.zeros(0, dtype=bool)  # fmt: skip
+    found = find_rows(cols, e, cols.ints("parent_id")[e])
+    found = np.where(cols.valid("parent_id")[e], found, -1)
+    p = np.where(found >= 0, found, e)  # the parent's row, or the event's own (then unused)
+    inside = (found >= 0) & (file[p] == file[e]) & has_line[p] & has_line[e] & (line[p] == line[e])
     first, group, n = groups(file[e], _line_key(line[e], has_line[e]))
     host_ns = group_sum(group, np.where(inside, 0, dur[e]), n)
     counted = np.bincount(group, weights=~inside, minlength=n)  # host_ns is NULL without any
