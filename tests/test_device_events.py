@@ -154,6 +154,27 @@ def test_copies_fallbacks_and_memory_are_events():
     assert any(e.args["delta_bytes"] == -256 * 256 * 4 for e in memory)
 
 
+def test_a_memory_event_sits_on_the_one_clock_where_it_happened():
+    # the cut it carries is the running cut when the op allocated (that of the op's own
+    # launch), not the total after every later call
+    x = torch.randn(96, 96, device="neuron")
+    (x * 3).sum()  # compiled before recording: no compile inside the recorded window
+
+    def step():
+        y = x * 3
+        for _ in range(40):
+            x.add_(1.0)
+        return y
+
+    _, events = _record(step)
+    launch = next(e for e in events if e.kind == "runtime" and e.op_name == "aten::mul")
+    alloc = next(e for e in events if e.kind == "memory" and e.args["delta_bytes"] == 96 * 96 * 4)
+    later = [e for e in events if e.kind == "runtime" and e.id > launch.id]
+    assert len(later) >= 40 and later[-1].cut_before_ns != launch.cut_before_ns
+    assert alloc.cut_before_ns == launch.cut_before_ns
+    assert launch.host_start_ns <= alloc.host_start_ns <= launch.host_end_ns
+
+
 def test_instruction_events_are_capped():
     x = torch.randn(64, 64, device="neuron")
     ev_mod.set_instruction_limit(0)

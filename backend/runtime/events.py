@@ -15,11 +15,15 @@ from backend.runtime import model
 
 KINDS = (
     "compile", "runtime", "fallback", "sync", "copy", "kernel", "instruction", "dma", "memory",
-    "forward",
+    "forward", "gc",
 )  # fmt: skip
 # "forward": a marker, not an event of its own: a metadata op (view, reshape...) launched no
 # kernel but created autograd node `seq_nr` at its user line, for the backward kernels to inherit.
-HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy", "memory", "forward"})
+# "gc": a garbage-collector pause outside the backend's calls, cut as simulator time (gcpause.py);
+# for the clock only, not an event of its own.
+HOST_KINDS = frozenset(
+    {"compile", "runtime", "fallback", "sync", "copy", "memory", "forward", "gc"}
+)
 DEFAULT_INSTRUCTION_LIMIT = 200_000
 
 
@@ -134,20 +138,20 @@ def drain() -> list[RuntimeEvent]:
         elif tag == "kernel":
             budget = _kernel_events(rec, out, budget)
         elif tag == "forward":
-            _, eid, tid, t_ns, seq, (file, line, func) = rec
+            _, eid, tid, t_ns, cut, seq, (file, line, func) = rec
             out.append(
                 RuntimeEvent(
                     id=eid, kind="forward", name="forward", tid=tid, host_start_ns=t_ns,
-                    host_end_ns=t_ns, cut_before_ns=model.cut_ns, src_file=file, src_line=line,
+                    host_end_ns=t_ns, cut_before_ns=cut, src_file=file, src_line=line,
                     src_func=func, seq_nr=seq,
                 )
             )  # fmt: skip
         elif tag == "memory":
-            _, eid, tid, t_ns, allocated, delta, peak = rec
+            _, eid, tid, t_ns, cut, allocated, delta, peak = rec
             out.append(
                 RuntimeEvent(
                     id=eid, kind="memory", name="memory_allocated", tid=tid, host_start_ns=t_ns,
-                    host_end_ns=t_ns, cut_before_ns=model.cut_ns, value=allocated,
+                    host_end_ns=t_ns, cut_before_ns=cut, value=allocated,
                     args={"delta_bytes": delta, "peak_bytes": peak},
                 )
             )  # fmt: skip

@@ -14,7 +14,7 @@ import weakref
 
 from torch.autograd import profiler as _prof
 
-from backend.runtime import events
+from backend.runtime import events, model
 
 _allocated = 0
 _peak = 0
@@ -75,6 +75,7 @@ def _record(delta: int) -> None:
             events.next_id(),
             events.native_tid(),
             time.time_ns(),
+            model.cut_ns,  # the running cut now: the counter's place on the one clock
             _allocated,
             delta,
             _peak,

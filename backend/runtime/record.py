@@ -79,7 +79,7 @@ def _note_forward(inputs: list) -> None:
         return
     src = user_frame(4)
     if src is not None:
-        events._buf.append(("forward", next(events._ids), _tid(), _now(), seq, src))
+        events._buf.append(("forward", next(events._ids), _tid(), _now(), model.cut_ns, seq, src))
 
 
 def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
