@@ -34,9 +34,10 @@ def register() -> None:
         from backend.runtime import factories
 
         factories.register_library_impls()
-        from backend.runtime import autocast
+        from backend.runtime import autocast, gcpause
 
         autocast.register()
+        gcpause.install()
         _registered = True
 
 

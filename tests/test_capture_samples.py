@@ -259,6 +259,48 @@ def test_placing_a_long_queue_at_a_sync_is_cut_from_the_host(tmp_path):
     assert op["dur_ns"] - sync["dur_ns"] < 500_000
 
 
+def test_garbage_collector_pauses_outside_the_backend_are_cut_from_the_host(tmp_path):
+    import gc
+    import time
+
+    import explorer
+
+    x = torch.randn(64, 64, device="neuron")
+    pauses: list[int] = []
+    start = [0]
+
+    def timer(phase, _info):
+        if phase == "start":
+            start[0] = time.perf_counter_ns()
+        else:
+            pauses.append(time.perf_counter_ns() - start[0])
+
+    out = tmp_path / "gc"
+    with explorer.profile(out, wait=0, warmup=1, active=1) as prof:
+        for step in range(2):
+            y = x
+            for _ in range(200):
+                y = y * 1.0001
+            if step == 1:
+                gc.callbacks.append(timer)
+                gc.collect()  # a full collection between two ops, outside any backend call
+                gc.callbacks.remove(timer)
+            y.sum()
+            prof.step()
+    (pause,) = pauses
+    profile = Profile.open(out)
+    mul, total = _rows(
+        profile,
+        """SELECT max(start_ns + dur_ns) AS mul_end,
+               (SELECT start_ns FROM events WHERE name = 'aten::sum' AND step = 1) AS sum_start
+           FROM events WHERE name = 'aten::mul' AND step = 1""",
+    )[0].values()
+    # the pause (milliseconds with the simulator's objects) is gone from between the two ops
+    assert pause > 1_000_000
+    assert total - mul < pause / 2
+    assert "gc" not in {r["kind"] for r in _rows(profile, "SELECT DISTINCT kind FROM events")}
+
+
 def test_compiles_and_recompiles_equal_what_the_sample_does(compiled):
     profile, stats = compiled
     # The sample compiles its graphs in step 0 (before the window) and changes the sequence

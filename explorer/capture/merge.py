@@ -102,14 +102,16 @@ def merge(
     work = [e for e in runtime if e.kind in DEVICE_KINDS and e.device_start_ns is not None]
     memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
     host = drop_simulator_events(host, calls, origin_unix_ns)
+    # garbage-collector pauses outside the backend's calls: simulator time, cut, no event
+    pauses = [e for e in runtime if e.kind == "gc" and e.host_start_ns is not None]
 
     # The runtime's modeled clock is real time minus every cut since the process started;
     # cut0, the total when this window began, is the cut_before of its first recorded call.
-    first = min(calls, key=lambda e: e.id, default=None)
+    first = min([*calls, *pauses], key=lambda e: e.id, default=None)
     cut0 = first.cut_before_ns if first is not None else 0
     clock = HostClock(
         [Call(e.host_start_ns - origin_unix_ns, e.host_end_ns - origin_unix_ns, e.host_cost_ns,
-              e.cut_before_ns) for e in calls],
+              e.cut_before_ns) for e in [*calls, *pauses]],
         cut0,
     )  # fmt: skip
     device_offset = origin_unix_ns - cut0
