@@ -155,6 +155,13 @@ class KernelPlan:
         return total / issued if issued else None
 
     @cached_property
+    def idle_updates(self) -> dict:
+        """(DMA rotation, DMA queues) -> ((timeline resource index, end offset), ...): the
+        idle schedule's per-resource ends by timeline index, filled by the timeline's fast
+        path as rotations come up."""
+        return {}
+
+    @cached_property
     def event_args(self) -> dict:
         """What a kernel event's `args` should carry: category, GEMM dims, TensorE utilization."""
         args: dict = {"category": self.category}

@@ -106,8 +106,13 @@ class DeviceTimeline:
             # Fast path: the device is idle by `ready` (as in a launch-bound step), so the plan
             # runs exactly at its idle schedule shifted to `ready`.
             rel, last, first, final = plan.idle_schedule
-            for is_dma, res, end in last:
-                free[base + (res + rot) % nq if is_dma else res] = ready + end
+            updates = plan.idle_updates.get((rot, nq))
+            if updates is None:
+                updates = plan.idle_updates[(rot, nq)] = tuple(
+                    (base + (res + rot) % nq if is_dma else res, end) for is_dma, res, end in last
+                )
+            for res, end in updates:
+                free[res] = ready + end
             self._horizon = ready + final
             # the idle schedule's offsets, shifted when the instructions are read
             return ready + first, ready + final, rel, rot, nq, ready
