@@ -82,7 +82,7 @@ class Columns:
     def _lookup(self, name: str, hit) -> np.ndarray:  # noqa: ANN001
         code, values = self.codes(name)
         table = np.append(hit(pa.array(values, pa.string())), False)  # code -1 -> False
-        return table[code]
+        return np.take(table, code)
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:

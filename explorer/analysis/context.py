@@ -34,6 +34,7 @@ from .conventions import (
     RECOMPILE_PREDICATE,
     SYNC_RUNTIME_NAMES,
     TRACE_COMPILE_NAMES,
+    sql_list,
     sync_predicate,
 )
 
@@ -134,7 +135,7 @@ class AnalysisContext:
         heavy = self.profile.table("events", columns=list(HEAVY_COLUMNS)) if wanted else None
         keep_arr = pa.array(keep)
         for name in HEAVY_COLUMNS:
-            if heavy is not None:
+            if heavy is not None and heavy[name].null_count < heavy.num_rows:
                 col = pc.if_else(
                     keep_arr, heavy[name].combine_chunks(), pa.scalar(None, pa.string())
                 )
@@ -324,7 +325,7 @@ class AnalysisContext:
         )
         # the few events these joins read, not every event
         self.subset("ev_host_x", host & (cols.where("kind", ("compile", "fallback")) | sync_rows))
-        self.subset("ev_kernels", self.device_rows(KERNEL_KINDS))
+        kernels = self.events_of(KERNEL_KINDS, "device")  # the rules' table of kernels too
 
         def host_kind(pred: str) -> str:
             return f"""SELECT w.rank, w.s,
@@ -343,7 +344,8 @@ class AnalysisContext:
         fall_k AS ({host_kind("x.kind = 'fallback'")}),
         sync_k AS ({host_kind(sync_pred)}),
         kern AS (SELECT w.rank, w.s, count(*) AS n
-                 FROM ev_kernels k
+                 FROM (SELECT rank, start_ns FROM {kernels} WHERE layer = 'device'
+                       AND kind IN {sql_list(KERNEL_KINDS)}) k
                  ASOF JOIN steps_w w ON k.rank = w.rank AND k.start_ns >= w.s
                  WHERE k.start_ns < w.e GROUP BY ALL)
         SELECT w.rank, w.step, w.s AS start_ns, w.e - w.s AS dur_ns,
