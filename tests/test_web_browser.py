@@ -31,7 +31,12 @@ def server(tmp_path_factory, imported_profiles):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     srv = uvicorn.Server(
-        uvicorn.Config(create_app(root), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(
+            create_app(root, analysis_cache=tmp_path_factory.mktemp("analysis-cache")),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
     )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
