@@ -87,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=5, help="step rounds (ops: 5)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of ops and of steps")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
@@ -97,7 +97,8 @@ def main() -> None:
             cm.__enter__()
         ops = {}
         for name, scalar in (("add_(y)", False), ("add_(1)", True)):
-            ops[name] = best_us([tiny_op("cpu", scalar), tiny_op("neuron", scalar)], args.calls)
+            pair = [tiny_op("cpu", scalar), tiny_op("neuron", scalar)]
+            ops[name] = best_us(pair, args.calls, args.rounds)
         steps = [train_step("cpu"), train_step("neuron")]
         cpu_step, dev_step = best_us(steps, args.steps, args.rounds)
         if cm:
