@@ -213,3 +213,24 @@ def test_data_assignment_out_resizes_and_in_place_restrides_keep_the_wrapper_in_
     half = torch.nn.Linear(2, 2).to("neuron").half()
     assert half.weight.dtype == torch.float16 and isinstance(half.weight, NeuronTensor)
     assert half(torch.ones(1, 2, device="neuron", dtype=torch.float16)).dtype == torch.float16
+
+
+def test_inference_mode_views_item_and_an_eval_model_run_on_the_device():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(16, 4)
+    with torch.no_grad():
+        ref = model.eval()(x)
+    model.to("neuron")
+    xd = x.to("neuron")
+    backend.clear_op_tracking()
+    with torch.inference_mode():
+        view = xd.view(64)  # a view of a normal tensor stays a normal tensor, as on the CPU
+        made = xd * 2  # a new tensor is an inference tensor, as on the CPU
+        out = model(xd)
+        total = out.sum().item()
+    assert not view.is_inference() and made.is_inference() and made.view(64).is_inference()
+    assert torch.equal(view.cpu(), x.view(64))
+    assert torch.allclose(out.cpu(), ref, atol=1e-6) and out.is_inference()
+    assert total == pytest.approx(ref.sum().item(), abs=1e-5)
+    assert backend.get_fallback_ops() == []  # .item() is a sync there too, not a fallback

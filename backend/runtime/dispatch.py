@@ -20,6 +20,7 @@ _F64 = torch.float64
 _CPU = torch.device("cpu")
 _SEQ = (list, tuple)
 _now = time.time_ns
+_inference_enabled = torch.is_inference_mode_enabled
 
 
 class OpInfo:
@@ -145,7 +146,15 @@ def _wrap(o, inputs: list, new: list):
         for p, w in inputs:
             if o is p:
                 return w
-        w = NeuronTensor(o)
+        inference = o.is_inference()
+        if inference is not _inference_enabled():
+            # the wrapper is an inference tensor exactly when its payload is: a view of a
+            # normal tensor under inference_mode is normal (torch then sets its version
+            # counter), and a view of an inference tensor outside it is an inference tensor
+            with torch.inference_mode(inference):
+                w = NeuronTensor(o)
+        else:
+            w = NeuronTensor(o)
         new.append(w)
         return w
     if type(o) in _SEQ:
@@ -328,6 +337,7 @@ _SPECIAL = {
     "aten::copy_": _copy_,
     "aten::_to_copy": _to_copy,
     "aten::_local_scalar_dense": _local_scalar_dense,
+    "aten::item": _local_scalar_dense,  # reaches Python itself under inference_mode
 }
 
 
