@@ -4,9 +4,10 @@ Known problems for the analysis: (1) a CPU fallback: the loss clips residuals at
 (torch.median is outside the neuron device's supported ops), so every step copies the residuals
 to the host and back (the backward of abs and minimum falls back too); (2) a float64 tensor: the per-feature scale is created as float64, which
 the device computes as float32 with a warning; (3) a host sync: `loss.item()` in the loop makes
-the host wait for the device at the end of every step. While the eager step is launch-bound
-that wait is short (the device has already drained), so the analysis reports the sync but ranks
-it by its small measured cost; it grows once the step is fused and the device is the bottleneck.
+the host wait for the device at the end of every step. All three are porting problems, ranked
+first (readiness). While the eager step is launch-bound the sync's wait is short (the device has
+already drained), and the analysis shows that small measured cost; it grows once the step is
+fused and the device is the bottleneck.
 The optimizer is the multi-tensor one (foreach=True) so that no unrelated problem (a per-parameter
 update) crowds the known ones.
 """
