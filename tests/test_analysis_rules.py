@@ -370,3 +370,15 @@ def test_compile_dominated_claims_torch_compiles_tracing_in_the_first_step():
     assert f.saving_ns == m["compile_ns"] + m["trace_ns"]
     assert "torch.compile's tracing" in f.detail
     assert get_rule("recompilation").evaluate(profile) == []  # one shape: nothing recompiled
+
+
+def test_the_readiness_block_lists_the_host_syncs_in_the_step():
+    from explorer.analysis import summarize
+
+    (sync,) = summarize(sample("fallback_float64")).readiness.syncs.to_pylist()
+    # the sample's loss.item(), once a step; the fallbacks' own waits are not listed here
+    assert (sync["what"], sync["calls"], sync["steps"]) == (".item()", 3, 3)
+    assert sync["file"].endswith("fallback_float64.py")
+    assert sync["line"] == sample_line("fallback_float64", "losses.append(loss.item())")
+    assert sync["wait_ns"] > 0
+    assert summarize(sample("gpt_train")).readiness.syncs.num_rows == 0

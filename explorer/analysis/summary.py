@@ -22,6 +22,7 @@ from .conventions import (
     DOWNCAST_PREDICATE,
     ENGINE_TRACKS,
     KERNEL_KINDS,
+    NEURON_SYNC_KIND,
     PROGRAM_SQL,
     TENSOR_ENGINE_TRACK,
     TRANSFER_KINDS,
@@ -94,6 +95,7 @@ class Readiness:
     fallback_ops: pa.Table  # op, file, line, func, calls, dur_ns
     downcasts: pa.Table  # op, file, line, calls
     recompiles: pa.Table  # op, recompiles, dur_ns, shapes
+    syncs: pa.Table  # what, file, line, calls, steps, wait_ns: host syncs (.item(), .cpu()...)
     compile_ns: int
     first_step_ns: int | None
     steady_step_ns: float | None  # median of the steps after the first
@@ -407,6 +409,16 @@ def _readiness(ctx: AnalysisContext) -> Readiness:
         FROM {candidates} WHERE {DOWNCAST_PREDICATE}
         GROUP BY 1, 2, 3 ORDER BY calls DESC, op"""
     )
+    # host syncs in the step, a fallback's own wait aside (that belongs to the fallback)
+    syncs_ev = ctx.subset("ev_syncs", host & cols.where("kind", (NEURON_SYNC_KIND,)))
+    syncs = ctx.arrow(
+        f"""SELECT coalesce(json_extract_string(args, '$.reason'), name) AS what,
+               src_file AS file, src_line AS line, count(*) AS calls,
+               count(DISTINCT step) AS steps, sum(dur_ns) AS wait_ns
+        FROM {syncs_ev} WHERE NOT (name = 'sync' AND op_name IN
+                                   (SELECT op_name FROM {fallbacks}))
+        GROUP BY 1, 2, 3 ORDER BY calls DESC, wait_ns DESC, what"""
+    )
     ctx.ensure_recompiles()
     recompiles = ctx.arrow(
         f"""SELECT {COMPILE_GROUP_SQL} AS op,
@@ -428,4 +440,4 @@ def _readiness(ctx: AnalysisContext) -> Readiness:
         )
         first = None if row.get("first") is None else int(row["first"])
         steady = None if row.get("steady") is None else float(row["steady"])
-    return Readiness(fallback, downcasts, recompiles, int(compile_ns), first, steady)
+    return Readiness(fallback, downcasts, recompiles, syncs, int(compile_ns), first, steady)

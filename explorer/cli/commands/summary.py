@@ -164,6 +164,7 @@ def render_summary(s, top: int = 10) -> None:  # noqa: ANN001, C901 - analysis.S
             ("CPU fallbacks", r.fallback_ops),
             ("float64 downcasts", r.downcasts),
             ("Recompiles", r.recompiles),
+            ("Host syncs in the step", r.syncs),
         ):
             if not table.num_rows:
                 c.print(f"  {title}: none")

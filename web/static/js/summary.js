@@ -46,13 +46,15 @@ function readinessBlock(r) {
       card("CPU fallback ops", String((r.fallback_ops || []).length)),
       card("float64 downcasts", String((r.downcasts || []).length)),
       card("Recompiles", String((r.recompiles || []).reduce((a, x) => a + (x.recompiles || 0), 0))),
+      card("Host syncs", String((r.syncs || []).reduce((a, x) => a + (x.calls || 0), 0)), ".item(), .cpu(), print"),
       card("Compile time", fmtNs(r.compile_ns)),
       card("First step", fmtNs(r.first_step_ns)),
       card("Steady step", fmtNs(r.steady_step_ns), "median after the first")),
     h("div", { class: "grid3" },
       h("div", {}, h("h2", {}, "Fallbacks to the CPU"), tbl(r.fallback_ops, [{ key: "op", label: "Op" }, lineCol, { key: "calls", label: "Calls", num: true }, { key: "dur_ns", label: "Time", num: true, fmt: fmtNs }], "Every op ran on the device.")),
       h("div", {}, h("h2", {}, "float64 downcast to float32"), tbl(r.downcasts, [{ key: "op", label: "Op" }, lineCol, { key: "calls", label: "Calls", num: true }], "No float64 tensors.")),
-      h("div", {}, h("h2", {}, "Recompiles"), tbl(r.recompiles, [{ key: "op", label: "Op / graph" }, { key: "recompiles", label: "Times", num: true }, { key: "dur_ns", label: "Time", num: true, fmt: fmtNs }], "No recompiles."))));
+      h("div", {}, h("h2", {}, "Recompiles"), tbl(r.recompiles, [{ key: "op", label: "Op / graph" }, { key: "recompiles", label: "Times", num: true }, { key: "dur_ns", label: "Time", num: true, fmt: fmtNs }], "No recompiles.")),
+      h("div", {}, h("h2", {}, "Host syncs in the step"), tbl(r.syncs, [{ key: "what", label: "Sync" }, lineCol, { key: "calls", label: "Calls", num: true }, { key: "wait_ns", label: "Wait", num: true, fmt: fmtNs }], "No host syncs."))));
 }
 
 run(async () => {
