@@ -1,7 +1,7 @@
 """Time every analysis rule and the summary on a profile of about a million events.
 
 The first rule to run also reads the events (one pyarrow decode shared by every rule).
-The profile is a real trace (the V100 training trace in ../shared/traces/kineto-gpu/) imported
+The profile is a real trace (the V100 training trace in tests/data/kineto-gpu/) imported
 and then repeated back to back in time until it holds TARGET_EVENTS events, so the rules see
 real shapes of data at scale. Usage: .venv/bin/python benchmarks/analysis_bench.py [EVENTS]
 """
@@ -21,14 +21,13 @@ import pyarrow.compute as pc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from explorer.analysis import all_rules, summarize  # noqa: E402
-from explorer.importers import import_traces  # noqa: E402
-from explorer.model.io import ProfileWriter  # noqa: E402
-from explorer.model.profile import Profile  # noqa: E402
+from neuron_explorer.analysis import all_rules, summarize  # noqa: E402
+from neuron_explorer.importers import import_traces  # noqa: E402
+from neuron_explorer.model.io import ProfileWriter  # noqa: E402
+from neuron_explorer.model.profile import Profile  # noqa: E402
 
 TRACE = (
-    ROOT.parent
-    / "shared/traces/kineto-gpu/ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    ROOT / "tests/data/kineto-gpu/ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 )
 TARGET_EVENTS = 1_000_000
 GOAL_S = 3.0

@@ -1,5 +1,5 @@
 """Capture overhead on the sample GPT training step (samples/gpt_train.py's model) on the neuron
-device: profiler off, `explorer.profile` (record_shapes, the runtime's own source lines), and
+device: profiler off, `neuron_explorer.profile` (record_shapes, the runtime's own source lines), and
 torch.profiler with with_stack=True for comparison; then the time to write a 3-step profile.
 
     python benchmarks/capture_bench.py [--steps 8]
@@ -57,12 +57,12 @@ def bench_modes(device: str, steps: int, rounds: int = 3) -> dict[str, tuple[flo
 
     import torch
 
-    import explorer
+    import neuron_explorer
 
     tp = torch.profiler
     modes = {
         "profiler off": contextlib.nullcontext,
-        "explorer.profile": explorer.profile,  # records everything, writes nothing
+        "neuron_explorer.profile": neuron_explorer.profile,  # records everything, writes nothing
         "torch.profiler with_stack": lambda: tp.profile(
             activities=[tp.ProfilerActivity.CPU], record_shapes=True, with_stack=True
         ),
@@ -84,7 +84,7 @@ def bench_modes(device: str, steps: int, rounds: int = 3) -> dict[str, tuple[flo
 
 def _drain() -> None:
     try:
-        from backend.runtime import events
+        from neuron_explorer.backend.runtime import events
 
         events.drain()
     except ImportError:
@@ -95,12 +95,12 @@ def bench_write(device: str) -> tuple[float, int]:
     """Seconds the trace handler takes to export, merge and write a 3-step cycle; its events."""
     import torch
 
-    import explorer
-    from explorer.model import Profile
+    import neuron_explorer
+    from neuron_explorer.model import Profile
 
     step = _setup(device)
     _time_steps(step, 2)
-    handler = explorer.trace_handler(Path(tempfile.mkdtemp()) / "bench")
+    handler = neuron_explorer.trace_handler(Path(tempfile.mkdtemp()) / "bench")
     took = []
 
     def timed(prof) -> None:  # noqa: ANN001
@@ -109,7 +109,7 @@ def bench_write(device: str) -> tuple[float, int]:
         took.append(time.perf_counter() - t0)
 
     sched = torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1)
-    with explorer.profile(schedule=sched, on_trace_ready=timed) as prof:
+    with neuron_explorer.profile(schedule=sched, on_trace_ready=timed) as prof:
         _time_steps(step, 5, prof)
     return took[0], Profile.open(handler.written[0]).row_count("events")
 

@@ -11,8 +11,8 @@ import argparse
 import time
 from collections.abc import Callable
 
-from backend.costmodel import DeviceTimeline, TensorInfo, get_spec, lower_op
-from backend.costmodel.lowering import _CACHE
+from neuron_explorer.backend.costmodel import DeviceTimeline, TensorInfo, get_spec, lower_op
+from neuron_explorer.backend.costmodel.lowering import _CACHE
 
 
 def per_call_us(fn: Callable[[int], object], calls: int, rounds: int = 5) -> float:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-import backend
-from backend.runtime.model import schedule_pending
+from neuron_explorer import backend
+from neuron_explorer.backend.runtime.model import schedule_pending
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "samples"))
 from models import TinyGPT, lm_loss, token_batch  # noqa: E402

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACE = ROOT.parent / "shared/traces/kineto-gpu/ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"  # fmt: skip
+TRACE = ROOT / "tests/data/kineto-gpu/ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"  # fmt: skip
 
 
 def tiled_profile(out: Path, events: int) -> None:
@@ -25,8 +25,8 @@ def tiled_profile(out: Path, events: int) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from explorer.importers import import_traces
-    from explorer.model import Profile, ProfileWriter
+    from neuron_explorer.importers import import_traces
+    from neuron_explorer.model import Profile, ProfileWriter
 
     prof = Profile.open(import_traces([TRACE], out.with_name(out.name + "-seed")))
     base = prof.table("events")
@@ -49,7 +49,7 @@ def tiled_profile(out: Path, events: int) -> None:
 def run_export(profile: Path, fmt: str, out: Path) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of one export in a fresh process."""
     code = (
-        "import sys; from explorer.model import Profile; from explorer.exporters import export;"
+        "import sys; from neuron_explorer.model import Profile; from neuron_explorer.exporters import export;"
         "export(Profile.open(sys.argv[1]), sys.argv[2], sys.argv[3])"
     )
     start = time.perf_counter()

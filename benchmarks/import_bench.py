@@ -40,8 +40,8 @@ elif method == "hta":
     d = out + "-hta"; os.makedirs(d); sh.copy(path, d)
     load = lambda: TraceAnalysis(trace_dir=d)
 else:
-    from explorer.importers import import_traces
-    import explorer.importers.run, pyarrow.parquet, pyarrow.dataset  # libraries count as base
+    from neuron_explorer.importers import import_traces
+    import neuron_explorer.importers.run, pyarrow.parquet, pyarrow.dataset  # libraries count as base
     load = lambda: import_traces([path], out)
 def rss_mb():
     with open("/proc/self/status") as f:

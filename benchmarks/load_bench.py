@@ -34,7 +34,7 @@ FOREVER_SQL = "SELECT count(*) FROM events a, events b, events c WHERE a.id + b.
 def serve(root: Path) -> Iterator[str]:
     """`neuron-explorer serve ROOT --port 0` (real uvicorn on a free 127.0.0.1 port) in a process
     of its own; yields the base URL and stops the server on exit."""
-    proc = subprocess.Popen([sys.executable, "-m", "explorer", "serve", str(root), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "serve", str(root), "--port", "0"],
                             cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     try:

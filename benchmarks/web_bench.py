@@ -57,7 +57,7 @@ def _start_server(root: Path, cache: Path) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = (
-        "import sys, uvicorn; from web.app import create_app; "
+        "import sys, uvicorn; from neuron_explorer.web.app import create_app; "
         f"uvicorn.run(create_app(sys.argv[1]), host='127.0.0.1', port={port}, log_level='warning')"
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}

@@ -49,7 +49,7 @@ OP_PERIOD_NS = 12_000
 
 def make_profile(out: str | Path, n_events: int, *, op_name_prefix: str = "") -> Path:
     """Write a profile of about `n_events` events to `out` and return its path."""
-    from explorer.model import Manifest, ProfileWriter, Step
+    from neuron_explorer.model import Manifest, ProfileWriter, Step
 
     n_ops = max(len(OPS), n_events // EVENTS_PER_OP)
     ops_per_step = min(5000, max(len(OPS), n_ops // 4))

@@ -35,7 +35,7 @@ def capture(name: str) -> int:
     out = OUT / name
     if out.exists():
         shutil.rmtree(out)
-    command = [sys.executable, "-m", "explorer", "capture", "-o", str(out), *CAPTURE,
+    command = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), *CAPTURE,
                "--", "python", str(HERE / f"{name}.py"), *sample_args]  # fmt: skip
     print("$", " ".join(command[1:]), flush=True)
     return subprocess.call(command, cwd=ROOT)

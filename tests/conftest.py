@@ -1,4 +1,4 @@
-"""Shared fixtures: the real traces in ../shared/traces and profiles imported from them once."""
+"""Shared fixtures: the real traces in tests/data and profiles imported from them once."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
-KINETO_GPU = SHARED_TRACES / "kineto-gpu"
+DATA = ROOT / "tests" / "data"
+KINETO_GPU = DATA / "kineto-gpu"
 SAMPLE_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"
 
-# short name -> file in ../shared/traces/kineto-gpu (see its README.md)
+# short name -> file in tests/data/kineto-gpu (see its README.md)
 SHARED_KINETO = {
     "mi250": "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
     "cpu_only": "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
@@ -26,27 +26,26 @@ SHARED_KINETO = {
 def kineto_trace_paths() -> dict[str, Path]:
     """Every Kineto trace the suite imports: the shared GPU/CPU traces and the shipped sample."""
     paths = {name: KINETO_GPU / file for name, file in SHARED_KINETO.items()}
-    paths = {name: p for name, p in paths.items() if p.is_file()}
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    assert not missing, f"test data missing from the checkout: {missing}"
     paths["cpu_mlp"] = SAMPLE_TRACE
     return paths
 
 
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
-    """The directory ../shared/traces (skips the test when the checkout has none beside it)."""
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"{SHARED_TRACES} is missing (CI puts shared/ beside the clone)")
-    return SHARED_TRACES
+    """The directory tests/data, which holds the real traces (kineto-gpu/) the suite reads."""
+    return DATA
 
 
 @pytest.fixture(scope="session")
 def imported_profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Profiles imported once per session: name -> profile directory.
 
-    Names: mi250, cpu_only, alexnet, nccl, ns_resolution, compare_base, compare_test (the shared
-    traces, when ../shared/traces is there) and cpu_mlp (samples/traces, always there).
+    Names: mi250, cpu_only, alexnet, nccl, ns_resolution, compare_base, compare_test (the HTA
+    traces in tests/data/kineto-gpu) and cpu_mlp (samples/traces).
     """
-    from explorer.importers import import_traces
+    from neuron_explorer.importers import import_traces
 
     out = tmp_path_factory.mktemp("imported")
     return {

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_analysis_profiles import neuron_profile, real
 
-from explorer.analysis import all_rules
-from explorer.cli import main
+from neuron_explorer.analysis import all_rules
+from neuron_explorer.cli import main
 
 RULES_MD = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 
@@ -119,7 +119,7 @@ def test_errors_are_one_line_exit_2(capsys, argv, message):
 
 def test_console_script_runs():
     res = subprocess.run(
-        [sys.executable, "-m", "explorer", "analyze", "--explain", "cpu-fallback"],
+        [sys.executable, "-m", "neuron_explorer", "analyze", "--explain", "cpu-fallback"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert res.returncode == 0 and "cpu-fallback" in res.stdout

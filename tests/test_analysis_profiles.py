@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from explorer.model.io import ProfileWriter
-from explorer.model.manifest import Manifest, Step
-from explorer.model.profile import Profile
+from neuron_explorer.model.io import ProfileWriter
+from neuron_explorer.model.manifest import Manifest, Step
+from neuron_explorer.model.profile import Profile
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto-gpu"
+SHARED = Path(__file__).resolve().parent / "data" / "kineto-gpu"
 TRACES = {
     "alexnet": "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
     "ns_resolution": "ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
@@ -55,11 +55,9 @@ NEURON_PROBLEMS = (
 def real(name: str) -> Profile:
     """A shared Kineto trace imported once per test session."""
     if name not in _CACHE:
-        from explorer.importers import import_traces
+        from neuron_explorer.importers import import_traces
 
         path = SHARED / TRACES[name]
-        if not path.exists():
-            pytest.skip(f"shared trace {path} not present")
         _CACHE[name] = Profile.open(import_traces([path], _TMP / name))
     return _CACHE[name]
 
@@ -201,14 +199,14 @@ def neuron_profile(problem: str | None, n_steps: int = 4) -> Profile:
 
 
 def test_clean_neuron_profile_has_no_findings():
-    from explorer.analysis import run_rules
+    from neuron_explorer.analysis import run_rules
 
     assert run_rules(neuron_profile(None)) == []
 
 
 @pytest.mark.parametrize("problem", NEURON_PROBLEMS)
 def test_each_neuron_problem_is_the_top_finding(problem):
-    from explorer.analysis import run_rules
+    from neuron_explorer.analysis import run_rules
 
     found = run_rules(neuron_profile(problem))
     assert found, f"no finding on the {problem} profile"
@@ -227,7 +225,7 @@ def recorded_cpu_problems() -> Profile:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    from explorer.importers import import_traces
+    from neuron_explorer.importers import import_traces
 
     class SlowData(torch.utils.data.Dataset):
         def __len__(self) -> int:

@@ -1,6 +1,6 @@
 """Every rule finds its problem where it exists and stays quiet where it does not.
 
-Generic rules run on the real Kineto traces in ../shared/traces/kineto-gpu/ and on a CPU trace
+Generic rules run on the real Kineto traces in tests/data/kineto-gpu/ and on a CPU trace
 recorded here with torch.profiler; the neuron rules on the samples captured on the neuron
 device (samples/profiles) where one has the problem, or on a model's first steps captured here
 (compile-dominated: the samples skip their compile steps, as a profile should).
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from test_analysis_profiles import neuron_profile, real, recorded_cpu_problems, sample, trace_json
 
-from explorer.analysis import all_rules, findings_document, get_rule, run_rules
-from explorer.analysis.findings import CATEGORIES
-from explorer.errors import ExplorerError
-from explorer.model.profile import Profile
+from neuron_explorer.analysis import all_rules, findings_document, get_rule, run_rules
+from neuron_explorer.analysis.findings import CATEGORIES
+from neuron_explorer.errors import ExplorerError
+from neuron_explorer.model.profile import Profile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,8 +54,8 @@ def first_steps_captured():
     no wait: step 0 compiles every op on first use, so compilation dominates the profile."""
     import torch
 
-    import explorer
-    from explorer.model import Profile
+    import neuron_explorer
+    from neuron_explorer.model import Profile
 
     sys.path.insert(0, str(ROOT / "samples"))
     from models import TinyGPT, lm_loss, token_batch
@@ -65,7 +65,7 @@ def first_steps_captured():
     model = TinyGPT(layers=1).to("neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     out = Path(tempfile.mkdtemp(prefix="first-steps-")) / "profile"
-    with explorer.profile(out, wait=0, warmup=0, active=4) as prof:
+    with neuron_explorer.profile(out, wait=0, warmup=0, active=4) as prof:
         for _ in range(4):
             tokens = token_batch(8, 33, 256, data).to("neuron")
             loss = lm_loss(model(tokens[:, :-1]), tokens[:, 1:])
@@ -251,8 +251,8 @@ def test_collective_spread_across_ranks(tmp_path):
     """Two real traces imported as ranks 0 and 1: the uneven collective time is reported."""
     from test_analysis_profiles import SHARED, TRACES
 
-    from explorer.importers import import_traces
-    from explorer.model.profile import Profile
+    from neuron_explorer.importers import import_traces
+    from neuron_explorer.model.profile import Profile
 
     paths = [SHARED / TRACES["nccl"], SHARED / TRACES["compare_base"]]
     profile = Profile.open(import_traces(paths, tmp_path / "two-ranks"))
@@ -279,9 +279,9 @@ def test_malformed_args_do_not_stop_the_analysis(tmp_path):
     """One kernel with broken args JSON: the rules still run and read the good rows."""
     import time
 
-    from explorer.model.io import ProfileWriter
-    from explorer.model.manifest import Manifest
-    from explorer.model.profile import Profile
+    from neuron_explorer.model.io import ProfileWriter
+    from neuron_explorer.model.manifest import Manifest
+    from neuron_explorer.model.profile import Profile
 
     good = '{"matmul": {"m": 130, "k": 130, "n": 8, "dtype": "float32"}}'
     with ProfileWriter(tmp_path / "p") as w:
@@ -306,13 +306,13 @@ def syncs_captured(every: int) -> Profile:
     import torch
     from torch import nn
 
-    import explorer
+    import neuron_explorer
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to("neuron")
     x = torch.randn(8, 16).to("neuron")
     out = Path(tempfile.mkdtemp(prefix=f"syncs-{every}-")) / "profile"
-    with explorer.profile(out, wait=0, warmup=1, active=4) as prof:
+    with neuron_explorer.profile(out, wait=0, warmup=1, active=4) as prof:
         for i in range(5):
             loss = model(x).pow(2).mean()
             loss.backward()
@@ -339,14 +339,14 @@ def compiled_first_steps_captured() -> Profile:
     import torch
     from torch import nn
 
-    import explorer
+    import neuron_explorer
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to("neuron")
     compiled = torch.compile(model, backend="neuron", dynamic=False)
     x = torch.randn(8, 16).to("neuron")
     out = Path(tempfile.mkdtemp(prefix="compiled-first-")) / "profile"
-    with explorer.profile(out, wait=0, warmup=0, active=3) as prof:
+    with neuron_explorer.profile(out, wait=0, warmup=0, active=3) as prof:
         for _ in range(3):
             compiled(x).pow(2).mean().backward()
             prof.step()
@@ -354,7 +354,7 @@ def compiled_first_steps_captured() -> Profile:
 
 
 def test_compile_dominated_claims_torch_compiles_tracing_in_the_first_step():
-    from explorer.analysis.conventions import TRACE_COMPILE_PREDICATE
+    from neuron_explorer.analysis.conventions import TRACE_COMPILE_PREDICATE
 
     profile = compiled_first_steps_captured()
     (f,) = get_rule("compile-dominated").evaluate(profile)
@@ -373,7 +373,7 @@ def test_compile_dominated_claims_torch_compiles_tracing_in_the_first_step():
 
 
 def test_the_readiness_block_lists_the_host_syncs_in_the_step():
-    from explorer.analysis import summarize
+    from neuron_explorer.analysis import summarize
 
     (sync,) = summarize(sample("fallback_float64")).readiness.syncs.to_pylist()
     # the sample's loss.item(), once a step; the fallbacks' own waits are not listed here

@@ -1,4 +1,4 @@
-"""`neuron-explorer capture` and `explorer.trace_handler` on plain CPU scripts: the script runs
+"""`neuron-explorer capture` and `neuron_explorer.trace_handler` on plain CPU scripts: the script runs
 as `python script.py` would, its status and output pass through, and steps are detected."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from explorer.capture.runner import Schedule, run_captured
-from explorer.model import Profile
+from neuron_explorer.capture.runner import Schedule, run_captured
+from neuron_explorer.model import Profile
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "explorer"]
+CLI = [sys.executable, "-m", "neuron_explorer"]
 CPU_ENV = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 TRAIN = """
@@ -142,10 +142,10 @@ def test_a_run_shorter_than_the_schedule_keeps_its_first_step(tmp_path):
 def test_trace_handler_writes_one_profile_per_active_cycle(tmp_path):
     import torch
 
-    import explorer
+    import neuron_explorer
 
     model = torch.nn.Linear(8, 4)
-    handler = explorer.trace_handler(tmp_path / "run")
+    handler = neuron_explorer.trace_handler(tmp_path / "run")
     sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
     with torch.profiler.profile(schedule=sched, on_trace_ready=handler) as prof:
         for _ in range(9):
@@ -158,14 +158,14 @@ def test_trace_handler_writes_one_profile_per_active_cycle(tmp_path):
 
 
 def test_an_existing_directory_that_is_not_a_profile_is_never_replaced(tmp_path):
-    import explorer
-    from explorer.errors import ExplorerError
+    import neuron_explorer
+    from neuron_explorer.errors import ExplorerError
 
     keep = tmp_path / "data"
     keep.mkdir()
     (keep / "notes.txt").write_text("mine")
     with pytest.raises(ExplorerError, match="not a profile"):
-        explorer.trace_handler(keep)
+        neuron_explorer.trace_handler(keep)
     assert (keep / "notes.txt").read_text() == "mine"
 
 

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from explorer.capture.clock import Call, HostClock
-from explorer.capture.link import innermost_parents, step_of
+from neuron_explorer.capture.clock import Call, HostClock
+from neuron_explorer.capture.link import innermost_parents, step_of
 
 
 def _calls(spans):

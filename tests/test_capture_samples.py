@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-backend = pytest.importorskip("backend")
+backend = pytest.importorskip("neuron_explorer.backend")
 
-from explorer.capture.runner import Schedule, run_captured  # noqa: E402
-from explorer.model import Profile  # noqa: E402
+from neuron_explorer.capture.runner import Schedule, run_captured  # noqa: E402
+from neuron_explorer.model import Profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-OWN_DIRS = (str(ROOT / "backend") + "/", str(ROOT / "explorer") + "/")
-# torch.profiler writes a file under a sys.path entry relative to it: "backend/runtime/x.py"
-OWN_PREFIXES = (*OWN_DIRS, "backend/", "explorer/")
+OWN_DIRS = (str(ROOT / "neuron_explorer") + "/",)
+# torch.profiler writes a file under a sys.path entry relative to it: "neuron_explorer/backend/x.py"
+OWN_PREFIXES = (*OWN_DIRS, "neuron_explorer/")
 SMALL = Schedule(wait=1, warmup=1, active=2)
 
 # Kernels of these ops must sit on a line whose text contains one of the snippets.
@@ -53,7 +53,7 @@ def gpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fallback(tmp_path_factory):
-    from backend import clear_op_tracking, get_fallback_ops
+    from neuron_explorer.backend import clear_op_tracking, get_fallback_ops
 
     clear_op_tracking()
     profile = _capture(tmp_path_factory, "fallback_float64", "--steps", "5")
@@ -67,7 +67,7 @@ def cnn(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    from backend import compile_stats, reset_compile_stats
+    from neuron_explorer.backend import compile_stats, reset_compile_stats
 
     reset_compile_stats()
     profile = _capture(
@@ -208,11 +208,11 @@ def test_memory_counters_and_device_spec(gpt):
 
 
 def test_a_step_ending_in_item_waits_for_the_devices_remaining_work(tmp_path):
-    import explorer
+    import neuron_explorer
 
     x = torch.randn(1536, 1536, device="neuron")
     out = tmp_path / "sync"
-    with explorer.profile(out, wait=0, warmup=1, active=2) as prof:
+    with neuron_explorer.profile(out, wait=0, warmup=1, active=2) as prof:
         for _ in range(3):
             y = x
             for _ in range(3):
@@ -236,11 +236,11 @@ def test_a_step_ending_in_item_waits_for_the_devices_remaining_work(tmp_path):
 
 
 def test_placing_a_long_queue_at_a_sync_is_cut_from_the_host(tmp_path):
-    import explorer
+    import neuron_explorer
 
     x = torch.randn(64, 64, device="neuron")
     out = tmp_path / "queue"
-    with explorer.profile(out, wait=0, warmup=1, active=1) as prof:
+    with neuron_explorer.profile(out, wait=0, warmup=1, active=1) as prof:
         for _ in range(2):
             y = x
             for _ in range(400):
@@ -263,7 +263,7 @@ def test_garbage_collector_pauses_outside_the_backend_are_cut_from_the_host(tmp_
     import gc
     import time
 
-    import explorer
+    import neuron_explorer
 
     x = torch.randn(64, 64, device="neuron")
     pauses: list[int] = []
@@ -276,7 +276,7 @@ def test_garbage_collector_pauses_outside_the_backend_are_cut_from_the_host(tmp_
             pauses.append(time.perf_counter_ns() - start[0])
 
     out = tmp_path / "gc"
-    with explorer.profile(out, wait=0, warmup=1, active=1) as prof:
+    with neuron_explorer.profile(out, wait=0, warmup=1, active=1) as prof:
         for step in range(2):
             y = x
             for _ in range(200):
@@ -332,18 +332,20 @@ def test_compiled_kernels_carry_their_fx_nodes_lines(compiled):
 
 
 def test_with_stack_the_backends_frames_and_what_they_call_are_left_out(tmp_path):
-    import explorer
+    import neuron_explorer
 
     model = torch.nn.Linear(8, 4).to("neuron")
     out = tmp_path / "stack"
-    with explorer.profile(out, with_stack=True):
+    with neuron_explorer.profile(out, with_stack=True):
         for _ in range(2):
             model(torch.randn(4, 8, device="neuron")).sum().backward()
     profile = Profile.open(out)
     frames = _rows(profile, "SELECT DISTINCT file FROM stacks")
     assert frames and not [f for f in frames if f["file"].startswith(OWN_PREFIXES)]
     python = _rows(profile, "SELECT name FROM events WHERE kind = 'python'")
-    assert python and not [p for p in python if "time_ns" in p["name"] or "backend/" in p["name"]]
+    assert python and not [
+        p for p in python if "time_ns" in p["name"] or "neuron_explorer/" in p["name"]
+    ]
     lines = _rows(profile, "SELECT DISTINCT src_file FROM events WHERE src_file IS NOT NULL")
     assert [Path(r["src_file"]).name for r in lines] == [Path(__file__).name] * len(lines)
 
@@ -374,14 +376,14 @@ def test_a_script_captured_whole_moves_its_model_and_keeps_op_shapes(tmp_path):
 def test_a_fresh_capture_shows_the_samples_known_problems_on_top(request, name, fixture):
     from test_analysis_rules import known_on_top
 
-    from explorer.analysis import run_rules
+    from neuron_explorer.analysis import run_rules
 
     value = request.getfixturevalue(fixture)
     known_on_top(name, run_rules(value[0] if isinstance(value, tuple) else value))
 
 
 def test_the_recompile_finding_counts_what_the_sample_recompiled(compiled):
-    from explorer.analysis import get_rule
+    from neuron_explorer.analysis import get_rule
 
     profile, stats = compiled
     (f,) = get_rule("recompilation").evaluate(profile)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from explorer.capture.sources import MAX_SOURCE_BYTES, readable
+from neuron_explorer.capture.sources import MAX_SOURCE_BYTES, readable
 
 
 def test_only_small_text_files_under_a_root_are_kept(tmp_path):

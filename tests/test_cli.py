@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from explorer import __version__
-from explorer.cli import COMMANDS, build_parser, main
-from explorer.model.schema import SCHEMA_VERSION, TABLES
+from neuron_explorer import __version__
+from neuron_explorer.cli import COMMANDS, build_parser, main
+from neuron_explorer.model.schema import SCHEMA_VERSION, TABLES
 
 
 def _subparsers():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from explorer.cli import COMMANDS, build_parser
-from explorer.model import Manifest, ProfileWriter
-from explorer.model.schema import TABLES
+from neuron_explorer.cli import COMMANDS, build_parser
+from neuron_explorer.model import Manifest, ProfileWriter
+from neuron_explorer.model.schema import TABLES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

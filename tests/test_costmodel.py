@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.costmodel import (
+from neuron_explorer.backend.costmodel import (
     ENV_VAR,
     SPECS,
     DeviceSpec,
@@ -354,7 +354,7 @@ def test_runtime_costs_are_modeled():
 
 
 def test_cost_model_never_imports_torch():
-    for path in sorted((ROOT / "backend" / "costmodel").rglob("*.py")):
+    for path in sorted((ROOT / "neuron_explorer" / "backend" / "costmodel").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = []
             if isinstance(node, ast.Import):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import backend
-import backend.compiler
+from neuron_explorer import backend
 
 
 def _drain_kinds(kind: str):

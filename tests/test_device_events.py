@@ -6,9 +6,9 @@ import time
 
 import torch
 
-import backend
-from backend.runtime import events as ev_mod
-from backend.runtime import model
+from neuron_explorer import backend
+from neuron_explorer.backend.runtime import events as ev_mod
+from neuron_explorer.backend.runtime import model
 
 
 def _record(fn):

@@ -26,8 +26,8 @@ _BACKWARD_ERRORS = """
     import sys, torch
 
     x = torch.randn(3, device="neuron", requires_grad=True)
-    from backend.runtime import guard
-    print(x.device, "backend" in sys.modules, guard.kind, torch.neuron.device_count())
+    from neuron_explorer.backend.runtime import guard
+    print(x.device, "neuron_explorer.backend" in sys.modules, guard.kind, torch.neuron.device_count())
 
     class Boom(torch.autograd.Function):
         @staticmethod
@@ -105,13 +105,13 @@ def test_autoload_off_leaves_torch_alone_until_import_backend_and_the_python_gua
     r = _python(
         """
         import sys, torch
-        assert "backend" not in sys.modules
+        assert "neuron_explorer.backend" not in sys.modules
         try:
             torch.randn(2, device="neuron")
         except RuntimeError as e:
             print("refused")
-        import backend
-        from backend.runtime import guard
+        from neuron_explorer import backend
+        from neuron_explorer.backend.runtime import guard
         x = torch.randn(2, 3, device="neuron", requires_grad=True)
         (x @ x.t()).sum().backward()
         print(x.device, guard.kind, x.grad.shape == x.shape)
@@ -127,11 +127,11 @@ def test_a_failing_registration_warns_and_import_torch_still_works():
     r = _python(
         """
         import sys, types
-        broken = types.ModuleType("backend._registration")
+        broken = types.ModuleType("neuron_explorer.backend._registration")
         def register():
             raise RuntimeError("registration exploded")
         broken.register = register
-        sys.modules["backend._registration"] = broken
+        sys.modules["neuron_explorer.backend._registration"] = broken
         import torch
         print("imported", torch.ones(1).item())
         """,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import gc
 import io
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
-import backend
-from backend.tensor import NeuronTensor
+from neuron_explorer import backend
+from neuron_explorer.backend.tensor import NeuronTensor
 
 NEURON = torch.device("neuron", 0)
 
@@ -180,7 +181,7 @@ def test_eager_compile_cache_is_keyed_by_op_shapes_and_dtypes():
 
 
 def test_supported_ops_table_is_documented():
-    doc = (backend.__path__[0] + "/../docs/device.md").replace("backend/../", "")
+    doc = Path(backend.__path__[0]).parents[1] / "docs" / "device.md"
     text = open(doc, encoding="utf-8").read()
     ops = backend.supported_ops()
     assert "aten::mm" in ops and "aten::nonzero" not in ops

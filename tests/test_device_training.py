@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-import backend  # noqa: F401  (registers the device even with autoload off)
+from neuron_explorer import backend  # noqa: F401  (registers the device even with autoload off)
 
 
 def _train(make_model, make_opt, make_batch, device: str, steps: int = 3, clip: float = 0.0):

@@ -16,9 +16,9 @@ import pyarrow.csv as pacsv
 import pytest
 from conftest import KINETO_GPU, SHARED_KINETO, kineto_trace_paths
 
-from explorer.cli import main
-from explorer.exporters import EXPORTERS, export
-from explorer.model import TABLES, Profile
+from neuron_explorer.cli import main
+from neuron_explorer.exporters import EXPORTERS, export
+from neuron_explorer.model import TABLES, Profile
 
 ROOT = Path(__file__).resolve().parent.parent
 NEURON_TRACKS = ["kernels", "TensorE", "VectorE", "ScalarE", "GpSimdE"]
@@ -33,7 +33,7 @@ def profiles(imported_profiles) -> dict[str, Profile]:
 def neuron_profile(tmp_path_factory) -> Profile:
     """samples/gpt_train.py captured on the neuron device: kernels, engines, DMA, memory."""
     pytest.importorskip("torch")
-    from explorer.capture.runner import Schedule, run_captured
+    from neuron_explorer.capture.runner import Schedule, run_captured
 
     out = tmp_path_factory.mktemp("neuron") / "gpt"
     script = ROOT / "samples" / "gpt_train.py"
@@ -277,7 +277,7 @@ def test_two_ranks_export_as_separate_processes(profiles, tmp_path):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from explorer.model import ProfileWriter
+    from neuron_explorer.model import ProfileWriter
 
     src = profiles["alexnet"]
     one = src.table("events")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SAMPLE_TRACE
 
-from explorer.cli import main
-from explorer.model.profile import Profile
+from neuron_explorer.cli import main
+from neuron_explorer.model.profile import Profile
 
 EXE = Path(sys.executable).parent / "neuron-explorer"
 X = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.5, "dur": 2.0}
@@ -148,7 +148,7 @@ def test_help_describes_the_command(capsys):
 
 
 def test_ranks_come_from_distributed_info_then_file_order(tmp_path):
-    from explorer.importers import import_traces
+    from neuron_explorer.importers import import_traces
 
     a = write_json(tmp_path / "a.json", {"traceEvents": [X]})
     b = write_json(tmp_path / "b.json", {"distributedInfo": {"rank": 0}, "traceEvents": [X]})

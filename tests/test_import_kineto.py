@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 from conftest import kineto_trace_paths
 
-from explorer.model.profile import Profile
+from neuron_explorer.model.profile import Profile
 
 TRACES = kineto_trace_paths()
 NAMES = sorted(TRACES)
@@ -96,8 +96,6 @@ def test_every_time_is_exact_to_the_nanosecond(imported_profiles, name):
 
 
 def test_ns_resolution_trace_keeps_sub_microsecond_digits(imported_profiles):
-    if "ns_resolution" not in imported_profiles:
-        pytest.skip("shared traces missing")
     profile = Profile.open(imported_profiles["ns_resolution"])
     starts = pc.add(profile.table("events", ["start_ns"])["start_ns"], 0).to_numpy()
     # the trace's ts carry three decimals: most starts are not whole microseconds
@@ -152,8 +150,6 @@ def test_launches_link_runtime_calls_to_device_work(imported_profiles, name):
 def test_a_known_kernel_has_its_duration_and_launching_op(imported_profiles):
     """AlexNet on an A100: the longest kernel, its duration and the aten op that launched it,
     worked out here from the trace's JSON by containment on the launching thread."""
-    if "alexnet" not in imported_profiles:
-        pytest.skip("shared traces missing")
     trace = trace_json("alexnet")["traceEvents"]
     kernel = max((e for e in trace if e.get("cat") == "kernel"), key=lambda e: e["dur"])
     launch = next(
@@ -314,7 +310,7 @@ def test_memory_samples_become_counters(imported_profiles, name):
 
 def test_older_category_names_map_like_current_ones(tmp_path):
     """Traces from older PyTorch name categories Operator, Runtime, Kernel, Memcpy, Memset."""
-    from explorer.importers import import_traces
+    from neuron_explorer.importers import import_traces
 
     def ev(cat: str, name: str, pid: int, tid: int, ts: int, dur: int, **args: object) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}  # fmt: skip

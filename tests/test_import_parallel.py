@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import kineto_trace_paths
 
-from explorer.errors import BadInputError
-from explorer.importers import kineto, kineto_parallel
-from explorer.importers.assemble import write_profile
-from explorer.importers.kineto_extract import DecodeOptions
-from explorer.importers.kineto_ranges import BufferSource, RangeError, decode_span
-from explorer.model.io import ProfileWriter
+from neuron_explorer.errors import BadInputError
+from neuron_explorer.importers import kineto, kineto_parallel
+from neuron_explorer.importers.assemble import write_profile
+from neuron_explorer.importers.kineto_extract import DecodeOptions
+from neuron_explorer.importers.kineto_ranges import BufferSource, RangeError, decode_span
+from neuron_explorer.model.io import ProfileWriter
 
 TRACES = kineto_trace_paths()
 WHOLE = DecodeOptions(workers=1, range_bytes=1 << 40)  # the whole file in one decode
@@ -136,7 +136,7 @@ def test_events_written_in_blocks_equal_a_sorted_write(tmp_path):
 def test_nesting_by_pointer_jumping_equals_the_sparse_table_descent(name):
     """Host nesting jumps pointers for as many rounds as the nesting is deep, then hands what
     is left to a sparse-table descent: both searches give the same containers on real traces."""
-    from explorer.importers import nesting
+    from neuron_explorer.importers import nesting
 
     cols = kineto.load(TRACES[name], options=WHOLE).columns
     host = cols["layer"].indices.to_numpy(zero_copy_only=False) == 0

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from explorer.importers import import_traces
-from explorer.model.profile import Profile
+from neuron_explorer.importers import import_traces
+from neuron_explorer.model.profile import Profile
 
 HERE = Path(__file__).resolve().parent
 ACTIVE = 3

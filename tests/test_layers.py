@@ -8,19 +8,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("backend", "explorer", "web")
+PACKAGES = ("neuron_explorer",)
+NE = "neuron_explorer"
+B, M, IMP, X, A, C, CLI, W = (
+    f"{NE}.backend", f"{NE}.model", f"{NE}.importers", f"{NE}.exporters", f"{NE}.analysis",
+    f"{NE}.capture", f"{NE}.cli", f"{NE}.web",
+)  # fmt: skip
 
 # module prefix -> prefixes it must never import
 FORBIDDEN = {
-    "backend": ("explorer", "web"),
-    "explorer.model": ("explorer.capture", "explorer.importers", "explorer.exporters",
-                       "explorer.analysis", "explorer.cli", "web", "backend"),
-    "explorer.importers": ("explorer.capture", "explorer.analysis", "explorer.cli", "web"),
-    "explorer.exporters": ("explorer.capture", "explorer.analysis", "explorer.cli", "web"),
-    "explorer.analysis": ("explorer.capture", "explorer.importers", "explorer.exporters",
-                          "explorer.cli", "web"),
-    "explorer.capture": ("explorer.analysis", "explorer.cli", "web"),
-    "explorer.cli": ("web.app",),  # the serve command imports web lazily through web.serve
+    B: (M, IMP, X, A, C, CLI, W),
+    M: (C, IMP, X, A, CLI, W, B),
+    IMP: (C, A, CLI, W),
+    X: (C, A, CLI, W),
+    A: (C, IMP, X, CLI, W),
+    C: (A, CLI, W),
+    CLI: (f"{W}.app",),  # the serve command imports web lazily through web.serve
 }  # fmt: skip
 
 
@@ -65,7 +68,7 @@ def test_no_backward_import(module, path):
 
 @pytest.mark.parametrize("module,path", list(_modules()), ids=lambda x: str(x))
 def test_only_capture_reads_the_live_profiler(module, path):
-    if _under(module, "explorer.capture") or _under(module, "backend"):
+    if _under(module, C) or _under(module, B):
         return
     for imported in _imports(module, path):
         assert not _under(imported, "torch.profiler"), f"{module} reads the live profiler"

@@ -7,9 +7,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from explorer.errors import BadInputError, ExplorerError
-from explorer.model import Manifest, Profile, ProfileWriter, Step
-from explorer.model.schema import EVENTS, SCHEMA_VERSION
+from neuron_explorer.errors import BadInputError, ExplorerError
+from neuron_explorer.model import Manifest, Profile, ProfileWriter, Step
+from neuron_explorer.model.schema import EVENTS, SCHEMA_VERSION
 
 
 def _events(n: int, ranks=(0,)) -> dict:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_analysis_profiles import neuron_profile, real, sample
 
-from explorer.analysis import run_query
-from explorer.errors import ExplorerError
+from neuron_explorer.analysis import run_query
+from neuron_explorer.errors import ExplorerError
 
 AGENTS_MD = Path(__file__).resolve().parent.parent / "docs" / "agents.md"
 

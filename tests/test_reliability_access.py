@@ -18,12 +18,12 @@ import pytest
 from fastapi.testclient import TestClient
 from test_web_support import XSS_FILE, XSS_OP, synth_module, xss_trace
 
-from explorer.cli import build_parser
-from explorer.importers import import_traces
-from explorer.model import Profile
-from web.app import create_app
-from web.views import source as source_view
-from web.views import sql as sql_view
+from neuron_explorer.cli import build_parser
+from neuron_explorer.importers import import_traces
+from neuron_explorer.model import Profile
+from neuron_explorer.web.app import create_app
+from neuron_explorer.web.views import source as source_view
+from neuron_explorer.web.views import sql as sql_view
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,7 +143,7 @@ def test_default_bind_is_loopback():
 def test_off_loopback_warns_and_oversized_requests_are_refused(root):
     """The real server: a warning when bound beyond loopback; a huge URL, huge headers and
     large bodies are refused (nothing accepts a body) and the server goes on."""
-    proc = subprocess.Popen([sys.executable, "-m", "explorer", "serve", str(root), "--host", "0.0.0.0",
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "serve", str(root), "--host", "0.0.0.0",
                              "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     try:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from explorer.capture.runner import Schedule, run_captured
-from explorer.model import Profile
+from neuron_explorer.capture.runner import Schedule, run_captured
+from neuron_explorer.model import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = """
@@ -101,8 +101,8 @@ Boom.apply(model(torch.randn(2, 8, device="neuron"))).sum().backward()
 """
 DRIVER = """
 import sys, torch
-import backend  # the neuron device
-from explorer.capture.runner import run_captured
+from neuron_explorer import backend  # the neuron device
+from neuron_explorer.capture.runner import run_captured
 res = run_captured(["python", sys.argv[1]], sys.argv[2])
 print("RESULT", res.exit_code, len(res.profiles), res.steps_seen)
 m = torch.nn.Linear(8, 4).to("neuron")

@@ -20,8 +20,8 @@ from fuzz.mutate import KINDS, load, mutate, seed_traces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.cli import main
-from explorer.model import Profile
+from neuron_explorer.cli import main
+from neuron_explorer.model import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_INPUT_LIMIT_S = 30  # the largest seed imports in about 0.1 s; a hang trips this alarm
@@ -145,7 +145,7 @@ def test_mutated_traces_through_the_real_command(tmp_path, kind):
         data = DEEP + b"[" * 100_000 + b"]" * 100_000 + b"}]}"
     trace = write_input(tmp_path, kind, data)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "explorer", "import", str(trace), "-o", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "neuron_explorer", "import", str(trace), "-o", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
     assert "Traceback" not in proc.stderr
     check_outcome(trace, out, proc.returncode, proc.stderr if proc.returncode else "")

@@ -16,17 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from explorer.importers import import_traces
-from explorer.model import Profile
-from web.store import ProfileStore
+from neuron_explorer.importers import import_traces
+from neuron_explorer.model import Profile
+from neuron_explorer.web.store import ProfileStore
 
 ROOT = Path(__file__).resolve().parents[1]
 NS_TRACE = (
-    ROOT.parent
-    / "shared"
-    / "traces"
+    ROOT
+    / "tests"
+    / "data"
     / "kineto-gpu"
     / ("ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
 )
@@ -34,7 +32,7 @@ SAMPLE_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"
 IMPORT_KILLS = 5
 WRITER_KILLS = 6
 KILL_SEED = 20261130
-PY = [sys.executable, "-m", "explorer"]
+PY = [sys.executable, "-m", "neuron_explorer"]
 ENV = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONPATH": str(ROOT)}
 SMALL_TRAIN = """
 import torch
@@ -50,7 +48,7 @@ for _ in range(8):
 WRITER = """
 import shutil, sys, tempfile
 from pathlib import Path
-from explorer.capture.handler import RawCapture, write_profile
+from neuron_explorer.capture.handler import RawCapture, write_profile
 work = Path(tempfile.mkdtemp(prefix="kill-writer-"))
 shutil.copy(sys.argv[1], work / "trace.json")
 write_profile(RawCapture(work, work / "trace.json", (), None, (), "test"), Path(sys.argv[2]))
@@ -109,8 +107,6 @@ def assert_absent_or_complete(out: Path, counts: dict[str, int] | None) -> bool:
 
 
 def test_killed_imports_leave_nothing_that_looks_like_a_profile(tmp_path):
-    if not NS_TRACE.is_file():
-        pytest.skip("../shared/traces is missing")
     trace = big_trace(tmp_path / "big.json")
     t0 = time.monotonic()
     reference = Profile.open(import_traces([trace], tmp_path / "reference")).manifest.row_counts

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
-from explorer.cli import main
-from explorer.model.schema import FORMAT, SCHEMA_VERSION
-from web.app import create_app
+from neuron_explorer.cli import main
+from neuron_explorer.model.schema import FORMAT, SCHEMA_VERSION
+from neuron_explorer.web.app import create_app
 
 
 def _manifest(path: Path, **changes: object) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 from test_web_support import synth_module
 
-from explorer.importers import import_traces
+from neuron_explorer.importers import import_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"

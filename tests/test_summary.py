@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from test_analysis_profiles import SHARED, TRACES, neuron_profile, real
 
-from explorer.analysis import summarize
+from neuron_explorer.analysis import summarize
 
 GPU_TRACES = ("alexnet", "ns_resolution", "nccl", "amd", "compare_base")
 

@@ -15,14 +15,14 @@ import pytest
 from fastapi.testclient import TestClient
 from test_web_support import BASE_TRACE, XSS_FILE, XSS_OP, build_root
 
-from explorer.analysis import run_rules
-from explorer.analysis.context import context
-from explorer.model import Profile
-from web.app import create_app
-from web.views import operators as operators_view
-from web.views import source as source_view
-from web.views import sql as sql_view
-from web.views import timeline
+from neuron_explorer.analysis import run_rules
+from neuron_explorer.analysis.context import context
+from neuron_explorer.model import Profile
+from neuron_explorer.web.app import create_app
+from neuron_explorer.web.views import operators as operators_view
+from neuron_explorer.web.views import source as source_view
+from neuron_explorer.web.views import sql as sql_view
+from neuron_explorer.web.views import timeline
 
 GOOD = ("alexnet", "base", "test", "cpu_mlp", "gpt", "fallback", "neuron", "xss")
 NEURON = ("gpt", "fallback", "neuron")
@@ -294,7 +294,7 @@ def test_corrupt_profile_gives_an_error_and_the_server_goes_on(client):
 
 
 def test_requests_during_the_background_warm_up(root, tmp_path):
-    # explorer.analysis keeps one DuckDB connection per profile; the app serialises its use
+    # neuron_explorer.analysis keeps one DuckDB connection per profile; the app serialises its use
     import threading
 
     for i in range(3):  # a fresh analysis cache each time, so every warm-up computes
@@ -307,7 +307,7 @@ def test_requests_during_the_background_warm_up(root, tmp_path):
 
 def _serve(args, env):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "explorer", "serve", *args, "--port", "0"],
+        [sys.executable, "-m", "neuron_explorer", "serve", *args, "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     line = proc.stdout.readline()
@@ -334,7 +334,7 @@ def test_serve_imports_a_raw_trace_and_warns_off_loopback(tmp_path, root):
 
 
 def test_serve_rejects_a_missing_path(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "explorer", "serve", str(tmp_path / "nope")],
+    r = subprocess.run([sys.executable, "-m", "neuron_explorer", "serve", str(tmp_path / "nope")],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
 
@@ -346,6 +346,6 @@ def test_serve_reports_a_port_in_use(root):
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "explorer", "serve", str(root / "base"),
+        r = subprocess.run([sys.executable, "-m", "neuron_explorer", "serve", str(root / "base"),
                             "--port", str(port)], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr

@@ -24,7 +24,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 def server(tmp_path_factory, imported_profiles):
     import uvicorn
 
-    from web.app import create_app
+    from neuron_explorer.web.app import create_app
 
     root = build_root(tmp_path_factory.mktemp("webui"), imported_profiles)
     with socket.socket() as s:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-import explorer.analysis.context as analysis_context
-import web.app
-from explorer.analysis import run_rules
-from explorer.model import Profile
-from web.app import create_app
-from web.cache import AnalysisCache, profile_identity
+import neuron_explorer.analysis.context as analysis_context
+from neuron_explorer.analysis import run_rules
+from neuron_explorer.model import Profile
+from neuron_explorer.web import app as web_app
+from neuron_explorer.web.app import create_app
+from neuron_explorer.web.cache import AnalysisCache, profile_identity
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "samples" / "profiles" / "gpt_train"  # a real capture on the neuron device
@@ -115,7 +115,7 @@ def test_an_unwritable_cache_still_serves(served, tmp_path):
 def test_profile_list_does_not_wait_for_the_analysis(served, tmp_path, monkeypatch, limit):
     # every profile counts as large (or the time for analysing on the spot is used up), so the
     # list must not analyse any on the spot
-    monkeypatch.setattr(web.app, limit, 0)
+    monkeypatch.setattr(web_app, limit, 0)
     cache = tmp_path / "cache"
     client = TestClient(create_app(served, analysis_cache=cache))
     row = client.get("/api/profiles").json()["profiles"][0]

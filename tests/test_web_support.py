@@ -11,10 +11,10 @@ import os
 import shutil
 from pathlib import Path
 
-from explorer.importers import import_traces
+from neuron_explorer.importers import import_traces
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "traces" / "kineto-gpu"
+SHARED = ROOT / "tests" / "data" / "kineto-gpu"
 COPIED = {
     "alexnet": "alexnet",
     "base": "compare_base",

@@ -39,8 +39,8 @@ def _work() -> Path:
 def check_one(data: bytes) -> bool:
     """Import `data` as a trace through the CLI in this process; True if it imported. Raises
     AssertionError when the contract is broken."""
-    from explorer.cli import main
-    from explorer.model import Profile
+    from neuron_explorer.cli import main
+    from neuron_explorer.model import Profile
 
     work = _work()
     trace = work / ("input.json.gz" if data[:2] == b"\x1f\x8b" else "input.json")
@@ -85,10 +85,10 @@ def main() -> None:
     except ImportError:
         print("atheris is not installed (pip install atheris); nothing to fuzz", file=sys.stderr)
         return
-    with atheris.instrument_imports(include=["explorer"]):  # coverage guides the mutations
-        import explorer.cli  # noqa: F401
-        import explorer.importers.kineto  # noqa: F401
-        import explorer.importers.run  # noqa: F401
+    with atheris.instrument_imports(include=["neuron_explorer"]):  # coverage guides the mutations
+        import neuron_explorer.cli  # noqa: F401
+        import neuron_explorer.importers.kineto  # noqa: F401
+        import neuron_explorer.importers.run  # noqa: F401
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_KINETO = ROOT.parent / "shared" / "traces" / "kineto-gpu"
+SHARED_KINETO = ROOT / "tests" / "data" / "kineto-gpu"
 SAMPLE_TRACES = ROOT / "samples" / "traces"
 MAX_SEED_BYTES = 64 * 1024  # the small real traces: an import takes well under 0.1 s
 

@@ -1,5 +1,0 @@
-import sys
-
-from explorer.cli import main
-
-sys.exit(main())

@@ -1,0 +1,11 @@
+"""Neuron Explorer: profile model, capture, importers, exporters, analysis and CLI."""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy, so `import neuron_explorer` does not import torch
+    if name in ("trace_handler", "profile"):
+        from . import capture
+
+        return getattr(capture, name)
+    raise AttributeError(f"module 'neuron_explorer' has no attribute {name!r}")

@@ -1,0 +1,45 @@
+"""Registers `neuron` with PyTorch through the PrivateUse1 dispatch key (DESIGN.md)."""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.RLock()  # re-entered when `import torch` below runs the autoload hook
+_registered = False
+
+
+def register() -> None:
+    """Rename PrivateUse1 to `neuron`, install the device module, guard, hooks and factory ops.
+
+    Idempotent; safe to call from the autoload hook and from `import neuron_explorer.backend`.
+    """
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        import torch
+
+        if _registered:  # `import torch` just ran the autoload hook, which registered
+            return
+
+        from neuron_explorer.backend import device_module, tensor
+        from neuron_explorer.backend.runtime import guard
+
+        if torch._C._get_privateuse1_backend_name() != "neuron":
+            torch.utils.rename_privateuse1_backend("neuron")
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
+        torch._register_device_module("neuron", device_module)
+        guard.install()
+        tensor.set_device_object(torch.device("neuron", 0))
+        from neuron_explorer.backend.runtime import factories
+
+        factories.register_library_impls()
+        from neuron_explorer.backend.runtime import autocast, gcpause
+
+        autocast.register()
+        gcpause.install()
+        _registered = True
+
+
+def is_registered() -> bool:
+    return _registered

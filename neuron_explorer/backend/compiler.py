@@ -1,0 +1,196 @@
+"""`torch.compile(model, backend="neuron")`: each FX graph becomes one device program.
+
+The graph compiles once per input-shape signature (a new signature of a graph already seen is
+a recompile, counted in `backend.compile_stats()` and recorded). AOTAutograd traces through the
+neuron tensor to its CPU payload, so forward and backward graphs are plain aten graphs that we
+lower op by op, fusing elementwise chains, each kernel keeping its FX node's source line.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.autograd import profiler as _prof
+
+from neuron_explorer.backend.runtime import events, model, stats
+from neuron_explorer.backend.runtime import record as _rec
+from neuron_explorer.backend.runtime.source import is_user_file
+
+_FUSABLE = frozenset({"elementwise", "transcendental"})
+_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_seen: dict[str, set[tuple]] = {}  # graph code -> input-shape signatures compiled
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a device program: a lowered plan and the source line of its FX nodes."""
+
+    plan: Any
+    nodes: tuple[str, ...]
+    src: tuple[str, int, str] | None
+
+
+def _source_line(node: torch.fx.Node) -> tuple[str, int, str] | None:
+    trace = node.meta.get("stack_trace") or ""
+    found = _LINE.findall(trace)
+    if not found:
+        return None
+    for file, line, func in reversed(found):  # the innermost frame is printed last
+        if is_user_file(file):
+            return file, int(line), func
+    file, line, func = found[-1]
+    return file, int(line), func
+
+
+def _infos(values) -> list:
+    from neuron_explorer.backend.costmodel import TensorInfo
+
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            try:
+                shape = tuple(int(d) for d in v.shape)
+            except (TypeError, ValueError):  # symbolic sizes: dynamic=False avoids them
+                continue
+            out.append(TensorInfo(shape=shape, dtype=_rec.dtype_name(v.dtype)))
+    return out
+
+
+def _node_tensors(node: torch.fx.Node) -> tuple[list, list]:
+    """TensorInfos of a node's tensor arguments (in order) and of its results."""
+    ins: list = []
+    torch.fx.node.map_arg((node.args, node.kwargs), lambda n: ins.append(n.meta.get("val")))
+    val = node.meta.get("val")
+    outs = list(val) if isinstance(val, list | tuple) else [val]
+    return _infos(ins), _infos(outs)
+
+
+def lower_graph(gm: torch.fx.GraphModule) -> list[Kernel]:
+    """Lower every aten node; consecutive elementwise nodes on one line of data fuse."""
+    from neuron_explorer.backend.costmodel import fuse, lower_op
+
+    spec = model.spec()
+    kernels: list[Kernel] = []
+    chain: list[tuple[Any, torch.fx.Node]] = []
+
+    def flush() -> None:
+        if not chain:
+            return
+        if len(chain) == 1:
+            plan, node = chain[0]
+        else:
+            names = "_".join(p.name for p, _n in chain)
+            plan = fuse([p for p, _n in chain], name=f"fused_{names}"[:120])
+            node = chain[-1][1]
+        kernels.append(Kernel(plan, tuple(n.name for _p, n in chain), _source_line(node)))
+        chain.clear()
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        ins, outs = _node_tensors(node)
+        plan = lower_op(node.target._schema.name, inputs=ins, outputs=outs, spec=spec)
+        if plan.is_empty:
+            continue
+        feeds_chain = bool(chain) and any(a is chain[-1][1] for a in node.all_input_nodes)
+        if plan.category in _FUSABLE and (not chain or feeds_chain):
+            chain.append((plan, node))
+            continue
+        flush()
+        if plan.category in _FUSABLE:
+            chain.append((plan, node))
+        else:
+            kernels.append(Kernel(plan, (node.name,), _source_line(node)))
+    flush()
+    return kernels
+
+
+class DeviceProgram:
+    """A compiled graph: running it launches its kernels as one program on the modeled device."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, kernels: list[Kernel]) -> None:
+        self.gm, self.name, self.kernels = gm, name, kernels
+
+    def __call__(self, args: list) -> Any:
+        if not _prof._is_profiler_enabled:
+            return self.gm(*args)
+        t0 = time.time_ns()
+        m0 = model.modeled_now(t0)
+        out = _rec.run_hidden(self.gm, args, {})
+        rt = model.spec().runtime
+        flow = events.next_flow()
+        tid = threading.get_native_id()
+        seq, bwd = _rec.autograd_position()
+        ready = m0 + rt.launch_ns
+        for k in self.kernels:
+            _rec.submit_kernel(k.plan, ready, self.name, (), (), tid, flow, k.src, seq, bwd,
+                               args={"fx_nodes": list(k.nodes)})  # fmt: skip
+        t1 = time.time_ns()
+        _rec._host("runtime", "launch", self.name, (), (), tid, t0, t1, rt.launch_ns,
+                   _rec.user_frame(2), seq, bwd, flow, args={"kernels": len(self.kernels)})  # fmt: skip
+        return out
+
+
+def _compile(kind: str, graph_id: str):
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+        t0 = time.time_ns()
+        kernels = lower_graph(gm)
+        program = DeviceProgram(gm, f"neuron_graph_{graph_id}_{kind}", kernels)
+        if _prof._is_profiler_enabled:
+            rt = model.spec().runtime
+            n = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+            cost = rt.graph_compile_ns_base + rt.graph_compile_ns_per_node * n
+            seq, bwd = _rec.autograd_position()
+            _rec._host("compile", "graph compile", program.name, (), (), threading.get_native_id(),
+                       t0, time.time_ns(), cost, _rec.user_frame(2), seq, bwd,
+                       args={"nodes": n, "kernels": len(kernels), "graph": kind})  # fmt: skip
+        program._boxed_call = True  # AOTAutograd calls compiled graphs with a list of args
+        return program
+
+    return compile_graph
+
+
+_skipping = False
+
+
+def skip_backend_frames() -> None:
+    """Dynamo must never trace the runtime itself (it runs under compiled code at run time)."""
+    global _skipping
+    if not _skipping:
+        import torch._dynamo.trace_rules
+
+        torch._dynamo.trace_rules.add("neuron_explorer.backend")
+        _skipping = True
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Any:
+    """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    skip_backend_frames()
+    code = gm.code
+    signature = tuple(
+        (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
+        for x in example_inputs
+    )
+    with _lock:
+        shapes = _seen.setdefault(code, set())
+        recompile = bool(shapes) and signature not in shapes
+        shapes.add(signature)
+        stats.graph["graph_compiles"] += 1
+        stats.graph["graph_recompiles"] += int(recompile)
+        graph_id = f"{len(_seen) - 1}_{len(shapes) - 1}"
+    if recompile and _prof._is_profiler_enabled:
+        now = time.time_ns()
+        _rec._host("compile", "recompile", f"neuron_graph_{graph_id}", (), (),
+                   threading.get_native_id(), now, now, 0, _rec.user_frame(2), -1, False,
+                   args={"reason": "new input shapes", "shapes": str(signature)})  # fmt: skip
+    compiler = aot_autograd(fw_compiler=_compile("forward", graph_id),
+                            bw_compiler=_compile("backward", graph_id))  # fmt: skip
+    return compiler(gm, example_inputs, **kwargs)

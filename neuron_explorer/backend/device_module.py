@@ -1,0 +1,127 @@
+"""`torch.neuron`: the device module, shaped like `torch.cuda` (one modeled NeuronCore)."""
+
+from __future__ import annotations
+
+import torch
+
+_current_index = 0
+
+
+def is_available() -> bool:
+    """The modeled device is always there once the backend is registered."""
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return _current_index
+
+
+def set_device(device: int | str | torch.device) -> None:
+    """Only neuron:0 exists; anything else is an error, as on a one-GPU CUDA machine."""
+    index = torch.device(device).index if not isinstance(device, int) else device
+    if index not in (None, 0):
+        raise RuntimeError(f"neuron: invalid device ordinal {index} (device_count() is 1)")
+
+
+def get_device_name(device: int | None = None) -> str:
+    from neuron_explorer.backend.runtime import model
+
+    return f"NeuronCore ({model.spec_name()}, modeled)"
+
+
+def synchronize(device: int | None = None) -> None:
+    """Wait for all launched device work; a sync event when the profiler records."""
+    from neuron_explorer.backend.runtime import dispatch
+
+    dispatch.record_sync("torch.neuron.synchronize", None)
+
+
+def manual_seed(seed: int) -> None:
+    """The payload runs on the CPU generator, so seeding it keeps numerics equal to a CPU run."""
+    torch.default_generator.manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    torch.default_generator.manual_seed(int(seed))
+
+
+def seed() -> None:
+    torch.default_generator.seed()
+
+
+def initial_seed() -> int:
+    return torch.default_generator.initial_seed()
+
+
+def get_rng_state(device: int | str = "neuron") -> torch.Tensor:
+    return torch.default_generator.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: int | str = "neuron") -> None:
+    torch.default_generator.set_state(new_state)
+
+
+def memory_allocated(device: int | None = None) -> int:
+    """Bytes held by live neuron tensors."""
+    from neuron_explorer.backend.runtime import memory
+
+    return memory.allocated()
+
+
+def max_memory_allocated(device: int | None = None) -> int:
+    """Peak of memory_allocated() since start or the last reset_peak_memory_stats()."""
+    from neuron_explorer.backend.runtime import memory
+
+    return memory.peak()
+
+
+def reset_peak_memory_stats(device: int | None = None) -> None:
+    from neuron_explorer.backend.runtime import memory
+
+    memory.reset_peak()
+
+
+def memory_stats(device: int | None = None) -> dict[str, int]:
+    from neuron_explorer.backend.runtime import memory
+
+    return {
+        "allocated_bytes.all.current": memory.allocated(),
+        "allocated_bytes.all.peak": memory.peak(),
+        "num_alloc_retries": 0,
+    }
+
+
+def empty_cache() -> None:
+    """Nothing is cached: payload memory is freed when the last tensor goes."""
+
+
+# Autocast: bf16 by default, like an accelerator (torch.amp reads these hooks).
+_autocast_dtype = torch.bfloat16
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+def is_autocast_enabled() -> bool:
+    return torch.is_autocast_enabled("neuron")
+
+
+def get_autocast_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype("neuron")
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True

@@ -1,0 +1,344 @@
+"""One dispatch path for every aten op on a neuron tensor (DESIGN.md, "The neuron device").
+
+Unwrap the CPU payloads, run the op on them, wrap the results. Around that: the eager compile
+cache, CPU fallbacks, float64 as float32, mixed-device errors, memory accounting and, only while
+a torch.profiler session records, the runtime events (see `record.py`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.autograd import profiler as _prof
+
+from neuron_explorer.backend.runtime import memory, ops, tracking
+from neuron_explorer.backend.tensor import NeuronTensor, refresh
+
+_Tensor = torch.Tensor
+_F64 = torch.float64
+_CPU = torch.device("cpu")
+_SEQ = (list, tuple)
+_now = time.time_ns
+_inference_enabled = torch.is_inference_mode_enabled
+
+
+class OpInfo:
+    """How the runtime treats one OpOverload; built once per overload."""
+
+    __slots__ = ("func", "call", "name", "kernel", "supported", "mutates", "restrides",
+                 "allows_cpu", "special", "payload_keys", "redispatch", "tensor_slots")  # fmt: skip
+
+    def __init__(self, func: torch._ops.OpOverload) -> None:
+        schema = func._schema
+        self.func = func
+        # the C++ op itself: OpOverload.__call__ costs ~10 us more inside __torch_dispatch__
+        self.call = getattr(func, "_op", func)
+        self.name = schema.name
+        self.supported = ops.is_supported(func)
+        self.kernel = not (func.is_view or self.name in ops.NO_KERNEL)
+        self.mutates = schema.is_mutable
+        # may change a mutated tensor's shape or strides: metadata ops and out= variants; an
+        # in-place op with a kernel (add_, mul_, ...) keeps them, so its wrapper needs no refresh
+        self.restrides = self.mutates and (
+            not self.kernel or any(a.is_out for a in schema.arguments)
+        )
+        self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put_",
+                                        "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
+        self.special = _SPECIAL.get(self.name)
+        self.payload_keys, self.redispatch = _payload_route(func)
+        # positional Tensor parameters: torch hands __torch_dispatch__ a Python number there for
+        # a scalar operand (x * 2), which only a call (not a boxed redispatch) converts back
+        self.tensor_slots = tuple(
+            i
+            for i, a in enumerate(schema.arguments)
+            if not a.kwarg_only and isinstance(a.type, torch._C.TensorType)
+        )
+
+
+def _payload_route(func) -> tuple:
+    """(keys, redispatch) that run `func` on CPU payloads without a profiler event, or
+    (None, None) where the op has no CPU kernel to go to.
+
+    A redispatch records no torch.profiler event (only a call through the dispatcher does): it
+    hides the simulator's payload op for half the cost of switching record functions off and on
+    (each switch copies the profiler's thread-local callbacks). It skips autograd and
+    ADInplaceOrView, which a payload never needs (it does not require grad; its wrapper carries
+    the version counter and view links), but keeps the conjugate and negative views' fallbacks.
+    A redispatch does not skip an op's fallthrough kernels as a call does, so a key where the
+    op has one is left out.
+    """
+    schema = func._schema
+    name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    handle = getattr(func, "_handle", None)
+    has_kernel = torch._C._dispatch_has_computed_kernel_for_dispatch_key
+    if handle is None or not has_kernel(name, "CPU") or _falls_through(name, "CPU"):
+        return None, None
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    for key in ("Conjugate", "Negative"):
+        if not _falls_through(name, key):
+            keys = keys | torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+    return keys, handle.redispatch_boxed
+
+
+def _falls_through(name: str, key: str) -> bool:
+    try:
+        return torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(name, key)
+    except RuntimeError:  # no kernel of the op's own: the key's backend fallback runs
+        return False
+
+
+_INFO: dict = {}
+
+
+def _info(func) -> OpInfo:
+    """The OpInfo of `func`, kept on the OpOverload itself: OpOverload hashes in Python, so an
+    attribute read is cheaper than a dict lookup on every op."""
+    try:
+        return func._neuron_info
+    except AttributeError:
+        info = func._neuron_info = _INFO[func] = OpInfo(func)
+        return info
+
+
+def _mixed_device_error(name: str) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"neuron:0 and cpu! (when checking arguments for {name})"
+    )
+
+
+def _unwrap(a, inputs: list, info: OpInfo):
+    if isinstance(a, _Tensor):
+        if isinstance(a, NeuronTensor):
+            p = a._payload
+            inputs.append((p, a))
+            return p
+        if a.dim() != 0 and not info.allows_cpu and a.device.type == "cpu":
+            raise _mixed_device_error(info.name)
+        return a
+    if type(a) in _SEQ and a and isinstance(a[0], _Tensor | None):
+        return type(a)(_unwrap(x, inputs, info) for x in a)
+    return a
+
+
+def unwrap_all(args: tuple, kwargs: dict, inputs: list, info: OpInfo) -> tuple[list, dict]:
+    """CPU payloads in place of neuron tensors; `inputs` collects (payload, wrapper) pairs."""
+    cpu_args = []
+    for a in args:
+        if type(a) is NeuronTensor:
+            p = a._payload
+            inputs.append((p, a))
+            cpu_args.append(p)
+        elif isinstance(a, _Tensor) or type(a) in _SEQ:
+            cpu_args.append(_unwrap(a, inputs, info))
+        else:
+            cpu_args.append(a)
+    if kwargs:
+        kwargs = {k: _unwrap(v, inputs, info) for k, v in kwargs.items()}
+        if "device" in kwargs:
+            kwargs["device"] = _CPU
+    return cpu_args, kwargs
+
+
+def _wrap(o, inputs: list, new: list):
+    if isinstance(o, _Tensor):
+        for p, w in inputs:
+            if o is p:
+                return w
+        inference = o.is_inference()
+        if inference is not _inference_enabled():
+            # the wrapper is an inference tensor exactly when its payload is: a view of a
+            # normal tensor under inference_mode is normal (torch then sets its version
+            # counter), and a view of an inference tensor outside it is an inference tensor
+            with torch.inference_mode(inference):
+                w = NeuronTensor(o)
+        else:
+            w = NeuronTensor(o)
+        new.append(w)
+        return w
+    if type(o) in _SEQ:
+        return type(o)(_wrap(x, inputs, new) for x in o)
+    return o
+
+
+def dispatch(func, args: tuple, kwargs: dict):
+    """Run one aten op for neuron tensors; called from NeuronTensor.__torch_dispatch__."""
+    if _prof._is_profiler_enabled:
+        # recording: the runtime call's span starts here, as early as Python sees the op, so
+        # little simulator time stays on the host clock
+        t0 = _now()
+        try:
+            info = func._neuron_info
+        except AttributeError:
+            info = _info(func)
+        if info.special is not None:
+            return info.special(info, args, kwargs)
+        if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
+            return _host_result(info, args, kwargs)
+        return _record.dispatch_recorded(info, args, kwargs, t0)
+    try:
+        info = func._neuron_info
+    except AttributeError:
+        info = _info(func)
+    if info.special is not None:
+        return info.special(info, args, kwargs)
+    return run_op(info, args, kwargs)
+
+
+def run_op(info: OpInfo, args: tuple, kwargs: dict):
+    """The common path: compile cache, fallback, payload op, wrap, memory."""
+    if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
+        return _host_result(info, args, kwargs)  # e.g. zeros_like(x, device="cpu")
+    if _prof._is_profiler_enabled:
+        return _record.dispatch_recorded(info, args, kwargs, _now())
+    inputs: list = []
+    cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
+    if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
+        return _wrap(info.call(*cpu_args, **kwargs), inputs, [])
+    if info.kernel:
+        if info.supported:
+            tracking.note_call(info, inputs)
+        else:
+            tracking.warn_fallback(info.name)
+    out = info.call(*cpu_args, **kwargs)
+    if out is None:
+        return None
+    if inputs and out is inputs[0][0]:  # in-place: the result is the first input
+        if info.mutates:
+            if info.restrides:
+                refresh(inputs[0][1])
+            if inputs[0][0].dtype is _F64:
+                finish_outputs(info, [], inputs)
+        return inputs[0][1]
+    new: list = []
+    result = _wrap(out, inputs, new)
+    finish_outputs(info, new, inputs)
+    return result
+
+
+def _on_host(device) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
+
+
+def _host_result(info: OpInfo, args: tuple, kwargs: dict):
+    """An op asked to put its result on the CPU: run it on the payloads, keep the plain result."""
+    cpu_args, kwargs = unwrap_all(args, kwargs, [], info)
+    return info.call(*cpu_args, **kwargs)
+
+
+def finish_outputs(info: OpInfo, new: list, inputs: list) -> None:
+    """Memory accounting for fresh outputs and float64 rounding of computed results."""
+    if info.kernel:
+        f64 = False
+        for w in new:
+            p = w._payload
+            if not info.func.is_view:
+                memory.track(p)
+            if p.dtype is _F64:
+                f64 = True
+                _round_f64(p)
+        if info.mutates:
+            for p, w in inputs:
+                refresh(w)
+                if p.dtype is _F64:
+                    f64 = True
+                    _round_f64(p)
+        if f64:
+            tracking.warn_float64()
+
+
+def _round_f64(p: torch.Tensor) -> None:
+    """float64 is computed as float32 on the device: keep only float32 precision."""
+    if p.numel():
+        p.copy_(p.to(torch.float32))
+
+
+def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:
+    """Wrap a payload a factory op just allocated on the device."""
+    w = NeuronTensor(payload)
+    memory.track(payload)
+    return w
+
+
+# ---- ops with their own path: copies between host and device, scalar reads ------------------
+
+
+def _copy_(info: OpInfo, args, kwargs):
+    dst, src = args[0], args[1]
+    return copy_between(dst, src, kwargs.get("non_blocking", False) if kwargs else False)
+
+
+def copy_between(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
+    """dst.copy_(src) where either side may be on the device: H2D, D2H or on-device copy."""
+    from neuron_explorer.backend.runtime import record
+
+    dst_dev, src_dev = isinstance(dst, NeuronTensor), isinstance(src, NeuronTensor)
+    d = dst._payload if dst_dev else dst
+    s = src._payload if src_dev else src
+    if type(d) is not _Tensor or type(s) is not _Tensor:
+        d.copy_(s)
+        return dst
+    if dst_dev and src_dev:
+        return _dispatch_plain(_info(torch.ops.aten.copy_.default), (dst, src), {})
+    direction = "h2d" if dst_dev else "d2h"
+    with record.host_call("copy", f"copy {direction}", "aten::copy_", (s,), direction=direction):
+        d.copy_(s)
+        if dst_dev and d.dtype is _F64:
+            _round_f64(d)
+    return dst
+
+
+def _to_copy(info: OpInfo, args, kwargs):
+    from neuron_explorer.backend.runtime import record
+
+    src = args[0]
+    device = kwargs.get("device")
+    if device is None or torch.device(device).type != "cpu":
+        return _dispatch_plain(info, args, kwargs)
+    kwargs = dict(kwargs)
+    kwargs["device"] = _CPU
+    payload = src._payload
+    if type(payload) is not _Tensor:
+        return torch.ops.aten._to_copy.default(payload, **kwargs)
+    with record.host_call("copy", "copy d2h", "aten::_to_copy", (payload,), direction="d2h"):
+        out = torch.ops.aten._to_copy.default(payload, **kwargs)
+        if out.untyped_storage().data_ptr() == payload.untyped_storage().data_ptr():
+            out = out.clone()
+    return out
+
+
+def _dispatch_plain(info: OpInfo, args, kwargs):
+    return run_op(info, args, kwargs)
+
+
+def _local_scalar_dense(info: OpInfo, args, kwargs):
+    from neuron_explorer.backend.runtime import record
+
+    payload = args[0]._payload
+    if type(payload) is not _Tensor:
+        return torch.ops.aten._local_scalar_dense.default(payload)
+    with record.host_call(
+        "sync", ".item()", "aten::_local_scalar_dense", (payload,), direction="d2h"
+    ):
+        return torch.ops.aten._local_scalar_dense.default(payload)
+
+
+def record_sync(name: str, tensor: torch.Tensor | None) -> None:
+    """A host wait on the device (torch.neuron.synchronize, printing): an event when recording."""
+    from neuron_explorer.backend.runtime import record
+
+    payloads = (tensor._payload,) if isinstance(tensor, NeuronTensor) else ()
+    with record.host_call("sync", name, "", payloads, direction="d2h" if payloads else ""):
+        pass
+
+
+_SPECIAL = {
+    "aten::copy_": _copy_,
+    "aten::_to_copy": _to_copy,
+    "aten::_local_scalar_dense": _local_scalar_dense,
+    "aten::item": _local_scalar_dense,  # reaches Python itself under inference_mode
+}
+
+
+from neuron_explorer.backend.runtime import record as _record  # noqa: E402  (record imports this module)

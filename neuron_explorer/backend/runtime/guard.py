@@ -1,0 +1,145 @@
+"""Device guard and hooks for `neuron` (PrivateUse1).
+
+The Python guard from torch._C._acc can abort the process at exit after an exception inside a
+backward kernel (DESIGN.md), and its hooks lack pinned memory and generators, so at first use
+we build a small C++ guard and hooks (guard.cpp) with g++ against the installed torch headers,
+cache the library and load it. Without a compiler the Python guard and hooks are used, with a
+warning, and an exit hook that lets autograd's device thread go idle before the interpreter
+finalizes (see `_settle_device_thread`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+_SOURCE = Path(__file__).with_name("guard.cpp")
+_keep: list = []  # the hooks, guard and ctypes callback must outlive every use
+kind = "none"  # "native" once the C++ guard is loaded, else "python"
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _PythonGuard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _settle_device_thread() -> None:
+    """At exit, with the Python guard: wait until autograd's device thread is idle.
+
+    Backward on the device runs on a C++ thread of autograd's, which calls the Python guard
+    (taking the GIL) from C++ frames that cannot unwind, and after an exception inside backward
+    it may still be cleaning up when the caller has already seen the error. Should it take the
+    GIL once the interpreter finalizes, CPython ends the thread and C++ aborts the process. The
+    exception is the caller's at once; only the exit waits for the thread: one scalar backward
+    on the device queues behind whatever the thread still does, and returns when it is done.
+    """
+    try:
+        x = torch.zeros((), device="neuron", requires_grad=True)
+        torch.autograd.grad(x * 1.0, x)
+    except Exception:  # noqa: BLE001 - best effort at exit, the device may be half torn down
+        pass
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "neuron-explorer"
+
+
+def _library_path() -> Path:
+    source = _SOURCE.read_bytes()
+    tag = f"{torch.__version__}|{sys.version_info[:2]}|{torch._C._GLIBCXX_USE_CXX11_ABI}"
+    digest = hashlib.sha256(source + tag.encode()).hexdigest()[:16]
+    return cache_dir() / f"neuron_guard_{digest}.so"
+
+
+def build(path: Path) -> None:
+    """Compile guard.cpp into `path` (atomically: a temp file, then rename)."""
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler (g++) found")
+    torch_dir = Path(torch.__file__).parent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    cmd = [
+        compiler, "-O1", "-std=c++17", "-shared", "-fPIC",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        f"-I{torch_dir / 'include'}", str(_SOURCE), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
+        f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", tmp,
+    ]  # fmt: skip
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+        os.replace(tmp, path)
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"building the C++ guard failed: {exc.stderr.decode()[-500:]}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _on_sync() -> None:
+    try:
+        from neuron_explorer.backend.runtime import dispatch
+
+        dispatch.record_sync("torch.accelerator.synchronize", None)
+    except Exception:  # noqa: BLE001 - never raise across the C boundary
+        pass
+
+
+def _load_native() -> None:
+    path = _library_path()
+    if not path.exists():
+        build(path)
+    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    callback = ctypes.CFUNCTYPE(None)(_on_sync)
+    lib.neuron_set_sync_callback(callback)
+    _keep.extend([lib, callback])
+
+
+def install() -> str:
+    """Register hooks and a guard: the C++ one when it builds, else the Python one."""
+    global kind
+    if os.environ.get("NEURON_PYTHON_GUARD") != "1":
+        try:
+            _load_native()  # its static initialisers register the guard and the hooks
+            kind = "native"
+            return kind
+        except Exception as exc:  # noqa: BLE001 - the Python guard still works
+            problem = exc
+    else:
+        problem = "NEURON_PYTHON_GUARD=1"
+    hooks, guard = _Hooks(), _PythonGuard()
+    _keep.extend([hooks, guard])
+    torch._C._acc.register_python_privateuseone_hook(hooks)
+    torch._C._acc.register_python_privateuseone_device_guard(guard)
+    atexit.register(_settle_device_thread)
+    kind = "python"
+    if problem != "NEURON_PYTHON_GUARD=1":
+        warnings.warn(
+            f"neuron: using the Python device guard ({problem}): no pinned memory, no neuron "
+            "generators, and no torch.accelerator.synchronize() (install g++)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return kind

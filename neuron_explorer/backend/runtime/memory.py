@@ -1,0 +1,83 @@
+"""Device memory accounting: bytes of the payload storages that neuron tensors allocated.
+
+Counted per storage, as the CUDA caching allocator counts blocks: a storage's bytes count from
+the op that allocated it until its last tensor or view is gone (a view that outlives its base
+keeps the storage counted); views and in-place results allocate nothing. While the profiler
+records, each change is a memory event.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+from torch.autograd import profiler as _prof
+
+from neuron_explorer.backend.runtime import events, model
+
+_allocated = 0
+_peak = 0
+# id(storage) -> weakref to it. torch keeps one Python object per live StorageImpl (PyObject
+# preservation), so its id is stable while any tensor uses it and the weakref's callback runs
+# exactly when the last one goes.
+_live: dict[int, weakref.ref] = {}
+_lock = threading.Lock()
+
+
+def allocated() -> int:
+    return _allocated
+
+
+def peak() -> int:
+    return _peak
+
+
+def reset_peak() -> None:
+    global _peak
+    _peak = _allocated
+
+
+def track(payload) -> None:
+    """Count the bytes of `payload`'s storage until its last tensor is collected (once per
+    storage, however many tensors share it)."""
+    global _allocated, _peak
+    storage = payload.untyped_storage()
+    key = id(storage)
+    if key in _live:
+        return
+    nbytes = storage.nbytes()
+    if nbytes <= 0:
+        return
+    ref = weakref.ref(storage, lambda _r, key=key, n=nbytes: _free(key, n))
+    with _lock:
+        _live[key] = ref
+        _allocated += nbytes
+        if _allocated > _peak:
+            _peak = _allocated
+    if _prof._is_profiler_enabled:
+        _record(nbytes)
+
+
+def _free(key: int, nbytes: int) -> None:
+    global _allocated
+    with _lock:
+        _live.pop(key, None)
+        _allocated -= nbytes
+    if _prof._is_profiler_enabled:
+        _record(-nbytes)
+
+
+def _record(delta: int) -> None:
+    events.append(
+        (
+            "memory",
+            events.next_id(),
+            events.native_tid(),
+            time.time_ns(),
+            model.cut_ns,  # the running cut now: the counter's place on the one clock
+            _allocated,
+            delta,
+            _peak,
+        )  # fmt: skip
+    )

@@ -1,0 +1,347 @@
+"""The recorded dispatch path, taken only while a torch.profiler session records.
+
+Each runtime call records its real span inside the backend and its modeled host cost, and
+advances the one clock (model.py); kernels go to the DeviceTimeline at their modeled launch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.autograd import profiler as _prof
+
+from neuron_explorer.backend.runtime import dispatch as _d
+from neuron_explorer.backend.runtime import events, model, tracking
+from neuron_explorer.backend.runtime.source import user_frame
+from neuron_explorer.backend.tensor import refresh
+
+_now = time.time_ns
+_tid = events.native_tid
+_thread = events._thread
+_DTYPE_NAMES: dict = {}
+_enable_rf = torch._C._autograd._enable_record_function
+_grad_enabled = torch.is_grad_enabled
+_current_node = torch._C._current_autograd_node
+_sequence_nr = torch._C._autograd._get_sequence_nr
+_F64 = torch.float64
+_Tensor = torch.Tensor
+_pending = model._pending  # kernels waiting to be placed on the device timeline
+_buf = events._buf
+_ids = events._ids
+_flows = events._flows
+_executed = tracking.executed
+_compile_cache = tracking.compile_cache
+_stats = tracking.stats
+_cache_key = tracking.cache_key
+_MISSING = tracking._MISSING
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def _describe(payloads) -> tuple[tuple, tuple]:
+    return (
+        tuple(tuple(p.shape) for p in payloads),
+        tuple(dtype_name(p.dtype) for p in payloads),
+    )
+
+
+def autograd_position(inputs: list | None = None) -> tuple[int, bool]:
+    """(sequence number, in backward): backward kernels carry their forward op's number.
+
+    A forward op gets the number of the autograd node it just created, so only when it
+    records grad (some input requires grad); otherwise -1.
+    """
+    node = _current_node()
+    if node is not None:
+        return node._sequence_nr(), True
+    if inputs is not None:
+        if not _grad_enabled():
+            return -1, False
+        for _p, w in inputs:  # a loop: cheaper than any() over a generator, once per op
+            if w.requires_grad:
+                break
+        else:
+            return -1, False
+    return _sequence_nr() - 1, False
+
+
+def _note_forward(inputs: list) -> None:
+    """A metadata op that made an autograd node: remember its user line by the node's number,
+    for the backward kernels that node launches (they have no forward kernel to inherit from)."""
+    seq, bwd = autograd_position(inputs)
+    if seq < 0 or bwd:
+        return
+    src = user_frame(4)
+    if src is not None:
+        events._buf.append(("forward", next(events._ids), _tid(), _now(), model.cut_ns, seq, src))
+
+
+def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
+    """Append one host event and advance the one clock by its cut."""
+    eid = next(events._ids)
+    cut = model.add_cut(t1 - t0, cost)
+    events._buf.append(
+        (
+            "host",
+            eid,
+            kind,
+            name,
+            op,
+            shapes,
+            dtypes,
+            tid,
+            t0,
+            t1,
+            cost,
+            cut,
+            src,
+            seq,
+            bwd,
+            flow,
+            args,
+        )
+    )
+    return eid
+
+
+def _tensor_infos(payloads):
+    from neuron_explorer.backend.costmodel import TensorInfo
+
+    # the device computes float64 as float32, so that is what its kernels move and compute
+    return [
+        TensorInfo(
+            shape=tuple(p.shape), dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype)
+        )
+        for p in payloads
+    ]
+
+
+def lower(info, in_payloads, out_payloads):
+    from neuron_explorer.backend.costmodel import lower_op
+
+    return lower_op(
+        info.name,
+        inputs=_tensor_infos(in_payloads),
+        outputs=_tensor_infos(out_payloads),
+        spec=model.spec(),
+    )
+
+
+def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, args=None):
+    """Launch a kernel plan on the modeled device no earlier than ready_ns (device-relative).
+
+    Only the launch is recorded here; the timeline places it when a sync or a drain needs it.
+    """
+    cell = [plan, ready_ns, None]  # placed by model.schedule_pending
+    _pending.append(cell)
+    events._buf.append(
+        ("kernel", next(events._ids), plan.name, op, shapes, dtypes, tid, plan, cell, flow, src,
+         seq, bwd, args)
+    )  # fmt: skip
+
+
+def run_hidden(func, args, kwargs):
+    """Run a payload op without a torch.profiler event: it is simulator work, not the user's op."""
+    _enable_rf(False)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _enable_rf(True)
+
+
+def run_payload(info, args, kwargs):
+    """`run_hidden` for an op on real CPU payloads: straight to its CPU kernel where it has one
+    (see dispatch._payload_route)."""
+    if info.redispatch is not None and _all_tensors(info.tensor_slots, args):
+        return info.redispatch(info.payload_keys, *args, **kwargs)
+    return run_hidden(info.call, args, kwargs)
+
+
+def _all_tensors(slots: tuple, args) -> bool:
+    n = len(args)
+    for i in slots:
+        if i < n and not isinstance(args[i], _Tensor):
+            return False
+    return True
+
+
+def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
+    """The recorded path of one op; `t0` is when the runtime call began (`dispatch`'s entry).
+
+    A kernel launch is one raw record, the kernel and its launching call together (`drain`
+    makes the two events of it): record time only takes what cannot wait, the clock readings,
+    the user line, the autograd position and the running cut.
+    """
+    inputs: list = []
+    cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
+    if (inputs and type(inputs[0][0]) is not _Tensor) or not info.kernel:
+        if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
+            out = run_hidden(info.call, cpu_args, kwargs)
+        else:
+            out = run_payload(info, cpu_args, kwargs)
+        new: list = []
+        result = _d._wrap(out, inputs, new)
+        _d.finish_outputs(info, new, inputs)
+        if not info.kernel and inputs:
+            _note_forward(inputs)
+        return result
+    src = user_frame(3)
+    node = _current_node()  # autograd_position(inputs), inlined: once per op
+    if node is not None:
+        seq, bwd = node._sequence_nr(), True
+    else:
+        seq, bwd = -1, False
+        if _grad_enabled():
+            for _p, w in inputs:
+                if w.requires_grad:
+                    seq = _sequence_nr() - 1
+                    break
+    try:
+        tid = _thread.tid  # events.native_tid(), inlined
+    except AttributeError:
+        tid = _tid()
+    if not info.supported:
+        shapes, dtypes = _describe([p for p, _w in inputs])
+        return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
+    m0 = t0 - model.cut_ns - model.origin_ns  # modeled_now(t0): before this call's own cut
+    # tracking.note_key, inlined
+    name = info.name
+    _executed.add(name)
+    n = len(inputs)
+    if n == 2:
+        p, q = inputs[0][0], inputs[1][0]
+        key = (info, p.shape, p.dtype, q.shape, q.dtype)
+    else:
+        key = _cache_key(info, inputs)
+    entry = _compile_cache.get(key, _MISSING)
+    if entry is _MISSING:
+        compiled = True
+        entry = _compile_cache[key] = None
+        _stats["eager_compiles"] += 1
+    else:
+        compiled = False
+        _stats["eager_cache_hits"] += 1
+    if info.redispatch is not None and _all_tensors(info.tensor_slots, cpu_args):
+        out = info.redispatch(info.payload_keys, *cpu_args, **kwargs)  # run_payload, inlined
+    else:
+        _enable_rf(False)
+        try:
+            out = info.call(*cpu_args, **kwargs)
+        finally:
+            _enable_rf(True)
+    new = []
+    if inputs and out is inputs[0][0]:  # in-place: as in dispatch.run_op
+        result = inputs[0][1]
+        if info.mutates:
+            if info.restrides:
+                refresh(result)
+            if inputs[0][0].dtype is _F64:
+                _d.finish_outputs(info, [], inputs)
+    else:
+        result = _d._wrap(out, inputs, new)
+        if new or info.mutates:
+            _d.finish_outputs(info, new, inputs)
+    rt = model.spec().runtime
+    compile_real = 0
+    if entry is None:  # first use while recording: lower the kernel (the eager compile)
+        t_c = _now()
+        in_payloads = [p for p, _w in inputs]
+        outs = [w._payload for w in new] or ([in_payloads[0]] if info.mutates and inputs else [])
+        entry = (lower(info, in_payloads, outs), *_describe(in_payloads))
+        _compile_cache[key] = entry
+        t_l = _now()
+        if compiled:
+            compile_real = t_l - t_c
+            _host("compile", "compile", name, entry[1], entry[2], tid, t_c, t_l,
+                  rt.eager_compile_ns, src, seq, bwd, args={"cache": "miss"})  # fmt: skip
+    ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
+    # The launch owns the payload compute too: all of it is simulator time, cut from the host.
+    t1 = _now() - compile_real
+    cut = model.cut_ns
+    model.cut_ns = cut + (t1 - t0) - rt.launch_ns  # model.add_cut, inlined
+    rec = ["launch", next(_ids), next(_ids), name, entry, tid, t0, t1, cut, src,
+           seq, bwd, next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
+    _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(rec[-3], rec[-2])
+    _buf.append(rec)
+    return result
+
+
+def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes):
+    """CPU fallback: wait for the device, copy inputs out, compute on the CPU, copy results back."""
+    spec = model.spec()
+    tracking.warn_fallback(info.name)
+    in_bytes = sum(p.untyped_storage().nbytes() for p, _w in inputs)
+    wait = max(0, model.device_idle_at() - model.modeled_now(t0)) + spec.runtime.sync_ns
+    t_w = _now()  # placing the queued kernels above is simulator time: the sync's span cuts it
+    _host("sync", "sync", info.name, shapes, dtypes, tid, t0, t_w, wait, src, seq, bwd)
+    d2h = _copy_ns(in_bytes, spec.runtime.d2h_bytes_per_s)
+    t_cpu = _now()
+    _host("copy", "copy d2h", info.name, shapes, dtypes, tid, t_w, t_cpu, d2h, src, seq, bwd,
+          args={"bytes": in_bytes})  # fmt: skip
+    out = run_payload(info, cpu_args, kwargs)
+    t_done = _now()
+    new: list = []
+    result = _d._wrap(out, inputs, new)
+    _d.finish_outputs(info, new, inputs)
+    _host("fallback", "fallback", info.name, shapes, dtypes, tid, t_cpu, t_done, t_done - t_cpu,
+          src, seq, bwd)  # fmt: skip
+    out_bytes = sum(w._payload.untyped_storage().nbytes() for w in new)
+    if info.mutates:
+        out_bytes += inputs[0][0].untyped_storage().nbytes() if inputs else 0
+    t1 = _now()
+    h2d = _copy_ns(out_bytes, spec.runtime.h2d_bytes_per_s)
+    _host("copy", "copy h2d", info.name, shapes, dtypes, tid, t_done, t1, h2d, src, seq, bwd,
+          args={"bytes": out_bytes})  # fmt: skip
+    return result
+
+
+def _copy_ns(nbytes: int, bytes_per_s: float) -> int:
+    return int(nbytes * 1e9 / bytes_per_s) if nbytes else 0
+
+
+class host_call:
+    """A copy or sync on the host: when recording, one event with its modeled cost.
+
+    A device-to-host transfer first waits for the device to drain, as on the real chip.
+    """
+
+    __slots__ = ("kind", "name", "op", "payloads", "direction", "t0", "src")
+
+    def __init__(self, kind: str, name: str, op: str, payloads, direction: str = "") -> None:
+        self.kind, self.name, self.op = kind, name, op
+        self.payloads, self.direction = payloads, direction
+        self.t0 = 0
+
+    def __enter__(self):
+        if _prof._is_profiler_enabled:
+            self.t0 = _now()
+            self.src = user_frame(2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.t0:
+            return
+        spec = model.spec()
+        rt = spec.runtime
+        nbytes = sum(p.untyped_storage().nbytes() for p in self.payloads)
+        cost = 0
+        wait = 0
+        if self.direction == "d2h" or self.kind == "sync":
+            wait = max(0, model.device_idle_at() - model.modeled_now(self.t0))
+            cost += wait + rt.sync_ns
+        if self.direction:
+            bw = rt.h2d_bytes_per_s if self.direction == "h2d" else rt.d2h_bytes_per_s
+            cost += _copy_ns(nbytes, bw)
+        shapes, dtypes = _describe(self.payloads)
+        seq, bwd = autograd_position()
+        # the span ends after device_idle_at() placed the queued kernels: that is simulator
+        # work (hundreds of microseconds behind a long queue) and must be cut with the rest
+        t1 = _now()
+        _host(self.kind, self.name, self.op, shapes, dtypes, _tid(), self.t0, t1, cost, self.src,
+              seq, bwd, args={"bytes": nbytes, "direction": self.direction, "wait_ns": wait})  # fmt: skip

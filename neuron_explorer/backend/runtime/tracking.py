@@ -1,0 +1,101 @@
+"""Which ops ran on the device, which fell back to the CPU, and the eager compile cache."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+_lock = threading.Lock()
+executed: set[str] = set()
+fallback: set[str] = set()
+_warned: set[str] = set()
+_f64_warned = False
+# (op, shapes, dtypes) -> (kernel plan, shapes, dtypes); None until the cost model lowered it.
+# The op is its OpInfo (one per OpOverload), which hashes by identity, unlike an OpOverload.
+compile_cache: dict[tuple, object] = {}
+stats = {"eager_compiles": 0, "eager_cache_hits": 0}
+_MISSING = object()
+
+
+def cache_key(info, inputs: list) -> tuple:
+    n = len(inputs)  # the usual one and two inputs without building a list (once per op)
+    if n == 1:
+        p = inputs[0][0]
+        return (info, p.shape, p.dtype)
+    if n == 2:
+        p, q = inputs[0][0], inputs[1][0]
+        return (info, p.shape, p.dtype, q.shape, q.dtype)
+    key = [info]
+    for p, _w in inputs:
+        key.append(p.shape)
+        key.append(p.dtype)
+    return tuple(key)
+
+
+def note_key(info, inputs: list) -> tuple[tuple, bool, object]:
+    """Count one kernel call: its cache key, True when that key compiles now, and its cache
+    entry (None until lowered)."""
+    executed.add(info.name)
+    key = cache_key(info, inputs)
+    entry = compile_cache.get(key, _MISSING)
+    if entry is not _MISSING:
+        stats["eager_cache_hits"] += 1
+        return key, False, entry
+    compile_cache[key] = None
+    stats["eager_compiles"] += 1
+    return key, True, None
+
+
+def note_call(info, inputs: list) -> bool:
+    """Count one kernel call; True when its (op, shapes, dtypes) key compiles now."""
+    return note_key(info, inputs)[1]
+
+
+def warn_fallback(name: str) -> None:
+    fallback.add(name)
+    if name not in _warned:
+        with _lock:
+            if name in _warned:
+                return
+            _warned.add(name)
+        _warn_at_user_line(
+            f"neuron: {name} is not supported on the device; it runs on the CPU "
+            "(copies to and from the host each call). See backend.supported_ops()."
+        )
+
+
+def warn_float64() -> None:
+    global _f64_warned
+    if not _f64_warned:
+        _f64_warned = True
+        _warn_at_user_line(
+            "neuron: float64 is computed as float32 on the device (results keep float32 "
+            "precision); use float32 or bfloat16."
+        )
+
+
+def _warn_at_user_line(message: str) -> None:
+    """Warn pointing at the user's line (not torch's or ours), like a CUDA warning would."""
+    from neuron_explorer.backend.runtime.source import user_frame
+
+    where = user_frame(3)
+    if where is None:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, where[0], where[1])
+
+
+def get_executed_ops() -> list[str]:
+    """Ops that launched device kernels (or fell back) since the last clear_op_tracking()."""
+    return sorted(executed)
+
+
+def get_fallback_ops() -> list[str]:
+    """Ops that ran as CPU fallbacks since the last clear_op_tracking()."""
+    return sorted(fallback)
+
+
+def clear_op_tracking() -> None:
+    """Forget executed and fallback ops (warnings already given are not repeated)."""
+    executed.clear()
+    fallback.clear()

@@ -1,0 +1,155 @@
+"""The `neuron` tensor: a wrapper subclass on device neuron:0 that holds a CPU payload.
+
+Every aten op on a neuron tensor reaches `__torch_dispatch__`, which hands it to the runtime;
+the payload is where the numbers live, so results equal a CPU run with the same seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registration.register()
+
+
+_NO_KWARGS: dict = {}
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_DATA = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.data
+
+
+def _dispatch_first_use(func, args, kwargs):
+    from neuron_explorer.backend.runtime.dispatch import dispatch
+
+    return dispatch(func, args, kwargs)
+
+
+_dispatch = _dispatch_first_use  # bound to runtime.dispatch.dispatch at registration
+
+
+def set_device_object(device: torch.device) -> None:
+    """Called once the backend is renamed, so wrappers report `neuron:0`."""
+    global DEVICE, _dispatch
+    from neuron_explorer.backend.runtime.dispatch import dispatch
+
+    DEVICE = device
+    _dispatch = dispatch
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on the modeled neuron device; `_payload` is the CPU tensor that holds its data."""
+
+    _payload: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, payload: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
+        # fewest keywords that describe the payload: argument parsing is most of the cost
+        offset = payload.storage_offset()
+        if offset:
+            t = _make_wrapper(cls, payload.shape, strides=payload.stride(), storage_offset=offset,
+                              dtype=payload.dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+        else:
+            t = _make_wrapper(cls, payload.shape, strides=payload.stride(), dtype=payload.dtype,
+                              device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+        t._payload = payload
+        return t
+
+    def __init__(self, payload: torch.Tensor, requires_grad: bool = False) -> None:
+        pass
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or _NO_KWARGS)
+
+    @property
+    def data(self) -> torch.Tensor:
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # `param.data = t` swaps the wrapper's metadata in C++; the payload must follow it
+        if not isinstance(new, NeuronTensor):
+            raise RuntimeError(
+                f"neuron: .data of a neuron tensor can only be set to a neuron tensor, got {new.device}"
+            )
+        _DATA.__set__(self, new)
+        self._payload = new._payload
+
+    # Traceable-subclass protocol: torch.compile (AOTAutograd) traces through to the payload.
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["_payload"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, Any], meta: Any, outer_size, outer_stride):
+        payload = inner["_payload"]
+        if type(payload) is torch.Tensor:  # a compiled program's output: device memory
+            from neuron_explorer.backend.runtime.dispatch import new_tensor
+
+            return new_tensor("compiled", payload)
+        return NeuronTensor(payload)
+
+    def __reduce_ex__(self, proto):
+        # Saved as a CPU tensor plus the device, like other storage-less backends (xla, mtia).
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (self.cpu(), self.dtype, str(self.device), self.requires_grad),
+        )
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        from neuron_explorer.backend.runtime import dispatch
+
+        if type(self._payload) is not torch.Tensor:  # fake or functional payload while tracing
+            return f"NeuronTensor({self._payload!r})"
+        dispatch.record_sync("print", self)
+        return _format(self)
+
+    def tolist(self) -> Any:
+        return self.cpu().tolist()
+
+    def numpy(self, *, force: bool = False):
+        raise TypeError(
+            "can't convert neuron:0 device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+
+    def __format__(self, spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+def _format(t: NeuronTensor) -> str:
+    """torch's tensor repr, computed on the payload (no device ops), with the neuron suffixes."""
+    from torch import _tensor_str
+
+    p = t._payload.detach()
+    body = _tensor_str._tensor_str(p, len("tensor(")) if p.numel() or p.dim() == 1 else "[]"
+    suffixes = [f"device='{t.device}'"]
+    if p.numel() == 0 and p.dim() != 1:
+        suffixes.insert(0, f"size={tuple(p.shape)}")
+    if p.dtype not in (torch.get_default_dtype(), torch.int64, torch.bool):
+        suffixes.append(f"dtype={p.dtype}")
+    if t.grad_fn is not None:
+        suffixes.append(f"grad_fn=<{type(t.grad_fn).__name__}>")
+    elif t.requires_grad:
+        suffixes.append("requires_grad=True")
+    return _tensor_str._add_suffixes("tensor(" + body, suffixes, len("tensor("), False)
+
+
+def refresh(wrapper: NeuronTensor) -> None:
+    """After an op resized or restrided the payload (out=, resize_, t_), match the wrapper to it."""
+    p = wrapper._payload
+    if (wrapper.shape, wrapper.stride(), wrapper.storage_offset()) != (
+        p.shape,
+        p.stride(),
+        p.storage_offset(),
+    ):
+        _DATA.__set__(wrapper, NeuronTensor(p))
+        wrapper._payload = p
+
+
+def wrap(payload: torch.Tensor) -> NeuronTensor:
+    """Wrap a CPU tensor as a neuron tensor without copying."""
+    return NeuronTensor(payload)

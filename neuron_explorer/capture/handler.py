@@ -1,0 +1,218 @@
+"""`neuron_explorer.trace_handler`: torch.profiler's on_trace_ready that writes a Neuron Explorer profile.
+
+Same contract as `torch.profiler.tensorboard_trace_handler`: pass it as `on_trace_ready`, and
+each completed active cycle becomes one output. Ours is a profile directory: the first cycle
+writes `dir_name` itself (or `dir_name/worker_name`; with several torch.distributed ranks the
+worker name defaults to `rank<N>`), later cycles `<that>.cycle2`, `<that>.cycle3`, ... beside
+it. A rerun replaces an earlier profile of the same name; a path
+that exists and is not a profile is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ExplorerError
+from ..model.io import ProfileWriter
+from ..model.profile import Profile, is_profile
+from . import sources
+from .host import without_own_frames
+from .merge import in_window, merge
+
+WINDOW_SLACK_NS = 1_000_000  # runtime events this close outside the trace's span still count
+
+
+@dataclass(frozen=True)
+class RawCapture:
+    """What one active cycle left behind, before it is merged into a profile."""
+
+    workdir: Path  # temporary; holds the exported Kineto trace
+    trace: Path
+    runtime: tuple[Any, ...]  # backend RuntimeEvents drained for this cycle
+    device_spec: dict[str, Any] | None
+    roots: tuple[str, ...]  # where user source files may be copied from
+    torch_version: str
+
+
+def _runtime_module() -> Any | None:
+    """neuron_explorer.backend.runtime.events if the neuron device is registered in this process, else None."""
+    if "neuron_explorer.backend" not in sys.modules:
+        return None
+    try:
+        from neuron_explorer.backend.runtime import events
+    except ImportError:
+        return None
+    return events
+
+
+def _device_spec() -> dict[str, Any] | None:
+    try:
+        from neuron_explorer.backend.costmodel import get_spec
+
+        return get_spec().to_dict()
+    except Exception:  # noqa: BLE001 - a missing or broken cost model leaves the spec out
+        return None
+
+
+def _roots() -> tuple[str, ...]:
+    roots = [os.getcwd()]
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    for f in (main_file, sys.argv[0] if sys.argv else None):
+        if f and os.path.isfile(f):
+            roots.append(os.path.dirname(os.path.abspath(f)))
+    return tuple(dict.fromkeys(roots))
+
+
+class TraceHandler:
+    """Callable for `on_trace_ready`; `written` lists the profiles made so far."""
+
+    def __init__(
+        self, dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
+    ) -> None:
+        base = Path(dir_name)
+        worker_name = worker_name or _distributed_worker()
+        self.base = base / worker_name if worker_name else base
+        self.use_gzip = use_gzip  # tensorboard_trace_handler's; profiles are zstd Parquet anyway
+        self.cycles = 0
+        self.written: list[Path] = []
+        self.extra: dict[str, Any] = {}  # added to each manifest's extra (the capture command)
+        self._check(self.base)
+
+    @staticmethod
+    def _check(path: Path) -> None:
+        if path.exists() and not is_profile(path) and (not path.is_dir() or any(path.iterdir())):
+            raise ExplorerError(f"{path}: exists and is not a profile; choose another name")
+
+    def path_for(self, cycle: int) -> Path:
+        return self.base if cycle <= 1 else self.base.with_name(f"{self.base.name}.cycle{cycle}")
+
+    def collect(self, prof: Any) -> RawCapture:
+        """Export the cycle's trace and drain the runtime's events (cheap; no merging yet)."""
+        workdir = Path(tempfile.mkdtemp(prefix="neuron-explorer-capture-"))
+        trace = workdir / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        runtime = _runtime_module()
+        drained = tuple(runtime.drain()) if runtime is not None else ()
+        import torch
+
+        return RawCapture(workdir, trace, drained, _device_spec() if drained else None,
+                          _roots(), torch.__version__)  # fmt: skip
+
+    def discard(self, raw: RawCapture) -> None:
+        shutil.rmtree(raw.workdir, ignore_errors=True)
+
+    def write(self, raw: RawCapture) -> Path | None:
+        """Merge a collected cycle into the next profile directory; returns its path.
+
+        A profile that cannot be written is reported on stderr, not raised: this runs inside
+        the training loop's `prof.step()`, and a failed profile must not end the training.
+        """
+        self.cycles += 1
+        path = self.path_for(self.cycles)
+        try:
+            self._check(path)
+            write_profile(raw, path, self.extra)
+        except (ExplorerError, OSError) as e:
+            print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
+            return None
+        except Exception as e:  # noqa: BLE001 - a bug of ours must not end the training either
+            print(f"neuron-explorer: profile {path} not written: {failure(e)}", file=sys.stderr)
+            return None
+        finally:
+            self.discard(raw)
+        self.written.append(path)
+        print(f"neuron-explorer: wrote profile {path}", file=sys.stderr)
+        return path
+
+    def __call__(self, prof: Any) -> Path | None:
+        try:
+            raw = self.collect(prof)
+        except Exception as e:  # noqa: BLE001 - raising into prof.step() can crash torch.profiler
+            self.cycles += 1
+            print(f"neuron-explorer: profile {self.path_for(self.cycles)} not written: "
+                  f"{failure(e)}", file=sys.stderr)  # fmt: skip
+            return None
+        return self.write(raw)
+
+
+def failure(e: BaseException) -> str:
+    """An exception as one line for a 'not written' message."""
+    text = str(e).strip().splitlines()
+    return f"{e.__class__.__name__}: {text[0]}" if text else e.__class__.__name__
+
+
+def trace_handler(
+    dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
+) -> TraceHandler:
+    """An `on_trace_ready` handler writing one profile directory per active cycle, with
+    `torch.profiler.tensorboard_trace_handler`'s arguments."""
+    return TraceHandler(dir_name, worker_name, use_gzip)
+
+
+def _distributed_worker() -> str | None:
+    """ "rank<N>" when several torch.distributed ranks run, so they never share a profile."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            if dist.get_world_size() > 1:
+                return f"rank{dist.get_rank()}"
+    except (RuntimeError, ValueError):
+        pass
+    return None
+
+
+def _import_host(trace: Path, workdir: Path) -> Profile:
+    from ..importers import import_traces
+
+    out = workdir / "host-profile"
+    import_traces([trace], out)
+    return Profile.open(out)
+
+
+def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = None) -> Path:
+    """Merge host and runtime events of one cycle and write the profile atomically."""
+    host = _import_host(raw.trace, raw.workdir)
+    manifest = host.manifest
+    origin = manifest.origin_unix_ns
+    events = host.table("events")
+    if events.num_rows:  # the trace's real span, a little wider
+        start = pc.min(events.column("start_ns")).as_py()
+        end = pc.max(pc.add(events.column("start_ns"), events.column("dur_ns"))).as_py()
+        runtime = in_window(raw.runtime, origin + start - WINDOW_SLACK_NS,
+                            origin + end + WINDOW_SLACK_NS)  # fmt: skip
+    else:
+        runtime = []
+    events, stacks = without_own_frames(events, host.table("stacks"))
+    merged = merge(events, origin, runtime)
+    counters = host.table("counters")
+    if merged.counters.num_rows:
+        counters = pa.concat_tables([counters, merged.counters]).unify_dictionaries()
+    with ProfileWriter(path, overwrite=True) as writer:
+        writer.write_events(merged.events)
+        writer.write_table("stacks", stacks)
+        writer.write_table("counters", counters)
+        files = sources.named_files(merged.events, stacks)
+        for file, text in sources.readable(files, raw.roots):
+            writer.add_source(file, text)
+        final = replace(
+            manifest,
+            source="capture",
+            producer="",
+            device_spec=raw.device_spec,
+            torch_version=raw.torch_version,
+            host=manifest.host or platform.node(),
+            steps=merged.steps,
+            inputs=(),
+            extra={**manifest.extra, **(extra or {}), "simulator_ns_removed": merged.removed_ns},
+        )
+        return writer.commit(final)

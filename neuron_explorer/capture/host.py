@@ -1,0 +1,179 @@
+"""What capture does to torch.profiler's host events before the merge: remove the simulator's
+own work, and find the steps of a run captured whole from its record_function markers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .link import inside_spans, step_of
+
+SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
+# The project's own code (the one neuron_explorer package): never a user frame.
+OWN_PACKAGES = ("neuron_explorer",)
+OWN_DIRS = tuple(str(Path(__file__).resolve().parents[2] / d) + os.sep for d in OWN_PACKAGES)
+# torch.profiler trims a python event's file to be relative to the sys.path entry it lies under,
+# so in a checkout on sys.path the backend's frames read "neuron_explorer/backend/....py(10): f".
+OWN_RELATIVE = tuple(d + "/" for d in OWN_PACKAGES)
+
+
+def column_array(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def column_list(table: pa.Table, name: str) -> list:
+    col = table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    return col.to_pylist()
+
+
+def drop_simulator_events(host: pa.Table, calls: Sequence[Any], origin_unix_ns: int) -> pa.Table:
+    """Remove what the simulator itself did on the host: the CPU ops computing payloads inside
+    runtime calls, and the PythonSubclass spans of the device tensor's __torch_dispatch__, each
+    with everything nested in it."""
+    if not calls or not host.num_rows:
+        return host
+    track = np.array(column_list(host, "track"), dtype=object)
+    start = column_array(host, "start_ns").astype(np.int64)
+    end = start + column_array(host, "dur_ns").astype(np.int64)
+    spans: dict[object, tuple] = {}
+    for e in sorted(calls, key=lambda e: e.host_start_ns):
+        s, t = spans.setdefault(f"thread {e.tid}", ([], []))
+        s.append(e.host_start_ns - origin_unix_ns)
+        t.append(e.host_end_ns - origin_unix_ns)
+    spans = {k: (np.array(s, np.int64), np.array(t, np.int64)) for k, (s, t) in spans.items()}
+    names = np.array(column_list(host, "name"), dtype=object)
+    drop = inside_spans(track, start, end, spans) | (names == SIMULATOR_DISPATCH)
+    drop &= np.array(column_list(host, "kind"), dtype=object) != "step"
+    return host.filter(pa.array(~with_descendants(host, drop)))
+
+
+def steps_from_markers(host: pa.Table) -> pa.Table:
+    """With at most one ProfilerStep (a run captured whole), the script's own repeated
+    top-level `record_function` annotation, if any, marks the steps: its k-th span is step k.
+
+    The most frequent top-level annotation name seen at least twice wins; the whole-run
+    ProfilerStep becomes an annotation.
+    """
+    kinds = np.array(column_list(host, "kind"), dtype=object)
+    is_step = kinds == "step"
+    if is_step.sum() > 1 or not host.num_rows:
+        return host
+    raw_parent = host.column("parent_id").to_numpy(zero_copy_only=False).astype(float)
+    ids = column_array(host, "id").astype(np.int64)
+    top = np.isnan(raw_parent)
+    if is_step.any():
+        top = raw_parent == float(ids[is_step][0])
+    names = np.array(column_list(host, "name"), dtype=object)
+    cand = top & (kinds == "annotation")
+    counts: dict[str, int] = {}
+    for name in names[cand]:
+        counts[name] = counts.get(name, 0) + 1
+    best = max(counts.items(), key=lambda kv: kv[1], default=(None, 0))
+    if best[1] < 2:
+        return host
+    marker = cand & (names == best[0])
+    kinds[is_step] = "annotation"
+    kinds[marker] = "step"
+    start = column_array(host, "start_ns").astype(np.int64)
+    end = start + column_array(host, "dur_ns").astype(np.int64)
+    order = np.argsort(start[marker], kind="stable")
+    m_start, m_end = start[marker][order], end[marker][order]
+    number = np.full(len(kinds), -1, dtype=np.int64)
+    number[np.flatnonzero(marker)[order]] = np.arange(marker.sum())
+    step = step_of(start, m_start, m_end, np.arange(len(m_start)))
+    step = np.where(marker, number, step)
+    host = host.set_column(host.schema.get_field_index("kind"), "kind", pa.array(kinds.tolist()))
+    return host.set_column(
+        host.schema.get_field_index("step"), "step", pa.array(step, pa.int32(), mask=step < 0)
+    )
+
+
+def is_own_file(file: str | None) -> bool:
+    """A file of this project's backend or explorer packages: never a user frame."""
+    return file is not None and file.startswith(OWN_DIRS + OWN_RELATIVE)
+
+
+def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Stacks lose the backend's and explorer's frames; an event whose innermost user frame
+    was one of them takes the next user frame of its stack instead (or none)."""
+    if not stacks.num_rows:
+        return events, stacks
+    from ..importers.pystacks import is_user_file
+
+    files = column_list(stacks, "file")
+    own = np.array([is_own_file(f) for f in files], dtype=bool)
+    if not own.any() and not any(is_own_file(f) for f in column_list(events, "src_file")):
+        return events, stacks
+    sid = column_array(stacks, "stack_id").astype(np.int64)
+    depth = column_array(stacks, "depth").astype(np.int64)
+    kept = stacks.filter(pa.array(~own))
+    k_sid, k_depth = sid[~own], depth[~own]
+    order = np.lexsort((k_depth, k_sid))
+    new_depth = np.empty(len(k_sid), dtype=np.int64)
+    first = np.r_[True, k_sid[order][1:] != k_sid[order][:-1]] if len(order) else np.zeros(0, bool)
+    starts = (
+        np.maximum.accumulate(np.where(first, np.arange(len(order)), 0)) if len(order) else first
+    )
+    new_depth[order] = np.arange(len(order)) - starts
+    kept = kept.set_column(
+        kept.schema.get_field_index("depth"), "depth", pa.array(new_depth, pa.int32())
+    )
+    # Innermost remaining user frame per stack.
+    lines, funcs = column_list(kept, "line"), column_list(kept, "function")
+    kfiles = column_list(kept, "file")
+    user: dict[int, tuple] = {}
+    for i in order.tolist():
+        s = int(k_sid[i])
+        if s not in user and is_user_file(kfiles[i]):
+            user[s] = (kfiles[i], lines[i], funcs[i])
+    src = [column_list(events, c) for c in ("src_file", "src_line", "src_func")]
+    stack_ids = column_list(events, "stack_id")
+    for i, f in enumerate(src[0]):
+        if is_own_file(f):
+            frame = user.get(stack_ids[i]) if stack_ids[i] is not None else None
+            src[0][i], src[1][i], src[2][i] = frame or (None, None, None)
+    for name, values, ty in zip(("src_file", "src_line", "src_func"), src,
+                                (pa.string(), pa.int32(), pa.string()), strict=True):  # fmt: skip
+        events = events.set_column(events.schema.get_field_index(name), name, pa.array(values, ty))
+    return events, kept
+
+
+def drop_own_frames(host: pa.Table) -> pa.Table:
+    """Remove the python events of the backend's and explorer's own functions, with everything
+    they called (builtins, torch internals): that is the simulator at work, not the user."""
+    if not host.num_rows:
+        return host
+    kinds = np.array(column_list(host, "kind"), dtype=object)
+    names = column_list(host, "name")
+    own = (kinds == "python") & np.array([_is_own_python_event(n) for n in names])
+    if not own.any():
+        return host
+    return host.filter(pa.array(~with_descendants(host, own)))
+
+
+def _is_own_python_event(name: str) -> bool:
+    """A python event "FILE(LINE): FUNC" whose FILE is the project's own code."""
+    return name.startswith(OWN_RELATIVE) or any(d in name for d in OWN_DIRS)
+
+
+def with_descendants(host: pa.Table, mask: np.ndarray) -> np.ndarray:
+    """`mask` extended to every event nested (through parent_id) in a masked one."""
+    if not mask.any():
+        return mask
+    ids = column_array(host, "id").astype(np.int64)
+    raw = host.column("parent_id").to_numpy(zero_copy_only=False).astype(float)
+    parents = np.where(np.isnan(raw), -1, raw).astype(np.int64)
+    index = {int(v): i for i, v in enumerate(ids)}
+    out = mask.copy()
+    for i in np.argsort(column_array(host, "start_ns"), kind="stable").tolist():
+        p = index.get(int(parents[i]), -1)  # parents start before their children
+        if p >= 0 and out[p]:
+            out[i] = True
+    return out

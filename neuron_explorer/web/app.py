@@ -1,0 +1,397 @@
+"""The FastAPI app: every page at PATH is a static shell whose script reads its JSON twin at
+/api/PATH; the views compute, this module only routes, caches and turns errors into responses."""
+
+from __future__ import annotations
+
+import html
+import io
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from neuron_explorer.analysis.context import context
+from neuron_explorer.errors import BadInputError, ExplorerError
+from neuron_explorer.model import Profile
+from neuron_explorer.model.schema import TABLES
+
+from . import cache_dir
+from .cache import AnalysisCache, profile_identity
+from .pages import PAGES, render_page
+from .store import NotFound, ProfileStore
+from .views import compare, events, operators, overview, source, sql, timeline
+
+STATIC = Path(__file__).resolve().parent / "static"
+NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
+# The profile list analyses profiles up to this size on the spot (well under a second each), for
+# up to LIST_INLINE_S per request; the others show their top finding once known (from the disk
+# cache, or a background analysis), so a folder of many or large profiles lists at once.
+LIST_INLINE_EVENTS = 200_000
+LIST_INLINE_S = 1.0
+
+
+def _plotly_js() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+
+def create_app(
+    root: str | Path,
+    allowed_hosts: list[str] | None = None,
+    analysis_cache: str | Path | None = None,
+) -> FastAPI:
+    """The app serving the profile (or directory of profiles) at `root`. `allowed_hosts` limits
+    the Host header (serve sets it on loopback, so a DNS-rebinding page cannot read profiles).
+    Analysis results persist under `analysis_cache` (default: the user cache, web/cache.py)."""
+    store = ProfileStore(root)
+    disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
+    # one profile analysed at a time in the background, leaving the other core to requests
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis")
+    pending: set[str] = set()
+    side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tables")
+    pending_lock = threading.Lock()
+    app = FastAPI(title="Neuron Explorer", docs_url="/api/docs", openapi_url="/api/openapi.json")
+    app.state.store = store
+    if allowed_hosts:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+
+    @app.exception_handler(ExplorerError)
+    def _explorer_error(request: Request, exc: ExplorerError) -> Response:
+        status = (
+            404 if isinstance(exc, NotFound) else 400 if isinstance(exc, sql.QueryError) else 500
+        )
+        if isinstance(exc, BadInputError):
+            status = 500
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": str(exc)}, status_code=status)
+        return HTMLResponse(render_page("error", title="Error", error=str(exc)), status_code=status)
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, exc: Exception) -> Response:
+        # a table that turns out unreadable mid-query, or a bug: one failed request, not a crash
+        msg = f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": msg}, status_code=500)
+        return HTMLResponse(render_page("error", title="Error", error=msg), status_code=500)
+
+    # ---- cached per profile (in memory, and on disk for what takes seconds to compute) ---
+    def persisted(name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
+        def make(p: Profile) -> Any:
+            identity = store.derived(name, "identity", profile_identity)
+            value = disk.load(p, kind, identity)
+            if value is None:
+                value = compute(p)
+                disk.store(p, kind, identity, value)
+            return value
+
+        return store.derived(name, kind, make)
+
+    def index(name: str) -> timeline.TimelineIndex:
+        return store.derived(
+            name, "timeline", lambda p: timeline.build_index(p, store.connection(name))
+        )
+
+    def ops(name: str):  # noqa: ANN202 - pyarrow table
+        return persisted(name, "ops_table", lambda p: operators.operator_table(context(p).cols))
+
+    def lines(name: str):  # noqa: ANN202 - pyarrow table
+        return persisted(name, "lines_table", lambda p: source.line_table(context(p).cols))
+
+    # neuron_explorer.analysis keeps one DuckDB connection per profile: one analysis call at a time
+    def summary(name: str) -> dict[str, Any] | None:
+        def make(p):  # noqa: ANN001, ANN202
+            with store.profile_lock(name):
+                return overview.analysis_summary(p)
+
+        return persisted(name, "summary", make)
+
+    def findings(name: str) -> list[dict[str, Any]] | None:
+        def make(p):  # noqa: ANN001, ANN202
+            with store.profile_lock(name):
+                found = overview.analysis_findings(p)
+            for f in found or ():  # so the page can link evidence lines to the source view
+                for line in f.get("evidence", {}).get("source_lines", ()):
+                    if line.get("file"):
+                        line["file_id"] = source.file_id(line["file"])
+            return found
+
+        return persisted(name, "findings", make)
+
+    def devices(name: str) -> list[str]:
+        return persisted(name, "devices", overview.devices)
+
+    def known_findings(
+        name: str, p: Profile, inline: bool
+    ) -> tuple[bool, list[dict[str, Any]] | None]:
+        """The findings if computed (here or by an earlier server), or computed now when
+        `inline` and the profile is small; else (False, None), for the background."""
+        events = int(p.manifest.row_counts.get("events") or 0)
+        if store.has(name, "findings") or (inline and events <= LIST_INLINE_EVENTS):
+            return True, findings(name)
+        identity = store.derived(name, "identity", profile_identity)
+        if disk.load(p, "findings", identity) is not None:
+            return True, findings(name)  # read back into memory
+        return False, None
+
+    def analyse_later(names: list[str]) -> None:
+        """Queue the analysis of profiles the list could not show yet (one at a time)."""
+        with pending_lock:
+            for name in names:
+                if name not in pending:
+                    pending.add(name)
+                    background.submit(_analyse_later, name)
+
+    def _analyse_later(name: str) -> None:
+        try:
+            findings(name), summary(name)
+        except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
+            pass
+        finally:
+            with pending_lock:
+                pending.discard(name)
+
+    def warm_up() -> None:
+        """Compute what the first visit of each profile needs (run in a background thread)."""
+        for name in store.names():
+            try:
+                index(name), ops(name), lines(name), summary(name), findings(name)
+            except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
+                continue
+
+    app.state.warm_up = warm_up
+
+    # ---- JSON ----------------------------------------------------------------------------
+    @app.get("/api/profiles")
+    def api_profiles() -> dict[str, Any]:
+        rows, later = [], []
+        start = time.monotonic()
+        for name in store.names():
+            try:
+                p = store.open(name)
+                inline = time.monotonic() - start < LIST_INLINE_S
+                known, found = known_findings(name, p, inline)
+                row = overview.profile_row(name, p, devices(name), found)
+                rows.append({**row, "analysis_pending": not known})
+                if not known:
+                    later.append(name)
+            except ExplorerError as e:
+                rows.append({"name": name, "error": str(e)})
+        analyse_later(later)  # after the list is built, which then does not wait for them
+        return {"root": str(store.root), "profiles": rows}
+
+    @app.get("/api/p/{name}")
+    def api_summary(name: str) -> dict[str, Any]:
+        p = store.open(name)
+        m = p.manifest
+        if not (store.has(name, "ops_table") and store.has(name, "lines_table")):
+            # the tables (numpy, GIL mostly released) while this thread runs the rules
+            side.submit(lambda: (ops(name), lines(name)))
+        f = findings(name)
+        modeled = overview.is_modeled(p)
+        return {
+            "name": name,
+            "manifest": {
+                "source": m.source,
+                "producer": m.producer,
+                "torch_version": m.torch_version,
+                "host": m.host,
+                "ranks": list(m.ranks),
+                "device_spec": m.device_spec,
+                "devices": list(m.devices),
+                "row_counts": m.row_counts,
+                "inputs": list(m.inputs),
+            },  # fmt: skip
+            "device_time_modeled": modeled,
+            "devices": devices(name),
+            "steps": overview.step_stats(p),
+            "summary": summary(name),
+            "findings": None if f is None else f[:5],
+            "findings_total": None if f is None else len(f),
+            "top_ops": operators.operators_json(ops(name), m.device_spec, modeled)["operators"][
+                :10
+            ],
+            "top_lines": source.top_lines(lines(name)),
+        }
+
+    @app.get("/api/p/{name}/timeline")
+    def api_timeline(
+        name: str,
+        start_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
+        end_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
+        width_px: int = 1500,
+    ) -> dict[str, Any]:
+        p = store.open(name)
+        idx = index(name)
+        s = idx.start_ns if start_ns is None else start_ns
+        e = idx.end_ns if end_ns is None else end_ns
+        if start_ns is None and end_ns is None:  # the first view of every visit: computed once
+            width_px = min(8000, max(250, round(width_px / 250) * 250))  # a few cached widths
+            win = store.derived(name, f"timeline-all-{width_px}",
+                                lambda _: timeline.window(p, store.connection(name), idx, s, e, width_px))  # fmt: skip
+        else:
+            win = timeline.window(p, store.connection(name), idx, s, e, width_px)
+        return {"name": name, "device_time_modeled": overview.is_modeled(p),
+                "extent": {"start_ns": idx.start_ns, "end_ns": idx.end_ns},
+                "lanes": timeline.lanes_json(idx), "steps": list(idx.steps), "window": win}  # fmt: skip
+
+    @app.get("/api/p/{name}/events/{event_id}")
+    def api_event(name: str, event_id: int) -> dict[str, Any]:
+        store.open(name)
+        out = events.event_json(store.connection(name), event_id)
+        if out is None:
+            raise NotFound(f"no event {event_id} in {name}")
+        return out
+
+    @app.get("/api/p/{name}/operators")
+    def api_operators(name: str) -> dict[str, Any]:
+        p = store.open(name)
+        return {"name": name, **operators.operators_json(ops(name), p.manifest.device_spec,
+                                                         overview.is_modeled(p))}  # fmt: skip
+
+    @app.get("/api/p/{name}/operators/detail")
+    def api_operator(name: str, op: str) -> dict[str, Any]:
+        store.open(name)
+        out = operators.operator_detail(store.connection(name), op)
+        for line in out["lines"]:
+            line["file_id"] = source.file_id(line["file"])
+        return out
+
+    @app.get("/api/p/{name}/source")
+    def api_source(name: str) -> dict[str, Any]:
+        p = store.open(name)
+        t = lines(name)
+        return {"name": name, "files": source.files_json(t, p), "top_lines": source.top_lines(t, 50),
+                "device_time_modeled": overview.is_modeled(p)}  # fmt: skip
+
+    def _file(name: str, file_id: str) -> str:
+        path = source.find_file(lines(name), file_id)
+        if path is None:
+            raise NotFound(f"no source file {file_id!r} in {name}")
+        return path
+
+    @app.get("/api/p/{name}/source/{file_id}")
+    def api_source_file(name: str, file_id: str) -> dict[str, Any]:
+        p = store.open(name)
+        path = _file(name, file_id)
+        return {"name": name, **source.file_json(p, lines(name), path, overview.is_modeled(p))}
+
+    @app.get("/api/p/{name}/source/{file_id}/lines/{line}")
+    def api_source_line(name: str, file_id: str, line: int) -> dict[str, Any]:
+        store.open(name)
+        return source.line_detail(store.connection(name), _file(name, file_id), line)
+
+    @app.get("/api/p/{name}/findings")
+    def api_findings(name: str) -> dict[str, Any]:
+        store.open(name)
+        f = findings(name)
+        return {"name": name, "available": f is not None, "findings": f or []}
+
+    @app.get("/api/p/{name}/sql")
+    def api_sql(name: str, q: str = "", limit: int = sql.DEFAULT_ROWS) -> dict[str, Any]:
+        p = store.open(name)
+        out: dict[str, Any] = {"name": name, "max_rows": sql.MAX_ROWS, "timeout_s": sql.TIMEOUT_S,
+                               "examples": [{"title": t, "sql": s} for t, s in sql.EXAMPLES],
+                               "tables": list(TABLES), "result": None}  # fmt: skip
+        if q.strip():
+            out["result"] = sql.run_query(p, q, limit)
+        return out
+
+    @app.get("/api/p/{name}/sql.csv")
+    def api_sql_csv(name: str, q: str, limit: int = sql.MAX_ROWS) -> Response:
+        import csv
+
+        res = sql.run_query(store.open(name), q, limit)
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(res["columns"])
+        w.writerows(res["rows"])
+        return Response(buf.getvalue(), media_type="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="{name}-query.csv"'})  # fmt: skip
+
+    @app.get("/api/p/{name}/tables/{table}.parquet")
+    def api_table(name: str, table: str) -> Response:
+        p = store.open(name)
+        if table not in TABLES:
+            raise NotFound(f"no table {table!r}; tables are {', '.join(TABLES)}")
+        single = p.path / f"{table}.parquet"
+        headers = {"Content-Disposition": f'attachment; filename="{name}-{table}.parquet"'}
+        if single.is_file():
+            return FileResponse(
+                single, media_type="application/vnd.apache.parquet", headers=headers
+            )
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(p.table(table), buf, compression="zstd")
+        return Response(
+            buf.getvalue(), media_type="application/vnd.apache.parquet", headers=headers
+        )
+
+    @app.get("/api/compare")
+    def api_compare(a: str = Query(...), b: str = Query(...)) -> dict[str, Any]:
+        pa_, pb_ = store.open(a), store.open(b)
+        sa, sb = overview.step_stats(pa_), overview.step_stats(pb_)
+        suma, sumb = summary(a), summary(b)
+        return {
+            "a": a, "b": b,
+            "steps": {"a": sa, "b": sb},
+            "step_ns_delta": (sb["step_ns_mean"] - sa["step_ns_mean"])
+            if sa["step_ns_mean"] is not None and sb["step_ns_mean"] is not None else None,
+            "breakdown": compare.compare_breakdown(suma, sumb),
+            "ops": compare.compare_ops(ops(a), ops(b))[:200],
+            "lines": compare.compare_lines(lines(a), lines(b))[:200],
+            "device_time_modeled": overview.is_modeled(pa_) or overview.is_modeled(pb_),
+        }  # fmt: skip
+
+    # ---- pages ---------------------------------------------------------------------------
+    @app.get("/static/plotly.min.js")
+    def plotly_js() -> FileResponse:
+        return FileResponse(_plotly_js(), media_type="text/javascript",
+                            headers={"Cache-Control": "public, max-age=86400"})  # fmt: skip
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    def page(kind: str, name: str | None = None, **extra: str) -> HTMLResponse:
+        if name is not None:
+            store.open(name)  # a 404 page for unknown names, an error page for a corrupt profile
+        title = f"{PAGES[kind].title} · {name}" if name else PAGES[kind].title
+        return HTMLResponse(render_page(kind, title=title, profile=name or "", **extra))
+
+    @app.get("/", response_class=HTMLResponse)
+    def page_profiles() -> HTMLResponse:
+        return page("profiles")
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def page_compare() -> HTMLResponse:
+        return page("compare")
+
+    @app.get("/p/{name}", response_class=HTMLResponse)
+    def page_summary(name: str) -> HTMLResponse:
+        return page("summary", name)
+
+    for kind in ("timeline", "operators", "source", "findings", "sql"):
+        app.add_api_route(f"/p/{{name}}/{kind}", _page_route(page, kind),
+                          response_class=HTMLResponse, methods=["GET"])  # fmt: skip
+
+    @app.get("/p/{name}/source/{file_id}", response_class=HTMLResponse)
+    def page_source_file(name: str, file_id: str) -> HTMLResponse:
+        return page("source", name, file_id=html.escape(file_id))
+
+    return app
+
+
+def _page_route(page, kind: str):  # noqa: ANN001, ANN202 - a route function for one page kind
+    def route(name: str) -> HTMLResponse:
+        return page(kind, name)
+
+    route.__name__ = f"page_{kind}"
+    return route

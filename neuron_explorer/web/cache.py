@@ -1,0 +1,108 @@
+"""What the server derives from a profile (summary, findings, operator and line tables), kept on
+disk so a restart or a second server of the same profile starts warm.
+
+Entries live in the user cache directory (`web.cache_dir()/analysis`), never in the profile,
+which may be read-only. One file per profile path and kind of value, holding the profile's
+identity: its path, manifest bytes, the size and mtime of each Parquet file, and the analysis
+version (a hash of the code that computes the values). An entry whose identity differs, or that
+cannot be read, is ignored and replaced. Files are written to a temporary name, then renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from neuron_explorer.model.profile import Profile
+
+FORMAT = 1  # bump when the layout of an entry changes
+
+
+@cache
+def analysis_version() -> str:
+    """A hash of the code whose output is cached: neuron_explorer.analysis (rules included) and the
+    web views, so an upgrade or an edited rule never serves an old result."""
+    import neuron_explorer.analysis
+
+    web_views = Path(__file__).resolve().parent / "views"
+    analysis = Path(neuron_explorer.analysis.__file__).resolve().parent
+    h = hashlib.sha1(f"format {FORMAT}\n".encode())
+    for folder in (analysis, web_views):
+        for f in sorted(folder.rglob("*.py")):
+            h.update(f"{f.relative_to(folder.parent)}\n".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def profile_identity(profile: Profile) -> str:
+    """The profile's path, manifest and Parquet files (sizes, mtimes) as one hash: any rewrite
+    or re-import changes it."""
+    root = profile.path.resolve()
+    h = hashlib.sha1(f"{root}\n{analysis_version()}\n".encode())
+    h.update((root / "manifest.json").read_bytes())
+    for f in sorted(root.rglob("*.parquet")):
+        st = f.stat()
+        h.update(f"{f.relative_to(root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+class AnalysisCache:
+    """JSON values and Arrow tables per (profile, kind), on disk under `root`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, profile: Profile, kind: str) -> Path:
+        """The entry of one kind of value for a profile (named by the profile's path)."""
+        slot = hashlib.sha1(str(profile.path.resolve()).encode()).hexdigest()[:20]
+        return self.root / slot / f"{kind}.{'arrow' if kind.endswith('table') else 'json'}"
+
+    def load(self, profile: Profile, kind: str, identity: str) -> Any | None:
+        """The stored value, or None when missing, stale or unreadable."""
+        path = self.path(profile, kind)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        head, _, body = data.partition(b"\n")
+        if head.decode("ascii", "replace") != identity:
+            return None
+        try:
+            if path.suffix == ".arrow":
+                with pa.ipc.open_file(pa.BufferReader(body)) as reader:
+                    return reader.read_all()
+            return json.loads(body)
+        except (ValueError, pa.ArrowException):
+            return None
+
+    def store(self, profile: Profile, kind: str, identity: str, value: Any) -> None:
+        """Write an entry atomically; a cache that cannot be written is skipped silently (the
+        value was computed and is served anyway)."""
+        path = self.path(profile, kind)
+        if isinstance(value, pa.Table):
+            buf = io.BytesIO()
+            with pa.ipc.new_file(buf, value.schema) as writer:
+                writer.write_table(value)
+            body = buf.getvalue()
+        else:
+            body = json.dumps(value, separators=(",", ":")).encode()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(identity.encode("ascii") + b"\n" + body)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            return

@@ -1,0 +1,147 @@
+"""The profiles a server shows: names from URLs resolved safely inside the served directory,
+opened once and cached with whatever the views derive from them."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuron_explorer.errors import BadInputError, ExplorerError
+from neuron_explorer.model import Profile
+from neuron_explorer.model.profile import is_profile
+
+if TYPE_CHECKING:
+    import duckdb
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
+
+
+class NotFound(ExplorerError):
+    """A profile, file or event that the URL names does not exist (or may not be named)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One profile directory under the root; `error` is set when it cannot be opened."""
+
+    name: str
+    path: Path
+    error: str | None = None
+
+
+class ProfileStore:
+    """Profiles under `root` (a directory of profiles, or one profile). Thread-safe."""
+
+    def __init__(self, root: str | Path) -> None:
+        root = Path(root).resolve()
+        self._only: str | None = root.name if is_profile(root) else None
+        self.root = root.parent if self._only else root
+        self._lock = threading.Lock()
+        self._profiles: dict[str, tuple[float, Profile]] = {}
+        self._derived: dict[tuple[str, str], Any] = {}
+        self._local = threading.local()
+        self._key_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._profile_locks: dict[str, threading.Lock] = {}
+
+    def names(self) -> list[str]:
+        """Names of the profile directories that can be served, sorted."""
+        if self._only:
+            return [self._only]
+        try:
+            children = sorted(p.name for p in self.root.iterdir())
+        except OSError:
+            return []
+        return [
+            n for n in children if _NAME.match(n) and self._inside(n) and is_profile(self.root / n)
+        ]
+
+    def _inside(self, name: str) -> bool:
+        try:
+            resolved = (self.root / name).resolve(strict=True)
+        except (OSError, RuntimeError):
+            return False
+        return resolved.parent == self.root and resolved.name == name
+
+    def path(self, name: str) -> Path:
+        """The directory of a served profile; NotFound for anything else (.., /, symlinks out)."""
+        if not _NAME.match(name) or (self._only and name != self._only) or not self._inside(name):
+            raise NotFound(f"no profile named {name!r}")
+        path = self.root / name
+        if not is_profile(path):
+            raise NotFound(f"no profile named {name!r}")
+        return path
+
+    def open(self, name: str) -> Profile:
+        """The opened profile (cached until its manifest changes); BadInputError if corrupt."""
+        path = self.path(name)
+        mtime = (path / "manifest.json").stat().st_mtime
+        with self._lock:
+            hit = self._profiles.get(name)
+            if hit and hit[0] == mtime:
+                return hit[1]
+        profile = Profile.open(path)
+        _check_tables(profile)
+        with self._lock:
+            if name in self._profiles and self._profiles[name][0] != mtime:
+                self._derived = {k: v for k, v in self._derived.items() if k[0] != name}
+            self._profiles[name] = (mtime, profile)
+        return profile
+
+    def derived(self, name: str, key: str, make: Callable[[Profile], Any]) -> Any:
+        """A value computed once per profile (summary, operator table, timeline index...);
+        concurrent requests for the same value wait for the one computing it."""
+        profile = self.open(name)
+        with self._lock:
+            if (name, key) in self._derived:
+                return self._derived[(name, key)]
+            key_lock = self._key_locks.setdefault((name, key), threading.Lock())
+        with key_lock:
+            with self._lock:
+                if (name, key) in self._derived:
+                    return self._derived[(name, key)]
+            value = make(profile)
+            with self._lock:
+                self._derived[(name, key)] = value
+        return value
+
+    def has(self, name: str, key: str) -> bool:
+        """Whether a derived value is already in memory (for a profile still current)."""
+        with self._lock:
+            return (name, key) in self._derived
+
+    def profile_lock(self, name: str) -> threading.Lock:
+        """Serialises work that shares one connection per profile (neuron_explorer.analysis's context)."""
+        with self._lock:
+            return self._profile_locks.setdefault(name, threading.Lock())
+
+    def connection(self, name: str) -> duckdb.DuckDBPyConnection:
+        """This thread's DuckDB connection with the profile's tables registered (connecting
+        costs tens of ms, so each server thread keeps one per profile)."""
+        profile = self.open(name)
+        cons = self._local.__dict__.setdefault("cons", {})
+        hit = cons.get(name)
+        if hit is None or hit[0] is not profile:
+            import duckdb
+
+            con = duckdb.connect()
+            for table in ("events", "stacks", "counters"):
+                con.register(table, profile.dataset(table))
+            hit = cons[name] = (profile, con)
+        return hit[1]
+
+
+def _check_tables(profile: Profile) -> None:
+    """Read every Parquet footer now, so a corrupt table fails here, not in the middle of a view."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for table in ("events", "stacks", "counters"):
+        for file in profile.dataset(table).files:
+            try:
+                pq.read_metadata(file)
+            except (pa.ArrowException, OSError) as e:
+                raise BadInputError(file, f"corrupt Parquet table ({e})") from None

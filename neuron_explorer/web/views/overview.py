@@ -1,0 +1,72 @@
+"""The profile list, a profile's summary page and its findings. Summary and findings come from
+neuron_explorer.analysis; this module only assembles them with the manifest and the hot ops and lines."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from neuron_explorer.model import Profile
+
+
+def is_modeled(profile: Profile) -> bool:
+    """Device times of a neuron capture come from the cost model, not from a measurement."""
+    return profile.manifest.source == "capture" or bool(profile.manifest.device_spec)
+
+
+def step_stats(profile: Profile) -> dict[str, Any]:
+    durs = [s.dur_ns for s in profile.manifest.steps]
+    return {
+        "steps": len(durs),
+        "step_ns_mean": int(statistics.fmean(durs)) if durs else None,
+        "step_ns_median": int(statistics.median(durs)) if durs else None,
+        "per_step": [
+            {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
+            for s in profile.manifest.steps
+        ],
+    }
+
+
+def devices(profile: Profile) -> list[str]:
+    """The devices that ran work, sorted. Read with pyarrow (two dictionary columns), so the
+    profile list needs neither DuckDB nor the whole events table."""
+    import pyarrow.compute as pc
+
+    t = profile.table("events", columns=["layer", "device"])
+    found: set[str] = set()
+    for layer, device in zip(t["layer"].chunks, t["device"].chunks, strict=True):
+        on_device = pc.equal(layer.cast(layer.type.value_type), "device") if len(layer) else None
+        if on_device is not None:
+            found.update(v for v in pc.unique(device.filter(on_device)).to_pylist() if v)
+    return sorted(found)
+
+
+def analysis_summary(profile: Profile) -> dict[str, Any]:
+    """neuron_explorer.analysis.summarize(profile) as a JSON-ready dict."""
+    from neuron_explorer.analysis import summarize
+
+    return summarize(profile).to_dict()
+
+
+def analysis_findings(profile: Profile) -> list[dict[str, Any]]:
+    """Every rule's findings as dicts, largest saving first."""
+    from neuron_explorer.analysis import run_rules
+
+    return [f.to_dict() for f in run_rules(profile)]
+
+
+def profile_row(name: str, profile: Profile, devs: list[str], findings: list | None) -> dict:
+    m = profile.manifest
+    stats = step_stats(profile)
+    return {
+        "name": name,
+        "source": m.source,
+        "devices": devs,
+        "device_spec": (m.device_spec or {}).get("name"),
+        "events": m.row_counts.get("events"),
+        "steps": stats["steps"],
+        "step_ns_mean": stats["step_ns_mean"],
+        "top_finding": findings[0] if findings else None,
+        "device_time_modeled": is_modeled(profile),
+        "error": None,
+    }
