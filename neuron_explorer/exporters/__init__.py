@@ -12,12 +12,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import BadInputError, ExplorerError
-from ..model import Profile
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the CLI reads EXPORTERS for --help, which must not import pyarrow
     from collections.abc import Iterator
 
     import pyarrow as pa
+
+    from ..model import Profile
 
 BATCH_ROWS = 64 * 1024  # bounds memory: exporters hold one batch of rows at a time
 
