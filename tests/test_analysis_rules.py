@@ -147,8 +147,10 @@ def test_readiness_findings_rank_first_then_each_category_by_saving():
     categories = [f.category for f in findings]
     assert categories == sorted(categories, key=CATEGORIES.index)
     readiness = [f for f in findings if f.category == "readiness"]
-    # host-sync is readiness here because the sample syncs in every step (see below)
-    assert {f.rule for f in readiness} == {"cpu-fallback", "float64-downcast", "host-sync"}
+    # only what does not run right on the device; the sample's per-step .item() runs right
+    assert {f.rule for f in readiness} == {"cpu-fallback", "float64-downcast"}
+    (sync,) = [f for f in findings if f.rule == "host-sync"]
+    assert sync.category == "performance"
     for group in (readiness, [f for f in findings if f.category == "performance"]):
         savings = [f.saving_ns for f in group]
         assert savings == sorted(savings, reverse=True)
@@ -193,12 +195,12 @@ KNOWN = {
     "gpt_train": ("launch-bound",),
     "gpt_compile": ("recompilation",),
     "cnn_dataloader": ("dataloader-stall",),
-    "fallback_float64": ("cpu-fallback", "float64-downcast", "host-sync"),
+    "fallback_float64": ("cpu-fallback", "float64-downcast"),
 }
 # also named in the docstrings and reported, ranked by their (smaller) measured cost
 ALSO = {
     "gpt_train": ("fp32-matmul", "tensor-engine-padding"),
-    "fallback_float64": ("launch-bound",),
+    "fallback_float64": ("launch-bound", "host-sync"),
 }
 
 
@@ -322,10 +324,15 @@ def syncs_captured(every: int) -> Profile:
     return Profile.open(out)
 
 
-def test_a_sync_in_every_step_is_a_porting_problem_and_a_rare_cheap_one_is_quiet():
-    (f,) = get_rule("host-sync").evaluate(syncs_captured(1))
-    assert f.category == "readiness" and f.evidence.metrics["syncs"] == 4
-    assert f.evidence.ops[0].label == ".item()" and "torch.compile" in f.detail
+def test_a_sync_in_every_step_ranks_by_its_saving_and_a_rare_cheap_one_is_quiet():
+    profile = syncs_captured(1)
+    (f,) = get_rule("host-sync").evaluate(profile)
+    assert f.category == "performance" and f.evidence.metrics["syncs"] == 4
+    # it says how the sync blocks graph capture, and ranks below a finding that saves more
+    assert f.evidence.ops[0].label == ".item()" and "graph break" in f.detail
+    ranked = run_rules(profile)
+    assert [g.category for g in ranked].count("readiness") == 0
+    assert all(g.saving_ns >= f.saving_ns for g in ranked[: ranked.index(f)])
     # the wait is measured, not invented: a launch-bound eager step leaves the device idle
     assert f.saving_share < get_rule("host-sync").MIN_SHARE
     # once in four steps, and as cheap: not worth a finding

@@ -24,8 +24,9 @@ class Rule:
     severity: ClassVar[str] = "medium"  # the floor; a large share of step time raises it
     scope: ClassVar[str] = "any"  # "any" trace, or "neuron" (needs a neuron capture)
     fix: ClassVar[str] = ""
-    # "readiness": a porting problem: the step leaves the device (fallbacks, host syncs in
-    # every step) or computes differently there (ranked first, whatever the saving);
+    # "readiness": a porting problem: the model does not run right on the device (CPU
+    # fallbacks, float64 computed as float32, unsupported areas): ranked first, whatever the
+    # saving. A host sync is not one: it runs right, and ranks by its saving;
     # "performance": it runs right but slower than it could. A finding may override it.
     category: ClassVar[str] = "performance"
 

@@ -20,11 +20,11 @@ class HostSync(Rule):
     MIN_SYNCS of them and they wait at least MIN_SHARE of step time or occur in at least
     EVERY_STEP_FRACTION of the steps (a sync in every step is cheap while the step is
     launch-bound and costly once it is not); the saving is the wait time.
-    Category: syncs in at least EVERY_STEP_FRACTION of the steps are a porting problem
-    (readiness), like a CPU fallback: the step makes a host round trip every time, so it
-    cannot become one device program (`.item()` is a graph break under torch.compile, the
-    fix launch-bound asks for) and the host can never run ahead of the device. Their measured
-    wait stays the saving, however small; sporadic syncs are performance findings.
+    Category: performance, ranked by that saving like any other. A sync does not stop the
+    model from running right on the device (readiness is for fallbacks, float64 numerics and
+    unsupported areas); what a per-step sync does block is graph capture: `.item()` ends a
+    torch.compile graph there (a graph break), so the detail says so when the syncs happen in
+    EVERY_STEP_FRACTION of the steps.
     """
 
     id = "host-sync"
@@ -76,15 +76,15 @@ class HostSync(Rule):
                     "steps. Each sync drains the device's queue, so the host cannot run ahead "
                     "and the device then idles while the host prepares the next work."
                     + (
-                        " A sync in every step also keeps the step from becoming one device "
-                        "program: .item() breaks a torch.compile graph. The wait is small "
-                        "while the step is launch-bound and grows once it is fused."
+                        " A sync in (nearly) every step also blocks graph capture: under "
+                        "torch.compile, .item() is a graph break, so the step compiles into "
+                        "pieces with a host round trip between them. The wait is small while "
+                        "the step is launch-bound and grows once it is fused."
                         if every_step
                         else ""
                     )
                 ),
                 saving_ns=ns,
-                category="readiness" if every_step else None,
                 evidence=Evidence(
                     event_ids=longest_ids(ctx, where),
                     ops=reasons,
