@@ -103,6 +103,27 @@ def memory_stats(device: int | None = None) -> dict[str, int]:
     }
 
 
+def get_fallback_ops() -> list[str]:
+    """Ops that ran as CPU fallbacks since the last clear_op_tracking() (TorchNeuron's call)."""
+    from neuron_explorer.backend.runtime import tracking
+
+    return tracking.get_fallback_ops()
+
+
+def get_executed_ops() -> list[str]:
+    """Ops that launched device kernels since the last clear_op_tracking()."""
+    from neuron_explorer.backend.runtime import tracking
+
+    return tracking.get_executed_ops()
+
+
+def clear_op_tracking() -> None:
+    """Forget the executed and fallback ops recorded so far."""
+    from neuron_explorer.backend.runtime import tracking
+
+    tracking.clear_op_tracking()
+
+
 def empty_cache() -> None:
     """Nothing is cached: payload memory is freed when the last tensor goes."""
 

@@ -60,7 +60,7 @@ def warn_fallback(name: str) -> None:
             _warned.add(name)
         _warn_at_user_line(
             f"neuron: {name} is not supported on the device; it runs on the CPU "
-            "(copies to and from the host each call). See backend.supported_ops()."
+            "(copies to and from the host each call). See neuron_explorer.backend.supported_ops()."
         )
 
 
@@ -86,7 +86,8 @@ def _warn_at_user_line(message: str) -> None:
 
 
 def get_executed_ops() -> list[str]:
-    """Ops that launched device kernels (or fell back) since the last clear_op_tracking()."""
+    """Ops that launched device kernels since the last clear_op_tracking() (fallbacks are in
+    get_fallback_ops())."""
     return sorted(executed)
 
 
