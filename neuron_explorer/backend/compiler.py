@@ -181,8 +181,12 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any
     )
     with _lock:
         shapes = _seen.setdefault(code, set())
-        recompile = bool(shapes) and signature not in shapes
         shapes.add(signature)
+        # a recompile counts against the signatures seen since reset_compile_stats(), so that
+        # a reset (with torch._dynamo.reset()) starts counting afresh; _seen keeps the ids
+        since = stats.graph_signatures.setdefault(code, set())
+        recompile = bool(since) and signature not in since
+        since.add(signature)
         stats.graph["graph_compiles"] += 1
         stats.graph["graph_recompiles"] += int(recompile)
         graph_id = f"{len(_seen) - 1}_{len(shapes) - 1}"

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from neuron_explorer.backend.runtime import tracking
 
 graph = {"graph_compiles": 0, "graph_recompiles": 0}
+# graph code -> input-shape signatures compiled since start or the last reset_compile_stats()
+graph_signatures: dict[str, set] = {}
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,10 @@ def compile_stats() -> CompileStats:
 
 
 def reset_compile_stats() -> None:
-    """Zero the counters and empty the eager compile cache."""
+    """Zero the counters, empty the eager compile cache and forget the graph shapes seen (the
+    next compile of a graph is a first compile again, the one after with new shapes a
+    recompile)."""
     tracking.stats.update(eager_compiles=0, eager_cache_hits=0)
     tracking.compile_cache.clear()
     graph.update(graph_compiles=0, graph_recompiles=0)
+    graph_signatures.clear()
