@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "capture": "capture",
     "export": "export",
     "serve": "serve",
+    "mcp": "mcp",
+    "report": "report",
 }
 
 

@@ -1,0 +1,195 @@
+"""`neuron-explorer report`: a profile's findings, readiness block, top lines and modules and
+(against a baseline) the before/after deltas, as one JSON document and as Markdown to paste
+into a pull request. Every part is the document the CLI and the web already produce (analyze
+--json, summary --json, the source and compare views); this module only picks and renders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from neuron_explorer.model import Profile
+
+TOP_LINES = 10
+TOP_DELTAS = 10
+LINES_PER_FINDING = 5
+
+
+def _tables(profile: Profile) -> tuple[Any, Any]:
+    """The web's operator and source-line tables of `profile` (one computation, web/views)."""
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.web.views import operators, source
+
+    cols = context(profile).cols
+    return operators.operator_table(cols), source.line_table(cols)
+
+
+def _modules(profile: Profile, n: int) -> list[dict[str, Any]]:
+    """The top nn.Module paths by time, where the analysis provides the module hotspots."""
+    try:
+        from neuron_explorer.analysis import hotspots  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    table = getattr(hotspots, "module_table", None)
+    if table is None:
+        return []
+    rows = table(profile)
+    rows = rows.to_pylist() if hasattr(rows, "to_pylist") else list(rows)
+    return rows[:n]
+
+
+def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, Any]:
+    """The report document of `profile`, with deltas from `base` (the run before) if given."""
+    from neuron_explorer.analysis import findings_document, run_rules, summarize
+    from neuron_explorer.web.views import compare, overview, source
+
+    summary = summarize(profile).to_dict()
+    ops, lines = _tables(profile)
+    doc: dict[str, Any] = {
+        "profile": str(profile.path),
+        "name": profile.path.name,
+        "source": profile.manifest.source,
+        "device_time_modeled": overview.is_modeled(profile),
+        "step_stats": summary["step_stats"],
+        "breakdown": summary["breakdown"],
+        "readiness": summary.get("readiness"),
+        "findings": findings_document(profile, run_rules(profile))["findings"],
+        "top_lines": source.top_lines(lines, TOP_LINES),
+        "top_modules": _modules(profile, TOP_LINES),
+        "against": None,
+    }
+    if base is not None:
+        before = summarize(base).to_dict()
+        base_ops, base_lines = _tables(base)
+        sa, sb = overview.step_stats(base), overview.step_stats(profile)
+        found_before = {f["rule"] for f in findings_document(base, run_rules(base))["findings"]}
+        found_now = {f["rule"] for f in doc["findings"]}
+        doc["against"] = {
+            "profile": str(base.path),
+            "name": base.path.name,
+            "steps": {"before": sa, "after": sb},
+            "step_ns_delta": sb["step_ns_mean"] - sa["step_ns_mean"]
+            if sa["step_ns_mean"] is not None and sb["step_ns_mean"] is not None else None,
+            "breakdown": compare.compare_breakdown(before, summary),
+            "ops": compare.compare_ops(base_ops, ops)[:TOP_DELTAS],
+            "lines": compare.compare_lines(base_lines, lines)[:TOP_DELTAS],
+            "findings_new": sorted(found_now - found_before),
+            "findings_gone": sorted(found_before - found_now),
+        }  # fmt: skip
+    return doc
+
+
+# ---- Markdown ------------------------------------------------------------------------------
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+
+def _delta_ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{'+' if ns > 0 else ''}{ns / 1e6:,.3f} ms"
+
+
+def _cell(text: Any) -> str:
+    """A table cell: pipes escaped, on one line."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _where(file: str | None, line: int | None) -> str:
+    return f"`{Path(file).name}:{line}`" if file and line else "-"
+
+
+def _finding_md(i: int, f: dict[str, Any]) -> list[str]:
+    lines = [f"{i}. **{_cell(f['title'])}** (`{f['rule']}`, {f['severity']}, saves ~"
+             f"{_ms(f['saving_ns'])}, {100 * f['saving_share']:.1f}% of step time)"]  # fmt: skip
+    where = f["evidence"].get("source_lines") or []
+    if where:
+        shown = ", ".join(f"`{h['file']}:{h['line']}` ({_ms(h['dur_ns'])}, {h['count']}x)"
+                          for h in where[:LINES_PER_FINDING] if h.get("file"))  # fmt: skip
+        lines.append(f"   - lines: {shown}")
+    lines.append(f"   - fix: {_cell(f['fix'])}")
+    return lines
+
+
+def _readiness_md(r: dict[str, Any] | None) -> list[str]:
+    if not r:
+        return []
+    out = ["## Readiness", ""]
+    for key, label in (("fallback_ops", "CPU fallbacks"), ("downcasts", "float64 downcasts"),
+                       ("recompiles", "Recompiles")):  # fmt: skip
+        rows = r.get(key) or []
+        items = "; ".join(f"`{x.get('op')}` at {_where(x.get('file'), x.get('line'))} "
+                          f"({x.get('calls', '?')} calls)" for x in rows)  # fmt: skip
+        out.append(f"- {label}: {items or 'none'}")
+    syncs = r.get("syncs") or []
+    items = "; ".join(f"`{s['what']}` at {_where(s.get('file'), s.get('line'))} ({s['calls']} "
+                      f"calls in {s['steps']} steps, wait {_ms(s['wait_ns'])})" for s in syncs)  # fmt: skip
+    out.append(f"- Host syncs in the step: {items or 'none'}")
+    out.append(f"- Compile {_ms(r.get('compile_ns'))}; first step {_ms(r.get('first_step_ns'))}, "
+               f"steady step {_ms(r.get('steady_step_ns'))}")  # fmt: skip
+    return [*out, ""]
+
+
+def _against_md(a: dict[str, Any]) -> list[str]:
+    before, after = a["steps"]["before"], a["steps"]["after"]
+    out = [f"## Against `{a['name']}`", "",
+           f"Mean step {_ms(before['step_ns_mean'])} -> {_ms(after['step_ns_mean'])} "
+           f"({_delta_ms(a['step_ns_delta'])}).", ""]  # fmt: skip
+    if a["findings_new"] or a["findings_gone"]:
+        out += [f"Findings new: {', '.join(f'`{x}`' for x in a['findings_new']) or 'none'}; "
+                f"gone: {', '.join(f'`{x}`' for x in a['findings_gone']) or 'none'}.", ""]  # fmt: skip
+    if a["breakdown"]:
+        out += ["| per step | before | after | delta |", "|---|---:|---:|---:|"]
+        out += [f"| {r['category']} | {_ms(r['a'])} | {_ms(r['b'])} | {_delta_ms(r['delta'])} |"
+                for r in a["breakdown"] if r["category"] != "steps_ns"]  # fmt: skip
+        out.append("")
+    for key, title, label in (("ops", "Ops", lambda r: f"`{_cell(r['name'])}`"),
+                              ("lines", "Lines", lambda r: _where(r["file"], r["line"]))):  # fmt: skip
+        if a[key]:
+            out += [
+                f"| {title} (largest change) | before | after | delta |",
+                "|---|---:|---:|---:|",
+            ]
+            out += [f"| {label(r)} | {_ms(r['a'].get('time_ns'))} | {_ms(r['b'].get('time_ns'))} "
+                    f"| {_delta_ms(r['delta'])} |" for r in a[key]]  # fmt: skip
+            out.append("")
+    return out
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The report as GitHub-flavoured Markdown."""
+    st = doc["step_stats"] or {}
+    out = [f"# Neuron Explorer report: `{doc['name']}`", ""]
+    out.append(f"Source {doc['source']}; {st.get('count', 0)} steps, mean "
+               f"{_ms(st.get('mean_ns'))}, min {_ms(st.get('min_ns'))}, max {_ms(st.get('max_ns'))}.")  # fmt: skip
+    if doc["device_time_modeled"]:
+        out.append("Device times come from the Trainium cost model, not from a measurement.")
+    out.append("")
+    groups = (("readiness", "Porting problems"), ("performance", "Performance findings"))
+    for category, title in groups:
+        found = [f for f in doc["findings"] if f.get("category", "performance") == category]
+        if found:
+            out += [f"## {title}", ""]
+            for i, f in enumerate(found, 1):
+                out += _finding_md(i, f)
+            out.append("")
+    if not doc["findings"]:
+        out += ["No problems found by the rules.", ""]
+    out += _readiness_md(doc["readiness"])
+    b = doc["breakdown"] or {}
+    if b:
+        out += ["## Where the step time goes", "", "| | total over steps |", "|---|---:|"]
+        out += [f"| {k.removesuffix('_ns').replace('_', ' ')} | {_ms(v)} |" for k, v in b.items()]
+        out.append("")
+    if doc["top_lines"]:
+        out += ["## Top lines", "", "| line | function | host | device | ops |",
+                "|---|---|---:|---:|---:|"]  # fmt: skip
+        out += [f"| `{_cell(r['file'])}:{r['line']}` | {_cell(r['func'])} | {_ms(r['host_ns'])} | "
+                f"{_ms(r['device_ns'])} | {r['ops']} |" for r in doc["top_lines"]]  # fmt: skip
+        out.append("")
+    if doc["top_modules"]:
+        out += ["## Top modules", ""]
+        out += [f"- `{_cell(m.get('module') or m.get('name'))}`: "
+                f"{_ms(m.get('total_ns', m.get('device_ns')))}" for m in doc["top_modules"]]  # fmt: skip
+        out.append("")
+    if doc["against"]:
+        out += _against_md(doc["against"])
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,263 @@
+"""The MCP tools: each answers with the web's /api/ document for the same question (api.py), cut
+to a bounded size (bound.py). A tool's description says what it returns and in which units, so
+an agent can find a bottleneck and the line to change without reading our docs first."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .api import Api, Refused, segment
+from .bound import MAX_CHARS, bound
+
+Tool = Callable[..., Awaitable[dict[str, Any]]]
+
+UNITS = (
+    " Times are integer nanoseconds (*_ns) on one clock since the profile's origin; shares and "
+    "utilizations are fractions 0-1. When device_time_modeled is true, device times come from "
+    "the Trainium cost model, not from a measurement."
+)
+MAX_CONTEXT_LINES = 50
+MAX_WIDTH_PX = 2000
+SQL_ROWS = 200  # an agent's default: enough to answer, small enough to read
+
+
+def _slice(rows: Any, n: int) -> Any:
+    return rows[: max(1, int(n))] if isinstance(rows, list) else rows
+
+
+def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
+    """Tool name -> (coroutine function, description), in the order an agent uses them."""
+
+    def p(name: str) -> str:
+        return segment(api.profile(name))
+
+    async def list_profiles() -> dict[str, Any]:
+        return await api.get("profiles")
+
+    async def summary(profile: str) -> dict[str, Any]:
+        return await api.get(f"p/{p(profile)}")
+
+    async def findings(
+        profile: str, category: str | None = None, rule: str | None = None, limit: int = 10
+    ) -> dict[str, Any]:
+        if category not in (None, "readiness", "performance"):
+            raise Refused(f"category is readiness or performance, not {category!r}")
+        doc = await api.get(f"p/{p(profile)}/findings")
+        found = [
+            f for f in doc.get("findings", [])
+            if (category is None or f.get("category") == category) and (rule is None or f.get("rule") == rule)
+        ]  # fmt: skip
+        return {**doc, "findings_total": len(found), "findings": _slice(found, limit)}
+
+    async def sql(profile: str, query: str, limit: int = SQL_ROWS) -> dict[str, Any]:
+        return await api.get(f"p/{p(profile)}/sql", q=query, limit=limit)
+
+    async def timeline(
+        profile: str, start_ns: int | None = None, end_ns: int | None = None, width_px: int = 200
+    ) -> dict[str, Any]:
+        width = min(max(int(width_px), 50), MAX_WIDTH_PX)
+        return await api.get(
+            f"p/{p(profile)}/timeline", start_ns=start_ns, end_ns=end_ns, width_px=width
+        )
+
+    async def event(profile: str, event_id: int) -> dict[str, Any]:
+        name = p(profile)
+        doc = await api.get(f"p/{name}/events/{int(event_id)}")
+        ev = doc.get("event", {})
+        stack_id = ev.get("stack_id")
+        stack: list[dict[str, Any]] = []
+        if stack_id is not None:  # the whole Python stack, innermost frame first
+            res = await api.get(f"p/{name}/sql", limit=200, q=(
+                "SELECT depth, CAST(file AS VARCHAR) AS file, line, CAST(function AS VARCHAR) AS "
+                f"function FROM stacks WHERE stack_id = {int(stack_id)} ORDER BY depth"))  # fmt: skip
+            stack = [
+                dict(zip(res["result"]["columns"], r, strict=True)) for r in res["result"]["rows"]
+            ]
+        if "module" not in ev:  # the nn.Module path, where the profile records one
+            res = await api.get(f"p/{name}/sql", q="SELECT * FROM events LIMIT 0")
+            if "module" in res["result"]["columns"]:
+                res = await api.get(f"p/{name}/sql", q=(
+                    f"SELECT CAST(module AS VARCHAR) FROM events WHERE id = {int(event_id)}"))  # fmt: skip
+                ev["module"] = res["result"]["rows"][0][0] if res["result"]["rows"] else None
+            else:
+                ev["module"] = None
+        return {**doc, "stack": stack}
+
+    async def source_line(profile: str, file: str, line: int, context: int = 8) -> dict[str, Any]:
+        name, fid = p(profile), segment(api.file_id(file))
+        detail = await api.get(f"p/{name}/source/{fid}/lines/{int(line)}")
+        listing = await api.get(f"p/{name}/source/{fid}")
+        k = min(max(int(context), 0), MAX_CONTEXT_LINES)
+        near = [r for r in listing["lines"] if abs(r["line"] - int(line)) <= k]
+        return {**detail, "has_source": listing["has_source"],
+                "device_time_modeled": listing["device_time_modeled"],
+                "this_line": next((r for r in near if r["line"] == int(line)), None),
+                "listing": near}  # fmt: skip
+
+    async def hotspots(profile: str, n: int = 20) -> dict[str, Any]:
+        doc = await api.get(f"p/{p(profile)}/source")
+        out = {
+            **doc,
+            "top_lines": _slice(doc.get("top_lines"), n),
+            "files": _slice(doc.get("files"), n),
+        }
+        if "modules" in doc:
+            out["modules"] = _slice(doc["modules"], n)
+        return out
+
+    async def operators(profile: str, op: str | None = None, n: int = 30) -> dict[str, Any]:
+        name = p(profile)
+        if op:
+            return await api.get(f"p/{name}/operators/detail", op=op)
+        doc = await api.get(f"p/{name}/operators")
+        return {
+            **doc,
+            "operators_total": len(doc["operators"]),
+            "operators": _slice(doc["operators"], n),
+        }
+
+    async def compare(a: str, b: str, n: int = 20) -> dict[str, Any]:
+        api.profile(a), api.profile(b)
+        doc = await api.get("compare", a=a, b=b)
+        return {**doc, "ops": _slice(doc["ops"], n), "lines": _slice(doc["lines"], n)}
+
+    async def report(profile: str, against: str | None = None) -> dict[str, Any]:
+        import anyio
+
+        from .report import profile_report, render_markdown
+
+        base = api.profile(against) if against else None
+
+        def build() -> dict[str, Any]:
+            name = api.profile(profile)
+            with api.store.profile_lock(name):
+                other = api.store.open(base) if base else None
+                if base and base != name:
+                    with api.store.profile_lock(base):
+                        return profile_report(api.store.open(name), other)
+                return profile_report(api.store.open(name), other)
+
+        doc = await anyio.to_thread.run_sync(build)
+        return {"markdown": render_markdown(doc), "report": doc}
+
+    return {
+        "list_profiles": (
+            list_profiles,
+            (
+                "The profiles this server serves, each with name, source (capture: a run on the "
+                "modeled neuron device; kineto: an imported torch.profiler trace), ranks, devices, "
+                "steps, step_ns_mean, events and its top finding. Start here: every other tool "
+                "takes one of these names."
+            ),
+        ),
+        "summary": (
+            summary,
+            (
+                "One profile's overview: manifest (source, ranks, devices, device spec, row counts), "
+                "per-step times, the summary (breakdown of step time into device compute, DMA, "
+                "device idle, compile, CPU fallback, host sync and other host time; engine "
+                "utilization; MFU and MBU; for neuron the readiness block: fallback ops, float64 "
+                "downcasts, recompiles and host syncs with their lines), the top 5 findings, the "
+                "top ops and the top source lines."
+            ),
+        ),
+        "findings": (
+            findings,
+            (
+                "The rules' findings, porting problems (category readiness) first, then performance, "
+                "each ranked by estimated saving (saving_ns; saving_share of total step time): title, "
+                "detail, fix, severity and evidence (event_ids for the event tool, ops, source_lines "
+                "with file and line for source_line, and the rule's metrics). Filter by category "
+                "(readiness | performance) or rule id; limit caps the list (findings_total says how "
+                "many matched)."
+            ),
+        ),
+        "sql": (
+            sql,
+            (
+                "One read-only DuckDB SELECT over the profile's tables events, stacks and counters "
+                "(columns and their meanings: the resource neuron-explorer://schema). No file can be "
+                "read or written; at most `limit` rows (capped at 10,000) come back, and a query "
+                "running past the time limit is stopped. Returns columns, types, rows (lists), "
+                "row_count, truncated and elapsed_ms."
+            ),
+        ),
+        "timeline": (
+            timeline,
+            (
+                "The events overlapping [start_ns, end_ns) (the whole profile when omitted), reduced "
+                "on the server for a view width_px wide (50-2000): rects are columns (lane, depth, "
+                "start_ns, dur_ns, id, count, kind, name as an index into names); a rect with count "
+                "> 1 merges that many short events on one lane. lanes says which host thread or "
+                "device track each lane is; steps gives each step's start_ns and dur_ns."
+            ),
+        ),
+        "event": (
+            event,
+            (
+                "One event in full by id (from findings evidence, timeline rects or sql): its "
+                "columns (kind, name, track, start_ns, dur_ns, op_name, shapes, dtypes, flops, bytes, "
+                "module: the nn.Module path), its enclosing events (ancestors), children, flow "
+                "partners (the host launch and the device work it caused), its source line, and its "
+                "whole Python stack (innermost frame first)."
+            ),
+        ),
+        "source_line": (
+            source_line,
+            (
+                "A source line with its time: host_ns (host time of the ops at the line), device_ns "
+                "(device time of the work they launched), ops and launches for the line and the "
+                "`context` lines around it with their code (from the profile's own copy of the "
+                "file), and the ops and longest events at the line. `file` is the path as findings "
+                "and hotspots give it, or its file_id."
+            ),
+        ),
+        "hotspots": (
+            hotspots,
+            (
+                "Where the time is in the code: the top source lines (file, line, func, host_ns, "
+                "device_ns, ops, launches), the files ranked by time and, where the profile records "
+                "nn.Module paths, the modules; n caps each list."
+            ),
+        ),
+        "operators": (
+            operators,
+            (
+                "The operator table: each framework op's calls, host total and self time, device "
+                "time, FLOPs, bytes, arithmetic intensity (FLOP/byte) and achieved FLOP/s, with the "
+                "device's roofline peaks; with `op`, that op's kernels, instructions and DMAs and the "
+                "source lines that call it."
+            ),
+        ),
+        "compare": (
+            compare,
+            (
+                "Two profiles side by side (a is the baseline, b the new run): step times, "
+                "step_ns_delta (b minus a), the breakdown with deltas, and ops and lines with their "
+                "time in a and b, delta (ns, b minus a) and ratio, the largest change first."
+            ),
+        ),
+        "report": (
+            report,
+            (
+                "The pull-request report of a profile (optionally against a baseline profile): "
+                "findings with their lines and fixes, the readiness block, the top lines and modules "
+                "and the before/after deltas, as Markdown ready to paste, plus the same as JSON."
+            ),
+        ),
+    }
+
+
+def describe(description: str) -> str:
+    return description + UNITS + f" Answers are cut to about {MAX_CHARS:,} characters of JSON."
+
+
+async def answer(tool: Tool, **kwargs: Any) -> dict[str, Any]:
+    """The tool's answer, bounded; a Refused request becomes the error the agent reads."""
+    try:
+        return bound(await tool(**kwargs))
+    except Refused:
+        raise
+    except ValueError as e:
+        raise Refused(str(e)) from None
