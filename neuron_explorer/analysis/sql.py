@@ -19,6 +19,10 @@ DEFAULT_TIMEOUT_S = 30.0
 MEMORY_LIMIT = "2GB"  # a runaway query fails instead of exhausting the machine
 QUERY_THREADS = 1  # a runaway query holds one core until its time limit, not all of them
 BATCH_ROWS = 2048
+# DuckDB spills to `.tmp` in the working directory by default, and SQL can read that folder back
+# (read_text('.tmp/...')) even with external access off; no temp directory means no spills at
+# all: a query over the memory limit fails instead of writing hundreds of MB to disk.
+NO_SPILLS = "SET temp_directory = ''"
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class QueryResult:
     table: pa.Table
     truncated: bool
     elapsed_s: float
+    cut_at_bytes: int | None = None  # set when the rows were cut at this size, not at `limit`
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,23 +40,25 @@ class QueryResult:
             "types": [str(t) for t in self.table.schema.types],
             "rows": self.table.to_pylist(),
             "truncated": self.truncated,
+            "cut_at_bytes": self.cut_at_bytes,
             "elapsed_s": round(self.elapsed_s, 4),
         }
 
 
-def read_only_connection(profile: Profile):  # noqa: ANN201 - duckdb.DuckDBPyConnection
+def read_only_connection(profile: Profile, memory_limit: str = MEMORY_LIMIT):  # noqa: ANN201
     """A DuckDB connection that sees the profile's tables and nothing else on disk.
 
-    The tables are registered as pyarrow datasets first; then external access is switched off
-    (it cannot be switched back on) and the configuration locked, so SQL cannot read, write or
-    attach files.
+    The tables are registered as pyarrow datasets first; then spills to disk, and external
+    access, are switched off (neither can be switched back on) and the configuration locked,
+    so SQL cannot read, write or attach files.
     """
     import duckdb
 
     con = duckdb.connect(":memory:")
     for name in TABLES:
         con.register(name, profile.dataset(name))
-    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'").fetchall()
+    con.execute(NO_SPILLS).fetchall()
+    con.execute(f"SET memory_limit = '{memory_limit}'").fetchall()
     con.execute(f"SET threads = {QUERY_THREADS}").fetchall()
     con.execute("SET enable_external_access = false").fetchall()
     con.execute("SET lock_configuration = true").fetchall()
@@ -63,11 +70,14 @@ def run_query(
     sql: str,
     limit: int = DEFAULT_LIMIT,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_limit: str = MEMORY_LIMIT,
+    max_bytes: int | None = None,
 ) -> QueryResult:
     """Run one read-only SELECT (or DESCRIBE/SHOW/SUMMARIZE) statement.
 
-    Returns at most `limit` rows; raises ExplorerError for anything else (other statements,
-    SQL errors, or a query still running after `timeout_s`, which is interrupted).
+    Returns at most `limit` rows, and rows of at most about `max_bytes` (Arrow size) when given;
+    raises ExplorerError for anything else (other statements, SQL errors, a query over
+    `memory_limit`, or one still running after `timeout_s`, which is interrupted).
     """
     import duckdb
 
@@ -80,21 +90,25 @@ def run_query(
     if statements[0].type != duckdb.StatementType.SELECT:
         kind = statements[0].type.name
         raise ExplorerError(f"query: only read-only SELECT statements run here, not {kind}")
-    con = read_only_connection(profile)
+    con = read_only_connection(profile, memory_limit)
     timer = threading.Timer(timeout_s, con.interrupt)
     start = time.perf_counter()
     timer.start()
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
-        batches, rows = [], 0
-        truncated = False
+        batches, rows, size = [], 0, 0
+        truncated, cut_at = False, None
         for batch in reader:
             if rows + batch.num_rows > limit:
-                batches.append(batch.slice(0, limit - rows))
-                truncated = True
-                break
+                batch, truncated = batch.slice(0, limit - rows), True
+            if max_bytes is not None and size + batch.nbytes > max_bytes:
+                batch = _fit(batch, max_bytes - size)
+                truncated, cut_at = True, max_bytes
             batches.append(batch)
             rows += batch.num_rows
+            size += batch.nbytes
+            if truncated:
+                break
         table = pa.Table.from_batches(batches, schema=reader.schema)
     except duckdb.InterruptException:
         raise ExplorerError(f"query: stopped after the time limit of {timeout_s:g} s") from None
@@ -103,7 +117,19 @@ def run_query(
     finally:
         timer.cancel()
         con.close()
-    return QueryResult(table, truncated, time.perf_counter() - start)
+    return QueryResult(table, truncated, time.perf_counter() - start, cut_at)
+
+
+def _fit(batch: pa.RecordBatch, budget: int) -> pa.RecordBatch:
+    """The longest first slice of `batch` whose size is within `budget` bytes."""
+    lo, hi = 0, batch.num_rows
+    while lo < hi:  # binary search: sizes grow with the row count
+        mid = (lo + hi + 1) // 2
+        if batch.slice(0, mid).nbytes <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return batch.slice(0, lo)
 
 
 def _first_line(e: Exception) -> str:

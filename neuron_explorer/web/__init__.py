@@ -110,7 +110,11 @@ def serve(
     threading.Thread(target=app.state.warm_up, daemon=True, name="warm-up").start()
     if open_browser:
         threading.Timer(1.0, webbrowser.open, args=(url,)).start()
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    from .guard import IdleTimeoutProtocol
+
+    # on SIGTERM, requests still running after a few seconds (a hung disk) are abandoned
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                            http=IdleTimeoutProtocol, timeout_graceful_shutdown=3)  # fmt: skip
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     # Worker and warm-up threads may still hold DuckDB connections or be inside a query; tearing

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import io
 import threading
@@ -13,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
 from neuron_explorer.analysis.context import context
 from neuron_explorer.errors import BadInputError, ExplorerError
@@ -23,6 +27,8 @@ from neuron_explorer.model.schema import TABLES
 
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
+from .guard import Guard
+from .listing import ProfileList
 from .pages import PAGES, render_page
 from .store import NotFound, ProfileStore
 from .views import compare, events, operators, overview, source, sql, timeline
@@ -57,12 +63,17 @@ def create_app(
     pending: set[str] = set()
     side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tables")
     pending_lock = threading.Lock()
-    app = FastAPI(title="Neuron Explorer", docs_url="/api/docs", openapi_url="/api/openapi.json")
+    # no /api/docs: Swagger UI would load scripts from a CDN into the origin that serves source
+    app = FastAPI(title="Neuron Explorer", docs_url=None, redoc_url=None,
+                  openapi_url="/api/openapi.json")  # fmt: skip
     app.state.store = store
+    gate = sql.QueryGate()
+    row_slots = threading.Semaphore(2)  # the list builds rows in parallel, analyses two at once
     if allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware
 
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+    app.add_middleware(Guard)
 
     @app.exception_handler(ExplorerError)
     def _explorer_error(request: Request, exc: ExplorerError) -> Response:
@@ -71,9 +82,20 @@ def create_app(
         )
         if isinstance(exc, BadInputError):
             status = 500
+        if isinstance(exc, sql.Busy):
+            status = 503
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": str(exc)}, status_code=status)
         return HTMLResponse(render_page("error", title="Error", error=str(exc)), status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        # one readable sentence (the page shows `error`), plus FastAPI's own `detail`
+        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'request'}: {e.get('msg')}"
+                        for e in exc.errors()) or "invalid request"  # fmt: skip
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": msg, "detail": jsonable_encoder(exc.errors())}, status_code=422)
+        return HTMLResponse(render_page("error", title="Error", error=msg), status_code=422)
 
     @app.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> Response:
@@ -170,23 +192,23 @@ def create_app(
     app.state.warm_up = warm_up
 
     # ---- JSON ----------------------------------------------------------------------------
+    def profile_row(name: str, start: float) -> dict[str, Any]:
+        p = store.open(name)
+        with row_slots:
+            inline = time.monotonic() - start < LIST_INLINE_S
+            known, found = known_findings(name, p, inline)
+            row = overview.profile_row(name, p, devices(name), found)
+        return {**row, "analysis_pending": not known}
+
+    listing = ProfileList(lambda name: profile_row(name, time.monotonic()))
+
     @app.get("/api/profiles")
     def api_profiles() -> dict[str, Any]:
-        rows, later = [], []
-        start = time.monotonic()
-        for name in store.names():
-            try:
-                p = store.open(name)
-                inline = time.monotonic() - start < LIST_INLINE_S
-                known, found = known_findings(name, p, inline)
-                row = overview.profile_row(name, p, devices(name), found)
-                rows.append({**row, "analysis_pending": not known})
-                if not known:
-                    later.append(name)
-            except ExplorerError as e:
-                rows.append({"name": name, "error": str(e)})
-        analyse_later(later)  # after the list is built, which then does not wait for them
-        return {"root": str(store.root), "profiles": rows}
+        names, skipped = store.scan()
+        rows = listing.rows(names)
+        # after the list is built, which then does not wait for them
+        analyse_later([r["name"] for r in rows if r.get("analysis_pending")])
+        return {"root": str(store.root), "profiles": rows, "skipped": skipped}
 
     @app.get("/api/p/{name}")
     def api_summary(name: str) -> dict[str, Any]:
@@ -295,27 +317,39 @@ def create_app(
         f = findings(name)
         return {"name": name, "available": f is not None, "findings": f or []}
 
+    # SQL runs on the gate's own threads (async routes hold no thread of the shared pool while
+    # they wait), so a flood of queries never delays the pages and static files
+    async def gated(fn: Callable[[], Any]) -> Any:
+        return await asyncio.wrap_future(gate.submit(fn))
+
     @app.get("/api/p/{name}/sql")
-    def api_sql(name: str, q: str = "", limit: int = sql.DEFAULT_ROWS) -> dict[str, Any]:
-        p = store.open(name)
-        out: dict[str, Any] = {"name": name, "max_rows": sql.MAX_ROWS, "timeout_s": sql.TIMEOUT_S,
-                               "examples": [{"title": t, "sql": s} for t, s in sql.EXAMPLES],
-                               "tables": list(TABLES), "result": None}  # fmt: skip
-        if q.strip():
-            out["result"] = sql.run_query(p, q, limit)
-        return out
+    async def api_sql(name: str, q: str = "", limit: int = sql.DEFAULT_ROWS) -> dict[str, Any]:
+        def answer() -> dict[str, Any]:
+            p = store.open(name)
+            out: dict[str, Any] = {"name": name, "max_rows": sql.MAX_ROWS, "timeout_s": sql.TIMEOUT_S,
+                                   "max_result_bytes": sql.MAX_RESULT_BYTES,
+                                   "examples": [{"title": t, "sql": s} for t, s in sql.EXAMPLES],
+                                   "tables": list(TABLES), "result": None}  # fmt: skip
+            if q.strip():
+                out["result"] = sql.run_query(p, q, limit)
+            return out
+
+        return await gated(answer) if q.strip() else await run_in_threadpool(answer)
 
     @app.get("/api/p/{name}/sql.csv")
-    def api_sql_csv(name: str, q: str, limit: int = sql.MAX_ROWS) -> Response:
+    async def api_sql_csv(name: str, q: str, limit: int = sql.MAX_ROWS) -> Response:
+        res = await gated(lambda: sql.run_query(store.open(name), q, limit))
+        return _csv(name, res)
+
+    def _csv(name: str, res: dict[str, Any]) -> Response:
         import csv
 
-        res = sql.run_query(store.open(name), q, limit)
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(res["columns"])
         w.writerows(res["rows"])
         return Response(buf.getvalue(), media_type="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="{name}-query.csv"'})  # fmt: skip
+                        headers=_attachment(f"{name}-query.csv"))  # fmt: skip
 
     @app.get("/api/p/{name}/tables/{table}.parquet")
     def api_table(name: str, table: str) -> Response:
@@ -323,7 +357,7 @@ def create_app(
         if table not in TABLES:
             raise NotFound(f"no table {table!r}; tables are {', '.join(TABLES)}")
         single = p.path / f"{table}.parquet"
-        headers = {"Content-Disposition": f'attachment; filename="{name}-{table}.parquet"'}
+        headers = _attachment(f"{name}-{table}.parquet")
         if single.is_file():
             return FileResponse(
                 single, media_type="application/vnd.apache.parquet", headers=headers
@@ -387,6 +421,14 @@ def create_app(
         return page("source", name, file_id=html.escape(file_id))
 
     return app
+
+
+def _attachment(filename: str) -> dict[str, str]:
+    """A download header for any profile name: an ASCII fallback plus the UTF-8 name (RFC 6266)."""
+    from urllib.parse import quote
+
+    plain = "".join(c if c.isascii() and (c.isalnum() or c in "._+-") else "_" for c in filename)
+    return {"Content-Disposition": f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"}
 
 
 def _page_route(page, kind: str):  # noqa: ANN001, ANN202 - a route function for one page kind

@@ -3,13 +3,15 @@ opened once and cached with whatever the views derive from them."""
 
 from __future__ import annotations
 
-import re
+import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neuron_explorer.analysis.sql import NO_SPILLS
 from neuron_explorer.errors import BadInputError, ExplorerError
 from neuron_explorer.model import Profile
 from neuron_explorer.model.profile import is_profile
@@ -17,7 +19,14 @@ from neuron_explorer.model.profile import is_profile
 if TYPE_CHECKING:
     import duckdb
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
+
+
+def _plain_name(name: str) -> bool:
+    """A name a URL may carry: one path component, not hidden (an import writes its temporary
+    folder under a `.` name), no control characters. Spaces, non-ASCII letters, a leading `-`
+    and long names are all fine: every URL the pages build is percent-encoded."""
+    return bool(name) and not name.startswith(".") and "/" not in name and "\\" not in name \
+        and not any(ord(c) < 32 or ord(c) == 127 for c in name)  # fmt: skip
 
 
 class NotFound(ExplorerError):
@@ -49,26 +58,51 @@ class ProfileStore:
 
     def names(self) -> list[str]:
         """Names of the profile directories that can be served, sorted."""
+        return self.scan()[0]
+
+    def scan(self) -> tuple[list[str], list[dict[str, str]]]:
+        """(names that can be served, [{name, reason}] for profiles in the folder that cannot
+        be, so the list can say why a profile the user sees on disk is not there)."""
         if self._only:
-            return [self._only]
+            return [self._only], []
         try:
             children = sorted(p.name for p in self.root.iterdir())
         except OSError:
-            return []
-        return [
-            n for n in children if _NAME.match(n) and self._inside(n) and is_profile(self.root / n)
-        ]
+            return [], []
+        served, skipped = [], []
+        for n in children:
+            try:
+                if not is_profile(self.root / n):
+                    continue
+            except OSError:
+                continue
+            reason = self._why_not(n)
+            if reason:
+                skipped.append({"name": n, "reason": reason})
+            else:
+                served.append(n)
+        return served, skipped
+
+    def _why_not(self, name: str) -> str | None:
+        if name.startswith("."):
+            return "hidden folder (an import still in progress writes one); rename it without the leading '.' to serve it"
+        if not _plain_name(name):
+            return "the name holds control characters; rename the folder to serve it"
+        if not self._inside(name):
+            return "a symbolic link to a folder outside the served folder; only links that stay inside it are served"
+        return None
 
     def _inside(self, name: str) -> bool:
+        """Whether root/name is, or links to, a directory directly inside the root."""
         try:
             resolved = (self.root / name).resolve(strict=True)
         except (OSError, RuntimeError):
             return False
-        return resolved.parent == self.root and resolved.name == name
+        return resolved.parent == self.root
 
     def path(self, name: str) -> Path:
         """The directory of a served profile; NotFound for anything else (.., /, symlinks out)."""
-        if not _NAME.match(name) or (self._only and name != self._only) or not self._inside(name):
+        if not _plain_name(name) or (self._only and name != self._only) or not self._inside(name):
             raise NotFound(f"no profile named {name!r}")
         path = self.root / name
         if not is_profile(path):
@@ -78,6 +112,7 @@ class ProfileStore:
     def open(self, name: str) -> Profile:
         """The opened profile (cached until its manifest changes); BadInputError if corrupt."""
         path = self.path(name)
+        _only_regular_files(path)
         mtime = (path / "manifest.json").stat().st_mtime
         with self._lock:
             hit = self._profiles.get(name)
@@ -128,6 +163,7 @@ class ProfileStore:
             import duckdb
 
             con = duckdb.connect()
+            con.execute(NO_SPILLS)  # nothing written to `.tmp` in the server's working directory
             for table in ("events", "stacks", "counters"):
                 con.register(table, profile.dataset(table))
             hit = cons[name] = (profile, con)
@@ -145,3 +181,19 @@ def _check_tables(profile: Profile) -> None:
                 pq.read_metadata(file)
             except (pa.ArrowException, OSError) as e:
                 raise BadInputError(file, f"corrupt Parquet table ({e})") from None
+
+
+def _only_regular_files(path: Path) -> None:
+    """Refuse a profile whose manifest or tables are not plain files: opening a named pipe
+    blocks until someone writes to it, which would hang every request that lists profiles."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        for f in filenames:
+            if f == "manifest.json" or f.endswith(".parquet"):
+                file = Path(dirpath) / f
+                try:
+                    regular = stat.S_ISREG(file.stat().st_mode)
+                except OSError as e:
+                    raise BadInputError(file, f"cannot read ({e.strerror or e})") from None
+                if not regular:
+                    raise BadInputError(file, "not a regular file (a named pipe or a device?)")
+        dirnames[:] = [d for d in dirnames if d != "sources"]  # source text is read by id

@@ -48,8 +48,8 @@ def event_json(con, event_id: int) -> dict[str, Any] | None:
         f"WITH RECURSIVE chain(pid, lvl) AS (SELECT CAST(? AS BIGINT), 0 UNION ALL "
         f"SELECT e.parent_id, c.lvl + 1 FROM chain c JOIN events e ON e.id = c.pid "
         f"WHERE c.lvl < 32 AND c.pid IS NOT NULL) "
-        f"SELECT {_BRIEF}, c.lvl FROM chain c JOIN events e ON e.id = c.pid "
-        f"WHERE c.lvl > 0 ORDER BY c.lvl",
+        # level 0 is the direct parent: the chain starts from it, not from the event itself
+        f"SELECT {_BRIEF}, c.lvl FROM chain c JOIN events e ON e.id = c.pid ORDER BY c.lvl",
         [ev["parent_id"]],
     ) if ev["parent_id"] is not None else []  # fmt: skip
     children = _rows(

@@ -4,7 +4,10 @@ with the web page's row and time limits and example queries."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model import Profile
@@ -13,6 +16,15 @@ MAX_ROWS = 10_000
 DEFAULT_ROWS = 1_000
 TIMEOUT_S = 10.0
 MAX_SQL_CHARS = 10_000  # the SQL box's text arrives in the URL; no real query needs more
+# Limits for the whole server, not one query: at most RUNNING queries at once (one per core of a
+# laptop), QUEUED more waiting, and the others refused at once (503) instead of piling up; each
+# query may hold QUERY_MEMORY, so all SQL together stays under RUNNING x QUERY_MEMORY (1.5 GB),
+# and an answer carries at most MAX_RESULT_BYTES of rows (Arrow size; JSON is about as large).
+RUNNING = 2
+QUEUED = 6
+QUERY_MEMORY = "768MB"
+MAX_RESULT_BYTES = 16 << 20
+T = TypeVar("T")
 
 EXAMPLES = (
     ("Slowest ops", "SELECT name, count(*) AS n, sum(dur_ns) / 1e6 AS total_ms\nFROM events "
@@ -29,6 +41,37 @@ EXAMPLES = (
 
 class QueryError(ExplorerError):
     """The query was refused, failed, or ran past its time limit."""
+
+
+class Busy(ExplorerError):
+    """Every SQL slot of the server is taken; the client should try again (503)."""
+
+
+class QueryGate:
+    """The server's SQL runs on its own RUNNING threads, never on the threads that serve pages
+    and static files, so a flood of queries queues (at most QUEUED) or is refused, and every
+    other route stays as fast as before."""
+
+    def __init__(self, running: int = RUNNING, queued: int = QUEUED) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=running, thread_name_prefix="sql")
+        self._capacity = running + queued
+        self._admitted = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Run `fn` on a SQL thread; Busy when RUNNING + QUEUED queries are already admitted."""
+        with self._lock:
+            if self._admitted >= self._capacity:
+                raise Busy(f"query: the server is running {self._admitted} queries already; "
+                           "try again in a few seconds")  # fmt: skip
+            self._admitted += 1
+        future = self._pool.submit(fn)
+        future.add_done_callback(self._release)
+        return future
+
+    def _release(self, _: Future) -> None:
+        with self._lock:
+            self._admitted -= 1
 
 
 def _jsonable(v: Any) -> Any:
@@ -49,11 +92,12 @@ def run_query(
         raise QueryError(f"query: longer than the limit of {MAX_SQL_CHARS} characters")
     limit = max(1, min(int(limit), MAX_ROWS))
     try:
-        res = analysis_query(profile, sql, limit=limit, timeout_s=timeout_s)
+        res = analysis_query(profile, sql, limit=limit, timeout_s=timeout_s,
+                             memory_limit=QUERY_MEMORY, max_bytes=MAX_RESULT_BYTES)  # fmt: skip
     except ExplorerError as e:
         raise QueryError(str(e)) from None
     cols = res.table.column_names
     rows = [[_jsonable(r[c]) for c in cols] for r in res.table.to_pylist()]
     return {"columns": cols, "types": [str(t) for t in res.table.schema.types], "rows": rows,
-            "row_count": len(rows), "truncated": res.truncated,
+            "row_count": len(rows), "truncated": res.truncated, "cut_at_bytes": res.cut_at_bytes,
             "elapsed_ms": round(res.elapsed_s * 1e3, 2)}  # fmt: skip

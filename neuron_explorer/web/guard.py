@@ -1,0 +1,110 @@
+"""What every response passes through: cross-site API requests refused, security headers sent,
+HEAD answered as GET without a body; and the uvicorn protocol that drops idle connections."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# Nothing is loaded from outside the server; plotly sets inline styles, nothing else is inline.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+# A browser says where a request comes from in Sec-Fetch-Site; scripts and agents send none.
+SAME_SITE = (b"same-origin", b"none")
+# A connection that has sent no complete request this long after opening (or after its last
+# answer) is closed: idle sockets and slowly dripped headers cannot pile up.
+IDLE_S = 15.0
+
+
+class Guard:
+    """ASGI middleware: refuses /api/ requests that a browser marks as coming from another site
+    (Sec-Fetch-Site) or whose Origin is not the server's own (403), so a page elsewhere cannot
+    run queries on a local server; adds CSP and frame protection to every response; serves HEAD
+    for every GET route."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        if scope["path"].startswith("/api/") and not _same_origin(headers, scope):
+            await _refuse(send)
+            return
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET"}
+
+        async def guarded_send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *HEADERS]}
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app(scope, receive, guarded_send)
+
+
+def _same_origin(headers: dict[bytes, bytes], scope: dict) -> bool:
+    site = headers.get(b"sec-fetch-site")
+    if site is not None and site not in SAME_SITE:
+        return False
+    origin = headers.get(b"origin")
+    if origin is None:
+        return True
+    host = headers.get(b"host", b"").decode("latin-1")
+    return origin.decode("latin-1") == f"{scope.get('scheme', 'http')}://{host}"
+
+
+async def _refuse(send: Any) -> None:
+    body = json.dumps({"error": "cross-site request refused: the API answers only pages of "
+                                "this server (Origin / Sec-Fetch-Site)"}).encode()  # fmt: skip
+    await send({"type": "http.response.start", "status": 403,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *HEADERS]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+class IdleTimeoutProtocol(H11Protocol):
+    """uvicorn's h11 protocol, plus a deadline for each request to arrive: uvicorn times out
+    keep-alive connections only after a first answer, so a socket that never sends a full
+    request would stay open for ever."""
+
+    _deadline = None
+
+    def connection_made(self, transport: Any) -> None:  # noqa: D102
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:  # noqa: D102
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(IDLE_S, self._drop_if_idle)
+
+    def _drop_if_idle(self) -> None:
+        waiting = self.cycle is None or self.cycle.response_complete
+        if waiting and not self.transport.is_closing():
+            self.transport.close()

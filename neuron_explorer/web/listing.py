@@ -1,0 +1,61 @@
+"""The profile list, robust: each profile's row is built on a worker thread with a time bound,
+so a profile that cannot be read (any error, not only ours) or that hangs (a stuck mount) costs
+only its own row, never the list."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from typing import Any
+
+ROW_S = 5.0  # the longest the list waits for one profile's row
+
+
+class ProfileList:
+    """Builds rows with `make_row(name) -> dict`; a row still being built from an earlier
+    request is waited for again, never started twice. Each row gets a thread of its own, so a
+    hung profile holds one thread and delays no other row (make_row bounds its CPU work)."""
+
+    def __init__(self, make_row: Callable[[str], dict[str, Any]]) -> None:
+        self._make_row = make_row
+        self._running: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def rows(self, names: list[str], row_s: float = ROW_S) -> list[dict[str, Any]]:
+        """One row per name, in order; a failed profile's row is {name, error}."""
+        with self._lock:
+            futures = {}
+            for name in names:
+                f = self._running.get(name)
+                if f is None:
+                    f = self._running[name] = self._start(name)
+                futures[name] = f
+        wait(futures.values(), timeout=row_s)
+        return [self._row(name, f, row_s) for name, f in futures.items()]
+
+    def _start(self, name: str) -> Future:
+        future: Future = Future()
+
+        def build() -> None:
+            try:
+                future.set_result(self._make_row(name))
+            except BaseException as e:  # noqa: BLE001 - any failure is this row's error
+                future.set_exception(e)
+            finally:
+                with self._lock:
+                    self._running.pop(name, None)
+
+        threading.Thread(target=build, daemon=True, name=f"list-{name[:20]}").start()
+        return future
+
+    @staticmethod
+    def _row(name: str, f: Future, row_s: float) -> dict[str, Any]:
+        if not f.done():
+            return {"name": name, "error": f"not readable within {row_s:g} s (a hung mount, or a "
+                                           "pipe in place of a file?); still trying"}  # fmt: skip
+        exc = f.exception()
+        if exc is None:
+            return f.result()
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"name": name, "error": text or exc.__class__.__name__}
