@@ -61,6 +61,7 @@ def profile_row(name: str, profile: Profile, devs: list[str], findings: list | N
     return {
         "name": name,
         "source": m.source,
+        "ranks": list(m.ranks),
         "devices": devs,
         "device_spec": (m.device_spec or {}).get("name"),
         "events": m.row_counts.get("events"),
