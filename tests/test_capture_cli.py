@@ -3,6 +3,8 @@ as `python script.py` would, its status and output pass through, and steps are d
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -104,12 +106,11 @@ def test_steps_come_from_optimizer_step(tmp_path):
     assert ops.fetchone()[0] == 3  # one forward linear per recorded step, with shapes
 
 
-def test_the_scripts_own_profiler_steps_win(tmp_path):
-    script = _script(
-        tmp_path,
-        TRAIN
-        + """
-with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=0, active=9)) as prof:
+OWN_PROFILER = """
+with torch.profiler.profile(
+    schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
+    on_trace_ready=lambda p: (p.export_chrome_trace("mine.json"), print("mine at", p.step_num)),
+) as prof:
     for _ in range(6):
         with torch.profiler.record_function("forward"):
             loss = model(torch.randn(16, 8)).pow(2).mean()
@@ -117,11 +118,25 @@ with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=0, a
         opt.step()
         opt.step()  # two optimizer steps per iteration: only prof.step() marks a step
         prof.step()
-""",
-    )
+print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=4))
+"""
+
+
+def test_the_scripts_own_profiler_keeps_working_and_its_cycle_is_our_profile(tmp_path):
+    script = _script(tmp_path, TRAIN + OWN_PROFILER)
     out = tmp_path / "run"
-    result = run_captured(["python", str(script), "0"], out, Schedule(1, 1, 2))
-    assert result.exit_code == 0 and result.step_source == "profiler"
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(out), "--", "python", str(script), "3"],
+        cwd=tmp_path, env={**CPU_ENV, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # The script's handler ran and wrote its own trace; its key_averages table printed.
+    assert "mine at 4" in proc.stdout
+    assert "Self CPU time total" in proc.stdout and "forward" in proc.stdout
+    mine = json.loads((tmp_path / "mine.json").read_text())
+    assert {e["name"] for e in mine["traceEvents"]} >= {"ProfilerStep#2", "ProfilerStep#3"}
+    # Our profile is the cycle the script's schedule recorded (not capture's --wait/--active).
     assert _steps(out) == [2, 3]
     forwards = (
         Profile.open(out)
@@ -129,6 +144,32 @@ with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=0, a
         .execute("SELECT count(*) FROM events WHERE kind = 'annotation' AND name = 'forward'")
     )
     assert forwards.fetchone()[0] == 2
+    assert "USDT" not in proc.stderr and "profiler_start" not in proc.stderr
+
+
+def test_the_scripts_profiler_exports_after_its_block_and_the_run_stays_whole(
+    tmp_path, monkeypatch
+):
+    script = _script(
+        tmp_path,
+        TRAIN
+        + """
+with torch.profiler.profile() as prof:
+    model(torch.randn(16, 8)).sum().backward()
+prof.export_chrome_trace("after.json.gz")
+""",
+    )
+    out = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    result = run_captured(["python", str(script), "0"], out, Schedule(1, 1, 3))
+    assert result.exit_code == 0 and result.step_source == "profiler"
+    with gzip.open(tmp_path / "after.json.gz", "rt") as f:
+        names = {e["name"] for e in json.load(f)["traceEvents"]}
+    assert "aten::addmm" in names
+    addmm = (
+        Profile.open(out).duckdb().execute("SELECT count(*) FROM events WHERE name = 'aten::addmm'")
+    )
+    assert addmm.fetchone()[0] == 1  # the script's block, recorded once, in both
 
 
 def test_a_run_shorter_than_the_schedule_keeps_its_first_step(tmp_path):

@@ -1,8 +1,10 @@
 """Run a Python script under the profiler with no change to it (`neuron-explorer capture`).
 
-The script runs in this process as `python script.py ARGS` would run it. Steps come from the
-script's own `torch.profiler.profile(...).step()` calls if it makes any, else from
-`optimizer.step()` calls; with neither, the whole run is one step.
+The script runs in this process as `python script.py ARGS` would run it. Steps come from
+`optimizer.step()` calls; with none, the whole run is one step. A script that makes its own
+`torch.profiler.profile(...)` keeps it working as written (its schedule, its on_trace_ready,
+key_averages): torch runs one profiler at a time, so capture steps aside when the script's
+profiler starts and writes a profile of each cycle that profiler records (up to --repeat).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExplorerError
+from .kineto_stderr import kineto_lines_filtered
+from .script_profiler import KeptTraces, script_profiler_class
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class StepController:
             repeat=schedule.repeat,
         )
         self.handler = handler
+        self.repeat = schedule.repeat
         self.prof: Any = None  # the torch.profiler.profile it drives
         self.markers = 0
         self.source = "none"
@@ -91,6 +96,9 @@ class StepController:
         self.exiting = False
         self._last: Any = None  # the last ProfilerAction returned
         self.written: list[Path] = []
+        self.stepped_aside = False  # the script's own profiler took over
+        self.script_cycles = 0
+        self.kept_traces = KeptTraces()  # the script's cycles, for its own export_chrome_trace
 
     def schedule(self, step: int):  # noqa: ANN201 - a ProfilerAction
         action = self.actions.RECORD_AND_SAVE if step == 0 else self.plan(step)
@@ -113,6 +121,14 @@ class StepController:
             )
 
     def _trace_ready(self, prof) -> None:  # noqa: ANN001 - torch.profiler.profile
+        if self.stepped_aside:
+            # What ran before the script's profiler started: only a fallback, like step 0.
+            raw = self.handler.collect(prof)
+            if self.fallback is None and not self.written:
+                self.fallback = raw
+            else:
+                self.handler.discard(raw)
+            return
         if self.markers and prof.step_num == 1 and self.fallback is None and not self.written:
             # The step-0 recording, ended by the first marker: kept only as a fallback.
             self.fallback = self.handler.collect(prof)
@@ -144,9 +160,39 @@ class StepController:
         # Shapes from the first scheduled cycle on: torch.profiler's record_shapes holds weak
         # references to tensors, which breaks model.to("neuron") (a parameter swap) in setup.
         self.prof.record_shapes = True
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), kineto_lines_filtered():
             warnings.simplefilter("ignore")
             self.prof.step()
+
+    def step_aside(self) -> None:
+        """The script's own profiler is starting: end ours (torch runs one at a time)."""
+        if self.prof is None:
+            return
+        self.stepped_aside, self.source = True, "profiler"
+        prof, self.prof = self.prof, None
+        with warnings.catch_warnings(), kineto_lines_filtered():
+            warnings.simplefilter("ignore")
+            prof.__exit__(None, None, None)
+
+    def collect_script_cycle(self, prof) -> Any:  # noqa: ANN001 - the script's profiler
+        """A cycle the script's profiler completed, collected for our profile (up to `repeat`
+        of them; None after that or if it cannot be collected)."""
+        self.script_cycles += 1
+        if self.script_cycles > self.repeat:
+            return None
+        try:
+            return self.handler.collect(prof)
+        except Exception as e:  # noqa: BLE001 - the script's own handler must still run
+            from .handler import failure
+
+            print(f"neuron-explorer: a profile cycle was not written: {failure(e)}",
+                  file=sys.stderr)  # fmt: skip
+            return None
+
+    def write_script_cycle(self, raw: Any) -> None:
+        path = self.handler.write(raw)  # reports its own failures on stderr
+        if path is not None:
+            self.written.append(path)
 
     def finish(self) -> None:
         if self.fallback is None:
@@ -157,40 +203,6 @@ class StepController:
             path = self.handler.write(self.fallback)
             self.written += [path] if path is not None else []
         self.fallback = None
-
-
-def _script_profiler_class(controller: StepController, base: type) -> type:
-    """A stand-in for torch.profiler.profile inside the script: our profiler is already
-    recording, so the script's own one only marks steps (its on_trace_ready is not called)."""
-
-    class ScriptProfile:
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            controller.source = "profiler"
-            self.step_num = 0
-
-        def __enter__(self) -> ScriptProfile:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-        def start(self) -> None:
-            pass
-
-        def stop(self) -> None:
-            pass
-
-        def step(self) -> None:
-            self.step_num += 1
-            controller.marker("profiler")
-
-        def __getattr__(self, name: str) -> object:
-            raise AttributeError(
-                f"torch.profiler.profile.{name} is not available under neuron-explorer capture"
-            )
-
-    ScriptProfile.__name__ = ScriptProfile.__qualname__ = base.__name__
-    return ScriptProfile
 
 
 def _set_profiler_class(torch: Any, cls: type) -> None:
@@ -244,10 +256,11 @@ def run_captured(
         on_trace_ready=controller.on_trace_ready,
     )
     controller.prof = prof
-    shim = _script_profiler_class(controller, profiler_class)
+    shim = script_profiler_class(controller, profiler_class)
     _set_profiler_class(torch, shim)
     exit_code = 0
-    prof.__enter__()
+    with kineto_lines_filtered():
+        prof.__enter__()
     try:
         if is_module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -267,11 +280,13 @@ def run_captured(
         sys.stdout.flush()
         controller.exiting = True
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prof.__exit__(None, None, None)
+            if not controller.stepped_aside:
+                with warnings.catch_warnings(), kineto_lines_filtered():
+                    warnings.simplefilter("ignore")
+                    prof.__exit__(None, None, None)
             controller.finish()
         finally:
+            controller.kept_traces.remove()
             controller.prof = None
             sys.argv, sys.path[:] = saved_argv, saved_path
     return CaptureResult(
