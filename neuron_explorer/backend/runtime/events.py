@@ -11,11 +11,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_explorer.backend.runtime import model
+from neuron_explorer.backend.runtime import model, source
 
 KINDS = (
     "compile", "runtime", "fallback", "sync", "copy", "kernel", "instruction", "dma", "memory",
-    "forward", "gc",
+    "forward", "gc", "collective",
 )  # fmt: skip
 # "forward": a marker, not an event of its own: a metadata op (view, reshape...) launched no
 # kernel but created autograd node `seq_nr` at its user line, for the backward kernels to inherit.
@@ -58,6 +58,8 @@ class RuntimeEvent:
     src_file: str | None = None  # innermost user frame of the launching call
     src_line: int | None = None
     src_func: str | None = None
+    stack: tuple = ()  # the whole stack, innermost first: (file, line, function, scope) frames
+    module: str | None = None  # nn.Module path of the innermost running module ("" the model)
     seq_nr: int = -1  # autograd sequence number of the op's node (backward: the node run)
     is_backward: bool = False
     value: int = 0  # memory events: bytes allocated after the change
@@ -137,13 +139,16 @@ def drain() -> list[RuntimeEvent]:
             budget = _launch_events(rec, out, budget)
         elif tag == "kernel":
             budget = _kernel_events(rec, out, budget)
+        elif tag == "event":  # made whole at record time (a collective)
+            out.append(rec[1])
         elif tag == "forward":
-            _, eid, tid, t_ns, cut, seq, (file, line, func) = rec
+            _, eid, tid, t_ns, cut, seq, site = rec
+            file, line, func, stack, module = where(site)
             out.append(
                 RuntimeEvent(
                     id=eid, kind="forward", name="forward", tid=tid, host_start_ns=t_ns,
                     host_end_ns=t_ns, cut_before_ns=cut, src_file=file, src_line=line,
-                    src_func=func, seq_nr=seq,
+                    src_func=func, stack=stack, module=module, seq_nr=seq,
                 )
             )  # fmt: skip
         elif tag == "memory":
@@ -158,15 +163,30 @@ def drain() -> list[RuntimeEvent]:
     return out
 
 
+def where(site: tuple | None) -> tuple:
+    """(file, line, function, stack, module) of a recorded call site (stack id, module path):
+    the innermost user frame and the whole stack come from the interned stack."""
+    if site is None:
+        return None, None, None, (), None
+    if len(site) == 3:  # a bare (file, line, function)
+        return (*site, (), None)
+    sid, module = site
+    if sid < 0:
+        return None, None, None, (), module
+    file, line, func = source.USER_FRAME[sid] or (None, None, None)
+    return file, line, func, source.STACKS[sid], module
+
+
 def _host_event(rec: tuple) -> RuntimeEvent:
     (_, eid, kind, name, op, shapes, dtypes, tid, t0, t1, cost, cut, src, seq, bwd, flow, args) = (
         rec
     )
-    file, line, func = src if src is not None else (None, None, None)
+    file, line, func, stack, module = where(src)
     return RuntimeEvent(
         id=eid, kind=kind, name=name, op_name=op, shapes=shapes, dtypes=dtypes, tid=tid,
         host_start_ns=t0, host_end_ns=t1, host_cost_ns=cost, cut_before_ns=cut, flow_id=flow,
-        src_file=file, src_line=line, src_func=func, seq_nr=seq, is_backward=bwd, args=args or {},
+        src_file=file, src_line=line, src_func=func, stack=stack, module=module, seq_nr=seq,
+        is_backward=bwd, args=args or {},
     )  # fmt: skip
 
 
@@ -213,7 +233,7 @@ def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
     if cell[-1] is None:  # launched on another thread while this drain began
         model.schedule_pending()
     run = KernelRun(plan, *cell[-1])
-    file, line, func = src if src is not None else (None, None, None)
+    file, line, func, stack, module = where(src)
     base = model.origin_ns
     out.append(
         RuntimeEvent(
@@ -221,7 +241,7 @@ def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
             device_start_ns=base + int(run.start_ns), device_dur_ns=int(run.end_ns - run.start_ns),
             track="kernels", flops=int(plan.flops), bytes_read=int(plan.bytes_read),
             bytes_written=int(plan.bytes_written), flow_id=flow, src_file=file, src_line=line,
-            src_func=func, seq_nr=seq, is_backward=bwd,
+            src_func=func, stack=stack, module=module, seq_nr=seq, is_backward=bwd,
             args={"category": plan.category, **(args or {})},
         )
     )  # fmt: skip
@@ -235,8 +255,8 @@ def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
                 name=r.opcode, op_name=op, tid=tid, device_start_ns=base + int(r.start_ns),
                 device_dur_ns=int(r.dur_ns), track=r.track, engine=r.engine, flops=int(r.flops),
                 bytes_read=int(r.bytes_read), bytes_written=int(r.bytes_written), flow_id=flow,
-                parent_id=eid, src_file=file, src_line=line, src_func=func, seq_nr=seq,
-                is_backward=bwd, args={"count": r.count, "utilization": r.utilization},
+                parent_id=eid, src_file=file, src_line=line, src_func=func, module=module,
+                seq_nr=seq, is_backward=bwd, args={"count": r.count, "utilization": r.utilization},
             )
         )  # fmt: skip
     return budget

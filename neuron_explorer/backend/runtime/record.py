@@ -13,7 +13,7 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import dispatch as _d
 from neuron_explorer.backend.runtime import events, model, tracking
-from neuron_explorer.backend.runtime.source import user_frame
+from neuron_explorer.backend.runtime.source import call_site
 from neuron_explorer.backend.tensor import refresh
 
 _now = time.time_ns
@@ -77,9 +77,9 @@ def _note_forward(inputs: list) -> None:
     seq, bwd = autograd_position(inputs)
     if seq < 0 or bwd:
         return
-    src = user_frame(4)
-    if src is not None:
-        events._buf.append(("forward", next(events._ids), _tid(), _now(), model.cut_ns, seq, src))
+    site = call_site(4)  # (stack id, module): what its backward kernels inherit
+    if site[0] >= 0:
+        events._buf.append(("forward", next(events._ids), _tid(), _now(), model.cut_ns, seq, site))
 
 
 def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
@@ -191,7 +191,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
         if not info.kernel and inputs:
             _note_forward(inputs)
         return result
-    src = user_frame(3)
+    src = call_site(3)  # (stack id, module path)
     node = _current_node()  # autograd_position(inputs), inlined: once per op
     if node is not None:
         seq, bwd = node._sequence_nr(), True
@@ -321,7 +321,7 @@ class host_call:
     def __enter__(self):
         if _prof._is_profiler_enabled:
             self.t0 = _now()
-            self.src = user_frame(2)
+            self.src = call_site(2)
         return self
 
     def __exit__(self, *exc) -> None:

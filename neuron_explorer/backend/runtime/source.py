@@ -1,4 +1,10 @@
-"""The innermost user frame of the current call, found by a cheap frame walk (well under 1 us)."""
+"""Where a runtime call came from: its whole Python stack (interned) and the innermost user frame.
+
+A frame's scope is decided once per code object, by the PATH of its file: our own package
+(the installed neuron_explorer directory, never a frame), torch (the profiler's own frames are
+dropped like ours), the standard library, a library (site-packages / dist-packages), else the
+user's. So a user package named `backend` or `web` is the user's. See docs/format.md.
+"""
 
 from __future__ import annotations
 
@@ -8,38 +14,121 @@ import sysconfig
 
 import torch
 
-_SKIP_PREFIXES = tuple(
-    os.path.normcase(os.path.realpath(p)) + os.sep
-    for p in (
-        os.path.dirname(torch.__file__),
-        # the whole neuron_explorer package: the backend, capture, analysis, web
-        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-        sysconfig.get_paths()["stdlib"],
-    )
-)
-# Decisions by id(code), as two sets of ids: hashing a code object hashes its bytecode and
-# constants every time (CPython does not cache it), microseconds per frame, and a set
-# membership test is cheaper than a dict lookup; `_seen` holds the codes so that no id is
-# reused while it is in a set.
-_library_ids: set[int] = set()
-_user_ids: set[int] = set()
+from neuron_explorer.backend.runtime import modules
+
+OWN, TORCH, STDLIB, LIBRARY, USER = 0, 1, 2, 3, 4
+SCOPE_NAMES = {TORCH: "torch", STDLIB: "stdlib", LIBRARY: "library", USER: "user"}
+
+
+def _dir(p: str) -> str:
+    return os.path.normcase(os.path.realpath(p)) + os.sep
+
+
+_OWN_DIR = _dir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+_TORCH_DIR = _dir(os.path.dirname(torch.__file__))
+# torch.profiler's own frames (record_function, the profile context): the profiler, not the run
+_PROFILER_DIRS = (_TORCH_DIR + "profiler" + os.sep, _TORCH_DIR + os.path.join("autograd", "profiler"))
+_STDLIB_DIRS = tuple({_dir(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
+_LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+# Decisions by id(code): hashing a code object hashes its bytecode and constants every time
+# (CPython does not cache it), microseconds per frame; `_seen` keeps each code alive so that
+# no id is reused while it is a key.
+_scope: dict[int, int] = {}
 _seen: list = []
+_user_ids: set[int] = set()
+_library_ids: set[int] = set()
+# Interned stacks: key (id(code), line, ...) innermost first -> stack id; per id its frames.
+_stack_ids: dict[tuple, int] = {}
+STACKS: list[tuple[tuple[str, int, str, str], ...]] = []  # (file, line, function, scope)
+USER_FRAME: list[tuple[str, int, str] | None] = []  # per stack id: innermost user frame
+_WRAPPED_CALL = modules.WRAPPED_CALL
 
 
-def _is_user(code) -> bool:
-    return is_user_file(code.co_filename)
+def scope_of_file(filename: str) -> int:
+    """The scope of a source file, by its path (OWN for ours and torch.profiler's)."""
+    if filename.startswith("<"):
+        if filename in ("<stdin>", "<string>"):
+            return USER
+        return STDLIB if filename.startswith("<frozen") else TORCH  # fx's <eval_with_key>
+    path = os.path.normcase(os.path.realpath(filename))
+    if path.startswith(_OWN_DIR):
+        return OWN
+    if path.startswith(_TORCH_DIR):
+        return OWN if path.startswith(_PROFILER_DIRS) else TORCH
+    if any(m in path for m in _LIBRARY_MARKERS):
+        return LIBRARY
+    if path.startswith(_STDLIB_DIRS):
+        return STDLIB
+    return USER
 
 
 def is_user_file(filename: str) -> bool:
-    """True for a user's file: not torch, the backend, explorer, the stdlib or site-packages."""
-    if filename.startswith("<"):
-        return filename in ("<stdin>", "<string>")
-    path = os.path.normcase(os.path.realpath(filename))
-    return not (path.startswith(_SKIP_PREFIXES) or "site-packages" in path)
+    """True for a user's file: not torch, ours, the stdlib or an installed library."""
+    return scope_of_file(filename) == USER
+
+
+def _learn(code) -> int:
+    _seen.append(code)
+    s = _scope[id(code)] = scope_of_file(code.co_filename)
+    return s
+
+
+def call_site(depth: int = 2) -> tuple[int, str | None]:
+    """(stack id, module path) of the caller `depth` frames up: the interned stack of every
+    frame but ours, and the nn.Module path of the innermost module whose forward runs."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return -1, None
+    scope = _scope
+    key: list = []
+    add = key.append
+    module = None
+    f = frame
+    while f is not None:
+        code = f.f_code
+        s = scope.get(id(code))
+        if s is None:
+            s = _learn(code)
+        if s:
+            add(id(code))
+            add(f.f_lineno)
+            if module is None and code is _WRAPPED_CALL:
+                module = f.f_locals.get("self")
+        f = f.f_back
+    k = tuple(key)
+    sid = _stack_ids.get(k)
+    if sid is None:
+        sid = _intern_live(k, frame)
+    return sid, (modules.path_of(module, frame) if module is not None else None)
+
+
+def _intern_live(key: tuple, frame) -> int:
+    frames = []
+    f = frame
+    while f is not None:
+        code = f.f_code
+        s = _scope[id(code)]
+        if s:
+            frames.append((code.co_filename, f.f_lineno, code.co_name, SCOPE_NAMES[s]))
+        f = f.f_back
+    return intern_frames(tuple(frames), key)
+
+
+def intern_frames(frames: tuple[tuple[str, int, str, str], ...], key: tuple | None = None) -> int:
+    """The stack id of `frames` (innermost first), interning it on first sight."""
+    key = key if key is not None else ("frames", frames)
+    sid = _stack_ids.get(key)
+    if sid is None:
+        sid = _stack_ids[key] = len(STACKS)
+        STACKS.append(frames)
+        USER_FRAME.append(next(((f, n, fn) for f, n, fn, s in frames if s == "user"), None))
+    return sid
 
 
 def user_frame(depth: int = 2) -> tuple[str, int, str] | None:
-    """(file, line, function) of the innermost frame outside torch, backend, explorer and libraries."""
+    """(file, line, function) of the innermost user frame (outside torch, ours and libraries)."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
@@ -49,16 +138,15 @@ def user_frame(depth: int = 2) -> tuple[str, int, str] | None:
         code = frame.f_code
         key = id(code)
         if key not in library:
-            if key in users or _learn(code):
+            if key in users or _learn_user(code):
                 return code.co_filename, frame.f_lineno, code.co_name
         frame = frame.f_back
     return None
 
 
-def _learn(code) -> bool:
-    """Decide once whether `code` is user code; True if it is."""
+def _learn_user(code) -> bool:
     _seen.append(code)
-    if _is_user(code):
+    if is_user_file(code.co_filename):
         _user_ids.add(id(code))
         return True
     _library_ids.add(id(code))

@@ -1,0 +1,53 @@
+"""nn.Module paths, as `model.named_modules()` names them, for the module whose forward runs.
+
+The frame walk (source.call_site) finds the innermost `Module.__call__` frame and its `self`;
+here that module gets its path. The first time a module is seen, the outermost module on the
+stack (the model the user called) is named with `named_modules()`, so every submodule gets
+its dotted path (`transformer.h.0.attn.c_attn`) and the model itself the empty path, as
+named_modules gives it. A module outside that tree (made on the fly) is named by its class.
+No forward hooks: global module hooks make dynamo break graphs and slow every module call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+WRAPPED_CALL = torch.nn.Module._wrapped_call_impl.__code__
+# id(module) -> (module, path); the module is kept so that its id is never reused meanwhile
+_paths: dict[int, tuple[object, str]] = {}
+
+
+def path_of(module, frame) -> str:
+    """The path of `module`, running in `frame`'s stack."""
+    entry = _paths.get(id(module))
+    if entry is not None and entry[0] is module:
+        return entry[1]
+    return _name(module, frame)
+
+
+def _outermost(frame):
+    root = None
+    while frame is not None:
+        if frame.f_code is WRAPPED_CALL:
+            root = frame.f_locals.get("self")
+        frame = frame.f_back
+    return root
+
+
+def _name(module, frame) -> str:
+    root = _outermost(frame)
+    if isinstance(root, torch.nn.Module):
+        for name, m in root.named_modules():
+            if id(m) not in _paths or _paths[id(m)][0] is not m:
+                _paths[id(m)] = (m, name)
+    entry = _paths.get(id(module))
+    if entry is not None and entry[0] is module:
+        return entry[1]
+    path = type(module).__name__
+    _paths[id(module)] = (module, path)
+    return path
+
+
+def forget() -> None:
+    """Drop every name (tests; a model deleted and rebuilt gets named afresh anyway)."""
+    _paths.clear()
