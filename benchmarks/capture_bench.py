@@ -38,7 +38,7 @@ def _setup(device: str):
     return step
 
 
-def _time_steps(step, n: int, prof=None) -> list[tuple[float, float]]:  # noqa: ANN001
+def _time_steps(step, n: int, prof=None) -> list[tuple[float, float]]:
     """(wall s, process CPU s) of each step; CPU time is the steadier one on a shared machine."""
     times = []
     for _ in range(n):
@@ -103,7 +103,7 @@ def bench_write(device: str) -> tuple[float, int]:
     handler = neuron_explorer.trace_handler(Path(tempfile.mkdtemp()) / "bench")
     took = []
 
-    def timed(prof) -> None:  # noqa: ANN001
+    def timed(prof) -> None:
         t0 = time.perf_counter()
         handler(prof)
         took.append(time.perf_counter() - t0)

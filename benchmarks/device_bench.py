@@ -22,7 +22,7 @@ from neuron_explorer import backend
 from neuron_explorer.backend.runtime.model import schedule_pending
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "samples"))
-from models import TinyGPT, lm_loss, token_batch  # noqa: E402
+from models import TinyGPT, lm_loss, token_batch
 
 
 def best_us(fns, calls: int, rounds: int = 5) -> list[tuple[float, float]]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fuzz.fuzz_import import SEEDS, check_one  # noqa: E402
-from fuzz.mutate import KINDS, mutate  # noqa: E402
+from fuzz.fuzz_import import SEEDS, check_one
+from fuzz.mutate import KINDS, mutate
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ DATA = Path(__file__).resolve().parent / "data"
 PROBE_STEPS = 4
 
 
-def _model():  # noqa: ANN202 - a torch module
+def _model():  # a torch module
     import torch
 
     layer = torch.nn.TransformerEncoderLayer(

@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 from web_synth import make_profile  # noqa: E402
 
 
-def _ms(f) -> tuple[float, httpx.Response]:  # noqa: ANN001
+def _ms(f) -> tuple[float, httpx.Response]:
     t0 = time.perf_counter()
     r = f()
     r.raise_for_status()
@@ -44,7 +44,7 @@ def _cpu_ms(proc: subprocess.Popen) -> float:
     return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
-def _timed(proc: subprocess.Popen, f) -> tuple[str, httpx.Response]:  # noqa: ANN001
+def _timed(proc: subprocess.Popen, f) -> tuple[str, httpx.Response]:
     """Wall and server CPU time of one request, as 'W ms (server CPU C ms)'."""
     cpu = _cpu_ms(proc)
     t, r = _ms(f)

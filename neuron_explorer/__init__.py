@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # noqa: ANN202 - lazy, so `import neuron_explorer` does not import torch
+def __getattr__(name: str):  # lazy, so `import neuron_explorer` does not import torch
     if name in ("trace_handler", "profile"):
         from . import capture
 

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "traces" / "cpu_mlp_train.pt.trace.json.gz"
 
 
-def build_model(width: int, depth: int):  # noqa: ANN201 - a torch module
+def build_model(width: int, depth: int):  # a torch module
     import torch
 
     layers: list[torch.nn.Module] = []
@@ -27,7 +27,7 @@ def build_model(width: int, depth: int):  # noqa: ANN201 - a torch module
     return torch.nn.Sequential(*layers)
 
 
-def train_step(model, optimizer, x, y) -> float:  # noqa: ANN001 - torch objects
+def train_step(model, optimizer, x, y) -> float:  # torch objects
     import torch
 
     optimizer.zero_grad(set_to_none=True)

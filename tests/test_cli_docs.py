@@ -110,7 +110,7 @@ def test_format_md_reading_examples_run(tmp_path, monkeypatch, ranks):
         if importlib.util.find_spec("pandas") is None:
             block = block.replace("window.to_pandas()", "window")  # pandas is not a dependency
         scope: dict = {}
-        exec(compile(block, "docs/format.md", "exec"), scope)  # noqa: S102 - our own docs
+        exec(compile(block, "docs/format.md", "exec"), scope)  # our own docs
         if "window" in scope:
             assert scope["window"].num_rows == 20  # starts 1.00 ms .. 1.95 ms, 50 us apart
         if "kernels" in scope:

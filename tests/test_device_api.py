@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import neuron_explorer
-import neuron_explorer.backend  # noqa: F401  (registers torch.neuron)
+import neuron_explorer.backend  # registers torch.neuron
 
 RULES = Path(neuron_explorer.__file__).parent / "analysis" / "rules"
 _DOTTED = re.compile(r"\b((?:torch|neuron_explorer)(?:\.\w+)+)(\()?")

@@ -48,7 +48,7 @@ def _load(path: Path) -> dict:
         return json.load(f, parse_float=Decimal)  # Decimal: check precision without float error
 
 
-def _expected_links(con) -> int:  # noqa: ANN001
+def _expected_links(con) -> int:
     """Flow members but the first of each (rank, flow_id), less those whose parent is in the
     same flow (a kernel's instructions: the arrow goes to the kernel)."""
     (members,) = con.execute(

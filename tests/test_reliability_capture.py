@@ -37,7 +37,7 @@ def _script(tmp_path: Path, body: str) -> Path:
     return path
 
 
-def _capture(capfd, script: Path, out: Path):  # noqa: ANN202 - (CaptureResult, stdout, stderr)
+def _capture(capfd, script: Path, out: Path):  # CaptureResult, stdout, stderr
     res = run_captured(["python", str(script)], out, Schedule(wait=1, warmup=1, active=2))
     captured = capfd.readouterr()
     return res, captured.out, captured.err

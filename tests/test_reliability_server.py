@@ -24,7 +24,7 @@ LOAD_SECONDS = 4.0
 CLIENTS = 4
 
 
-def load_bench():  # noqa: ANN201 - the benchmarks/load_bench.py module
+def load_bench():  # the benchmarks/load_bench.py module
     spec = importlib.util.spec_from_file_location(
         "load_bench", ROOT / "benchmarks" / "load_bench.py"
     )

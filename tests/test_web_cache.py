@@ -42,7 +42,7 @@ def entries(cache: Path, profile: Path) -> dict[str, Path]:
     return {kind: store.path(prof, kind) for kind in KINDS}
 
 
-def summary_page(app) -> dict:  # noqa: ANN001
+def summary_page(app) -> dict:
     r = TestClient(app).get("/api/p/gpt")
     assert r.status_code == 200, r.text[:300]
     return r.json()

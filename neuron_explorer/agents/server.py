@@ -63,7 +63,7 @@ def _as_tool(fn: Any) -> Any:
     return tool
 
 
-def build_server(root: str | Path, analysis_cache: str | Path | None = None):  # noqa: ANN201 - MCPServer
+def build_server(root: str | Path, analysis_cache: str | Path | None = None):  # MCPServer
     """The MCP server over the profiles under `root` (a resolved profile or folder of them)."""
     from mcp.server.mcpserver import MCPServer
     from mcp_types import ToolAnnotations

@@ -23,7 +23,7 @@ class Columns:
         self._cache: dict[tuple, object] = {}
         self._lock = threading.Lock()
 
-    def _once(self, key: tuple, make):  # noqa: ANN001, ANN202
+    def _once(self, key: tuple, make):
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
@@ -73,13 +73,13 @@ class Columns:
 
         return self._once(("like", name, pats), lambda: self._lookup(name, hit))
 
-    def _match(self, name: str, key: tuple, test) -> np.ndarray:  # noqa: ANN001
+    def _match(self, name: str, key: tuple, test) -> np.ndarray:
         def hit(values: pa.Array) -> np.ndarray:
             return np.array([v is not None and test(v) for v in values.to_pylist()], dtype=bool)
 
         return self._once(("match", name, key), lambda: self._lookup(name, hit))
 
-    def _lookup(self, name: str, hit) -> np.ndarray:  # noqa: ANN001
+    def _lookup(self, name: str, hit) -> np.ndarray:
         code, values = self.codes(name)
         table = np.append(hit(pa.array(values, pa.string())), False)  # code -1 -> False
         return np.take(table, code)

@@ -45,7 +45,7 @@ class QueryResult:
         }
 
 
-def read_only_connection(profile: Profile, memory_limit: str = MEMORY_LIMIT):  # noqa: ANN201
+def read_only_connection(profile: Profile, memory_limit: str = MEMORY_LIMIT):
     """A DuckDB connection that sees the profile's tables and nothing else on disk.
 
     The tables are registered as pyarrow datasets first; then spills to disk, and external

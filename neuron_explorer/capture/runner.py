@@ -74,7 +74,7 @@ class StepController:
     completes (the script ran fewer steps than wait + warmup + 1).
     """
 
-    def __init__(self, schedule: Schedule, handler) -> None:  # noqa: ANN001 - a TraceHandler
+    def __init__(self, schedule: Schedule, handler) -> None:  # a TraceHandler
         from torch.profiler import ProfilerAction
         from torch.profiler import schedule as torch_schedule
 
@@ -100,7 +100,7 @@ class StepController:
         self.script_cycles = 0
         self.kept_traces = KeptTraces()  # the script's cycles, for its own export_chrome_trace
 
-    def schedule(self, step: int):  # noqa: ANN201 - a ProfilerAction
+    def schedule(self, step: int):  # a ProfilerAction
         action = self.actions.RECORD_AND_SAVE if step == 0 else self.plan(step)
         recording = (self.actions.RECORD, self.actions.RECORD_AND_SAVE)
         if action in recording and self._last not in (self.actions.RECORD,):
@@ -108,7 +108,7 @@ class StepController:
         self._last = action
         return action
 
-    def on_trace_ready(self, prof) -> None:  # noqa: ANN001 - torch.profiler.profile
+    def on_trace_ready(self, prof) -> None:  # torch.profiler.profile
         # This runs inside the script's prof.step() / optimizer.step(): an exception raised here
         # would end the script, and one raised through torch.profiler's step can crash it later.
         try:
@@ -120,7 +120,7 @@ class StepController:
                 f"neuron-explorer: a profile cycle was not written: {failure(e)}", file=sys.stderr
             )
 
-    def _trace_ready(self, prof) -> None:  # noqa: ANN001 - torch.profiler.profile
+    def _trace_ready(self, prof) -> None:  # torch.profiler.profile
         if self.stepped_aside:
             # What ran before the script's profiler started: only a fallback, like step 0.
             raw = self.handler.collect(prof)
@@ -174,7 +174,7 @@ class StepController:
             warnings.simplefilter("ignore")
             prof.__exit__(None, None, None)
 
-    def collect_script_cycle(self, prof) -> Any:  # noqa: ANN001 - the script's profiler
+    def collect_script_cycle(self, prof) -> Any:  # the script's profiler
         """A cycle the script's profiler completed, collected for our profile (up to `repeat`
         of them; None after that or if it cannot be collected)."""
         self.script_cycles += 1

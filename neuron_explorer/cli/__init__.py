@@ -26,7 +26,7 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def _load(name: str):  # noqa: ANN202 - a command module
+def _load(name: str):  # a command module
     return importlib.import_module(f"neuron_explorer.cli.commands.{COMMANDS[name]}")
 
 

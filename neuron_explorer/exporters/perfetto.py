@@ -195,7 +195,7 @@ class _Lanes:
     def _pid(self, rank: int, layer: str, device: str) -> int:
         return self.procs.setdefault((rank, layer, device), len(self.procs) + 1)
 
-    def threads(self, rank: pa.Array, layer: pa.Array, device: pa.Array, track: pa.Array):  # noqa: ANN201
+    def threads(self, rank: pa.Array, layer: pa.Array, device: pa.Array, track: pa.Array):
         """(pid text, tid text) arrays for each event's lane."""
         key = join(int_text(rank), _SEP, as_text(layer), _SEP,
                    pc.fill_null(as_text(device), ""), _SEP, as_text(track))  # fmt: skip
@@ -252,7 +252,7 @@ class _KeyMap:
         self.values: dict[str, tuple[str, ...]] = {}
         self._arrays: tuple[pa.Array, list[pa.Array]] | None = None
 
-    def lookup(self, key: pa.Array, new) -> list[pa.Array]:  # noqa: ANN001
+    def lookup(self, key: pa.Array, new) -> list[pa.Array]:
         for k in pc.unique(key).to_pylist():
             if k not in self.values:
                 self.values[k] = new(k)

@@ -122,22 +122,22 @@ def create_app(
             name, "timeline", lambda p: timeline.build_index(p, store.connection(name))
         )
 
-    def ops(name: str):  # noqa: ANN202 - pyarrow table
+    def ops(name: str):  # pyarrow table
         return persisted(name, "ops_table", lambda p: operators.operator_table(context(p).cols))
 
-    def lines(name: str):  # noqa: ANN202 - pyarrow table
+    def lines(name: str):  # pyarrow table
         return persisted(name, "lines_table", lambda p: source.line_table(context(p).cols))
 
     # neuron_explorer.analysis keeps one DuckDB connection per profile: one analysis call at a time
     def summary(name: str) -> dict[str, Any] | None:
-        def make(p):  # noqa: ANN001, ANN202
+        def make(p):
             with store.profile_lock(name):
                 return overview.analysis_summary(p)
 
         return persisted(name, "summary", make)
 
     def findings(name: str) -> list[dict[str, Any]] | None:
-        def make(p):  # noqa: ANN001, ANN202
+        def make(p):
             with store.profile_lock(name):
                 found = overview.analysis_findings(p)
             for f in found or ():  # so the page can link evidence lines to the source view
@@ -431,7 +431,7 @@ def _attachment(filename: str) -> dict[str, str]:
     return {"Content-Disposition": f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"}
 
 
-def _page_route(page, kind: str):  # noqa: ANN001, ANN202 - a route function for one page kind
+def _page_route(page, kind: str):  # a route function for one page kind
     def route(name: str) -> HTMLResponse:
         return page(kind, name)
 

@@ -86,15 +86,15 @@ class IdleTimeoutProtocol(H11Protocol):
 
     _deadline = None
 
-    def connection_made(self, transport: Any) -> None:  # noqa: D102
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._arm()
 
-    def on_response_complete(self) -> None:  # noqa: D102
+    def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm()
 
-    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+    def connection_lost(self, exc: Exception | None) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
         super().connection_lost(exc)

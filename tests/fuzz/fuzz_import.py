@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fuzz.mutate import KINDS, load, mutate, seed_traces  # noqa: E402
+from fuzz.mutate import KINDS, load, mutate, seed_traces
 
 SEEDS = [load(p) for p in seed_traces()]
 _WORK: list[Path] = []  # one scratch directory per process, made on first use
@@ -86,8 +86,8 @@ def main() -> None:
         print("atheris is not installed (pip install atheris); nothing to fuzz", file=sys.stderr)
         return
     with atheris.instrument_imports(include=["neuron_explorer"]):  # coverage guides the mutations
-        import neuron_explorer.cli  # noqa: F401
-        import neuron_explorer.importers.kineto  # noqa: F401
+        import neuron_explorer.cli
+        import neuron_explorer.importers.kineto
         import neuron_explorer.importers.run  # noqa: F401
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()

@@ -34,7 +34,7 @@ def spec() -> Any:
 def spec_name() -> str:
     try:
         return spec().name
-    except Exception:  # the cost model is optional for the device name
+    except Exception:  # noqa: BLE001 - the cost model is optional for the device name
         return "trn2"
 
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 class _RichProgress:
     """A rich progress bar on stderr, shown only on a terminal and cleared when done."""
 
-    def __init__(self, console, description: str) -> None:  # noqa: ANN001 - rich Console
+    def __init__(self, console, description: str) -> None:  # rich Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         self._bar = Progress(

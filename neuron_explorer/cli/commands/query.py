@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_table(result) -> None:  # noqa: ANN001 - analysis.QueryResult
+def render_table(result) -> None:  # analysis.QueryResult
     from rich.console import Console
     from rich.table import Table
 

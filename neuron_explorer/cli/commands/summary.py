@@ -49,7 +49,7 @@ def _pct(part: float | None, whole: float) -> str:
     return "-" if part is None or not whole else f"{100 * part / whole:.1f}%"
 
 
-def render_summary(s, top: int = 10) -> None:  # noqa: ANN001, C901 - analysis.Summary
+def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     from rich.console import Console
     from rich.table import Table
 

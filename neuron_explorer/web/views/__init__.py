@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def fetch_dicts(con, sql: str, params: list[Any] | tuple = ()) -> list[dict[str, Any]]:  # noqa: ANN001
+def fetch_dicts(con, sql: str, params: list[Any] | tuple = ()) -> list[dict[str, Any]]:
     """Run a query and return its rows as dicts keyed by column name."""
     rel = con.execute(sql, list(params))
     cols = [d[0] for d in rel.description]

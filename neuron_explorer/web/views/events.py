@@ -23,7 +23,7 @@ _BRIEF = (
 )
 
 
-def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:  # noqa: ANN001
+def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     return fetch_dicts(con, sql, params)
 
 
