@@ -3,6 +3,9 @@ the user's line, and what a run that dies inside an op leaves in its profile (is
 
 from __future__ import annotations
 
+import inspect
+import warnings
+
 import torch
 
 import neuron_explorer.backend as backend
@@ -27,3 +30,22 @@ def test_recompile_counted_after_dynamo_reset_and_stats_reset():
     _compiled_linear_twice(model)  # the same graph and shapes as before the reset
     again = backend.compile_stats()
     assert (again.graph_compiles, again.graph_recompiles) == (2, 1)
+
+
+def test_backward_fallback_warning_points_at_the_users_backward_line():
+    from neuron_explorer.backend.runtime import tracking
+
+    tracking._warned.difference_update({"aten::i0", "aten::special_i1"})  # once per process
+    x = torch.randn(4, device="neuron", requires_grad=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        y = torch.special.i0(x).sum()
+        forward_line = inspect.currentframe().f_lineno - 1
+        y.backward()
+        backward_line = inspect.currentframe().f_lineno - 1
+    by_op = {str(w.message).split()[1]: w for w in seen if "not supported" in str(w.message)}
+    assert (by_op["aten::i0"].filename, by_op["aten::i0"].lineno) == (__file__, forward_line)
+    bwd = by_op["aten::special_i1"]  # i0's backward runs i1, on autograd's device thread
+    assert (bwd.filename, bwd.lineno) == (__file__, backward_line)
+    assert "backward of I0Backward0" in str(bwd.message)
+    assert torch.equal(x.grad.cpu(), torch.special.i1(x.detach().cpu()))

@@ -75,14 +75,51 @@ def warn_float64() -> None:
 
 
 def _warn_at_user_line(message: str) -> None:
-    """Warn pointing at the user's line (not torch's or ours), like a CUDA warning would."""
+    """Warn pointing at the user's line (not torch's or ours), like a CUDA warning would.
+
+    Backward kernels run on autograd's device thread, whose stack has no user frame: the
+    warning then names the backward node and points at the user's `.backward()` (or
+    `autograd.grad`) call, on the thread that waits for it.
+    """
+    import torch
+
     from neuron_explorer.backend.runtime.source import user_frame
 
     where = user_frame(3)
+    node = torch._C._current_autograd_node()
+    if node is not None:
+        message = message.replace(
+            " is not supported", f" (backward of {node.name()}) is not supported", 1
+        )
+        if where is None:
+            where = backward_caller()
     if where is None:
         warnings.warn(message, UserWarning, stacklevel=3)
     else:
         warnings.warn_explicit(message, UserWarning, where[0], where[1])
+
+
+def backward_caller() -> tuple[str, int, str] | None:
+    """The user frame that called backward: on another thread, blocked in autograd's engine."""
+    import sys
+    import threading
+
+    from neuron_explorer.backend.runtime.source import is_user_file
+
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        in_engine = False
+        f = frame
+        while f is not None:
+            code = f.f_code
+            if code.co_name in ("_engine_run_backward", "run_backward"):
+                in_engine = True
+            elif in_engine and is_user_file(code.co_filename):
+                return code.co_filename, f.f_lineno, code.co_name
+            f = f.f_back
+    return None
 
 
 def get_executed_ops() -> list[str]:
