@@ -7,11 +7,12 @@ entry point). The public API is re-exported here; see docs/device.md.
 from __future__ import annotations
 
 import sys as _sys
+import types as _types
 
 
 def _autoloading() -> bool:
     """True while torch's device-backend autoload imports us (an exception would break torch)."""
-    frame = _sys._getframe(1)
+    frame: _types.FrameType | None = _sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "_import_device_backends":
             return True

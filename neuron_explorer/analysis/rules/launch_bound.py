@@ -41,7 +41,7 @@ class LaunchBound(Rule):
     def bound_steps(self, ctx: AnalysisContext) -> tuple[pa.Table | None, dict]:
         """The launch-bound step windows (breakdown rows plus idle_ns, the idle time no more
         specific rule explains; None when there are none) and the per-rank median kernels."""
-        none = (None, {})
+        none: tuple[pa.Table | None, dict] = (None, {})
         if not ctx.device_ranks:
             return none
         med = ctx.rows(

@@ -16,7 +16,7 @@ FLOAT32 = (
     "cumsum", "norm", "frobenius_norm", "nuclear_norm", "cosine_similarity", "kl_div", "sum", "prod",
 )  # fmt: skip
 
-_KEY = torch._C.DispatchKey.AutocastPrivateUse1
+_KEY = torch._C.DispatchKey.AutocastPrivateUse1  # type: ignore[attr-defined]  # not in the stubs
 _libs: list[torch.library.Library] = []
 
 

@@ -72,7 +72,7 @@ class RuntimeEvent:
 
 _ids = itertools.count(1)
 _flows = itertools.count(1)
-_buf: list[tuple] = []
+_buf: list[Any] = []  # record tuples, and launch lists (placed later: rec[-1] is set)
 _lock = threading.Lock()
 _instruction_limit = DEFAULT_INSTRUCTION_LIMIT
 
@@ -255,7 +255,7 @@ def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
                 name=r.opcode, op_name=op, tid=tid, device_start_ns=base + int(r.start_ns),
                 device_dur_ns=int(r.dur_ns), track=r.track, engine=r.engine, flops=int(r.flops),
                 bytes_read=int(r.bytes_read), bytes_written=int(r.bytes_written), flow_id=flow,
-                parent_id=eid, src_file=file, src_line=line, src_func=func, module=module,
+                parent_id=eid, src_file=file, src_line=line, src_func=func, stack=stack, module=module,
                 seq_nr=seq, is_backward=bwd, args={"count": r.count, "utilization": r.utilization},
             )
         )  # fmt: skip

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+import types
 
 from torch.autograd import profiler as _prof
 
@@ -31,6 +32,7 @@ _installed = False
 
 def _inside_backend() -> bool:
     """True when a frame of the backend is on this thread's stack (its call's span holds us)."""
+    f: types.FrameType | None
     try:
         f = sys._getframe(2)
     except ValueError:  # no Python frames: a collection from C++ (autograd's device thread)

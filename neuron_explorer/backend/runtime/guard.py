@@ -126,7 +126,7 @@ def install() -> str:
             kind = "native"
             return kind
         except Exception as exc:  # noqa: BLE001 - the Python guard still works
-            problem = exc
+            problem: Exception | str = exc
     else:
         problem = "NEURON_PYTHON_GUARD=1"
     hooks, guard = _Hooks(), _PythonGuard()

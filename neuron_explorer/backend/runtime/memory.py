@@ -8,6 +8,7 @@ records, each change is a memory event.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -49,7 +50,7 @@ def track(payload) -> None:
     nbytes = storage.nbytes()
     if nbytes <= 0:
         return
-    ref = weakref.ref(storage, lambda _r, key=key, n=nbytes: _free(key, n))
+    ref = weakref.ref(storage, functools.partial(_collected, key, nbytes))
     with _lock:
         _live[key] = ref
         _allocated += nbytes
@@ -57,6 +58,11 @@ def track(payload) -> None:
             _peak = _allocated
     if _prof._is_profiler_enabled:
         _record(nbytes)
+
+
+def _collected(key: int, nbytes: int, _ref: object) -> None:
+    """The weak reference's callback: the storage is gone."""
+    _free(key, nbytes)
 
 
 def _free(key: int, nbytes: int) -> None:

@@ -7,6 +7,7 @@ advances the one clock (model.py); kernels go to the DeviceTimeline at their mod
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 from torch.autograd import profiler as _prof
@@ -219,7 +220,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
         key = (info, p.shape, p.dtype, q.shape, q.dtype)
     else:
         key = _cache_key(info, inputs)
-    entry = _compile_cache.get(key, _MISSING)
+    entry: Any = _compile_cache.get(key, _MISSING)
     if entry is _MISSING:
         compiled = True
         entry = _compile_cache[key] = None
