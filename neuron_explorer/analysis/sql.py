@@ -58,6 +58,7 @@ def read_only_connection(profile: Profile, memory_limit: str = MEMORY_LIMIT):
     for name in TABLES:
         con.register(name, profile.dataset(name))
     con.execute(NO_SPILLS).fetchall()
+    con.execute("SET enable_progress_bar = false").fetchall()  # never print into a server's log
     con.execute(f"SET memory_limit = '{memory_limit}'").fetchall()
     con.execute(f"SET threads = {QUERY_THREADS}").fetchall()
     con.execute("SET enable_external_access = false").fetchall()

@@ -1,5 +1,13 @@
 // Shared helpers for every page. All text goes into the DOM through textContent (h() below),
 // never through innerHTML, so event names and source code are always shown, never run.
+// Text from a profile may carry bidi controls (a right-to-left override makes `evil\u202Egnp.py`
+// read as `evilyp.png`, and reorders the UI text around it): every string shown is passed
+// through clean(), which shows each control as a visible U+FFFD instead.
+const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
+export const clean = (s) => String(s).replace(BIDI, "\uFFFD");
+// plotly renders its strings as a subset of HTML (<a href>, <span style>, <b>...): text from a
+// profile is escaped before it reaches a chart (plotly turns the entities back into characters).
+export const plotText = (s) => clean(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
 export const profile = document.body.dataset.profile || "";
 export const fileId = document.body.dataset.fileId || "";
@@ -9,8 +17,14 @@ export async function api(path) {
   const res = await fetch("/api" + path);
   let body = null;
   try { body = await res.json(); } catch (e) { /* not JSON */ }
-  if (!res.ok) throw new Error((body && (body.error || body.detail)) || `${res.status} ${res.statusText}`);
+  if (!res.ok) throw new Error((body && (body.error || detailText(body.detail))) || `${res.status} ${res.statusText}`);
   return body;
+}
+
+// FastAPI's validation errors are a list of {loc, msg}: a sentence, never "[object Object]"
+function detailText(detail) {
+  if (!Array.isArray(detail)) return detail ? String(detail) : "";
+  return detail.map((d) => `${(d.loc || []).slice(1).join(".") || "request"}: ${d.msg}`).join("; ");
 }
 
 export function h(tag, attrs, ...children) {
@@ -20,12 +34,12 @@ export function h(tag, attrs, ...children) {
     if (k === "class") el.className = v;
     else if (k === "style" && typeof v === "object") Object.assign(el.style, v);
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else if (k === "text") el.textContent = v;
-    else el.setAttribute(k, v === true ? "" : v);
+    else if (k === "text") el.textContent = clean(v);
+    else el.setAttribute(k, v === true ? "" : k === "title" ? clean(v) : v);
   }
   for (const c of children.flat()) {
     if (c === null || c === undefined || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    el.append(c instanceof Node ? c : document.createTextNode(clean(c)));
   }
   return el;
 }
@@ -164,7 +178,20 @@ export function plot(el, data, layout = {}) {
     legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }, hoverlabel: { font: { family: PLOT_FONT.family } },
   };
   const merged = { ...base, ...layout, xaxis: { ...base.xaxis, ...(layout.xaxis || {}) }, yaxis: { ...base.yaxis, ...(layout.yaxis || {}) } };
-  return window.Plotly.newPlot(el, data, merged, { displaylogo: false, responsive: true });
+  return window.Plotly.newPlot(el, data.map(escapeTrace), merged, { displaylogo: false, responsive: true });
+}
+
+// Every string of a trace that plotly may render (categories, labels, legend names, hover
+// text) is escaped; templates (hovertemplate) are ours and keep their markup.
+const PLOT_TEXT_KEYS = ["x", "y", "text", "hovertext", "name", "labels", "parents"];
+function escapeTrace(trace) {
+  const out = { ...trace };
+  for (const k of PLOT_TEXT_KEYS) {
+    const v = out[k];
+    if (typeof v === "string") out[k] = plotText(v);
+    else if (Array.isArray(v)) out[k] = v.map((x) => (typeof x === "string" ? plotText(x) : x));
+  }
+  return out;
 }
 
 export const KIND_COLORS = {

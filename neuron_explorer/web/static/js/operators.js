@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, fmtNum, fmtBytes, dataTable, plot, pUrl, sourceUrl, timelineUrl, enc, section, setModeled, profile, qs } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, fmtBytes, dataTable, plot, pUrl, sourceUrl, timelineUrl, enc, section, setModeled, profile, qs, clean } from "./common.js";
 
 async function expand(row, tr, modeled) {
   const next = tr.nextElementSibling;
@@ -67,7 +67,7 @@ run(async () => {
   }
   const want = qs("op");
   if (want) {
-    const tr = [...table.querySelectorAll("tbody tr")].find((r) => r.firstChild.textContent === "▸ " + want);
+    const tr = [...table.querySelectorAll("tbody tr")].find((r) => r.firstChild.textContent === "▸ " + clean(want));
     if (tr) { tr.scrollIntoView({ block: "center" }); tr.click(); }
   }
 });

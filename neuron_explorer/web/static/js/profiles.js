@@ -1,8 +1,11 @@
 import { api, h, mount, run, fmtNs, fmtNum, dataTable, findingChips, pUrl, enc, section } from "./common.js";
 
-run(async () => {
-  const data = await api("/profiles");
-  const chosen = new Set();
+const POLL_MS = 3000;
+const chosen = new Set(); // kept across refreshes of the list
+
+run(async () => render(await api("/profiles")));
+
+function render(data) {
   const button = h("button", { class: "btn primary", disabled: true, id: "compare-btn" }, "Compare the two selected");
   button.addEventListener("click", () => {
     const [a, b] = [...chosen];
@@ -11,7 +14,7 @@ run(async () => {
   const update = () => { button.disabled = chosen.size !== 2; };
   const cols = [
     { label: "", cell: (r) => {
-      const box = h("input", { type: "checkbox", class: "pick", "data-name": r.name, disabled: !!r.error });
+      const box = h("input", { type: "checkbox", class: "pick", "data-name": r.name, disabled: !!r.error, checked: chosen.has(r.name) });
       box.addEventListener("change", () => {
         if (box.checked) chosen.add(r.name); else chosen.delete(r.name);
         if (chosen.size > 2) { const first = [...chosen][0]; chosen.delete(first); document.querySelector(`input.pick[data-name="${CSS.escape(first)}"]`).checked = false; }
@@ -29,11 +32,16 @@ run(async () => {
       : r.top_finding ? h("span", {}, findingChips(r.top_finding), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title))
       : r.analysis_pending ? h("span", { class: "note" }, "analysing…") : "" },
   ];
+  update();
+  const skipped = data.skipped || [];
   mount(
     h("h1", {}, "Profiles"),
     h("p", { class: "note" }, `Serving ${data.root}. Select two profiles to compare them.`),
     section("Profiles", dataTable(cols, data.profiles, { sortKey: "name", desc: false }), h("div", { class: "sql-actions" }, button)),
+    skipped.length ? section("Not served", h("p", { class: "note" }, "Profiles in this folder that the server does not show, and why:"),
+      h("ul", { class: "list-plain", id: "skipped" }, skipped.map((s) => h("li", {}, h("span", { class: "mono" }, s.name), " — ", s.reason)))) : null,
   );
-  // large profiles are analysed in the background: show their top finding once known
-  if (data.profiles.some((r) => r.analysis_pending)) setTimeout(() => location.reload(), 3000);
-});
+  // large profiles are analysed in the background: ask the list again (never reload the page,
+  // which would lose what is ticked) until their top finding is known
+  if (data.profiles.some((r) => r.analysis_pending)) setTimeout(() => api("/profiles").then(render).catch((e) => console.warn(e)), POLL_MS);
+}

@@ -1,7 +1,7 @@
 // The timeline: every lane on one time axis, drawn on a canvas from the server's reduced window.
 // Wheel or W/S zooms around the pointer, drag or A/D pans; each change asks the server for the
 // new window. Canvas text is drawn with fillText, so names are never parsed as HTML.
-import { api, h, mount, run, fmtNs, fmtNum, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl, clean } from "./common.js";
 
 const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6;
 const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0 };
@@ -123,7 +123,7 @@ function draw() {
       }
       if (w > 36) {
         ctx.fillStyle = merged ? "#111827" : textColor(fill);
-        const label = merged ? `${name} ×${r.count[i]}` : name;
+        const label = clean(merged ? `${name} ×${r.count[i]}` : name);
         const maxChars = Math.floor((w - 6) / 6.2);
         ctx.fillText(label.length > maxChars ? label.slice(0, Math.max(1, maxChars - 1)) + "…" : label, x + 3, y + ROW / 2);
       }
@@ -137,7 +137,7 @@ function draw() {
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(GUTTER - 1, 0, 1, height);
   state.rows.forEach((r) => {
     ctx.fillStyle = r.lane.layer === "host" ? "#1f2937" : "#065f46";
-    let label = laneLabel(r.lane);
+    let label = clean(laneLabel(r.lane));
     if (r.count) label = `▸ ${r.lane.device} · DMA (${r.count} queues)`;
     else if (r.group) label = "▾ " + label;
     ctx.fillText(label.length > 30 ? label.slice(0, 29) + "…" : label, 8, r.top + ROW / 2);
