@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import warnings
 
+import pytest
 import torch
 
 import neuron_explorer.backend as backend
@@ -17,6 +18,7 @@ def _compiled_linear_twice(model):
     f(torch.randn(3, 4, device="neuron"))  # a new batch size: a recompile
 
 
+@pytest.mark.slow  # torch.compile: ~9 s
 def test_recompile_counted_after_dynamo_reset_and_stats_reset():
     model = torch.nn.Linear(4, 4).to("neuron")
     torch._dynamo.reset()
@@ -49,3 +51,29 @@ def test_backward_fallback_warning_points_at_the_users_backward_line():
     assert (bwd.filename, bwd.lineno) == (__file__, backward_line)
     assert "backward of I0Backward0" in str(bwd.message)
     assert torch.equal(x.grad.cpu(), torch.special.i1(x.detach().cpu()))
+
+
+def test_whole_ops_cover_every_decomposed_op_with_a_cpu_kernel():
+    from neuron_explorer.backend.runtime import whole_ops
+
+    # torch 2.13's list; a torch upgrade that adds one makes this fail until it is added
+    assert whole_ops.decomposed_with_cpu_kernel() == sorted(whole_ops.WHOLE_OPS)
+
+
+@pytest.mark.parametrize("act", [torch.nn.functional.silu, torch.nn.functional.mish])
+@pytest.mark.parametrize("n", [7, 1000, 4097])
+def test_silu_and_mish_gradients_bitwise_equal_to_cpu(act, n):
+    torch.manual_seed(n)
+    x = torch.randn(n, requires_grad=True)
+    dev = x.detach().to("neuron").requires_grad_()
+    g = torch.randn(n)
+    act(x).backward(g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # mish_backward may be a CPU fallback: same numbers
+        act(dev).backward(g.to("neuron"))
+    assert torch.equal(x.grad, dev.grad.cpu())
+    (gx,) = torch.autograd.grad(act(x).sum(), x, create_graph=True)  # double backward too
+    (gd,) = torch.autograd.grad(act(dev).sum(), dev, create_graph=True)
+    assert torch.equal(
+        torch.autograd.grad(gx.sum(), x)[0], torch.autograd.grad(gd.sum(), dev)[0].cpu()
+    )

@@ -34,6 +34,9 @@ def register() -> None:
         from neuron_explorer.backend.runtime import factories
 
         factories.register_library_impls()
+        from neuron_explorer.backend.runtime import whole_ops
+
+        whole_ops.register()
         from neuron_explorer.backend.runtime import autocast, gcpause
 
         autocast.register()
