@@ -41,6 +41,9 @@ def register() -> None:
 
         autocast.register()
         gcpause.install()
+        from neuron_explorer.backend import distributed
+
+        distributed.register()
         _registered = True
 
 

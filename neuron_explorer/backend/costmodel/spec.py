@@ -54,6 +54,26 @@ class RuntimeSpec:
 
 
 @dataclass(frozen=True)
+class CollectiveSpec:
+    """Chip-to-chip links the collectives run over (one rank per chip in the model)."""
+
+    link_bytes_per_s: float  # NeuronLink, per chip, all its links together
+    efa_bytes_per_s: float  # EFA between instances, the instance's bandwidth per chip
+    chips_per_node: int  # chips one NeuronLink domain (an instance) holds
+    step_latency_ns: int  # fixed cost of one ring or tree step (a hop's handshake)
+
+
+# Collective links per chip generation; the sources are in each DeviceSpec's `sources`.
+CC_TRN1 = CollectiveSpec(384e9, 800e9 / 8 / 16, 16, 5_000)
+CC_TRN2 = CollectiveSpec(1.28e12, 3.2e12 / 8 / 16, 16, 3_000)
+CC_TRN3 = CollectiveSpec(2.56e12, 3.2e12 / 8 / 16, 16, 3_000)
+_CC_SOURCES = (
+    ("collectives.chips_per_node", "trn1.32xlarge / trn2.48xlarge: 16 chips per instance"),
+    ("collectives.step_latency_ns", ASSUMPTION + ": a few us per ring step, as NCCL's"),
+)
+
+
+@dataclass(frozen=True)
 class ModelPolicy:
     """How the modeled compiler tiles and pipelines work: model choices, not chip facts."""
 
@@ -94,6 +114,7 @@ class DeviceSpec:
     runtime: RuntimeSpec
     sources: tuple[tuple[str, str], ...] = field(default=())
     policy: ModelPolicy = field(default=ModelPolicy())
+    collectives: CollectiveSpec = CC_TRN2
 
     @property
     def clock_hz(self) -> float:
@@ -223,8 +244,18 @@ TRN1 = DeviceSpec(
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN2_NKI + ": 24 MiB in NeuronCore-v2"),
         ("psum_bytes", SRC_TRN1_NKI + ": 2 MiB"),
+        (
+            "collectives.link_bytes_per_s",
+            ASSUMPTION + ": NeuronLink-v2, 4 links per chip (" + SRC_TRN1_NKI + ")",
+        ),
+        (
+            "collectives.efa_bytes_per_s",
+            "trn1.32xlarge: 800 Gbps EFA over 16 chips (" + SRC_TRN1_CHIP + ")",
+        ),
+        *_CC_SOURCES,
         *_RUNTIME_SOURCES,
     ),
+    collectives=CC_TRN1,
 )
 
 TRN2 = DeviceSpec(
@@ -286,8 +317,15 @@ TRN2 = DeviceSpec(
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN2_NKI + ": 28 MiB (128 partitions of 224 KiB)"),
         ("psum_bytes", SRC_TRN2_NKI + ": 2 MiB"),
+        ("collectives.link_bytes_per_s", SRC_TRN2_CHIP + ": NeuronLink-v3, 1.28 TB/s per chip"),
+        (
+            "collectives.efa_bytes_per_s",
+            "trn2.48xlarge: 3.2 Tbps EFAv3 over 16 chips (" + SRC_TRN2_CHIP + ")",
+        ),
+        *_CC_SOURCES,
         *_RUNTIME_SOURCES,
     ),
+    collectives=CC_TRN2,
 )
 
 TRN3 = DeviceSpec(
@@ -344,8 +382,12 @@ TRN3 = DeviceSpec(
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN3_CORE + ": 32 MiB"),
         ("psum_bytes", SRC_TRN3_NKI + ": 2 MiB, as in v3"),
+        ("collectives.link_bytes_per_s", SRC_TRN3_CHIP + ": NeuronLink-v4, 2.56 TB/s per device"),
+        ("collectives.efa_bytes_per_s", ASSUMPTION + ": as trn2 (3.2 Tbps per 16 chips)"),
+        *_CC_SOURCES,
         *_RUNTIME_SOURCES,
     ),
+    collectives=CC_TRN3,
 )
 
 SPECS: dict[str, DeviceSpec] = {s.name: s for s in (TRN1, TRN2, TRN3)}
