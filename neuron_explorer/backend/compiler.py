@@ -111,6 +111,32 @@ def lower_graph(gm: torch.fx.GraphModule) -> list[Kernel]:
     return kernels
 
 
+def to_payload_devices(gm: torch.fx.GraphModule) -> None:
+    """The program runs on the CPU payloads: a factory node that asked for the device
+    (`torch.ones(3, device="neuron")`, `torch.arange(n, device=x.device)`) makes its tensor
+    beside them, and the `_to_copy` to the CPU that tracing put after it goes."""
+    moved = set()
+    for node in gm.graph.nodes:
+        device = node.kwargs.get("device") if node.op == "call_function" else None
+        if isinstance(device, torch.device) and device.type == "neuron":
+            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+            moved.add(node)
+    if not moved:
+        return
+    for node in list(gm.graph.nodes):
+        if node.target is not torch.ops.aten._to_copy.default or node.args[0] not in moved:
+            continue
+        val, src = node.meta.get("val"), node.args[0].meta.get("val")
+        same = set(node.kwargs) <= {"dtype", "layout", "device"} and (
+            val is not None and src is not None and val.dtype == src.dtype
+        )
+        if same:
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+
+
 class DeviceProgram:
     """A compiled graph: running it launches its kernels as one program on the modeled device."""
 
@@ -140,6 +166,7 @@ class DeviceProgram:
 def _compile(kind: str, graph_id: str):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
         t0 = time.time_ns()
+        to_payload_devices(gm)
         kernels = lower_graph(gm)
         program = DeviceProgram(gm, f"neuron_graph_{graph_id}_{kind}", kernels)
         if _prof._is_profiler_enabled:

@@ -16,6 +16,7 @@ DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registratio
 _NO_KWARGS: dict = {}
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _DATA = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.data
+_STRIDED = torch.strided
 
 
 def _dispatch_first_use(func, args, kwargs):
@@ -36,6 +37,17 @@ def set_device_object(device: torch.device) -> None:
     _dispatch = dispatch
 
 
+def _mirror_math_bits(wrapper: torch.Tensor, payload: torch.Tensor) -> None:
+    """A lazy conjugate or negative view keeps its bit on the wrapper too: the bits live on the
+    tensor that reaches the dispatcher, whose Conjugate/Negative fallbacks resolve them before
+    an op reaches `__torch_dispatch__` (inside it those keys are excluded, so a bit left only on
+    the payload would be ignored and the values silently wrong)."""
+    if payload.is_conj():
+        torch._C._set_conj(wrapper, True)
+    if payload.is_neg():
+        torch._C._set_neg(wrapper, True)
+
+
 class NeuronTensor(torch.Tensor):
     """A tensor on the modeled neuron device; `_payload` is the CPU tensor that holds its data."""
 
@@ -44,14 +56,25 @@ class NeuronTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, payload: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
         # fewest keywords that describe the payload: argument parsing is most of the cost
-        offset = payload.storage_offset()
-        if offset:
-            t = _make_wrapper(cls, payload.shape, strides=payload.stride(), storage_offset=offset,
-                              dtype=payload.dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
-        else:
-            t = _make_wrapper(cls, payload.shape, strides=payload.stride(), dtype=payload.dtype,
-                              device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+        try:
+            if payload.layout is not _STRIDED:
+                raise RuntimeError("sparse")
+            offset = payload.storage_offset()
+            if offset:
+                t = _make_wrapper(cls, payload.shape, strides=payload.stride(), storage_offset=offset,
+                                  dtype=payload.dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+            else:
+                t = _make_wrapper(cls, payload.shape, strides=payload.stride(), dtype=payload.dtype,
+                                  device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+        except (NotImplementedError, RuntimeError):  # no strided storage: sparse or nested
+            from neuron_explorer.backend.runtime.unsupported import error_for
+
+            if payload.layout is _STRIDED and not payload.is_nested:
+                raise
+            raise error_for(payload) from None
         t._payload = payload
+        if payload.is_conj() or payload.is_neg():
+            _mirror_math_bits(t, payload)
         return t
 
     def __init__(self, payload: torch.Tensor, requires_grad: bool = False) -> None:

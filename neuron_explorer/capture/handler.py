@@ -25,7 +25,9 @@ import pyarrow.compute as pc
 from ..errors import ExplorerError
 from ..model.io import ProfileWriter
 from ..model.profile import Profile, is_profile
-from . import sources
+from ..model.schema import STACKS, conform
+from . import ranks, sources
+from .ending import exiting_exception, run_ended
 from .host import without_own_frames
 from .merge import in_window, merge
 
@@ -80,7 +82,8 @@ class TraceHandler:
         self, dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
     ) -> None:
         base = Path(dir_name)
-        worker_name = worker_name or _distributed_worker()
+        # the ranks of a torch.distributed job write one profile together (capture/ranks.py)
+        self.job = None if worker_name else _distributed_job()
         self.base = base / worker_name if worker_name else base
         self.use_gzip = use_gzip  # tensorboard_trace_handler's; profiles are zstd Parquet anyway
         self.cycles = 0
@@ -103,6 +106,9 @@ class TraceHandler:
         prof.export_chrome_trace(str(trace))
         runtime = _runtime_module()
         drained = tuple(runtime.drain()) if runtime is not None else ()
+        exc = exiting_exception()  # the `with profile(...)` block is ending in an exception
+        if exc is not None:
+            self.extra["run_ended"] = run_ended(exc)
         import torch
 
         return RawCapture(workdir, trace, drained, _device_spec() if drained else None,
@@ -121,7 +127,10 @@ class TraceHandler:
         path = self.path_for(self.cycles)
         try:
             self._check(path)
-            write_profile(raw, path, self.extra)
+            if self.job is None:
+                write_profile(raw, path, self.extra)
+            else:
+                _write_rank(raw, path, self.extra, self.job)
         except (ExplorerError, OSError) as e:
             print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
             return None
@@ -159,23 +168,44 @@ def trace_handler(
     return TraceHandler(dir_name, worker_name, use_gzip)
 
 
-def _distributed_worker() -> str | None:
-    """ "rank<N>" when several torch.distributed ranks run, so they never share a profile."""
+@dataclass(frozen=True)
+class Job:
+    """This process's place in a torch.distributed job of several ranks."""
+
+    rank: int
+    world_size: int
+    run_id: str
+
+
+def _distributed_job() -> Job | None:
+    """The job when several torch.distributed ranks run (they then share one profile)."""
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             if dist.get_world_size() > 1:
-                return f"rank{dist.get_rank()}"
+                run_id = os.environ.get("TORCHELASTIC_RUN_ID") or "{}:{}".format(
+                    os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+                )
+                return Job(dist.get_rank(), dist.get_world_size(), run_id)
     except (RuntimeError, ValueError):
         pass
     return None
+
+
+def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) -> None:
+    """This rank's part, then the job's profile from every part written so far."""
+    part = ranks.part_path(path, job.rank)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    write_profile(raw, part, extra)
+    ranks.assemble(path, job.world_size, job.run_id)
 
 
 def _import_host(trace: Path, workdir: Path) -> Profile:
     from ..importers import import_traces
 
     out = workdir / "host-profile"
-    import_traces([trace], out)
+    # host lanes by thread id: the runtime's calls are recorded as "thread <tid>" and nest in them
+    import_traces([trace], out, thread_names=False)
     return Profile.open(out)
 
 
@@ -193,7 +223,12 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
     else:
         runtime = []
     events, stacks = without_own_frames(events, host.table("stacks"))
-    merged = merge(events, origin, runtime)
+    first_stack = int(pc.max(stacks.column("stack_id")).as_py()) + 1 if stacks.num_rows else 0
+    merged = merge(events, origin, runtime, first_stack_id=first_stack)
+    if merged.stacks.num_rows:
+        stacks = pa.concat_tables(
+            [conform(STACKS, stacks), merged.stacks], promote_options="permissive"
+        ).unify_dictionaries()
     counters = host.table("counters")
     if merged.counters.num_rows:
         counters = pa.concat_tables([counters, merged.counters]).unify_dictionaries()
@@ -202,7 +237,8 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
         writer.write_table("stacks", stacks)
         writer.write_table("counters", counters)
         files = sources.named_files(merged.events, stacks)
-        for file, text in sources.readable(files, raw.roots):
+        kept = sources.select(files, [*raw.roots, *sources.library_roots()])
+        for file, text in kept.kept:
             writer.add_source(file, text)
         final = replace(
             manifest,
@@ -213,6 +249,7 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
             host=manifest.host or platform.node(),
             steps=merged.steps,
             inputs=(),
-            extra={**manifest.extra, **(extra or {}), "simulator_ns_removed": merged.removed_ns},
+            extra={**manifest.extra, **(extra or {}), "simulator_ns_removed": merged.removed_ns,
+                   **kept.manifest_extra()},  # fmt: skip
         )
         return writer.commit(final)

@@ -35,7 +35,7 @@ def _kineto_recognises(path: Path) -> bool:
             head = f.read(64).lstrip()
     except OSError:
         return False
-    return head.startswith((b"{", b"\x1f\x8b"))
+    return head.startswith((b"{", b"[", b"\x1f\x8b"))
 
 
 def _kineto_run(paths: Sequence[Path], out: Path, **kw: object) -> Path:
@@ -84,8 +84,10 @@ def import_traces(
     overwrite: bool = False,
     source_roots: Sequence[Path] = (),
     importer: str | None = None,
+    thread_names: bool = True,
 ) -> Path:
-    """Import trace files (or directories of them) into a new profile directory at `out`."""
+    """Import trace files (or directories of them) into a new profile directory at `out`
+    (`thread_names`: lanes named by the traces' thread_name metadata, else by thread id)."""
     files = trace_files(paths)
     if importer is None:
         chosen = next((i for i in IMPORTERS.values() if i.recognises(files[0])), None)
@@ -95,5 +97,10 @@ def import_traces(
     else:
         chosen = IMPORTERS[importer]
     return chosen.run(
-        files, Path(out), progress=progress, overwrite=overwrite, source_roots=source_roots
+        files,
+        Path(out),
+        progress=progress,
+        overwrite=overwrite,
+        source_roots=source_roots,
+        thread_names=thread_names,
     )

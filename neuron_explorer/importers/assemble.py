@@ -13,7 +13,6 @@ import pyarrow as pa
 from ..errors import BadInputError
 from ..model.io import ROW_GROUP_ROWS, ProfileWriter
 from ..model.manifest import Manifest, Step
-from . import pystacks
 from .kineto import FileData
 
 
@@ -107,7 +106,7 @@ def write_profile(
     report(0.8)
     writer.write_table("stacks", _concat(stacks))
     writer.write_table("counters", _concat(counters))
-    _copy_sources(writer, files, source_roots)
+    skipped = _copy_sources(writer, files, source_roots)
     many = len(files) > 1
     devices = [
         {**d, "rank": r} if many else d
@@ -126,7 +125,8 @@ def write_profile(
             "kineto": [
                 {"rank": r, "path": str(f.path), **f.meta}
                 for r, f in zip(ranks, files, strict=True)
-            ]
+            ],
+            **skipped,
         },
     )
     path = writer.commit(manifest)
@@ -140,15 +140,19 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 
 def _copy_sources(
     writer: ProfileWriter, files: Sequence[FileData], source_roots: Sequence[Path]
-) -> None:
-    """Keep the text of each user file named by a stack, found as written or under a root."""
+) -> dict:
+    """Keep the text of each user or model file named by a stack: only Python sources under
+    the given roots or the trace's own (its directory and the one above it, where a project's
+    traces/ folder sits beside its code), never a path out of them (a trace is untrusted
+    input, see capture/sources.py). Returns the manifest's record of what was skipped."""
+    from .sources import Selection, select
+
+    done = Selection()
     for f in files:
-        roots = [*source_roots, Path.cwd(), *list(f.path.resolve().parents)[:3]]
-        for name in sorted(f.user_files):
-            found = pystacks.find_source(name, roots)
-            if found is None:
-                continue
-            try:
-                writer.add_source(name, found.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError):
-                continue
+        here = f.path.resolve().parent
+        chosen = select(sorted(f.user_files), [*source_roots, here, here.parent])
+        for name, text in chosen.kept:
+            writer.add_source(name, text)
+        done.kept += chosen.kept
+        done.skipped += chosen.skipped
+    return done.manifest_extra()

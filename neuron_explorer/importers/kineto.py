@@ -20,14 +20,23 @@ import pyarrow.compute as pc
 
 from ..errors import BadInputError
 from . import kineto_decode as kd
+from . import kineto_lanes as kl
 from . import pystacks
 from .kineto_extract import Decoded, DecodeOptions, extract
-from .kineto_kinds import COLLECTIVE_PREFIXES, KIND_NAMES, MEMORY_EVENT, STEP_NAME, K, roles
+from .kineto_kinds import (
+    COLLECTIVE_PREFIXES,
+    DMA_PREFIX,
+    KIND_NAMES,
+    LANE_NAME_EVENTS,
+    MEMORY_EVENT,
+    MTIA_CATEGORIES,
+    STEP_NAME,
+    K,
+    roles,
+)
 from .kineto_links import fwdbwd, launches
+from .kineto_memory import memory_counters
 from .nesting import NONE, containing, nearest, nest
-
-# c10::DeviceType values seen in [memory] events
-DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "cuda", 12: "xpu", 13: "mps", 20: "neuron"}
 
 
 @dataclass
@@ -64,13 +73,17 @@ def load(
     path: Path,
     progress: Callable[[float], None] | None = None,
     options: DecodeOptions | None = None,
+    *,
+    thread_names: bool = True,
 ) -> FileData:
-    """Read, decode and map one trace file."""
+    """Read, decode and map one trace file (`thread_names`: lanes named by the trace's
+    thread_name metadata, else by tid alone)."""
     report = progress or (lambda f: None)
     d = extract(path, options or DecodeOptions(), lambda f: report(0.6 * f))
     report(0.6)
     c = _classify(d)
-    r = _rows(path, d, c)
+    names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
+    r = _rows(path, d, c, names if thread_names else None)
     report(0.7)
     parent = _host_parents(r)
     links = _launch_links(d, r)
@@ -87,8 +100,9 @@ def load(
         "args": _args_column(d, r, flow_extra),
     }
     base = d.trace.baseTimeNanoseconds or 0
-    counters = _counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
-    used = np.unique(stacks.user_frame[stacks.user_frame >= 0])
+    counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
+    frame_rows = np.concatenate([stacks.user_frame, stacks.model_frame])
+    used = np.unique(frame_rows[frame_rows >= 0])  # user and model files: sources to keep
     report(1.0)
     return FileData(
         path=path,
@@ -99,7 +113,7 @@ def load(
         counters=counters,
         steps=steps,
         devices=list(d.trace.deviceProperties),
-        meta=_meta(d.trace),
+        meta=_meta(d.trace, names),
         user_files={stacks.frames[i].file for i in used},
     )
 
@@ -119,9 +133,10 @@ class _Rows:
     track_dict: pa.Array
     device_code: np.ndarray
     device_dict: pa.Array
+    lanes: kl.Lanes
 
 
-def _rows(path: Path, d: Decoded, c: _Classes) -> _Rows:
+def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Rows:
     rows = np.flatnonzero(c.is_row)
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
@@ -130,21 +145,27 @@ def _rows(path: Path, d: Decoded, c: _Classes) -> _Rows:
     base = d.trace.baseTimeNanoseconds or 0
     if abs(base) >= MAX_BASE_NS:  # beyond int64 nanoseconds once the event times are added
         raise BadInputError(path, f"baseTimeNanoseconds {base} is out of range")
+    start = d.ts.ns[rows] + base
+    dur = np.maximum(d.dur.ns[rows], 0)
+    _check_range(path, d, rows, start, dur)
+    samples = np.flatnonzero(c.is_counter)
+    _check_range(path, d, samples, d.ts.ns[samples] + base, np.zeros(samples.size, np.int64))
     dev = c.device[rows]
+    lanes = kl.lanes(d, rows, dev, names)
+    device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
     return _Rows(
         rows=rows,
         n=rows.size,
-        start=d.ts.ns[rows] + base,
-        dur=np.maximum(d.dur.ns[rows], 0),
+        start=start,
+        dur=dur,
         kind=c.kind[rows],
         dev=dev,
         name_code=d.name_code[rows],
-        track_code=d.tid_code[rows] + np.where(dev, len(d.tids), 0),
-        track_dict=pa.concat_arrays(
-            [kd.prefixed("thread ", d.tids), kd.prefixed("stream ", d.tids)]
-        ),
-        device_code=np.where(dev, d.pid_code[rows] + 1, 0),
-        device_dict=pa.concat_arrays([pa.array(["cpu"]), kd.prefixed("cuda:", d.pids)]),
+        track_code=lanes.code,
+        track_dict=lanes.names,
+        device_code=device_code,
+        device_dict=device_dict,
+        lanes=lanes,
     )
 
 
@@ -200,8 +221,9 @@ def _fwdbwd_links(
     d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, flow_src: np.ndarray
 ) -> dict[int, str]:
     is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
-    return fwdbwd(d, np.flatnonzero(is_fwdbwd), r.rows, r.track_code, r.start, r.dur, parent,
-                  r.kind == K["op"], flow_src)  # fmt: skip
+    points = np.flatnonzero(is_fwdbwd)
+    return fwdbwd(d, points, r.rows, r.track_code, r.lanes.host_lane_of(d, points), r.start,
+                  r.dur, parent, r.kind == K["op"], flow_src)  # fmt: skip
 
 
 def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
@@ -225,12 +247,8 @@ def _stacks(
     stacks = pystacks.build(
         is_py, nearest(parent, is_py), local_code[r.name_code], [c.names[i] for i in py_names]
     )
-    stack_id = stacks.stack_id.copy()
-    user_frame = stacks.user_frame.copy()
     dev_rows, launch = links.dev_rows, links.launch
-    stack_id[dev_rows] = stack_id[launch[dev_rows]]
-    user_frame[dev_rows] = user_frame[launch[dev_rows]]
-    return pystacks.Stacks(stack_id, user_frame, stacks.frames, stacks.table)
+    return stacks.take_launch(dev_rows, launch[dev_rows])
 
 
 def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
@@ -247,14 +265,21 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
 
 
 def _stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
-    frames, user_frame = stacks.frames, stacks.user_frame
+    frames, user_frame, model = stacks.frames, stacks.user_frame, stacks.model_frame
     uf = pa.array(user_frame, mask=user_frame < 0)
+    mf = pa.array(model, mask=model < 0)
+    files = pa.array([f.file for f in frames], pa.string())
+    lines = pa.array([f.line for f in frames], pa.int32())
+    funcs = pa.array([f.func for f in frames], pa.string())
+    modules = pa.array(stacks.modules, pa.string()).take(
+        pa.array(stacks.module, mask=stacks.module < 0)
+    )
     return {
         "stack_id": stacks.stack_id,
-        "src_file": pa.array([f.file for f in frames], pa.string()).take(uf),
-        "src_line": pa.array([f.line for f in frames], pa.int32()).take(uf),
-        "src_func": pa.array([f.func for f in frames], pa.string()).take(uf),
-    }
+        "src_file": files.take(uf), "src_line": lines.take(uf), "src_func": funcs.take(uf),
+        "model_file": files.take(mf), "model_line": lines.take(mf), "model_func": funcs.take(mf),
+        "module": modules,
+    }  # fmt: skip
 
 
 def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
@@ -285,25 +310,34 @@ class _Classes:
     is_flow: np.ndarray  # bool: a flow event (ph s, f, t)
     is_counter: np.ndarray  # bool: a [memory] sample (goes to counters)
     is_row: np.ndarray  # bool: a row of the events table
+    is_lane_name: np.ndarray  # bool: thread_name / process_name metadata
+    mtia: np.ndarray  # bool: device work of an MTIA category
 
 
 def _classify(d: Decoded) -> _Classes:
-    """Kinds from the category table, refined by name (steps, collectives), decided once per
-    distinct category and name and spread to events by their codes."""
+    """Kinds from the category table, refined by name (steps, collectives, MTIA DMAs), decided
+    once per distinct category and name and spread to events by their codes."""
     names = d.name_list
     step_no = np.array([_step_number(s) for s in names], dtype=np.int64)
     coll_name = np.array([s.lower().startswith(COLLECTIVE_PREFIXES) for s in names], dtype=bool)
     nccl = np.array(["nccl" in s.lower() for s in names], dtype=bool)
+    dma = np.array([s.startswith(DMA_PREFIX) for s in names] or [False], dtype=bool)
     memory = np.array([s == MEMORY_EVENT for s in names] or [False], dtype=bool)
-    r = roles(d.ph, d.cat_code, d.cats, memory[d.name_code])
+    lane = np.array([s in LANE_NAME_EVENTS for s in names] or [False], dtype=bool)
+    r = roles(d.ph, d.cat_code, d.cats, memory[d.name_code], lane[d.name_code])
+    mtia = np.array([c.lower() in MTIA_CATEGORIES for c in d.cats] or [False])[d.cat_code]
     kind = r.kind.copy()
     if d.n:
         code = d.name_code
-        annotation = kind == K["annotation"]
-        kind[annotation & (step_no[code] >= 0)] = K["step"]
-        kind[annotation & coll_name[code]] = K["collective"]
+        # old traces (torch < 1.9) put ProfilerStep#N under cat Operator, as an op
+        named_step = ((kind == K["annotation"]) | (kind == K["op"])) & (step_no[code] >= 0)
+        kind[named_step] = K["step"]
+        kind[(kind == K["annotation"]) & coll_name[code]] = K["collective"]
         kind[(kind == K["gpu_kernel"]) & nccl[code]] = K["collective"]
-    return _Classes(names, kind, r.device, step_no, r.is_flow, r.is_counter, r.is_row)
+        kind[(kind == K["gpu_kernel"]) & mtia & dma[code]] = K["gpu_memcpy"]
+    return _Classes(
+        names, kind, r.device, step_no, r.is_flow, r.is_counter, r.is_row, r.is_lane_name, mtia
+    )
 
 
 def _step_of(
@@ -325,6 +359,23 @@ def _check_times(path: Path, d: Decoded, rows: np.ndarray, bad: np.ndarray, what
         name = d.name_list[d.name_code[i]]
         raise BadInputError(
             path, f"event #{i} ({name!r}, ph {str(d.ph[i])!r}) has no {what!r} time"
+        )
+
+
+def _check_range(
+    path: Path, d: Decoded, rows: np.ndarray, start: np.ndarray, dur: np.ndarray
+) -> None:
+    """Raise for the first of `rows` whose time cannot be a unix time in int64 nanoseconds:
+    ts or dur out of range, or start or end (base time added) beyond +-2**62 ns."""
+    bad = d.ts.out_of_range[rows] | d.dur.out_of_range[rows]
+    bad |= (np.abs(start) >= MAX_BASE_NS) | (np.abs(start + dur) >= MAX_BASE_NS)
+    if bad.any():
+        i = int(rows[int(np.argmax(bad))])
+        name = d.name_list[d.name_code[i]]
+        raise BadInputError(
+            path,
+            f"event #{i} ({name!r}, ph {str(d.ph[i])!r}) has a time out of range (ts or "
+            "ts + dur beyond the year 2116 as unix time; times are microseconds)",
         )
 
 
@@ -368,45 +419,15 @@ def _patched_args(d: Decoded, r: _Rows, raw: str | None, i: int, extra: dict[int
     return msgspec.json.encode(a).decode()
 
 
-def _counters(mem: tuple[pa.ChunkedArray, ...], ts: np.ndarray) -> dict[str, Any]:
-    """[memory] instant events -> memory_allocated and memory_reserved samples per device."""
-    alloc, reserved, dtype, did = mem
-    t = pc.fill_null(dtype, -1).to_numpy().astype(np.int64)
-    i = pc.fill_null(did, -1).to_numpy().astype(np.int64)
-    ut, ti = np.unique(t, return_inverse=True)
-    ui, ii = np.unique(i, return_inverse=True)
-    pairs, inverse = np.unique(ti.reshape(-1) * len(ui) + ii.reshape(-1), return_inverse=True)
-    labels = [_device_label(int(ut[p // len(ui)]), int(ui[p % len(ui)])) for p in pairs]
-    track = pa.array(labels, pa.string()).take(pa.array(inverse.reshape(-1).astype(np.int64)))
-    parts: dict[str, list] = {"track": [], "name": [], "ts_ns": [], "value": []}
-    for name, values in (("memory_allocated", alloc), ("memory_reserved", reserved)):
-        ok = pc.is_valid(values)
-        ok_np = ok.to_numpy()
-        parts["track"].append(track.filter(ok_np))
-        parts["name"].append(pa.array([name] * int(ok_np.sum()), pa.string()))
-        parts["ts_ns"].append(ts[ok_np])
-        parts["value"].append(values.filter(ok).cast(pa.float64()).combine_chunks())
-    return {
-        "track": pa.concat_arrays(parts["track"]),
-        "name": pa.concat_arrays(parts["name"]),
-        "ts_ns": np.concatenate(parts["ts_ns"]),
-        "value": pa.concat_arrays(parts["value"]),
-    }
-
-
-def _device_label(dtype: int | None, index: int | None) -> str:
-    kind = DEVICE_TYPES.get(dtype if dtype is not None else 0, f"device{dtype}")
-    return kind if kind == "cpu" or index is None or index < 0 else f"{kind}:{index}"
-
-
 def _rank(info: dict[str, Any] | None) -> int | None:
     rank = (info or {}).get("rank")
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
-def _meta(trace: kd.Trace) -> dict[str, Any]:
+def _meta(trace: kd.Trace, names: kl.Metadata) -> dict[str, Any]:
     info = trace.distributedInfo or {}
     meta = {
+        "process_names": names.processes,
         "trace_name": trace.traceName,
         "schema_version": trace.schemaVersion,
         "display_time_unit": trace.displayTimeUnit,

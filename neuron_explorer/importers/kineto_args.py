@@ -31,6 +31,11 @@ class MemArgs(msgspec.Struct, gc=False):
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
     device_id: Any = msgspec.field(default=None, name="Device Id")
     device_type: Any = msgspec.field(default=None, name="Device Type")
+    nbytes: Any = msgspec.field(default=None, name="Bytes")  # old traces: the change only
+
+
+class LaneArgs(msgspec.Struct, gc=False):
+    name: Any = None
 
 
 def _op_columns(args: list[OpArgs | None]) -> tuple[pa.Array, ...]:
@@ -54,14 +59,21 @@ def _mem_columns(args: list[MemArgs | None]) -> tuple[pa.Array, ...]:
         kd.ints([a.total_reserved if a else None for a in args]),
         kd.ints([a.device_type if a else None for a in args]),
         kd.ints([a.device_id if a else None for a in args]),
+        kd.ints([a.nbytes if a else None for a in args]),
     )
+
+
+def _lane_columns(args: list[LaneArgs | None]) -> tuple[pa.Array, ...]:
+    names = [a.name if a and isinstance(a.name, str) else None for a in args]
+    return (pa.array(names, pa.string()),)
 
 
 # subset name (see kineto_kinds.Roles.typed_subsets) -> (struct, its columns)
 SUBSETS: dict[str, tuple[type, Callable[[list[Any]], tuple[pa.Array, ...]]]] = {
     "op": (OpArgs, _op_columns),  # shapes, dtypes, flops
     "gpu": (GpuArgs, _gpu_columns),  # correlation, bytes
-    "mem": (MemArgs, _mem_columns),  # allocated, reserved, device type, device id
+    "mem": (MemArgs, _mem_columns),  # allocated, reserved, device type, device id, bytes
+    "lane": (LaneArgs, _lane_columns),  # the name a thread_name / process_name event gives
 }
 
 

@@ -10,6 +10,7 @@ from the text instead. The decoding itself goes range by range: see kineto_range
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
@@ -106,6 +107,30 @@ def _gunzip(f: Any, path: Path) -> bytearray:
     return out
 
 
+HEAD_BYTES = 4096  # a trace's first bytes, enough to tell its form
+ARRAY_KEY = b'{"traceEvents":'
+_SPACE = re.compile(rb"\s*")
+
+
+def as_trace_object(buf: bytearray) -> bytearray:
+    """A trace written as a top-level JSON array of events (the Chrome trace format's other
+    form, which old torch.profiler and the TensorBoard plugin's samples use) rewritten in place
+    as {"traceEvents": [...]}; the format lets the closing ] be left out. Other text is
+    returned as it is."""
+    start = _SPACE.match(buf).end()  # type: ignore[union-attr]
+    if buf[start : start + 1] != b"[":
+        return buf
+    tail = bytes(buf[-64:]).rstrip()
+    del buf[len(buf) - (len(buf[-64:]) - len(tail)) :]  # trailing whitespace
+    if not tail.endswith(b"]"):
+        if tail.endswith(b","):
+            del buf[-1:]
+        buf += b"]"
+    buf[start:start] = ARRAY_KEY
+    buf += b"}"
+    return buf
+
+
 def decode(path: Path, buf: bytes | bytearray | memoryview) -> Trace:
     """Decode a trace; raises BadInputError naming the file for invalid JSON or a non-trace."""
     if not bytes(buf[:4096]).strip() and not bytes(buf).strip():
@@ -172,14 +197,22 @@ def as_text(values: list[Any]) -> pa.Array:
 
 @dataclass(frozen=True)
 class Times:
-    ns: np.ndarray  # int64 nanoseconds (0 where missing)
+    ns: np.ndarray  # int64 nanoseconds (0 where missing or out of range)
     missing: np.ndarray  # bool
+    out_of_range: np.ndarray  # bool: |time| >= MAX_TIME_US (or not finite), ns unusable
 
     @staticmethod
     def concat(parts: list[Times]) -> Times:
         return Times(
-            np.concatenate([t.ns for t in parts]), np.concatenate([t.missing for t in parts])
+            np.concatenate([t.ns for t in parts]),
+            np.concatenate([t.missing for t in parts]),
+            np.concatenate([t.out_of_range for t in parts]),
         )
+
+
+# 2**62 ns (the year 2116 as unix time): a time, plus the trace's base time and a duration,
+# still fits int64 nanoseconds
+MAX_TIME_US = 2.0**62 / 1000
 
 
 def float_times(values: list[float | None]) -> tuple[Times, np.ndarray]:
@@ -187,9 +220,13 @@ def float_times(values: list[float | None]) -> tuple[Times, np.ndarray]:
     (|us| >= EXACT_FLOAT_US, where float64 may have lost nanosecond digits)."""
     arr = pa.array(values, pa.float64())
     us = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False)
+    out = ~(np.abs(us) < MAX_TIME_US)  # NaN and inf included
+    if out.any():
+        us = np.where(out, 0.0, us)
     whole = np.floor(us)
     ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
-    return Times(ns, arr.is_null().to_numpy(zero_copy_only=False)), np.abs(us) >= EXACT_FLOAT_US
+    missing = arr.is_null().to_numpy(zero_copy_only=False)
+    return Times(ns, missing, out), np.abs(us) >= EXACT_FLOAT_US
 
 
 def text_ns(raws: list[msgspec.Raw], fallback: np.ndarray) -> np.ndarray:

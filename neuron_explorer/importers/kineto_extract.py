@@ -73,9 +73,9 @@ def extract(
     """Read and decode a trace file into columns (`progress`: the share decoded)."""
     try:
         with path.open("rb") as f:
-            gz = f.read(2) == kd.GZIP_MAGIC
-            if gz:
-                source: Source = BufferSource(kd.read_bytes(path))
+            head = f.read(kd.HEAD_BYTES)
+            if head.startswith(kd.GZIP_MAGIC) or head.lstrip().startswith(b"["):
+                source: Source = BufferSource(kd.as_trace_object(kd.read_bytes(path)))
                 return _merge(_spans(path, source, options, progress))
             fd = os.dup(f.fileno())
     except OSError as e:

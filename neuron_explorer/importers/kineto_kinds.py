@@ -25,13 +25,20 @@ CATEGORIES: dict[str, tuple[str, str]] = {
     "gpu_memset": ("gpu_memset", "device"), "memset": ("gpu_memset", "device"),
     "gpu_user_annotation": ("gpu_annotation", "device"),
     "cuda_sync": ("sync", "device"),
+    # MTIA: device work and runtime calls, as HTA reads them
+    "mtia_ccp_events": ("gpu_kernel", "device"), "mtia_runtime": ("runtime", "host"),
 }  # fmt: skip
+# device work of these categories runs on an MTIA device (the rest: cuda, ROCm included)
+MTIA_CATEGORIES = ("mtia_ccp_events",)
+# MTIA device work whose name starts so is a DMA copy (HTA's memory kernels: ^dma)
+DMA_PREFIX = "dma"
 K = {name: i for i, name in enumerate(KINDS)}  # kind name -> code in the int8 kind arrays
 KIND_NAMES = pa.array(KINDS, pa.string())
 FLOW_PHASES = ("s", "f", "t")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 COLLECTIVE_PREFIXES = ("nccl:", "gloo:", "ucc:", "mpi:", "c10d::")
 MEMORY_EVENT = "[memory]"
+LANE_NAME_EVENTS = ("thread_name", "process_name")  # ph M metadata that names lanes
 
 
 @dataclass(frozen=True)
@@ -43,23 +50,33 @@ class Roles:
     is_flow: np.ndarray  # a flow point (ph s, f, t)
     is_counter: np.ndarray  # a [memory] sample (goes to counters)
     is_row: np.ndarray  # a row of the events table
+    is_lane_name: np.ndarray  # thread_name / process_name metadata (names the lanes)
 
     def typed_subsets(self) -> dict[str, np.ndarray]:
         """The events whose args decode into typed columns (bool masks): ops, launches and
-        device work, memory samples."""
+        device work, memory samples, lane names."""
         return {
             "op": self.is_row & (self.kind == K["op"]),
             "gpu": self.is_row & ((self.kind == K["runtime"]) | self.device),
             "mem": self.is_counter,
+            "lane": self.is_lane_name,
         }
 
 
-def roles(ph: np.ndarray, cat_code: np.ndarray, cats: list[str], memory_name: np.ndarray) -> Roles:
+def roles(
+    ph: np.ndarray,
+    cat_code: np.ndarray,
+    cats: list[str],
+    memory_name: np.ndarray,
+    lane_name: np.ndarray,
+) -> Roles:
     """Roles of events from their phase, category code (into `cats`) and whether the name is
-    the memory event's (`memory_name`, per event)."""
+    the memory event's (`memory_name`, per event) or a lane-naming metadata event's
+    (`lane_name`)."""
     by_cat = [CATEGORIES.get(c.lower(), ("other", "host")) for c in cats]
     kind = np.array([K[k] for k, _ in by_cat] or [K["other"]], dtype=np.int8)[cat_code]
     device = np.array([layer == "device" for _, layer in by_cat] or [False])[cat_code]
     is_flow = np.isin(ph, FLOW_PHASES)
     is_counter = memory_name & (ph != "X")
-    return Roles(kind, device, is_flow, is_counter, ~is_flow & ~is_counter & (ph != "M"))
+    is_row = ~is_flow & ~is_counter & (ph != "M")
+    return Roles(kind, device, is_flow, is_counter, is_row, lane_name & (ph == "M"))

@@ -32,6 +32,7 @@ def fwdbwd(
     points: np.ndarray,
     rows: np.ndarray,
     track_code: np.ndarray,
+    point_track: np.ndarray,
     start: np.ndarray,
     dur: np.ndarray,
     parent: np.ndarray,
@@ -47,12 +48,13 @@ def fwdbwd(
     """
     extra: dict[int, str] = {}
     op_rows = np.flatnonzero(is_op)
-    points = points[d.id_code[points] >= 0]
+    keep = d.id_code[points] >= 0
+    points, point_track = points[keep], point_track[keep]
     if points.size == 0 or op_rows.size == 0:
         return extra
     base = d.trace.baseTimeNanoseconds or 0
     p_ts = d.ts.ns[points] + base
-    p_track = d.tid_code[points]  # host tracks are the thread codes
+    p_track = point_track  # the host lane of the point's thread (-1: none)
     lo = min(int(start[op_rows].min()), int(p_ts.min()))
     span = max(int(start[op_rows].max()), int(p_ts.max())) - lo + 1
     if (int(track_code.max()) + 1) * span >= 2**62:

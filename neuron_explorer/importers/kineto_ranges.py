@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from . import kineto_decode as kd
 from .kineto_args import SUBSETS, typed_columns
-from .kineto_kinds import MEMORY_EVENT, roles
+from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, roles
 
 RANGE_BYTES = 8 << 20  # measured: 4-8 MB ranges decode fastest (cache-friendly) and bound memory
 WRAP_KEY = "~neuron-explorer-range"
@@ -261,7 +261,9 @@ def _columns(
     if ts_text.any() or dur_text.any():
         _exact_times(view, first, ts, ts_text, dur, dur_text)
     memory_code = factorizers["name"].get(MEMORY_EVENT, -2)
-    r = roles(ph, codes["cat"], factorizers["cat"].seen, codes["name"] == memory_code)
+    lane_codes = [factorizers["name"].get(n, -2) for n in LANE_NAME_EVENTS]
+    lane_name = np.isin(codes["name"], lane_codes)
+    r = roles(ph, codes["cat"], factorizers["cat"].seen, codes["name"] == memory_code, lane_name)
     args = [e.args for e in evs]
     typed = {  # compress with a mask: a third of the time of indexing by numpy ints
         key: typed_columns(list(compress(args, mask.tolist())), *SUBSETS[key])

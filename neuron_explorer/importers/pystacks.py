@@ -2,7 +2,11 @@
 
 Each python event is one frame; its enclosing python event is the caller. Identical frame chains
 share one stack_id. The innermost frame outside torch, site-packages and the standard library
-is the event's source line (src_file, src_line, src_func).
+is the event's source line (src_file, src_line, src_func); the innermost frame outside torch and
+the standard library is its model line (model_file, ...). With with_modules=True the trace has
+an `nn.Module: Class_N` frame per module call: their chain below the outermost one is the
+event's module path (`GPT2Model_0.GPT2Block_1.GPT2Attention_1`; a trace holds no attribute
+names, so torch.profiler's instance names stand for them).
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +23,6 @@ from .nesting import NONE
 # "path/to/file.py(123): func" as written by torch.profiler
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 BUILTIN_FILE = "<built-in>"
-MAX_SOURCE_BYTES = 1 << 20
 
 # Top-level packages whose frames are never the user's line.
 LIBRARY_ROOTS = frozenset(
@@ -32,6 +34,8 @@ LIBRARY_ROOTS = frozenset(
     }
 )  # fmt: skip
 _LIB_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/")
+MODULE_PREFIX = "nn.Module: "
+TORCH_ROOTS = frozenset({"torch", "functorch", "triton"})
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,43 @@ def is_user_file(file: str) -> bool:
     return root not in LIBRARY_ROOTS and root not in sys.stdlib_module_names
 
 
+def scope_of(file: str, func: str = "") -> str:
+    """Whose code a trace frame is: user, library, torch, stdlib, builtin or module (an
+    `nn.Module: X` frame of with_modules); by its path, as torch.profiler wrote it."""
+    if file == BUILTIN_FILE:
+        return "module" if func.startswith(MODULE_PREFIX) else "builtin"
+    if is_user_file(file):
+        return "user"
+    norm = file.replace("\\", "/")
+    root = norm.lstrip("/").split("/", 1)[0]
+    if "/torch/" in norm or root in TORCH_ROOTS:
+        return "torch"
+    if any(m in norm for m in _LIB_MARKERS[:2]) or root in LIBRARY_ROOTS:
+        return "library"
+    return "stdlib"
+
+
 @dataclass(frozen=True)
 class Stacks:
-    """Per event: stack_id (or -1) and the index of its innermost user frame in `frames`."""
+    """Per event: stack_id (or -1) and the index of its innermost user frame in `frames`,
+    its innermost model frame, and its module path (index into `modules`)."""
 
     stack_id: np.ndarray  # int64 per event
     user_frame: np.ndarray  # int64 per event, index into frames, -1 when none
     frames: tuple[Frame, ...]  # distinct frames
     table: dict[str, pa.Array]  # the stacks table
+    model_frame: np.ndarray | None = None  # int64 per event, index into frames, -1 when none
+    module: np.ndarray | None = None  # int64 per event, index into modules, -1 when none
+    modules: tuple[str, ...] = ()
+
+    def take_launch(self, rows: np.ndarray, launch: np.ndarray) -> Stacks:
+        """Device work takes its launch's stack, lines and module."""
+        out = []
+        for a in (self.stack_id, self.user_frame, self.model_frame, self.module):
+            a = a.copy()
+            a[rows] = a[launch]
+            out.append(a)
+        return Stacks(out[0], out[1], self.frames, self.table, out[2], out[3], self.modules)
 
 
 def build(
@@ -82,7 +115,9 @@ def build(
     """
     n = len(is_python)
     frames = tuple(parse_frame(s) for s in names)
-    user = np.array([is_user_file(f.file) for f in frames], dtype=bool)
+    scopes = [scope_of(f.file, f.func) for f in frames]
+    user = np.array([sc == "user" for sc in scopes], dtype=bool)
+    model = np.array([sc in ("user", "library") for sc in scopes], dtype=bool)
     py_idx = np.flatnonzero(is_python)
     own_sid = np.full(n, NONE, dtype=np.int64)
     stack_parent: list[np.ndarray] = []
@@ -109,15 +144,61 @@ def build(
     s_parent = np.concatenate(stack_parent) if stack_parent else np.zeros(0, np.int64)
     s_frame = np.concatenate(stack_frame) if stack_frame else np.zeros(0, np.int64)
     # innermost user frame per stack (parents have lower ids, so one pass per level suffices)
-    s_user = np.where(user[s_frame], s_frame, NONE) if len(s_frame) else s_frame
-    for _ in range(len(stack_parent)):
-        need = (s_user < 0) & (s_parent >= 0)
+    s_user = _innermost(user, s_parent, s_frame, len(stack_parent))
+    s_model = _innermost(model, s_parent, s_frame, len(stack_parent))
+    s_module, modules = _module_paths(frames, s_parent, s_frame)
+    sid = np.where(is_python, own_sid, np.where(py_parent >= 0, own_sid[py_parent], NONE))
+
+    def per_event(per_stack: np.ndarray) -> np.ndarray:
+        if not len(per_stack):
+            return np.full(n, NONE, dtype=np.int64)
+        return np.where(sid >= 0, per_stack[np.clip(sid, 0, None)], NONE)
+
+    table = _table(s_parent, s_frame, frames)
+    table["scope"] = pa.array(scopes, pa.string()).take(pa.array(_frame_index(table, s_frame)))
+    return Stacks(sid, per_event(s_user), frames, table, per_event(s_model),
+                  per_event(s_module), modules)  # fmt: skip
+
+
+def _innermost(
+    wanted: np.ndarray, s_parent: np.ndarray, s_frame: np.ndarray, levels: int
+) -> np.ndarray:
+    """Per stack, its innermost frame with `wanted` (parents have lower ids, so one pass per
+    level suffices)."""
+    out = np.where(wanted[s_frame], s_frame, NONE) if len(s_frame) else s_frame
+    for _ in range(levels):
+        need = (out < 0) & (s_parent >= 0)
         if not need.any():
             break
-        s_user = np.where(need, s_user[np.clip(s_parent, 0, None)], s_user)
-    sid = np.where(is_python, own_sid, np.where(py_parent >= 0, own_sid[py_parent], NONE))
-    ev_user = np.where(sid >= 0, s_user[np.clip(sid, 0, None)] if len(s_user) else NONE, NONE)
-    return Stacks(sid, ev_user, frames, _table(s_parent, s_frame, frames))
+        out = np.where(need, out[np.clip(s_parent, 0, None)], out)
+    return out
+
+
+def _module_paths(
+    frames: tuple[Frame, ...], s_parent: np.ndarray, s_frame: np.ndarray
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Per stack, the index of its module path in the returned paths (-1: no module frame)."""
+    is_mod = np.array([f.func.startswith(MODULE_PREFIX) for f in frames], dtype=bool)
+    out = np.full(len(s_frame), NONE, dtype=np.int64)
+    if not len(s_frame) or not is_mod[s_frame].any():
+        return out, ()
+    paths: dict[str, int] = {}
+    path_of: list[str | None] = [None] * len(s_frame)
+    for i, (p, f) in enumerate(zip(s_parent.tolist(), s_frame.tolist(), strict=True)):
+        up = path_of[p] if p >= 0 else None
+        if is_mod[f]:
+            name = frames[f].func[len(MODULE_PREFIX) :]
+            up = "" if up is None else (f"{up}.{name}" if up else name)  # the outermost is ""
+        path_of[i] = up
+        if up is not None:
+            out[i] = paths.setdefault(up, len(paths))
+    return out, tuple(paths)
+
+
+def _frame_index(table: dict, s_frame: np.ndarray) -> np.ndarray:
+    """The frame index of each stacks-table row (rows are (stack, depth) in order)."""
+    index = table.pop("_frame").to_numpy()
+    return index if len(s_frame) else np.zeros(0, np.int64)
 
 
 def _table(s_parent: np.ndarray, s_frame: np.ndarray, frames: tuple[Frame, ...]) -> dict:
@@ -140,22 +221,10 @@ def _table(s_parent: np.ndarray, s_frame: np.ndarray, frames: tuple[Frame, ...])
     order = np.lexsort((all_depth, all_sid))
     take = pa.array(all_f[order])
     return {
+        "_frame": take,
         "stack_id": pa.array(all_sid[order]),
         "depth": pa.array(all_depth[order]),
         "file": pa.array([f.file for f in frames], pa.string()).take(take),
         "line": pa.array([f.line for f in frames], pa.int32()).take(take),
         "function": pa.array([f.func for f in frames], pa.string()).take(take),
     }
-
-
-def find_source(file: str, roots: list[Path]) -> Path | None:
-    """The file on disk for a frame's path (absolute, or relative to one of `roots`)."""
-    p = Path(file)
-    candidates = [p] if p.is_absolute() else [r / p for r in roots]
-    for c in candidates:
-        try:
-            if c.is_file() and c.stat().st_size <= MAX_SOURCE_BYTES:
-                return c
-        except OSError:
-            continue
-    return None

@@ -19,6 +19,7 @@ def import_kineto(
     progress: Callable[[str, float], None] | None = None,
     overwrite: bool = False,
     source_roots: Sequence[Path] = (),
+    thread_names: bool = True,
 ) -> Path:
     """Import Kineto trace files (one per rank) into a profile directory, atomically."""
     import pyarrow as pa
@@ -28,7 +29,7 @@ def import_kineto(
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _import(paths, out, progress, overwrite, source_roots)
+        return _import(paths, out, progress, overwrite, source_roots, thread_names)
     finally:
         pa.set_memory_pool(pool)
 
@@ -39,6 +40,7 @@ def _import(
     progress: Callable[[str, float], None] | None,
     overwrite: bool,
     source_roots: Sequence[Path],
+    thread_names: bool,
 ) -> Path:
     report = progress or (lambda stage, f: None)
     sizes = [max(p.stat().st_size, 1) for p in paths]
@@ -52,7 +54,7 @@ def _import(
             ) -> None:
                 report(f"reading {name}", READ_SHARE * (done + f * size) / total)
 
-            loaded.append(kineto.load(path, file_progress))
+            loaded.append(kineto.load(path, file_progress, thread_names=thread_names))
             done += size
         return write_profile(
             loaded,

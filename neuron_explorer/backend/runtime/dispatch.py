@@ -12,7 +12,9 @@ import time
 import torch
 from torch.autograd import profiler as _prof
 
-from neuron_explorer.backend.runtime import memory, ops, tracking
+from neuron_explorer.backend.runtime import collectives as _collectives
+from neuron_explorer.backend.runtime import composites as _composites
+from neuron_explorer.backend.runtime import kernels, memory, ops, tracking
 from neuron_explorer.backend.tensor import NeuronTensor, refresh
 
 _Tensor = torch.Tensor
@@ -47,6 +49,9 @@ class OpInfo:
                                         "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
         self.special = _SPECIAL.get(self.name)
         self.payload_keys, self.redispatch = _payload_route(func)
+        host = kernels.host_kernel(func, self.call)
+        if host is not self.call:  # the device computes it its own way (kernels.py)
+            self.call, self.payload_keys, self.redispatch = host, None, None
         # positional Tensor parameters: torch hands __torch_dispatch__ a Python number there for
         # a scalar operand (x * 2), which only a call (not a boxed redispatch) converts back
         self.tensor_slots = tuple(
@@ -114,8 +119,13 @@ def _unwrap(a, inputs: list, info: OpInfo):
             p = a._payload
             inputs.append((p, a))
             return p
-        if a.dim() != 0 and not info.allows_cpu and a.device.type == "cpu":
-            raise _mixed_device_error(info.name)
+        if a.device.type == "cpu":
+            if a.dim() != 0 and not info.allows_cpu:
+                raise _mixed_device_error(info.name)
+        elif a.device.type == "neuron":
+            # a factory's result while torch.compile traces (`torch.ones(3, device="neuron")`):
+            # a fake tensor on the device, not a wrapper; its value belongs beside the payloads
+            return a.to(_CPU)
         return a
     if type(a) in _SEQ and a and isinstance(a[0], _Tensor | None):
         return type(a)(_unwrap(x, inputs, info) for x in a)
@@ -333,7 +343,19 @@ def record_sync(name: str, tensor: torch.Tensor | None) -> None:
         pass
 
 
+def _decomposed(info: OpInfo, args, kwargs):
+    """Run the op's CompositeImplicit decomposition on the wrappers themselves.
+
+    Under inference_mode such ops reach Python whole (no autograd kernel decomposes them
+    first); `aten::to.device` takes its device positionally, so run on the payload it would
+    make a neuron tensor inside a neuron tensor. Decomposed, it is `_to_copy` (or nothing).
+    """
+    return info.func.decompose(*args, **kwargs)
+
+
 _SPECIAL = {
+    **dict.fromkeys(("aten::" + n for n in _composites.COMPOSITES), _composites.special),
+    "aten::to": _decomposed,
     "aten::copy_": _copy_,
     "aten::_to_copy": _to_copy,
     "aten::_local_scalar_dense": _local_scalar_dense,

@@ -1,4 +1,5 @@
-"""Ops registered on the PrivateUse1 key: factories with no neuron input, and `_copy_from`."""
+"""Ops registered on the PrivateUse1 key: factories with no neuron input, and `_copy_from`;
+and the composites (runtime/composites.py) on AutogradPrivateUse1."""
 
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_me
     return new_tensor("aten::empty_strided", payload)
 
 
+def _efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # forward-mode AD (torch.func.jvp, hessian) asks for a zero tensor it never writes; real
+    # zeros give the same numbers
+    from neuron_explorer.backend.runtime.dispatch import new_tensor
+
+    payload = torch.zeros(size, dtype=dtype, layout=layout, device="cpu")
+    return new_tensor("aten::_efficientzerotensor", payload)
+
+
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     from neuron_explorer.backend.runtime.dispatch import copy_between
 
@@ -40,4 +50,9 @@ def register_library_impls() -> None:
     lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    lib.impl("_efficientzerotensor", _efficientzerotensor, "PrivateUse1")
+    from neuron_explorer.backend.runtime import composites, unsupported
+
+    composites.register(lib)
+    unsupported.register()
     _lib = lib

@@ -75,7 +75,7 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::nll_loss2d_backward", "aten::binary_cross_entropy_with_logits", "aten::max_pool2d_with_indices",
         "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d",
         "aten::avg_pool2d_backward", "aten::_adaptive_avg_pool2d",
-        "aten::_adaptive_avg_pool2d_backward",
+        "aten::_adaptive_avg_pool2d_backward", "aten::histc",
     )),
     Category("gather/scatter", "GpSimdE", (
         "aten::index", "aten::index_select", "aten::gather", "aten::scatter",
