@@ -79,9 +79,24 @@ def test_summary_text_and_json(capsys):
     for heading in ("Devices", "Step-time breakdown", "Top host ops by self time",
                     "Top device kernels", "time per step"):  # fmt: skip
         assert heading in out
+    # one breakdown adding up to 100%, the overlap apart; communication split from compute
+    table = out[out.index("Step-time breakdown") : out.index("Top host ops")]
+    above = table.split("│ steps")[0]
+    assert abs(sum(float(x) for x in re.findall(r"([\d.]+)%", above)) - 100) < 0.5, above
+    assert "communication (not hidden by compute)" in above
+    assert "overlap, not added: communication hidden under compute" in table
+    kernels = out[out.index("Top device kernels") :]
+    assert "comm" in kernels and "computation" in kernels  # HTA's kernel types
     code, out, _ = _run(capsys, "summary", profile, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["step_stats"]["count"] == 3
+    parts = doc["breakdown"]["parts"]
+    assert sum(p["ns"] for p in parts) == doc["breakdown"]["steps_ns"]
+
+
+def test_summary_says_the_last_step_is_partial(capsys):
+    code, out, _ = _run(capsys, "summary", str(real("amd").path))
+    assert code == 0 and "the last step (rank 0, step 2) is partial" in out
 
 
 def test_summary_neuron_readiness(capsys):

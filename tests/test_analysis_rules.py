@@ -389,3 +389,54 @@ def test_the_readiness_block_lists_the_host_syncs_in_the_step():
     assert sync["line"] == sample_line("fallback_float64", "losses.append(loss.item())")
     assert sync["wait_ns"] > 0
     assert summarize(sample("gpt_train")).readiness.syncs.num_rows == 0
+
+
+@functools.cache
+def default_capture_with_a_slow_step() -> Profile:
+    """A small MLP's steps on the neuron device captured with the README's schedule (wait 1,
+    warm-up 1, neuron_explorer.profile's default 3 active steps); the middle recorded step also
+    writes a "checkpoint" (a 60 ms sleep)."""
+    import time
+
+    import torch
+    from torch import nn
+
+    import neuron_explorer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to("neuron")
+    x = torch.randn(8, 16).to("neuron")
+    out = Path(tempfile.mkdtemp(prefix="slow-step-")) / "profile"
+    with neuron_explorer.profile(out, wait=1) as prof:
+        for i in range(5):
+            model(x).pow(2).mean().backward()
+            if i == 3:
+                with torch.profiler.record_function("checkpoint"):
+                    time.sleep(0.06)
+            prof.step()
+    return Profile.open(out)
+
+
+def test_step_time_outliers_works_on_the_steps_the_defaults_record():
+    import inspect
+    import re
+
+    import neuron_explorer
+    from neuron_explorer.capture.runner import Schedule
+
+    need = get_rule("step-time-outliers").MIN_STEPS
+    readme = (ROOT / "README.md").read_text()
+    (snippet,) = {
+        int(n) for n in re.findall(r"schedule\(wait=\d+, warmup=\d+, active=(\d+)", readme)
+    }
+    default = inspect.signature(neuron_explorer.profile).parameters["active"].default
+    assert need <= min(Schedule().active, default, snippet)
+    profile = default_capture_with_a_slow_step()
+    assert (
+        profile.duckdb().execute("SELECT count(*) FROM events WHERE kind = 'step'").fetchone()[0]
+        == default
+    )
+    (f,) = get_rule("step-time-outliers").evaluate(profile)
+    assert f.evidence.metrics["outliers"] == 1
+    assert f.evidence.ops[0].label == "checkpoint"  # the op that took the extra time
+    assert 50e6 <= f.saving_ns <= 70e6  # the 60 ms the checkpoint slept, above the median step

@@ -53,7 +53,10 @@ def test_gpu_busy_idle_and_kernel_counts_match_the_trace(name):
     window = max(e for _, e in every) - min(s for s, _ in every)
     tolerance = len(every)  # at most 1 ns of rounding per event
     assert abs(dev.busy_ns - busy) <= tolerance
-    assert abs(dev.compute_ns - _union([(k["s"], k["e"]) for k in kernels])) <= tolerance
+    # HTA's kernel types: communication (nccl*) is not compute
+    compute = [(k["s"], k["e"]) for k in kernels if k not in nccl]
+    assert abs(dev.compute_ns - _union(compute)) <= tolerance
+    assert abs(dev.communication_ns - _union([(k["s"], k["e"]) for k in nccl])) <= len(nccl)
     assert abs(dev.window_ns - window) <= 2
     assert abs(dev.idle_ns - (window - busy)) <= tolerance + 2
 
@@ -70,17 +73,65 @@ def test_top_kernel_counts_and_times_match_the_trace(name):
 
 
 @pytest.mark.parametrize("name", GPU_TRACES + ("cpu_only",))
-def test_breakdown_partitions_the_step_time(name):
+def test_one_breakdown_partitions_the_step_time(name):
     s = summarize(real(name))
     b = s.breakdown
+    # THE breakdown: its parts add up to the steps exactly, in total and per step
+    assert sum(p.ns for p in b.parts) == b.steps_ns
+    for row in s.steps.to_pylist():
+        assert sum(row[p.key] or 0 for p in b.parts) == row["dur_ns"]
+    assert all(p.ns >= 0 for p in (*b.parts, *b.overlap))
+    # the host-side totals still partition the steps on their own
     assert b.compile_ns + b.fallback_ns + b.sync_ns + b.host_other_ns == b.steps_ns
+    idle = sum(p.ns for p in b.parts if p.key.startswith("idle_"))
     if s.devices:
-        assert b.device_compute_ns + b.dma_ns + b.device_idle_ns == b.steps_ns
-        for row in s.steps.to_pylist():
-            parts = row["device_compute_ns"] + row["dma_ns"] + row["device_idle_ns"]
-            assert parts == row["dur_ns"]
+        assert b.device_compute_ns + b.communication_ns + b.dma_ns + b.device_idle_ns == b.steps_ns
+        assert idle == b.device_idle_ns  # device idle, split by what the host was doing
+        assert not any(p.label.startswith("device") for p in b.overlap)
     else:
-        assert b.device_idle_ns is None
+        assert b.device_idle_ns is None and idle == b.steps_ns
+        assert not b.overlap and not any("device" in p.label for p in b.parts)
+
+
+def test_breakdown_splits_communication_from_compute_and_shows_the_overlap():
+    """nccl: all-reduces partly under compute. Exposed communication is a part of the step;
+    the part hidden under compute is shown apart, and both come from the trace's kernels."""
+    work = _device_work("nccl")
+    s = summarize(real("nccl"))
+    parts = {p.key: p.ns for p in s.breakdown.parts}
+    overlap = {p.key: p.ns for p in s.breakdown.overlap}
+    windows = [(w["start_ns"], w["start_ns"] + w["dur_ns"]) for w in s.steps.to_pylist()]
+    # trace time of the profile's 0: the first kernel in both
+    (first,) = (
+        real("nccl")
+        .duckdb()
+        .execute(
+            "SELECT min(start_ns) FROM events WHERE kind IN ('gpu_kernel', 'collective')"
+            " AND layer = 'device'"
+        )
+        .fetchone()
+    )
+    origin = min(k["s"] for k in work["kernel"]) - first
+
+    def clipped(cat_filter) -> list[tuple[int, int]]:
+        out = []
+        for k in work["kernel"]:
+            if not cat_filter(k):
+                continue
+            for ws, we in windows:
+                a, b = max(k["s"] - origin, ws), min(k["e"] - origin, we)
+                if b > a:
+                    out.append((a, b))
+        return out
+
+    is_nccl = lambda k: k["name"].startswith("nccl")  # noqa: E731 - HTA's test
+    comm, comp = _union(clipped(is_nccl)), _union(clipped(lambda k: not is_nccl(k)))
+    both = _union(clipped(lambda k: True))
+    n = len(work["kernel"])
+    assert abs(parts["device_compute_ns"] - comp) <= n
+    assert abs(parts["communication_ns"] - (both - comp)) <= n
+    assert abs(overlap["comm_overlap_ns"] - (comm - (both - comp))) <= n
+    assert parts["communication_ns"] > 0 and overlap["comm_overlap_ns"] > 0
 
 
 def test_steps_match_the_profiler_steps():
@@ -139,3 +190,27 @@ def test_neuron_readiness_compile_and_recompiles():
     assert len(rec[0]["shapes"]) == 3
     down = summarize(neuron_profile("float64-downcast")).readiness.downcasts.to_pylist()
     assert down[0]["op"] == "aten::mm" and down[0]["calls"] == 4
+
+
+def test_a_profile_without_steps_claims_no_start_up_idle():
+    """alexnet's trace has no ProfilerStep spans and its first device work comes 30 s in
+    (CUDA start-up): device-idle-gaps counts only the gaps while the device is in use."""
+    from neuron_explorer.analysis import get_rule
+
+    work = _device_work("alexnet")
+    every = sorted((x["s"], x["e"]) for xs in work.values() for x in xs)
+    window = max(e for _, e in every) - every[0][0]
+    in_use_idle = window - _union(every)
+    (f,) = get_rule("device-idle-gaps").evaluate(real("alexnet"))
+    m = f.evidence.metrics
+    assert m["idle_ns"] <= in_use_idle + len(every)  # never the 30 s before the first kernel
+    assert m["startup_ns"] > 29e9 and f.saving_ns < 0.35 * summarize(real("alexnet")).wall_ns
+    assert "start-up" in f.detail
+
+
+def test_a_partial_last_step_is_said():
+    """The MI250 trace's last ProfilerStep is a 49 us stub after a 9.3 ms step; the others'
+    last steps are whole."""
+    assert summarize(real("amd")).step_stats.partial_last_steps == ((0, 2),)
+    for name in ("nccl", "ns_resolution", "compare_base"):
+        assert summarize(real(name)).step_stats.partial_last_steps == ()

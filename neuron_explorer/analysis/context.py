@@ -22,7 +22,6 @@ from . import intervals
 from .columns import Columns
 from .conventions import (
     ARGS_KINDS,
-    COMPUTE_KINDS,
     DATALOADER_LIKE,
     DEVICE_WORK_KINDS,
     DOWNCAST_EVENT,
@@ -110,8 +109,7 @@ class AnalysisContext:
     - `ev`: the events table;
     - `steps_w(rank, step, s, e)`: step windows (one window per rank over all its events when
       the profile has no ProfilerStep spans; step is NULL then);
-    - `busy(rank, s, e)` / `compute_busy(rank, s, e)`: disjoint intervals where the rank's
-      device does any work / runs kernels.
+    - `busy(rank, s, e)`: disjoint intervals where the rank's device does any work.
     """
 
     def __init__(self, profile: Profile) -> None:
@@ -285,25 +283,21 @@ class AnalysisContext:
         self._merge_device("busy", DEVICE_WORK_KINDS)
         return True
 
-    @cached_property
-    def _compute_busy_ready(self) -> bool:
-        self._merge_device("compute_busy", COMPUTE_KINDS)
-        return True
-
     def ensure_busy(self) -> None:
         self._busy_ready  # noqa: B018
 
     @cached_property
     def breakdown(self) -> pa.Table:
-        """Per step window: where the time went, on the device and on the host (ns).
-
-        Device side partitions the step: compute (kernels) + dma (transfers alone) + idle.
-        Host side: compile, fallback and sync wait (events of those kinds clipped to the step);
-        host_other_ns is the rest. Device columns are NULL on ranks without device work.
+        """Per step window: where the time went (ns), one partition of the step (breakdown.py:
+        device compute + communication + dma + idle by host cause = dur_ns) and the overlaps
+        shown apart; and the host view: compile, fallback and sync wait (events of those kinds
+        clipped to the step) and host_other_ns, the rest. Device columns (and device_idle_ns)
+        are NULL on ranks without device work.
         """
+        from .breakdown import DEVICE_COLUMNS, OVERLAP_COLUMNS, PARTITION_COLUMNS, per_step
+
         self._steps_ready  # noqa: B018
         self.ensure_busy()
-        self._compute_busy_ready  # noqa: B018
 
         windows = self.arrow("SELECT rank, s, s AS ws, e AS we FROM steps_w")
         step_dev = pa.table(
@@ -311,9 +305,6 @@ class AnalysisContext:
                 "rank": windows["rank"],
                 "s": windows["s"],
                 "ns_busy": intervals.covered(self.arrow("SELECT * FROM busy"), ["rank"], windows),
-                "ns_comp": intervals.covered(
-                    self.arrow("SELECT * FROM compute_busy"), ["rank"], windows
-                ),
             }
         )
         self.con.register("step_dev", step_dev)
@@ -339,7 +330,6 @@ class AnalysisContext:
         ranks_sql = "(" + ", ".join(str(r) for r in device_ranks) + ")"
         sql = f"""
         WITH busy_w AS (SELECT rank, s, ns_busy AS ns FROM step_dev),
-        comp_w AS (SELECT rank, s, ns_comp AS ns FROM step_dev),
         comp_k AS ({host_kind("x.kind = 'compile'")}),
         fall_k AS ({host_kind("x.kind = 'fallback'")}),
         sync_k AS ({host_kind(sync_pred)}),
@@ -349,10 +339,7 @@ class AnalysisContext:
                  ASOF JOIN steps_w w ON k.rank = w.rank AND k.start_ns >= w.s
                  WHERE k.start_ns < w.e GROUP BY ALL)
         SELECT w.rank, w.step, w.s AS start_ns, w.e - w.s AS dur_ns,
-               CASE WHEN w.rank IN {ranks_sql} THEN coalesce(c.ns, 0) END
-                   AS device_compute_ns,
-               CASE WHEN w.rank IN {ranks_sql} THEN coalesce(b.ns, 0) - coalesce(c.ns, 0) END
-                   AS dma_ns,
+               w.rank IN {ranks_sql} AS has_device,
                CASE WHEN w.rank IN {ranks_sql} THEN (w.e - w.s) - coalesce(b.ns, 0) END
                    AS device_idle_ns,
                coalesce(ck.ns, 0) AS compile_ns, coalesce(fk.ns, 0) AS fallback_ns,
@@ -361,12 +348,21 @@ class AnalysisContext:
                         - coalesce(sk.ns, 0), 0) AS host_other_ns,
                coalesce(k.n, 0) AS kernels
         FROM steps_w w
-        LEFT JOIN busy_w b USING (rank, s) LEFT JOIN comp_w c USING (rank, s)
+        LEFT JOIN busy_w b USING (rank, s)
         LEFT JOIN comp_k ck USING (rank, s) LEFT JOIN fall_k fk USING (rank, s)
         LEFT JOIN sync_k sk USING (rank, s) LEFT JOIN kern k USING (rank, s)
         ORDER BY w.rank, w.s
         """
-        return self.arrow(sql)
+        table = self.arrow(sql)
+        # the partition, for the same windows in the same order
+        ordered = self.arrow("SELECT rank, s AS ws, e AS we FROM steps_w ORDER BY rank, s")
+        parts = per_step(self, ordered)
+        has_device = table["has_device"].to_numpy(zero_copy_only=False)
+        for name in (*PARTITION_COLUMNS, *OVERLAP_COLUMNS):
+            values = parts[name]
+            mask = ~has_device if name in DEVICE_COLUMNS else None
+            table = table.append_column(name, pa.array(values, pa.int64(), mask=mask))
+        return table.drop_columns(["has_device"])
 
     @cached_property
     def _recompiles_ready(self) -> bool:

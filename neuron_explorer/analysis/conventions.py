@@ -8,8 +8,11 @@ from collections.abc import Iterable
 
 # Device work that occupies a device (union of these = device busy time).
 DEVICE_WORK_KINDS = ("gpu_kernel", "gpu_memcpy", "gpu_memset", "kernel", "dma", "collective")
-# Device work that computes (kernel level); the rest of DEVICE_WORK_KINDS moves data.
-COMPUTE_KINDS = ("gpu_kernel", "kernel", "collective")
+# Device work that computes (kernel level), that communicates (NCCL/gloo kernels, neuron
+# collectives: HTA's COMMUNICATION kernels, which HTA keeps out of compute), and that moves data
+# (HTA's MEMORY kernels: memcpy, memset; neuron DMA).
+COMPUTE_KINDS = ("gpu_kernel", "kernel")
+COMMUNICATION_KINDS = ("collective",)
 TRANSFER_KINDS = ("gpu_memcpy", "gpu_memset", "dma")
 # Kernel launches counted per step (collectives are counted apart).
 KERNEL_KINDS = ("gpu_kernel", "kernel")

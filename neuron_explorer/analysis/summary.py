@@ -12,9 +12,11 @@ import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from . import intervals
+from .breakdown import OVERLAP_COLUMNS, PARTITION_COLUMNS
 from .columns import children_ns, dense, exact_sum, group_sum
 from .context import AnalysisContext, context
 from .conventions import (
+    COMMUNICATION_KINDS,
     COMPILE_GROUP_SQL,
     COMPUTE_KINDS,
     DEVICE_WORK_KINDS,
@@ -33,15 +35,36 @@ BREAKDOWN_COLUMNS = (
     "device_compute_ns", "dma_ns", "device_idle_ns", "compile_ns", "fallback_ns", "sync_ns",
     "host_other_ns",
 )  # fmt: skip
+# the partition's rows: (column, label with device work, label without)
+PART_LABELS = {
+    "device_compute_ns": ("device compute", None),
+    "communication_ns": ("communication (not hidden by compute)", None),
+    "dma_ns": ("transfers only (DMA, memcpy, memset)", None),
+    "idle_compile_ns": ("device idle: host compiling", "compiling"),
+    "idle_fallback_ns": ("device idle: CPU fallback", "CPU fallback"),
+    "idle_sync_ns": ("device idle: host in a sync", "sync wait"),
+    "idle_dataload_ns": ("device idle: data loading", "data loading"),
+    "idle_host_ns": ("device idle: other host work (launches, Python)", "other host work"),
+}
+OVERLAP_LABELS = {
+    "comm_overlap_ns": "communication hidden under compute",
+    "compile_overlap_ns": "host compiling while the device works",
+    "fallback_overlap_ns": "CPU fallback while the device works",
+    "sync_overlap_ns": "host waiting in a sync while the device works",
+}
+PARTIAL_STEP_SHARE = 0.5  # a last step under this share of the median of the others is partial
 
 
 @dataclass(frozen=True)
 class DeviceStats:
-    """One device of one rank: how much work it ran and how long it was busy and idle.
+    """One device of one rank: how much work it ran and how long it was busy and idle, by HTA's
+    definitions (its temporal breakdown):
 
-    busy_ns is the union of all its work (kernels, copies, DMA, collectives), compute_ns the
-    union of its kernels; idle_ns is its active window (first work start to last work end)
-    minus busy_ns."""
+    busy_ns is the union of all its work (kernels, copies, DMA, collectives); compute_ns the
+    union of its compute kernels, communication (collectives, NCCL/gloo kernels) left out, as
+    HTA does; communication_ns the union of its collectives; idle_ns its active window (first
+    work start to last work end, window_ns) minus busy_ns. The step breakdown counts idle time
+    inside the steps instead, so the two differ by the window's time outside steps."""
 
     rank: int
     device: str
@@ -52,6 +75,7 @@ class DeviceStats:
     compute_ns: int
     window_ns: int
     idle_ns: int
+    communication_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,13 +86,30 @@ class StepStats:
     median_ns: float
     min_ns: int
     max_ns: int
+    # (rank, step) of last steps that look cut short: under PARTIAL_STEP_SHARE of the median of
+    # the rank's other steps (torch.profiler closes the last ProfilerStep when it stops, so
+    # a loop that calls prof.step() at the end leaves a stub step after it). Counted as recorded.
+    partial_last_steps: tuple[tuple[int, int | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class Part:
+    """One row of the breakdown: a column of the per-step table, its label, its time."""
+
+    key: str
+    label: str
+    ns: int
 
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Step time summed over all profiled steps. Device view: compute + dma + idle = steps
-    (device columns are None without device work); host view: compile + fallback + sync +
-    host_other = steps."""
+    """Step time summed over all profiled steps. `parts` is THE breakdown: one partition of the
+    steps (device compute, communication, transfers, then device idle time by what the host was
+    doing; analysis/breakdown.py) whose ns add up to steps_ns exactly; `overlap` is shown apart
+    (collectives under compute, host compile/fallback/sync while the device works), never added.
+    The fields below are the per-kind totals the parts come from: device columns are None
+    without device work; compile/fallback/sync are host events clipped to the steps and
+    host_other the rest of the steps."""
 
     steps_ns: int
     device_compute_ns: int | None
@@ -78,6 +119,9 @@ class Breakdown:
     fallback_ns: int
     sync_ns: int
     host_other_ns: int
+    parts: tuple[Part, ...] = ()
+    overlap: tuple[Part, ...] = ()
+    communication_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +163,8 @@ class Summary:
     mfu: float | None  # neuron: TensorE FLOP/s over peak bf16 FLOP/s
     mbu: float | None  # neuron: kernels' HBM bytes/s over peak HBM bytes/s
     readiness: Readiness | None  # neuron profiles only
+    # what ended a run early (capture/ending.py: exception, message, op, file, line), or None
+    run_ended: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)
@@ -165,6 +211,7 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         mfu=_mfu(ctx) if neuron else None,
         mbu=_mbu(ctx) if neuron else None,
         readiness=_readiness(ctx) if neuron else None,
+        run_ended=profile.manifest.extra.get("run_ended"),
     )
 
 
@@ -210,6 +257,7 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
 
     busy, lo, hi = union(work)
     comp, _, _ = union(_device_rows(ctx, COMPUTE_KINDS) & (dev >= 0))
+    comm, _, _ = union(_device_rows(ctx, COMMUNICATION_KINDS) & (dev >= 0))
     first = np.flatnonzero(work)[first_of]
     out = [
         DeviceStats(
@@ -222,6 +270,7 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
             compute_ns=int(comp[i]),
             window_ns=int(hi[i] - lo[i]),
             idle_ns=int(hi[i] - lo[i] - busy[i]),
+            communication_ns=int(comm[i]),
         )
         for i in range(len(lanes))
     ]
@@ -237,7 +286,23 @@ def _step_stats(steps: pa.Table) -> StepStats:
         median_ns=float(pc.approximate_median(d).as_py()),
         min_ns=int(pc.min(d).as_py()),
         max_ns=int(pc.max(d).as_py()),
+        partial_last_steps=_partial_last_steps(steps),
     )
+
+
+def _partial_last_steps(steps: pa.Table) -> tuple[tuple[int, int | None], ...]:
+    """The last step of each rank with 2+ steps when it is under PARTIAL_STEP_SHARE of the
+    median of the rank's other steps."""
+    out = []
+    rows = steps.select(["rank", "step", "start_ns", "dur_ns"]).to_pylist()
+    for rank in sorted({r["rank"] for r in rows}):
+        mine = sorted((r for r in rows if r["rank"] == rank), key=lambda r: r["start_ns"])
+        if len(mine) < 2:
+            continue
+        others = float(np.median([r["dur_ns"] for r in mine[:-1]]))
+        if mine[-1]["dur_ns"] < PARTIAL_STEP_SHARE * others:
+            out.append((int(rank), mine[-1]["step"]))
+    return tuple(out)
 
 
 def _breakdown(steps: pa.Table) -> Breakdown:
@@ -250,7 +315,22 @@ def _breakdown(steps: pa.Table) -> Breakdown:
     for c in BREAKDOWN_COLUMNS:
         if c not in device_cols and vals[c] is None:
             vals[c] = 0
-    return Breakdown(steps_ns=int(pc.sum(steps["dur_ns"]).as_py() or 0), **vals)  # type: ignore[arg-type]
+    device = vals["device_compute_ns"] is not None
+    parts = tuple(
+        Part(c, PART_LABELS[c][0] if device else PART_LABELS[c][1], total(c) or 0)
+        for c in PARTITION_COLUMNS
+        if device or PART_LABELS[c][1] is not None
+    )
+    overlap = tuple(
+        Part(c, OVERLAP_LABELS[c], total(c) or 0) for c in OVERLAP_COLUMNS if device and total(c)
+    )
+    return Breakdown(
+        steps_ns=int(pc.sum(steps["dur_ns"]).as_py() or 0),
+        parts=parts,
+        overlap=overlap,
+        communication_ns=total("communication_ns"),
+        **vals,  # type: ignore[arg-type]
+    )
 
 
 def _top_ops(ctx: AnalysisContext) -> tuple[pa.Table, pa.Table]:
@@ -277,8 +357,11 @@ def _top_ops(ctx: AnalysisContext) -> tuple[pa.Table, pa.Table]:
 
 
 def _top_kernels(ctx: AnalysisContext) -> pa.Table:
+    """Device kernels and collectives by total time; `type` is HTA's kernel type
+    (computation | communication), share is over all of them."""
     cols = ctx.cols
-    rows = np.flatnonzero(_device_rows(ctx, COMPUTE_KINDS))
+    rows = np.flatnonzero(_device_rows(ctx, (*COMPUTE_KINDS, *COMMUNICATION_KINDS)))
+    is_comm = cols.where("kind", COMMUNICATION_KINDS)
     name, names = cols.codes("name")
     dev, dev_names = cols.codes("device")
     group, first, inverse = np.unique(name[rows], return_index=True, return_inverse=True)
@@ -291,6 +374,10 @@ def _top_kernels(ctx: AnalysisContext) -> pa.Table:
             "name": pa.array([names[g] for g in group], pa.string()),
             "device": pa.array(
                 [dev_names[d] if d >= 0 else None for d in dev[rows[first]]], pa.string()
+            ),
+            "type": pa.array(
+                ["communication" if c else "computation" for c in is_comm[rows[first]]],
+                pa.string(),
             ),
             "calls": pa.array(calls),
             "total_ns": pa.array(total),

@@ -18,8 +18,9 @@ class DeviceIdleGaps(Rule):
     Pattern: the accelerator waits for the host: gaps in the device timeline while the step is
     still running (host work, syncs, data loading or launch overhead between kernels).
     Algorithm: merge the rank's device work (kernels, copies, DMA, collectives) into disjoint
-    busy intervals; inside each step window (the whole trace when there are no steps) the gaps
-    are the complement. Gaps of at least MIN_GAP_NS count, less the time the host spends in
+    busy intervals; inside each step window the gaps are the complement; without steps, inside the rank's device window (its first to last
+    device work), so the start-up before the first kernel (process start, CUDA context, the
+    first copies) is never a gap. Gaps of at least MIN_GAP_NS count, less the time the host spends in
     them compiling, falling back, syncing or loading data, and less the gaps of launch-bound
     steps (the rules for those causes report that time); report when the rest adds up to at
     least MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
@@ -43,7 +44,10 @@ class DeviceIdleGaps(Rule):
             return []
         ctx.ensure_busy()
         ctx.steps()
-        windows = ctx.arrow("SELECT rank, s AS ws, e AS we FROM steps_w")
+        if ctx.has_steps:
+            windows = ctx.arrow("SELECT rank, s AS ws, e AS we FROM steps_w")
+        else:  # start-up before the first device work (and the tail after the last) is no gap
+            windows = ctx.arrow("SELECT rank, min(s) AS ws, max(e) AS we FROM busy GROUP BY rank")
         busy = ctx.arrow("SELECT * FROM busy")
         ctx.con.register("idle_gaps", intervals.gaps(busy, ["rank"], windows, self.MIN_GAP_NS))
         agg = ctx.one(
@@ -113,15 +117,30 @@ class DeviceIdleGaps(Rule):
         )
         share = total / step_ns
         n = int(agg["n"])
+        startup = int(
+            ctx.one(
+                """SELECT coalesce(sum(b.s - w.s), 0) AS ns FROM steps_w w JOIN
+                   (SELECT rank, min(s) AS s FROM busy GROUP BY rank) b USING (rank)"""
+            ).get("ns")
+            or 0
+        )
         return [
             self.finding(
                 ctx,
                 title=f"Device idle {fmt_pct(share)} of step time in {n} gaps of "
                 f">= {self.MIN_GAP_NS / 1000:.0f} us",
                 detail=(
-                    f"The device ran nothing for {fmt_ms(total)} inside the profiled steps "
+                    f"The device ran nothing for {fmt_ms(total)} "
+                    f"{'inside the profiled steps' if ctx.has_steps else 'while it was in use'} "
                     f"({n} gaps, the longest {fmt_ms(agg['longest'])}). During those gaps the "
                     "host was busy with the ops listed; the device waits for them."
+                    + (
+                        ""
+                        if ctx.has_steps
+                        else " The profile has no steps: only the gaps between the first and "
+                        f"the last device work count, not the {fmt_ms(startup)} before it "
+                        "(start-up); record steps with prof.step() to see one step's gaps."
+                    )
                 ),
                 saving_ns=total,
                 evidence=Evidence(
@@ -133,6 +152,7 @@ class DeviceIdleGaps(Rule):
                         "gaps": n,
                         "idle_ns": total,
                         "longest_gap_ns": int(agg["longest"]),
+                        "startup_ns": 0 if ctx.has_steps else startup,
                     },
                 ),
             )

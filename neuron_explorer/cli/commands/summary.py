@@ -45,6 +45,17 @@ def _cell(column: str, value: object) -> str:
     return str(value)
 
 
+def run_ended_line(e: dict) -> str:
+    """One line for a run that an exception ended: what, in which op, at which user line."""
+    where = f" in {e['op']}" if e.get("op") else ""
+    if e.get("file"):
+        where += f" at {e['file']}:{e['line']}"
+    return (
+        f"Run ended early by {e.get('exception')}: {e.get('message')}{where}; the profile "
+        "holds only what ran before it (the last step is partial)"
+    )
+
+
 def _pct(part: float | None, whole: float) -> str:
     return "-" if part is None or not whole else f"{100 * part / whole:.1f}%"
 
@@ -59,6 +70,8 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
         f"{s.n_events:,} events, wall {_ms(s.wall_ns)}",
         highlight=False,
     )
+    if s.run_ended:
+        c.print(f"[bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
     if s.step_stats:
         st = s.step_stats
         c.print(
@@ -66,55 +79,17 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
             f"{_ms(st.median_ns)}, min {_ms(st.min_ns)}, max {_ms(st.max_ns)}",
             highlight=False,
         )
+        for rank, step in st.partial_last_steps:
+            c.print(
+                f"  the last step (rank {rank}, step {step}) is partial: the profiler stopped "
+                "during it; it is counted as recorded",
+                highlight=False,
+            )
     else:
         c.print("steps: none recorded (no ProfilerStep spans); the whole trace is one window")
     if s.devices:
-        t = Table(title="Devices", title_justify="left")
-        for h in (
-            "rank",
-            "device",
-            "kernels",
-            "collectives",
-            "transfers",
-            "busy",
-            "compute",
-            "idle",
-            "busy share",
-        ):
-            t.add_column(h, justify="right" if h not in ("device",) else "left")
-        for d in s.devices:
-            t.add_row(
-                str(d.rank),
-                d.device,
-                f"{d.kernels:,}",
-                f"{d.collectives:,}",
-                f"{d.transfers:,}",
-                _ms(d.busy_ns),
-                _ms(d.compute_ns),
-                _ms(d.idle_ns),
-                _pct(d.busy_ns, d.window_ns),
-            )
-        c.print(t)
-    b = s.breakdown
-    t = Table(title="Step-time breakdown (all steps)", title_justify="left")
-    t.add_column("where")
-    t.add_column("time", justify="right")
-    t.add_column("share", justify="right")
-    device_rows = (
-        ("device compute", b.device_compute_ns),
-        ("DMA / copies only", b.dma_ns),
-        ("device idle", b.device_idle_ns),
-    )
-    for label, v in (
-        *(device_rows if b.device_compute_ns is not None else ()),  # none on CPU-only traces
-        ("compile", b.compile_ns),
-        ("CPU fallback", b.fallback_ns),
-        ("sync wait", b.sync_ns),
-        ("other host", b.host_other_ns),
-    ):
-        t.add_row(label, _ms(v), _pct(v, b.steps_ns))
-    t.add_row("[bold]steps[/]", _ms(b.steps_ns), "")
-    c.print(t)
+        _render_devices(c, s.devices)
+    _render_breakdown(c, s.breakdown)
     for title, table in (
         ("Top host ops by self time", s.top_ops_self),
         ("Top host ops by total time", s.top_ops_total),
@@ -128,12 +103,13 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
             c.print(t)
     if s.top_kernels.num_rows:
         t = Table(title="Top device kernels", title_justify="left")
-        for h in ("kernel", "device", "calls", "total", "mean", "share"):
-            t.add_column(h, justify="left" if h in ("kernel", "device") else "right")
+        for h in ("kernel", "device", "type", "calls", "total", "mean", "share"):  # type: HTA's
+            t.add_column(h, justify="left" if h in ("kernel", "device", "type") else "right")
         for r in s.top_kernels.to_pylist()[:top]:
             t.add_row(
                 r["name"][:80],
                 r["device"],
+                {"communication": "comm"}.get(r.get("type") or "", r.get("type") or ""),
                 f"{r['calls']:,}",
                 _ms(r["total_ns"]),
                 _ms(r["mean_ns"]),
@@ -154,6 +130,8 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     r = s.readiness
     if r is not None:
         c.print("[bold]Trainium readiness[/]")
+        if s.run_ended:  # "none" below means none before the run died
+            c.print(f"  [bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
         steady = "-" if r.steady_step_ns is None else _ms(r.steady_step_ns)
         c.print(
             f"  compile {_ms(r.compile_ns)}; first step {_ms(r.first_step_ns)} vs steady "
@@ -175,3 +153,45 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
             for row in table.to_pylist()[:top]:
                 t.add_row(*(_cell(k, v) for k, v in row.items()))
             c.print(t)
+
+
+def _render_devices(c, devices) -> None:
+    from rich.table import Table
+
+    t = Table(title="Devices", title_justify="left")
+    heads = ("rank", "device", "kernels", "collectives", "transfers", "busy", "compute",
+             "communication", "window", "idle in window", "busy share")  # fmt: skip
+    for h in heads:
+        t.add_column(h, justify="left" if h == "device" else "right")
+    for d in devices:
+        t.add_row(
+            str(d.rank), d.device, f"{d.kernels:,}", f"{d.collectives:,}", f"{d.transfers:,}",
+            _ms(d.busy_ns), _ms(d.compute_ns), _ms(d.communication_ns), _ms(d.window_ns),
+            _ms(d.idle_ns), _pct(d.busy_ns, d.window_ns),
+        )  # fmt: skip
+    c.print(t)
+    c.print(
+        "  window: first to last device work, HTA's definition of idle; compute leaves "
+        "communication (collectives, NCCL) out, as HTA does. The breakdown below counts inside "
+        "the steps.",
+        highlight=False,
+    )
+
+
+def _render_breakdown(c, b) -> None:
+    from rich.table import Table
+
+    t = Table(title="Step-time breakdown (all steps; the parts add up to the steps)",
+              title_justify="left")  # fmt: skip
+    t.add_column("where")
+    t.add_column("time", justify="right")
+    t.add_column("share", justify="right")
+    for p in b.parts:
+        if p.ns or p.key == "device_compute_ns":  # the JSON keeps every part; zeros say nothing
+            t.add_row(p.label, _ms(p.ns), _pct(p.ns, b.steps_ns))
+    t.add_row("[bold]steps[/]", _ms(b.steps_ns), _pct(b.steps_ns, b.steps_ns))
+    if b.overlap:
+        t.add_section()
+        for p in b.overlap:
+            t.add_row(f"[dim]overlap, not added:[/] {p.label}", _ms(p.ns), _pct(p.ns, b.steps_ns))
+    c.print(t)

@@ -8,32 +8,19 @@ function findingList(name, findings) {
     h("a", { href: pUrl(name, "/findings") }, f.title), h("span", { class: "note" }, `  saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)})`))));
 }
 
-const HOST_CATS = [["compile_ns", "compile"], ["fallback_ns", "CPU fallback"], ["sync_ns", "sync"], ["host_other_ns", "host, other"]];
-const DEVICE_CATS = [["device_compute_ns", "compute"], ["dma_ns", "DMA"], ["device_idle_ns", "idle"]];
-const CAT_COLORS = { device_compute_ns: "#10b981", dma_ns: "#06b6d4", device_idle_ns: "#d1d5db", compile_ns: "#ef4444", fallback_ns: "#b91c1c", sync_ns: "#f59e0b", host_other_ns: "#3b82f6" };
+// one stacked bar per step: the breakdown's parts (summary.breakdown.parts), which add up to
+// the step; the overlaps (breakdown.overlap) are not parts and are not stacked
+const PART_COLORS = { device_compute_ns: "#10b981", communication_ns: "#8b5cf6", dma_ns: "#06b6d4", idle_compile_ns: "#ef4444", idle_fallback_ns: "#b91c1c", idle_sync_ns: "#f59e0b", idle_dataload_ns: "#a16207", idle_host_ns: "#d1d5db" };
 
 function breakdownChart(el, s, modeled) {
   const steps = s.steps || [];
   const x = steps.map((r, i) => (r.step === null ? `#${i}` : `#${r.step}`) + (r.rank ? ` r${r.rank}` : ""));
-  const traces = [];
-  const hasDevice = s.breakdown.device_compute_ns !== null;
-  for (const [cats, axis, label] of [[hasDevice ? DEVICE_CATS : [], "y", "device" + modeled], [HOST_CATS, "y2", "host"]]) {
-    for (const [key, name] of cats) {
-      traces.push({ type: "bar", name: `${label}: ${name}`, x, y: steps.map((r) => Number(r[key] || 0) / 1e6), yaxis: axis, marker: { color: CAT_COLORS[key] },
-        hovertemplate: `${label} ${name}: %{y:.3f} ms<extra>%{x}</extra>`, legendgroup: label });
-    }
-  }
-  const layout = { barmode: "stack", xaxis: { type: "category", title: { text: "step" } }, margin: { l: 60, r: 10, t: 10, b: 80 }, legend: { orientation: "h", y: -0.3, font: { size: 11 } } };
-  if (hasDevice) {
-    layout.grid = { rows: 2, columns: 1, pattern: "independent" };
-    Object.assign(layout, { yaxis: { title: { text: "device ms" }, domain: [0.55, 1] }, yaxis2: { title: { text: "host ms" }, domain: [0, 0.45] } });
-    traces.forEach((t) => { if (t.yaxis === "y2") t.xaxis = "x2"; });
-    layout.xaxis2 = { type: "category", anchor: "y2" };
-    layout.xaxis = { type: "category", anchor: "y", showticklabels: false };
-  } else {
-    traces.forEach((t) => { t.yaxis = "y"; });
-    layout.yaxis = { title: { text: "host ms" } };
-  }
+  const parts = (s.breakdown.parts || []).filter((p) => p.ns > 0);
+  const traces = parts.map((p) => ({ type: "bar", name: p.label + (p.key.startsWith("idle_") ? "" : modeled), x,
+    y: steps.map((r) => Number(r[p.key] || 0) / 1e6), marker: { color: PART_COLORS[p.key] },
+    hovertemplate: `${p.label}: %{y:.3f} ms<extra>%{x}</extra>` }));
+  const layout = { barmode: "stack", xaxis: { type: "category", title: { text: "step" } }, yaxis: { title: { text: "ms (the parts add up to the step)" } },
+    margin: { l: 60, r: 10, t: 10, b: 80 }, legend: { orientation: "h", y: -0.3, font: { size: 11 } } };
   return plot(el, traces, layout);
 }
 
