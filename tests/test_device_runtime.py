@@ -77,3 +77,69 @@ def test_silu_and_mish_gradients_bitwise_equal_to_cpu(act, n):
     assert torch.equal(
         torch.autograd.grad(gx.sum(), x)[0], torch.autograd.grad(gd.sum(), dev)[0].cpu()
     )
+
+
+DIES_IN_AN_OP = """
+import torch
+model = torch.nn.Linear(8, 4).to("neuron")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(6):
+    x = torch.randn(16, 8, device="neuron")
+    model(x).sum().backward(); opt.step(); opt.zero_grad()
+    if step == 3:  # inside the recorded steps (wait 1, warmup 1, active 3)
+        y = x @ torch.randn(5, 3, device="neuron")  # line 9: the shapes do not match
+"""
+
+
+@pytest.mark.slow  # a captured run in a subprocess: ~6 s
+def test_a_run_that_dies_in_an_op_says_so_in_its_profile_and_summary(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(DIES_IN_AN_OP)
+    run = [sys.executable, "-m", "neuron_explorer"]
+    done = subprocess.run([*run, "capture", "-o", str(tmp_path / "p"), "--", "python", str(script)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 1 and "cannot be multiplied" in done.stderr
+    ended = json.loads((tmp_path / "p" / "manifest.json").read_text())["extra"]["run_ended"]
+    assert ended == {
+        "exception": "RuntimeError",
+        "message": "mat1 and mat2 shapes cannot be multiplied (16x8 and 5x3)",
+        "op": "aten::mm",
+        "file": str(script),
+        "line": 9,
+        "function": "<module>",
+    }
+    text = subprocess.run([*run, "summary", str(tmp_path / "p")], capture_output=True,
+                          text=True, timeout=120, env={"COLUMNS": "300", **__import__("os").environ}).stdout  # fmt: skip
+    assert (
+        f"Run ended early by RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x8 and 5x3) in aten::mm at {script}:9"
+        in " ".join(text.split())
+    )
+    js = json.loads(subprocess.run([*run, "summary", "--json", str(tmp_path / "p")],
+                                   capture_output=True, text=True, timeout=120).stdout)  # fmt: skip
+    assert js["run_ended"]["op"] == "aten::mm"
+
+
+def test_own_profiler_block_ending_in_an_exception_records_it(tmp_path):
+    import neuron_explorer
+
+    model = torch.nn.Linear(8, 4).to("neuron")
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=3)
+    with pytest.raises(IndexError):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
+                                    on_trace_ready=neuron_explorer.trace_handler(tmp_path / "p")) as prof:  # fmt: skip
+            for step in range(5):
+                loss = model(torch.randn(16, 8, device="neuron")).sum()
+                if step == 2:
+                    line = inspect.currentframe().f_lineno + 1
+                    loss.reshape(1).expand(3)[5]
+                loss.backward()
+                prof.step()
+    from neuron_explorer.model.profile import Profile
+
+    ended = Profile.open(tmp_path / "p").manifest.extra["run_ended"]
+    assert (ended["exception"], ended["file"], ended["line"]) == ("IndexError", __file__, line)
+    assert "out of bounds" in ended["message"]

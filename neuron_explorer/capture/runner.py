@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExplorerError
+from .ending import run_ended
 from .kineto_stderr import kineto_lines_filtered
 from .script_profiler import KeptTraces, script_profiler_class
 
@@ -268,12 +269,14 @@ def run_captured(
             runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
         exit_code = _exit_code(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         exit_code = 130
         print("KeyboardInterrupt", file=sys.stderr)
+        handler.extra["run_ended"] = run_ended(exc)
     except BaseException as exc:  # noqa: BLE001 - the script's error is shown, the profile kept
         _print_script_error(exc)
         exit_code = 1
+        handler.extra["run_ended"] = run_ended(exc)  # the partial profile says what ended it
     finally:
         _set_profiler_class(torch, profiler_class)
         hook.remove()
