@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 
 from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
+from .attribution import Attribution, Attributor
 from .clock import Call, HostClock
 from .host import (
-    OWN_DIRS,
     column_array,
     column_list,
     drop_own_frames,
@@ -33,7 +33,7 @@ from .link import innermost_parents, step_of
 
 DEVICE = "neuron:0"
 HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy"})
-DEVICE_KINDS = frozenset({"kernel", "instruction", "dma"})
+DEVICE_KINDS = frozenset({"kernel", "instruction", "dma", "collective"})
 FRAMEWORK_KINDS = ("op", "annotation")  # what a runtime call's launching op can be
 
 
@@ -43,6 +43,7 @@ class Merged:
     counters: pa.Table
     steps: tuple[Step, ...]
     removed_ns: int  # simulator time cut from the host timeline
+    stacks: pa.Table  # the runtime events' stacks (stack ids from `first_stack_id` on)
 
 
 def normalize_calls(calls: Sequence[Any]) -> list[Any]:
@@ -90,10 +91,14 @@ def in_window(runtime: Sequence[Any], lo_ns: int, hi_ns: int) -> list[Any]:
 
 
 def merge(
-    host: pa.Table, origin_unix_ns: int, runtime: Sequence[Any], device: str = DEVICE
+    host: pa.Table,
+    origin_unix_ns: int,
+    runtime: Sequence[Any],
+    device: str = DEVICE,
+    first_stack_id: int = 0,
 ) -> Merged:
     """Host events (EVENTS schema, real clock since `origin_unix_ns`) plus the runtime's events
-    -> events and counters on one clock, with the steps."""
+    -> events and counters on one clock, with the steps and the runtime's stacks."""
     host = drop_own_frames(host)
     rank = int(host.column("rank")[0].as_py()) if host.num_rows else 0  # one process, one rank
     calls = normalize_calls(
@@ -150,12 +155,12 @@ def merge(
             return None
         return int(host_ids[p]) if p < n_host else ids[calls[p - n_host].id]
 
-    src = _backward_lines(runtime)
+    src = Attributor(runtime, first_stack_id)
     rows: list[tuple] = []
     flow_step: dict[int, int] = {}
     call_steps = step_of(c_start, steps_start, steps_end, steps_num)
     for i, e in enumerate(calls):
-        line = _line(e, src)
+        line = src.of(e)
         step = int(call_steps[i]) if call_steps[i] >= 0 else None
         if e.flow_id and step is not None:
             flow_step.setdefault(flows[e.flow_id], step)
@@ -171,7 +176,7 @@ def merge(
             step = int(d_steps[i])
         pid = ids.get(e.parent_id) if e.parent_id is not None else None
         _add(rows, rank, e, ids[e.id], flow, "device", e.track or "kernels", device, int(d_start[i]),
-             int(e.device_dur_ns or 0), pid, step, _line(e, src))  # fmt: skip
+             int(e.device_dur_ns or 0), pid, step, src.of(e))  # fmt: skip
 
     host = _fill_op_lines(host, parents, calls, src)
     columns = dict(zip(_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
@@ -182,7 +187,7 @@ def merge(
         Step(int(k), rank, int(s), int(e - s))
         for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
     )
-    return Merged(events, counters, steps, clock.total_removed_ns)
+    return Merged(events, counters, steps, clock.total_removed_ns, src.table())
 
 
 def _step_spans(
@@ -218,23 +223,6 @@ def _step_number(name: str, step: Any) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-def _backward_lines(runtime: Sequence[Any]) -> dict[int, tuple[str, int, str]]:
-    """Autograd sequence number -> the user line of the forward op that has it."""
-    lines: dict[int, tuple[str, int, str]] = {}
-    for e in runtime:
-        if e.seq_nr >= 0 and not e.is_backward and e.src_file and e.src_line:
-            lines.setdefault(e.seq_nr, (e.src_file, e.src_line, e.src_func or ""))
-    return lines
-
-
-def _line(e: Any, backward: dict[int, tuple[str, int, str]]) -> tuple | None:
-    if e.src_file and e.src_line and not any(d in e.src_file for d in OWN_DIRS):
-        return (e.src_file, e.src_line, e.src_func or "")
-    if e.seq_nr >= 0:
-        return backward.get(e.seq_nr)
-    return None
-
-
 _COLUMNS = tuple(c.name for c in EVENTS.columns)
 _json_cache: dict[tuple, str] = {}
 
@@ -264,27 +252,30 @@ def _args(e: Any, layer: str) -> str | None:
 
 
 def _add(rows: list[tuple], rank: int, e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
-         start: int, dur: int, parent: int | None, step: int | None, line: tuple | None) -> None:  # fmt: skip
+         start: int, dur: int, parent: int | None, step: int | None, at: Attribution) -> None:  # fmt: skip
     """One runtime event as a row, in the order of the events schema's columns."""
-    file, lineno, func = line if line else (None, None, None)
+    file, lineno, func = at.src or (None, None, None)
+    mfile, mline, mfunc = at.model or (None, None, None)
     rows.append((
         eid, rank, layer, e.kind, e.name, track, device, start, max(dur, 0), parent, flow, step,
-        None, file, lineno, func, e.op_name or None,
+        at.stack_id, file, lineno, func, e.op_name or None,
         _json(e.shapes) if e.shapes else None, _json(e.dtypes) if e.dtypes else None,
         e.flops or None, e.bytes_read or None, e.bytes_written or None, _args(e, layer),
+        at.module, mfile, mline, mfunc,
     ))  # fmt: skip
 
 
 def _fill_op_lines(
-    host: pa.Table, parents: np.ndarray, calls: Sequence[Any], src: dict
+    host: pa.Table, parents: np.ndarray, calls: Sequence[Any], src: Attributor
 ) -> pa.Table:
     """Give each framework op (and its enclosing ops) the user line of the runtime calls it
-    made, where the trace itself has none (no with_stack); an op recorded without shapes takes
-    those of its own launch."""
+    made, where the trace itself has none (no with_stack), and the innermost op its module and
+    model line; an op recorded without shapes takes those of its own launch."""
     if not host.num_rows or not len(calls):
         return host
     cols = ("src_file", "src_line", "src_func", "shapes", "dtypes")
     files, lines, funcs, shapes, dtypes = (column_list(host, c) for c in cols)
+    host = _fill_op_modules(host, parents, calls, src)
     kinds, names = column_list(host, "kind"), column_list(host, "name")
     id_index = {int(v): i for i, v in enumerate(column_array(host, "id"))}
     host_parent = column_array(host, "parent_id")
@@ -292,7 +283,7 @@ def _fill_op_lines(
         p = int(parents[i])
         if 0 <= p < host.num_rows and names[p] == e.op_name and shapes[p] is None and e.shapes:
             shapes[p], dtypes[p] = _json(e.shapes), _json(e.dtypes)
-        line = _line(e, src)
+        line = src.of(e).src
         while line and 0 <= p < host.num_rows and kinds[p] in FRAMEWORK_KINDS:
             if files[p] is None:
                 files[p], lines[p], funcs[p] = line
@@ -302,6 +293,26 @@ def _fill_op_lines(
         idx = host.schema.get_field_index(name)
         host = host.set_column(
             idx, name, pa.array(values, type=pa.string() if name != "src_line" else pa.int32())
+        )
+    return host
+
+
+def _fill_op_modules(
+    host: pa.Table, parents: np.ndarray, calls: Sequence[Any], src: Attributor
+) -> pa.Table:
+    """The framework op that made a runtime call takes the call's module and model line."""
+    cols = ("module", "model_file", "model_line", "model_func")
+    values = [column_list(host, c) for c in cols]
+    for i, e in enumerate(calls):
+        p = int(parents[i])
+        if 0 <= p < host.num_rows and values[0][p] is None:
+            at = src.of(e)
+            values[0][p] = at.module
+            values[1][p], values[2][p], values[3][p] = at.model or (None, None, None)
+    for name, vals in zip(cols, values, strict=True):
+        idx = host.schema.get_field_index(name)
+        host = host.set_column(
+            idx, name, pa.array(vals, type=pa.int32() if name == "model_line" else pa.string())
         )
     return host
 

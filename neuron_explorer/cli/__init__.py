@@ -16,6 +16,8 @@ COMMANDS: dict[str, str] = {
     "schema": "schema",
     "import": "import_trace",
     "summary": "summary",
+    "modules": "modules",
+    "lines": "lines",
     "analyze": "analyze",
     "query": "query",
     "capture": "capture",

@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 from ..errors import BadInputError
 from .io import MANIFEST, SOURCES, source_relpath
 from .manifest import Manifest
-from .schema import FORMAT, SCHEMA_VERSION, TABLES
+from .schema import ADDED_IN, FORMAT, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
     import duckdb
@@ -77,7 +77,11 @@ class Profile:
                 names = pq.read_schema(file).names
             except (pa.ArrowException, OSError) as e:
                 raise BadInputError(file, f"corrupt Parquet table ({e})") from None
-            missing = [c for c in wanted if c not in names]
+            added = ADDED_IN.get(name, {})
+            missing = [
+                c for c in wanted
+                if c not in names and added.get(c, 0) <= self.manifest.schema_version
+            ]  # fmt: skip
             if missing:
                 raise BadInputError(file, f"not a {name} table (no column {missing[0]})")
 

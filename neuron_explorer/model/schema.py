@@ -11,7 +11,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 FORMAT = "neuron-explorer-profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Columns added since version 1 (all nullable): a version-1 file without them reads as nulls.
+ADDED_IN = {"events": {"module": 2, "model_file": 2, "model_line": 2, "model_func": 2},
+            "stacks": {"scope": 2}}  # fmt: skip
 
 LAYERS = ("host", "device")
 KINDS = (
@@ -80,6 +83,10 @@ EVENTS = Table(
         Column("bytes_read", pa.int64(), "bytes", "Bytes read from memory (HBM for device work)."),
         Column("bytes_written", pa.int64(), "bytes", "Bytes written to memory."),
         Column("args", pa.string(), "", "JSON object of all other attributes, kept so nothing is dropped."),
+        Column("module", _DICT, "", "nn.Module path of the innermost module whose forward was running, as model.named_modules() names it (transformer.h.0.attn.c_attn; the empty string is the model itself); backward work inherits its forward's."),
+        Column("model_file", _DICT, "", "Innermost model-code frame: outside torch, the standard library and neuron_explorer (a library's modeling file, or the user's own model)."),
+        Column("model_line", pa.int32(), "", "Line in model_file."),
+        Column("model_func", _DICT, "", "Function in model_file."),
     ),
 )  # fmt: skip
 
@@ -92,6 +99,7 @@ STACKS = Table(
         Column("file", _DICT, "", "Source file of the frame.", nullable=False),
         Column("line", pa.int32(), "", "Line number in file."),
         Column("function", _DICT, "", "Function name of the frame."),
+        Column("scope", _DICT, "", "Whose code the frame is, decided by its file's path: user, library (site-packages), torch or stdlib."),
     ),
 )  # fmt: skip
 

@@ -23,12 +23,48 @@ def run(args: argparse.Namespace) -> int:
     from ...analysis import summarize
     from ...model.profile import Profile
 
-    summary = summarize(Profile.open(args.profile))
+    profile = Profile.open(args.profile)
+    summary = summarize(profile)
+    where = hotspots_of(profile, args.top)
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=2, default=str))
+        print(json.dumps({**summary.to_dict(), **where}, indent=2, default=str))
         return 0
     render_summary(summary, top=args.top)
+    render_hotspots(where)
     return 0
+
+
+def hotspots_of(profile, top: int) -> dict:
+    """The top modules and top model lines by device self time (analysis/hotspots.py)."""
+    from ...analysis.hotspots import top_lines, top_modules
+
+    con = profile.duckdb()
+    return {"top_modules": top_modules(profile, top, con),
+            "top_model_lines": top_lines(profile, "model", top, con)}  # fmt: skip
+
+
+def render_hotspots(where: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .lines import _short
+
+    c = Console()
+    for title, rows, key in (
+        ("Top modules by device self time (neuron-explorer modules)", where["top_modules"],
+         "label"),
+        ("Top model lines by device self time (neuron-explorer lines)",
+         where["top_model_lines"], "file"),
+    ):  # fmt: skip
+        if not rows:
+            continue
+        t = Table(title=title, title_justify="left")
+        for h in ("where", "self", "total"):
+            t.add_column(h, justify="left" if h == "where" else "right", overflow="fold")
+        for r in rows:
+            name = r[key] if key == "label" else f"{_short(r['file'])}:{r['line']} ({r['func']})"
+            t.add_row(name, _ms(r["self_ns"]), _ms(r["total_ns"]))
+        c.print(t)
 
 
 def _ms(ns: float | None) -> str:

@@ -1,0 +1,186 @@
+"""Which layer, which line: device time by nn.Module path (a tree) and by source line at the
+level the reader chooses (docs/format.md "Attribution").
+
+The work measured is device work (kernels, GPU kernels, memcpy/memset, collectives); a profile
+without any (a CPU-only trace) measures its outermost host ops instead. Backward work is told
+apart by the capture's `backward` flag (it carries its forward op's module and stack).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..model.profile import Profile
+
+DEVICE_WORK = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective")
+LEVELS = ("user", "model", "all")
+# Which frames each level reads: the user's code, model code (user or library: outside torch
+# and the standard library), or every frame.
+LEVEL_SCOPES = {"user": ("user",), "model": ("user", "library"), "all": None}
+LEVEL_COLUMNS = {"user": "src", "model": "model"}
+ROOT_LABEL = "(model)"  # the module path "" : the model's own forward
+
+
+def _work_sql(con) -> str:
+    """The rows measured: (id, dur_ns, stack_id, module, src_*, model_*, backward)."""
+    kinds = ", ".join(f"'{k}'" for k in DEVICE_WORK)
+    has_device = con.execute(f"SELECT count(*) FROM events WHERE kind IN ({kinds})").fetchall()[0][
+        0
+    ]
+    where = (
+        f"kind IN ({kinds})"
+        if has_device
+        else "kind = 'op' AND (parent_id IS NULL OR parent_id NOT IN "
+        "(SELECT id FROM events WHERE kind = 'op'))"
+    )
+    return f"""SELECT id, dur_ns, stack_id, CAST(module AS VARCHAR) AS module,
+        CAST(src_file AS VARCHAR) AS src_file, src_line, CAST(src_func AS VARCHAR) AS src_func,
+        CAST(model_file AS VARCHAR) AS model_file, model_line,
+        CAST(model_func AS VARCHAR) AS model_func,
+        coalesce(args LIKE '%"backward": true%', false) AS backward
+        FROM events WHERE {where}"""
+
+
+@dataclass(frozen=True)
+class ModuleNode:
+    """One module of the tree: its own work and its subtree's, forward and backward apart."""
+
+    path: str
+    depth: int
+    self_ns: int = 0
+    total_ns: int = 0
+    forward_ns: int = 0
+    backward_ns: int = 0
+    calls: int = 0  # forward passes: runs of its forward work in launch order
+    kernels: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "label": self.path or ROOT_LABEL}
+
+
+def _ancestors(path: str) -> list[str]:
+    """`a.b.c` -> ["", "a", "a.b", "a.b.c"]: every dotted prefix is itself a module's path."""
+    parts = path.split(".") if path else []
+    return ["", *(".".join(parts[: i + 1]) for i in range(len(parts)))]
+
+
+def module_tree(profile: Profile, con=None) -> list[ModuleNode]:
+    """Every module with work under it, parents before children, heaviest subtree first."""
+    con = con or profile.duckdb()
+    rows = con.execute(
+        f"SELECT id, dur_ns, module, backward FROM ({_work_sql(con)}) ORDER BY id"
+    ).fetchall()
+    acc: dict[str, list[int]] = {}  # path -> [self, total, fwd, bwd, calls, kernels]
+    open_runs: set[str] = set()
+    for _id, dur, module, backward in rows:
+        if module is None:  # work outside any module (an optimizer step) ends every call
+            open_runs = open_runs if backward else set()
+            continue
+        chain = _ancestors(module)
+        for p in chain:
+            a = acc.setdefault(p, [0, 0, 0, 0, 0, 0])
+            a[1] += dur
+            a[3 if backward else 2] += dur
+            a[5] += 1
+        acc[module][0] += dur
+        if not backward:  # a call starts where its forward work was not running just before
+            now = set(chain)
+            for p in now - open_runs:
+                acc[p][4] += 1
+            open_runs = now
+    nodes = {
+        p: ModuleNode(p, len(_ancestors(p)) - 1, *a)  # type: ignore[arg-type]
+        for p, a in acc.items()
+    }
+    out: list[ModuleNode] = []
+
+    def visit(path: str) -> None:
+        out.append(nodes[path])
+        kids = [p for p in nodes if p and _parent(p) == path]
+        for k in sorted(kids, key=lambda p: -nodes[p].total_ns):
+            visit(k)
+
+    if "" in nodes:
+        visit("")
+    return out
+
+
+def _parent(path: str) -> str:
+    return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def line_hotspots(profile: Profile, level: str = "model", con=None, file: str | None = None):
+    """Device time per source line at `level`: self (the line is the innermost frame of that
+    level) and total (the line is anywhere in the work's stack at that level), forward and
+    backward apart. Ordered by self time, then total."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}")
+    con = con or profile.duckdb()
+    work = _work_sql(con)
+    scopes = LEVEL_SCOPES[level]
+    scope_sql = "TRUE" if scopes is None else f"scope IN ({', '.join(repr(s) for s in scopes)})"
+    if level in LEVEL_COLUMNS:
+        c = LEVEL_COLUMNS[level]
+        inner = f"SELECT id, dur_ns, backward, {c}_file AS file, {c}_line AS line, {c}_func AS func FROM w"
+    else:  # every frame: the innermost frame of the stack that has a line (not a builtin)
+        inner = """SELECT w.id, w.dur_ns, w.backward, CAST(s.file AS VARCHAR) AS file,
+            s.line, CAST(s.function AS VARCHAR) AS func
+            FROM w JOIN (SELECT stack_id, arg_min(depth, depth) AS depth FROM stacks
+                         WHERE line IS NOT NULL GROUP BY 1) i ON i.stack_id = w.stack_id
+            JOIN stacks s ON s.stack_id = i.stack_id AND s.depth = i.depth"""
+    file_filter = "WHERE file = $file" if file is not None else ""
+    sql = f"""
+    WITH w AS ({work}),
+    self AS (SELECT file, line, any_value(func) AS func, sum(dur_ns) AS self_ns,
+                    count(*) AS kernels FROM ({inner}) WHERE file IS NOT NULL GROUP BY 1, 2),
+    frames AS (SELECT DISTINCT w.id, w.dur_ns, w.backward, CAST(s.file AS VARCHAR) AS file,
+                      s.line, CAST(s.function AS VARCHAR) AS func
+               FROM w JOIN stacks s ON s.stack_id = w.stack_id WHERE {scope_sql}),
+    total AS (SELECT file, line, any_value(func) AS func, sum(dur_ns) AS total_ns,
+                     sum(dur_ns) FILTER (WHERE NOT backward) AS forward_ns,
+                     sum(dur_ns) FILTER (WHERE backward) AS backward_ns,
+                     count(*) AS work FROM frames GROUP BY 1, 2)
+    SELECT * FROM (
+      SELECT file, line, coalesce(self.func, total.func, '') AS func,
+             CAST(coalesce(self_ns, 0) AS BIGINT) AS self_ns,
+             CAST(greatest(coalesce(total_ns, 0), coalesce(self_ns, 0)) AS BIGINT) AS total_ns,
+             CAST(coalesce(forward_ns, 0) AS BIGINT) AS forward_ns,
+             CAST(coalesce(backward_ns, 0) AS BIGINT) AS backward_ns,
+             CAST(coalesce(kernels, 0) AS BIGINT) AS self_count,
+             CAST(coalesce(work, kernels, 0) AS BIGINT) AS total_count
+      FROM self FULL OUTER JOIN total USING (file, line)) {file_filter}
+    ORDER BY self_ns DESC, total_ns DESC, file, line
+    """
+    params = {"file": file} if file is not None else None
+    return con.sql(sql, params=params).to_arrow_table()
+
+
+def top_lines(profile: Profile, level: str = "model", n: int = 10, con=None) -> list[dict]:
+    """The `n` lines with the most self time at `level`."""
+    return [r for r in line_hotspots(profile, level, con).to_pylist() if r["self_ns"]][:n]
+
+
+def top_modules(profile: Profile, n: int = 10, con=None) -> list[dict]:
+    """The `n` modules with the most self time (their own forward's work and its backward)."""
+    nodes = sorted(module_tree(profile, con), key=lambda m: -m.self_ns)
+    return [m.to_dict() for m in nodes if m.self_ns][:n]
+
+
+def stack_of(profile: Profile, event_id: int, con=None) -> list[dict]:
+    """The whole stack of one event (innermost first), with each frame's scope."""
+    con = con or profile.duckdb()
+    rows = con.sql(
+        """SELECT s.depth, CAST(s.file AS VARCHAR) AS file, s.line,
+                  CAST(s.function AS VARCHAR) AS function, CAST(s.scope AS VARCHAR) AS scope
+           FROM events e JOIN stacks s ON s.stack_id = e.stack_id
+           WHERE e.id = $id ORDER BY s.depth""",
+        params={"id": int(event_id)},
+    ).to_arrow_table()
+    return rows.to_pylist()
+
+
+def as_table(nodes: list[ModuleNode]) -> pa.Table:
+    return pa.Table.from_pylist([m.to_dict() for m in nodes])
