@@ -67,7 +67,7 @@ def create_app(
     app = FastAPI(title="Neuron Explorer", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json")  # fmt: skip
     app.state.store = store
-    gate = sql.QueryGate()
+    gate = app.state.sql_gate = sql.QueryGate()
     row_slots = threading.Semaphore(2)  # the list builds rows in parallel, analyses two at once
     if allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware

@@ -58,6 +58,11 @@ class QueryGate:
         self._admitted = 0
         self._lock = threading.Lock()
 
+    @property
+    def admitted(self) -> int:
+        """Queries running or waiting now."""
+        return self._admitted
+
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Run `fn` on a SQL thread; Busy when RUNNING + QUEUED queries are already admitted."""
         with self._lock:
