@@ -67,3 +67,73 @@ def test_every_collective_and_ddp_equal_gloo_on_the_cpu(mode, reference, tmp_pat
 def test_four_ranks_equal_gloo(tmp_path):
     got, ref = results("neuron", 4, tmp_path), results("gloo", 4, tmp_path)
     assert got == ref
+
+
+PROFILE_WORKER = Path(__file__).resolve().parent / "ranks" / "ddp_profile_worker.py"
+SLEEP_S = 0.06
+
+
+@pytest.fixture(scope="module")
+def straggler_profile(tmp_path_factory) -> Path:
+    """A 2-rank DDP job captured by trace_handler in each rank; rank 1 sleeps in each step."""
+    out = tmp_path_factory.mktemp("ddp") / "run"
+    torchrun(PROFILE_WORKER, 2, str(out), "1", str(SLEEP_S))
+    return out
+
+
+@pytest.mark.slow
+def test_every_rank_lands_in_one_partitioned_profile(straggler_profile):
+    from neuron_explorer.model import Profile
+
+    p = Profile.open(straggler_profile)
+    assert p.manifest.ranks == (0, 1)
+    assert p.manifest.extra["world_size"] == 2 and p.manifest.extra["missing_ranks"] == []
+    assert p.manifest.extra["run_id"]
+    assert sorted(d.name for d in (straggler_profile / "events").iterdir()) == ["rank=0", "rank=1"]
+    assert not (straggler_profile.parent / ".run.ranks").exists()  # the parts are gone
+    assert {(s.rank, s.step) for s in p.manifest.steps} == {
+        (r, s) for r in (0, 1) for s in (1, 2, 3)
+    }
+    ids = p.table("events", ["id"]).column("id").to_pylist()
+    assert len(ids) == len(set(ids))  # ids renumbered per rank, unique in the whole profile
+
+
+@pytest.mark.slow
+def test_collectives_end_together_and_the_fast_rank_waits_for_the_straggler(straggler_profile):
+    from neuron_explorer.model import Profile
+
+    p = Profile.open(straggler_profile)
+    rows = (
+        p.duckdb()
+        .execute(
+            "SELECT rank, step, start_ns + dur_ns AS end_ns, args FROM events "
+            "WHERE kind = 'collective' AND name = 'all_reduce' ORDER BY rank, start_ns"
+        )
+        .fetchall()
+    )
+    by_rank = {r: [row for row in rows if row[0] == r] for r in (0, 1)}
+    assert len(by_rank[0]) == len(by_rank[1]) >= 3
+    # the same all-reduce ends at one instant on every rank (one modeled clock)
+    assert [r[2] for r in by_rank[0]] == [r[2] for r in by_rank[1]]
+    # after the first step (the ranks reach the profiler at different times), rank 0 waits
+    # for the sleeping rank 1 in each step's gradient all-reduce and rank 1 hardly waits
+    waits = {
+        r: [json.loads(row[3])["wait_ns"] for row in by_rank[r] if row[1] >= 2] for r in (0, 1)
+    }
+    assert len(waits[0]) == 2
+    assert all(w > 0.8 * SLEEP_S * 1e9 for w in waits[0]), waits
+    assert all(w < 0.2 * SLEEP_S * 1e9 for w in waits[1]), waits
+    transfer = json.loads(by_rank[0][0][3])
+    assert transfer["transfer_ns"] > 0 and transfer["algorithm"] == "ring"
+    assert transfer["link"] == "neuronlink" and transfer["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_writes_leaves_the_others_readable(tmp_path):
+    from neuron_explorer.model import Profile
+
+    out = tmp_path / "run"
+    torchrun(PROFILE_WORKER, 2, str(out), "-1", "0", "1")
+    p = Profile.open(out)
+    assert p.manifest.ranks == (0,)
+    assert p.manifest.extra["missing_ranks"] == [1]

@@ -183,9 +183,11 @@ def _distributed_job() -> Job | None:
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             if dist.get_world_size() > 1:
-                run_id = os.environ.get("TORCHELASTIC_RUN_ID") or "{}:{}".format(
-                    os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-                )
+                run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+                if run_id == "none":  # torchrun's static rendezvous names no run
+                    run_id = "{}:{}".format(
+                        os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+                    )
                 return Job(dist.get_rank(), dist.get_world_size(), run_id)
     except (RuntimeError, ValueError):
         pass

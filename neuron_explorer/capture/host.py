@@ -50,8 +50,28 @@ def drop_simulator_events(host: pa.Table, calls: Sequence[Any], origin_unix_ns: 
     spans = {k: (np.array(s, np.int64), np.array(t, np.int64)) for k, (s, t) in spans.items()}
     names = np.array(column_list(host, "name"), dtype=object)
     drop = inside_spans(track, start, end, spans) | (names == SIMULATOR_DISPATCH)
+    drop |= _host_library_collectives(names, start, end, calls, origin_unix_ns)
     drop &= np.array(column_list(host, "kind"), dtype=object) != "step"
     return host.filter(pa.array(~with_descendants(host, drop)))
+
+
+def _host_library_collectives(
+    names: np.ndarray, start: np.ndarray, end: np.ndarray, calls: Sequence[Any], origin: int
+) -> np.ndarray:
+    """gloo's own spans (on its worker threads) inside a neuron collective's runtime call: the
+    host library moving the payloads, which the runtime models as the collective itself."""
+    spans = sorted(
+        (e.host_start_ns - origin, e.host_end_ns - origin)
+        for e in calls
+        if e.kind == "runtime" and e.name.startswith(("c10d::", "_c10d_functional::"))
+    )
+    gloo = np.array([isinstance(n, str) and n.startswith("gloo:") for n in names], dtype=bool)
+    if not spans or not gloo.any():
+        return np.zeros(len(names), dtype=bool)
+    lo = np.array([s for s, _ in spans], dtype=np.int64)
+    hi = np.maximum.accumulate(np.array([t for _, t in spans], dtype=np.int64))
+    i = np.searchsorted(lo, start, side="right") - 1
+    return gloo & (i >= 0) & (end <= hi[np.maximum(i, 0)])
 
 
 def steps_from_markers(host: pa.Table) -> pa.Table:

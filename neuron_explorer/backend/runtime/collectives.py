@@ -94,7 +94,8 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     t0 = _now()
     src = user_frame(3)
     group = _group_of(args)
-    arrival = max(model.modeled_now(t0), model.device_idle_at())
+    # absolute modeled times (real minus this process's cut): comparable between the ranks
+    arrival = model.origin_ns + max(model.modeled_now(t0), model.device_idle_at())
     out = info.call(*host_args, **host_kwargs)
     if kind != cc.BARRIER:
         _wait_for_work(out)
@@ -104,7 +105,7 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     if kind == cc.ALL_GATHER and info.name.startswith("_c10d_functional"):
         nbytes *= size  # the functional op's argument is this rank's shard
     cost = cc.collective_cost(kind, nbytes, size, model.spec().collectives)
-    drain = arrival - model.modeled_now(t0)  # the buffers' producing kernels finish first
+    drain = arrival - model.origin_ns - model.modeled_now(t0)  # the buffers' kernels first
     wait = max(0, last - arrival)
     _record(info.name, kind, t0, _now(), drain, wait, cost, nbytes, size, src, last)
     return rewrap(out)

@@ -361,6 +361,8 @@ _SPECIAL = {
     "aten::_local_scalar_dense": _local_scalar_dense,
     "aten::item": _local_scalar_dense,  # reaches Python itself under inference_mode
 }
+# torch.distributed's ops run on the payloads through the process group (runtime/collectives.py)
+_SPECIAL.update(dict.fromkeys(_collectives.KIND_OF, _collectives.run))
 
 
 from neuron_explorer.backend.runtime import record as _record  # noqa: E402  (record imports this module)

@@ -1,0 +1,140 @@
+"""One profile for every rank of a torch.distributed job.
+
+Each rank writes its own complete profile as a part, `.NAME.ranks/rank=N` beside the profile
+NAME, then assembles NAME from every part present, under a file lock, so the last rank to finish
+leaves a profile holding all of them. The parts stay until every rank of the job is in; a rank
+that crashed leaves the others' profile readable, and the manifest names the missing ranks.
+
+Ids (`id`, `parent_id`, `flow_id`, `stack_id`) are renumbered per rank so they stay unique in the
+whole profile, and every rank's times are shifted to the earliest rank's origin. Ranks on one
+host share its clock (time.time_ns), so no further alignment is needed there; ranks on several
+hosts are aligned on their collectives (`clock_offsets_ns` in the manifest's extra).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..model import Profile
+from ..model.io import ProfileWriter
+from ..model.manifest import Step
+
+
+def parts_dir(profile: Path) -> Path:
+    return profile.parent / f".{profile.name}.ranks"
+
+
+def part_path(profile: Path, rank: int) -> Path:
+    """Where rank `rank` writes its own part of the job's profile `profile`."""
+    return parts_dir(profile) / f"rank={rank}"
+
+
+def assemble(profile: Path, world_size: int, run_id: str) -> Path:
+    """Write `profile` from every rank part present (under a lock); drop the parts when all
+    `world_size` ranks are in."""
+    parts = parts_dir(profile)
+    with open(parts / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        present = sorted(
+            int(p.name.split("=", 1)[1])
+            for p in parts.glob("rank=*")
+            if (p / "manifest.json").is_file()
+        )
+        profiles = [Profile.open(part_path(profile, r)) for r in present]
+        _write(profile, profiles, present, world_size, run_id)
+        complete = len(present) == world_size
+    if complete:
+        shutil.rmtree(parts, ignore_errors=True)
+    return profile
+
+
+def _write(
+    out: Path, profiles: Sequence[Profile], ranks: Sequence[int], world: int, run_id: str
+) -> None:
+    origin = min(p.manifest.origin_unix_ns for p in profiles)
+    events, stacks, counters, steps = [], [], [], []
+    next_id = next_flow = next_stack = 0
+    for rank, p in zip(ranks, profiles, strict=True):
+        shift = p.manifest.origin_unix_ns - origin
+        ev = p.table("events")
+        ev = _set(ev, "rank", pa.array(np.full(ev.num_rows, rank, dtype=np.int32)))
+        ev = _set(ev, "start_ns", pc.add(ev.column("start_ns"), shift))
+        ev = _set(ev, "id", pc.add(ev.column("id"), next_id))
+        ev = _set(ev, "parent_id", pc.add(ev.column("parent_id"), next_id))
+        ev = _set(ev, "flow_id", pc.add(ev.column("flow_id"), next_flow))
+        st = p.table("stacks")
+        ev = _set(ev, "stack_id", pc.add(ev.column("stack_id"), next_stack))
+        st = _set(st, "stack_id", pc.add(st.column("stack_id"), next_stack))
+        events.append(ev)
+        stacks.append(st)
+        ct = p.table("counters")
+        ct = _set(ct, "rank", pa.array(np.full(ct.num_rows, rank, dtype=np.int32)))
+        counters.append(_set(ct, "ts_ns", pc.add(ct.column("ts_ns"), shift)))
+        steps += [Step(s.step, rank, s.start_ns + shift, s.dur_ns) for s in p.manifest.steps]
+        # the shifted columns' spans: where the next rank's numbers start
+        next_id, next_flow = _span(ev, "id"), max(next_flow, _span(ev, "flow_id"))
+        next_stack = max(next_stack, _span(st, "stack_id"))
+    first = profiles[0].manifest
+    extra: dict[str, Any] = {
+        **first.extra,
+        "world_size": world,
+        "run_id": run_id,
+        "hosts": {str(r): p.manifest.host for r, p in zip(ranks, profiles, strict=True)},
+        "missing_ranks": sorted(set(range(world)) - set(ranks)),
+        "clock_offsets_ns": {str(r): 0 for r in ranks},
+    }
+    with ProfileWriter(out, overwrite=True) as writer:
+        writer.write_events(_concat(events).sort_by([("rank", "ascending"),
+                                                     ("start_ns", "ascending"),
+                                                     ("id", "ascending")]))  # fmt: skip
+        writer.write_table("stacks", _concat(stacks))
+        writer.write_table("counters", _concat(counters))
+        for p in profiles:
+            for name, text in _sources(p):
+                writer.add_source(name, text)
+        writer.commit(
+            replace(
+                first,
+                origin_unix_ns=origin,
+                ranks=tuple(ranks),
+                steps=tuple(sorted(steps, key=lambda s: (s.rank, s.step, s.start_ns))),
+                extra=extra,
+            )
+        )
+
+
+def _set(table: pa.Table, name: str, values: Any) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), values.cast(table.schema.field(i).type))
+
+
+def _span(table: pa.Table, name: str) -> int:
+    """One more than the largest id of the column (0 for an empty or all-null one)."""
+    top = pc.max(table.column(name)).as_py() if table.num_rows else None
+    return int(top) + 1 if top is not None else 0
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
+
+
+def _sources(p: Profile) -> list[tuple[str, str]]:
+    """The source snapshots of one rank's part."""
+    root = p.path / "sources"
+    out = []
+    for path in sorted(root.rglob("*")) if root.is_dir() else ():
+        if path.is_file() and not path.is_symlink():
+            out.append(
+                (os.path.relpath(path, root), path.read_text(encoding="utf-8", errors="replace"))
+            )
+    return out

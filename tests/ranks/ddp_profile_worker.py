@@ -1,0 +1,55 @@
+"""One rank of a profiled DDP job for tests/test_distributed.py.
+
+`ddp_profile_worker.py OUT SLOW_RANK SLEEP_S [QUIT_RANK]`: trains a small MLP with DDP on the
+neuron device for 4 steps under `neuron_explorer.trace_handler(OUT)` (the last 3 recorded); rank
+SLOW_RANK sleeps SLEEP_S in each recorded step (a planted straggler; -1 for none). QUIT_RANK, if
+given, leaves before the profiler starts and never writes its part.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import neuron_explorer
+
+OUT, SLOW, SLEEP = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+QUIT = int(sys.argv[4]) if len(sys.argv) > 4 else -1
+
+
+def main() -> None:
+    dist.init_process_group("neuron")
+    rank = dist.get_rank()
+    if rank == QUIT:
+        os._exit(0)  # gone before the profile: no part, no more collectives
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to("neuron")
+    ddp = DDP(model) if QUIT < 0 else model
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1),
+        on_trace_ready=neuron_explorer.trace_handler(OUT),
+    ) as prof:
+        for step in range(4):
+            x = torch.randn(32, 64).to("neuron")
+            if rank == SLOW and step >= 1:
+                time.sleep(SLEEP)
+            loss = ddp(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    if QUIT < 0:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
