@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -110,6 +111,23 @@ def test_event_details_link_launch_kernel_and_source(client):
     assert d["source"]["line"] == d["event"]["src_line"]
     assert get(client, f"/api/p/neuron/source/{d['source']['file_id']}")["has_source"]
     get(client, "/api/p/neuron/events/999999999", status=404)
+
+
+@pytest.mark.parametrize("name", ["gpt", "alexnet"])
+def test_enclosing_events_start_at_the_direct_parent(client, name):
+    """The chain of enclosing events is the whole parent chain, the direct parent first (it was
+    dropped once), walked here in Python from the events table."""
+    con = client.app.state.store.connection(name)
+    parent = dict(con.execute("SELECT id, parent_id FROM events").fetchall())
+    nested = [i for i, p in parent.items() if p is not None and parent.get(p) is not None][:40]
+    assert nested
+    for eid in nested:
+        chain, p = [], parent[eid]
+        while p is not None and len(chain) < 33:
+            chain.append(p)
+            p = parent.get(p)
+        d = get(client, f"/api/p/{name}/events/{eid}")
+        assert [a["id"] for a in d["ancestors"]] == chain, eid
 
 
 def test_gpu_kernel_details_reach_the_launching_runtime_call(client):
@@ -349,3 +367,24 @@ def test_serve_reports_a_port_in_use(root):
         r = subprocess.run([sys.executable, "-m", "neuron_explorer", "serve", str(root / "base"),
                             "--port", str(port)], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr
+
+
+DOC_NAMES = {"{name}": "NAME", "{event_id}": "ID", "{file_id}": "FILE_ID", "{line}": "N",
+             "{table}": "TABLE"}  # fmt: skip
+
+
+def test_every_route_is_in_docs_web_md(client):
+    """docs/web.md names every route the app serves (page, JSON twin, download)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "web.md").read_text()
+    paths = [r.path for r in client.app.routes if getattr(r, "methods", None)]
+    assert len(paths) > 15
+    missing = []
+    for path in paths:
+        doc = re.sub(r"\{\w+\}", lambda m: DOC_NAMES[m.group(0)], path)
+        if path.startswith("/static/"):
+            continue
+        if not re.search(r"`" + re.escape(doc) + r"[`?#]", text):
+            missing.append(doc)
+    assert missing == [], missing
