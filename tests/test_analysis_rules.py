@@ -440,3 +440,47 @@ def test_step_time_outliers_works_on_the_steps_the_defaults_record():
     assert f.evidence.metrics["outliers"] == 1
     assert f.evidence.ops[0].label == "checkpoint"  # the op that took the extra time
     assert 50e6 <= f.saving_ns <= 70e6  # the 60 ms the checkpoint slept, above the median step
+
+
+@functools.cache
+def compiled_model_eager_optimizer() -> Profile:
+    """A 4-layer MLP under torch.compile(backend="neuron") (one shape: no recompiles) whose
+    AdamW(foreach=False) step runs eagerly, per parameter: steps 2-4 recorded."""
+    import torch
+    from torch import nn
+
+    import neuron_explorer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Linear(32, 32) for _ in range(4))).to("neuron")
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(8, 32).to("neuron")
+    out = Path(tempfile.mkdtemp(prefix="compiled-eager-opt-")) / "profile"
+    with neuron_explorer.profile(out, wait=1) as prof:
+        for _ in range(5):
+            loss = compiled(x).pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            prof.step()
+    return Profile.open(out)
+
+
+@pytest.mark.slow  # a torch.compile capture: ~10 s
+def test_launch_bound_advice_follows_what_the_profile_shows_works():
+    # eager sample: nothing shows torch.compile works, so it says to check it first
+    (eager,) = get_rule("launch-bound").evaluate(sample("gpt_train"))
+    assert "no compiled step" in eager.fix and "torch._dynamo.explain(model)" in eager.fix
+    assert eager.evidence.metrics["graph_kernels"] == 0
+    # a compiled step without recompiles: torch.compile works; the eager optimizer is the rest
+    profile = compiled_model_eager_optimizer()
+    (f,) = get_rule("launch-bound").evaluate(profile)
+    m = f.evidence.metrics
+    assert m["graph_kernels"] > 0 and m["recompiles"] == 0 and m["graphs_per_step"] == 1
+    assert "torch.compile works for this model" in f.fix and "explain" not in f.fix
+    assert "unfused-optimizer" in f.fix and "foreach=True" in f.fix  # the fix without compiling
+    assert get_rule("unfused-optimizer").evaluate(profile)
+    # the other fixes are offered in every case
+    for fix in (eager.fix, f.fix):
+        assert "larger batch" in fix and "fewer small ops" in fix

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..compiled import CompileState, compile_state
 from ..context import AnalysisContext
 from ..conventions import KERNEL_KINDS, sql_list
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
+from .unfused_optimizer import UnfusedOptimizer
 
 
 @register
@@ -21,8 +23,14 @@ class LaunchBound(Rule):
     breakdown, less the idle time that overlaps compiles, fallbacks, syncs or data loading (the
     more specific rules report that), and the median kernel duration of the rank. A step is
     launch-bound when it has at least MIN_KERNELS_PER_STEP kernels, a median kernel under
-    TINY_KERNEL_NS and that idle time is at least MIN_IDLE_SHARE of the step. The saving assumed is RECOVERABLE_SHARE of the
-    idle time in those steps.
+    TINY_KERNEL_NS and that idle time is at least MIN_IDLE_SHARE of the step. The saving
+    assumed is RECOVERABLE_SHARE of the idle time in those steps.
+    Fix: conditional on what the profile shows works for the model (analysis/compiled.py):
+    with a compiled step and no recompiles, compile what still runs eagerly (and name the
+    graph breaks when a step runs several graphs); with recompiles, fix the shapes first;
+    with no compiled step, check the model with torch._dynamo.explain's graph-break report
+    before compiling (torch.compile fails on some models). Always also the fixes that need
+    no compiler: a multi-tensor/fused optimizer, fewer small ops, a larger batch.
     """
 
     id = "launch-bound"
@@ -33,9 +41,12 @@ class LaunchBound(Rule):
     MIN_IDLE_SHARE = 0.30
     RECOVERABLE_SHARE = 0.5  # of the idle time, what fusing launches typically wins back
     fix = (
-        "Fuse the small ops so the device gets fewer, larger launches: wrap the model or the "
-        "step in torch.compile (backend='neuron' on the neuron device; mode='reduce-overhead' "
-        "for CUDA graphs on GPU), and drop per-element Python loops."
+        "Fewer, larger launches. If the profile shows a compiled step without recompiles, "
+        "compile what still runs eagerly; otherwise check the model first with "
+        "torch._dynamo.explain(model)(*inputs) (its graph-break report), then wrap the step in "
+        "torch.compile (backend='neuron' on the neuron device; mode='reduce-overhead' for CUDA "
+        "graphs on GPU). Without a compiler: a multi-tensor or fused optimizer (foreach=True; "
+        "fused=True on GPU), fewer small ops at the lines launched most, a larger batch."
     )
 
     def bound_steps(self, ctx: AnalysisContext) -> tuple[pa.Table | None, dict]:
@@ -71,6 +82,8 @@ class LaunchBound(Rule):
         median_ns = float(min(v["med"] for v in tiny.values()))
         neuron = any(str(v["device"] or "").startswith("neuron") for v in tiny.values())
         where = f"layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)}"
+        state = compile_state(ctx)
+        unfused = bool(UnfusedOptimizer().check(ctx))
         return [
             self.finding(
                 ctx,
@@ -88,6 +101,7 @@ class LaunchBound(Rule):
                     )
                 ),
                 saving_ns=idle_ns * self.RECOVERABLE_SHARE,
+                fix=advice(state, neuron, unfused, b.num_rows),
                 evidence=Evidence(
                     event_ids=longest_ids(ctx, where),
                     ops=top_ops(ctx, where, by="count"),  # the ops that launch the most
@@ -98,7 +112,51 @@ class LaunchBound(Rule):
                         "median_kernel_ns": median_ns,
                         "idle_ns": idle_ns,
                         "idle_share": round(idle_ns / step_ns, 4),
+                        "graph_kernels": state.graph_kernels,
+                        "eager_kernels": state.eager_kernels,
+                        "graphs_per_step": state.graphs_per_step,
+                        "recompiles": state.recompiles,
                     },
                 ),
             )
         ]
+
+
+def advice(state: CompileState, neuron: bool, unfused: bool, steps: int) -> str:
+    """The fix, from what this profile shows works for the model (and what needs no compiler)."""
+    how = "torch.compile(backend='neuron')" if neuron else "torch.compile(mode='reduce-overhead')"
+    if state.compiled and not state.recompiles:
+        eager = state.eager_kernels // max(steps, 1)
+        first = (
+            "torch.compile works for this model: the profile runs a compiled step with no "
+            f"recompiles. Compile what still runs eagerly (~{eager} kernels a step; the ops "
+            "launched most are in the evidence), e.g. the loss and the optimizer step."
+        )
+        if state.graphs_per_step > 1:
+            first += (
+                f" A step runs {state.graphs_per_step} compiled graphs, so graph breaks split "
+                "it: torch._dynamo.explain(model)(*inputs) lists them and why."
+            )
+    elif state.compiled:
+        first = (
+            "The profile runs compiled graphs but compiles them again for new shapes (see "
+            "recompilation): fix the shapes first, then compile what still runs eagerly."
+        )
+    else:
+        first = (
+            "The profile has no compiled step, so it does not show that torch.compile works "
+            "for this model. Check first: torch._dynamo.explain(model)(*inputs) reports the "
+            f"graph breaks; with few, wrap the step in {how} and profile again."
+        )
+    optimizer = (
+        "the optimizer updates parameters one by one (unfused-optimizer): make it multi-tensor"
+        if unfused
+        else "a multi-tensor or fused optimizer if it is not one"
+    )
+    return (
+        f"{first} Fixes that need no compiler: {optimizer} (foreach=True; fused=True on GPU); "
+        "fewer small "
+        "ops at the lines launched most (evidence): one batched tensor op instead of a Python "
+        "loop over tensors, no redundant casts or copies; and a larger batch: a step launches "
+        "as many kernels, each doing more work."
+    )
