@@ -388,3 +388,31 @@ def test_every_route_is_in_docs_web_md(client):
         if not re.search(r"`" + re.escape(doc) + r"[`?#]", text):
             missing.append(doc)
     assert missing == [], missing
+
+
+@pytest.mark.parametrize(("name", "q", "regex"), [("neuron", "mm", False), ("neuron", "^aten::(add|mul)", True),
+                                                  ("alexnet", "CONV", False), ("gpt", "matmul|linear", True)])  # fmt: skip
+def test_search_finds_every_event_by_name(client, name, q, regex):
+    """The timeline's find: the total equals a count in plain SQL, the matches come first in
+    time order, and the names listed are exactly the distinct names matched."""
+    con = client.app.state.store.connection(name)
+    pred = "regexp_matches(CAST(name AS VARCHAR), ?)" if regex else "CAST(name AS VARCHAR) ILIKE '%' || ? || '%'"
+    want = con.execute(f"SELECT count(*), count(DISTINCT name) FROM events WHERE {pred}", [q]).fetchone()
+    d = get(client, f"/api/p/{name}/search?q={q}&regex={str(regex).lower()}&limit=50")
+    assert want[0] > 0 and d["total"] == want[0] and len(d["names"]) == want[1]
+    starts = [m["start_ns"] for m in d["matches"]]
+    assert len(starts) == min(50, want[0]) and starts == sorted(starts)
+    first = con.execute(f"SELECT min(start_ns) FROM events WHERE {pred}", [q]).fetchone()[0]
+    assert starts[0] == first and d["truncated"] == (want[0] > 50)
+
+
+def test_search_refuses_bad_patterns(client):
+    r = client.get("/api/p/neuron/search", params={"q": "(", "regex": "true"})
+    assert r.status_code == 400 and r.json()["error"].startswith("search:")
+    r = client.get("/api/p/neuron/search", params={"q": "x" * 501})
+    assert r.status_code == 400 and "longer than the limit" in r.json()["error"]
+    assert get(client, "/api/p/neuron/search?q=no-such-name-anywhere")["total"] == 0
+    # RE2: a pattern that backtracks exponentially elsewhere is linear here
+    t0 = time.monotonic()
+    get(client, "/api/p/neuron/search?q=(a%2B)%2B%24&regex=true")
+    assert time.monotonic() - t0 < 5

@@ -31,7 +31,7 @@ from .guard import Guard
 from .listing import ProfileList
 from .pages import PAGES, render_page
 from .store import NotFound, ProfileStore
-from .views import compare, events, operators, overview, source, sql, timeline
+from .views import compare, events, operators, overview, search, source, sql, timeline
 
 STATIC = Path(__file__).resolve().parent / "static"
 NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
@@ -272,6 +272,11 @@ def create_app(
         if out is None:
             raise NotFound(f"no event {event_id} in {name}")
         return out
+
+    @app.get("/api/p/{name}/search")
+    def api_search(name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES) -> dict[str, Any]:
+        store.open(name)
+        return {"name": name, **search.search_events(store.connection(name), q, regex, limit)}
 
     @app.get("/api/p/{name}/operators")
     def api_operators(name: str) -> dict[str, Any]:

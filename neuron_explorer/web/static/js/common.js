@@ -209,3 +209,39 @@ export async function run(render) {
     showError(e);
   }
 }
+
+// The filter boxes' language, as the timeline's find: a name substring (any case), or /regex/.
+// Returns null for an empty filter; throws on a malformed regular expression.
+export function nameMatcher(text) {
+  const t = (text || "").trim();
+  if (!t) return null;
+  const m = /^\/(.+)\/$/.exec(t);
+  if (m) { const re = new RegExp(m[1]); return (s) => re.test(s || ""); }
+  const low = t.toLowerCase();
+  return (s) => (s || "").toLowerCase().includes(low);
+}
+
+// A filter box over a table: redraws `render(rows)` into the returned element on each change
+// and keeps the filter in the URL (?PARAM=), so a link carries it.
+export function filteredTable(rows, render, { param = "filter", placeholder = "Filter: name or /regex/", key = "name" } = {}) {
+  const box = h("input", { type: "search", class: "filter-box", id: `${param}-box`, placeholder, value: qs(param) || "" });
+  const count = h("span", { class: "note", id: `${param}-count` });
+  const holder = h("div");
+  const apply = () => {
+    let shown = rows;
+    try {
+      const m = nameMatcher(box.value);
+      if (m) shown = rows.filter((r) => m(r[key]));
+      count.textContent = m ? `${shown.length} of ${rows.length}` : "";
+    } catch (e) {
+      count.textContent = "bad regular expression: " + e.message;
+    }
+    holder.replaceChildren(render(shown));
+    const url = new URL(location.href);
+    if (box.value.trim()) url.searchParams.set(param, box.value); else url.searchParams.delete(param);
+    history.replaceState(null, "", url);
+  };
+  box.addEventListener("input", apply);
+  apply();
+  return h("div", { class: "filtered" }, h("div", { class: "filter-bar" }, box, " ", count), holder);
+}

@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, fmtDelta, dataTable, plot, pUrl, sourceUrl, enc, section, setModeled, card, qs } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtDelta, dataTable, plot, pUrl, sourceUrl, enc, section, setModeled, card, qs, filteredTable } from "./common.js";
 
 const deltaCell = (v) => h("span", { class: v > 0 ? "pos" : v < 0 ? "neg" : null }, fmtDelta(v));
 const pct = (r) => {
@@ -40,17 +40,17 @@ run(async () => {
         { key: "category", label: "Per step", fmt: (v) => CATEGORY[v] || v }, { key: "a", label: "A", num: true, fmt: fmtNs }, { key: "b", label: "B", num: true, fmt: fmtNs },
         { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }], d.breakdown, { compact: true, sortable: false })
         : h("p", { class: "note" }, "The step-time breakdown needs the analysis summary of both profiles."))),
-    section("Ops, largest change first", dataTable([
+    section("Ops, largest change first", filteredTable(d.ops, (rows) => dataTable([
       { key: "name", label: "Op", cell: (r) => h("span", { class: "mono" }, r.name) },
       { label: "A time", num: true, cell: sideVal("a", "time_ns") }, { label: "B time", num: true, cell: sideVal("b", "time_ns") },
       { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }, { label: "Δ%", num: true, cell: pct },
       { label: "A calls", num: true, cell: (r) => (r.a.count ?? "–") }, { label: "B calls", num: true, cell: (r) => (r.b.count ?? "–") },
-    ], d.ops.slice(0, 100), { compact: true, sortable: false })),
-    section("Source lines, largest change first", d.lines.length ? dataTable([
+    ], rows.slice(0, 100), { compact: true, sortable: false }), { param: "ops", placeholder: "Filter ops: name or /regex/" })),
+    section("Source lines, largest change first", d.lines.length ? filteredTable(d.lines, (rows) => dataTable([
       { key: "file", label: "Line", cell: (r) => h("span", {}, h("a", { href: sourceUrl(r.b.time_ns !== undefined ? b : a, r.file_id, r.line) }, `${r.file.split("/").pop()}:${r.line}`)), title: (r) => r.file },
       { label: "A", num: true, cell: sideVal("a", "time_ns") }, { label: "B", num: true, cell: sideVal("b", "time_ns") },
       { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }, { label: "Δ%", num: true, cell: pct },
-    ], d.lines.slice(0, 100), { compact: true, sortable: false }) : h("p", { class: "note" }, "Neither profile has source lines.")),
+    ], rows.slice(0, 100), { compact: true, sortable: false }), { param: "lines", key: "file", placeholder: "Filter lines: file or /regex/" }) : h("p", { class: "note" }, "Neither profile has source lines.")),
   );
   const trace = (s, name, color) => ({ type: "bar", name, x: s.per_step.map((_, i) => i), y: s.per_step.map((p) => p.dur_ns / 1e6), marker: { color } });
   plot(chart, [trace(sa, `A ${a}`, "#94a3b8"), trace(sb, `B ${b}`, "#3b82f6")],

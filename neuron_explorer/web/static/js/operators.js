@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, fmtNum, fmtBytes, dataTable, plot, pUrl, sourceUrl, timelineUrl, enc, section, setModeled, profile, qs, clean } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, fmtBytes, dataTable, plot, pUrl, sourceUrl, timelineUrl, enc, section, setModeled, profile, qs, clean, filteredTable } from "./common.js";
 
 async function expand(row, tr, modeled) {
   const next = tr.nextElementSibling;
@@ -40,12 +40,14 @@ run(async () => {
     { key: "bytes", label: "Bytes", num: true, fmt: (v) => (v ? fmtBytes(v) : "–") },
     { key: "intensity", label: "FLOP/byte", num: true, fmt: (v) => (v ? v.toFixed(1) : "–"), help: "arithmetic intensity" },
   ];
-  const table = dataTable(cols, ops, { onRowClick: (r, tr) => expand(r, tr, modeled).catch((e) => console.warn(e)) });
+  let table;
+  const filtered = filteredTable(ops, (rows) => (table = dataTable(cols, rows, { onRowClick: (r, tr) => expand(r, tr, modeled).catch((e) => console.warn(e)) })),
+    { placeholder: "Filter ops: name or /regex/" });
   mount(
     h("h1", {}, "Operators", h("span", { class: "note" }, `  ${ops.length} framework ops · click a row for its kernels, instructions and lines`)),
     h("div", { class: "grid2" }, section("Time by op (top 15)", chart),
       section("Roofline" + modeled, d.roofline ? roof : h("p", { class: "note", id: "no-roofline" }, "This profile has no device spec (peak FLOP/s and memory bandwidth), so there is no roofline. Neuron captures carry one."))),
-    section("All ops", table),
+    section("All ops", filtered),
   );
   const top = ops.slice(0, 15).reverse();
   chart.style.height = Math.max(300, 90 + 30 * top.length) + "px";

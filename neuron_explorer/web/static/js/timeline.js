@@ -4,8 +4,8 @@
 import { api, h, mount, run, fmtNs, fmtNum, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl, clean } from "./common.js";
 
 const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6;
-const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0 };
-let canvas, ctx, wrap, statusEl, detailsEl, tip;
+const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0, find: null };
+let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount;
 
 function laneLabel(l) {
   const dev = l.layer === "host" ? (l.device || "host") : l.device;
@@ -113,11 +113,14 @@ function draw() {
       const x = Math.max(x0, GUTTER - 2), w = Math.max(1, Math.min(x1, width + 2) - x);
       const name = win.names[r.name[i]] || "";
       const merged = r.count[i] > 1;
-      ctx.globalAlpha = merged ? 0.55 : 1;
+      const found = state.find && state.find.names.has(name);
+      // what a search did not match fades
+      ctx.globalAlpha = (merged ? 0.55 : 1) * (state.find && !found ? 0.25 : 1);
       const fill = colorFor(r.kind[i], name);
       ctx.fillStyle = fill;
       ctx.fillRect(x, y + 1, w, ROW - 2);
       ctx.globalAlpha = 1;
+      if (found) { ctx.strokeStyle = "#d97706"; ctx.lineWidth = 2; ctx.strokeRect(x, y + 1, w, ROW - 2); }
       if (state.selected === r.id[i]) {
         ctx.strokeStyle = "#111827"; ctx.lineWidth = 2; ctx.strokeRect(x, y + 1, w, ROW - 2);
       }
@@ -282,6 +285,43 @@ async function select(eventId) {
   return d;
 }
 
+// Find: a name substring (any case), or /a regular expression/; the server matches every event
+// and returns the first matches in time order, which Enter / Shift+Enter (or ▼ ▲) step through.
+function parseFind(text) {
+  const t = text.trim();
+  const m = /^\/(.+)\/$/.exec(t);
+  return m ? { q: m[1], regex: true } : { q: t, regex: false };
+}
+
+async function find(text, step) {
+  const { q, regex } = parseFind(text);
+  const url = new URL(location.href);
+  if (!q) {
+    state.find = null; findCount.textContent = ""; draw();
+    url.searchParams.delete("find"); history.replaceState(null, "", url);
+    return;
+  }
+  if (!state.find || state.find.text !== text) {
+    findCount.textContent = "searching…";
+    let d;
+    try {
+      d = await api(`/p/${enc(profile)}/search?q=${enc(q)}&regex=${regex}`);
+    } catch (e) {
+      findCount.textContent = e.message; state.find = null; draw(); return;
+    }
+    state.find = { text, matches: d.matches, total: d.total, names: new Set(d.names), cursor: -1 };
+    url.searchParams.set("find", text); history.replaceState(null, "", url);
+  }
+  const f = state.find;
+  if (!f.matches.length) { findCount.textContent = "no match"; draw(); return; }
+  if (step) {
+    f.cursor = (f.cursor + step + f.matches.length) % f.matches.length;
+    focusEvent(f.matches[f.cursor]);
+  } else draw();
+  findCount.textContent = `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
+  findCount.dataset.total = f.total;
+}
+
 function focusEvent(e) {
   const pad = Math.max(e.dur_ns * 2, 2000);
   setView(e.start_ns - pad, e.start_ns + e.dur_ns + pad);
@@ -356,6 +396,7 @@ function wire() {
   window.addEventListener("keydown", (e) => {
     if (e.target.closest("input, select, textarea")) return;
     const k = e.key.toLowerCase();
+    if (e.key === "/") { e.preventDefault(); findBox.focus(); return; }
     if (k === "w") zoom(0.7); else if (k === "s") zoom(1 / 0.7); else if (k === "a") pan(-0.2); else if (k === "d") pan(0.2);
   });
   window.addEventListener("resize", () => { draw(); scheduleFetch(); });
@@ -380,6 +421,10 @@ run(async () => {
   statusEl = h("span", { class: "tl-status", id: "tl-status" });
   detailsEl = h("div", { class: "tl-details", id: "tl-details" });
   tip = h("div", { class: "tl-tip", hidden: true });
+  findBox = h("input", { id: "tl-find", type: "search", placeholder: "Find: name or /regex/  ( / )", size: 24, value: qs("find") || "" });
+  findBox.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); find(findBox.value, e.shiftKey ? -1 : 1); } });
+  findBox.addEventListener("search", () => { if (!findBox.value) find("", 0); });
+  findCount = h("span", { class: "note", id: "tl-find-count" });
   const steps = h("select", { id: "tl-step", title: "Show one step" }, h("option", { value: "" }, "All steps"),
     d.steps.map((s, i) => h("option", { value: i }, `Step ${s.step}${s.rank ? " rank " + s.rank : ""} · ${fmtNs(s.dur_ns)}`)));
   steps.addEventListener("change", () => {
@@ -393,9 +438,12 @@ run(async () => {
       h("button", { title: "Pan left (A)", onclick: () => pan(-0.25) }, "◀"),
       h("button", { title: "Pan right (D)", onclick: () => pan(0.25) }, "▶"),
       h("button", { id: "tl-reset", onclick: () => setView(state.extent.start_ns, state.extent.end_ns) }, "Whole profile"),
-      steps, statusEl,
+      steps,
+      findBox, h("button", { id: "tl-find-prev", title: "Previous match (Shift+Enter)", onclick: () => find(findBox.value, -1) }, "▲"),
+      h("button", { id: "tl-find-next", title: "Next match (Enter)", onclick: () => find(findBox.value, 1) }, "▼"), findCount,
+      statusEl,
       h("span", { class: "spacer" }),
-      h("span", { class: "note" }, "wheel: zoom · drag: pan · click: details · click a ▸ lane to unfold · W/A/S/D")),
+      h("span", { class: "note" }, "wheel: zoom · drag: pan · click: details · click a ▸ lane to unfold · W/A/S/D · / find")),
     wrap, detailsEl, tip);
   wire();
   draw();
@@ -406,5 +454,7 @@ run(async () => {
     const d = await select(Number(ev));
     if (s0 === null && d) focusEvent(d.event);
   }
+  // a deep link's search: highlighted, and its first match shown unless the link names a place
+  if (findBox.value) await find(findBox.value, ev === null && s0 === null ? 1 : 0);
   canvas.dataset.ready = "1";
 });
