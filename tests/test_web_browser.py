@@ -247,3 +247,46 @@ def test_corrupt_profile_shows_an_error_page(server, page):
     page.goto(server + "/p/corrupt")
     assert "corrupt Parquet table" in page.locator(".error-box").inner_text()
     page.screenshot(path=str(SHOTS / "corrupt.png"), full_page=True)
+
+
+def test_timeline_find_steps_through_and_highlights(server, page):
+    """A deep link with ?find= selects the first match; ▼ ▲ step through the server's matches in
+    time order (▲ from the first wraps to the last); matched names are outlined; a regex typed
+    into the box (Enter) searches again and lands in the URL."""
+    import httpx
+
+    want = httpx.get(f"{server}/api/p/neuron/search", params={"q": "addmm"}).json()
+    _open(page, server + "/p/neuron/timeline?find=addmm", "timeline-find", "#tl-canvas[data-ready]")
+    count = page.wait_for_selector("#tl-find-count[data-total]")
+    assert int(count.get_attribute("data-total")) == want["total"] > 0
+    assert count.inner_text().startswith("1 / ")
+    selected = lambda: page.evaluate("window.neTimeline.state.selected")  # noqa: E731
+    page.wait_for_function("id => window.neTimeline.state.selected === id", arg=want["matches"][0]["id"])
+    page.click("#tl-find-next")
+    page.wait_for_function("id => window.neTimeline.state.selected === id", arg=want["matches"][1]["id"])
+    page.click("#tl-find-prev")
+    page.click("#tl-find-prev")
+    page.wait_for_function("id => window.neTimeline.state.selected === id", arg=want["matches"][-1]["id"])
+    assert selected() == want["matches"][-1]["id"]
+    outlined = page.evaluate("""() => { const s = window.neTimeline.state, r = s.win.rects;
+        return r.name.filter((n) => s.find.names.has(s.win.names[n])).length; }""")
+    assert outlined > 0
+    page.fill("#tl-find", "/^aten::(relu|softmax)$/")
+    page.press("#tl-find", "Enter")
+    regex = httpx.get(f"{server}/api/p/neuron/search", params={"q": "^aten::(relu|softmax)$", "regex": "true"}).json()
+    page.wait_for_function("n => document.querySelector('#tl-find-count').dataset.total == n", arg=regex["total"])
+    assert "find=%2F%5Eaten" in page.url
+    assert page.errors == []
+
+
+def test_operator_filter_narrows_the_table_and_the_url(server, page):
+    _open(page, server + "/p/neuron/operators?filter=add", "operators-filter", "#filter-box")
+    rows = page.locator("div.filtered table.data tbody tr")
+    names = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+    assert names and all("add" in n.lower() for n in names)
+    page.fill("#filter-box", "/^aten::(relu|sum)$/")
+    page.wait_for_function("() => document.querySelector('#filter-count').textContent.startsWith('2 of')")
+    assert "filter=%2F%5Eaten" in page.url
+    page.fill("#filter-box", "/(/")
+    assert "bad regular expression" in page.inner_text("#filter-count")
+    assert page.errors == []
