@@ -1,5 +1,5 @@
 """Responses an agent can read: every tool's answer is cut to at most MAX_CHARS of JSON, by
-halving its longest lists (a columnar dict of equal-length lists is cut row-wise, so its
+clipping strings over MAX_STRING, then halving its longest lists (a columnar dict of equal-length lists is cut row-wise, so its
 columns stay aligned) and saying what was cut, so no answer floods the agent's context."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ def size(doc: Any) -> int:
 def bound(doc: dict[str, Any], max_chars: int = MAX_CHARS) -> dict[str, Any]:
     """`doc` within `max_chars`; when cut, `doc["truncated"]` maps each cut list's path to its
     length before and after, and says how to ask for less."""
+    if size(doc) <= max_chars:
+        return doc  # untouched: the same document the web and the CLI give
     doc = _clip_strings(doc)
     cuts: dict[str, list[int]] = {}
     for _ in range(_ROUNDS):

@@ -24,18 +24,16 @@ def _tables(profile: Profile) -> tuple[Any, Any]:
     return operators.operator_table(cols), source.line_table(cols)
 
 
-def _modules(profile: Profile, n: int) -> list[dict[str, Any]]:
-    """The top nn.Module paths by time, where the analysis provides the module hotspots."""
+def _where_in_model(profile: Profile, n: int) -> dict[str, list[dict[str, Any]]]:
+    """The top nn.Modules and model lines, as `summary --json` gives them (analysis/hotspots)."""
+    from neuron_explorer.analysis.hotspots import top_lines, top_modules
+
+    con = profile.duckdb()
     try:
-        from neuron_explorer.analysis import hotspots  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    table = getattr(hotspots, "module_table", None)
-    if table is None:
-        return []
-    rows = table(profile)
-    rows = rows.to_pylist() if hasattr(rows, "to_pylist") else list(rows)
-    return rows[:n]
+        return {"top_modules": top_modules(profile, n, con),
+                "top_model_lines": top_lines(profile, "model", n, con)}  # fmt: skip
+    finally:
+        con.close()
 
 
 def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, Any]:
@@ -55,7 +53,7 @@ def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, A
         "readiness": summary.get("readiness"),
         "findings": findings_document(profile, run_rules(profile))["findings"],
         "top_lines": source.top_lines(lines, TOP_LINES),
-        "top_modules": _modules(profile, TOP_LINES),
+        **_where_in_model(profile, TOP_LINES),
         "against": None,
     }
     if base is not None:
@@ -128,6 +126,25 @@ def _readiness_md(r: dict[str, Any] | None) -> list[str]:
     return [*out, ""]
 
 
+def _breakdown_md(b: dict[str, Any], steps_ns: float | None) -> list[str]:
+    """The step-time split: the summary's labelled parts where it has them, else its fields."""
+    parts = b.get("parts")
+    if isinstance(parts, list):
+        rows = [(p["label"], p["ns"]) for p in parts]
+    else:
+        rows = [(k.removesuffix("_ns").replace("_", " "), v) for k, v in b.items()
+                if isinstance(v, (int, float)) and k != "steps_ns"]  # fmt: skip
+    if not rows:
+        return []
+    whole = steps_ns or b.get("steps_ns")
+    out = ["## Where the step time goes", "", f"All steps: {_ms(whole)}.", "",
+           "| part | time | share |", "|---|---:|---:|"]  # fmt: skip
+    for label, ns in rows:
+        share = f"{100 * ns / whole:.1f}%" if whole and isinstance(ns, (int, float)) else "-"
+        out.append(f"| {_cell(label)} | {_ms(ns)} | {share} |")
+    return [*out, ""]
+
+
 def _against_md(a: dict[str, Any]) -> list[str]:
     before, after = a["steps"]["before"], a["steps"]["after"]
     out = [f"## Against `{a['name']}`", "",
@@ -138,7 +155,7 @@ def _against_md(a: dict[str, Any]) -> list[str]:
                 f"gone: {', '.join(f'`{x}`' for x in a['findings_gone']) or 'none'}.", ""]  # fmt: skip
     if a["breakdown"]:
         out += ["| per step | before | after | delta |", "|---|---:|---:|---:|"]
-        out += [f"| {r['category']} | {_ms(r['a'])} | {_ms(r['b'])} | {_delta_ms(r['delta'])} |"
+        out += [f"| {r['category'].removesuffix('_ns').replace('_', ' ')} | {_ms(r['a'])} | {_ms(r['b'])} | {_delta_ms(r['delta'])} |"
                 for r in a["breakdown"] if r["category"] != "steps_ns"]  # fmt: skip
         out.append("")
     for key, title, label in (("ops", "Ops", lambda r: f"`{_cell(r['name'])}`"),
@@ -174,11 +191,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if not doc["findings"]:
         out += ["No problems found by the rules.", ""]
     out += _readiness_md(doc["readiness"])
-    b = doc["breakdown"] or {}
-    if b:
-        out += ["## Where the step time goes", "", "| | total over steps |", "|---|---:|"]
-        out += [f"| {k.removesuffix('_ns').replace('_', ' ')} | {_ms(v)} |" for k, v in b.items()]
-        out.append("")
+    out += _breakdown_md(doc["breakdown"] or {}, st.get("total_ns"))
     if doc["top_lines"]:
         out += ["## Top lines", "", "| line | function | host | device | ops |",
                 "|---|---|---:|---:|---:|"]  # fmt: skip
@@ -186,9 +199,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 f"{_ms(r['device_ns'])} | {r['ops']} |" for r in doc["top_lines"]]  # fmt: skip
         out.append("")
     if doc["top_modules"]:
-        out += ["## Top modules", ""]
-        out += [f"- `{_cell(m.get('module') or m.get('name'))}`: "
-                f"{_ms(m.get('total_ns', m.get('device_ns')))}" for m in doc["top_modules"]]  # fmt: skip
+        out += ["## Top modules (device self time)", "", "| module | self | total | calls |",
+                "|---|---:|---:|---:|"]  # fmt: skip
+        out += [f"| `{_cell(m['label'])}` | {_ms(m['self_ns'])} | {_ms(m['total_ns'])} "
+                f"| {m['calls']} |" for m in doc["top_modules"]]  # fmt: skip
+        out.append("")
+    if doc["top_model_lines"]:
+        out += ["## Top model lines (device self time)", "", "| line | function | self | total |",
+                "|---|---|---:|---:|"]  # fmt: skip
+        out += [f"| `{_cell(r['file'])}:{r['line']}` | {_cell(r['func'])} | {_ms(r['self_ns'])} | "
+                f"{_ms(r['total_ns'])} |" for r in doc["top_model_lines"]]  # fmt: skip
         out.append("")
     if doc["against"]:
         out += _against_md(doc["against"])

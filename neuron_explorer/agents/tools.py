@@ -22,6 +22,11 @@ MAX_WIDTH_PX = 2000
 SQL_ROWS = 200  # an agent's default: enough to answer, small enough to read
 
 
+def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """An /api/ SQL result's rows (lists) as dicts by column."""
+    return [dict(zip(result["columns"], r, strict=True)) for r in result["rows"]]
+
+
 def _slice(rows: Any, n: int) -> Any:
     return rows[: max(1, int(n))] if isinstance(rows, list) else rows
 
@@ -61,27 +66,23 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
             f"p/{p(profile)}/timeline", start_ns=start_ns, end_ns=end_ns, width_px=width
         )
 
+    async def in_thread(name: str, work: Callable[[Any], Any]) -> Any:
+        """`work(profile)` off the event loop, for the analysis functions no route serves yet."""
+        import anyio
+
+        return await anyio.to_thread.run_sync(lambda: work(api.store.open(name)))
+
     async def event(profile: str, event_id: int) -> dict[str, Any]:
+        from neuron_explorer.analysis.hotspots import stack_of
+
         name = p(profile)
         doc = await api.get(f"p/{name}/events/{int(event_id)}")
-        ev = doc.get("event", {})
-        stack_id = ev.get("stack_id")
-        stack: list[dict[str, Any]] = []
-        if stack_id is not None:  # the whole Python stack, innermost frame first
-            res = await api.get(f"p/{name}/sql", limit=200, q=(
-                "SELECT depth, CAST(file AS VARCHAR) AS file, line, CAST(function AS VARCHAR) AS "
-                f"function FROM stacks WHERE stack_id = {int(stack_id)} ORDER BY depth"))  # fmt: skip
-            stack = [
-                dict(zip(res["result"]["columns"], r, strict=True)) for r in res["result"]["rows"]
-            ]
-        if "module" not in ev:  # the nn.Module path, where the profile records one
-            res = await api.get(f"p/{name}/sql", q="SELECT * FROM events LIMIT 0")
-            if "module" in res["result"]["columns"]:
-                res = await api.get(f"p/{name}/sql", q=(
-                    f"SELECT CAST(module AS VARCHAR) FROM events WHERE id = {int(event_id)}"))  # fmt: skip
-                ev["module"] = res["result"]["rows"][0][0] if res["result"]["rows"] else None
-            else:
-                ev["module"] = None
+        res = await api.get(f"p/{name}/sql", q=(  # where in the model: module and model line
+            "SELECT CAST(module AS VARCHAR) AS module, CAST(model_file AS VARCHAR) AS model_file, "
+            f"model_line, CAST(model_func AS VARCHAR) AS model_func FROM events WHERE id = {int(event_id)}"))  # fmt: skip
+        for row in rows_of(res["result"])[:1]:
+            doc["event"] = {**row, **doc["event"]}
+        stack = await in_thread(name, lambda prof: stack_of(prof, int(event_id)))
         return {**doc, "stack": stack}
 
     async def source_line(profile: str, file: str, line: int, context: int = 8) -> dict[str, Any]:
@@ -95,16 +96,26 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
                 "this_line": next((r for r in near if r["line"] == int(line)), None),
                 "listing": near}  # fmt: skip
 
-    async def hotspots(profile: str, n: int = 20) -> dict[str, Any]:
-        doc = await api.get(f"p/{p(profile)}/source")
-        out = {
-            **doc,
-            "top_lines": _slice(doc.get("top_lines"), n),
-            "files": _slice(doc.get("files"), n),
-        }
-        if "modules" in doc:
-            out["modules"] = _slice(doc["modules"], n)
-        return out
+    async def hotspots(profile: str, n: int = 20, level: str = "model") -> dict[str, Any]:
+        from neuron_explorer.analysis.hotspots import LEVELS, line_hotspots, top_modules
+
+        if level not in LEVELS:
+            raise Refused(f"level is one of {', '.join(LEVELS)}, not {level!r}")
+        name = p(profile)
+        doc = await api.get(f"p/{name}/source")
+        k = max(1, int(n))
+
+        def where(prof: Any) -> dict[str, Any]:
+            con = prof.duckdb()
+            try:
+                return {"modules": top_modules(prof, k, con),
+                        "lines_by_level": {"level": level,
+                                           "lines": line_hotspots(prof, level, con).to_pylist()[:k]}}  # fmt: skip
+            finally:
+                con.close()
+
+        return {**doc, "top_lines": _slice(doc.get("top_lines"), k),
+                "files": _slice(doc.get("files"), k), **await in_thread(name, where)}  # fmt: skip
 
     async def operators(profile: str, op: str | None = None, n: int = 30) -> dict[str, Any]:
         name = p(profile)

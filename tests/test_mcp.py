@@ -1,0 +1,328 @@
+"""`neuron-explorer mcp`: the SDK's own stdio client starts the server as a subprocess over the
+sample profiles and imported GPU traces, lists the tools, calls each one and checks the answers
+against the CLI's --json output for the same profile; names that leave the served folder, and
+SQL that reaches for files, are refused; answers stay bounded."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples" / "profiles"
+KINETO = ROOT / "tests" / "data" / "kineto-gpu"
+GPU_TRACES = {  # served name -> real trace in tests/data/kineto-gpu (see its README)
+    "alexnet": "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
+    "compare_base": "trace_compare_base_base.json.gz",
+    "compare_test": "trace_compare_test_test.json.gz",
+}
+CPU_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"  # with Python stacks
+TOOLS = {"list_profiles", "summary", "findings", "sql", "timeline", "event", "source_line",
+         "hotspots", "operators", "compare", "report"}  # fmt: skip
+NEURON, GPU = "fallback_float64", "alexnet"
+
+
+def cli_json(*argv: str):
+    """What `neuron-explorer ARGV` prints, parsed (the CLI run in this process)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(list(argv)) == 0
+    return json.loads(out.getvalue())
+
+
+def cli_text(*argv: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(list(argv)) == 0
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of profiles: copies of samples/profiles and the GPU traces imported into it,
+    plus a symlink that points out of it (which must never be served)."""
+    from neuron_explorer.importers import import_traces
+
+    root = tmp_path_factory.mktemp("served")
+    for p in SAMPLES.iterdir():
+        if p.is_dir():
+            shutil.copytree(p, root / p.name)
+    for name, trace in GPU_TRACES.items():
+        import_traces([KINETO / trace], root / name)
+    import_traces([CPU_TRACE], root / "cpu_mlp")
+    outside = tmp_path_factory.mktemp("outside") / "secret_profile"
+    shutil.copytree(SAMPLES / "gpt_train", outside)
+    (root / "escape").symlink_to(outside, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def mcp(served: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A sync `call(tool, **args) -> (is_error, document or error text)` over one server
+    subprocess; `.client` is the SDK client (used through `.portal`)."""
+    from anyio.from_thread import start_blocking_portal
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "neuron_explorer", "mcp", str(served)], cwd=str(ROOT),
+        env={"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache")),
+             "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )  # fmt: skip
+    with start_blocking_portal() as portal:
+        with portal.wrap_async_context_manager(Client(params)) as client:
+
+            def call(tool: str, **args):
+                r = portal.call(client.call_tool, tool, args)
+                text = r.content[0].text
+                return (True, text) if r.is_error else (False, json.loads(text))
+
+            call.client, call.portal = client, portal  # type: ignore[attr-defined]
+            yield call
+
+
+def ok(result):
+    is_error, doc = result
+    assert not is_error, doc
+    return doc
+
+
+def rows_of(res: dict) -> list[dict]:
+    """An /api/ SQL result's rows (lists) as the CLI's dicts."""
+    return [dict(zip(res["columns"], r, strict=True)) for r in res["rows"]]
+
+
+def test_lists_the_tools_each_saying_what_it_returns_and_its_units(mcp):
+    tools = mcp.portal.call(mcp.client.list_tools).tools
+    assert {t.name for t in tools} == TOOLS
+    for t in tools:
+        assert len(t.description) > 150 and "nanoseconds" in t.description, t.name
+        assert t.annotations.read_only_hint is True
+    res = mcp.portal.call(mcp.client.read_resource, "neuron-explorer://schema")
+    assert json.loads(res.contents[0].text) == cli_json("schema", "--json")
+
+
+def test_list_profiles_says_source_ranks_steps_devices(mcp, served):
+    doc = ok(mcp("list_profiles"))
+    rows = {r["name"]: r for r in doc["profiles"]}
+    expected = {p.name for p in served.iterdir() if p.name != "escape"}
+    assert set(rows) == expected  # the symlink out of the folder is not listed
+    for name in (NEURON, GPU):
+        s = cli_json("summary", str(served / name), "--json")
+        assert rows[name]["source"] == s["source"]
+        assert rows[name]["ranks"] == s["ranks"]
+        assert rows[name]["steps"] == (s["step_stats"] or {}).get("count", 0)
+        assert rows[name]["devices"] == sorted({d["device"] for d in s["devices"]})
+
+
+@pytest.mark.parametrize("name", [NEURON, GPU])
+def test_summary_is_the_summary_command(mcp, served, name):
+    doc = ok(mcp("summary", profile=name))
+    cli = cli_json("summary", str(served / name), "--json")
+    where = {k: cli.pop(k) for k in ("top_modules", "top_model_lines")}  # the hotspots tool's
+    assert doc["summary"] == cli
+    spots = ok(mcp("hotspots", profile=name, n=10))
+    assert (spots["modules"], [r for r in spots["lines_by_level"]["lines"] if r["self_ns"]]) == (
+        where["top_modules"],
+        where["top_model_lines"],
+    )
+    if name == NEURON:
+        assert doc["device_time_modeled"] and doc["summary"]["readiness"]["fallback_ops"]
+
+
+@pytest.mark.parametrize("name", [NEURON, GPU])
+def test_findings_are_the_analyze_command(mcp, served, name):
+    doc = ok(mcp("findings", profile=name, limit=1000))
+    cli = cli_json("analyze", str(served / name), "--json")["findings"]
+    for f in doc["findings"]:  # the web adds a file id to each line, for its source links
+        for line in f["evidence"]["source_lines"]:
+            line.pop("file_id", None)
+    assert doc["findings"] == cli and doc["findings_total"] == len(cli) > 0
+    ready = ok(mcp("findings", profile=name, category="readiness", limit=2))
+    expected = [f for f in cli if f["category"] == "readiness"]
+    assert [f["title"] for f in ready["findings"]] == [f["title"] for f in expected][:2]
+    assert ready["findings_total"] == len(expected)
+
+
+def test_sql_is_the_query_command(mcp, served):
+    q = "SELECT kind, count(*) AS n, sum(dur_ns) AS ns FROM events GROUP BY kind ORDER BY ns DESC"
+    for name in (NEURON, GPU):
+        res = ok(mcp("sql", profile=name, query=q))["result"]
+        assert rows_of(res) == cli_json("query", str(served / name), q, "--json")["rows"]
+
+
+def test_timeline_window_holds_the_events_of_the_step(mcp, served):
+    summary = ok(mcp("summary", profile=NEURON))
+    step = summary["steps"]["per_step"][1]
+    s, e = step["start_ns"], step["start_ns"] + step["dur_ns"]
+    win = ok(mcp("timeline", profile=NEURON, start_ns=s, end_ns=e, width_px=300))["window"]
+    q = f"SELECT count(*) AS n FROM events WHERE start_ns < {e} AND start_ns + dur_ns >= {s}"
+    assert win["events"] == cli_json("query", str(served / NEURON), q, "--json")["rows"][0]["n"]
+    rects = win["rects"]
+    assert sum(rects["count"]) == win["events"] and len(rects["id"]) < win["events"]
+    assert all(
+        r_s < e and r_s + d >= s for r_s, d in zip(rects["start_ns"], rects["dur_ns"], strict=True)
+    )
+
+
+@pytest.mark.parametrize("name", [NEURON, GPU])
+def test_event_has_its_flow_partner_and_line(mcp, served, name):
+    q = ("SELECT k.id, k.flow_id, k.name, r.id AS launch_id, r.src_file, r.src_line FROM events k "
+         "JOIN events r ON r.flow_id = k.flow_id AND r.layer = 'host' AND r.rank = k.rank "
+         "WHERE k.layer = 'device' AND k.kind IN ('kernel', 'gpu_kernel') "
+         "ORDER BY k.dur_ns DESC, k.id LIMIT 1")  # fmt: skip
+    (k,) = cli_json("query", str(served / name), q, "--json")["rows"]
+    doc = ok(mcp("event", profile=name, event_id=k["id"]))
+    assert doc["event"]["name"] == k["name"] and doc["event"]["flow_id"] == k["flow_id"]
+    assert k["launch_id"] in {f["id"] for f in doc["flows"]}
+    if k["src_file"]:
+        assert (doc["source"]["file"], doc["source"]["line"]) == (k["src_file"], k["src_line"])
+    assert "module" in doc["event"]
+    launch = ok(mcp("event", profile=name, event_id=k["launch_id"]))
+    assert k["id"] in {f["id"] for f in launch["flows"]}
+
+
+def test_event_has_its_whole_stack(mcp, served):
+    q = ("SELECT id, stack_id FROM events WHERE stack_id IS NOT NULL AND kind = 'op' "
+         "ORDER BY dur_ns DESC, id LIMIT 1")  # fmt: skip
+    (e,) = cli_json("query", str(served / "cpu_mlp"), q, "--json")["rows"]
+    doc = ok(mcp("event", profile="cpu_mlp", event_id=e["id"]))
+    q = (f"SELECT depth, file, line, function, scope FROM stacks WHERE stack_id = {e['stack_id']} "
+         "ORDER BY depth")  # fmt: skip
+    stack = cli_json("query", str(served / "cpu_mlp"), q, "--json")["rows"]
+    assert doc["stack"] == stack and len(stack) > 1
+    q = f"SELECT module, model_file, model_line FROM events WHERE id = {e['id']}"
+    (where,) = cli_json("query", str(served / "cpu_mlp"), q, "--json")["rows"]
+    assert {k: doc["event"][k] for k in where} == where
+    assert (doc["source"]["file"], doc["source"]["line"]) == (
+        doc["event"]["src_file"],
+        doc["event"]["src_line"],
+    )
+
+
+def test_hotspots_are_the_line_table(mcp, served):
+    from neuron_explorer.web.views.source import LINES_SQL
+
+    doc = ok(mcp("hotspots", profile=NEURON, n=5))
+    ref = cli_json("query", str(served / NEURON), LINES_SQL, "--json")["rows"]
+    key = ("file", "line", "host_ns", "device_ns", "ops", "launches")
+    assert [tuple(r[k] for k in key) for r in doc["top_lines"]] == [
+        tuple(r[k] for k in key) for r in ref[:5]
+    ]
+    assert doc["files"][0]["has_source"]
+
+
+@pytest.mark.parametrize("level", ["model", "user"])
+def test_hotspots_by_module_and_line_are_the_modules_and_lines_commands(mcp, served, level):
+    doc = ok(mcp("hotspots", profile="cpu_mlp", n=5, level=level))
+    lines = cli_json("lines", str(served / "cpu_mlp"), "--level", level, "--top", "5", "--json")
+    assert doc["lines_by_level"] == {"level": level, "lines": lines["lines"]} and lines["lines"]
+    tree = cli_json("modules", str(served / "cpu_mlp"), "--json")["modules"]
+    heaviest = sorted((m for m in tree if m["self_ns"]), key=lambda m: -m["self_ns"])[:5]
+    assert doc["modules"] == heaviest and heaviest
+
+
+def test_source_line_gives_its_code_and_time(mcp, served):
+    top = ok(mcp("hotspots", profile=NEURON, n=1))["top_lines"][0]
+    doc = ok(mcp("source_line", profile=NEURON, file=top["file"], line=top["line"], context=3))
+    assert doc["this_line"]["host_ns"] == top["host_ns"]
+    assert doc["this_line"]["device_ns"] == top["device_ns"]
+    code = (SAMPLES.parent / Path(top["file"]).name).read_text().splitlines()
+    assert doc["this_line"]["code"] == code[top["line"] - 1]
+    assert [r["line"] for r in doc["listing"]] == list(range(top["line"] - 3, top["line"] + 4))
+    q = (f"SELECT CAST(name AS VARCHAR) AS name, count(*) AS count FROM events WHERE "
+         f"src_file = '{top['file']}' AND src_line = {top['line']} AND kind NOT IN ('step', 'python') "
+         "GROUP BY ALL")  # fmt: skip
+    ref = {
+        r["name"]: r["count"] for r in cli_json("query", str(served / NEURON), q, "--json")["rows"]
+    }
+    assert {o["name"]: o["count"] for o in doc["ops"]} == ref
+    same = ok(mcp("source_line", profile=NEURON, file=doc["file_id"], line=top["line"]))
+    assert same["this_line"] == doc["this_line"]
+
+
+def test_operators_and_one_op(mcp, served):
+    doc = ok(mcp("operators", profile=NEURON, n=3))
+    assert len(doc["operators"]) == 3 and doc["operators_total"] > 3
+    op = doc["operators"][0]["name"]
+    detail = ok(mcp("operators", profile=NEURON, op=op))
+    q = (f"SELECT count(*) AS n FROM events WHERE op_name = '{op}' AND layer = 'device' "
+         "AND kind = 'kernel'")  # fmt: skip
+    kernels = cli_json("query", str(served / NEURON), q, "--json")["rows"][0]["n"]
+    assert sum(k["count"] for k in detail["kernels"]) == kernels > 0
+
+
+def test_compare_is_the_difference_of_the_summaries(mcp, served):
+    doc = ok(mcp("compare", a="compare_base", b="compare_test", n=5))
+    a = cli_json("summary", str(served / "compare_base"), "--json")
+    b = cli_json("summary", str(served / "compare_test"), "--json")
+    assert (
+        abs(doc["step_ns_delta"] - (b["step_stats"]["mean_ns"] - a["step_stats"]["mean_ns"])) <= 1
+    )
+    assert len(doc["ops"]) <= 5 and doc["ops"][0]["delta"] == (
+        doc["ops"][0]["b"].get("time_ns", 0) - doc["ops"][0]["a"].get("time_ns", 0)
+    )
+
+
+def test_report_tool_is_the_report_command(mcp, served):
+    doc = ok(mcp("report", profile="compare_test", against="compare_base"))
+    assert doc["markdown"] == cli_text(
+        "report", str(served / "compare_test"), "--against", str(served / "compare_base")
+    )
+
+
+BAD_NAMES = ["../" + NEURON, "..", ".", "/etc", "/etc/passwd", NEURON + "/../../etc",
+             NEURON + "/timeline", "escape", "%2e%2e", str(SAMPLES / NEURON), NEURON + "\x00",
+             "~", ""]  # fmt: skip
+NAMED_TOOLS = [("summary", {}), ("findings", {}), ("sql", {"query": "SELECT 1"}),
+               ("timeline", {}), ("event", {"event_id": 1}),
+               ("source_line", {"file": "x.py", "line": 1}), ("hotspots", {}),
+               ("operators", {}), ("report", {})]  # fmt: skip
+
+
+def test_every_name_that_leaves_the_served_profiles_is_refused(mcp):
+    for tool, extra in NAMED_TOOLS:
+        for bad in BAD_NAMES:
+            is_error, text = mcp(tool, profile=bad, **extra)
+            assert is_error and "root:" not in text, (tool, bad, text[:200])
+    for bad in BAD_NAMES:
+        assert mcp("compare", a=bad, b=NEURON)[0] and mcp("compare", a=NEURON, b=bad)[0]
+        if bad:  # an empty baseline is no baseline
+            assert mcp("report", profile=NEURON, against=bad)[0]
+    for bad in ("/etc/passwd", "../../../../etc/passwd", "../fallback_float64.py",
+                str(ROOT / "samples" / "fallback_float64.py") + "/..", "0" * 12):  # fmt: skip
+        is_error, text = mcp("source_line", profile=NEURON, file=bad, line=1)
+        assert is_error and "root:" not in text, (bad, text[:200])
+
+
+def test_sql_cannot_reach_files(mcp):
+    for q in ("SELECT * FROM read_text('/etc/passwd')", "SELECT * FROM read_csv('/etc/passwd')",
+              "COPY events TO '/tmp/h6_out.csv'", "ATTACH '/tmp/x.db' AS x",
+              "SET enable_external_access = true", "SELECT 1; SELECT 2"):  # fmt: skip
+        is_error, text = mcp("sql", profile=NEURON, query=q)
+        assert is_error and "root:" not in text, (q, text[:200])
+    assert not Path("/tmp/h6_out.csv").exists()
+
+
+def test_answers_are_bounded(mcp):
+    from neuron_explorer.agents.bound import MAX_CHARS
+
+    r = mcp.portal.call(mcp.client.call_tool, "sql",
+                        {"profile": "gpt_train", "query": "SELECT * FROM events", "limit": 10000})  # fmt: skip
+    text = r.content[0].text
+    doc = json.loads(text)
+    assert len(text) <= MAX_CHARS and doc["truncated"]["lists"]["result.rows"]["kept"] < 10000
+    assert len(doc["result"]["rows"]) == doc["truncated"]["lists"]["result.rows"]["kept"]
+    win = ok(mcp("timeline", profile="gpt_train", width_px=2000))
+    assert len(json.dumps(win, separators=(",", ":"))) <= MAX_CHARS
+    cols = win["window"]["rects"]
+    assert len({len(v) for v in cols.values()}) == 1  # columns cut together, rows stay aligned
