@@ -151,6 +151,17 @@ def test_thread_name_metadata_names_the_lanes(profiles, name):
     assert got == expected
 
 
+def test_process_name_metadata_names_the_processes(profiles):
+    for name in ("mtia", "alexnet"):
+        expected = {
+            str(e["pid"]): e["args"]["name"].strip()
+            for e in events_of(name)
+            if e.get("ph") == "M" and e.get("name") == "process_name"
+        }
+        assert expected
+        assert profiles[name].manifest.extra["kineto"][0]["process_names"] == expected
+
+
 def test_mtia_device_work_and_runtime_calls(profiles):
     evs = events_of("mtia")
     ccp = [e for e in evs if e.get("cat") == "mtia_ccp_events"]

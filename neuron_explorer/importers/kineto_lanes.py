@@ -84,13 +84,29 @@ def lanes(d: Decoded, rows: np.ndarray, dev: np.ndarray, meta: Metadata | None) 
     (None: by tid only)."""
     pids, _ = _texts(d.pids, d.pid_code)
     tids, _ = _texts(d.tids, d.tid_code)
-    distinct, code = np.unique(_key(d, rows, dev), return_inverse=True)
+    distinct, code = _factorize(_key(d, rows, dev), 2 * len(pids) * len(tids))
     names = []
     for k in distinct.tolist():
         pid, tid, on_device = pids[k // 2 // len(tids)], tids[k // 2 % len(tids)], k % 2
         given = meta.threads.get((pid, tid)) if meta else None
         names.append(given or _default_name(tid, bool(on_device)))
     return Lanes(code.reshape(-1).astype(np.int64), pa.array(names, pa.string()), distinct)
+
+
+DENSE_KEYS = 1 << 22  # below this many possible keys, a table beats sorting the rows
+
+
+def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys (sorted) and each key's index among them: by a table over the key
+    space when it is small (linear in the rows: no sort of millions of rows for a few lanes)."""
+    if space > DENSE_KEYS:
+        distinct, code = np.unique(key, return_inverse=True)
+        return distinct, code.reshape(-1)
+    present = np.zeros(space, dtype=bool)
+    present[key] = True
+    distinct = np.flatnonzero(present)
+    index = np.cumsum(present) - 1
+    return distinct, index[key]
 
 
 def _default_name(tid: str, on_device: bool) -> str:
