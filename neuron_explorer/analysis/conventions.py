@@ -76,7 +76,7 @@ TRACE_COMPILE_PREDICATE = (
 GRAPH_RECOMPILE_SQL = "regexp_matches(coalesce(op_name, ''), '^neuron_graph_[0-9]+_[1-9][0-9]*')"
 TENSOR_ENGINE_TRACK = "TensorE"
 # Kinds whose args JSON the rules read (analysis keeps args only for these, and downcasts).
-ARGS_KINDS = ("compile", "copy", "sync", "kernel", "fallback", "dma")
+ARGS_KINDS = ("compile", "copy", "sync", "kernel", "fallback", "dma", "collective")
 ENGINE_TRACKS = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
 
 

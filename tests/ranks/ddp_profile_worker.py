@@ -1,7 +1,7 @@
 """One rank of a profiled DDP job for tests/test_distributed.py.
 
 `ddp_profile_worker.py OUT SLOW_RANK SLEEP_S [QUIT_RANK]`: trains a small MLP with DDP on the
-neuron device for 4 steps under `neuron_explorer.trace_handler(OUT)` (the last 3 recorded); rank
+neuron device for 8 steps under `neuron_explorer.trace_handler(OUT)` (the last 7 recorded); rank
 SLOW_RANK sleeps SLEEP_S in each recorded step (a planted straggler; -1 for none). QUIT_RANK, if
 given, leaves before the profiler starts and never writes its part.
 """
@@ -35,10 +35,10 @@ def main() -> None:
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         record_shapes=True,
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1),
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=7, repeat=1),
         on_trace_ready=neuron_explorer.trace_handler(OUT),
     ) as prof:
-        for step in range(4):
+        for step in range(8):
             x = torch.randn(32, 64).to("neuron")
             if rank == SLOW and step >= 1:
                 time.sleep(SLEEP)

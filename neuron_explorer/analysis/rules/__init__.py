@@ -1,6 +1,7 @@
 """Every built-in rule. Adding a rule is one new module here plus one import line below."""
 
 from . import (  # noqa: F401 - each module registers its rule
+    collective_outliers,
     collective_share,
     compile_dominated,
     cpu_fallback,
@@ -16,6 +17,7 @@ from . import (  # noqa: F401 - each module registers its rule
     recompilation,
     small_dma,
     step_time_outliers,
+    straggler,
     tensor_engine_padding,
     unfused_optimizer,
 )

@@ -1,0 +1,93 @@
+"""collective-outliers: single collectives far slower than the others of their kind and size."""
+
+from __future__ import annotations
+
+import statistics
+
+from ..collectives import collectives
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding, Hotspot
+from ..rule import Rule, fmt_ms, register
+
+
+@register
+class CollectiveOutliers(Rule):
+    """Collectives much longer than the median of their group, split into wait and transfer.
+
+    Pattern: most all-reduces of one size take the same time, a few take far longer: a rank
+    arrived late (wait: a straggler, a host stall before the call) or the link was slow
+    (transfer: contention, a collective crossing instances over EFA).
+    Algorithm: group the device collectives by (name, bytes) over all ranks; in a group of at
+    least MIN_GROUP, a collective is an outlier when its time (wait + transfer) is more than
+    RATIO times the group's median and at least MIN_EXTRA_NS above it. Neuron captures record
+    both parts; a GPU trace's collective kernel counts as transfer + wait together (reported as
+    wait). The saving is the time above the median, summed.
+    """
+
+    id = "collective-outliers"
+    title = "Collective outliers"
+    severity = "medium"
+    RATIO = 2.0
+    MIN_EXTRA_NS = 200_000
+    MIN_GROUP = 3
+    fix = (
+        "Look at what the late rank did before the slow collectives (their wait part): a data "
+        "loader stall, a host sync, extra work on one rank. A slow transfer part points at the "
+        "link: keep tensor-parallel groups inside one instance (NeuronLink) and fewer, larger "
+        "collectives (bucket them)."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        groups: dict[tuple[str, int], list] = {}
+        for c in collectives(ctx):
+            groups.setdefault((c.name, c.bytes), []).append(c)
+        outliers = []
+        for cs in groups.values():
+            if len(cs) < self.MIN_GROUP:
+                continue
+            med = statistics.median(c.total_ns for c in cs)
+            outliers += [
+                (c, med)
+                for c in cs
+                if c.total_ns > self.RATIO * med and c.total_ns - med >= self.MIN_EXTRA_NS
+            ]
+        if not outliers:
+            return []
+        outliers.sort(key=lambda cm: cm[0].total_ns - cm[1], reverse=True)
+        extra = sum(c.total_ns - med for c, med in outliers)
+        wait = sum(c.wait_ns for c, _ in outliers)
+        transfer = sum(c.transfer_ns for c, _ in outliers)
+        worst = outliers[0][0]
+        return [
+            self.finding(
+                ctx,
+                title=f"{len(outliers)} collective(s) far slower than their group's median",
+                detail=(
+                    f"{len(outliers)} collectives take {fmt_ms(extra)} more than the median of "
+                    f"collectives of the same kind and size; {fmt_ms(wait)} of their time is "
+                    f"waiting for the last rank and {fmt_ms(transfer)} transfer. The worst is a "
+                    f"{worst.name} of {worst.bytes} bytes on rank {worst.rank}"
+                    + (f" in step {worst.step}." if worst.step is not None else ".")
+                ),
+                saving_ns=extra,
+                evidence=Evidence(
+                    event_ids=tuple(c.id for c, _ in outliers[:20]),
+                    ops=tuple(
+                        Hotspot(
+                            label=f"{c.name} rank {c.rank} step {c.step}",
+                            dur_ns=c.total_ns,
+                            count=1,
+                            note=f"median {fmt_ms(med)}; wait {fmt_ms(c.wait_ns)}, "
+                            f"transfer {fmt_ms(c.transfer_ns)}",
+                        )
+                        for c, med in outliers[:10]
+                    ),
+                    metrics={
+                        "outliers": len(outliers),
+                        "extra_ns": int(extra),
+                        "wait_ns": int(wait),
+                        "transfer_ns": int(transfer),
+                    },  # fmt: skip
+                ),
+            )
+        ]

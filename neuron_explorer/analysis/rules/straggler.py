@@ -1,0 +1,116 @@
+"""straggler: one rank's steps are slower than the others', and every other rank waits for it."""
+
+from __future__ import annotations
+
+import statistics
+
+from ..collectives import rank_step_waits
+from ..context import AnalysisContext
+from ..findings import Evidence, Finding, Hotspot
+from ..rule import Rule, fmt_ms, register
+
+
+@register
+class Straggler(Rule):
+    """A rank whose own work per step is slower than the other ranks', so they wait for it.
+
+    Pattern: in data-parallel training every rank meets the others at each gradient all-reduce;
+    a rank with more work (a bigger batch, a slow data loader, extra logging, a throttled chip)
+    arrives last, and every other rank's collective turns into waiting.
+    Algorithm: per rank and step, busy time = step time minus the time the rank waited in
+    collectives in that step (the recorded wait of neuron collectives; on other traces the
+    collective kernels' time, an upper bound). A rank is a straggler when, in at least
+    MIN_STEP_SHARE of the steps, its busy time is more than RATIO times the median busy time of
+    the other ranks in the same step, and its median busy time is at least MIN_EXTRA_NS above
+    theirs: a rank that is slower step after step, not one that lost the CPU once. Needs at
+    least two ranks with MIN_STEPS steps each. The saving is the mean, over the other ranks, of
+    the collective wait they spent in those steps: what each would get back if the straggler
+    kept pace.
+    """
+
+    id = "straggler"
+    title = "Straggler rank"
+    severity = "high"
+    RATIO = 1.25
+    MIN_STEP_SHARE = 0.75
+    MIN_EXTRA_NS = 2_000_000
+    MIN_STEPS = 3
+    fix = (
+        "Find what the slow rank does that the others do not (open its steps beside another "
+        "rank's in the timeline): give every rank the same amount of data (drop_last=True, "
+        "equal shards), move per-rank logging, checkpointing and evaluation off the step path or "
+        "onto every rank at once, and check that the rank's data loader keeps up."
+    )
+
+    def check(self, ctx: AnalysisContext) -> list[Finding]:
+        per_rank = rank_step_waits(ctx)
+        ranks = {r: v for r, v in per_rank.items() if len(v) >= self.MIN_STEPS}
+        if len(ranks) < 2:
+            return []
+        busy = {r: statistics.median(s.busy_ns for s in v) for r, v in ranks.items()}
+        out = []
+        for rank, b in sorted(busy.items(), key=lambda kv: -kv[1]):
+            others = [busy[o] for o in busy if o != rank]
+            ref = statistics.median(others)
+            if b - ref < self.MIN_EXTRA_NS or _slow_share(rank, ranks, self.RATIO) < (
+                self.MIN_STEP_SHARE
+            ):
+                continue
+            steps = {s.step for s in ranks[rank]}
+            waits = {
+                o: sum(s.wait_ns for s in v if s.step in steps)
+                for o, v in ranks.items()
+                if o != rank
+            }
+            saving = sum(waits.values()) / len(waits)
+            out.append(
+                self.finding(
+                    ctx,
+                    title=f"Rank {rank} is a straggler: {b / ref:.2f}x the other ranks' step work",
+                    detail=(
+                        f"Rank {rank} needs {fmt_ms(b)} of its own work per step (median), the "
+                        f"other {len(others)} rank(s) {fmt_ms(ref)}. They spend "
+                        f"{fmt_ms(saving)} each waiting for it in collectives over "
+                        f"{len(steps)} step(s)."
+                    ),
+                    saving_ns=saving,
+                    evidence=Evidence(
+                        ops=tuple(
+                            Hotspot(
+                                label=f"rank {o}",
+                                dur_ns=int(busy[o]),
+                                count=len(ranks[o]),
+                                note=f"waits {fmt_ms(waits.get(o, 0))}"
+                                if o != rank
+                                else "straggler",
+                            )
+                            for o in sorted(busy)
+                        ),
+                        metrics={
+                            "rank": rank,
+                            "busy_ns": int(b),
+                            "others_busy_ns": int(ref),
+                            "ratio": round(b / ref, 3) if ref else -1.0,
+                            "others_wait_ns": int(saving),
+                        },
+                    ),
+                )
+            )
+        return out
+
+
+def _slow_share(rank: int, ranks: dict, ratio: float) -> float:
+    """The share of `rank`'s steps in which it is busy more than `ratio` times the other
+    ranks' median busy time in the same step."""
+    by_step: dict[int, dict[int, int]] = {}
+    for r, steps in ranks.items():
+        for s in steps:
+            by_step.setdefault(s.step, {})[r] = s.busy_ns
+    judged = slow = 0
+    for busy in by_step.values():
+        others = [v for r, v in busy.items() if r != rank]
+        if rank not in busy or not others:
+            continue
+        judged += 1
+        slow += busy[rank] > ratio * statistics.median(others)
+    return slow / judged if judged else 0.0
