@@ -108,7 +108,8 @@ def merge(
     memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
     host = drop_simulator_events(host, calls, origin_unix_ns)
     # garbage-collector pauses outside the backend's calls: simulator time, cut, no event
-    pauses = [e for e in runtime if e.kind == "gc" and e.host_start_ns is not None]
+    # and metadata ops' spans ("cut"): no runtime cost, so all of it is simulator time
+    pauses = [e for e in runtime if e.kind in ("gc", "cut") and e.host_start_ns is not None]
 
     # The runtime's modeled clock is real time minus every cut since the process started;
     # cut0, the total when this window began, is the cut_before of its first recorded call.
