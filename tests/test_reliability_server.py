@@ -74,6 +74,11 @@ def test_load_with_faults_keeps_serving(tmp_path, imported_profiles):
             t.start()
         time.sleep(0.2)  # the runaway query is running before the load starts
         res = lb.run_load(base, ["neuron", "cpu_mlp"], CLIENTS, LOAD_SECONDS)
+        # the load picks routes at random, and on a busy machine few requests finish in
+        # LOAD_SECONDS: one request of every kind, still under the faults, makes sure each is seen
+        with httpx.Client(timeout=120) as c:
+            urls = {kind: url for kind, url in reversed(lb.route_mix(c, base, "neuron"))}
+            each = {kind: c.get(url).status_code for kind, url in urls.items()}
         for t in threads:
             t.join(timeout=120)
         with httpx.Client(timeout=60) as c:
@@ -85,12 +90,8 @@ def test_load_with_faults_keeps_serving(tmp_path, imported_profiles):
     )
     print(f"runaway SQL {seen['runaway']}; {seen['drops']} responses cut off mid-way")
     assert res.errors == [], res.errors[:5]
-    assert res.requests >= CLIENTS and set(res.latency_ms) >= {
-        "summary",
-        "timeline",
-        "source",
-        "sql",
-    }
+    assert res.requests >= CLIENTS
+    assert each == {"summary": 200, "page": 200, "timeline": 200, "source": 200, "sql": 200}
     status, error, took = seen["runaway"]
     assert status == 400 and "time limit" in error and took < 60
     assert seen["drops"] == 50

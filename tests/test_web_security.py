@@ -33,7 +33,9 @@ from neuron_explorer.web.views import sql as sql_view
 ROOT = Path(__file__).resolve().parents[1]
 FOREVER_SQL = "SELECT count(*) FROM events a, events b, events c WHERE a.id + b.id + c.id = -1"
 # a full sort of 200M rows (a window over all of them): GBs unless stopped by the memory limit
-HEAVY_SQL = "SELECT max(r) FROM (SELECT row_number() OVER (ORDER BY hash(x)) r FROM range(100000000) t(x))"
+HEAVY_SQL = (
+    "SELECT max(r) FROM (SELECT row_number() OVER (ORDER BY hash(x)) r FROM range(100000000) t(x))"
+)
 
 
 @contextmanager
@@ -94,9 +96,9 @@ def test_sql_is_bounded_for_the_whole_server(neuron_root, tmp_path):
             t.start()
         for t in ts:
             t.join(timeout=120)
-        assert [s for s, _ in heavy] == [400] * 3 and all("Out of Memory" in e or "time limit" in e for _, e in heavy), (
-            heavy
-        )
+        assert [s for s, _ in heavy] == [400] * 3 and all(
+            "Out of Memory" in e or "time limit" in e for _, e in heavy
+        ), heavy
         rss = peak_rss_mb(proc.pid)
         assert rss < 2.5 * 1024, f"server grew to {rss:.0f} MB"
         assert not any((tmp_path / ".tmp").glob("duckdb*")), "a query spilled to disk"
@@ -294,13 +296,13 @@ def test_a_hung_profile_costs_only_its_row(tmp_path):
             fifo.read_bytes()  # blocks until a writer opens the pipe
         return {"name": name, "error": None}
 
-    listing = ProfileList(make_row)
+    listing = ProfileList()
     t0 = time.monotonic()
-    rows = listing.rows(["a", "hung", "b"], row_s=0.5)
+    rows = listing.rows(["a", "hung", "b"], make_row, row_s=0.5)
     assert time.monotonic() - t0 < 3
     assert [r["name"] for r in rows] == ["a", "hung", "b"]
     assert rows[0]["error"] is None and "not readable within 0.5 s" in rows[1]["error"]
-    assert "not readable" in listing.rows(["hung"], row_s=0.2)[0]["error"]
+    assert "not readable" in listing.rows(["hung"], make_row, row_s=0.2)[0]["error"]
     assert started == ["hung"]
     with open(fifo, "wb"):  # release the reader
         pass

@@ -200,12 +200,13 @@ def create_app(
             row = overview.profile_row(name, p, devices(name), found)
         return {**row, "analysis_pending": not known}
 
-    listing = ProfileList(lambda name: profile_row(name, time.monotonic()))
+    listing = ProfileList()
 
     @app.get("/api/profiles")
     def api_profiles() -> dict[str, Any]:
         names, skipped = store.scan()
-        rows = listing.rows(names)
+        start = time.monotonic()  # small profiles are analysed inline for LIST_INLINE_S in all
+        rows = listing.rows(names, lambda name: profile_row(name, start))
         # after the list is built, which then does not wait for them
         analyse_later([r["name"] for r in rows if r.get("analysis_pending")])
         return {"root": str(store.root), "profiles": rows, "skipped": skipped}

@@ -17,29 +17,30 @@ class ProfileList:
     request is waited for again, never started twice. Each row gets a thread of its own, so a
     hung profile holds one thread and delays no other row (make_row bounds its CPU work)."""
 
-    def __init__(self, make_row: Callable[[str], dict[str, Any]]) -> None:
-        self._make_row = make_row
+    def __init__(self) -> None:
         self._running: dict[str, Future] = {}
         self._lock = threading.Lock()
 
-    def rows(self, names: list[str], row_s: float = ROW_S) -> list[dict[str, Any]]:
+    def rows(
+        self, names: list[str], make_row: Callable[[str], dict[str, Any]], row_s: float = ROW_S
+    ) -> list[dict[str, Any]]:
         """One row per name, in order; a failed profile's row is {name, error}."""
         with self._lock:
             futures = {}
             for name in names:
                 f = self._running.get(name)
                 if f is None:
-                    f = self._running[name] = self._start(name)
+                    f = self._running[name] = self._start(name, make_row)
                 futures[name] = f
         wait(futures.values(), timeout=row_s)
         return [self._row(name, f, row_s) for name, f in futures.items()]
 
-    def _start(self, name: str) -> Future:
+    def _start(self, name: str, make_row: Callable[[str], dict[str, Any]]) -> Future:
         future: Future = Future()
 
         def build() -> None:
             try:
-                future.set_result(self._make_row(name))
+                future.set_result(make_row(name))
             except BaseException as e:  # noqa: BLE001 - any failure is this row's error
                 future.set_exception(e)
             finally:
