@@ -146,7 +146,12 @@ def test_findings_are_the_analyze_command(mcp, served, name):
     for f in doc["findings"]:  # the web adds a file id to each line, for its source links
         for line in f["evidence"]["source_lines"]:
             line.pop("file_id", None)
-    differ = [(f["rule"], k) for f, g in zip(doc["findings"], cli) for k in f if f[k] != g.get(k)]
+    differ = [
+        (f["rule"], k)
+        for f, g in zip(doc["findings"], cli, strict=False)
+        for k in f
+        if f[k] != g.get(k)
+    ]
     assert doc["findings"] == cli and doc["findings_total"] == len(cli) > 0, differ
     ready = ok(mcp("findings", profile=name, category="readiness", limit=2))
     expected = [f for f in cli if f["category"] == "readiness"]
