@@ -6,7 +6,7 @@ PORT    ?= 8765
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## create .venv with the pinned requirements and the project in editable mode
 
@@ -26,12 +26,22 @@ demo: venv ## set up, capture the GPT sample on the neuron device, analyze it an
 	.venv/bin/neuron-explorer analyze profiles/gpt_train
 	.venv/bin/neuron-explorer serve profiles --port $(PORT)
 
-lint: venv ## ruff check and format check
+lint: venv ## ruff check, ruff format check and mypy
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 test: venv browser lint ## set up and run the whole test suite
 	$(PY) -m pytest -q
+
+test-fast: venv ## the suite without the slow tests (seconds-long captures) and the browser
+	$(PY) -m pytest -q -m 'not slow and not sweep and not browser'
+
+test-sweep: venv ## only the whole sweeps (every op_db sample, every zoo model)
+	$(PY) -m pytest -q -m sweep
+
+wheel-smoke: venv ## build the wheel, install it in a fresh venv outside the checkout, try it
+	.ci/wheel-smoke
 
 bench: venv ## run the benchmarks (slow; results go in benchmarks/README.md)
 	$(PY) benchmarks/run_all.py
@@ -39,4 +49,4 @@ bench: venv ## run the benchmarks (slow; results go in benchmarks/README.md)
 clean: ## remove caches and generated profiles
 	rm -rf profiles .pytest_cache .ruff_cache .mypy_cache
 
-.PHONY: help venv browser demo lint test bench clean
+.PHONY: help venv browser demo lint test test-fast test-sweep wheel-smoke bench clean
