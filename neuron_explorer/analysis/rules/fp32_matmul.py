@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..bf16 import estimate
 from ..context import AnalysisContext
 from ..findings import Evidence, Finding
 from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
@@ -23,11 +24,21 @@ class Fp32Matmul(Rule):
     """float32 matmuls on TensorE.
 
     Pattern: TensorE's bf16 peak is several times its fp32 peak (4x on trn2); a model left in
-    float32 runs every matmul at the slow rate.
+    float32 runs every matmul at the slow rate. But a small matmul is mostly DMA and fixed
+    cost, and autocast adds a cast around each one, so bf16 can cost more than it saves.
     Algorithm: neuron matmul kernels (op_name mm/addmm/bmm/matmul/linear, or args.matmul) whose
     input dtypes (args.matmul.dtype, else the dtypes column) are float32. Report when they take
     at least MIN_SHARE of all kernel time. With speedup = peak_flops_bf16 / peak_flops_fp32
-    from the spec (DEFAULT_SPEEDUP without one), the saving is their time x (1 - 1/speedup).
+    from the spec (DEFAULT_SPEEDUP without one), their bf16 time and the casts autocast adds
+    are predicted from the profile's own kernels (analysis/bf16.py): each matmul's time less
+    its TensorE instructions' time x (1 - 1/speedup); casts, one per input of each forward
+    fp32 matmul plus its gradient's cast back, at the cost of the profile's elementwise
+    kernels of that size (a least-squares fit on bytes). When autocast's net device-time
+    saving (matmul saving less the casts) is at least MIN_NET_SHARE of the fp32 matmul time,
+    the fix is autocast and the saving is that net; otherwise, when the matmuls alone would
+    gain that share, the fix is casting the model (model.to(torch.bfloat16): no per-op casts) and the
+    saving is the matmul saving; else nothing is reported. The saving is device (kernel) time:
+    in a launch-bound step the step time follows the host instead.
     """
 
     id = "fp32-matmul"
@@ -36,10 +47,11 @@ class Fp32Matmul(Rule):
     scope = "neuron"
     MIN_SHARE = 0.10
     DEFAULT_SPEEDUP = 4.0
+    MIN_NET_SHARE = 0.05  # autocast must win back this share of the fp32 matmul time
     fix = (
         "Run the matmuls in bf16: wrap the forward pass in torch.autocast('neuron', "
-        "dtype=torch.bfloat16) (keeps fp32 master weights), or cast the model with "
-        "model.to(torch.bfloat16)."
+        "dtype=torch.bfloat16) (keeps fp32 master weights) when the predicted net saving, "
+        "casts counted, is positive; otherwise cast the model with model.to(torch.bfloat16)."
     )
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
@@ -49,32 +61,82 @@ class Fp32Matmul(Rule):
             float(spec.get("peak_flops_fp32") or 0),
         )
         speedup = bf16 / fp32 if bf16 > 0 and fp32 > 0 else self.DEFAULT_SPEEDUP
+        where = FP32
         agg = ctx.one(
             f"""SELECT coalesce(sum(dur_ns), 0) AS total,
-                   coalesce(sum(dur_ns) FILTER (WHERE {FP32}), 0) AS ns,
-                   count(*) FILTER (WHERE {FP32}) AS n
-            FROM {ctx.events_of(("kernel",), "device")} WHERE layer = 'device' AND kind = 'kernel'"""
+                   coalesce(sum(dur_ns) FILTER (WHERE {where}), 0) AS ns,
+                   count(*) FILTER (WHERE {where}) AS n
+            FROM {ctx.events_of(("kernel",), "device")}
+            WHERE layer = 'device' AND kind = 'kernel'"""
         )
         total, ns, n = (int(agg.get(k) or 0) for k in ("total", "ns", "n"))
         if total <= 0 or ns < self.MIN_SHARE * total:
             return []
-        saving = ns * (1 - 1 / speedup)
+        est = estimate(ctx, where, speedup)
+        autocast = est.autocast_net_ns >= self.MIN_NET_SHARE * est.matmul_ns
+        if not autocast and est.matmul_saving_ns < self.MIN_NET_SHARE * est.matmul_ns:
+            return []
+        saving = est.autocast_net_ns if autocast else est.matmul_saving_ns
+        casts = (
+            f"autocast would add ~{est.casts} casts ({fmt_ms(est.cast_ns)}) around the "
+            f"{est.forward} forward matmuls"
+        )
+        if autocast:
+            title = (
+                f"{n} float32 matmuls take {fmt_pct(ns / total)} of kernel time; autocast to "
+                f"bf16 would save ~{fmt_ms(saving)} of device time, casts counted"
+            )
+            fix = (
+                "Wrap the forward pass in torch.autocast('neuron', dtype=torch.bfloat16) "
+                f"(keeps fp32 master weights): predicted net saving {fmt_ms(saving)} of "
+                "device time with its casts counted."
+            )
+        else:
+            title = (
+                f"{n} float32 matmuls take {fmt_pct(ns / total)} of kernel time; autocast "
+                f"would not pay (its casts cost more), a bf16 model would save "
+                f"~{fmt_ms(saving)}"
+            )
+            fix = (
+                "Cast the model instead of autocasting: model.to(torch.bfloat16) (and the "
+                "float inputs with .to(torch.bfloat16)) runs the matmuls in bf16 without a "
+                f"cast around each; {casts}, more than the {fmt_ms(est.matmul_saving_ns)} the "
+                "matmuls gain. Check the numerics: there are no fp32 master weights then."
+            )
         return [
             self.finding(
                 ctx,
-                title=f"{n} float32 matmuls take {fmt_pct(ns / total)} of kernel time; bf16 "
-                f"would save ~{fmt_ms(saving)}",
+                title=title,
                 detail=(
-                    f"{n} matmul kernels run in float32 ({fmt_ms(ns)}). TensorE runs bf16 "
-                    f"{speedup:.1f}x faster, so autocast would cut them to about "
-                    f"{fmt_ms(ns / speedup)}."
+                    f"{n} matmul kernels run in float32 ({fmt_ms(ns)}). In bf16 they would take "
+                    f"about {fmt_ms(est.bf16_matmul_ns)} (TensorE runs bf16 {speedup:.1f}x "
+                    "faster, but these kernels also move bytes and pay a fixed cost, so they "
+                    f"gain less); {casts}, so autocast's net device-time saving is "
+                    f"{fmt_ms(est.autocast_net_ns)}. Device time: while the step is "
+                    "launch-bound, the step time follows the host's launches instead."
+                    + (
+                        ""
+                        if est.fitted
+                        else " (No elementwise kernels to learn a cast's cost from: casts "
+                        "counted at the HBM bandwidth.)"
+                    )
                 ),
                 saving_ns=saving,
+                fix=fix,
                 evidence=Evidence(
-                    event_ids=longest_ids(ctx, FP32),
-                    ops=top_ops(ctx, FP32),
-                    source_lines=top_lines(ctx, FP32),
-                    metrics={"fp32_matmuls": n, "fp32_matmul_ns": ns, "speedup": speedup},
+                    event_ids=longest_ids(ctx, where),
+                    ops=top_ops(ctx, where),
+                    source_lines=top_lines(ctx, where),
+                    metrics={
+                        "fp32_matmuls": n,
+                        "fp32_matmul_ns": ns,
+                        "speedup": speedup,
+                        "bf16_matmul_ns": est.bf16_matmul_ns,
+                        "casts": est.casts,
+                        "cast_ns": est.cast_ns,
+                        "autocast_net_ns": est.autocast_net_ns,
+                        "matmul_saving_ns": est.matmul_saving_ns,
+                    },
                 ),
             )
         ]

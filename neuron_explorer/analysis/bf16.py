@@ -1,0 +1,145 @@
+"""What running a profile's float32 matmuls in bf16 would change on the device, counted from
+the profile itself: the matmuls' TensorE work runs at the bf16 rate and autocast adds the casts
+around them. Both come from the profile's own kernels, so the prediction follows the device that
+ran them: a small matmul is mostly DMA and fixed cost and gains far less than the TensorE
+speed-up, and a cast costs what the profile's elementwise kernels of that size cost.
+
+bf16 matmul: its measured time less its TensorE instructions' time x (1 - 1/speedup) (a
+profile without instruction events: its FLOPs at the fp32 peak, else its whole time). The DMA
+part is kept as it is (bf16 halves the bytes, but a kernel's loads run in parallel over the DMA
+queues, so their time hardly changes at these sizes): a lower bound of the gain.
+Cast cost: a least-squares fit dur = a + b * bytes over the kernels that use only VectorE
+(elementwise ops); without such kernels, bytes at the spec's HBM bandwidth (no spec: casts
+counted as free, and the finding says the estimate is unfitted).
+Casts autocast adds: each input of a forward fp32 matmul is cast to bf16 (an elementwise kernel
+moving 6 bytes an element: 4 read, 2 written) and, when the profile has a backward pass, its
+gradient is cast back (6 bytes an element again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from .context import AnalysisContext
+from .shapes import parse_shapes
+
+CAST_BYTES_PER_ELEMENT = 6  # fp32 -> bf16: read 4, write 2 (bf16 -> fp32 the other way round)
+BACKWARD_SPAN_LIKE = "autograd::engine::evaluate_function:%"
+
+
+@dataclass(frozen=True)
+class Bf16Estimate:
+    """matmul_ns / bf16_matmul_ns: the fp32 matmuls' time and its bf16 prediction; casts and
+    cast_ns: what autocast adds; forward: the forward matmuls among them."""
+
+    matmuls: int
+    forward: int
+    matmul_ns: int
+    bf16_matmul_ns: int
+    casts: int
+    cast_ns: int
+    fitted: bool
+
+    @property
+    def matmul_saving_ns(self) -> int:
+        return self.matmul_ns - self.bf16_matmul_ns
+
+    @property
+    def autocast_net_ns(self) -> int:
+        """Device time autocast saves (negative: it costs more than it saves)."""
+        return self.matmul_saving_ns - self.cast_ns
+
+
+def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """Least-squares coefficients of y on the columns of x, None when the fit is degenerate or
+    gives a negative coefficient (then the caller falls back)."""
+    if len(y) < x.shape[1] + 1:
+        return None
+    try:
+        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    except np.linalg.LinAlgError:
+        return None
+    return coef if np.all(np.isfinite(coef)) and np.all(coef >= 0) else None
+
+
+def _elementwise_fit(ctx: AnalysisContext) -> np.ndarray | None:
+    instrs = ctx.events_of(("instruction",), "device")
+    kernels = ctx.events_of(("kernel",), "device")
+    rows = ctx.rows(
+        f"""WITH only_vector AS (SELECT parent_id AS id FROM {instrs}
+                                 WHERE kind = 'instruction' GROUP BY 1
+                                 HAVING bool_and(track = 'VectorE'))
+        SELECT k.dur_ns AS d, k.bytes_read + k.bytes_written AS b
+        FROM {kernels} k JOIN only_vector USING (id)
+        WHERE k.layer = 'device' AND k.kind = 'kernel' AND k.bytes_read IS NOT NULL
+              AND k.bytes_written IS NOT NULL"""
+    )
+    if not rows:
+        return None
+    y = np.array([r["d"] for r in rows], float)
+    b = np.array([r["b"] for r in rows], float)
+    return _fit(np.c_[np.ones(len(y)), b], y)
+
+
+def _tensor_engine_ns(row: dict, peak_flops_fp32: float) -> float:
+    """A matmul kernel's TensorE time: its TensorE instructions' time; without instruction
+    events, its FLOPs at the fp32 peak; without either, its whole time (an upper bound)."""
+    if row["te"] is not None:
+        return float(row["te"])
+    if row["flops"] and peak_flops_fp32 > 0:
+        return min(float(row["flops"]) / peak_flops_fp32 * 1e9, float(row["d"]))
+    return float(row["d"])
+
+
+def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estimate:
+    """The bf16 estimate for the fp32 matmul kernels that `fp32_where` selects in `ev`."""
+    instrs = ctx.events_of(("instruction",), "device")
+    launches = ctx.events_of(("runtime",), "host")
+    backward_spans = ctx.subset(
+        "ev_backward_spans",
+        ctx.cols.where("layer", ("host",)) & ctx.cols.like("name", (BACKWARD_SPAN_LIKE,)),
+    )
+    rows = ctx.rows(
+        f"""WITH k AS (SELECT id, rank, flow_id, dur_ns, shapes, flops
+                       FROM {ctx.events_of(("kernel",), "device")} WHERE {fp32_where}),
+             te AS (SELECT parent_id AS id, sum(dur_ns) AS te FROM {instrs}
+                    WHERE kind = 'instruction' AND track = 'TensorE'
+                      AND parent_id IN (SELECT id FROM k) GROUP BY 1),
+             bw AS (SELECT rank, track, start_ns AS s, start_ns + dur_ns AS e
+                    FROM {backward_spans}),
+             l AS (SELECT rank, track, flow_id, start_ns FROM {launches}
+                   WHERE layer = 'host' AND kind = 'runtime' AND flow_id IN
+                         (SELECT flow_id FROM k WHERE flow_id IS NOT NULL)),
+             lb AS (SELECT DISTINCT l.rank, l.flow_id FROM l JOIN bw ON bw.rank = l.rank
+                    AND bw.track = l.track AND l.start_ns >= bw.s AND l.start_ns < bw.e)
+        SELECT k.dur_ns AS d, k.flops, te.te, k.shapes,
+               lb.flow_id IS NOT NULL AS backward
+        FROM k LEFT JOIN te USING (id) LEFT JOIN lb ON lb.rank = k.rank AND lb.flow_id = k.flow_id"""
+    )
+    has_backward = bool(ctx.one(f"SELECT count(*) AS n FROM {backward_spans}").get("n"))
+    d = np.array([r["d"] for r in rows], float)
+    peak = float(ctx.device_spec.get("peak_flops_fp32") or 0)
+    te = np.array([_tensor_engine_ns(r, peak) for r in rows], float)
+    bf16 = d - np.minimum(te, d) * (1 - 1 / speedup)
+    forward = [r for r in rows if not r["backward"]]
+    elements = [prod(s) for r in forward for s in parse_shapes(r["shapes"])]
+    per_cast = 2 if has_backward else 1  # the cast and, with a backward, its gradient's
+    cast_bytes = np.array(elements, float) * CAST_BYTES_PER_ELEMENT
+    ew = _elementwise_fit(ctx)
+    if ew is not None:
+        cast_ns = float(np.sum(ew[0] + ew[1] * cast_bytes)) * per_cast
+    else:  # no elementwise kernels to learn from: the bytes at the spec's HBM bandwidth
+        bandwidth = float(ctx.device_spec.get("hbm_bytes_per_s") or 0)
+        cast_ns = float(cast_bytes.sum()) / bandwidth * 1e9 * per_cast if bandwidth else 0.0
+    return Bf16Estimate(
+        matmuls=len(rows),
+        forward=len(forward),
+        matmul_ns=int(d.sum()),
+        bf16_matmul_ns=int(bf16.sum()),
+        casts=len(elements) * per_cast,
+        cast_ns=int(cast_ns),
+        fitted=ew is not None,
+    )
