@@ -25,6 +25,10 @@ FORBIDDEN = {
     C: (A, CLI, W),
     CLI: (f"{W}.app",),  # the serve command imports web lazily through web.serve
 }  # fmt: skip
+AG = f"{NE}.agents"  # the MCP server and the report: on top, beside web; only the CLI uses it
+for _below in (B, M, IMP, X, A, C, W):
+    FORBIDDEN[_below] = (*FORBIDDEN.get(_below, ()), AG)
+FORBIDDEN[AG] = (CLI,)
 
 
 def _modules():
