@@ -196,6 +196,40 @@ def skip_backend_frames() -> None:
         _skipping = True
 
 
+def no_device_constants() -> None:
+    """Fake-tensor constant propagation must not make neuron tensors.
+
+    Tracing runs a small constant's op for real when the target device is available
+    (`torch.tensor(4).to(x.device)` in transformers' sliding-window cache); on the neuron
+    device that real result is a NeuronTensor, which FakeTensorMode cannot keep as a constant
+    (it asserts). Such a result stays a plain fake value instead, as for an unavailable device.
+    Installed at registration: dynamo traces before it calls the backend.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from neuron_explorer.backend.tensor import NeuronTensor
+
+    may_turn_const = FakeTensorMode.may_turn_const
+    if getattr(may_turn_const, "_neuron", False):
+        return
+
+    def guarded(self, t: torch.Tensor) -> bool:
+        return not isinstance(t, NeuronTensor) and may_turn_const(self, t)
+
+    guarded._neuron = True  # type: ignore[attr-defined]
+    FakeTensorMode.may_turn_const = guarded  # type: ignore[method-assign]
+
+
+_NUMBER = re.compile(r"\b\d+\b")
+
+
+def graph_key(gm: torch.fx.GraphModule) -> str:
+    """What makes two graphs one graph at two shapes: its code with the numbers left out. With
+    dynamic=False dynamo writes sizes into the code (`view(2, 8, 32)`), so a new batch size
+    changes the text but not the graph."""
+    return _NUMBER.sub("#", gm.code)
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends)."""
     from torch._dynamo.backends.common import aot_autograd

@@ -48,6 +48,10 @@ class OpInfo:
         self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put_",
                                         "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
         self.special = _SPECIAL.get(self.name)
+        if self.special is None and not self.supported and _is_composite(func):
+            # reaches Python whole only where autograd is off (inference_mode); elsewhere
+            # autograd decomposes it first, so decompose it here too rather than fall back
+            self.special = _decomposed
         self.payload_keys, self.redispatch = _payload_route(func)
         host = kernels.host_kernel(func, self.call)
         if host is not self.call:  # the device computes it its own way (kernels.py)
@@ -84,6 +88,12 @@ def _payload_route(func) -> tuple:
         if not _falls_through(name, key):
             keys = keys | torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
     return keys, handle.redispatch_boxed
+
+
+def _is_composite(func) -> bool:
+    schema = func._schema
+    name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
 
 
 def _falls_through(name: str, key: str) -> bool:

@@ -55,4 +55,7 @@ def register_library_impls() -> None:
 
     composites.register(lib)
     unsupported.register()
+    from neuron_explorer.backend import compiler
+
+    compiler.no_device_constants()
     _lib = lib

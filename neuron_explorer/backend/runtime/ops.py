@@ -25,7 +25,7 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
         "aten::convolution", "aten::convolution_backward",
         "aten::_scaled_dot_product_flash_attention_for_cpu",
-        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "aten::_grouped_mm",
     )),
     Category("elementwise", "VectorE", (
         "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::mul", "aten::mul_",
@@ -41,7 +41,7 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::square", "aten::floor", "aten::ceil", "aten::round", "aten::trunc",
         "aten::isnan", "aten::isinf", "aten::nan_to_num", "aten::hardtanh", "aten::rsub",
         "aten::bitwise_and", "aten::bitwise_or", "aten::remainder", "aten::fmod",
-        "aten::floor_divide", "aten::new_zeros", "aten::new_ones", "aten::new_full",
+        "aten::floor_divide", "aten::isin", "aten::new_zeros", "aten::new_ones", "aten::new_full",
         "aten::new_empty", "aten::new_empty_strided",
         "aten::hardtanh_backward", "aten::leaky_relu", "aten::leaky_relu_backward",
         "aten::_foreach_add", "aten::_foreach_add_", "aten::_foreach_sub", "aten::_foreach_sub_",
