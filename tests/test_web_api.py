@@ -396,8 +396,14 @@ def test_search_finds_every_event_by_name(client, name, q, regex):
     """The timeline's find: the total equals a count in plain SQL, the matches come first in
     time order, and the names listed are exactly the distinct names matched."""
     con = client.app.state.store.connection(name)
-    pred = "regexp_matches(CAST(name AS VARCHAR), ?)" if regex else "CAST(name AS VARCHAR) ILIKE '%' || ? || '%'"
-    want = con.execute(f"SELECT count(*), count(DISTINCT name) FROM events WHERE {pred}", [q]).fetchone()
+    pred = (
+        "regexp_matches(CAST(name AS VARCHAR), ?)"
+        if regex
+        else "CAST(name AS VARCHAR) ILIKE '%' || ? || '%'"
+    )
+    want = con.execute(
+        f"SELECT count(*), count(DISTINCT name) FROM events WHERE {pred}", [q]
+    ).fetchone()
     d = get(client, f"/api/p/{name}/search?q={q}&regex={str(regex).lower()}&limit=50")
     assert want[0] > 0 and d["total"] == want[0] and len(d["names"]) == want[1]
     starts = [m["start_ns"] for m in d["matches"]]
@@ -416,3 +422,39 @@ def test_search_refuses_bad_patterns(client):
     t0 = time.monotonic()
     get(client, "/api/p/neuron/search?q=(a%2B)%2B%24&regex=true")
     assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("name", ["gpt", "cpu_mlp", "neuron"])
+def test_memory_peak_and_what_was_held_there(client, name):
+    """The memory page's model against plain SQL over the counters: each counter's peak, a
+    chart that keeps it (bucket maxima), and the growth to the peak charged to ops and lines
+    that add up to it exactly."""
+    con = client.app.state.store.connection(name)
+    want = con.execute("SELECT CAST(track AS VARCHAR), max(value), count(*) FROM counters "
+                       "WHERE name = 'memory_allocated' GROUP BY 1 ORDER BY 2 DESC").fetchall()  # fmt: skip
+    d = get(client, f"/api/p/{name}/memory")
+    alloc = [c for c in d["counters"] if c["name"] == "memory_allocated"]
+    assert {(c["track"], c["peak"], c["samples"]) for c in alloc} == set(want)
+    for c in d["counters"]:
+        assert len(c["ts_ns"]) <= 2000 and max(c["max"]) == c["peak"]
+        assert all(lo <= hi for lo, hi in zip(c["min"], c["max"], strict=True))
+    pk = d["peak"]
+    assert (pk["track"], pk["value"]) == want[0][:2]
+    before = con.execute("SELECT value FROM counters WHERE name = 'memory_allocated' AND track = ? "
+                         "AND ts_ns < ? ORDER BY ts_ns DESC LIMIT 1", [pk["track"], pk["since_ns"]]).fetchall()  # fmt: skip
+    assert pk["baseline"] == (before[0][0] if before else 0.0)
+    assert pk["growth"] == pk["value"] - pk["baseline"]
+    if len(pk["by_op"]) < 25:
+        assert sum(r["held_bytes"] for r in pk["by_op"]) == pytest.approx(pk["growth"])
+    assert pk["by_op"] and pk["by_op"][0]["held_bytes"] > 0
+    assert all(r["file_id"] for r in pk["by_line"])
+
+
+def test_memory_of_a_profile_without_counters_and_counter_windows(client):
+    d = get(client, "/api/p/alexnet/memory")
+    assert d["counters"] == [] and d["peak"] is None
+    full = get(client, "/api/p/gpt/memory")["counters"][0]
+    mid = full["ts_ns"][len(full["ts_ns"]) // 2]
+    win = get(client, f"/api/p/gpt/counters?start_ns={mid}&end_ns={mid + 2_000_000}&width_px=100")["counters"][0]
+    assert len(win["ts_ns"]) <= 100 and all(mid <= t <= mid + 2_000_000 for t in win["ts_ns"])
+    get(client, "/api/p/gpt/counters?start_ns=0", status=422)

@@ -261,20 +261,30 @@ def test_timeline_find_steps_through_and_highlights(server, page):
     assert int(count.get_attribute("data-total")) == want["total"] > 0
     assert count.inner_text().startswith("1 / ")
     selected = lambda: page.evaluate("window.neTimeline.state.selected")  # noqa: E731
-    page.wait_for_function("id => window.neTimeline.state.selected === id", arg=want["matches"][0]["id"])
+    page.wait_for_function(
+        "id => window.neTimeline.state.selected === id", arg=want["matches"][0]["id"]
+    )
     page.click("#tl-find-next")
-    page.wait_for_function("id => window.neTimeline.state.selected === id", arg=want["matches"][1]["id"])
+    page.wait_for_function(
+        "id => window.neTimeline.state.selected === id", arg=want["matches"][1]["id"]
+    )
     page.click("#tl-find-prev")
     page.click("#tl-find-prev")
-    page.wait_for_function("id => window.neTimeline.state.selected === id", arg=want["matches"][-1]["id"])
+    page.wait_for_function(
+        "id => window.neTimeline.state.selected === id", arg=want["matches"][-1]["id"]
+    )
     assert selected() == want["matches"][-1]["id"]
     outlined = page.evaluate("""() => { const s = window.neTimeline.state, r = s.win.rects;
         return r.name.filter((n) => s.find.names.has(s.win.names[n])).length; }""")
     assert outlined > 0
     page.fill("#tl-find", "/^aten::(relu|softmax)$/")
     page.press("#tl-find", "Enter")
-    regex = httpx.get(f"{server}/api/p/neuron/search", params={"q": "^aten::(relu|softmax)$", "regex": "true"}).json()
-    page.wait_for_function("n => document.querySelector('#tl-find-count').dataset.total == n", arg=regex["total"])
+    regex = httpx.get(
+        f"{server}/api/p/neuron/search", params={"q": "^aten::(relu|softmax)$", "regex": "true"}
+    ).json()
+    page.wait_for_function(
+        "n => document.querySelector('#tl-find-count').dataset.total == n", arg=regex["total"]
+    )
     assert "find=%2F%5Eaten" in page.url
     assert page.errors == []
 
@@ -285,8 +295,27 @@ def test_operator_filter_narrows_the_table_and_the_url(server, page):
     names = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
     assert names and all("add" in n.lower() for n in names)
     page.fill("#filter-box", "/^aten::(relu|sum)$/")
-    page.wait_for_function("() => document.querySelector('#filter-count').textContent.startsWith('2 of')")
+    page.wait_for_function(
+        "() => document.querySelector('#filter-count').textContent.startsWith('2 of')"
+    )
     assert "filter=%2F%5Eaten" in page.url
     page.fill("#filter-box", "/(/")
     assert "bad regular expression" in page.inner_text("#filter-count")
     assert page.errors == []
+
+
+def test_memory_page_draws_the_peak_and_what_was_held(server, page):
+    import httpx
+
+    d = httpx.get(f"{server}/api/p/gpt/memory").json()
+    _open(page, server + "/p/gpt/memory", "memory", "#memory-chart .main-svg")
+    peak = page.inner_text("#memory-peak")
+    assert "memory_allocated" in peak.replace("\n", " ").lower() or "MEMORY_ALLOCATED" in peak
+    drawn = page.evaluate("""() => { const gd = document.querySelector('#memory-chart');
+        return gd.data.map((t) => Math.max(...t.y)); }""")
+    assert max(drawn) == d["peak"]["value"]  # the peak is on the chart, not smoothed away
+    rows = page.locator("section:has-text('by op') table.data tbody tr")
+    assert rows.count() == len(d["peak"]["by_op"]) > 0
+    page.click("a.mem-line >> nth=0")
+    page.wait_for_selector("#code")
+    _open(page, server + "/p/alexnet/memory", "memory-none", "#no-memory")

@@ -31,7 +31,7 @@ from .guard import Guard
 from .listing import ProfileList
 from .pages import PAGES, render_page
 from .store import NotFound, ProfileStore
-from .views import compare, events, operators, overview, search, source, sql, timeline
+from .views import compare, events, memory, operators, overview, search, source, sql, timeline
 
 STATIC = Path(__file__).resolve().parent / "static"
 NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
@@ -274,6 +274,23 @@ def create_app(
             raise NotFound(f"no event {event_id} in {name}")
         return out
 
+    @app.get("/api/p/{name}/memory")
+    def api_memory(name: str) -> dict[str, Any]:
+        p = store.open(name)
+        found = store.derived(name, "memory", lambda p: memory.memory_json(p, store.connection(name)))
+        return {"name": name, "device_time_modeled": overview.is_modeled(p), **found}
+
+    @app.get("/api/p/{name}/counters")
+    def api_counters(
+        name: str,
+        start_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+        end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+        width_px: int = Query(1500, ge=1, le=8000),
+    ) -> dict[str, Any]:
+        store.open(name)
+        con = store.connection(name)
+        return {"name": name, "counters": memory.counter_series(con, start_ns, end_ns, width_px)}
+
     @app.get("/api/p/{name}/search")
     def api_search(name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES) -> dict[str, Any]:
         store.open(name)
@@ -418,7 +435,7 @@ def create_app(
     def page_summary(name: str) -> HTMLResponse:
         return page("summary", name)
 
-    for kind in ("timeline", "operators", "source", "findings", "sql"):
+    for kind in ("timeline", "memory", "operators", "source", "findings", "sql"):
         app.add_api_route(f"/p/{{name}}/{kind}", _page_route(page, kind),
                           response_class=HTMLResponse, methods=["GET"])  # fmt: skip
 

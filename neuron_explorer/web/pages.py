@@ -24,6 +24,7 @@ PAGES: dict[str, Page] = {
     "profiles": Page("Profiles", "profiles.js"),
     "summary": Page("Summary", "summary.js", plotly=True, tab="Summary"),
     "timeline": Page("Timeline", "timeline.js", tab="Timeline"),
+    "memory": Page("Memory", "memory.js", plotly=True, tab="Memory"),
     "operators": Page("Operators", "operators.js", plotly=True, tab="Operators"),
     "source": Page("Source", "source.js", tab="Source"),
     "findings": Page("Findings", "findings.js", tab="Findings"),
