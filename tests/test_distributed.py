@@ -165,3 +165,52 @@ def test_no_straggler_when_the_ranks_keep_pace(tmp_path):
     torchrun(PROFILE_WORKER, 2, str(out), "-1", "0")
     rules = {f.rule for f in run_rules(Profile.open(out))}
     assert "straggler" not in rules
+
+
+def _rank_part(profile: Path, rank: int, out: Path, shift_ns: int, host: str) -> None:
+    """Rank `rank` of a job's profile as its own part, its host clock ahead by shift_ns."""
+    from dataclasses import replace
+
+    import pyarrow.compute as pc
+
+    from neuron_explorer.model import Profile
+    from neuron_explorer.model.io import ProfileWriter
+
+    p = Profile.open(profile)
+    mine = lambda t: t.filter(pc.equal(t.column("rank"), rank))  # noqa: E731
+    with ProfileWriter(out) as w:
+        w.write_events(mine(p.table("events")))
+        w.write_table("stacks", p.table("stacks"))
+        w.write_table("counters", mine(p.table("counters")))
+        w.commit(
+            replace(
+                p.manifest,
+                origin_unix_ns=p.manifest.origin_unix_ns + shift_ns,
+                host=host,
+                ranks=(rank,),
+                steps=tuple(s for s in p.manifest.steps if s.rank == rank),
+            )
+        )
+
+
+@pytest.mark.slow
+def test_a_rank_on_another_host_clock_is_aligned_on_the_collectives(straggler_profile, tmp_path):
+    from neuron_explorer.model import Profile, combine
+
+    job = tmp_path / "job"
+    combine.parts_dir(job).mkdir()
+    host = Profile.open(straggler_profile).manifest.host
+    _rank_part(straggler_profile, 0, combine.part_path(job, 0), 0, host)
+    _rank_part(straggler_profile, 1, combine.part_path(job, 1), 5_000_000_000, "other-host")
+    p = Profile.open(combine.assemble(job, 2, "run-x"))
+    assert p.manifest.extra["clock_offsets_ns"] == {"0": 0, "1": -5_000_000_000}
+    ends = (
+        p.duckdb()
+        .execute(
+            "SELECT rank, list(start_ns + dur_ns ORDER BY start_ns) FROM events "
+            "WHERE kind = 'collective' AND layer = 'device' GROUP BY rank ORDER BY rank"
+        )
+        .fetchall()
+    )
+    assert ends[0][1] == ends[1][1]  # one instant per collective again
+    assert p.manifest.extra["hosts"] == {"0": host, "1": "other-host"}

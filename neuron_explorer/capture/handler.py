@@ -2,9 +2,9 @@
 
 Same contract as `torch.profiler.tensorboard_trace_handler`: pass it as `on_trace_ready`, and
 each completed active cycle becomes one output. Ours is a profile directory: the first cycle
-writes `dir_name` itself (or `dir_name/worker_name`; with several torch.distributed ranks the
-worker name defaults to `rank<N>`), later cycles `<that>.cycle2`, `<that>.cycle3`, ... beside
-it. A rerun replaces an earlier profile of the same name; a path
+writes `dir_name` itself (or `dir_name/worker_name`), later cycles `<that>.cycle2`,
+`<that>.cycle3`, ... beside it. With several torch.distributed ranks and no worker name, every
+rank's cycle lands in the same profile, partitioned by rank (model/combine.py). A rerun replaces an earlier profile of the same name; a path
 that exists and is not a profile is never touched.
 """
 
@@ -23,10 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ExplorerError
+from ..model import combine as ranks
 from ..model.io import ProfileWriter
 from ..model.profile import Profile, is_profile
 from ..model.schema import STACKS, conform
-from . import ranks, sources
+from . import sources
 from .ending import exiting_exception, run_ended
 from .host import without_own_frames
 from .merge import in_window, merge
@@ -82,7 +83,7 @@ class TraceHandler:
         self, dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
     ) -> None:
         base = Path(dir_name)
-        # the ranks of a torch.distributed job write one profile together (capture/ranks.py)
+        # the ranks of a torch.distributed job write one profile together (model/combine.py)
         self.job = None if worker_name else _distributed_job()
         self.base = base / worker_name if worker_name else base
         self.use_gzip = use_gzip  # tensorboard_trace_handler's; profiles are zstd Parquet anyway

@@ -7,8 +7,11 @@ that crashed leaves the others' profile readable, and the manifest names the mis
 
 Ids (`id`, `parent_id`, `flow_id`, `stack_id`) are renumbered per rank so they stay unique in the
 whole profile, and every rank's times are shifted to the earliest rank's origin. Ranks on one
-host share its clock (time.time_ns), so no further alignment is needed there; ranks on several
-hosts are aligned on their collectives (`clock_offsets_ns` in the manifest's extra).
+host share its clock (time.time_ns), so nothing more is needed there. A rank on another host
+than the first rank's is aligned on the collectives: the same collective ends at one instant on
+every rank, so the median difference of their ends (matched in issue order) is that host's clock
+offset; the manifest's `clock_offsets_ns` records what was applied per rank. (Live capture
+across hosts still measures each collective's wait with each host's own clock: docs/fleet.md.)
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..model import Profile
-from ..model.io import ProfileWriter
-from ..model.manifest import Step
+from .io import ProfileWriter
+from .manifest import Step
+from .profile import Profile
 
 
 def parts_dir(profile: Path) -> Path:
@@ -61,11 +64,12 @@ def assemble(profile: Path, world_size: int, run_id: str) -> Path:
 def _write(
     out: Path, profiles: Sequence[Profile], ranks: Sequence[int], world: int, run_id: str
 ) -> None:
-    origin = min(p.manifest.origin_unix_ns for p in profiles)
+    offsets = clock_offsets(profiles)
+    origin = min(p.manifest.origin_unix_ns + o for p, o in zip(profiles, offsets, strict=True))
     events, stacks, counters, steps = [], [], [], []
     next_id = next_flow = next_stack = 0
-    for rank, p in zip(ranks, profiles, strict=True):
-        shift = p.manifest.origin_unix_ns - origin
+    for rank, p, offset in zip(ranks, profiles, offsets, strict=True):
+        shift = p.manifest.origin_unix_ns + offset - origin
         ev = p.table("events")
         ev = _set(ev, "rank", pa.array(np.full(ev.num_rows, rank, dtype=np.int32)))
         ev = _set(ev, "start_ns", pc.add(ev.column("start_ns"), shift))
@@ -91,7 +95,7 @@ def _write(
         "run_id": run_id,
         "hosts": {str(r): p.manifest.host for r, p in zip(ranks, profiles, strict=True)},
         "missing_ranks": sorted(set(range(world)) - set(ranks)),
-        "clock_offsets_ns": {str(r): 0 for r in ranks},
+        "clock_offsets_ns": {str(r): o for r, o in zip(ranks, offsets, strict=True)},
     }
     with ProfileWriter(out, overwrite=True) as writer:
         writer.write_events(_concat(events).sort_by([("rank", "ascending"),
@@ -111,6 +115,32 @@ def _write(
                 extra=extra,
             )
         )
+
+
+def clock_offsets(profiles: Sequence[Profile]) -> list[int]:
+    """ns to add to each profile's clock to put it on the first profile's host clock."""
+    first = profiles[0]
+    ref = _collective_ends(first)
+    out = []
+    for p in profiles:
+        if p is first or p.manifest.host == first.manifest.host:
+            out.append(0)
+            continue
+        ends = _collective_ends(p)
+        n = min(len(ref), len(ends))
+        out.append(int(np.median(ref[:n] - ends[:n])) if n else 0)
+    return out
+
+
+def _collective_ends(p: Profile) -> np.ndarray:
+    """Unix-ns ends of a profile's device collectives, in the order they ran."""
+    ev = p.table("events", ["kind", "layer", "start_ns", "dur_ns"])
+    mask = pc.and_(
+        pc.equal(ev.column("kind"), "collective"), pc.equal(ev.column("layer"), "device")
+    )
+    ev = ev.filter(mask).sort_by("start_ns")
+    ends = ev.column("start_ns").to_numpy() + ev.column("dur_ns").to_numpy()
+    return ends.astype(np.int64) + p.manifest.origin_unix_ns
 
 
 def _set(table: pa.Table, name: str, values: Any) -> pa.Table:
