@@ -20,6 +20,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
+from neuron_explorer.analysis import hotspots
 from neuron_explorer.analysis.context import context
 from neuron_explorer.errors import BadInputError, ExplorerError
 from neuron_explorer.model import Profile
@@ -127,6 +128,10 @@ def create_app(
 
     def lines(name: str):  # pyarrow table
         return persisted(name, "lines_table", lambda p: source.line_table(context(p).cols))
+
+    def model_lines(name: str):  # pyarrow table: device self/total per line of every stack file
+        return persisted(name, "model_lines_table",
+                         lambda p: source.model_line_table(p, p.duckdb()))  # fmt: skip
 
     # neuron_explorer.analysis keeps one DuckDB connection per profile: one analysis call at a time
     def summary(name: str) -> dict[str, Any] | None:
@@ -314,11 +319,21 @@ def create_app(
     def api_source(name: str) -> dict[str, Any]:
         p = store.open(name)
         t = lines(name)
+        m = model_lines(name)
         return {"name": name, "files": source.files_json(t, p), "top_lines": source.top_lines(t, 50),
+                "model_files": source.model_files_json(m, p),
+                "top_model_lines": source.top_model_lines(m),
+                "device_time_modeled": overview.is_modeled(p)}  # fmt: skip
+
+    @app.get("/api/p/{name}/modules")
+    def api_modules(name: str) -> dict[str, Any]:
+        p = store.open(name)
+        nodes = store.derived(name, "module_tree", lambda p: hotspots.module_tree(p, p.duckdb()))
+        return {"name": name, "modules": [m.to_dict() for m in nodes],
                 "device_time_modeled": overview.is_modeled(p)}  # fmt: skip
 
     def _file(name: str, file_id: str) -> str:
-        path = source.find_file(lines(name), file_id)
+        path = source.find_file(lines(name), file_id, model_lines(name))
         if path is None:
             raise NotFound(f"no source file {file_id!r} in {name}")
         return path
@@ -327,7 +342,8 @@ def create_app(
     def api_source_file(name: str, file_id: str) -> dict[str, Any]:
         p = store.open(name)
         path = _file(name, file_id)
-        return {"name": name, **source.file_json(p, lines(name), path, overview.is_modeled(p))}
+        return {"name": name, **source.file_json(p, lines(name), path, overview.is_modeled(p),
+                                                 model_lines(name))}  # fmt: skip
 
     @app.get("/api/p/{name}/source/{file_id}/lines/{line}")
     def api_source_line(name: str, file_id: str, line: int) -> dict[str, Any]:
@@ -435,7 +451,7 @@ def create_app(
     def page_summary(name: str) -> HTMLResponse:
         return page("summary", name)
 
-    for kind in ("timeline", "memory", "operators", "source", "findings", "sql"):
+    for kind in ("timeline", "memory", "operators", "modules", "source", "findings", "sql"):
         app.add_api_route(f"/p/{{name}}/{kind}", _page_route(page, kind),
                           response_class=HTMLResponse, methods=["GET"])  # fmt: skip
 

@@ -26,6 +26,7 @@ PAGES: dict[str, Page] = {
     "timeline": Page("Timeline", "timeline.js", tab="Timeline"),
     "memory": Page("Memory", "memory.js", plotly=True, tab="Memory"),
     "operators": Page("Operators", "operators.js", plotly=True, tab="Operators"),
+    "modules": Page("Modules", "modules.js", plotly=True, tab="Modules"),
     "source": Page("Source", "source.js", tab="Source"),
     "findings": Page("Findings", "findings.js", tab="Findings"),
     "sql": Page("SQL", "sql.js", tab="SQL"),

@@ -14,7 +14,8 @@ _COLS = (
     "CAST(name AS VARCHAR) AS name, CAST(track AS VARCHAR) AS track, "
     "CAST(device AS VARCHAR) AS device, start_ns, dur_ns, parent_id, flow_id, step, stack_id, "
     "CAST(src_file AS VARCHAR) AS src_file, src_line, CAST(src_func AS VARCHAR) AS src_func, "
-    "CAST(op_name AS VARCHAR) AS op_name, shapes, dtypes, flops, bytes_read, bytes_written, args"
+    "CAST(op_name AS VARCHAR) AS op_name, shapes, dtypes, flops, bytes_read, bytes_written, args, "
+    "CAST(module AS VARCHAR) AS module, CAST(model_file AS VARCHAR) AS model_file, model_line"
 )
 _BRIEF = (
     "id, parent_id, rank, CAST(device AS VARCHAR) AS device, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
@@ -75,4 +76,19 @@ def event_json(con, event_id: int) -> dict[str, Any] | None:
             break
         source = _link(other)
     return {"event": ev, "ancestors": ancestors, "children": children, "flows": flows,
-            "source": source}  # fmt: skip
+            "source": source, "stack": _stack(con, ev["stack_id"])}  # fmt: skip
+
+
+def _stack(con, stack_id: int | None) -> list[dict[str, Any]]:
+    """The event's whole Python stack, innermost first, each frame linked to the source view."""
+    if stack_id is None:
+        return []
+    frames = _rows(
+        con,
+        "SELECT depth, CAST(file AS VARCHAR) AS file, line, CAST(function AS VARCHAR) AS function, "
+        "CAST(scope AS VARCHAR) AS scope FROM stacks WHERE stack_id = ? ORDER BY depth LIMIT 200",
+        [stack_id],
+    )
+    for f in frames:
+        f["file_id"] = file_id(f["file"]) if f["line"] is not None else None
+    return frames

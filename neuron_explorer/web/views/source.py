@@ -1,5 +1,7 @@
 """Source hotspots: files and lines ranked by time, and a file's code annotated line by line with
-host time, device time and op count. Code comes from the profile's sources/ folder only."""
+host time, device time and op count, and (any file of the stacks, library files included) the
+device self and total time of its lines with the kernels of each. Code comes from the profile's
+sources/ folder only."""
 
 from __future__ import annotations
 
@@ -9,13 +11,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from neuron_explorer.analysis import hotspots
 from neuron_explorer.analysis.columns import Columns, find_rows, group_sum, groups
 from neuron_explorer.model import Profile
 from neuron_explorer.model.io import SOURCES, source_relpath
 
 from . import fetch_dicts
 from .operators import _LAUNCH_SQL, LAUNCH_KINDS
+
+_WORK_SQL = ", ".join(f"'{k}'" for k in hotspots.DEVICE_WORK)
 
 # The line table's definition; line_table computes the same over numpy arrays (a test checks
 # that they agree on real profiles).
@@ -175,25 +181,69 @@ def read_source(profile: Profile, path: str) -> str | None:
         return None
 
 
-def find_file(lines: pa.Table, fid: str) -> str | None:
-    for f in set(lines.column("file").to_pylist()):
+def find_file(lines: pa.Table, fid: str, model: pa.Table | None = None) -> str | None:
+    names = set(lines.column("file").to_pylist())
+    if model is not None:
+        names.update(model.column("file").to_pylist())
+    for f in names:
         if file_id(f) == fid:
             return f
     return None
 
 
-def file_json(profile: Profile, lines: pa.Table, path: str, modeled: bool) -> dict[str, Any]:
+def model_line_table(profile: Profile, con) -> pa.Table:
+    """Device self and total time per line of every file in the stacks (analysis/hotspots.py):
+    at the model level for user and library files, at every frame for torch's and the rest."""
+    model = hotspots.line_hotspots(profile, "model", con)
+    every = hotspots.line_hotspots(profile, "all", con)
+    rest = every.filter(pc.invert(pc.is_in(every.column("file"), model.column("file"))))
+    return pa.concat_tables([model, rest])
+
+
+def model_files_json(model: pa.Table, profile: Profile) -> list[dict[str, Any]]:
+    """Files by the device time of their lines: self summed, total of their hottest line."""
+    files: dict[str, dict[str, Any]] = {}
+    for r in model.to_pylist():
+        f = files.setdefault(r["file"], {"file": r["file"], "file_id": file_id(r["file"]),
+                                         "self_ns": 0, "total_ns": 0, "lines": 0})  # fmt: skip
+        f["self_ns"] += r["self_ns"]
+        f["total_ns"] = max(f["total_ns"], r["total_ns"])
+        f["lines"] += 1
+    out = sorted(files.values(), key=lambda f: (-f["self_ns"], -f["total_ns"]))
+    for f in out:
+        f["has_source"] = read_source(profile, f["file"]) is not None
+    return out
+
+
+def top_model_lines(model: pa.Table, n: int = 50) -> list[dict[str, Any]]:
+    rows = [r for r in model.to_pylist() if r["self_ns"]]
+    rows.sort(key=lambda r: -r["self_ns"])
+    for r in rows[:n]:
+        r["file_id"] = file_id(r["file"])
+    return rows[:n]
+
+
+def file_json(
+    profile: Profile, lines: pa.Table, path: str, modeled: bool, model: pa.Table | None = None
+) -> dict[str, Any]:
     stats = {r["line"]: r for r in lines.to_pylist() if r["file"] == path}
+    work: dict[int, dict[str, Any]] = {}
+    if model is not None:
+        work = {
+            r["line"]: r for r in model.filter(pc.equal(model.column("file"), path)).to_pylist()
+        }
     text = read_source(profile, path)
     code = text.splitlines() if text is not None else []
-    n = max([len(code), *[k for k in stats if k]], default=0)
+    n = max([len(code), *[k for k in stats if k], *[k for k in work if k]], default=0)
     rows = []
     for i in range(1, n + 1):
         s = stats.get(i, {})
+        w = work.get(i, {})
         rows.append({
             "line": i, "code": code[i - 1] if i <= len(code) else None,
             "host_ns": s.get("host_ns", 0), "device_ns": s.get("device_ns", 0),
             "ops": s.get("ops", 0), "launches": s.get("launches", 0),
+            "self_ns": w.get("self_ns", 0), "total_ns": w.get("total_ns", 0),
         })  # fmt: skip
     return {
         "file": path,
@@ -202,6 +252,7 @@ def file_json(profile: Profile, lines: pa.Table, path: str, modeled: bool) -> di
         "has_source": text is not None,
         "device_time_modeled": modeled,
         "max_ns": max((r["host_ns"] + r["device_ns"] for r in rows), default=0),
+        "max_total_ns": max((r["total_ns"] for r in rows), default=0),
         "lines": rows,
     }
 
@@ -223,4 +274,12 @@ def line_detail(con, path: str, line: int) -> dict[str, Any]:
         "dur_ns, step FROM events WHERE src_file = ? AND src_line = ? AND kind = 'op' "
         "ORDER BY dur_ns DESC LIMIT 20"
     )
-    return {"file": path, "file_id": file_id(path), "line": line, "ops": ops, "events": events}
+    # the device work with this line anywhere in its stack: a library line's kernels too
+    kernels = rows(
+        f"SELECT e.id, CAST(e.name AS VARCHAR) AS name, CAST(e.kind AS VARCHAR) AS kind, "
+        f"CAST(e.module AS VARCHAR) AS module, e.start_ns, e.dur_ns, e.step FROM events e "
+        f"WHERE e.kind IN ({_WORK_SQL}) AND e.stack_id IN "
+        f"(SELECT stack_id FROM stacks WHERE file = ? AND line = ?) ORDER BY e.dur_ns DESC LIMIT 50"
+    )
+    return {"file": path, "file_id": file_id(path), "line": line, "ops": ops, "events": events,
+            "kernels": kernels}  # fmt: skip

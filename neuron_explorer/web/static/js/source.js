@@ -15,6 +15,19 @@ async function files() {
       { key: "ops", label: "Ops", num: true }, { key: "lines", label: "Lines", num: true },
       { key: "has_source", label: "Code kept", fmt: (v) => (v ? "yes" : "no") },
     ], d.files) : h("p", { class: "note" }, "No events in this profile carry a source line (record with with_stack=True, or capture on the neuron device).")),
+    section("Model files", d.model_files.length ? dataTable([
+      { key: "file", label: "File", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id), class: "file-link model-file" }, r.file) },
+      { key: "self_ns", label: "Device self" + modeled, num: true, fmt: fmtNs },
+      { key: "total_ns", label: "Hottest line total", num: true, fmt: fmtNs },
+      { key: "lines", label: "Lines", num: true },
+      { key: "has_source", label: "Code kept", fmt: (v) => (v ? "yes" : "no") },
+    ], d.model_files) : h("p", { class: "note" }, "No device work carries a Python stack.")),
+    section("Hottest model lines", dataTable([
+      { key: "file", label: "Line", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id, r.line), class: "model-line" }, `${r.file.split("/").pop()}:${r.line}`), title: (r) => r.file },
+      { key: "func", label: "Function" },
+      { key: "self_ns", label: "Device self" + modeled, num: true, fmt: fmtNs },
+      { key: "total_ns", label: "Device total" + modeled, num: true, fmt: fmtNs },
+    ], d.top_model_lines, { compact: true })),
     section("Hottest lines", dataTable([
       { key: "file", label: "Line", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id, r.line) }, `${r.file.split("/").pop()}:${r.line}`), title: (r) => r.file },
       { key: "func", label: "Function" },
@@ -38,6 +51,10 @@ async function showLine(side, line, modeled) {
     d.events.length ? h("div", {}, h("h2", { style: { marginTop: "12px" } }, "Longest calls"),
       h("ul", { class: "list-plain", id: "line-events" }, d.events.map((e) => h("li", {},
         h("a", { href: timelineUrl(profile, e), class: "jump" }, `${e.name}`), h("span", { class: "note" }, `  step ${e.step ?? "–"} · ${fmtNs(e.dur_ns)} · show on timeline`))))) : null,
+    d.kernels && d.kernels.length ? h("div", {}, h("h2", { style: { marginTop: "12px" } }, "Device work with this line on its stack"),
+      h("ul", { class: "list-plain", id: "line-kernels" }, d.kernels.map((k) => h("li", {},
+        h("a", { href: timelineUrl(profile, k), class: "jump" }, k.name),
+        h("span", { class: "note" }, `  ${k.module === "" ? "(model)" : (k.module || "")} · step ${k.step ?? "–"} · ${fmtNs(k.dur_ns)}`))))) : null,
     modeled ? h("p", { class: "note" }, "* device time from the cost model") : null));
 }
 
@@ -46,15 +63,20 @@ async function file() {
   setModeled(d.device_time_modeled);
   const modeled = d.device_time_modeled;
   const max = Math.max(1, d.max_ns);
+  const maxTotal = Math.max(1, d.max_total_ns || 0);
   const side = h("div", { class: "sidepanel", id: "line-panel" }, section("Line", h("p", { class: "note" }, "Click a line to list its ops and jump to them on the timeline.")));
   const rows = d.lines.map((l) => {
     const total = l.host_ns + l.device_ns;
-    const tr = h("tr", { id: `L${l.line}`, class: total > 0.05 * max ? "hot" : null },
+    // the heat gutter: host+device time at this line, or the device time under it (total)
+    const heat = Math.max(total / max, (l.total_ns || 0) / maxTotal);
+    const tr = h("tr", { id: `L${l.line}`, class: heat > 0.05 ? "hot" : null },
       h("td", { class: "ln" }, String(l.line)),
-      h("td", { class: "hb" }, total ? heatBar(total / max) : ""),
+      h("td", { class: "hb" }, heat ? heatBar(heat) : ""),
       h("td", { class: "t", title: "host time" }, l.host_ns ? fmtNs(l.host_ns) : ""),
       h("td", { class: "t", title: "device time" + (modeled ? " (modeled)" : "") }, l.device_ns ? fmtNs(l.device_ns) : ""),
       h("td", { class: "t", title: "ops" }, l.ops ? String(l.ops) : ""),
+      h("td", { class: "t self", title: "device self time: work whose innermost model line is this one" }, l.self_ns ? fmtNs(l.self_ns) : ""),
+      h("td", { class: "t total", title: "device total time: work with this line anywhere on its stack" }, l.total_ns ? fmtNs(l.total_ns) : ""),
       h("td", { class: "src" }, l.code === null ? "" : l.code));
     tr.addEventListener("click", () => {
       document.querySelectorAll(".code tr.target").forEach((x) => x.classList.remove("target"));
@@ -69,7 +91,7 @@ async function file() {
     d.has_source ? null : h("p", { class: "warn" }, "The text of this file was not kept in the profile; only the line numbers with their times are shown."),
     h("div", { class: "source-layout" },
       section("Code", h("table", { class: "code", id: "code" },
-        h("thead", {}, h("tr", {}, h("th", {}, "line"), h("th", {}, ""), h("th", {}, "host"), h("th", {}, "device" + (modeled ? "*" : "")), h("th", {}, "ops"), h("th", {}, ""))),
+        h("thead", {}, h("tr", {}, h("th", {}, "line"), h("th", {}, ""), h("th", {}, "host"), h("th", {}, "device" + (modeled ? "*" : "")), h("th", {}, "ops"), h("th", {}, "self"), h("th", {}, "total"), h("th", {}, ""))),
         h("tbody", {}, rows))),
       side));
   const m = /^#L(\d+)$/.exec(location.hash);

@@ -270,13 +270,19 @@ async function select(eventId) {
   const add = (k, v) => { if (v !== null && v !== undefined && v !== "") kv.append(h("dt", {}, k), h("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))); };
   add("name", ev.name); add("kind", ev.kind); add("layer", ev.layer); add("track", `${ev.device || ""} ${ev.track}`);
   add("start", fmtNs(ev.start_ns - state.extent.start_ns)); add("duration", fmtNs(ev.dur_ns) + (ev.layer === "device" && state.win.device_time_modeled ? " (modeled)" : ""));
-  add("op", ev.op_name); add("step", ev.step); add("shapes", ev.shapes); add("dtypes", ev.dtypes);
+  add("op", ev.op_name); add("module", ev.module === "" ? "(model)" : ev.module); add("step", ev.step); add("shapes", ev.shapes); add("dtypes", ev.dtypes);
   add("flops", ev.flops ? fmtNum(ev.flops) : null); add("bytes read", ev.bytes_read); add("bytes written", ev.bytes_written);
   add("id", ev.id); add("flow", ev.flow_id);
   for (const [k, v] of Object.entries(ev.args || {})) add(k, v);
   const src = d.source ? h("p", {}, "Source: ", h("a", { id: "event-source", href: sourceUrl(profile, d.source.file_id, d.source.line) }, `${d.source.file}:${d.source.line}`))
     : h("p", { class: "note" }, "No source line recorded for this event.");
-  detailsEl.replaceChildren(section(`Event: ${ev.name}`, src,
+  // the whole Python stack, innermost first; each frame opens its line in the source view
+  const stack = d.stack && d.stack.length ? h("details", { id: "event-stack", open: true },
+    h("summary", {}, `Python stack: ${d.stack.length} frames`),
+    h("ol", { class: "list-plain" }, d.stack.map((f) => h("li", {},
+      f.file_id ? h("a", { href: sourceUrl(profile, f.file_id, f.line), class: `frame scope-${f.scope}` }, `${f.file}:${f.line}`) : f.file,
+      h("span", { class: "note" }, `  ${f.function || ""} · ${f.scope || ""}`))))) : null;
+  detailsEl.replaceChildren(section(`Event: ${ev.name}`, src, stack,
     h("div", { class: "grid3" },
       h("div", {}, kv),
       h("div", {}, h("h2", {}, "Flow partners"), d.flows.length ? h("ul", { class: "list-plain" }, d.flows.map(item)) : h("p", { class: "note" }, "none"),

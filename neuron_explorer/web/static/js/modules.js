@@ -1,0 +1,44 @@
+// The module tree: device time by nn.Module path (which layer costs what), as an icicle chart
+// and a table; self is a module's own forward work and its backward, total adds its submodules.
+import { api, h, mount, run, fmtNs, dataTable, heatBar, section, setModeled, profile, plot } from "./common.js";
+
+const label = (m) => (m.path === "" ? "(model)" : m.path.split(".").pop());
+const parentOf = (path) => (path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : "");
+
+async function modules() {
+  const d = await api(`/p/${encodeURIComponent(profile)}/modules`);
+  setModeled(d.device_time_modeled);
+  const modeled = d.device_time_modeled ? " (modeled)" : "";
+  if (!d.modules.length) {
+    mount(h("h1", {}, "Modules"), h("p", { class: "note" }, "No device work in this profile carries an nn.Module path (capture a model on the neuron device, or record the trace with with_modules=True)."));
+    return;
+  }
+  const index = new Map(d.modules.map((m, i) => [m.path, String(i)]));
+  const chart = h("div", { id: "module-icicle", class: "chart" });
+  const max = Math.max(1, ...d.modules.map((m) => m.total_ns));
+  mount(
+    h("h1", {}, "Modules", h("span", { class: "note" }, "  device time by nn.Module path, as model.named_modules() names it")),
+    section("Module tree" + modeled, chart),
+    section("Modules", h("div", { id: "module-table" }, dataTable([
+      { key: "path", label: "Module", cell: (m) => h("span", { class: "mono", style: { paddingLeft: `${m.depth}em` } }, m.path === "" ? "(model)" : m.path) },
+      { label: "", cell: (m) => heatBar(m.total_ns / max) },
+      { key: "calls", label: "Calls", num: true },
+      { key: "self_ns", label: "Self", num: true, fmt: fmtNs },
+      { key: "total_ns", label: "Total", num: true, fmt: fmtNs },
+      { key: "forward_ns", label: "Forward", num: true, fmt: fmtNs },
+      { key: "backward_ns", label: "Backward", num: true, fmt: fmtNs },
+      { key: "kernels", label: "Kernels", num: true },
+    ], d.modules))),
+  );
+  plot(chart, [{
+    type: "icicle", branchvalues: "total",
+    ids: d.modules.map((m) => index.get(m.path)),
+    parents: d.modules.map((m) => (m.path === "" ? "" : index.get(parentOf(m.path)) ?? "")),
+    labels: d.modules.map(label),
+    values: d.modules.map((m) => m.total_ns),
+    hovertext: d.modules.map((m) => `${m.path === "" ? "(model)" : m.path}: total ${fmtNs(m.total_ns)}, self ${fmtNs(m.self_ns)}`),
+    hoverinfo: "text",
+  }], { height: 360, margin: { t: 10, l: 10, r: 10, b: 10 } });
+}
+
+run(modules);
