@@ -17,12 +17,10 @@ from typing import Any
 import torch
 from torch.autograd import profiler as _prof
 
-from neuron_explorer.backend.runtime import events, model, stats
+from neuron_explorer.backend.runtime import events, fxstack, model, stats
 from neuron_explorer.backend.runtime import record as _rec
-from neuron_explorer.backend.runtime.source import is_user_file
 
 _FUSABLE = frozenset({"elementwise", "transcendental"})
-_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _seen: dict[str, set[tuple]] = {}  # graph code -> input-shape signatures compiled
 _lock = threading.Lock()
 
@@ -33,19 +31,10 @@ class Kernel:
 
     plan: Any
     nodes: tuple[str, ...]
-    src: tuple[str, int, str] | None
+    src: tuple  # fxstack.node_site: the FX node's whole stack and module path
 
 
-def _source_line(node: torch.fx.Node) -> tuple[str, int, str] | None:
-    trace = node.meta.get("stack_trace") or ""
-    found = _LINE.findall(trace)
-    if not found:
-        return None
-    for file, line, func in reversed(found):  # the innermost frame is printed last
-        if is_user_file(file):
-            return file, int(line), func
-    file, line, func = found[-1]
-    return file, int(line), func
+_source_line = fxstack.node_site
 
 
 def _infos(values) -> list:
@@ -154,12 +143,14 @@ class DeviceProgram:
         tid = threading.get_native_id()
         seq, bwd = _rec.autograd_position()
         ready = m0 + rt.launch_ns
+        launch = _rec.call_site(2)
         for k in self.kernels:
-            _rec.submit_kernel(k.plan, ready, self.name, (), (), tid, flow, k.src, seq, bwd,
+            _rec.submit_kernel(k.plan, ready, self.name, (), (), tid, flow,
+                               fxstack.site(k.src, launch), seq, bwd,
                                args={"fx_nodes": list(k.nodes)})  # fmt: skip
         t1 = time.time_ns()
         _rec._host("runtime", "launch", self.name, (), (), tid, t0, t1, rt.launch_ns,
-                   _rec.user_frame(2), seq, bwd, flow, args={"kernels": len(self.kernels)})  # fmt: skip
+                   launch, seq, bwd, flow, args={"kernels": len(self.kernels)})  # fmt: skip
         return out
 
 
@@ -175,7 +166,7 @@ def _compile(kind: str, graph_id: str):
             cost = rt.graph_compile_ns_base + rt.graph_compile_ns_per_node * n
             seq, bwd = _rec.autograd_position()
             _rec._host("compile", "graph compile", program.name, (), (), threading.get_native_id(),
-                       t0, time.time_ns(), cost, _rec.user_frame(2), seq, bwd,
+                       t0, time.time_ns(), cost, _rec.call_site(2), seq, bwd,
                        args={"nodes": n, "kernels": len(kernels), "graph": kind})  # fmt: skip
         program._boxed_call = True  # AOTAutograd calls compiled graphs with a list of args
         return program
@@ -254,7 +245,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any
     if recompile and _prof._is_profiler_enabled:
         now = time.time_ns()
         _rec._host("compile", "recompile", f"neuron_graph_{graph_id}", (), (),
-                   threading.get_native_id(), now, now, 0, _rec.user_frame(2), -1, False,
+                   threading.get_native_id(), now, now, 0, _rec.call_site(2), -1, False,
                    args={"reason": "new input shapes", "shapes": str(signature)})  # fmt: skip
     compiler = aot_autograd(fw_compiler=_compile("forward", graph_id),
                             bw_compiler=_compile("backward", graph_id))  # fmt: skip
