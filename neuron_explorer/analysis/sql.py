@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -38,11 +39,19 @@ class QueryResult:
         return {
             "columns": self.table.column_names,
             "types": [str(t) for t in self.table.schema.types],
-            "rows": self.table.to_pylist(),
+            "rows": [{k: exact_number(v) for k, v in r.items()} for r in self.table.to_pylist()],
             "truncated": self.truncated,
             "cut_at_bytes": self.cut_at_bytes,
             "elapsed_s": round(self.elapsed_s, 4),
         }
+
+
+def exact_number(v: Any) -> Any:
+    """A whole-number Decimal as an int: DuckDB's sum() of integer ns is a HUGEINT, which Arrow
+    hands over as a Decimal, and JSON readers should get the number, not its text."""
+    if isinstance(v, Decimal) and v == v.to_integral_value():
+        return int(v)
+    return v
 
 
 def read_only_connection(profile: Profile, memory_limit: str = MEMORY_LIMIT):

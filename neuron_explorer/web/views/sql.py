@@ -7,8 +7,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from decimal import Decimal
 from typing import Any, TypeVar
 
+from neuron_explorer.analysis.sql import exact_number
 from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model import Profile
 
@@ -82,6 +84,8 @@ class QueryGate:
 def _jsonable(v: Any) -> Any:
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
+    if isinstance(v, Decimal) and v == v.to_integral_value():
+        return exact_number(v)
     return str(v)
 
 
