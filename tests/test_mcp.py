@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -332,3 +333,42 @@ def test_answers_are_bounded(mcp):
     assert len(json.dumps(win, separators=(",", ":"))) <= MAX_CHARS
     cols = win["window"]["rects"]
     assert len({len(v) for v in cols.values()}) == 1  # columns cut together, rows stay aligned
+
+
+def _agents_md_query(number: int) -> str:
+    text = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
+    return re.findall(r"```sql\n(.*?)```", text, re.S)[number - 1]
+
+
+def test_agents_md_top_kernels_and_per_rank_spread_answer_in_the_sql_tool(mcp):
+    top = rows_of(ok(mcp("sql", profile=GPU, query=_agents_md_query(13)))["result"])
+    kernels = ok(mcp("summary", profile=GPU))["summary"]["top_kernels"]
+    assert (top[0]["name"], top[0]["total_ns"]) == (kernels[0]["name"], kernels[0]["total_ns"])
+    spread = rows_of(ok(mcp("sql", profile=NEURON, query=_agents_md_query(15)))["result"])
+    steps = ok(mcp("summary", profile=NEURON))["steps"]["per_step"]
+    assert [(r["step"], r["ranks"], r["spread_ns"], r["slowest_ns"]) for r in spread] == [
+        (s["step"], 1, 0, s["dur_ns"]) for s in steps
+    ]
+
+
+def test_agents_md_line_behind_most_device_idle(mcp):
+    """Query 14 against the same sum done here from the device work and its launches."""
+    res = ok(mcp("sql", profile=NEURON, query=_agents_md_query(14)))["result"]
+    q = ("SELECT d.start_ns, d.dur_ns, coalesce(d.src_file, l.src_file) AS f, "
+         "coalesce(d.src_line, l.src_line) AS n FROM events d LEFT JOIN (SELECT flow_id, "
+         "any_value(src_file) AS src_file, any_value(src_line) AS src_line FROM events WHERE "
+         "layer = 'host' AND flow_id IS NOT NULL AND src_file IS NOT NULL GROUP BY 1) l "
+         "ON l.flow_id = d.flow_id WHERE d.layer = 'device' AND d.kind IN ('kernel', 'dma') "
+         "ORDER BY d.start_ns, d.start_ns + d.dur_ns")  # fmt: skip
+    work = rows_of(ok(mcp("sql", profile=NEURON, query=q, limit=10000))["result"])
+    idle: dict[tuple, int] = {}
+    busy_until = None
+    for w in work:
+        if busy_until is not None and w["start_ns"] > busy_until:
+            key = (w["f"], w["n"])
+            idle[key] = idle.get(key, 0) + w["start_ns"] - busy_until
+        end = w["start_ns"] + w["dur_ns"]
+        busy_until = end if busy_until is None else max(busy_until, end)
+    (file, line), ns = max(idle.items(), key=lambda kv: kv[1])
+    first = rows_of(res)[0]
+    assert (first["src_file"], first["src_line"], first["idle_before_ns"]) == (file, line, ns)
