@@ -4,8 +4,8 @@ The Python guard from torch._C._acc can abort the process at exit after an excep
 backward kernel (DESIGN.md), and its hooks lack pinned memory and generators, so at first use
 we build a small C++ guard and hooks (guard.cpp) with g++ against the installed torch headers,
 cache the library and load it. Without a compiler the Python guard and hooks are used, with a
-warning, and an exit hook that lets autograd's device thread go idle before the interpreter
-finalizes (see `_settle_device_thread`).
+warning. With either, an exit hook lets autograd's device thread go idle before the
+interpreter finalizes (see `_settle_device_thread`).
 """
 
 from __future__ import annotations
@@ -45,18 +45,25 @@ class _PythonGuard(torch._C._acc.DeviceGuard):
 
 
 def _settle_device_thread() -> None:
-    """At exit, with the Python guard: wait until autograd's device thread is idle.
+    """At exit, with either guard: let autograd's device thread finish what it still holds.
 
-    Backward on the device runs on a C++ thread of autograd's, which calls the Python guard
-    (taking the GIL) from C++ frames that cannot unwind, and after an exception inside backward
-    it may still be cleaning up when the caller has already seen the error. Should it take the
-    GIL once the interpreter finalizes, CPython ends the thread and C++ aborts the process. The
-    exception is the caller's at once; only the exit waits for the thread: one scalar backward
-    on the device queues behind whatever the thread still does, and returns when it is done.
+    Backward on the device runs on a C++ thread of autograd's, which runs our
+    __torch_dispatch__ and drops a finished backward's last references (graph task, input
+    buffers) only after the caller has seen that backward complete. A drop that frees a Python
+    object takes the GIL; should that happen once the interpreter finalizes, CPython ends the
+    thread from C++ frames that cannot unwind and the process aborts (seen at exit after a
+    backward error, with the C++ guard too). The thread works through its queue in order and
+    finishes one task, cleanup included, before it takes the next: so the second of two scalar
+    backwards queued now returns only after everything before it is cleaned up, and keeping
+    their tensors alive in `_keep` means the last cleanup frees no Python object.
     """
     try:
         x = torch.zeros((), device="neuron", requires_grad=True)
-        torch.autograd.grad(x * 1.0, x)
+        seed = torch.ones((), device="neuron")  # given, so the thread never holds the last ref
+        _keep.extend([x, seed])
+        for _ in range(2):
+            y = x * 1.0
+            _keep.append((y, torch.autograd.grad(y, x, grad_outputs=seed)))
     except Exception:  # noqa: BLE001 - best effort at exit, the device may be half torn down
         pass
 
@@ -124,6 +131,7 @@ def install() -> str:
         try:
             _load_native()  # its static initialisers register the guard and the hooks
             kind = "native"
+            atexit.register(_settle_device_thread)
             return kind
         except Exception as exc:  # noqa: BLE001 - the Python guard still works
             problem: Exception | str = exc
