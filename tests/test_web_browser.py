@@ -319,3 +319,20 @@ def test_memory_page_draws_the_peak_and_what_was_held(server, page):
     page.click("a.mem-line >> nth=0")
     page.wait_for_selector("#code")
     _open(page, server + "/p/alexnet/memory", "memory-none", "#no-memory")
+
+
+def test_timeline_draws_a_memory_track(server, page):
+    """Below the lanes, one track per counter in the window (memory_allocated of the neuron
+    device here), scaled to its maximum in view; a profile without counters has none."""
+    import httpx
+
+    _open(page, server + "/p/gpt/timeline", "timeline-memory", "#tl-canvas[data-ready]")
+    st = page.evaluate("""() => { const s = window.neTimeline.state;
+        return { rows: s.counterRows.length, name: s.counters[0].name, max: Math.max(...s.counters[0].max),
+                 start: s.view[0], end: s.view[1] }; }""")
+    want = httpx.get(f"{server}/api/p/gpt/counters", params={"start_ns": round(st["start"]), "end_ns": round(st["end"]),
+                                                           "width_px": 1000}).json()["counters"]  # fmt: skip
+    assert st["rows"] == len(want) == 1 and st["name"] == "memory_allocated"
+    assert st["max"] == max(want[0]["max"])
+    _open(page, server + "/p/alexnet/timeline", "timeline-no-memory", "#tl-canvas[data-ready]")
+    assert page.evaluate("window.neTimeline.state.counterRows.length") == 0

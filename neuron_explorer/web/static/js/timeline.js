@@ -3,7 +3,7 @@
 // new window. Canvas text is drawn with fillText, so names are never parsed as HTML.
 import { api, h, mount, run, fmtNs, fmtNum, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl, clean } from "./common.js";
 
-const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6;
+const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
 const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0, find: null };
 let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount;
 
@@ -32,7 +32,39 @@ function layout() {
     state.rows.push({ top: y, lane: l, group: g });
     const top = y; y += l.depth * ROW + LANE_GAP; return top;
   });
+  // counter tracks (memory over time) below the lanes, one per counter in the window
+  state.counterRows = (state.counters || []).filter((c) => c.ts_ns.length).map((c) => {
+    const row = { top: y, c }; y += COUNTER_H + LANE_GAP; return row;
+  });
   return y + 4;
+}
+
+function drawCounters(width) {
+  for (const { top, c } of state.counterRows) {
+    const peak = Math.max(...c.max, 0) || 1;
+    const yv = (v) => top + COUNTER_H - (COUNTER_H - 2) * (v / peak);
+    ctx.save();
+    ctx.beginPath(); ctx.rect(GUTTER, top, width - GUTTER, COUNTER_H); ctx.clip();
+    ctx.beginPath(); ctx.moveTo(xOf(c.ts_ns[0]), top + COUNTER_H);
+    for (let i = 0; i < c.ts_ns.length; i++) {  // a step line through each bucket's maximum
+      const x = xOf(c.ts_ns[i]), xn = i + 1 < c.ts_ns.length ? xOf(c.ts_ns[i + 1]) : xOf(c.ts_ns[i] + c.bucket_ns);
+      ctx.lineTo(x, yv(c.max[i])); ctx.lineTo(xn, yv(c.max[i]));
+    }
+    ctx.lineTo(xOf(c.ts_ns[c.ts_ns.length - 1] + c.bucket_ns), top + COUNTER_H); ctx.closePath();
+    ctx.fillStyle = "rgba(100,116,139,0.25)"; ctx.fill();
+    ctx.strokeStyle = "#475569"; ctx.lineWidth = 1; ctx.stroke();
+    ctx.restore();
+    ctx.fillStyle = "#334155";
+    const fmt = c.unit === "bytes" ? fmtNum(peak) + "B" : fmtNum(peak);
+    ctx.fillText(clean(`${c.track} · ${c.name}`).slice(0, 30), 8, top + COUNTER_H / 2 - 6);
+    ctx.fillStyle = "#64748b";
+    ctx.fillText(`max in view ${fmt}`, 8, top + COUNTER_H / 2 + 7);
+  }
+}
+
+async function fetchCounters(s, e, width) {
+  const d = await api(`/p/${enc(profile)}/counters?start_ns=${s}&end_ns=${e}&width_px=${width}`);
+  return d.counters;
 }
 
 function colorFor(kind, name) {
@@ -145,6 +177,7 @@ function draw() {
     else if (r.group) label = "▾ " + label;
     ctx.fillText(label.length > 30 ? label.slice(0, 29) + "…" : label, 8, r.top + ROW / 2);
   });
+  drawCounters(width);
   // axis
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(0, AXIS - 1, width, 1);
@@ -171,8 +204,10 @@ async function fetchWindow() {
   const [s, e] = state.view.map(Math.round);
   const width = Math.max(100, canvas.clientWidth - GUTTER);
   const t0 = performance.now();
-  const d = await api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}`);
+  const [d, counters] = await Promise.all([api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}`),
+    fetchCounters(s, e, width).catch(() => null)]);
   if (id !== state.reqId) return;
+  state.counters = counters;
   state.win = d.window;
   state.win.device_time_modeled = d.device_time_modeled;
   draw();
@@ -421,6 +456,7 @@ run(async () => {
   groups.forEach((n, g) => { if (n > 4) state.collapsed.add(g); });
   state.win.device_time_modeled = d.device_time_modeled;
   state.view = [d.window.start_ns, d.window.end_ns];
+  state.counters = await fetchCounters(d.window.start_ns, d.window.end_ns, width).catch(() => null);
   canvas = h("canvas", { id: "tl-canvas" });
   ctx = canvas.getContext("2d");
   wrap = h("div", { class: "tl-wrap" }, canvas);
