@@ -7,10 +7,12 @@ rounding off) into tests/data/hta-reference/expected.json; HTA is not needed her
    launch links), give HTA's numbers to 0.1%: kernel count and time per stream, idle, compute,
    non-compute and kernel time (its temporal breakdown), the union of each kernel type,
    memcpy/memset by type, and the top 10 kernels of each type.
-2. The summary's own numbers (neuron_explorer.analysis.summarize) equal the same restated
-   definitions once the two documented definition differences (docs/rules.md, "Definitions
-   next to HTA's") are put back: HTA leaves out the last profiler step's device work and work no
-   runtime call in the trace launched, and it counts CUDA syncs as GPU time.
+2. The summary's own numbers (neuron_explorer.analysis.summarize) equal HTA's definitions over
+   our population of device work, which differs from HTA's only as docs/rules.md ("Where our
+   numbers and HTA's differ") says: HTA leaves out the last profiler step's device work and
+   work no runtime call in the trace launched, and it counts CUDA syncs as GPU time. (HTA's
+   microsecond truncation of its kernel-type table and its top-kernel statistics are
+   reproduced here as HTA computes them.)
 """
 
 from __future__ import annotations

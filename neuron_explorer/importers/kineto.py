@@ -22,6 +22,7 @@ from ..errors import BadInputError
 from . import kineto_decode as kd
 from . import kineto_lanes as kl
 from . import pystacks
+from .kineto_checks import MAX_BASE_NS, check_range, check_times
 from .kineto_extract import Decoded, DecodeOptions, extract
 from .kineto_kinds import (
     COLLECTIVE_PREFIXES,
@@ -64,9 +65,6 @@ def _scatter(n: int, idx: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.
 
 def _dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
-
-
-MAX_BASE_NS = 2**62  # the year 2116; room left for the trace's own times in int64
 
 
 def load(
@@ -140,16 +138,16 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
     rows = np.flatnonzero(c.is_row)
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
-    _check_times(path, d, rows, d.ts.missing[rows], "ts")
-    _check_times(path, d, rows, d.dur.missing[rows] & (d.ph[rows] == "X"), "dur")
+    check_times(path, d, rows, d.ts.missing[rows], "ts")
+    check_times(path, d, rows, d.dur.missing[rows] & (d.ph[rows] == "X"), "dur")
     base = d.trace.baseTimeNanoseconds or 0
     if abs(base) >= MAX_BASE_NS:  # beyond int64 nanoseconds once the event times are added
         raise BadInputError(path, f"baseTimeNanoseconds {base} is out of range")
     start = d.ts.ns[rows] + base
     dur = np.maximum(d.dur.ns[rows], 0)
-    _check_range(path, d, rows, start, dur)
+    check_range(path, d, rows, start, dur)
     samples = np.flatnonzero(c.is_counter)
-    _check_range(path, d, samples, d.ts.ns[samples] + base, np.zeros(samples.size, np.int64))
+    check_range(path, d, samples, d.ts.ns[samples] + base, np.zeros(samples.size, np.int64))
     dev = c.device[rows]
     lanes = kl.lanes(d, rows, dev, names)
     device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
@@ -350,33 +348,6 @@ def _step_of(
 def _step_number(name: str) -> int:
     m = STEP_NAME.match(name)
     return int(m.group(1)) if m else -1
-
-
-def _check_times(path: Path, d: Decoded, rows: np.ndarray, bad: np.ndarray, what: str) -> None:
-    """Raise for the first of `rows` whose time value `what` is missing or not a number."""
-    if bad.any():
-        i = int(rows[int(np.argmax(bad))])
-        name = d.name_list[d.name_code[i]]
-        raise BadInputError(
-            path, f"event #{i} ({name!r}, ph {str(d.ph[i])!r}) has no {what!r} time"
-        )
-
-
-def _check_range(
-    path: Path, d: Decoded, rows: np.ndarray, start: np.ndarray, dur: np.ndarray
-) -> None:
-    """Raise for the first of `rows` whose time cannot be a unix time in int64 nanoseconds:
-    ts or dur out of range, or start or end (base time added) beyond +-2**62 ns."""
-    bad = d.ts.out_of_range[rows] | d.dur.out_of_range[rows]
-    bad |= (np.abs(start) >= MAX_BASE_NS) | (np.abs(start + dur) >= MAX_BASE_NS)
-    if bad.any():
-        i = int(rows[int(np.argmax(bad))])
-        name = d.name_list[d.name_code[i]]
-        raise BadInputError(
-            path,
-            f"event #{i} ({name!r}, ph {str(d.ph[i])!r}) has a time out of range (ts or "
-            "ts + dur beyond the year 2116 as unix time; times are microseconds)",
-        )
 
 
 @dataclass(frozen=True)
