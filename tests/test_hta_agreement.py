@@ -281,6 +281,8 @@ def test_the_summary_equals_htas_definitions_but_for_the_documented_differences(
     # the two differences, and nothing else: HTA's window and its syncs
     hta_all = hta_population(rows, list(profile.manifest.steps), window=False)
     assert Counter(ours) == Counter(r for r in hta_all if r.kind != "sync")
+    # our lanes are HTA's streams: device work sits on the lane of its stream arg
+    assert [r.track for r in ours] == [f"stream {r.stream}" for r in ours]
     s = summarize(profile)
     (dev,) = [d for d in s.devices if d.device.startswith("cuda")]
     window = max(r.end for r in ours) - min(r.start for r in ours)
