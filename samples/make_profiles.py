@@ -38,7 +38,12 @@ def capture(name: str) -> int:
     command = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), *CAPTURE,
                "--", "python", str(HERE / f"{name}.py"), *sample_args]  # fmt: skip
     print("$", " ".join(command[1:]), flush=True)
-    return subprocess.call(command, cwd=ROOT)
+    status = subprocess.call(command, cwd=ROOT)
+    if status == 0:  # committed profiles name files relative to the repository, never /home/...
+        from neuron_explorer.capture.relocate import relativize
+
+        relativize(out, ROOT)
+    return status
 
 
 def main() -> int:

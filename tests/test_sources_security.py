@@ -93,3 +93,29 @@ def test_only_small_utf8_python_files_under_a_root_are_kept(tmp_path):
         str(root / "link.py"): "outside the source roots", str(root / "gone.py"): "not found",
         str(outside / "secret.py"): "outside the source roots",
     }  # fmt: skip
+
+
+def test_a_committed_profile_names_files_relative_to_the_repository(tmp_path):
+    """samples/make_profiles.py runs relativize on each capture (issue 12): no path of the
+    capturing machine stays in the tables, the kept sources or the manifest."""
+    import shutil
+
+    from neuron_explorer.capture.relocate import relativize
+
+    root = Path(__file__).resolve().parent.parent
+    copy = tmp_path / "gpt_train"
+    shutil.copytree(root / "samples" / "profiles" / "gpt_train", copy)
+    before = Profile.open(copy).source_text(str(root / "samples" / "models.py"))
+    relativize(copy, root)
+    p = Profile.open(copy)
+    con = p.duckdb()
+    names = [r[0] for r in con.execute(
+        "SELECT DISTINCT CAST(src_file AS VARCHAR) FROM events UNION "
+        "SELECT DISTINCT CAST(file AS VARCHAR) FROM stacks"
+    ).fetchall() if r[0]]  # fmt: skip
+    assert "samples/models.py" in names
+    assert not [n for n in names if n.startswith("/")], names
+    assert str(root) not in (copy / "manifest.json").read_text()
+    assert before and p.source_text("samples/models.py") == before
+    kept = [f.relative_to(copy / "sources").as_posix() for f in (copy / "sources").rglob("*.py")]
+    assert sorted(kept) == sorted(f for f in names if f.startswith("samples/"))
