@@ -294,3 +294,13 @@ def test_the_summary_equals_htas_definitions_but_for_the_documented_differences(
     assert close(dev.compute_ns, hta_defs["compute_ns"]), (dev.compute_ns, hta_defs)
     comm = union([r for r in ours if kernel_type(r.name) == "COMMUNICATION"])
     assert close(dev.communication_ns, comm), (dev.communication_ns, comm)
+    # the top kernels: HTA's computation and communication kernels by total time
+    durs: dict[str, list[int]] = defaultdict(list)
+    for r in ours:
+        if kernel_type(r.name) in ("COMPUTATION", "COMMUNICATION"):
+            durs[r.name].append(r.dur)
+    top = s.top_kernels.to_pylist()
+    assert [k["total_ns"] for k in top] == sorted(map(sum, durs.values()), reverse=True)[: len(top)]
+    for k in top:
+        assert (k["calls"], k["total_ns"]) == (len(durs[k["name"]]), sum(durs[k["name"]]))
+        assert k["type"] == kernel_type(k["name"]).lower()
