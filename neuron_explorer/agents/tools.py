@@ -4,6 +4,7 @@ an agent can find a bottleneck and the line to change without reading our docs f
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,11 +21,6 @@ UNITS = (
 MAX_CONTEXT_LINES = 50
 MAX_WIDTH_PX = 2000
 SQL_ROWS = 200  # an agent's default: enough to answer, small enough to read
-
-
-def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """An /api/ SQL result's rows (lists) as dicts by column."""
-    return [dict(zip(result["columns"], r, strict=True)) for r in result["rows"]]
 
 
 def _slice(rows: Any, n: int) -> Any:
@@ -73,17 +69,7 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
         return await anyio.to_thread.run_sync(lambda: work(api.store.open(name)))
 
     async def event(profile: str, event_id: int) -> dict[str, Any]:
-        from neuron_explorer.analysis.hotspots import stack_of
-
-        name = p(profile)
-        doc = await api.get(f"p/{name}/events/{int(event_id)}")
-        res = await api.get(f"p/{name}/sql", q=(  # where in the model: module and model line
-            "SELECT CAST(module AS VARCHAR) AS module, CAST(model_file AS VARCHAR) AS model_file, "
-            f"model_line, CAST(model_func AS VARCHAR) AS model_func FROM events WHERE id = {int(event_id)}"))  # fmt: skip
-        for row in rows_of(res["result"])[:1]:
-            doc["event"] = {**row, **doc["event"]}
-        stack = await in_thread(name, lambda prof: stack_of(prof, int(event_id)))
-        return {**doc, "stack": stack}
+        return await api.get(f"p/{p(profile)}/events/{int(event_id)}")
 
     async def source_line(profile: str, file: str, line: int, context: int = 8) -> dict[str, Any]:
         name, fid = p(profile), segment(api.file_id(file))
@@ -97,25 +83,20 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
                 "listing": near}  # fmt: skip
 
     async def hotspots(profile: str, n: int = 20, level: str = "model") -> dict[str, Any]:
-        from neuron_explorer.analysis.hotspots import LEVELS, line_hotspots, top_modules
+        from neuron_explorer.analysis.hotspots import LEVELS, line_hotspots
 
         if level not in LEVELS:
             raise Refused(f"level is one of {', '.join(LEVELS)}, not {level!r}")
-        name = p(profile)
+        name, k = p(profile), max(1, int(n))
         doc = await api.get(f"p/{name}/source")
-        k = max(1, int(n))
-
-        def where(prof: Any) -> dict[str, Any]:
-            con = prof.duckdb()
-            try:
-                return {"modules": top_modules(prof, k, con),
-                        "lines_by_level": {"level": level,
-                                           "lines": line_hotspots(prof, level, con).to_pylist()[:k]}}  # fmt: skip
-            finally:
-                con.close()
-
-        return {**doc, "top_lines": _slice(doc.get("top_lines"), k),
-                "files": _slice(doc.get("files"), k), **await in_thread(name, where)}  # fmt: skip
+        tree = (await api.get(f"p/{name}/modules"))["modules"]
+        heaviest = sorted((m for m in tree if m["self_ns"]), key=lambda m: -m["self_ns"])
+        lines = await in_thread(name, lambda prof: line_hotspots(prof, level).to_pylist()[:k])
+        out = {
+            key: _slice(value, k) if isinstance(value, list) else value
+            for key, value in doc.items()
+        }
+        return {**out, "modules": heaviest[:k], "lines_by_level": {"level": level, "lines": lines}}
 
     async def operators(profile: str, op: str | None = None, n: int = 30) -> dict[str, Any]:
         name = p(profile)
@@ -142,12 +123,10 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
 
         def build() -> dict[str, Any]:
             name = api.profile(profile)
-            with api.store.profile_lock(name):
-                other = api.store.open(base) if base else None
-                if base and base != name:
-                    with api.store.profile_lock(base):
-                        return profile_report(api.store.open(name), other)
-                return profile_report(api.store.open(name), other)
+            with contextlib.ExitStack() as held:  # each profile's analysis lock, in name order
+                for n in sorted({name, base} - {None}):
+                    held.enter_context(api.store.profile_lock(n))
+                return profile_report(api.store.open(name), api.store.open(base) if base else None)
 
         doc = await anyio.to_thread.run_sync(build)
         return {"markdown": render_markdown(doc), "report": doc}
@@ -208,10 +187,12 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
             event,
             (
                 "One event in full by id (from findings evidence, timeline rects or sql): its "
-                "columns (kind, name, track, start_ns, dur_ns, op_name, shapes, dtypes, flops, bytes, "
-                "module: the nn.Module path), its enclosing events (ancestors), children, flow "
-                "partners (the host launch and the device work it caused), its source line, and its "
-                "whole Python stack (innermost frame first)."
+                "columns (kind, name, track, start_ns, dur_ns, op_name, shapes, dtypes, flops, bytes; "
+                "module: the nn.Module path; model_file/model_line: the innermost frame in model "
+                "code, library files included), its enclosing events (ancestors), children, flow "
+                "partners (the host launch and the device work it caused), its source line (the "
+                "innermost user frame), and its whole Python stack (innermost frame first, each "
+                "frame's scope: user, library, torch, stdlib, builtin)."
             ),
         ),
         "source_line": (
@@ -227,9 +208,14 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
         "hotspots": (
             hotspots,
             (
-                "Where the time is in the code: the top source lines (file, line, func, host_ns, "
-                "device_ns, ops, launches), the files ranked by time and, where the profile records "
-                "nn.Module paths, the modules; n caps each list."
+                "Where the time is in the code: top_lines (the user's lines: file, line, func, "
+                "host_ns, device_ns, ops, launches) and files ranked by time; top_model_lines and "
+                "model_files (device self_ns and total_ns per line of every file in the stacks, "
+                "library modeling files included); modules (nn.Module paths by device self time: "
+                "self_ns, total_ns, forward_ns, backward_ns, calls, kernels); lines_by_level "
+                "(device time per line at `level`: model (default), user or all frames; self_ns "
+                "where the line is the innermost frame of that level, total_ns anywhere in the "
+                "stack). n caps each list."
             ),
         ),
         "operators": (
