@@ -13,7 +13,9 @@ Cast cost: a least-squares fit dur = a + b * bytes over the kernels that use onl
 counted as free, and the finding says the estimate is unfitted).
 Casts autocast adds: each input of a forward fp32 matmul is cast to bf16 (an elementwise kernel
 moving 6 bytes an element: 4 read, 2 written) and, when the profile has a backward pass, its
-gradient is cast back (6 bytes an element again).
+gradient is cast back (6 bytes an element again). A bf16 model (model.to(torch.bfloat16)) casts
+only at its boundary: the input, the output for an fp32 loss and, with a backward, the output's
+gradient: each costed as the median matmul input's cast.
 """
 
 from __future__ import annotations
@@ -42,10 +44,16 @@ class Bf16Estimate:
     casts: int
     cast_ns: int
     fitted: bool
+    model_cast_ns: int = 0  # what a bf16 model adds: its input's cast, its output's (and grad's)
 
     @property
     def matmul_saving_ns(self) -> int:
         return self.matmul_ns - self.bf16_matmul_ns
+
+    @property
+    def model_net_ns(self) -> int:
+        """Device time a bf16 model (model.to(torch.bfloat16)) saves, its boundary casts counted."""
+        return self.matmul_saving_ns - self.model_cast_ns
 
     @property
     def autocast_net_ns(self) -> int:
@@ -130,10 +138,14 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
     cast_bytes = np.array(elements, float) * CAST_BYTES_PER_ELEMENT
     ew = _elementwise_fit(ctx)
     if ew is not None:
-        cast_ns = float(np.sum(ew[0] + ew[1] * cast_bytes)) * per_cast
+        each = ew[0] + ew[1] * cast_bytes
     else:  # no elementwise kernels to learn from: the bytes at the spec's HBM bandwidth
         bandwidth = float(ctx.device_spec.get("hbm_bytes_per_s") or 0)
-        cast_ns = float(cast_bytes.sum()) / bandwidth * 1e9 * per_cast if bandwidth else 0.0
+        each = cast_bytes / bandwidth * 1e9 if bandwidth else cast_bytes * 0.0
+    cast_ns = float(np.sum(each)) * per_cast
+    # a bf16 model casts at its boundary only: the input in, the output out (and, with a
+    # backward, the output's gradient back), each about a typical matmul input's cast
+    model_cast_ns = float(np.median(each)) * (1 + per_cast) if len(each) else 0.0
     return Bf16Estimate(
         matmuls=len(rows),
         forward=len(forward),
@@ -142,4 +154,5 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
         casts=len(elements) * per_cast,
         cast_ns=int(cast_ns),
         fitted=ew is not None,
+        model_cast_ns=int(model_cast_ns),
     )

@@ -35,9 +35,10 @@ class Fp32Matmul(Rule):
     fp32 matmul plus its gradient's cast back, at the cost of the profile's elementwise
     kernels of that size (a least-squares fit on bytes). When autocast's net device-time
     saving (matmul saving less the casts) is at least MIN_NET_SHARE of the fp32 matmul time,
-    the fix is autocast and the saving is that net; otherwise, when the matmuls alone would
-    gain that share, the fix is casting the model (model.to(torch.bfloat16): no per-op casts) and the
-    saving is the matmul saving; else nothing is reported. The saving is device (kernel) time:
+    the fix is autocast and the saving is that net; otherwise, when a bf16 model would gain
+    that share, the fix is casting the model (model.to(torch.bfloat16): no per-op casts, only
+    its input's and output's) and the saving is the matmul saving less those casts; else
+    nothing is reported. The saving is device (kernel) time:
     in a launch-bound step the step time follows the host instead.
     """
 
@@ -74,9 +75,9 @@ class Fp32Matmul(Rule):
             return []
         est = estimate(ctx, where, speedup)
         autocast = est.autocast_net_ns >= self.MIN_NET_SHARE * est.matmul_ns
-        if not autocast and est.matmul_saving_ns < self.MIN_NET_SHARE * est.matmul_ns:
+        if not autocast and est.model_net_ns < self.MIN_NET_SHARE * est.matmul_ns:
             return []
-        saving = est.autocast_net_ns if autocast else est.matmul_saving_ns
+        saving = est.autocast_net_ns if autocast else est.model_net_ns
         casts = (
             f"autocast would add ~{est.casts} casts ({fmt_ms(est.cast_ns)}) around the "
             f"{est.forward} forward matmuls"
@@ -136,6 +137,8 @@ class Fp32Matmul(Rule):
                         "cast_ns": est.cast_ns,
                         "autocast_net_ns": est.autocast_net_ns,
                         "matmul_saving_ns": est.matmul_saving_ns,
+                        "model_cast_ns": est.model_cast_ns,
+                        "model_net_ns": est.model_net_ns,
                     },
                 ),
             )

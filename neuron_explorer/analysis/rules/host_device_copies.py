@@ -120,7 +120,9 @@ class HostDeviceCopies(Rule):
                         detail=(
                             "These lines create a tensor on the host and move it to the device "
                             "in (nearly) every step; each move is a host-to-device DMA the step "
-                            "waits for."
+                            "waits for. The saving counts the copies only: building the tensor "
+                            "on the host each step costs more host time on top, which the "
+                            "profile does not attribute to the line."
                         ),
                         saving_ns=ns,
                         evidence=Evidence(
