@@ -2,7 +2,7 @@
 device: profiler off, `neuron_explorer.profile` (record_shapes, the runtime's own source lines), and
 torch.profiler with with_stack=True for comparison; then the time to write a 3-step profile.
 
-    python benchmarks/capture_bench.py [--steps 8]
+    python benchmarks/capture_bench.py [--steps 8] [--model tinygpt|gpt2]
 
 Goals (issue 4): profiled step <= 1.5x the unprofiled step; writing a 3-step profile < 2 s.
 """
@@ -19,18 +19,42 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "samples"))
 
 
+MODEL = "tinygpt"  # or "gpt2": transformers' GPT-2, 2 layers (--model)
+
+
 def _setup(device: str):
     import torch
     from models import TinyGPT, lm_loss, token_batch
 
     torch.manual_seed(0)
     data = torch.Generator().manual_seed(0)
+    if MODEL == "gpt2":
+        return _gpt2_step(device)
     model = TinyGPT().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 
     def step() -> None:
         tokens = token_batch(8, 32, 256, data).to(device)
         loss = lm_loss(model(tokens[:, :-1]), tokens[:, 1:])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def _gpt2_step(device: str):
+    """A training step of a 2-layer Transformers GPT-2 (the model of issue 12's cost goal)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=256, n_positions=64)
+    model = GPT2LMHeadModel(cfg).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    tokens = torch.randint(0, 256, (8, 32)).to(device)
+
+    def step() -> None:
+        loss = model(tokens, labels=tokens).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -91,8 +115,9 @@ def _drain() -> None:
         pass
 
 
-def bench_write(device: str) -> tuple[float, int]:
-    """Seconds the trace handler takes to export, merge and write a 3-step cycle; its events."""
+def bench_write(device: str) -> tuple[tuple[float, float], int]:
+    """(wall s, CPU s) the trace handler takes to export, merge and write a 3-step cycle; its
+    events."""
     import torch
 
     import neuron_explorer
@@ -104,9 +129,9 @@ def bench_write(device: str) -> tuple[float, int]:
     took = []
 
     def timed(prof) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         handler(prof)
-        took.append(time.perf_counter() - t0)
+        took.append((time.perf_counter() - t0, time.process_time() - c0))
 
     sched = torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1)
     with neuron_explorer.profile(schedule=sched, on_trace_ready=timed) as prof:
@@ -118,13 +143,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--device", default="neuron")
+    parser.add_argument("--model", choices=("tinygpt", "gpt2"), default="tinygpt")
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     from rich.console import Console
     from rich.table import Table
 
     modes = bench_modes(args.device, args.steps)
     base_wall, base_cpu = modes["profiler off"]
-    table = Table(title=f"GPT sample step on {args.device} (fastest of 3 x {args.steps})")
+    table = Table(title=f"{MODEL} step on {args.device} (fastest of 3 x {args.steps})")
     for col in ("mode", "wall ms", "x off", "CPU ms", "CPU x off"):
         table.add_column(col, justify="right" if col != "mode" else "left")
     for mode, (w, c) in modes.items():
@@ -132,8 +160,10 @@ def main() -> int:
                       f"{c / base_cpu:.2f}")  # fmt: skip
     console = Console()
     console.print(table)
-    seconds, events = bench_write(args.device)
-    console.print(f"write a 3-step profile: {seconds:.2f} s ({events} events)")
+    (seconds, cpu_s), events = bench_write(args.device)
+    console.print(
+        f"write a 3-step profile: {seconds:.2f} s wall, {cpu_s:.2f} s CPU ({events} events)"
+    )
     return 0
 
 

@@ -43,6 +43,7 @@ class Attributor:
         self._stacks: list[tuple] = []
         self._model: dict[int, tuple | None] = {}
         self.forward: dict[int, Attribution] = {}
+        self._memo: dict[tuple, Attribution] = {}
         for e in runtime:
             if e.seq_nr >= 0 and not e.is_backward and (e.stack or e.src_file):
                 if e.seq_nr not in self.forward:
@@ -61,6 +62,14 @@ class Attributor:
         return sid
 
     def _own(self, e: Any) -> Attribution:
+        # a few hundred distinct call sites recur over thousands of events: build each once
+        key = (id(e.stack), e.module, e.src_file, e.src_line, e.src_func)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._build(e)
+        return found
+
+    def _build(self, e: Any) -> Attribution:
         src = None
         if e.src_file and e.src_line and not any(d in e.src_file for d in OWN_DIRS):
             src = (e.src_file, e.src_line, e.src_func or "")
