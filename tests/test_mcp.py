@@ -373,3 +373,10 @@ def test_agents_md_line_behind_most_device_idle(mcp):
     (file, line), ns = max(idle.items(), key=lambda kv: kv[1])
     first = rows_of(res)[0]
     assert (first["src_file"], first["src_line"], first["idle_before_ns"]) == (file, line, ns)
+
+
+@pytest.mark.parametrize("path", ["/nonexistent/profiles", str(ROOT / "docs")])
+def test_mcp_on_a_bad_path_is_one_line_and_exit_2(path, capsys):
+    assert cli_main(["mcp", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("neuron-explorer: error:") and len(err.splitlines()) == 1
