@@ -13,16 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi import FastAPI, Query
+from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from neuron_explorer.analysis import hotspots
 from neuron_explorer.analysis.context import context
-from neuron_explorer.errors import BadInputError, ExplorerError
 from neuron_explorer.model import Profile
 from neuron_explorer.model.schema import TABLES
 
@@ -31,6 +28,8 @@ from .cache import AnalysisCache, profile_identity
 from .guard import Guard
 from .listing import ProfileList
 from .pages import PAGES, render_page
+from .responses import attachment as _attachment
+from .responses import install_error_handlers
 from .store import NotFound, ProfileStore
 from .views import compare, events, memory, operators, overview, search, source, sql, timeline
 
@@ -69,42 +68,13 @@ def create_app(
                   openapi_url="/api/openapi.json")  # fmt: skip
     app.state.store = store
     gate = app.state.sql_gate = sql.QueryGate()
-    row_slots = threading.Semaphore(2)  # the list builds rows in parallel, analyses two at once
     if allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware
 
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
     app.add_middleware(Guard)
 
-    @app.exception_handler(ExplorerError)
-    def _explorer_error(request: Request, exc: ExplorerError) -> Response:
-        status = (
-            404 if isinstance(exc, NotFound) else 400 if isinstance(exc, sql.QueryError) else 500
-        )
-        if isinstance(exc, BadInputError):
-            status = 500
-        if isinstance(exc, sql.Busy):
-            status = 503
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": str(exc)}, status_code=status)
-        return HTMLResponse(render_page("error", title="Error", error=str(exc)), status_code=status)
-
-    @app.exception_handler(RequestValidationError)
-    def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        # one readable sentence (the page shows `error`), plus FastAPI's own `detail`
-        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'request'}: {e.get('msg')}"
-                        for e in exc.errors()) or "invalid request"  # fmt: skip
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": msg, "detail": jsonable_encoder(exc.errors())}, status_code=422)
-        return HTMLResponse(render_page("error", title="Error", error=msg), status_code=422)
-
-    @app.exception_handler(Exception)
-    def _unexpected(request: Request, exc: Exception) -> Response:
-        # a table that turns out unreadable mid-query, or a bug: one failed request, not a crash
-        msg = f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": msg}, status_code=500)
-        return HTMLResponse(render_page("error", title="Error", error=msg), status_code=500)
+    install_error_handlers(app)
 
     # ---- cached per profile (in memory, and on disk for what takes seconds to compute) ---
     def persisted(name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
@@ -199,10 +169,9 @@ def create_app(
     # ---- JSON ----------------------------------------------------------------------------
     def profile_row(name: str, start: float) -> dict[str, Any]:
         p = store.open(name)
-        with row_slots:
-            inline = time.monotonic() - start < LIST_INLINE_S
-            known, found = known_findings(name, p, inline)
-            row = overview.profile_row(name, p, devices(name), found)
+        inline = time.monotonic() - start < LIST_INLINE_S
+        known, found = known_findings(name, p, inline)
+        row = overview.profile_row(name, p, devices(name), found)
         return {**row, "analysis_pending": not known}
 
     listing = ProfileList()
@@ -460,14 +429,6 @@ def create_app(
         return page("source", name, file_id=html.escape(file_id))
 
     return app
-
-
-def _attachment(filename: str) -> dict[str, str]:
-    """A download header for any profile name: an ASCII fallback plus the UTF-8 name (RFC 6266)."""
-    from urllib.parse import quote
-
-    plain = "".join(c if c.isascii() and (c.isalnum() or c in "._+-") else "_" for c in filename)
-    return {"Content-Disposition": f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"}
 
 
 def _page_route(page, kind: str):  # a route function for one page kind

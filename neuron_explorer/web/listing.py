@@ -10,12 +10,13 @@ from concurrent.futures import Future, wait
 from typing import Any
 
 ROW_S = 5.0  # the longest the list waits for one profile's row
+AGAIN_S = 0.05  # for a row still being built since an earlier request
 
 
 class ProfileList:
     """Builds rows with `make_row(name) -> dict`; a row still being built from an earlier
     request is waited for again, never started twice. Each row gets a thread of its own, so a
-    hung profile holds one thread and delays no other row (make_row bounds its CPU work)."""
+    hung profile holds one thread and delays the list by at most ROW_S, once."""
 
     def __init__(self) -> None:
         self._running: dict[str, Future] = {}
@@ -24,16 +25,20 @@ class ProfileList:
     def rows(
         self, names: list[str], make_row: Callable[[str], dict[str, Any]], row_s: float = ROW_S
     ) -> list[dict[str, Any]]:
-        """One row per name, in order; a failed profile's row is {name, error}."""
-        with self._lock:
-            futures = {}
-            for name in names:
+        """One row per name, built in order (so the first profiles get the inline analysis
+        budget, as before), each waited for at most `row_s`; a row still running from an
+        earlier request (a hung profile) is waited for only briefly. A failed profile's row is
+        {name, error}."""
+        out = []
+        for name in names:
+            with self._lock:
                 f = self._running.get(name)
+                again = f is not None
                 if f is None:
                     f = self._running[name] = self._start(name, make_row)
-                futures[name] = f
-        wait(futures.values(), timeout=row_s)
-        return [self._row(name, f, row_s) for name, f in futures.items()]
+            wait([f], timeout=AGAIN_S if again else row_s)
+            out.append(self._row(name, f, row_s))
+        return out
 
     def _start(self, name: str, make_row: Callable[[str], dict[str, Any]]) -> Future:
         future: Future = Future()
