@@ -213,3 +213,25 @@ def test_samples_are_small(profiles):
         assert path.stat().st_size < 1 << 20
         assert (path.parent / "README.md").is_file() and (path.parent / "LICENSE").is_file()
     assert Path(TB / "excerpt.py").is_file()
+
+
+@pytest.mark.parametrize("name", ["array", "mtia"])
+def test_host_nesting_is_a_plain_stack_walk_per_lane(profiles, name):
+    """parent_id is the innermost earlier host event of the same lane that contains the event,
+    as a stack walk finds it (lanes keyed by pid and tid, named by the metadata)."""
+    host = [r for r in rows_of(profiles[name], "id", "layer", "track", "start_ns", "dur_ns",
+                                "parent_id") if r["layer"] == "host"]  # fmt: skip
+    host.sort(key=lambda e: (e["track"], e["start_ns"], -e["dur_ns"], e["id"]))
+    stack: list[dict] = []
+    track, nested = None, 0
+    for e in host:
+        if e["track"] != track:
+            stack, track = [], e["track"]
+        while stack and stack[-1]["start_ns"] + stack[-1]["dur_ns"] <= e["start_ns"]:
+            stack.pop()
+        need = e["start_ns"] + e["dur_ns"] + (e["dur_ns"] == 0)
+        container = next((c for c in reversed(stack) if c["start_ns"] + c["dur_ns"] >= need), None)
+        assert e["parent_id"] == (container["id"] if container else None), e
+        nested += container is not None
+        stack.append(e)
+    assert nested > len(host) // 2
