@@ -17,18 +17,13 @@ from .columns import children_ns, dense, exact_sum, group_sum
 from .context import AnalysisContext, context
 from .conventions import (
     COMMUNICATION_KINDS,
-    COMPILE_GROUP_SQL,
     COMPUTE_KINDS,
     DEVICE_WORK_KINDS,
-    DOWNCAST_EVENT,
-    DOWNCAST_PREDICATE,
-    ENGINE_TRACKS,
     KERNEL_KINDS,
-    NEURON_SYNC_KIND,
-    PROGRAM_SQL,
-    TENSOR_ENGINE_TRACK,
     TRANSFER_KINDS,
 )
+from .engines import EngineUtil, engines, mbu, mfu
+from .readiness import Readiness, readiness
 
 TOP_N = 15
 BREAKDOWN_COLUMNS = (
@@ -125,27 +120,6 @@ class Breakdown:
 
 
 @dataclass(frozen=True)
-class EngineUtil:
-    rank: int
-    engine: str
-    busy_ns: int
-    utilization: float  # busy over the rank's profiled step time
-
-
-@dataclass(frozen=True)
-class Readiness:
-    """For moving a model to Trainium: what fell back, what was downcast, what compiling costs."""
-
-    fallback_ops: pa.Table  # op, file, line, func, calls, dur_ns
-    downcasts: pa.Table  # op, file, line, calls
-    recompiles: pa.Table  # op, recompiles, dur_ns, shapes
-    syncs: pa.Table  # what, file, line, calls, steps, wait_ns: host syncs (.item(), .cpu()...)
-    compile_ns: int
-    first_step_ns: int | None
-    steady_step_ns: float | None  # median of the steps after the first
-
-
-@dataclass(frozen=True)
 class Summary:
     profile: str
     source: str
@@ -207,10 +181,10 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         top_ops_self=by_self,
         top_ops_total=by_total,
         top_kernels=_top_kernels(ctx),
-        engines=_engines(ctx),
-        mfu=_mfu(ctx) if neuron else None,
-        mbu=_mbu(ctx) if neuron else None,
-        readiness=_readiness(ctx) if neuron else None,
+        engines=engines(ctx),
+        mfu=mfu(ctx) if neuron else None,
+        mbu=mbu(ctx) if neuron else None,
+        readiness=readiness(ctx) if neuron else None,
         run_ended=profile.manifest.extra.get("run_ended"),
     )
 
@@ -316,11 +290,8 @@ def _breakdown(steps: pa.Table) -> Breakdown:
         if c not in device_cols and vals[c] is None:
             vals[c] = 0
     device = vals["device_compute_ns"] is not None
-    parts = tuple(
-        Part(c, PART_LABELS[c][0] if device else PART_LABELS[c][1], total(c) or 0)
-        for c in PARTITION_COLUMNS
-        if device or PART_LABELS[c][1] is not None
-    )
+    labels = {c: PART_LABELS[c][0] if device else PART_LABELS[c][1] for c in PARTITION_COLUMNS}
+    parts = tuple(Part(c, label, total(c) or 0) for c, label in labels.items() if label)
     overlap = tuple(
         Part(c, OVERLAP_LABELS[c], total(c) or 0) for c in OVERLAP_COLUMNS if device and total(c)
     )
@@ -387,144 +358,3 @@ def _top_kernels(ctx: AnalysisContext) -> pa.Table:
         }
     )  # fmt: skip
     return table.sort_by([("total_ns", "descending"), ("name", "ascending")]).slice(0, TOP_N)
-
-
-def _rank_time(ctx: AnalysisContext) -> dict[int, int]:
-    ctx.steps()
-    return {
-        int(r["rank"]): int(r["ns"])
-        for r in ctx.rows("SELECT rank, sum(e - s) AS ns FROM steps_w GROUP BY rank")
-    }
-
-
-def _engines(ctx: AnalysisContext) -> tuple[EngineUtil, ...]:
-    cols = ctx.cols
-    track, tracks = cols.codes("track")
-    # the DMA queues count as one engine, busy while any queue moves data
-    dma_queue = cols.like("track", ("DMA%",))
-    rows = cols.where("layer", ("device",)) & (
-        cols.where("track", ENGINE_TRACKS) | (cols.where("kind", ("dma",)) & dma_queue)
-    )
-    engines = sorted({tracks[t] for t in np.unique(track[rows & ~dma_queue])})
-    if (rows & dma_queue).any():
-        engines = sorted({*engines, "DMA"})
-    engine_of = np.full(len(tracks) + 1, -1, dtype=np.int64)  # track code -> engine index
-    for code, name in enumerate(tracks):
-        label = "DMA" if name.startswith("DMA") else name
-        if label in engines:
-            engine_of[code] = engines.index(label)
-    at = np.flatnonzero(rows)
-    rank = cols.ints("rank")[at]
-    lane = (rank - int(rank.min() if len(at) else 0)) * len(engines) + engine_of[track[at]]
-    first, s, e = intervals.merge_arrays(lane, cols.ints("start_ns")[at], cols.end()[at])
-    keys, inverse = np.unique(lane[first], return_inverse=True)
-    busy = group_sum(inverse, e - s, len(keys))
-    lane_rank = rank[first[np.unique(inverse, return_index=True)[1]]]
-    denom = _rank_time(ctx)
-    out = []
-    for i, k in enumerate(keys):
-        r = int(lane_rank[i])
-        out.append(
-            EngineUtil(
-                rank=r,
-                engine=engines[int(k) % len(engines)],
-                busy_ns=int(busy[i]),
-                utilization=round(int(busy[i]) / denom[r], 6) if denom.get(r) else 0.0,
-            )
-        )
-    return tuple(sorted(out, key=lambda u: (u.rank, u.engine)))
-
-
-def _in_steps(ctx: AnalysisContext) -> str:
-    return "step IS NOT NULL" if ctx.has_steps else "TRUE"
-
-
-def _step_rows(ctx: AnalysisContext) -> np.ndarray:
-    """Device rows inside a step (every row when the profile has no steps)."""
-    cols = ctx.cols
-    rows = cols.where("layer", ("device",))
-    return rows & cols.valid("step") if ctx.has_steps else rows
-
-
-def _mfu(ctx: AnalysisContext) -> float | None:
-    peak = float(ctx.device_spec.get("peak_flops_bf16") or 0)
-    secs = ctx.total_step_ns / 1e9
-    if peak <= 0 or secs <= 0:
-        return None
-    cols = ctx.cols
-    te = _step_rows(ctx) & cols.where("kind", ("instruction",))
-    te &= cols.where("track", (TENSOR_ENGINE_TRACK,))
-    flops = exact_sum(cols.ints("flops")[te])
-    if not flops:  # no engine instructions: the matmul kernels' FLOPs
-        has_args = pc.is_valid(ctx.events["args"]).to_numpy(zero_copy_only=False)
-        kernels = ctx.subset("ev_mm", _step_rows(ctx) & cols.where("kind", ("kernel",)) & has_args)
-        row = ctx.one(
-            f"""SELECT coalesce(sum(flops), 0) AS mm FROM {kernels}
-            WHERE json_extract(args, '$.matmul') IS NOT NULL"""
-        )
-        flops = row.get("mm") or 0
-    return float(flops) / secs / peak
-
-
-def _mbu(ctx: AnalysisContext) -> float | None:
-    peak = float(ctx.device_spec.get("hbm_bytes_per_s") or 0)
-    secs = ctx.total_step_ns / 1e9
-    if peak <= 0 or secs <= 0:
-        return None
-    cols = ctx.cols
-    rows = _step_rows(ctx) & cols.where("kind", ("kernel",))
-    moved = exact_sum(cols.ints("bytes_read")[rows]) + exact_sum(cols.ints("bytes_written")[rows])
-    return float(moved) / secs / peak
-
-
-def _readiness(ctx: AnalysisContext) -> Readiness:
-    cols = ctx.cols
-    host = cols.where("layer", ("host",))
-    fallbacks = ctx.subset("ev_fallbacks", host & cols.where("kind", ("fallback",)))
-    fallback = ctx.arrow(
-        f"""SELECT coalesce(op_name, name) AS op, src_file AS file, src_line AS line,
-               any_value(src_func) AS func, count(*) AS calls, sum(dur_ns) AS dur_ns
-        FROM {fallbacks} GROUP BY 1, 2, 3 ORDER BY dur_ns DESC, op"""
-    )
-    # DOWNCAST_PREDICATE reads dtypes, which the context keeps on kernels only
-    maybe = pc.is_valid(ctx.events["dtypes"]).to_numpy(zero_copy_only=False)
-    marked = cols.where("kind", ("runtime",)) & cols.where("name", (DOWNCAST_EVENT,))
-    candidates = ctx.subset("ev_downcasts", marked | (ctx.device_rows(("kernel",)) & maybe))
-    downcasts = ctx.arrow(
-        f"""SELECT coalesce(op_name, name) AS op, src_file AS file, src_line AS line,
-               count(*) AS calls
-        FROM {candidates} WHERE {DOWNCAST_PREDICATE}
-        GROUP BY 1, 2, 3 ORDER BY calls DESC, op"""
-    )
-    # host syncs in the step, a fallback's own wait aside (that belongs to the fallback)
-    syncs_ev = ctx.subset("ev_syncs", host & cols.where("kind", (NEURON_SYNC_KIND,)))
-    syncs = ctx.arrow(
-        f"""SELECT coalesce(json_extract_string(args, '$.reason'), name) AS what,
-               src_file AS file, src_line AS line, count(*) AS calls,
-               count(DISTINCT step) AS steps, sum(dur_ns) AS wait_ns
-        FROM {syncs_ev} WHERE NOT (name = 'sync' AND op_name IN
-                                   (SELECT op_name FROM {fallbacks}))
-        GROUP BY 1, 2, 3 ORDER BY calls DESC, wait_ns DESC, what"""
-    )
-    ctx.ensure_recompiles()
-    recompiles = ctx.arrow(
-        f"""SELECT {COMPILE_GROUP_SQL} AS op,
-               count(DISTINCT {PROGRAM_SQL}) AS recompiles,
-               sum(dur_ns) AS dur_ns,
-               list(DISTINCT coalesce(json_extract_string(args, '$.shapes'), shapes))
-                   FILTER (WHERE coalesce(json_extract_string(args, '$.shapes'), shapes)
-                           IS NOT NULL) AS shapes
-        FROM recompiles GROUP BY 1 ORDER BY dur_ns DESC, op"""
-    )
-    compile_ns = exact_sum(cols.ints("dur_ns")[host & cols.where("kind", ("compile",))])
-    first = steady = None
-    if ctx.has_steps:
-        row = ctx.one(
-            """WITH r AS (SELECT e - s AS d, row_number() OVER (PARTITION BY rank ORDER BY s) AS i
-                          FROM steps_w)
-            SELECT max(d) FILTER (WHERE i = 1) AS first, median(d) FILTER (WHERE i > 1) AS steady
-            FROM r"""
-        )
-        first = None if row.get("first") is None else int(row["first"])
-        steady = None if row.get("steady") is None else float(row["steady"])
-    return Readiness(fallback, downcasts, recompiles, syncs, int(compile_ns), first, steady)
