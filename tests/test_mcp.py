@@ -332,8 +332,21 @@ def test_answers_are_bounded(mcp):
     assert len(doc["result"]["rows"]) == doc["truncated"]["lists"]["result.rows"]["kept"]
     win = ok(mcp("timeline", profile="gpt_train", width_px=2000))
     assert len(json.dumps(win, separators=(",", ":"))) <= MAX_CHARS
-    cols = win["window"]["rects"]
-    assert len({len(v) for v in cols.values()}) == 1  # columns cut together, rows stay aligned
+    # too wide a window is reduced further on the server (narrower), not cut: every event is in
+    assert "truncated" not in win and win["window"]["width_px"] < 2000
+    assert sum(win["window"]["rects"]["count"]) == win["window"]["events"]
+
+
+def test_bound_cuts_columns_together_and_says_what_it_cut():
+    from neuron_explorer.agents.bound import bound
+
+    doc = {"rects": {"a": list(range(5000)), "b": ["x" * 20] * 5000}, "small": [1, 2]}
+    out = bound(json.loads(json.dumps(doc)), max_chars=20_000)
+    kept = out["truncated"]["lists"]["rects"]["kept"]
+    assert len(out["rects"]["a"]) == len(out["rects"]["b"]) == kept < 5000
+    assert out["rects"]["a"] == list(range(kept)) and out["small"] == [1, 2]
+    assert len(json.dumps(out, separators=(",", ":"))) <= 20_000
+    assert bound(doc, max_chars=10**6) is doc  # under the limit: the same document, untouched
 
 
 def _agents_md_query(number: int) -> str:

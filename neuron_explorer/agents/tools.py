@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .api import Api, Refused, segment
-from .bound import MAX_CHARS, bound
+from .bound import MAX_CHARS, bound, size
 
 Tool = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -20,6 +20,7 @@ UNITS = (
 )
 MAX_CONTEXT_LINES = 50
 MAX_WIDTH_PX = 2000
+MIN_WIDTH_PX = 50  # the web's own floor
 SQL_ROWS = 200  # an agent's default: enough to answer, small enough to read
 
 
@@ -57,10 +58,17 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
     async def timeline(
         profile: str, start_ns: int | None = None, end_ns: int | None = None, width_px: int = 200
     ) -> dict[str, Any]:
-        width = min(max(int(width_px), 50), MAX_WIDTH_PX)
-        return await api.get(
-            f"p/{p(profile)}/timeline", start_ns=start_ns, end_ns=end_ns, width_px=width
-        )
+        name, width = p(profile), min(max(int(width_px), MIN_WIDTH_PX), MAX_WIDTH_PX)
+        while True:  # a window too big to send is reduced further (halved width), not cut
+            doc = await api.get(
+                f"p/{name}/timeline", start_ns=start_ns, end_ns=end_ns, width_px=width
+            )
+            if size(doc) <= MAX_CHARS or width <= MIN_WIDTH_PX:
+                return doc
+            width = max(MIN_WIDTH_PX, width // 2)
+            # the whole-profile view comes in a few cached widths: name the extent to narrow it
+            start_ns = doc["extent"]["start_ns"] if start_ns is None else start_ns
+            end_ns = doc["extent"]["end_ns"] if end_ns is None else end_ns
 
     async def in_thread(name: str, work: Callable[[Any], Any]) -> Any:
         """`work(profile)` off the event loop, for the analysis functions no route serves yet."""
@@ -124,7 +132,7 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
         def build() -> dict[str, Any]:
             name = api.profile(profile)
             with contextlib.ExitStack() as held:  # each profile's analysis lock, in name order
-                for n in sorted({name, base} - {None}):
+                for n in sorted({name} | ({base} if base else set())):
                     held.enter_context(api.store.profile_lock(n))
                 return profile_report(api.store.open(name), api.store.open(base) if base else None)
 
@@ -177,7 +185,7 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
             timeline,
             (
                 "The events overlapping [start_ns, end_ns) (the whole profile when omitted), reduced "
-                "on the server for a view width_px wide (50-2000): rects are columns (lane, depth, "
+                "on the server for a view width_px wide (50-2000; narrowed until the answer fits): rects are columns (lane, depth, "
                 "start_ns, dur_ns, id, count, kind, name as an index into names); a rect with count "
                 "> 1 merges that many short events on one lane. lanes says which host thread or "
                 "device track each lane is; steps gives each step's start_ns and dur_ns."
