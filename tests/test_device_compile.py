@@ -89,3 +89,36 @@ def test_set_default_backend_selects_neuron():
         torch.compiler.set_default_backend(None)
     assert out.cpu().tolist() == [1.0, 1.0, 1.0]
     assert backend.compile_stats().graph_compiles == 1
+
+
+def with_factories(x):
+    # transformers does both: explicit device factories and ones on the input's device
+    return x + torch.ones(x.shape[-1], device="neuron") + torch.arange(x.shape[-1], device=x.device)
+
+
+def test_factories_on_the_device_inside_a_graph_compile_and_stay_beside_the_payloads():
+    from neuron_explorer.backend import compiler
+
+    torch._dynamo.reset()
+    graphs = []
+    lower = compiler.lower_graph
+    compiler.lower_graph = lambda gm: graphs.append(gm.code) or lower(gm)
+    try:
+        x = torch.randn(2, 3)
+        out = torch.compile(with_factories, backend="neuron", dynamic=False)(x.to("neuron"))
+    finally:
+        compiler.lower_graph = lower
+    assert out.device.type == "neuron"
+    assert torch.equal(out.cpu(), with_factories(x.to("neuron")).cpu())
+    assert graphs and "_to_copy" not in graphs[0] and "neuron" not in graphs[0]
+
+
+def test_a_batch_change_under_automatic_dynamic_shapes_is_a_recompile():
+    torch._dynamo.reset()
+    backend.reset_compile_stats()
+    compiled = torch.compile(lambda x: (x * 2).sum(-1), backend="neuron")  # dynamic=None
+    for n in (2, 3):
+        x = torch.randn(n, 4)
+        assert torch.equal(compiled(x.to("neuron")).cpu(), (x * 2).sum(-1))
+    stats = backend.compile_stats()
+    assert stats.graph_compiles == 2 and stats.graph_recompiles == 1

@@ -221,12 +221,20 @@ def graph_key(gm: torch.fx.GraphModule) -> str:
     return _NUMBER.sub("#", gm.code)
 
 
+def _frame_recompiled() -> bool:
+    """Dynamo compiles this frame again (compile id `F/1` and up): with automatic dynamic
+    shapes (model.compile()'s default) a new batch size turns the graph symbolic, so its code
+    changes and only dynamo knows it is the same frame."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return bool(compile_id is not None and compile_id.frame_compile_id)
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends)."""
     from torch._dynamo.backends.common import aot_autograd
 
     skip_backend_frames()
-    code = gm.code
+    code = graph_key(gm)
     signature = tuple(
         (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
         for x in example_inputs
@@ -237,7 +245,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any
         # a recompile counts against the signatures seen since reset_compile_stats(), so that
         # a reset (with torch._dynamo.reset()) starts counting afresh; _seen keeps the ids
         since = stats.graph_signatures.setdefault(code, set())
-        recompile = bool(since) and signature not in since
+        recompile = (bool(since) and signature not in since) or _frame_recompiled()
         since.add(signature)
         stats.graph["graph_compiles"] += 1
         stats.graph["graph_recompiles"] += int(recompile)

@@ -14,7 +14,7 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import collectives as _collectives
 from neuron_explorer.backend.runtime import composites as _composites
-from neuron_explorer.backend.runtime import kernels, memory, ops, tracking
+from neuron_explorer.backend.runtime import kernels, memory, ops, tracking, unsupported
 from neuron_explorer.backend.tensor import NeuronTensor, refresh
 
 _Tensor = torch.Tensor
@@ -48,7 +48,9 @@ class OpInfo:
         self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put_",
                                         "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
         self.special = _SPECIAL.get(self.name)
-        if self.special is None and not self.supported and _is_composite(func):
+        if unsupported.is_sparse_constructor(self.name):
+            self.special = unsupported.refuse_sparse
+        elif self.special is None and not self.supported and _is_composite(func):
             # reaches Python whole only where autograd is off (inference_mode); elsewhere
             # autograd decomposes it first, so decompose it here too rather than fall back
             self.special = _decomposed

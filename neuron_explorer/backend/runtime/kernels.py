@@ -78,12 +78,16 @@ def _fp32_accumulate(call: Callable, bf16_outputs: tuple[int, ...] | None) -> Ca
         # only real payloads: while tracing (fake payloads) the graph keeps the op as it is
         if type(first) is not _Tensor or first.dtype is not _BF16:
             return call(*args, **kwargs)
-        out = call(*_widen(args, _BF16, _F32), **{k: _widen(v, _BF16, _F32) for k, v in kwargs.items()})
+        out = call(
+            *_widen(args, _BF16, _F32), **{k: _widen(v, _BF16, _F32) for k, v in kwargs.items()}
+        )
         if isinstance(out, _Tensor):
             return out.to(_BF16) if out.dtype is _F32 else out
         return type(out)(
             o.to(_BF16)
-            if isinstance(o, _Tensor) and o.dtype is _F32 and (bf16_outputs is None or i in bf16_outputs)
+            if isinstance(o, _Tensor)
+            and o.dtype is _F32
+            and (bf16_outputs is None or i in bf16_outputs)
             else o
             for i, o in enumerate(out)
         )

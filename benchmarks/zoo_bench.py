@@ -1,0 +1,120 @@
+"""Zoo step times: each model of tests/zoo_models.py trained on the neuron device against CPU
+eager, with the profiler off and on, and GPT-2 under bf16 autocast against fp32 on the device.
+
+    .venv/bin/python benchmarks/zoo_bench.py                 # every zoo model, 5 steps each
+    .venv/bin/python benchmarks/zoo_bench.py --models gpt2 llama --steps 10
+    .venv/bin/python benchmarks/zoo_bench.py --only-bf16     # the autocast comparison alone
+
+A step is forward, backward and AdamW; the figure is the median of `--steps` steps after two
+warm-up steps (the eager compiles). Printed as a Markdown table for benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from zoo_models import ZOO, ZooModel, on
+
+import neuron_explorer.backend as backend
+
+
+def _profiler():
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                  record_shapes=True)  # fmt: skip
+
+
+def step_ms(model: ZooModel, device: str, steps: int, profile: bool = False,
+            autocast: torch.dtype | None = None, n: int = 2) -> float:  # fmt: skip
+    """Median ms of a training step (forward, backward, AdamW, a loss read)."""
+    torch.manual_seed(0)
+    net = model.build().to(device).train()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    batch = on(model.batch(n), device)
+    cast = torch.autocast(device_type=device, dtype=autocast) if autocast else nullcontext()
+    times = []
+    with _profiler() if profile else nullcontext():
+        for i in range(steps + 2):
+            t0 = time.perf_counter()
+            with cast:
+                loss = net(**batch).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss.item()
+            if i >= 2:
+                times.append((time.perf_counter() - t0) * 1e3)
+            if profile:
+                backend.events.drain()  # what capture does at each step's end
+    backend.events.clear()
+    return statistics.median(times)
+
+
+def wide_gpt2() -> ZooModel:
+    """A GPT-2 wide enough that its matmuls, not Python, take most of a step."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def build():
+        return GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=256, vocab_size=512,
+                                          n_positions=128))  # fmt: skip
+
+    def batch(n):
+        ids = torch.randint(0, 512, (n, 128), generator=torch.Generator().manual_seed(n))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+    return ZooModel("gpt2-wide", build, batch, decoder=True)
+
+
+def zoo_table(names: list[str], steps: int) -> None:
+    print("| model | CPU ms | neuron ms | neuron / CPU | neuron, profiler on, ms | on / CPU |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        model = ZOO[name]
+        cpu = step_ms(model, "cpu", steps)
+        dev = step_ms(model, "neuron", steps)
+        prof = step_ms(model, "neuron", steps, profile=True)
+        print(f"| {name} | {cpu:.1f} | {dev:.1f} | {dev / cpu:.2f}x | {prof:.1f} | "
+              f"{prof / cpu:.2f}x |", flush=True)  # fmt: skip
+
+
+def bf16_table(steps: int) -> None:
+    print(
+        "\n| model (on the device) | fp32 ms | bf16 autocast ms | bf16 / fp32 | CPU bf16 autocast ms |"
+    )
+    print("|---|---|---|---|---|")
+    for model in (ZOO["gpt2"], wide_gpt2()):
+        fp32 = step_ms(model, "neuron", steps)
+        bf16 = step_ms(model, "neuron", steps, autocast=torch.bfloat16)
+        cpu_bf16 = step_ms(model, "cpu", steps, autocast=torch.bfloat16)
+        print(f"| {model.name} | {fp32:.1f} | {bf16:.1f} | {bf16 / fp32:.2f}x | {cpu_bf16:.1f} |",
+              flush=True)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=list(ZOO), choices=list(ZOO))
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--only-bf16", action="store_true")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(int(os.environ.get("ZOO_BENCH_THREADS", torch.get_num_threads())))
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.2f}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}\n")  # fmt: skip
+    if not args.only_bf16:
+        zoo_table(args.models, args.steps)
+    bf16_table(args.steps)
+    print(f"\nload at the end {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
