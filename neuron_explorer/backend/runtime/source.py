@@ -38,7 +38,7 @@ _scope: dict[int, int] = {}
 _seen: list = []
 _user_ids: set[int] = set()
 _library_ids: set[int] = set()
-# Interned stacks: key (id(code), line, ...) innermost first -> stack id; per id its frames.
+# Interned stacks: key (id(code), f_lasti, ...) innermost first -> stack id; per id its frames.
 _stack_ids: dict[tuple, int] = {}
 STACKS: list[tuple[tuple[str, int, str, str], ...]] = []  # (file, line, function, scope)
 USER_FRAME: list[tuple[str, int, str] | None] = []  # per stack id: innermost user frame
@@ -93,7 +93,10 @@ def call_site(depth: int = 2) -> tuple[int, str | None]:
             s = _learn(code)
         if s:
             add(id(code))
-            add(f.f_lineno)
+            # the instruction offset, not f_lineno: CPython computes a line by scanning the
+            # code's line table (microseconds in a long function such as Module._call_impl);
+            # the line is read once, when a new stack is interned
+            add(f.f_lasti)
             if module is None and code is _WRAPPED_CALL:
                 module = f.f_locals.get("self")
         f = f.f_back
