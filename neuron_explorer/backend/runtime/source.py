@@ -41,6 +41,7 @@ _library_ids: set[int] = set()
 # Interned stacks: key (id(code), f_lasti, ...) innermost first -> stack id; per id its frames.
 _stack_ids: dict[tuple, int] = {}
 STACKS: list[tuple[tuple[str, int, str, str], ...]] = []  # (file, line, function, scope)
+_by_frames: dict[tuple, int] = {}
 USER_FRAME: list[tuple[str, int, str] | None] = []  # per stack id: innermost user frame
 _WRAPPED_CALL = modules.WRAPPED_CALL
 
@@ -120,13 +121,15 @@ def _intern_live(key: tuple, frame) -> int:
 
 
 def intern_frames(frames: tuple[tuple[str, int, str, str], ...], key: tuple | None = None) -> int:
-    """The stack id of `frames` (innermost first), interning it on first sight."""
-    key = key if key is not None else ("frames", frames)
-    sid = _stack_ids.get(key)
+    """The stack id of `frames` (innermost first), interning it on first sight; live keys
+    that differ only by instruction offsets on the same lines share one id."""
+    sid = _by_frames.get(frames)
     if sid is None:
-        sid = _stack_ids[key] = len(STACKS)
+        sid = _by_frames[frames] = len(STACKS)
         STACKS.append(frames)
         USER_FRAME.append(next(((f, n, fn) for f, n, fn, s in frames if s == "user"), None))
+    if key is not None:
+        _stack_ids[key] = sid
     return sid
 
 
