@@ -60,6 +60,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, trace in GPU_TRACES.items():
         import_traces([KINETO / trace], root / name)
     import_traces([CPU_TRACE], root / "cpu_mlp")
+    shutil.copytree(SAMPLES / NEURON, root / "broken")
+    (root / "broken" / "events.parquet").write_bytes(b"not parquet at all")
     outside = tmp_path_factory.mktemp("outside") / "secret_profile"
     shutil.copytree(SAMPLES / "gpt_train", outside)
     (root / "escape").symlink_to(outside, target_is_directory=True)
@@ -393,3 +395,19 @@ def test_mcp_on_a_bad_path_is_one_line_and_exit_2(path, capsys):
     assert cli_main(["mcp", path]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("neuron-explorer: error:") and len(err.splitlines()) == 1
+
+
+def test_a_corrupt_profile_is_one_error_naming_its_file(mcp):
+    rows = {r["name"]: r for r in ok(mcp("list_profiles"))["profiles"]}
+    assert "events.parquet" in rows["broken"]["error"]
+    for tool, extra in NAMED_TOOLS:
+        is_error, text = mcp(tool, profile="broken", **extra)
+        assert is_error and "events.parquet" in text and len(text.splitlines()) == 1, (tool, text)
+
+
+def test_the_walkthrough_prompt(mcp):
+    prompts = mcp.portal.call(mcp.client.list_prompts).prompts
+    assert [p.name for p in prompts] == ["why_is_this_step_slow"]
+    got = mcp.portal.call(mcp.client.get_prompt, "why_is_this_step_slow", {"profile": NEURON})
+    text = got.messages[0].content.text
+    assert NEURON in text and all(t in text for t in ("summary", "findings", "source_line"))

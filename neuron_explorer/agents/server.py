@@ -25,6 +25,18 @@ INSTRUCTIONS = (
 )
 
 
+WALKTHROUGH = """Find why the steps of the profile {profile!r} are slow and which line to change.
+1. summary: where the step time goes (summary.breakdown.parts add up to the steps) and, on the
+   neuron device, the readiness block (CPU fallbacks, float64 downcasts, recompiles, host syncs).
+2. findings with category "readiness": porting problems; fix these first. Then the performance
+   findings, ranked by saving_ns, each with evidence.source_lines and a fix.
+3. source_line for the lines of the top findings: the code and its host and device time; event
+   for an evidence event id: its stack, module and the device work it launched.
+4. hotspots and operators if the rules found nothing big: the heaviest lines, modules and ops.
+5. Answer with the line(s) to change, the change, and the time it should save (ns or ms); say
+   when device times are modeled (device_time_modeled)."""
+
+
 def schema_document() -> dict[str, Any]:
     """The profile format as `neuron-explorer schema --json` prints it (the same data)."""
     from neuron_explorer.model.schema import SCHEMA_VERSION, TABLES
@@ -52,6 +64,9 @@ def _as_tool(fn: Any) -> Any:
             doc = await answer(fn, **kwargs)
         except Refused as e:
             raise ToolError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - a bug or an unreadable table: one failed call, in a line
+            line = (str(e).strip().splitlines() or [""])[0][:500]
+            raise ToolError(f"{type(e).__name__}: {line}") from None
         text = json.dumps(doc, separators=(",", ":"), default=str)
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=doc)
 
@@ -81,6 +96,11 @@ def build_server(root: str | Path, analysis_cache: str | Path | None = None):  #
                      description="Every table and column of a profile with its type, unit and meaning.")  # fmt: skip
     def schema() -> str:
         return json.dumps(schema_document(), indent=1)
+
+    @server.prompt(name="why_is_this_step_slow", title="Why is this step slow?",
+                   description="Find where a profile's step time goes and which line to change.")  # fmt: skip
+    def why_is_this_step_slow(profile: str) -> str:
+        return WALKTHROUGH.format(profile=profile)
 
     return server
 
