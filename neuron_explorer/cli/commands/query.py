@@ -49,12 +49,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render_table(result) -> None:  # analysis.QueryResult
-    from rich.console import Console
-    from rich.table import Table
+    from decimal import Decimal
 
-    table = Table(show_lines=False, caption=f"{result.table.num_rows} rows")
-    for name in result.table.column_names:
-        table.add_column(name, overflow="fold")
-    for row in result.table.to_pylist():
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
-    Console().print(table)
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..tables import fit_table
+
+    names = result.table.column_names
+    values = [list(row.values()) for row in result.table.to_pylist()]
+    numeric = {i for i in range(len(names)) if all(isinstance(r[i], int | float | Decimal | type(None))
+                                                   for r in values)}  # fmt: skip
+    rows = [["" if v is None else escape(str(v)) for v in r] for r in values]
+    console = Console()
+    text = [i for i in range(len(names)) if i not in numeric]
+    console.print(fit_table(console.width, names, rows, text=text, right=numeric,
+                            caption=f"{len(rows)} rows"))  # fmt: skip

@@ -100,21 +100,19 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     from rich.console import Console
     from rich.table import Table
 
+    from ..tables import fit_table, wrap_parts
+
     c = Console()
-    c.print(
-        f"[bold]{s.profile}[/]  source {s.source}, ranks {list(s.ranks)}, "
-        f"{s.n_events:,} events, wall {_ms(s.wall_ns)}",
-        highlight=False,
-    )
+    head = [f"[bold]{s.profile}[/]  source {s.source}", f"ranks {list(s.ranks)}",
+            f"{s.n_events:,} events", f"wall {_ms(s.wall_ns)}"]  # fmt: skip
+    c.print(wrap_parts(c.width, head), highlight=False, soft_wrap=True)
     if s.run_ended:
         c.print(f"[bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
     if s.step_stats:
         st = s.step_stats
-        c.print(
-            f"steps: {st.count}, time per step: mean {_ms(st.mean_ns)}, median "
-            f"{_ms(st.median_ns)}, min {_ms(st.min_ns)}, max {_ms(st.max_ns)}",
-            highlight=False,
-        )
+        per_step = [f"steps: {st.count}", f"time per step: mean {_ms(st.mean_ns)}",
+                    f"median {_ms(st.median_ns)}", f"min {_ms(st.min_ns)}", f"max {_ms(st.max_ns)}"]  # fmt: skip
+        c.print(wrap_parts(c.width, per_step), highlight=False, soft_wrap=True)
         for rank, step in st.partial_last_steps:
             c.print(
                 f"  the last step (rank {rank}, step {step}) is partial: the profiler stopped "
@@ -131,19 +129,15 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
         ("Top host ops by total time", s.top_ops_total),
     ):
         if table.num_rows:
-            t = Table(title=title, title_justify="left")
-            for h in ("op", "calls", "self", "total"):
-                t.add_column(h, justify="left" if h == "op" else "right")
-            for r in table.to_pylist()[:top]:
-                t.add_row(r["name"][:80], f"{r['calls']:,}", _ms(r["self_ns"]), _ms(r["total_ns"]))
-            c.print(t)
+            rows = [(r["name"], f"{r['calls']:,}", _ms(r["self_ns"]), _ms(r["total_ns"]))
+                    for r in table.to_pylist()[:top]]  # fmt: skip
+            heads = ("op", "calls", "self", "total")
+            c.print(fit_table(c.width, heads, rows, title=title, right=(1, 2, 3)))
     if s.top_kernels.num_rows:
-        t = Table(title="Top device kernels", title_justify="left")
-        for h in ("kernel", "device", "type", "calls", "total", "mean", "share"):  # type: HTA's
-            t.add_column(h, justify="left" if h in ("kernel", "device", "type") else "right")
-        for r in s.top_kernels.to_pylist()[:top]:
-            t.add_row(
-                r["name"][:80],
+        heads = ("kernel", "device", "type", "calls", "total", "mean", "share")  # type: HTA's
+        rows = [
+            (
+                r["name"],
                 r["device"],
                 {"communication": "comm"}.get(r.get("type") or "", r.get("type") or ""),
                 f"{r['calls']:,}",
@@ -151,7 +145,9 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
                 _ms(r["mean_ns"]),
                 f"{100 * r['share']:.1f}%",
             )
-        c.print(t)
+            for r in s.top_kernels.to_pylist()[:top]
+        ]
+        c.print(fit_table(c.width, heads, rows, title="Top device kernels", right=range(3, 7)))
     if s.engines:
         t = Table(title="Engine utilization (busy over step time)", title_justify="left")
         for h in ("rank", "engine", "busy", "utilization"):
@@ -169,11 +165,9 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
         if s.run_ended:  # "none" below means none before the run died
             c.print(f"  [bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
         steady = "-" if r.steady_step_ns is None else _ms(r.steady_step_ns)
-        c.print(
-            f"  compile {_ms(r.compile_ns)}; first step {_ms(r.first_step_ns)} vs steady "
-            f"{steady} (median of the rest)",
-            highlight=False,
-        )
+        timing = [f"  compile {_ms(r.compile_ns)}", f"first step {_ms(r.first_step_ns)} vs "
+                  f"steady {steady} (median of the rest)"]  # fmt: skip
+        c.print(wrap_parts(c.width, timing, "; ", "    "), highlight=False, soft_wrap=True)
         for title, table in (
             ("CPU fallbacks", r.fallback_ops),
             ("float64 downcasts", r.downcasts),
@@ -192,20 +186,27 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
 
 
 def _render_devices(c, devices) -> None:
-    from rich.table import Table
+    from ..tables import fit_table
 
-    t = Table(title="Devices", title_justify="left")
     heads = ("rank", "device", "kernels", "collectives", "transfers", "busy", "compute",
              "communication", "window", "idle in window", "busy share")  # fmt: skip
-    for h in heads:
-        t.add_column(h, justify="left" if h == "device" else "right")
-    for d in devices:
-        t.add_row(
-            str(d.rank), d.device, f"{d.kernels:,}", f"{d.collectives:,}", f"{d.transfers:,}",
-            _ms(d.busy_ns), _ms(d.compute_ns), _ms(d.communication_ns), _ms(d.window_ns),
-            _ms(d.idle_ns), _pct(d.busy_ns, d.window_ns),
+    rows = [
+        (
+            str(d.rank),
+            d.device,
+            f"{d.kernels:,}",
+            f"{d.collectives:,}",
+            f"{d.transfers:,}",
+            _ms(d.busy_ns),
+            _ms(d.compute_ns),
+            _ms(d.communication_ns),
+            _ms(d.window_ns),
+            _ms(d.idle_ns),
+            _pct(d.busy_ns, d.window_ns),
         )  # fmt: skip
-    c.print(t)
+        for d in devices
+    ]
+    c.print(fit_table(c.width, heads, rows, title="Devices", text=(1,), right=(0, *range(2, 11))))
     c.print(
         "  window: first to last device work, HTA's definition of idle; compute leaves "
         "communication (collectives, NCCL) out, as HTA does. The breakdown below counts inside "
