@@ -228,3 +228,39 @@ def test_host_device_copies_predicts_what_building_the_constant_once_measures():
     assert [
         g for g in get_rule("host-device-copies").evaluate(after) if "every step" in g.title
     ] == []
+
+
+@functools.cache
+def gpt2_capture(autocast: bool) -> Profile:
+    """Hugging Face GPT-2 (a 2-layer, 128-wide config, random weights: nothing downloaded)
+    trained on random tokens, in float32 or under torch.autocast to bf16."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=64,
+                        bos_token_id=0, eos_token_id=0)  # fmt: skip
+    model = GPT2LMHeadModel(config).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    ids = torch.randint(0, 512, (4, 64)).to("neuron")
+
+    def step(_: int) -> None:
+        with torch.autocast("neuron", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(ids).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, 512), ids.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return capture(step)
+
+
+def test_fp32_matmul_on_gpt2_predicts_that_autocast_costs_more_than_it_saves():
+    """The case the issue reports: bf16 autocast on GPT-2 raised the kernel time while the rule
+    promised a saving. Now the prediction, casts counted, has the measured sign and size."""
+    before = gpt2_capture(False)
+    (f,) = get_rule("fp32-matmul").evaluate(before)
+    measured = kernel_ns(before) - kernel_ns(gpt2_capture(True))
+    assert measured < 0  # autocast adds more device time than its matmuls save
+    assert_rough(f.evidence.metrics["autocast_net_ns"], measured)
+    assert "torch.autocast" not in f.title and "would not pay" in f.title
