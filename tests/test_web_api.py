@@ -431,7 +431,8 @@ def test_memory_peak_and_what_was_held_there(client, name):
     that add up to it exactly."""
     con = client.app.state.store.connection(name)
     want = con.execute("SELECT CAST(track AS VARCHAR), max(value), count(*) FROM counters "
-                       "WHERE name = 'memory_allocated' GROUP BY 1 ORDER BY 2 DESC").fetchall()  # fmt: skip
+                       "WHERE name = 'memory_allocated' GROUP BY 1 "
+                       "ORDER BY CAST(track AS VARCHAR) = 'cpu', 2 DESC").fetchall()  # fmt: skip
     d = get(client, f"/api/p/{name}/memory")
     alloc = [c for c in d["counters"] if c["name"] == "memory_allocated"]
     assert {(c["track"], c["peak"], c["samples"]) for c in alloc} == set(want)
@@ -458,3 +459,32 @@ def test_memory_of_a_profile_without_counters_and_counter_windows(client):
     win = get(client, f"/api/p/gpt/counters?start_ns={mid}&end_ns={mid + 2_000_000}&width_px=100")["counters"][0]
     assert len(win["ts_ns"]) <= 100 and all(mid <= t <= mid + 2_000_000 for t in win["ts_ns"])
     get(client, "/api/p/gpt/counters?start_ns=0", status=422)
+
+
+CAPTURE_MLP = """
+import sys, torch, neuron_explorer
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).to("neuron")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(32, 64).to("neuron")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                            schedule=torch.profiler.schedule(wait=0, warmup=1, active=2),
+                            on_trace_ready=neuron_explorer.trace_handler(sys.argv[1])) as prof:
+    for _ in range(3):
+        model(x).sum().backward(); opt.step(); opt.zero_grad(); prof.step()
+"""
+
+
+@pytest.mark.slow
+def test_memory_at_the_peak_by_module_of_a_real_capture(tmp_path):
+    """A tiny MLP captured on the neuron device: the memory held at the peak is also split by
+    nn.Module path, and each module named is one the events carry."""
+    out = tmp_path / "root" / "mlp"
+    subprocess.run([sys.executable, "-c", CAPTURE_MLP, str(out)], check=True, capture_output=True, timeout=600)
+    client = TestClient(create_app(out.parent, analysis_cache=tmp_path / "cache"))
+    pk = get(client, "/api/p/mlp/memory")["peak"]
+    con = client.app.state.store.connection("mlp")
+    modules = {r[0] or "(model)" for r in con.execute("SELECT DISTINCT CAST(module AS VARCHAR) FROM events "
+                                                      "WHERE module IS NOT NULL").fetchall()}  # fmt: skip
+    assert pk["track"] == "neuron:0" and pk["by_module"]
+    assert {m["module"] for m in pk["by_module"]} <= modules
+    assert sum(m["held_bytes"] for m in pk["by_module"]) <= pk["growth"] + 1

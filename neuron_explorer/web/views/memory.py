@@ -57,10 +57,13 @@ def counter_series(con, start_ns: int | None = None, end_ns: int | None = None,
 
 def memory_json(profile: Profile, con) -> dict[str, Any]:
     """The memory page's model: every counter's series and peak, and what was held at the
-    highest peak of memory_allocated, by op and by source line."""
+    highest peak of a device's memory_allocated (the host's when no device has one), by op,
+    by source line and by module."""
     series = counter_series(con)
     allocated = [s for s in series if s["name"] == PEAK_COUNTER]
-    top = max(allocated, key=lambda s: s["peak"], default=None)
+    # a device's memory is what runs out first: its peak, else the host's
+    devices = [s for s in allocated if s["track"] != "cpu"] or allocated
+    top = max(devices, key=lambda s: s["peak"], default=None)
     return {"counters": series, "peak": _at_peak(profile, con, top) if top else None}
 
 
@@ -79,13 +82,17 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
                              "LIMIT 1", [*key, since]).fetchone()  # fmt: skip
         baseline = float(before[0]) if before else 0.0
     lo = since if since is not None else -(2**62)
+    # the module path (profiles of schema 2 on): what a by-module table is made of
+    cols = {r[0] for r in con.execute("DESCRIBE events").fetchall()}
+    module = "CAST(e.module AS VARCHAR)" if "module" in cols else "CAST(NULL AS VARCHAR)"
     # each change, charged to the innermost host op running at its sample (latest start wins)
     charged = (
         f"WITH d AS (SELECT ts_ns, delta FROM ({samples}) WHERE ts_ns >= ? AND ts_ns <= ?), "
         "j AS (SELECT d.ts_ns, any_value(d.delta) AS delta, "
         "arg_max(CAST(e.name AS VARCHAR), e.start_ns) AS op, "
         "arg_max(CAST(e.src_file AS VARCHAR), e.start_ns) AS file, "
-        "arg_max(e.src_line, e.start_ns) AS line FROM d LEFT JOIN events e "
+        "arg_max(e.src_line, e.start_ns) AS line, "
+        f"arg_max({module}, e.start_ns) AS module FROM d LEFT JOIN events e "
         "ON e.layer = 'host' AND e.kind = 'op' AND e.rank = ? "
         "AND e.start_ns <= d.ts_ns AND e.start_ns + e.dur_ns > d.ts_ns GROUP BY d.ts_ns) "
     )
@@ -104,11 +111,18 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
         f"GROUP BY file, line ORDER BY held_bytes DESC LIMIT {TOP}",
         params,
     )
+    by_module = fetch_dicts(
+        con,
+        f"{charged} SELECT CASE WHEN module = '' THEN '(model)' ELSE module END AS module, "
+        "sum(delta) AS held_bytes, sum(greatest(delta, 0)) AS allocated_bytes FROM j "
+        f"WHERE module IS NOT NULL GROUP BY 1 ORDER BY held_bytes DESC LIMIT {TOP}",
+        params,
+    )
     for row in by_line:  # so the page links each line to the source view
         row["file_id"] = file_id(row["file"])
     return {
         "rank": top["rank"], "track": top["track"], "counter": PEAK_COUNTER, "unit": top["unit"],
         "value": top["peak"], "ts_ns": peak_ts, "step": step.step if step else None,
         "since_ns": since, "baseline": baseline, "growth": top["peak"] - baseline,
-        "by_op": by_op, "by_line": by_line,
+        "by_op": by_op, "by_line": by_line, "by_module": by_module,
     }  # fmt: skip

@@ -41,6 +41,11 @@ run(async () => {
         { key: "held_bytes", label: "Held", num: true, fmt: unit },
         { key: "allocated_bytes", label: "Allocated", num: true, fmt: unit },
       ], pk.by_line, { compact: true, sortKey: "held_bytes" }) : h("p", { class: "note" }, "The ops holding memory at the peak have no source lines."))));
+    if (pk.by_module && pk.by_module.length) parts.push(section("Held at the peak, by module", dataTable([
+      { key: "module", label: "Module (nn.Module path)", cell: (r) => h("span", { class: "mono" }, r.module) },
+      { key: "held_bytes", label: "Held", num: true, fmt: unit },
+      { key: "allocated_bytes", label: "Allocated", num: true, fmt: unit },
+    ], pk.by_module, { compact: true, sortKey: "held_bytes" })));
   }
   mount(...parts);
   const traces = d.counters.map((c) => ({
