@@ -30,6 +30,7 @@ CPU_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"  # wi
 TOOLS = {"list_profiles", "summary", "findings", "sql", "timeline", "event", "source_line",
          "hotspots", "operators", "compare", "report"}  # fmt: skip
 NEURON, GPU = "fallback_float64", "alexnet"
+ODD_NAME = "run 1 é+%2F-x"  # served by the web as it is (a space, non-ASCII, a literal %2F)
 
 
 def cli_json(*argv: str):
@@ -60,6 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, trace in GPU_TRACES.items():
         import_traces([KINETO / trace], root / name)
     import_traces([CPU_TRACE], root / "cpu_mlp")
+    shutil.copytree(SAMPLES / NEURON, root / ODD_NAME)
     shutil.copytree(SAMPLES / NEURON, root / "broken")
     (root / "broken" / "events.parquet").write_bytes(b"not parquet at all")
     outside = tmp_path_factory.mktemp("outside") / "secret_profile"
@@ -411,3 +413,11 @@ def test_the_walkthrough_prompt(mcp):
     got = mcp.portal.call(mcp.client.get_prompt, "why_is_this_step_slow", {"profile": NEURON})
     text = got.messages[0].content.text
     assert NEURON in text and all(t in text for t in ("summary", "findings", "source_line"))
+
+
+def test_a_profile_with_an_odd_name_is_served_under_that_name(mcp):
+    assert ODD_NAME in {r["name"] for r in ok(mcp("list_profiles"))["profiles"]}
+    assert ok(mcp("summary", profile=ODD_NAME))["name"] == ODD_NAME
+    assert ok(mcp("findings", profile=ODD_NAME))["findings"]
+    top = ok(mcp("hotspots", profile=ODD_NAME, n=1))["top_lines"][0]
+    assert ok(mcp("source_line", profile=ODD_NAME, file=top["file"], line=top["line"]))["listing"]

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from neuron_explorer.errors import ExplorerError
 
@@ -75,10 +75,11 @@ def _error_text(doc: Any, status: int) -> str:
 
 
 async def _call(app: Any, path: str, query: str) -> tuple[int, bytes]:
-    """One GET through the ASGI interface (the app runs its sync routes in worker threads)."""
+    """One GET through the ASGI interface (the app runs its sync routes in worker threads);
+    `path` is percent-encoded, and ASGI's `path` is the decoded one the router reads."""
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "scheme": "http", "path": unquote(path), "raw_path": path.encode(), "root_path": "",
         "query_string": query.encode(), "headers": [(b"host", b"127.0.0.1")],
         "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 80),
     }  # fmt: skip

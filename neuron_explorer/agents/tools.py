@@ -71,7 +71,8 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
             end_ns = doc["extent"]["end_ns"] if end_ns is None else end_ns
 
     async def in_thread(name: str, work: Callable[[Any], Any]) -> Any:
-        """`work(profile)` off the event loop, for the analysis functions no route serves yet."""
+        """`work(profile)` off the event loop, for the analysis functions no route serves yet
+        (`name` as served, not URL-quoted)."""
         import anyio
 
         return await anyio.to_thread.run_sync(lambda: work(api.store.open(name)))
@@ -99,7 +100,9 @@ def make_tools(api: Api) -> dict[str, tuple[Tool, str]]:
         doc = await api.get(f"p/{name}/source")
         tree = (await api.get(f"p/{name}/modules"))["modules"]
         heaviest = sorted((m for m in tree if m["self_ns"]), key=lambda m: -m["self_ns"])
-        lines = await in_thread(name, lambda prof: line_hotspots(prof, level).to_pylist()[:k])
+        lines = await in_thread(
+            api.profile(profile), lambda prof: line_hotspots(prof, level).to_pylist()[:k]
+        )
         out = {
             key: _slice(value, k) if isinstance(value, list) else value
             for key, value in doc.items()
