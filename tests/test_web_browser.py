@@ -336,3 +336,15 @@ def test_timeline_draws_a_memory_track(server, page):
     assert st["max"] == max(want[0]["max"])
     _open(page, server + "/p/alexnet/timeline", "timeline-no-memory", "#tl-canvas[data-ready]")
     assert page.evaluate("window.neTimeline.state.counterRows.length") == 0
+
+
+def test_gpu_summary_shows_one_breakdown_and_the_top_kernels(server, page):
+    _open(page, server + "/p/alexnet", "gpu-summary", "#step-chart .main-svg")
+    panel = page.locator("section.panel", has_text="Top device kernels")
+    assert panel.count() == 1 and "computation" in panel.inner_text()
+    # one stacked bar per step: the breakdown's parts, which add up to the step
+    names = page.evaluate(
+        "Array.from(document.querySelectorAll('#step-chart .legendtext')).map(e => e.textContent)"
+    )
+    assert any(n.startswith("device compute") for n in names), names
+    assert not any(n.startswith("host:") for n in names), names

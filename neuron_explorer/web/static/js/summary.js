@@ -56,7 +56,8 @@ run(async () => {
   mount(
     h("h1", {}, profile, h("span", { class: "note" }, `  ${d.manifest.source} · ${d.devices.join(", ") || "host only"}${d.manifest.device_spec ? " · " + (d.manifest.device_spec.name || "") + " (modeled)" : ""}`)),
     h("div", { class: "cards" },
-      card("Steps", String(d.steps.steps || (s.step_stats ? s.step_stats.count : 0)), d.steps.steps ? "" : "no ProfilerStep spans"),
+      card("Steps", String(d.steps.steps || (s.step_stats ? s.step_stats.count : 0)), !d.steps.steps ? "no ProfilerStep spans"
+        : s.step_stats && (s.step_stats.partial_last_steps || []).length ? "the last step is partial (the profiler stopped in it)" : ""),
       card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
       b.device_compute_ns !== null ? card("Device compute" + modeled, fmtPct(share(b.device_compute_ns)), fmtNs(b.device_compute_ns)) : null,
       b.device_idle_ns !== null ? card("Device idle" + modeled, fmtPct(share(b.device_idle_ns)), fmtNs(b.device_idle_ns)) : null,
@@ -82,6 +83,15 @@ run(async () => {
         { key: "host_ns", label: "Host", num: true, fmt: fmtNs },
         { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
       ], d.top_lines, { compact: true }) : h("p", { class: "note" }, "No source lines in this profile."))),
+    // device kernels and collectives by time; type is HTA's (computation | communication)
+    s.top_kernels && s.top_kernels.length ? section("Top device kernels" + modeled, dataTable([
+      { key: "name", label: "Kernel" },
+      { key: "type", label: "Type" },
+      { key: "calls", label: "Calls", num: true },
+      { key: "total_ns", label: "Total", num: true, fmt: fmtNs },
+      { key: "mean_ns", label: "Mean", num: true, fmt: fmtNs },
+      { key: "share", label: "Share", num: true, fmt: fmtPct },
+    ], s.top_kernels, { compact: true })) : null,
   );
   breakdownChart(stepChart, s, modeled);
   const ENGINE_ORDER = ["TensorE", "VectorE", "ScalarE", "GpSimdE"];
