@@ -22,10 +22,15 @@ def free_port() -> int:
 
 
 def torchrun(
-    script: Path, nproc: int, *args: str, timeout: int = 240
+    script: Path, nproc: int, *args: str, timeout: int = 240, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """Run `script` under torchrun on 127.0.0.1 (a free port), one CPU thread per rank."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+        **(env or {}),
+    }
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
            "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), *args]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

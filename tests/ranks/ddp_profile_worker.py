@@ -3,12 +3,14 @@
 `ddp_profile_worker.py OUT SLOW_RANK SLEEP_S [QUIT_RANK]`: trains a small MLP with DDP on the
 neuron device for 8 steps under `neuron_explorer.trace_handler(OUT)` (the last 7 recorded); rank
 SLOW_RANK sleeps SLEEP_S in each recorded step (a planted straggler; -1 for none). QUIT_RANK, if
-given, leaves before the profiler starts and never writes its part.
+given, leaves before the profiler starts and never writes its part. With KINETO_DIR set in the
+environment, each rank also writes its raw torch.profiler trace there (rank<N>.json).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 
@@ -32,11 +34,20 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to("neuron")
     ddp = DDP(model) if QUIT < 0 else model
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    handler = neuron_explorer.trace_handler(OUT)
+    kineto = os.environ.get("KINETO_DIR")
+
+    def ready(prof) -> None:
+        raw = handler.collect(prof)  # the cycle's trace is exported once, by the handler
+        if kineto:
+            shutil.copy(raw.trace, os.path.join(kineto, f"rank{rank}.json"))
+        handler.write(raw)
+
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         record_shapes=True,
         schedule=torch.profiler.schedule(wait=0, warmup=1, active=7, repeat=1),
-        on_trace_ready=neuron_explorer.trace_handler(OUT),
+        on_trace_ready=ready,
     ) as prof:
         for step in range(8):
             x = torch.randn(32, 64).to("neuron")
