@@ -37,8 +37,15 @@ test: venv browser lint ## set up and run the whole test suite
 test-fast: venv ## the suite without the slow tests (seconds-long captures) and the browser
 	$(PY) -m pytest -q -m 'not slow and not sweep and not browser'
 
-test-sweep: venv ## only the whole sweeps (every op_db sample, every zoo model)
+test-sweep: venv java .venv/.sweep ## only the whole sweeps (op_db, the zoo, 4 ranks, Spark)
 	$(PY) -m pytest -q -m sweep
+
+.venv/.sweep: requirements-sweep.txt $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-sweep.txt
+	touch .venv/.sweep
+
+java: ## install Debian's Java for the Spark tests (needs root)
+	@test -x /usr/bin/java || (apt-get update -q && apt-get install -y -q default-jre-headless)
 
 wheel-smoke: venv ## build the wheel, install it in a fresh venv outside the checkout, try it
 	.ci/wheel-smoke
@@ -49,4 +56,4 @@ bench: venv ## run the benchmarks (slow; results go in benchmarks/README.md)
 clean: ## remove caches and generated profiles
 	rm -rf profiles .pytest_cache .ruff_cache .mypy_cache
 
-.PHONY: help venv browser demo lint test test-fast test-sweep wheel-smoke bench clean
+.PHONY: help venv browser java demo lint test test-fast test-sweep wheel-smoke bench clean
