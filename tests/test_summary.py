@@ -214,3 +214,24 @@ def test_a_partial_last_step_is_said():
     assert summarize(real("amd")).step_stats.partial_last_steps == ((0, 2),)
     for name in ("nccl", "ns_resolution", "compare_base"):
         assert summarize(real(name)).step_stats.partial_last_steps == ()
+
+
+def test_breakdown_splits_host_time_by_cause_without_a_device():
+    """A real CPU trace whose steps wait for a slow DataLoader: no device, so the one
+    breakdown is the host's time by cause, and data loading is the DataLoader's spans."""
+    from test_analysis_profiles import recorded_cpu_problems
+
+    profile = recorded_cpu_problems()
+    b = summarize(profile).breakdown
+    parts = {p.label: p.ns for p in b.parts}
+    assert sum(parts.values()) == b.steps_ns and b.device_compute_ns is None
+    loader = (
+        profile.duckdb()
+        .execute(
+            "SELECT sum(dur_ns) FROM events WHERE name LIKE 'enumerate(DataLoader)%' "
+            "AND step IS NOT NULL"
+        )
+        .fetchone()[0]
+    )
+    assert 0 < parts["data loading"] <= loader
+    assert parts["data loading"] >= 0.9 * loader  # the spans barely overlap anything more specific
