@@ -252,6 +252,19 @@ def test_an_imported_cpu_trace_with_stacks_and_modules_is_attributed(tmp_path):
     assert addmm_files and all(f.startswith("transformers/") for f in addmm_files)
     tree = {m.path for m in hotspots.module_tree(p)}
     assert "GPT2Model_0.GPT2Block_0.GPT2Attention_0" in tree
+    # backward nodes take their forward op's module through the trace's fwdbwd flows
+    backward = (
+        p.duckdb()
+        .execute(
+            """SELECT CAST(name AS VARCHAR), CAST(module AS VARCHAR) FROM events WHERE kind = 'op'
+           AND regexp_matches(name, '^[A-Za-z]+Backward[0-9]$')"""
+        )
+        .fetchall()
+    )
+    assert len(backward) > 50
+    assert sum(1 for _n, m in backward if m is not None) >= SHARE * len(backward)
+    bmm_back = {m for n, m in backward if n == "BmmBackward0"}
+    assert bmm_back and all(m and ".GPT2Attention_" in m for m in bmm_back), bmm_back
 
 
 USER_BACKEND = """

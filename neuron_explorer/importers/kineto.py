@@ -89,6 +89,8 @@ def load(
     stacks = _stacks(d, c, r, parent, links)
     report(0.8)
     flow_extra = _fwdbwd_links(d, c, r, parent, links.flow_src)
+    stacks = stacks.inherit_backward(links.flow_src, r.kind == K["op"], parent, links.dev_rows,
+                                     links.launch[links.dev_rows])  # fmt: skip
     columns = {
         **_base_columns(d, r, step),
         **_stack_columns(stacks),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .nesting import NONE
+from .nesting import NONE, nearest
 
 # "path/to/file.py(123): func" as written by torch.profiler
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -92,6 +92,32 @@ class Stacks:
     model_frame: np.ndarray | None = None  # int64 per event, index into frames, -1 when none
     module: np.ndarray | None = None  # int64 per event, index into modules, -1 when none
     modules: tuple[str, ...] = ()
+
+    def inherit_backward(
+        self, flow_src: np.ndarray, is_op: np.ndarray, parent: np.ndarray,
+        dev_rows: np.ndarray, launch: np.ndarray,
+    ) -> Stacks:  # fmt: skip
+        """Backward ops (the targets of fwdbwd flows from a forward op) take the forward op's
+        stack, lines and module, and so does everything nested in them and the device work
+        they launched: a backward kernel belongs where its forward op was called."""
+        if self.module is None or self.model_frame is None:
+            return self
+        src = np.where(is_op & (flow_src >= 0), flow_src, NONE)
+        src = np.where((src >= 0) & is_op[np.clip(src, 0, None)] & (src != np.arange(len(src))),
+                       src, NONE)  # fmt: skip
+        bwd = src >= 0
+        if not bwd.any():
+            return self
+        anc = nearest(parent, bwd, include_self=True)
+        take = np.flatnonzero(anc >= 0)
+        fwd = src[anc[take]]
+        out = []
+        for a in (self.stack_id, self.user_frame, self.model_frame, self.module):
+            a = a.copy()
+            a[take] = a[fwd]
+            out.append(a)
+        inherited = Stacks(out[0], out[1], self.frames, self.table, out[2], out[3], self.modules)
+        return inherited.take_launch(dev_rows, launch) if len(dev_rows) else inherited
 
     def take_launch(self, rows: np.ndarray, launch: np.ndarray) -> Stacks:
         """Device work takes its launch's stack, lines and module."""
