@@ -319,7 +319,10 @@ def test_every_name_that_leaves_the_served_profiles_is_refused(mcp):
 def test_sql_cannot_reach_files(mcp):
     for q in ("SELECT * FROM read_text('/etc/passwd')", "SELECT * FROM read_csv('/etc/passwd')",
               "COPY events TO '/tmp/h6_out.csv'", "ATTACH '/tmp/x.db' AS x",
-              "SET enable_external_access = true", "SELECT 1; SELECT 2"):  # fmt: skip
+              "SET enable_external_access = true", "SELECT 1; SELECT 2",
+              "SELECT * FROM '/etc/passwd'", "SELECT * FROM glob('/etc/*')",
+              f"SELECT * FROM read_parquet('{SAMPLES / 'gpt_train' / 'events.parquet'}')",
+              "INSTALL httpfs", "LOAD httpfs"):  # fmt: skip
         is_error, text = mcp("sql", profile=NEURON, query=q)
         assert is_error and "root:" not in text, (q, text[:200])
     assert not Path("/tmp/h6_out.csv").exists()
