@@ -113,6 +113,72 @@ def _load(
     return lat, errors[0], elapsed
 
 
+FOREVER_SQL = "SELECT count(*) FROM events a, events b, events c WHERE a.id + b.id + c.id = -1"
+
+
+def _search_and_memory(
+    c: httpx.Client, name: str, extent: tuple[int, int]
+) -> list[tuple[str, str]]:
+    """The timeline's find (a substring, a regex) over every event, and the memory page."""
+    rows = []
+    for label, params in (("find by substring ('addmm')", {"q": "addmm"}),
+                          ("find by regex ('^aten::(relu|softmax)$')", {"q": "^aten::(relu|softmax)$", "regex": "true"})):  # fmt: skip
+        t, r = _ms(lambda params=params: c.get(f"/api/p/{name}/search", params=params))
+        again = statistics.median(
+            _ms(lambda params=params: c.get(f"/api/p/{name}/search", params=params))[0]
+            for _ in range(5)
+        )
+        rows.append(
+            (
+                f"{label}: {r.json()['total']:,} matches, first / p50 of 5",
+                f"{t:.0f} ms / {again:.0f} ms",
+            )
+        )
+    t, r = _ms(lambda: c.get(f"/api/p/{name}/memory"))
+    samples = sum(k["samples"] for k in r.json()["counters"])
+    rows.append((f"memory page JSON, first ({samples:,} counter samples)", f"{t:.0f} ms"))
+    span = extent[1] - extent[0]
+    t, _ = _ms(lambda: c.get(f"/api/p/{name}/counters", params={"start_ns": extent[0] + span // 3,
+                                                                "end_ns": extent[0] + span // 3 + span // 50, "width_px": 1500}))  # fmt: skip
+    rows.append(("memory track of a timeline window (2% of the profile)", f"{t:.0f} ms"))
+    return rows
+
+
+def _sql_saturated(c: httpx.Client, base: str, name: str) -> list[tuple[str, str]]:
+    """Pages and static files while 12 runaway queries flood the SQL route (2 run, 6 wait,
+    the rest are refused at once)."""
+    statuses: list[int] = []
+
+    def runaway() -> None:
+        try:
+            statuses.append(
+                httpx.get(
+                    f"{base}/api/p/{name}/sql", params={"q": FOREVER_SQL}, timeout=120
+                ).status_code
+            )
+        except httpx.HTTPError:
+            statuses.append(0)
+
+    threads = [threading.Thread(target=runaway) for _ in range(12)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    lat = {u: [_ms(lambda u=u: c.get(u))[0] for _ in range(5)]
+           for u in ("/static/app.css", f"/p/{name}", f"/api/p/{name}")}  # fmt: skip
+    refused = len(statuses)  # answered already: the 503s
+    for t in threads:
+        t.join()
+    out = [
+        (
+            "SQL flood: 12 runaway queries at once",
+            f"{refused} refused at once (503), {statuses.count(400)} stopped at 10 s",
+        )
+    ]
+    for u, v in lat.items():
+        out.append((f"  {u} during the flood, p50 of 5", f"{statistics.median(v):.0f} ms"))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -161,6 +227,8 @@ def main() -> int:
             src = [_ms(lambda: c.get(f"/api/p/{name}/source/{fid}"))[0] for _ in range(20)]
             rows.append(("hottest file source view, first / warm p50",
                          f"{t:.1f} ms / {statistics.median(src):.1f} ms"))  # fmt: skip
+            rows.extend(_search_and_memory(c, name, extent))
+            rows.extend(_sql_saturated(c, base, name))
         lat, errors, elapsed = _load(base, name, fid, extent, args.clients, args.seconds)
     finally:
         proc.terminate()

@@ -94,30 +94,17 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
         "arg_max(e.src_line, e.start_ns) AS line, "
         f"arg_max({module}, e.start_ns) AS module FROM d LEFT JOIN events e "
         "ON e.layer = 'host' AND e.kind = 'op' AND e.rank = ? "
-        "AND e.start_ns <= d.ts_ns AND e.start_ns + e.dur_ns > d.ts_ns GROUP BY d.ts_ns) "
+        "AND e.start_ns <= ? AND e.start_ns <= d.ts_ns AND e.start_ns + e.dur_ns > d.ts_ns "
+        "GROUP BY d.ts_ns) SELECT * FROM j"
     )
-    params = [*key, lo, peak_ts, top["rank"]]
-    by_op = fetch_dicts(
-        con,
-        f"{charged} SELECT coalesce(op, '(outside any op)') AS op, sum(delta) AS held_bytes, "
-        "sum(greatest(delta, 0)) AS allocated_bytes, count(*) FILTER (WHERE delta > 0) AS allocations "
-        f"FROM j GROUP BY 1 ORDER BY held_bytes DESC LIMIT {TOP}",
-        params,
-    )
-    by_line = fetch_dicts(
-        con,
-        f"{charged} SELECT file, line, any_value(op) AS op, sum(delta) AS held_bytes, "
-        "sum(greatest(delta, 0)) AS allocated_bytes FROM j WHERE file IS NOT NULL "
-        f"GROUP BY file, line ORDER BY held_bytes DESC LIMIT {TOP}",
-        params,
-    )
-    by_module = fetch_dicts(
-        con,
-        f"{charged} SELECT CASE WHEN module = '' THEN '(model)' ELSE module END AS module, "
-        "sum(delta) AS held_bytes, sum(greatest(delta, 0)) AS allocated_bytes FROM j "
-        f"WHERE module IS NOT NULL GROUP BY 1 ORDER BY held_bytes DESC LIMIT {TOP}",
-        params,
-    )
+    # the range join runs once (the events after the peak are skipped by row group); the three
+    # tables are sums over its few rows
+    j = con.sql(charged, params=[*key, lo, peak_ts, top["rank"], peak_ts]).to_arrow_table()
+    con.register("_memory_charged", j)
+    try:
+        by_op, by_line, by_module = _shares(con)
+    finally:
+        con.unregister("_memory_charged")
     for row in by_line:  # so the page links each line to the source view
         row["file_id"] = file_id(row["file"])
     return {
@@ -126,3 +113,26 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
         "since_ns": since, "baseline": baseline, "growth": top["peak"] - baseline,
         "by_op": by_op, "by_line": by_line, "by_module": by_module,
     }  # fmt: skip
+
+
+def _shares(con):
+    """What the charged changes add up to by op, by source line and by module."""
+    by_op = fetch_dicts(
+        con,
+        f"SELECT coalesce(op, '(outside any op)') AS op, sum(delta) AS held_bytes, "
+        "sum(greatest(delta, 0)) AS allocated_bytes, count(*) FILTER (WHERE delta > 0) AS allocations "
+        f"FROM _memory_charged GROUP BY 1 ORDER BY held_bytes DESC LIMIT {TOP}",
+    )
+    by_line = fetch_dicts(
+        con,
+        f"SELECT file, line, any_value(op) AS op, sum(delta) AS held_bytes, "
+        "sum(greatest(delta, 0)) AS allocated_bytes FROM _memory_charged WHERE file IS NOT NULL "
+        f"GROUP BY file, line ORDER BY held_bytes DESC LIMIT {TOP}",
+    )
+    by_module = fetch_dicts(
+        con,
+        f"SELECT CASE WHEN module = '' THEN '(model)' ELSE module END AS module, "
+        "sum(delta) AS held_bytes, sum(greatest(delta, 0)) AS allocated_bytes FROM _memory_charged "
+        f"WHERE module IS NOT NULL GROUP BY 1 ORDER BY held_bytes DESC LIMIT {TOP}",
+    )
+    return by_op, by_line, by_module
