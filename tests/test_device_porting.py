@@ -260,3 +260,15 @@ def test_distributions_and_func_transforms_run_on_the_device():
     torch.testing.assert_close(torch.func.hessian(f)(xn[0]).cpu(), torch.func.hessian(f)(x[0]))
     _, tangent = torch.func.jvp(torch.sin, (xn,), (torch.ones_like(xn),))
     torch.testing.assert_close(tangent.cpu(), x.cos())
+
+
+def test_in_place_restrides_keep_the_wrapper_in_step_while_profiling():
+    # nn.GRU(batch_first=True) transposes its output in place; recorded, the wrapper must follow
+    t = torch.randn(2, 3, device="neuron")
+    gru = nn.GRU(6, 4, batch_first=True).to("neuron")
+    with torch.profiler.profile():
+        t.transpose_(0, 1)
+        out, _h = gru(torch.randn(2, 5, 6, device="neuron"))
+    backend.events.clear()
+    assert t.shape == t._payload.shape == (3, 2) and t.stride() == t._payload.stride()
+    assert out.shape == (2, 5, 4) and out.stride() == out._payload.stride()

@@ -250,7 +250,11 @@ def _host_result(info: OpInfo, args: tuple, kwargs: dict):
 
 
 def finish_outputs(info: OpInfo, new: list, inputs: list) -> None:
-    """Memory accounting for fresh outputs and float64 rounding of computed results."""
+    """Memory accounting for fresh outputs and float64 rounding of computed results; after an
+    in-place restride (`transpose_`, `t_`, nn.GRU's batch_first output) the wrapper follows."""
+    if info.restrides and not info.kernel:
+        for _p, w in inputs:
+            refresh(w)
     if info.kernel:
         f64 = False
         for w in new:

@@ -59,7 +59,8 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::expm1", "aten::softplus", "aten::_foreach_sqrt", "aten::_foreach_sqrt_",
         "aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax",
         "aten::_log_softmax_backward_data", "aten::_safe_softmax", "aten::logsumexp",
-        "aten::elu", "aten::elu_backward", "aten::hardswish", "aten::mish", "aten::glu",
+        "aten::elu", "aten::elu_backward", "aten::hardswish", "aten::mish", "aten::mish_backward",
+        "aten::glu",
         "aten::atan2", "aten::_foreach_exp",
     )),
     Category("reduction", "VectorE", (
@@ -85,6 +86,7 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::tril", "aten::triu", "aten::one_hot", "aten::constant_pad_nd",
         "aten::select_backward", "aten::slice_backward", "aten::_unsafe_index",
         "aten::repeat", "aten::flip", "aten::roll", "aten::sort", "aten::topk",
+        "aten::native_channel_shuffle",
         "aten::upsample_nearest2d", "aten::upsample_nearest2d_backward",
     )),
     Category("random", "GpSimdE", (
