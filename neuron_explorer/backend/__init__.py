@@ -21,6 +21,11 @@ def _autoloading() -> bool:
 
 
 try:
+    # torch first: when this import comes before torch's (`from neuron_explorer.backend.costmodel
+    # import ...` in a fresh process), torch's autoload hook then registers the device while no
+    # runtime module of ours is half-imported (a circular import would leave it half-registered)
+    import torch as _torch  # noqa: F401
+
     from neuron_explorer.backend._registration import is_registered, register
     from neuron_explorer.backend.runtime import events
     from neuron_explorer.backend.runtime.model import set_spec as set_device_spec
