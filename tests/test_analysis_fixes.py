@@ -220,14 +220,17 @@ def constant_capture(once: bool) -> Profile:
 
 
 def test_host_device_copies_predicts_what_building_the_constant_once_measures():
+    from neuron_explorer.analysis.rules.host_device_copies import HostDeviceCopies
+
+    # the prediction is under test, not the threshold: a loaded machine stretches the host's
+    # step, and with it the share the copies must reach (MIN_SHARE)
+    rule = HostDeviceCopies()
+    rule.MIN_SHARE = 0.0
     before, after = constant_capture(False), constant_capture(True)
-    findings = get_rule("host-device-copies").evaluate(before)
-    (f,) = [g for g in findings if "every step" in g.title]
+    (f,) = [g for g in rule.evaluate(before) if "every step" in g.title]
     assert "outside the loop" in f.fix
     assert_rough(f.saving_ns, one(before, COPY_NS) - one(after, COPY_NS))
-    assert [
-        g for g in get_rule("host-device-copies").evaluate(after) if "every step" in g.title
-    ] == []
+    assert [g for g in rule.evaluate(after) if "every step" in g.title] == []
 
 
 @functools.cache
