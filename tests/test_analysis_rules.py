@@ -43,6 +43,8 @@ CASES = {
     "memory-bound-op": ("sample:gpt_train", "neuron:clean"),
     "tensor-engine-padding": ("sample:gpt_train", "neuron:clean"),
     "fp32-matmul": ("sample:gpt_train", "neuron:clean"),
+    "straggler": ("sample:ddp_straggler", "sample:gpt_train"),
+    "collective-outliers": ("sample:ddp_straggler", "sample:gpt_train"),
 }
 # launch-bound and host-device-copies also cover the neuron device
 NEURON_ALSO = ("launch-bound", "host-device-copies")
@@ -484,3 +486,16 @@ def test_launch_bound_advice_follows_what_the_profile_shows_works():
     # the other fixes are offered in every case
     for fix in (eager.fix, f.fix):
         assert "larger batch" in fix and "fewer small ops" in fix
+
+
+def test_fp32_matmul_recommends_autocast_where_its_casts_pay():
+    """Large compute-bound matmuls (1024^3, TensorE busy 1.1 of each 1.2 ms): the TensorE time
+    saved dwarfs the casts (bytes at the spec's HBM rate), so autocast is the fix, and the
+    saving claimed is the net one."""
+    (f,) = get_rule("fp32-matmul").evaluate(neuron_profile("fp32-matmul"))
+    m = f.evidence.metrics
+    assert "torch.autocast('neuron', dtype=torch.bfloat16)" in f.fix
+    assert m["cast_ns"] > 0 and f.saving_ns == m["autocast_net_ns"]
+    assert m["autocast_net_ns"] == m["matmul_saving_ns"] - m["cast_ns"] > 0
+    # 32 matmuls of 1.2 ms whose 1.1 ms of TensorE runs 4x faster
+    assert m["matmul_saving_ns"] == pytest.approx(32 * 1_100_000 * 0.75, rel=1e-6)
