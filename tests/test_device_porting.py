@@ -157,7 +157,8 @@ def test_sdpa_reaches_the_device_as_one_fused_flash_attention_kernel():
     plan = lower_op("aten::_scaled_dot_product_flash_attention_for_cpu", inputs=[t, t, t],
                     outputs=[t], spec=None)  # fmt: skip
     engines = {c.engine for c in plan.computes}
-    assert plan.category == "matmul" and {"TensorE", "ScalarE"} <= engines
+    assert plan.name == "flash_attention" and plan.category == "matmul"
+    assert {"TensorE", "ScalarE"} <= engines  # QK^T and PV, and the softmax in SBUF
 
 
 _BF16_OPS = {

@@ -197,8 +197,14 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
     # PSUM holds fp32 partial sums; VectorE moves them to SBUF (and casts) before the store.
     computes.append(_pass(spec, spec.vector, "tensor_copy", out_elems, 4, 0))
     if "attention" in op or "scaled_dot_product" in op:
-        scores = problems[0][0] * problems[0][1] * problems[0][3]  # softmax stays in SBUF
+        # one flash-attention kernel (NKI-lib's): the scores never leave SBUF/PSUM; ScalarE
+        # exponentiates them with the running row max and sum (forward, and again in backward)
+        scores = problems[0][0] * problems[0][1] * problems[0][3]
         computes.insert(1, _pass(spec, spec.scalar, "activation_reduce", scores, 4, 2))
+        if "backward" in op:  # dS = P * (dP - rowsum(dO * O)) on VectorE
+            computes.insert(2, _pass(spec, spec.vector, "tensor_tensor", scores, 4, 2))
+        if name == ops.base_name(op):
+            name = "flash_attention_backward" if "backward" in op else "flash_attention"
     reads = [t.nbytes for t in inputs] + ([reread] if reread else [])
     writes = [t.nbytes for t in outputs]
     return assemble(
