@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -89,8 +89,8 @@ class Stacks:
     user_frame: np.ndarray  # int64 per event, index into frames, -1 when none
     frames: tuple[Frame, ...]  # distinct frames
     table: dict[str, pa.Array]  # the stacks table
-    model_frame: np.ndarray | None = None  # int64 per event, index into frames, -1 when none
-    module: np.ndarray | None = None  # int64 per event, index into modules, -1 when none
+    model_frame: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # as user_frame
+    module: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # into modules, -1
     modules: tuple[str, ...] = ()
 
     def inherit_backward(
@@ -100,7 +100,7 @@ class Stacks:
         """Backward ops (the targets of fwdbwd flows from a forward op) take the forward op's
         stack, lines and module, and so does everything nested in them and the device work
         they launched: a backward kernel belongs where its forward op was called."""
-        if self.module is None or self.model_frame is None:
+        if len(self.module) != len(self.stack_id):
             return self
         src = np.where(is_op & (flow_src >= 0), flow_src, NONE)
         src = np.where((src >= 0) & is_op[np.clip(src, 0, None)] & (src != np.arange(len(src))),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+from types import FrameType
 
 import torch
 
@@ -27,7 +28,10 @@ def _dir(p: str) -> str:
 _OWN_DIR = _dir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 _TORCH_DIR = _dir(os.path.dirname(torch.__file__))
 # torch.profiler's own frames (record_function, the profile context): the profiler, not the run
-_PROFILER_DIRS = (_TORCH_DIR + "profiler" + os.sep, _TORCH_DIR + os.path.join("autograd", "profiler"))
+_PROFILER_DIRS = (
+    _TORCH_DIR + "profiler" + os.sep,
+    _TORCH_DIR + os.path.join("autograd", "profiler"),
+)
 _STDLIB_DIRS = tuple({_dir(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
 _LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
@@ -86,7 +90,7 @@ def call_site(depth: int = 2) -> tuple[int, str | None]:
     key: list = []
     add = key.append
     module = None
-    f = frame
+    f: FrameType | None = frame
     while f is not None:
         code = f.f_code
         s = scope.get(id(code))
@@ -140,13 +144,15 @@ def user_frame(depth: int = 2) -> tuple[str, int, str] | None:
     except ValueError:
         return None
     library, users = _library_ids, _user_ids
-    while frame is not None:
+    f: FrameType | None = frame
+    while f is not None:
+        frame = f
         code = frame.f_code
         key = id(code)
         if key not in library:
             if key in users or _learn_user(code):
                 return code.co_filename, frame.f_lineno, code.co_name
-        frame = frame.f_back
+        f = frame.f_back
     return None
 
 
