@@ -108,7 +108,12 @@ def build_server(root: str | Path, analysis_cache: str | Path | None = None):  #
 def serve_stdio(path: str | Path) -> int:
     """Serve PATH (a profile, a folder of profiles or raw traces) over stdio until the client
     closes the connection."""
+    import contextlib
+    import sys
+
     from neuron_explorer.web import resolve_root
 
-    build_server(resolve_root(path)).run("stdio")
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's wire: keep it clean
+        server = build_server(resolve_root(path))
+    server.run("stdio")
     return 0
