@@ -11,11 +11,11 @@ What it compares, per training step (forward, backward, SGD step, zero_grad; no 
   span on the modeled host clock (the device is idle most of the step, so it never waits).
 Goal: modeled host step within 25% of T - K. Also the modeled host time per view/metadata op
 against the same op's time on the CPU (the leak issue 14 saw: 30-42 us against about 6 us).
-Rounds take turns CPU/neuron. A step repeats one sequence of top-level host events; each event
-and each gap between two is taken at its median over all steps of all rounds, and the step is
-their sum (`robust_step`): on a loaded shared machine a preemption of several milliseconds
-lands inside one event of one step and drops out, on both sides alike. The raw step medians
-per round are printed too.
+Rounds take turns CPU/neuron. Each top-level host event of a step is taken at the median of
+its name, and each gap between two at the median of gaps between the same two names, over all
+steps of all rounds (`robust_step`): on a loaded shared machine a preemption of several
+milliseconds lands in one of them and drops out, on both sides alike. The raw step medians per
+round are printed too.
 """
 
 from __future__ import annotations
@@ -82,20 +82,21 @@ def cpu_round(steps: int) -> dict:
     seqs = []
     for st in step_evs:
         kids = sorted((e for e in evs if e.cpu_parent is st), key=lambda e: e.time_range.start)
-        spans = [(e.time_range.start * 1000, e.time_range.end * 1000) for e in kids]
+        spans = [(e.time_range.start * 1000, e.time_range.end * 1000, e.name) for e in kids]
         seqs.append(_sequence(st.time_range.start * 1000, st.time_range.end * 1000, spans))
     dispatch = _dispatch_costs()
-    kernel_ns = 0.0
     per_op: dict[str, list[float]] = {}
+    leaf: dict[str, list[float]] = {}  # leaf op -> its self time minus its dispatch, per call
     for e in evs:
         if not e.name.startswith("aten::"):
             continue
         dur = e.time_range.elapsed_us() * 1000
         per_op.setdefault(e.name, []).append(dur)
         if not any(c.name.startswith("aten::") for c in e.cpu_children):
-            kernel_ns += max(
-                0.0, e.self_cpu_time_total * 1000 - dispatch.get(e.name, dispatch["*"])
-            )
+            work = e.self_cpu_time_total * 1000 - dispatch.get(e.name, dispatch["*"])
+            leaf.setdefault(e.name, []).append(max(0.0, work))
+    # each leaf op at its median (robust to a preemption inside one call), times its calls
+    kernel_ns = sum(len(v) * statistics.median(v) for v in leaf.values())
     return {"step_ns": statistics.median(step_ns), "kernel_ns": kernel_ns / steps,
             "op_ns": {k: statistics.median(v) for k, v in per_op.items()}, "seqs": seqs}  # fmt: skip
 
@@ -136,7 +137,7 @@ def neuron_round(steps: int, workdir: Path) -> dict:
         # the step's own events, and the backward's on autograd's device thread (the main
         # thread waits for them inside backward(): on the CPU they run on the main thread)
         spans = con.execute(
-            "SELECT start_ns, start_ns + dur_ns FROM events WHERE layer = 'host' AND "
+            "SELECT start_ns, start_ns + dur_ns, name FROM events WHERE layer = 'host' AND "
             "(parent_id = ? OR (parent_id IS NULL AND kind <> 'step' AND dur_ns < ? AND "
             "start_ns >= ? AND start_ns < ?)) ORDER BY start_ns", [sid, dur, start, start + dur],
         ).fetchall()  # fmt: skip
@@ -156,30 +157,34 @@ def _outermost(spans: list) -> list:
     """Drop spans inside an earlier one (backward() on the main thread holds the device
     thread's work)."""
     out: list = []
-    for a, b in spans:
+    for a, b, name in spans:
         if out and b <= out[-1][1]:
             continue
-        out.append((a, b))
+        out.append((a, b, name))
     return out
 
 
-def _sequence(start, end, spans) -> list[float]:
-    """A step as alternating gap, top-level event, gap, ... durations (ns)."""
-    out, t = [], start
-    for a, b in spans:
-        out += [max(0, a - t), b - a]
-        t = max(t, b)
-    return [*out, max(0, end - t)]
+def _sequence(start, end, spans) -> list[tuple]:
+    """A step as (key, ns) items: each top-level event keyed by its name, each gap by the names
+    around it."""
+    out, t, prev = [], start, "<step>"
+    for a, b, name in spans:
+        out += [(("gap", prev, name), max(0, a - t)), (("event", name), b - a)]
+        t, prev = max(t, b), name
+    return [*out, (("gap", prev, "<end>"), max(0, end - t))]
 
 
 def robust_step(rounds: list[dict]) -> float:
-    """The step with every top-level event and every gap between them at its median over all
-    steps of all rounds (the steps repeat one op sequence): a preemption on a loaded machine,
-    milliseconds long, lands on one position of one step and drops out."""
+    """A step with every top-level event and every gap at the median of its kind (an event's
+    name, a gap's neighbours) over all steps of all rounds, times how often it occurs per step:
+    a preemption of several milliseconds on a loaded machine lands in one of them and drops
+    out, on both sides alike."""
     seqs = [q for r in rounds for q in r["seqs"]]
-    n = statistics.mode(len(q) for q in seqs)
-    same = [q for q in seqs if len(q) == n]
-    return sum(statistics.median(q[i] for q in same) for i in range(n))
+    by_key: dict = {}
+    for q in seqs:
+        for key, ns in q:
+            by_key.setdefault(key, []).append(ns)
+    return sum(len(v) / len(seqs) * statistics.median(v) for v in by_key.values())
 
 
 def main() -> int:
