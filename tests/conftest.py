@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,25 @@ SHARED_KINETO = {
     "compare_base": "trace_compare_base_base.json.gz",
     "compare_test": "trace_compare_test_test.json.gz",
 }
+
+
+_SESSION_TMP: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One temporary directory for the whole run, removed at its end: every tempfile this
+    process or its children (captures, torchrun, chromium) make goes under it, so a run leaves
+    nothing in the system's temporary directory. Set before collection: some test modules make
+    their temporary profiles at import."""
+    base = tempfile.mkdtemp(prefix="neuron-explorer-tests-")
+    _SESSION_TMP.append(base)
+    os.environ["TMPDIR"] = base
+    tempfile.tempdir = base
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for base in _SESSION_TMP:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def kineto_trace_paths() -> dict[str, Path]:

@@ -199,6 +199,7 @@ def test_cli_reference_snippets_run_as_written(sandbox):
     assert (sandbox / "report.md").read_text().strip()
 
 
+@pytest.mark.slow  # a fresh interpreter with torch per block: 8-18 s a page
 @pytest.mark.parametrize(
     "name", [p.name for p in DOCS if p.parent.name == "docs" and f"docs/{p.name}" not in ELSEWHERE]
 )
