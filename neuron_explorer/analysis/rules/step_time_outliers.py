@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
+from .. import intervals
+from ..breakdown import host_cause_rows
 from ..context import AnalysisContext
 from ..findings import Evidence, Finding, Hotspot
 from ..rule import Rule, fmt_ms, hotspots, register
@@ -14,8 +18,9 @@ class StepTimeOutliers(Rule):
     Pattern: most steps take the same time but a few are far slower (a periodic checkpoint or
     evaluation, garbage collection, a recompile, a straggling data batch).
     Algorithm: per rank with at least MIN_STEPS steps, a step is an outlier when it takes more
-    than OUTLIER_RATIO times the rank's median step, both net of their compile time (compiling
-    is compile-dominated's finding). MIN_STEPS is 3, the steps the default capture and the
+    than OUTLIER_RATIO times the rank's median step, both net of their compile time: compile
+    events and torch.compile's tracing spans around them (compiling is compile-dominated's or
+    recompilation's finding). MIN_STEPS is 3, the steps the default capture and the
     README's schedule record: the median of 3 is a normal step while only one is slow. The
     saving is the time above the median.
     Evidence: the outlier steps, and the host ops whose time per step is most above their mean
@@ -36,17 +41,15 @@ class StepTimeOutliers(Rule):
     def check(self, ctx: AnalysisContext) -> list[Finding]:
         if not ctx.has_steps:
             return []
+        # compile time per step: the union of compile events and torch.compile's own tracing
+        # spans around them (a recompile's dynamo tracing is recompilation's, not an outlier)
+        merged = ctx.merged_rows("step_compile_union", host_cause_rows(ctx)["compile"])
+        windows = ctx.arrow("SELECT rank, s, s AS ws, e AS we FROM steps_w")
+        comp = pa.array(intervals.covered(merged, ["rank"], windows), pa.int64())
+        ctx.con.register("step_compile", windows.select(["rank", "s"]).append_column("comp", comp))
         ctx.run(
             f"""CREATE OR REPLACE TEMP TABLE step_outliers AS
-            WITH c AS (SELECT w.rank, w.s,
-                              -- least/greatest skip NULLs, so unmatched rows must add 0
-                              coalesce(sum(CASE WHEN x.id IS NOT NULL THEN
-                                  least(x.start_ns + x.dur_ns, w.e) - greatest(x.start_ns, w.s)
-                                  END), 0) AS comp
-                       FROM steps_w w LEFT JOIN ev x ON x.rank = w.rank AND x.layer = 'host'
-                            AND x.kind = 'compile' AND x.start_ns < w.e
-                            AND x.start_ns + x.dur_ns > w.s
-                       GROUP BY w.rank, w.s),
+            WITH c AS (SELECT * FROM step_compile),
                  -- the median of the steps net of compiling too: a step that compiles
                  -- ops first used there would otherwise raise the bar for the others
                  r AS (SELECT w.rank, median(w.e - w.s - c.comp) AS med, count(*) AS n
