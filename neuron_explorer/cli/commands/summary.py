@@ -129,12 +129,20 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
         ("Top host ops by total time", s.top_ops_total),
     ):
         if table.num_rows:
-            rows = [(r["name"], f"{r['calls']:,}", _ms(r["self_ns"]), _ms(r["total_ns"]))
-                    for r in table.to_pylist()[:top]]  # fmt: skip
-            heads = ("op", "calls", "self", "total")
-            c.print(fit_table(c.width, heads, rows, title=title, right=(1, 2, 3)))
+            ops = [(r["name"], f"{r['calls']:,}", _ms(r["self_ns"]), _ms(r["total_ns"]))
+                   for r in table.to_pylist()[:top]]  # fmt: skip
+            op_heads = ("op", "calls", "self", "total")
+            c.print(fit_table(c.width, op_heads, ops, title=title, right=(1, 2, 3)))
     if s.top_kernels.num_rows:
-        heads = ("kernel", "device", "type", "calls", "total", "mean", "share")  # type: HTA's
+        heads = (
+            "kernel",
+            "device",
+            "type",
+            "calls",
+            "total",
+            "mean",
+            "share",
+        )  # HTA's kernel types
         rows = [
             (
                 r["name"],
