@@ -95,14 +95,24 @@ def _where(file: str | None, line: int | None) -> str:
     return f"`{Path(file).name}:{line}`" if file and line else "-"
 
 
+def _places(evidence: dict[str, Any], key: str) -> list[tuple[Any, Any]]:
+    return [(h.get("file"), h.get("line")) for h in evidence.get(key) or []]
+
+
 def _finding_md(i: int, f: dict[str, Any]) -> list[str]:
     lines = [f"{i}. **{_cell(f['title'])}** (`{f['rule']}`, {f['severity']}, saves ~"
              f"{_ms(f['saving_ns'])}, {100 * f['saving_share']:.1f}% of step time)"]  # fmt: skip
-    where = f["evidence"].get("source_lines") or []
-    if where:
+    ev = f["evidence"]
+    for key, label in (("source_lines", "lines"), ("model_lines", "model lines")):
         shown = ", ".join(f"`{h['file']}:{h['line']}` ({_ms(h['dur_ns'])}, {h['count']}x)"
-                          for h in where[:LINES_PER_FINDING] if h.get("file"))  # fmt: skip
-        lines.append(f"   - lines: {shown}")
+                          for h in (ev.get(key) or [])[:LINES_PER_FINDING] if h.get("file"))  # fmt: skip
+        if shown and (key == "source_lines" or _places(ev, key) != _places(ev, "source_lines")):
+            lines.append(f"   - {label}: {shown}")
+    modules = ", ".join(
+        f"`{_cell(m['label'])}`" for m in (ev.get("modules") or [])[:LINES_PER_FINDING]
+    )
+    if modules:  # where in the model (nn.Module paths), when the profile records them
+        lines.append(f"   - modules: {modules}")
     lines.append(f"   - fix: {_cell(f['fix'])}")
     return lines
 
