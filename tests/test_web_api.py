@@ -488,3 +488,26 @@ def test_memory_at_the_peak_by_module_of_a_real_capture(tmp_path):
     assert pk["track"] == "neuron:0" and pk["by_module"]
     assert {m["module"] for m in pk["by_module"]} <= modules
     assert sum(m["held_bytes"] for m in pk["by_module"]) <= pk["growth"] + 1
+
+
+@pytest.mark.parametrize("name", ["neuron", "alexnet"])
+def test_span_totals_clip_every_event_to_the_span(client, name):
+    """Range selection: the events overlapping a span, each counted for its time inside it,
+    against the same sums done in Python over the events table."""
+    con = client.app.state.store.connection(name)
+    lo, hi = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM events").fetchone()
+    s, e = lo + (hi - lo) // 3, lo + (hi - lo) // 2
+    rows = con.execute("SELECT CAST(layer AS VARCHAR), CAST(kind AS VARCHAR), start_ns, dur_ns FROM events").fetchall()
+    want: dict[tuple[str, str], list[int]] = {}
+    for layer, kind, st, du in rows:
+        if (st < e and st + du > s) or (du == 0 and s <= st < e):
+            acc = want.setdefault((layer, kind), [0, 0])
+            acc[0] += 1
+            acc[1] += min(st + du, e) - max(st, s)
+    d = get(client, f"/api/p/{name}/span?start_ns={s}&end_ns={e}")
+    got = {(k["layer"], k["kind"]): [k["count"], k["time_ns"]] for k in d["by_kind"]}
+    assert got == want and d["events"] == sum(c for c, _ in want.values()) > 0
+    assert d["dur_ns"] == e - s and all(0 < ln["busy"] <= 1.0 + 1e-9 for ln in d["lanes"])
+    if name == "neuron":
+        assert d["ops"] and d["kernels"] and {ln["track"] for ln in d["lanes"]} >= {"TensorE"}
+    get(client, f"/api/p/{name}/span?start_ns={s}", status=422)

@@ -348,3 +348,30 @@ def test_gpu_summary_shows_one_breakdown_and_the_top_kernels(server, page):
     )
     assert any(n.startswith("device compute") for n in names), names
     assert not any(n.startswith("host:") for n in names), names
+
+
+def test_shift_drag_totals_a_span(server, page):
+    """Shift+drag on the timeline selects a span; the panel shows the server's totals for
+    exactly the span drawn; Esc clears it."""
+    import httpx
+
+    _open(page, server + "/p/neuron/timeline", "timeline-before-span", "#tl-canvas[data-ready]")
+    box = page.locator("#tl-canvas").bounding_box()
+    y = box["y"] + 60
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + box["width"] * 0.35, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, y, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=5)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    panel = page.wait_for_selector("#tl-span[data-events]")
+    s, e = page.evaluate("window.neTimeline.state.range")
+    want = httpx.get(f"{server}/api/p/neuron/span", params={"start_ns": round(s), "end_ns": round(e)}).json()
+    assert int(panel.get_attribute("data-events")) == want["events"] > 0
+    text = panel.inner_text().lower()  # section titles are upper-cased by CSS
+    assert "selected span" in text and "tensore" in text
+    page.screenshot(path=str(SHOTS / "timeline-span.png"), full_page=True)
+    page.keyboard.press("Escape")
+    assert page.evaluate("window.neTimeline.state.range") is None
+    assert page.errors == []

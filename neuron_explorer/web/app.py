@@ -31,7 +31,7 @@ from .pages import PAGES, render_page
 from .responses import attachment as _attachment
 from .responses import install_error_handlers
 from .store import NotFound, ProfileStore
-from .views import compare, events, memory, operators, overview, search, source, sql, timeline
+from .views import compare, events, memory, operators, overview, search, source, span, sql, timeline
 
 STATIC = Path(__file__).resolve().parent / "static"
 NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
@@ -264,6 +264,16 @@ def create_app(
         store.open(name)
         con = store.connection(name)
         return {"name": name, "counters": memory.counter_series(con, start_ns, end_ns, width_px)}
+
+    @app.get("/api/p/{name}/span")
+    def api_span(
+        name: str,
+        start_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+        end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    ) -> dict[str, Any]:
+        p = store.open(name)
+        return {"name": name, "device_time_modeled": overview.is_modeled(p),
+                **span.span_totals(store.connection(name), start_ns, end_ns)}  # fmt: skip
 
     @app.get("/api/p/{name}/search")
     def api_search(name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 // The timeline: every lane on one time axis, drawn on a canvas from the server's reduced window.
 // Wheel or W/S zooms around the pointer, drag or A/D pans; each change asks the server for the
 // new window. Canvas text is drawn with fillText, so names are never parsed as HTML.
-import { api, h, mount, run, fmtNs, fmtNum, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl, clean } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, fmtPct, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl, clean, dataTable } from "./common.js";
 
 const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
 const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0, find: null };
-let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount;
+let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount, spanEl;
 
 function laneLabel(l) {
   const dev = l.layer === "host" ? (l.device || "host") : l.device;
@@ -178,6 +178,7 @@ function draw() {
     ctx.fillText(label.length > 30 ? label.slice(0, 29) + "…" : label, 8, r.top + ROW / 2);
   });
   drawCounters(width);
+  drawRange(height);
   // axis
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(0, AXIS - 1, width, 1);
@@ -363,6 +364,38 @@ async function find(text, step) {
   findCount.dataset.total = f.total;
 }
 
+// Shift+drag selects a span: what ran inside it (clipped), as Perfetto's area selection.
+function nsAt(clientX) {
+  const r = canvas.getBoundingClientRect();
+  return state.view[0] + ((clientX - r.left - GUTTER) / (canvas.clientWidth - GUTTER)) * (state.view[1] - state.view[0]);
+}
+
+function drawRange(height) {
+  if (!state.range) return;
+  const x0 = Math.max(GUTTER, xOf(state.range[0])), x1 = Math.min(canvas.clientWidth, xOf(state.range[1]));
+  if (x1 <= x0) return;
+  ctx.fillStyle = "rgba(37,99,235,0.12)"; ctx.fillRect(x0, AXIS, x1 - x0, height - AXIS);
+  ctx.fillStyle = "#2563eb"; ctx.fillRect(x0, AXIS, 1, height - AXIS); ctx.fillRect(x1 - 1, AXIS, 1, height - AXIS);
+}
+
+async function showSpan(s, e) {
+  state.range = [s, e]; draw();
+  spanEl.replaceChildren(h("p", { class: "note" }, "Totalling the span…"));
+  const d = await api(`/p/${enc(profile)}/span?start_ns=${Math.round(s)}&end_ns=${Math.round(e)}`);
+  const modeled = d.device_time_modeled ? " (modeled)" : "";
+  const t = (cols, rows) => (rows.length ? dataTable(cols, rows, { compact: true }) : h("p", { class: "note" }, "none"));
+  const name = { key: "name", label: "Name", cell: (r) => h("span", { class: "mono" }, r.name) };
+  const cnt = { key: "count", label: "Count", num: true }, tm = { key: "time_ns", label: "Time inside", num: true, fmt: fmtNs };
+  spanEl.replaceChildren(section(`Selected span: ${fmtNs(d.dur_ns)} · ${fmtNum(d.events)} events`,
+    h("p", { class: "note" }, "Each event's time inside the span; nested events each count their own (Esc clears, Shift+drag selects another)."),
+    h("div", { class: "grid2" },
+      h("div", {}, h("h2", {}, "By kind"), t([{ key: "layer", label: "Layer" }, { key: "kind", label: "Kind" }, cnt, tm], d.by_kind),
+        h("h2", {}, "Device lanes" + modeled), t([{ key: "track", label: "Lane", cell: (r) => `${r.device || ""} ${r.track}` }, cnt, tm,
+          { key: "busy", label: "Busy", num: true, fmt: fmtPct }], d.lanes)),
+      h("div", {}, h("h2", {}, "Ops"), t([name, cnt, tm], d.ops), h("h2", {}, "Kernels" + modeled), t([name, cnt, tm], d.kernels)))));
+  spanEl.dataset.events = d.events;
+}
+
 function focusEvent(e) {
   const pad = Math.max(e.dur_ns * 2, 2000);
   setView(e.start_ns - pad, e.start_ns + e.dur_ns + pad);
@@ -390,8 +423,17 @@ function wire() {
     if (e.shiftKey || Math.abs(e.deltaX) > Math.abs(e.deltaY)) pan((e.deltaX || e.deltaY) / 1000);
     else zoom(Math.pow(1.0015, e.deltaY), e.clientX - r.left);
   }, { passive: false });
-  canvas.addEventListener("mousedown", (e) => { drag = { x: e.clientX, view: state.view.slice(), moved: false }; canvas.classList.add("dragging"); });
+  canvas.addEventListener("mousedown", (e) => {
+    if (e.shiftKey) { state.sel = { from: nsAt(e.clientX) }; return; }  // Shift+drag: select a span
+    drag = { x: e.clientX, view: state.view.slice(), moved: false }; canvas.classList.add("dragging");
+  });
   window.addEventListener("mouseup", (e) => {
+    if (state.sel) {
+      const a = state.sel.from, b = nsAt(e.clientX);
+      state.sel = null;
+      if (Math.abs(xOf(b) - xOf(a)) >= 3) showSpan(Math.min(a, b), Math.max(a, b)).catch((x) => { spanEl.textContent = x.message; });
+      return;
+    }
     canvas.classList.remove("dragging");
     const cr = canvas.getBoundingClientRect();
     if (drag && !drag.moved && e.clientX - cr.left < GUTTER) {
@@ -417,6 +459,10 @@ function wire() {
     drag = null;
   });
   window.addEventListener("mousemove", (e) => {
+    if (state.sel) {
+      const a = state.sel.from, b = nsAt(e.clientX);
+      state.range = [Math.min(a, b), Math.max(a, b)]; draw(); return;
+    }
     const r = canvas.getBoundingClientRect();
     if (drag) {
       const dx = e.clientX - drag.x;
@@ -436,6 +482,7 @@ function wire() {
   });
   window.addEventListener("keydown", (e) => {
     if (e.target.closest("input, select, textarea")) return;
+    if (e.key === "Escape" && state.range) { state.range = null; spanEl.replaceChildren(); draw(); return; }
     const k = e.key.toLowerCase();
     if (e.key === "/") { e.preventDefault(); findBox.focus(); return; }
     if (k === "w") zoom(0.7); else if (k === "s") zoom(1 / 0.7); else if (k === "a") pan(-0.2); else if (k === "d") pan(0.2);
@@ -463,6 +510,7 @@ run(async () => {
   statusEl = h("span", { class: "tl-status", id: "tl-status" });
   detailsEl = h("div", { class: "tl-details", id: "tl-details" });
   tip = h("div", { class: "tl-tip", hidden: true });
+  spanEl = h("div", { id: "tl-span" });
   findBox = h("input", { id: "tl-find", type: "search", placeholder: "Find: name or /regex/  ( / )", size: 24, value: qs("find") || "" });
   findBox.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); find(findBox.value, e.shiftKey ? -1 : 1); } });
   findBox.addEventListener("search", () => { if (!findBox.value) find("", 0); });
@@ -485,8 +533,8 @@ run(async () => {
       h("button", { id: "tl-find-next", title: "Next match (Enter)", onclick: () => find(findBox.value, 1) }, "▼"), findCount,
       statusEl,
       h("span", { class: "spacer" }),
-      h("span", { class: "note" }, "wheel: zoom · drag: pan · click: details · click a ▸ lane to unfold · W/A/S/D · / find")),
-    wrap, detailsEl, tip);
+      h("span", { class: "note" }, "wheel: zoom · drag: pan · Shift+drag: totals of a span · click: details · click a ▸ lane to unfold · W/A/S/D · / find")),
+    wrap, spanEl, detailsEl, tip);
   wire();
   draw();
   updateStatus();
