@@ -59,7 +59,7 @@ class StepTimeOutliers(Rule):
             FROM steps_w w JOIN r USING (rank) JOIN c USING (rank, s)
             WHERE w.e - w.s - c.comp > {float(self.OUTLIER_RATIO)} * r.med"""
         )
-        out = ctx.rows("SELECT * FROM step_outliers ORDER BY dur_ns DESC")
+        out = ctx.rows("SELECT * FROM step_outliers ORDER BY dur_ns - comp DESC")
         if not out:
             return []
         extra = sum(max(int(r["dur_ns"] - r["comp"] - r["med"]), 0) for r in out)
@@ -80,7 +80,10 @@ class StepTimeOutliers(Rule):
                     SELECT e.name, e.dur_ns, (o.step IS NOT NULL) AS slow
                     FROM ev e LEFT JOIN step_outliers o ON o.rank = e.rank AND o.step = e.step
                     WHERE e.layer = 'host' AND e.step IS NOT NULL AND e.kind IN
-                          ('op', 'annotation', 'python', 'sync', 'compile', 'fallback'))
+                          ('op', 'annotation', 'python', 'sync', 'fallback')
+                      -- compiling, and the spans that hold it, are netted out above
+                      AND NOT EXISTS (SELECT 1 FROM step_compile_union u WHERE u.rank = e.rank
+                                      AND e.start_ns < u.e AND e.start_ns + e.dur_ns > u.s))
                 SELECT name AS label, count(*) FILTER (WHERE slow) AS count,
                        sum(dur_ns) FILTER (WHERE slow) / {n_slow}
                        - coalesce(sum(dur_ns) FILTER (WHERE NOT slow), 0) / {n_normal} AS dur_ns
@@ -92,7 +95,9 @@ class StepTimeOutliers(Rule):
             self.finding(
                 ctx,
                 title=f"{len(out)} step(s) take over {self.OUTLIER_RATIO}x the median step "
-                f"(worst {fmt_ms(worst['dur_ns'])} vs {fmt_ms(worst['med'])})",
+                f"(worst {fmt_ms(worst['dur_ns'] - worst['comp'])} vs {fmt_ms(worst['med'])}"
+                + (f", after {fmt_ms(worst['comp'])} of compiling" if worst["comp"] else "")
+                + ")",
                 detail=(
                     f"{len(out)} steps run {fmt_ms(extra)} longer in all than the median step "
                     "of their rank. The ops listed take more time in those steps than usual."
