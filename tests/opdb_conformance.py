@@ -32,9 +32,31 @@ DTYPES = ("float32", "bfloat16", "complex64")
 UNDEFINED_VALUES = frozenset(
     {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
 )
+# the device computes these so, on purpose (docs/device.md, "How the numbers are computed")
+_BF16_MM = "bf16 matmul-class: fp32 accumulation, one rounding (PSUM)"
+_F64_ARG = "float64 `dtype=`: computed as float32, backward too"
+_SPARSE = "torch.sparse: unsupported area, a clear error"
 # Ops that differ from the CPU, each with the reason (docs/device.md lists them all; the sweep
-# test fails on any other). Filled from the measured sweep.
-DOCUMENTED: dict[str, str] = {}
+# test fails on any other), from the measured sweep.
+DOCUMENTED: dict[str, str] = {
+    **dict.fromkeys(
+        ["addmm", "addbmm", "baddbmm", "addmv", "addr", "mm", "bmm", "matmul", "mv", "dot",
+         "inner", "linalg.multi_dot", "einsum", "tensordot", "nn.functional.linear",
+         "nn.functional.bilinear", "nn.functional.conv1d", "nn.functional.conv2d",
+         "nn.functional.conv3d", "nn.functional.conv_transpose1d",
+         "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d",
+         "nn.functional.linear_cross_entropy.chunked",
+         "nn.functional.linear_cross_entropy.chunked_none",
+         "nn.functional.scaled_dot_product_attention"],
+        _BF16_MM,
+    ),
+    **dict.fromkeys(
+        ["softmax.with_dtype", "nn.functional.softmin.with_dtype", "log_softmax.with_dtype",
+         "float_power"],
+        _F64_ARG,
+    ),
+    **dict.fromkeys(["sparse.sampled_addmm", "sparse.mm.reduce", "to_sparse"], _SPARSE),
+}  # fmt: skip
 OP_SECONDS = 300  # one op and dtype, all its samples: past this the rest are not run
 STALL_SECONDS = 2 * OP_SECONDS  # a worker silent this long is stuck in C code: killed
 
@@ -296,6 +318,9 @@ def _alarm(signum, frame):
 
 def worker(ids: list[str], dtypes: list[str], max_samples: int | None) -> None:
     """Run `ids` in this process, one JSON line per (op, dtype) on stdout."""
+    if ids and os.environ.get("OPDB_CRASH_IN") == ids[0]:  # tests/test_opdb.py: a worker dies
+        print(json.dumps({"start": ids[0], "dtype": dtypes[0]}), flush=True)
+        os._exit(3)
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -314,8 +339,6 @@ def worker(ids: list[str], dtypes: list[str], max_samples: int | None) -> None:
             if getattr(torch, dt) not in op.supported_dtypes("cpu"):
                 continue
             print(json.dumps({"start": oid, "dtype": dt}), flush=True)
-            if os.environ.get("OPDB_CRASH_IN") == oid:  # tests/test_opdb.py: a worker that dies
-                os._exit(3)
             t0 = time.perf_counter()
             signal.alarm(OP_SECONDS)
             try:
@@ -434,6 +457,20 @@ def summarize(records: list[dict]) -> dict:
     return {"rates": rates, "failing": bad}
 
 
+def markdown(summary: dict) -> str:
+    """The docs' table of every (op, dtype) that is not equal: verdicts, and the reason."""
+    lines = [
+        "| op | dtype | samples not equal | first difference | reason |",
+        "|---|---|---|---|---|",
+    ]
+    for b in summary["failing"]:
+        off = ", ".join(f"{k} {v}" for k, v in b["off"].items()) or b["status"]
+        first = (b["failures"][0] if b["failures"] else "").replace("|", "/")[:90]
+        reason = DOCUMENTED.get(b["op"], "not explained yet")
+        lines.append(f"| `{b['op']}` | {b['dtype']} | {off} | {first} | {reason} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", help="comma-separated op ids (name or name.variant)")
@@ -444,11 +481,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("-o", "--output", help="append JSON lines here")
     ap.add_argument("--summary", metavar="JSONL", help="summarise a finished sweep")
+    ap.add_argument("--markdown", action="store_true", help="with --summary: the docs' table")
     a = ap.parse_args(argv)
     dtypes = a.dtypes.split(",")
     if a.summary:
         with open(a.summary) as f:
-            report(summarize([json.loads(x) for x in f if x.strip()]))
+            summary = summarize([json.loads(x) for x in f if x.strip()])
+        print(markdown(summary)) if a.markdown else report(summary)
         return 0
     ids = all_op_ids() if a.all else (a.ops or "").split(",")
     if a.worker:

@@ -92,7 +92,7 @@ for step in range(6):
 
 
 @pytest.mark.slow  # a captured run in a subprocess: ~6 s
-def test_a_run_that_dies_in_an_op_says_so_in_its_profile_and_summary(tmp_path):
+def test_a_run_that_dies_in_an_op_says_so_in_its_profile_and_summary(tmp_path, capsys, monkeypatch):
     import json
     import subprocess
     import sys
@@ -112,14 +112,18 @@ def test_a_run_that_dies_in_an_op_says_so_in_its_profile_and_summary(tmp_path):
         "line": 9,
         "function": "<module>",
     }
-    text = subprocess.run([*run, "summary", str(tmp_path / "p")], capture_output=True,
-                          text=True, timeout=120, env={"COLUMNS": "300", **__import__("os").environ}).stdout  # fmt: skip
+    from neuron_explorer.cli import main
+
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "400")  # one line per message: rich wraps at the width
+    assert main(["summary", str(tmp_path / "p")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
     assert (
-        f"Run ended early by RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x8 and 5x3) in aten::mm at {script}:9"
-        in " ".join(text.split())
-    )
-    js = json.loads(subprocess.run([*run, "summary", "--json", str(tmp_path / "p")],
-                                   capture_output=True, text=True, timeout=120).stdout)  # fmt: skip
+        "Run ended early by RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x8 and "
+        f"5x3) in aten::mm at {script}:9"
+    ) in text
+    assert main(["summary", "--json", str(tmp_path / "p")]) == 0
+    js = json.loads(capsys.readouterr().out)
     assert js["run_ended"]["op"] == "aten::mm"
 
 
