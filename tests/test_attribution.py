@@ -333,3 +333,12 @@ def test_the_cli_prints_modules_lines_and_summary_hotspots(tmp_path_factory):
     doc = json.loads(summary.stdout)
     assert doc["top_modules"] and doc["top_model_lines"]
     assert doc["top_model_lines"][0]["file"] == top[0]["file"]
+    # findings cite the model library's line and the module, not only the script line
+    analyze = subprocess.run([*CLI, "analyze", str(p.path), "--json"], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    findings = json.loads(analyze.stdout)["findings"]
+    cited = [f for f in findings if f["evidence"]["model_lines"]]
+    assert cited, [f["rule"] for f in findings]
+    ev = cited[0]["evidence"]
+    assert any("transformers/" in h["file"] for h in ev["model_lines"])
+    assert any(h["label"].startswith("transformer.") for h in ev["modules"])

@@ -36,7 +36,9 @@ def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Findin
         except duckdb.Error as e:  # e.g. malformed JSON in args: name the rule and profile
             line = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ExplorerError(f"{profile.path}: rule {rule.id} failed: {line}") from None
-    return rank_findings(findings)
+    from .hotspots import cite_model
+
+    return rank_findings(cite_model(profile, findings))
 
 
 def findings_document(

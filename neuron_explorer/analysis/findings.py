@@ -32,6 +32,11 @@ class Evidence:
     ops: tuple[Hotspot, ...] = ()
     source_lines: tuple[Hotspot, ...] = ()
     metrics: dict[str, float] = field(default_factory=dict)
+    # where in the model the evidence events are: their model lines (a library's modeling file
+    # for a Transformers model) and nn.Module paths (analysis/hotspots.py cites them)
+    # (added after the rule ran, so equal findings stay equal with or without them)
+    model_lines: tuple[Hotspot, ...] = field(default=(), compare=False)
+    modules: tuple[Hotspot, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,15 @@ apart by the capture's `backward` flag (it carries its forward op's module and s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
 from ..model.profile import Profile
+from .findings import Finding, Hotspot
+
+CITED = 5  # model lines and modules cited per finding
 
 DEVICE_WORK = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective")
 LEVELS = ("user", "model", "all")
@@ -184,3 +187,43 @@ def stack_of(profile: Profile, event_id: int, con=None) -> list[dict]:
 
 def as_table(nodes: list[ModuleNode]) -> pa.Table:
     return pa.Table.from_pylist([m.to_dict() for m in nodes])
+
+
+def cite_model(profile: Profile, findings: list[Finding], con=None) -> list[Finding]:
+    """Each finding's evidence gains the model lines and modules of its evidence events (and
+    of the device work those events launched), heaviest first: the line of the model library
+    and the layer where the problem is, not only the script line."""
+    wanted = [f for f in findings if f.evidence.event_ids]
+    if not wanted:
+        return findings
+    con = con or profile.duckdb()
+    out = []
+    for f in findings:
+        if not f.evidence.event_ids:
+            out.append(f)
+            continue
+        lines, modules = _cited(con, f.evidence.event_ids)
+        out.append(replace(f, evidence=replace(f.evidence, model_lines=lines, modules=modules)))
+    return out
+
+
+def _cited(con, event_ids: tuple[int, ...]) -> tuple[tuple[Hotspot, ...], tuple[Hotspot, ...]]:
+    ids = ", ".join(str(int(i)) for i in event_ids[:10_000])
+    base = f"""WITH picked AS (SELECT id, flow_id FROM events WHERE id IN ({ids})),
+        rows AS (SELECT e.dur_ns, CAST(e.model_file AS VARCHAR) AS file, e.model_line AS line,
+                        CAST(e.model_func AS VARCHAR) AS func, CAST(e.module AS VARCHAR) AS module
+                 FROM events e WHERE e.id IN (SELECT id FROM picked)
+                    OR (e.layer = 'device' AND e.flow_id IN
+                        (SELECT flow_id FROM picked WHERE flow_id IS NOT NULL)))"""
+    lines = con.execute(
+        f"""{base} SELECT file, line, any_value(func), CAST(sum(dur_ns) AS BIGINT), count(*)
+            FROM rows WHERE file IS NOT NULL GROUP BY 1, 2 ORDER BY 4 DESC LIMIT {CITED}"""
+    ).fetchall()
+    modules = con.execute(
+        f"""{base} SELECT module, CAST(sum(dur_ns) AS BIGINT), count(*) FROM rows
+            WHERE module IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT {CITED}"""
+    ).fetchall()
+    return (
+        tuple(Hotspot(f"{f}:{n}", int(d or 0), int(c), f, n, fn) for f, n, fn, d, c in lines),
+        tuple(Hotspot(m or ROOT_LABEL, int(d or 0), int(c)) for m, d, c in modules),
+    )

@@ -85,6 +85,8 @@ def render_findings(doc: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .lines import _short
+
     c = Console()
     findings = doc["findings"]
     c.print(
@@ -104,6 +106,9 @@ def render_findings(doc: dict) -> None:
         c.print(f"   {f['detail']}", highlight=False)
         ev = f["evidence"]
         rows = [("op", h) for h in ev["ops"]] + [("line", h) for h in ev["source_lines"]]
+        rows += [("model line", {**h, "label": _short(h["label"])})
+                 for h in ev.get("model_lines", ())[:3]]  # fmt: skip
+        rows += [("module", h) for h in ev.get("modules", ())[:3]]
         if rows:
             t = Table(show_header=True, box=None, padding=(0, 1), pad_edge=False)
             for h in ("", "evidence", "time", "count", "note"):
