@@ -375,3 +375,22 @@ def test_shift_drag_totals_a_span(server, page):
     page.keyboard.press("Escape")
     assert page.evaluate("window.neTimeline.state.range") is None
     assert page.errors == []
+
+
+def test_the_selected_event_is_in_the_url(server, page):
+    """Clicking an event puts it in the URL, and that URL opens with the event selected."""
+    import httpx
+
+    k = httpx.get(f"{server}/api/p/neuron/search", params={"q": "kernel_addmm", "limit": 5}).json()["matches"][2]
+    window = f"start_ns={k['start_ns'] - k['dur_ns']}&end_ns={k['start_ns'] + 2 * k['dur_ns']}"
+    _open(page, server + f"/p/neuron/timeline?{window}", "timeline-select", "#tl-canvas[data-ready]")
+    hit = page.evaluate("window.neTimeline.rectCenter('kernel')")
+    assert hit, "no kernel drawn wide enough to click"
+    page.mouse.click(hit["x"], hit["y"])
+    page.wait_for_selector("#event-source")
+    assert f"event={hit['id']}" in page.url
+    link = page.url
+    page.goto(link)
+    page.wait_for_selector("#tl-canvas[data-ready]")
+    assert page.evaluate("window.neTimeline.state.selected") == hit["id"]
+    assert page.errors == []

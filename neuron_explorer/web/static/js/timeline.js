@@ -295,6 +295,8 @@ function drawFlows(width) {
 async function select(eventId) {
   state.selected = eventId;
   draw();
+  const url = new URL(location.href);  // the selected event is part of the link
+  url.searchParams.set("event", eventId); history.replaceState(null, "", url);
   detailsEl.replaceChildren(h("div", { class: "note" }, "Loading event…"));
   const d = await api(`/p/${enc(profile)}/events/${enc(eventId)}`);
   const ev = d.event;
