@@ -129,6 +129,8 @@ def to_payload_devices(gm: torch.fx.GraphModule) -> None:
 class DeviceProgram:
     """A compiled graph: running it launches its kernels as one program on the modeled device."""
 
+    _boxed_call = False  # True once compiled: AOTAutograd then passes the args as one list
+
     def __init__(self, gm: torch.fx.GraphModule, name: str, kernels: list[Kernel]) -> None:
         self.gm, self.name, self.kernels = gm, name, kernels
 

@@ -15,7 +15,7 @@ DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registratio
 
 _NO_KWARGS: dict = {}
 _make_wrapper = torch.Tensor._make_wrapper_subclass
-_DATA = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.data
+_DATA: Any = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.data (not in the stubs)
 _STRIDED = torch.strided
 
 
@@ -118,7 +118,7 @@ class NeuronTensor(torch.Tensor):
             (self.cpu(), self.dtype, str(self.device), self.requires_grad),
         )
 
-    def __repr__(self, *, tensor_contents=None) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         from neuron_explorer.backend.runtime import dispatch
 
         if type(self._payload) is not torch.Tensor:  # fake or functional payload while tracing
@@ -140,7 +140,7 @@ class NeuronTensor(torch.Tensor):
             return self.item().__format__(spec)
         return object.__format__(self, spec)
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
 
 def _format(t: NeuronTensor) -> str:

@@ -9,6 +9,7 @@ profile's manifest records `extra["run_ended"]` and the summary shows it.
 from __future__ import annotations
 
 import sys
+import types
 from typing import Any
 
 
@@ -54,7 +55,7 @@ def exiting_exception() -> BaseException | None:
     exc = sys.exc_info()[1]
     if exc is None or isinstance(exc, (StopIteration, GeneratorExit)):
         return None
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "__exit__" and "profiler" in code.co_filename:

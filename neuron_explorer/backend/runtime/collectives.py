@@ -121,7 +121,7 @@ def _group_of(args: tuple) -> Any:
             return dist.ProcessGroup.unbox(a)
         if isinstance(a, str) and a:
             try:
-                return _resolve_process_group(a)
+                return _resolve_process_group(a)  # type: ignore[arg-type]  # a group name
             except (KeyError, ValueError, RuntimeError):
                 continue
     return None

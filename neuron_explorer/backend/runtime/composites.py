@@ -21,21 +21,20 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 _aten = torch.ops.aten
-_FLASH = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
+_FLASH = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
 
 
-def _cpu_twin(t: torch.Tensor | None) -> torch.Tensor | None:
+def _cpu_twin(t: torch.Tensor) -> torch.Tensor:
     """An empty CPU tensor with `t`'s metadata: what the CPU's kernel choice looks at."""
-    if t is None:
-        return None
     twin = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
     return twin.requires_grad_(t.requires_grad) if t.is_floating_point() else twin
 
 
 def _cpu_choice(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa) -> int:
     with _disable_current_modes():  # metadata only: nothing here belongs in a traced graph
-        twins = [_cpu_twin(t) for t in (q, k, v, mask)]
-        return torch._fused_sdp_choice(*twins[:3], twins[3], dropout_p, is_causal, scale=scale,
+        q, k, v = (_cpu_twin(t) for t in (q, k, v))
+        mask = None if mask is None else _cpu_twin(mask)
+        return torch._fused_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale=scale,
                                        enable_gqa=enable_gqa)  # fmt: skip
 
 

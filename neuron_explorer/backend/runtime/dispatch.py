@@ -300,8 +300,8 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = Fals
     from neuron_explorer.backend.runtime import record
 
     dst_dev, src_dev = isinstance(dst, NeuronTensor), isinstance(src, NeuronTensor)
-    d = dst._payload if dst_dev else dst
-    s = src._payload if src_dev else src
+    d = dst._payload if dst_dev else dst  # type: ignore[attr-defined]  # a NeuronTensor
+    s = src._payload if src_dev else src  # type: ignore[attr-defined]
     if type(d) is not _Tensor or type(s) is not _Tensor:
         d.copy_(s)
         return dst

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import types
 import warnings
 
 _lock = threading.Lock()
@@ -111,7 +112,7 @@ def backward_caller() -> tuple[str, int, str] | None:
         if ident == me:
             continue
         in_engine = False
-        f = frame
+        f: types.FrameType | None = frame
         while f is not None:
             code = f.f_code
             if code.co_name in ("_engine_run_backward", "run_backward"):
