@@ -25,7 +25,10 @@ SAMPLES: dict[str, list[str]] = {
     "gpt_compile": ["--steps", "6", "--switch-at", "3"],  # the recompile lands in step 3
     "cnn_dataloader": ["--steps", "6"],
     "fallback_float64": ["--steps", "6"],
+    "ddp_straggler": ["--steps", "6"],  # two ranks under torchrun (LAUNCH below)
 }
+# samples that run as a torchrun job: the launcher's options, before the script
+LAUNCH = {"ddp_straggler": ["torchrun", "--nproc-per-node=2", "--master-addr=127.0.0.1"]}
 CAPTURE = ["--wait", "1", "--warmup", "1", "--active", "3"]
 
 
@@ -35,8 +38,9 @@ def capture(name: str) -> int:
     out = OUT / name
     if out.exists():
         shutil.rmtree(out)
+    launcher = [*LAUNCH[name], f"--master-port={_free_port()}"] if name in LAUNCH else ["python"]
     command = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), *CAPTURE,
-               "--", "python", str(HERE / f"{name}.py"), *sample_args]  # fmt: skip
+               "--", *launcher, str(HERE / f"{name}.py"), *sample_args]  # fmt: skip
     print("$", " ".join(command[1:]), flush=True)
     status = subprocess.call(command, cwd=ROOT)
     if status == 0:  # committed profiles name files relative to the repository, never /home/...
@@ -44,6 +48,14 @@ def capture(name: str) -> int:
 
         relativize(out, ROOT)
     return status
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def main() -> int:

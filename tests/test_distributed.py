@@ -219,3 +219,27 @@ def test_a_rank_on_another_host_clock_is_aligned_on_the_collectives(straggler_pr
     )
     assert ends[0][1] == ends[1][1]  # one instant per collective again
     assert p.manifest.extra["hosts"] == {"0": host, "1": "other-host"}
+
+
+@pytest.mark.slow
+def test_capture_of_a_torchrun_launch_writes_one_profile_of_every_rank(tmp_path):
+    """`neuron-explorer capture -o DIR -- torchrun ... script.py`: the script is unchanged (it
+    has no profiler), every rank is captured, and the job's one profile names the straggler."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.model import Profile
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "ddp_straggler.py"
+    out = tmp_path / "job"
+    cmd = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), "--", "torchrun",
+           "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+           str(sample), "--steps", "6"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    p = Profile.open(out)
+    assert p.manifest.ranks == (0, 1) and p.manifest.extra["world_size"] == 2
+    assert {s.rank for s in p.manifest.steps} == {0, 1}
+    stragglers = [f for f in run_rules(p) if f.rule == "straggler"]
+    assert [f.evidence.metrics["rank"] for f in stragglers] == [1], [
+        (s.rank, s.step, s.dur_ns) for s in p.manifest.steps
+    ]

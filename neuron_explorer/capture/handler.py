@@ -83,8 +83,9 @@ class TraceHandler:
         self, dir_name: str | os.PathLike, worker_name: str | None = None, use_gzip: bool = False
     ) -> None:
         base = Path(dir_name)
-        # the ranks of a torch.distributed job write one profile together (model/combine.py)
-        self.job = None if worker_name else _distributed_job()
+        # the ranks of a torch.distributed job write one profile together (model/combine.py);
+        # the job is known at write time (capture starts before the script's init_process_group)
+        self.by_rank = not worker_name
         self.base = base / worker_name if worker_name else base
         self.use_gzip = use_gzip  # tensorboard_trace_handler's; profiles are zstd Parquet anyway
         self.cycles = 0
@@ -128,10 +129,11 @@ class TraceHandler:
         path = self.path_for(self.cycles)
         try:
             self._check(path)
-            if self.job is None:
+            job = _distributed_job() if self.by_rank else None
+            if job is None:
                 write_profile(raw, path, self.extra)
             else:
-                _write_rank(raw, path, self.extra, self.job)
+                _write_rank(raw, path, self.extra, job)
         except (ExplorerError, OSError) as e:
             print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
             return None
@@ -179,20 +181,27 @@ class Job:
 
 
 def _distributed_job() -> Job | None:
-    """The job when several torch.distributed ranks run (they then share one profile)."""
+    """The job when several torch.distributed ranks run (they then share one profile): from the
+    process group, else from the launcher's RANK / WORLD_SIZE (torchrun sets them), which stay
+    after the script's destroy_process_group()."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    if run_id == "none":  # torchrun's static rendezvous names no run
+        run_id = "{}:{}".format(
+            os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+        )
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             if dist.get_world_size() > 1:
-                run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-                if run_id == "none":  # torchrun's static rendezvous names no run
-                    run_id = "{}:{}".format(
-                        os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-                    )
                 return Job(dist.get_rank(), dist.get_world_size(), run_id)
+            return None
     except (RuntimeError, ValueError):
         pass
-    return None
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return Job(rank, world, run_id) if world > 1 and 0 <= rank < world else None
 
 
 def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) -> None:
@@ -252,7 +261,11 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
             host=manifest.host or platform.node(),
             steps=merged.steps,
             inputs=(),
-            extra={**manifest.extra, **(extra or {}), "simulator_ns_removed": merged.removed_ns,
-                   **kept.manifest_extra()},  # fmt: skip
+            extra={
+                **manifest.extra,
+                **(extra or {}),
+                "simulator_ns_removed": merged.removed_ns,
+                **kept.manifest_extra(),
+            },  # fmt: skip
         )
         return writer.commit(final)

@@ -32,7 +32,7 @@ class Straggler(Rule):
     title = "Straggler rank"
     severity = "high"
     RATIO = 1.25
-    MIN_STEP_SHARE = 0.75
+    MIN_STEP_SHARE = 0.6  # 2 of the 3 steps a default capture records
     MIN_EXTRA_NS = 2_000_000
     MIN_STEPS = 3
     fix = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 NAME = "capture"
 HELP = (
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
-        help="after --: python SCRIPT ARGS (or python -m MODULE ARGS)",
+        help="after --: python SCRIPT ARGS (or python -m MODULE ARGS, or torchrun ... SCRIPT ARGS)",
     )
 
 
@@ -37,6 +38,15 @@ def run(args: argparse.Namespace) -> int:
         raise ExplorerError(
             "capture: need --wait >= 0, --warmup >= 0, --active >= 1, --repeat >= 1"
         )
+    from ...capture import torchrun
+
+    if torchrun.is_launch(command):  # every rank captures itself; one profile for the job
+        import subprocess
+
+        schedule_args = [f"--wait={args.wait}", f"--warmup={args.warmup}",
+                         f"--active={args.active}", f"--repeat={args.repeat}"]  # fmt: skip
+        out = ["-o", str(Path(args.output).resolve())]
+        return subprocess.call(torchrun.rewrite(command, [*out, *schedule_args]))
     from ...capture.runner import Schedule, run_captured
 
     schedule = Schedule(args.wait, args.warmup, args.active, args.repeat)
