@@ -4,15 +4,13 @@ with its self and total device time), from that line back to its kernels; the mo
 
 from __future__ import annotations
 
+import shutil
 import socket
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
 import pytest
-from test_attribution import HANDLER, MODELS, TRAIN
+from test_attribution import _captured_once
 from test_web_browser import ARGS, CHROMIUM
 
 from neuron_explorer.model import Profile
@@ -27,12 +25,11 @@ def served(tmp_path_factory):
     from neuron_explorer.web.app import create_app
 
     tmp = tmp_path_factory.mktemp("attribution-web")
-    script = tmp / "train.py"
-    script.write_text(textwrap.dedent(TRAIN).format(model=MODELS["gpt2"][0], driver=HANDLER))
+    # the capture test_attribution made, when it ran in this session (one capture, not two)
+    captured = _captured_once(tmp_path_factory, "gpt2", "handler")
     root = tmp / "profiles"
-    run = subprocess.run([sys.executable, str(script), str(root / "gpt2")], capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
+    root.mkdir()
+    shutil.copytree(captured.path, root / "gpt2")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -76,33 +73,33 @@ def test_a_kernel_opens_its_library_line_and_the_line_lists_its_kernels(served, 
     page.goto(f"{url}/p/gpt2/timeline?event={kid}&start_ns={max(0, start - 3 * dur)}"
               f"&end_ns={start + 4 * dur}")  # fmt: skip
     frames = page.locator("#event-stack a.frame")
-    frames.first.wait_for(timeout=30_000)
+    frames.first.wait_for(timeout=90_000)
     assert page.locator("dd", has_text="transformer.h.0.attn.c_attn").count() == 1
     library = frames.filter(has_text="modeling_gpt2.py:")
     assert library.count() >= 3  # the attention call, the block's, the model's
     line = int(library.first.inner_text().rsplit(":", 1)[1])  # innermost: the c_attn call
     library.first.click()
     row = page.locator(f"#L{line}")
-    row.wait_for(timeout=30_000)
-    page.locator(f"#L{line}.target").wait_for(timeout=30_000)
+    row.wait_for(timeout=90_000)
+    page.locator(f"#L{line}.target").wait_for(timeout=90_000)
     code = row.locator("td.src").inner_text()
     assert "self.c_attn(" in code  # the library's code, kept in the profile
     assert row.locator("td.total").inner_text().strip()  # device time under this line
     kernels = page.locator("#line-kernels li")
-    kernels.first.wait_for(timeout=30_000)
+    kernels.first.wait_for(timeout=90_000)
     assert kernels.count() >= 1
     page.locator("#line-kernels a").first.click()  # and back to the timeline
-    page.locator("#event-stack").wait_for(timeout=30_000)
+    page.locator("#event-stack").wait_for(timeout=90_000)
     assert not page.errors, page.errors
 
 
 def test_the_module_tree_page_draws_the_icicle_and_the_table(served, page):
     url, _ = served
     page.goto(f"{url}/p/gpt2/modules")
-    page.locator("#module-icicle .main-svg").first.wait_for(timeout=30_000)
+    page.locator("#module-icicle .main-svg").first.wait_for(timeout=90_000)
     table = page.locator("#module-table").inner_text()
     assert "transformer.h.0.attn" in table and "(model)" in table
     page.goto(f"{url}/p/gpt2/source")
-    page.locator("a.model-file").first.wait_for(timeout=30_000)
+    page.locator("a.model-file").first.wait_for(timeout=90_000)
     assert page.locator("a.model-file", has_text="modeling_gpt2.py").count() == 1
     assert not page.errors, page.errors
