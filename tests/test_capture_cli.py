@@ -46,6 +46,7 @@ def _steps(out: Path) -> list[int]:
     return [s.step for s in Profile.open(out).manifest.steps]
 
 
+@pytest.mark.slow  # a captured subprocess: ~12 s
 def test_exit_status_output_argv_and_path_pass_through(tmp_path):
     _script(tmp_path, "VALUE = 41\n", name="helper.py")
     script = _script(
@@ -72,6 +73,7 @@ def test_exit_status_output_argv_and_path_pass_through(tmp_path):
     assert _steps(out) == [0]  # no step markers: the whole run is one step
 
 
+@pytest.mark.slow  # a captured subprocess: ~13 s on a busy machine
 def test_a_script_that_raises_still_leaves_its_profile(tmp_path):
     script = _script(
         tmp_path,
@@ -122,6 +124,7 @@ print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=4))
 """
 
 
+@pytest.mark.slow  # a captured subprocess: ~9 s
 def test_the_scripts_own_profiler_keeps_working_and_its_cycle_is_our_profile(tmp_path):
     script = _script(tmp_path, TRAIN + OWN_PROFILER)
     out = tmp_path / "run"

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,6 +65,7 @@ _EXPECTED = ["caught", "boom-in-backward", "caught", "boom-in-backward", "kernel
              "alive", "True"]  # fmt: skip
 
 
+@pytest.mark.slow  # a fresh interpreter with torch: ~5 s
 def test_plain_import_torch_registers_the_device_and_backward_errors_do_not_abort():
     # one process for both: a torch import costs seconds on a busy machine
     r = _python(_BACKWARD_ERRORS, TORCH_DEVICE_BACKEND_AUTOLOAD="1")
@@ -72,6 +75,7 @@ def test_plain_import_torch_registers_the_device_and_backward_errors_do_not_abor
     assert "Warning" not in r.stderr
 
 
+@pytest.mark.slow  # two fresh interpreters with torch: ~12 s
 def test_the_python_guard_also_surfaces_backward_errors_without_aborting():
     # the fallback without g++: the same script, then one where the backward error is the last
     # thing the process does (uncaught), so it exits while autograd's device thread cleans up
@@ -101,6 +105,7 @@ def test_the_python_guard_also_surfaces_backward_errors_without_aborting():
     assert "ValueError: boom-at-exit" in r.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter with torch: ~6 s
 def test_autoload_off_leaves_torch_alone_until_import_backend_and_the_python_guard_works():
     r = _python(
         """

@@ -112,6 +112,7 @@ print("DEVICE", m.weight.grad.device, torch.allclose(m.weight.grad.cpu(), torch.
 """
 
 
+@pytest.mark.slow  # a capture with backward on the device: ~11 s
 def test_an_exception_in_backward_on_the_device(tmp_path):
     """In a process of its own: with the Python device guard an error inside a backward kernel
     could abort the interpreter, which must not take the test run with it."""
