@@ -259,7 +259,8 @@ def test_collective_spread_across_ranks(tmp_path):
     from neuron_explorer.model.profile import Profile
 
     paths = [SHARED / TRACES["nccl"], SHARED / TRACES["compare_base"]]
-    profile = Profile.open(import_traces(paths, tmp_path / "two-ranks"))
+    # two unrelated real traces as two ranks (different runs, merged on purpose)
+    profile = Profile.open(import_traces(paths, tmp_path / "two-ranks", mixed_runs=True))
     assert profile.manifest.ranks == (0, 1)
     (f,) = get_rule("collective-share").evaluate(profile)
     assert f.evidence.metrics["ranks"] == 2

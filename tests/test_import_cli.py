@@ -169,3 +169,24 @@ def test_gzip_of_several_members_is_read_whole(tmp_path):
     assert Profile.open(tmp_path / "a").manifest.row_counts == (
         Profile.open(tmp_path / "b").manifest.row_counts
     )
+
+
+def test_traces_of_different_runs_are_refused_unless_told(tmp_path, capsys):
+    """Two real traces of different runs: another world size (nccl: 2 ranks, ns_resolution: 1),
+    or time spans months apart (alexnet and ns_resolution) are one line and exit 2; with
+    --mixed-runs they merge (compare_base is rank 1, alexnet rank 0)."""
+    from conftest import KINETO_GPU, SHARED_KINETO
+
+    nccl, ns, alexnet, base = (
+        KINETO_GPU / SHARED_KINETO[k] for k in ("nccl", "ns_resolution", "alexnet", "compare_base")
+    )
+    assert main(["import", str(nccl), str(ns), "-o", str(tmp_path / "a"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "world size 1" in err and "--mixed-runs" in err
+    assert main(["import", str(alexnet), str(base), "-o", str(tmp_path / "b"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "s after" in err and "different runs" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    mixed = ["import", str(alexnet), str(base), "-o", str(tmp_path / "c"), "-q", "--mixed-runs"]
+    assert main(mixed) == 0
+    assert Profile.open(tmp_path / "c").manifest.ranks == (0, 1)

@@ -158,7 +158,8 @@ def test_several_files_are_several_ranks(tmp_path, recorded):
     second.unlink()
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "rank0.pt.trace.json").write_bytes(trace.read_bytes())
-    out = import_traces([tmp_path / "a", gz], tmp_path / "two")
+    # two recordings, one after the other: two runs to the one-run check, merged on purpose
+    out = import_traces([tmp_path / "a", gz], tmp_path / "two", mixed_runs=True)
     p = Profile.open(out)
     assert p.manifest.ranks == (0, 1)
     assert (out / "events" / "rank=0").is_dir() and (out / "events" / "rank=1").is_dir()

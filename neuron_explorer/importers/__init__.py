@@ -85,9 +85,11 @@ def import_traces(
     source_roots: Sequence[Path] = (),
     importer: str | None = None,
     thread_names: bool = True,
+    mixed_runs: bool = False,
 ) -> Path:
     """Import trace files (or directories of them) into a new profile directory at `out`
-    (`thread_names`: lanes named by the traces' thread_name metadata, else by thread id)."""
+    (`thread_names`: lanes named by the traces' thread_name metadata, else by thread id;
+    `mixed_runs`: merge traces that look like different runs, importers/runs.py)."""
     files = trace_files(paths)
     if importer is None:
         chosen = next((i for i in IMPORTERS.values() if i.recognises(files[0])), None)
@@ -103,4 +105,5 @@ def import_traces(
         overwrite=overwrite,
         source_roots=source_roots,
         thread_names=thread_names,
+        mixed_runs=mixed_runs,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..model.io import ProfileWriter
 from . import kineto
 from .assemble import write_profile
+from .runs import check_one_run
 
 READ_SHARE = 0.85  # share of the progress bar for reading and mapping the files
 
@@ -20,6 +21,7 @@ def import_kineto(
     overwrite: bool = False,
     source_roots: Sequence[Path] = (),
     thread_names: bool = True,
+    mixed_runs: bool = False,
 ) -> Path:
     """Import Kineto trace files (one per rank) into a profile directory, atomically."""
     import pyarrow as pa
@@ -29,7 +31,7 @@ def import_kineto(
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _import(paths, out, progress, overwrite, source_roots, thread_names)
+        return _import(paths, out, progress, overwrite, source_roots, thread_names, mixed_runs)
     finally:
         pa.set_memory_pool(pool)
 
@@ -41,6 +43,7 @@ def _import(
     overwrite: bool,
     source_roots: Sequence[Path],
     thread_names: bool,
+    mixed_runs: bool,
 ) -> Path:
     report = progress or (lambda stage, f: None)
     sizes = [max(p.stat().st_size, 1) for p in paths]
@@ -56,6 +59,8 @@ def _import(
 
             loaded.append(kineto.load(path, file_progress, thread_names=thread_names))
             done += size
+        if not mixed_runs:
+            check_one_run(loaded)
         return write_profile(
             loaded,
             out,

@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to look for the source files named by the trace's Python stacks "
         "(repeatable; the current directory and the trace's directory are always searched)",
     )
+    parser.add_argument(
+        "--mixed-runs",
+        action="store_true",
+        help="merge traces even when they look like different runs (another world size, or "
+        "time spans that do not overlap)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
 
 
@@ -46,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     gz = any(f.name.endswith(".gz") for f in files)
     # gzip'd traces are about a tenth of their JSON
     show_bar = not args.quiet and (size * (10 if gz else 1)) >= PROGRESS_MIN_BYTES
-    kw = {"overwrite": args.force, "source_roots": args.source_root}
+    kw = {"overwrite": args.force, "source_roots": args.source_root, "mixed_runs": args.mixed_runs}
     if show_bar:
         out = _with_bar(files, args.output, kw)
     else:
