@@ -111,6 +111,21 @@ def module_tree(profile: Profile, con=None) -> list[ModuleNode]:
     return out
 
 
+def module_ops(profile: Profile, con=None) -> list[dict]:
+    """Each module's own work by op and kernel: (module, op, kernel, dur_ns, count), the levels
+    under a module in the tree (their times add up to the module's self time)."""
+    con = con or profile.duckdb()
+    kinds = ", ".join(f"'{k}'" for k in DEVICE_WORK)
+    rows = con.execute(
+        f"""SELECT CAST(module AS VARCHAR), CAST(coalesce(op_name, name) AS VARCHAR),
+                   CAST(name AS VARCHAR), CAST(sum(dur_ns) AS BIGINT), count(*)
+            FROM events WHERE kind IN ({kinds}) AND module IS NOT NULL
+            GROUP BY ALL ORDER BY 4 DESC"""
+    ).fetchall()
+    keys = ("module", "op", "kernel", "dur_ns", "count")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
 def _parent(path: str) -> str:
     return path.rsplit(".", 1)[0] if "." in path else ""
 

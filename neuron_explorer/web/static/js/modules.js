@@ -30,15 +30,29 @@ async function modules() {
       { key: "kernels", label: "Kernels", num: true },
     ], d.modules))),
   );
-  plot(chart, [{
-    type: "icicle", branchvalues: "total",
-    ids: d.modules.map((m) => index.get(m.path)),
-    parents: d.modules.map((m) => (m.path === "" ? "" : index.get(parentOf(m.path)) ?? "")),
-    labels: d.modules.map(label),
-    values: d.modules.map((m) => m.total_ns),
-    hovertext: d.modules.map((m) => `${m.path === "" ? "(model)" : m.path}: total ${fmtNs(m.total_ns)}, self ${fmtNs(m.self_ns)}`),
-    hoverinfo: "text",
-  }], { height: 360, margin: { t: 10, l: 10, r: 10, b: 10 } });
+  // below each module its own work: by op, then by kernel (they add up to its self time)
+  const ids = d.modules.map((m) => index.get(m.path));
+  const parents = d.modules.map((m) => (m.path === "" ? "" : index.get(parentOf(m.path)) ?? ""));
+  const labels = d.modules.map(label);
+  const values = d.modules.map((m) => m.total_ns);
+  const hover = d.modules.map((m) => `${m.path === "" ? "(model)" : m.path}: total ${fmtNs(m.total_ns)}, self ${fmtNs(m.self_ns)}`);
+  const opIds = new Map();
+  for (const r of d.ops || []) {
+    const mod = index.get(r.module);
+    if (mod === undefined) continue;
+    const opKey = `${mod}/${r.op}`;
+    if (!opIds.has(opKey)) {
+      opIds.set(opKey, { id: `o${opIds.size}`, value: 0 });
+      ids.push(opIds.get(opKey).id); parents.push(mod); labels.push(r.op); values.push(0); hover.push(r.op);
+    }
+    const op = opIds.get(opKey);
+    op.value += r.dur_ns;
+    values[ids.indexOf(op.id)] = op.value;
+    ids.push(`k${ids.length}`); parents.push(op.id); labels.push(r.kernel); values.push(r.dur_ns);
+    hover.push(`${r.kernel}: ${fmtNs(r.dur_ns)} in ${r.count} launches`);
+  }
+  plot(chart, [{ type: "icicle", branchvalues: "total", ids, parents, labels, values, hovertext: hover, hoverinfo: "text" }],
+    { height: 420, margin: { t: 10, l: 10, r: 10, b: 10 } });
 }
 
 run(modules);
