@@ -511,3 +511,23 @@ def test_span_totals_clip_every_event_to_the_span(client, name):
     if name == "neuron":
         assert d["ops"] and d["kernels"] and {ln["track"] for ln in d["lanes"]} >= {"TensorE"}
     get(client, f"/api/p/{name}/span?start_ns={s}", status=422)
+
+
+def test_strays_far_from_the_rest_do_not_empty_the_whole_view(client, root, tmp_path):
+    """A copy of a real profile with two events at 9e18 ns (their ends overflow int64): the
+    first view fits the other events and says how many lie outside; the list, the summary
+    page and windows still answer."""
+    from test_web_security import far_events
+
+    far_events(root / "base", tmp_path / "p" / "far")
+    c = TestClient(create_app(tmp_path / "p", analysis_cache=tmp_path / "cache"))
+    d = get(c, "/api/p/far/timeline?width_px=1000")
+    good = get(client, "/api/p/base/timeline?width_px=1000")
+    assert d["extent"]["end_ns"] > 9 * 10**18 and good["fit"] is None
+    assert d["fit"]["outside_events"] == 2 and d["fit"]["end_ns"] < 10**12
+    assert d["window"]["start_ns"] == d["fit"]["start_ns"] and d["window"]["end_ns"] == d["fit"]["end_ns"]
+    assert d["window"]["events"] == good["window"]["events"] - 2
+    assert c.get("/api/profiles").status_code == 200 and c.get("/p/far").status_code == 200
+    last = get(c, f"/api/p/far/timeline?start_ns={d['fit']['end_ns']}&end_ns={2**62}&width_px=500")
+    assert last["window"]["events"] >= 0  # a window out to the URL limit answers, no overflow
+    get(c, f"/api/p/far/timeline?start_ns={9 * 10**18}&end_ns={9 * 10**18 + 10**6}", status=422)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from test_web_browser import ARGS, CHROMIUM
+from test_web_security import far_events
 from test_web_support import synth_module
 
 from neuron_explorer.importers import import_traces
@@ -64,8 +65,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, imported_profiles):
-    """hostile (above), small (a real GPU trace) and big (200,004 events, so the list analyses
-    it in the background), on the server's own app and protocol."""
+    """hostile (above), small (a real GPU trace), big (200,004 events, so the list analyses
+    it in the background) and far (two events at 9e18 ns), on the server's own app and
+    protocol."""
     import uvicorn
 
     from neuron_explorer.web.app import create_app
@@ -77,6 +79,7 @@ def server(tmp_path_factory, imported_profiles):
     import_traces([hostile_trace(tmp / "hostile.json")], root / "hostile")
     shutil.copytree(imported_profiles["compare_base"], root / "small")
     synth_module().make_profile(root / "big", 210_000)
+    far_events(imported_profiles["compare_base"], root / "far")
     port = free_port()
     app = create_app(root, analysis_cache=tmp / "cache")
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
@@ -206,3 +209,17 @@ def tmp_html_server(body: str) -> str:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return f"http://localhost:{httpd.server_address[1]}/"
+
+
+def test_strays_do_not_empty_the_whole_view(server, page):
+    """Two events at 9e18 ns: the timeline opens on the other events, says two lie outside,
+    and "show all" widens the view to them."""
+    page.goto(f"{server}/p/far/timeline")
+    page.wait_for_selector("#tl-canvas[data-ready]")
+    note = page.inner_text("#tl-outside")
+    assert note.startswith("2 stray events outside")
+    fitted = page.evaluate("window.neTimeline.state.view")
+    assert fitted[1] - fitted[0] < 10**12
+    page.click("#tl-show-all")
+    page.wait_for_function("() => window.neTimeline.state.view[1] > 4e18")
+    assert page.errors == [], page.errors

@@ -228,8 +228,9 @@ def create_app(
     ) -> dict[str, Any]:
         p = store.open(name)
         idx = index(name)
-        s = idx.start_ns if start_ns is None else start_ns
-        e = idx.end_ns if end_ns is None else end_ns
+        first = idx.fit[:2] if idx.fit else (idx.start_ns, idx.end_ns)  # where the events are
+        s = first[0] if start_ns is None else start_ns
+        e = first[1] if end_ns is None else end_ns
         if start_ns is None and end_ns is None:  # the first view of every visit: computed once
             width_px = min(8000, max(250, round(width_px / 250) * 250))  # a few cached widths
             win = store.derived(name, f"timeline-all-{width_px}",
@@ -238,6 +239,8 @@ def create_app(
             win = timeline.window(p, store.connection(name), idx, s, e, width_px)
         return {"name": name, "device_time_modeled": overview.is_modeled(p),
                 "extent": {"start_ns": idx.start_ns, "end_ns": idx.end_ns},
+                "fit": None if idx.fit is None else
+                {"start_ns": idx.fit[0], "end_ns": idx.fit[1], "outside_events": idx.fit[2]},
                 "lanes": timeline.lanes_json(idx), "steps": list(idx.steps), "window": win}  # fmt: skip
 
     @app.get("/api/p/{name}/events/{event_id}")

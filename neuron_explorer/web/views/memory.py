@@ -79,8 +79,8 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
     baseline = 0.0
     if since is not None:
         before = con.execute(f"SELECT value FROM ({samples}) WHERE ts_ns < ? ORDER BY ts_ns DESC "
-                             "LIMIT 1", [*key, since]).fetchone()  # fmt: skip
-        baseline = float(before[0]) if before else 0.0
+                             "LIMIT 1", [*key, since]).fetchall()  # fmt: skip
+        baseline = float(before[0][0]) if before else 0.0
     lo = since if since is not None else -(2**62)
     # the module path (profiles of schema 2 on): what a by-module table is made of
     cols = {r[0] for r in con.execute("DESCRIBE events").fetchall()}

@@ -40,7 +40,7 @@ def search_events(con, q: str, regex: bool = False, limit: int = MAX_MATCHES) ->
                     "truncated": False}  # fmt: skip
         found = f"WITH m AS ({names_sql}) "
         joined = "FROM events e JOIN m ON CAST(e.name AS VARCHAR) = m.n"
-        total = con.execute(f"{found} SELECT count(*) {joined}", [q]).fetchone()[0]
+        total = con.execute(f"{found} SELECT count(*) {joined}", [q]).fetchall()[0][0]
         rows = fetch_dicts(
             con,
             f"{found} SELECT e.id, e.rank, CAST(e.layer AS VARCHAR) AS layer, "

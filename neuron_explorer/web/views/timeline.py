@@ -26,6 +26,13 @@ _WINDOW_COLUMNS = ["id", "parent_id", "rank", "layer", "device", "track", "start
                    "name", "kind"]  # fmt: skip
 
 
+END_LIMIT = 2**63 - 1  # event ends are clamped here: int64, whatever a malformed event says
+# the whole view fits the events when strays (a share of at most STRAY_SHARE, or two events,
+# at either end) stretch the extent to more than STRAY_STRETCH times the span of the rest
+STRAY_SHARE = 0.001
+STRAY_STRETCH = 3
+
+
 @dataclass(frozen=True)
 class TimelineIndex:
     """What every window of one profile shares: lanes, extent, the long events."""
@@ -36,6 +43,7 @@ class TimelineIndex:
     start_ns: int
     end_ns: int
     steps: tuple[dict[str, int], ...]
+    fit: tuple[int, int, int] | None = None  # (start, end, events outside) when strays stretch it
 
 
 def _lane_sort_key(row: dict[str, Any]) -> tuple:
@@ -89,7 +97,8 @@ def build_index(profile: Profile, con) -> TimelineIndex:
     rows = con.execute(
         "SELECT rank, CAST(layer AS VARCHAR) AS layer, CAST(device AS VARCHAR) AS device, "
         "CAST(track AS VARCHAR) AS track, count(*) AS events, min(start_ns) AS s, "
-        "max(start_ns + dur_ns) AS e FROM events GROUP BY ALL"
+        # ends in HUGEINT: a malformed event near int64's limit must not overflow the sum
+        f"least(max(CAST(start_ns AS HUGEINT) + dur_ns), {END_LIMIT}) AS e FROM events GROUP BY ALL"
     ).fetchall()
     keys = ("rank", "layer", "device", "track", "events", "s", "e")
     lane_rows = sorted((dict(zip(keys, r, strict=True)) for r in rows), key=_lane_sort_key)
@@ -129,12 +138,41 @@ def build_index(profile: Profile, con) -> TimelineIndex:
     long_events = profile.table("events", columns=_WINDOW_COLUMNS,
                                 filter=pc.field("dur_ns") > threshold)  # fmt: skip
     start = min((r["s"] for r in lane_rows), default=0)
-    end = max((r["e"] for r in lane_rows), default=0) + 1  # windows are [start, end)
+    end = min(max((r["e"] for r in lane_rows), default=0) + 1, END_LIMIT)  # windows: [start, end)
     steps = tuple(
         {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
         for s in profile.manifest.steps
     )
-    return TimelineIndex(lanes, int(threshold), long_events, int(start), int(end), steps)
+    fit = _fit(profile)
+    return TimelineIndex(lanes, int(threshold), long_events, int(start), int(end), steps, fit)
+
+
+def _fit(profile: Profile) -> tuple[int, int, int] | None:
+    """Where the events are, when a few strays far from the rest would leave most of the whole
+    view empty: the largest gap between events (from the furthest end reached so far to the
+    next start) splits them; when one side holds at most STRAY_SHARE of them (or two) and the
+    gap is over STRAY_STRETCH times the other side's span, the view fits the other side.
+    Returns (start, end, events outside), or None. Float arithmetic: only huge gaps matter."""
+    t = profile.table("events", columns=["start_ns", "dur_ns"])
+    n = t.num_rows
+    if n < 3:
+        return None
+    st = t.column("start_ns").to_numpy().astype(np.float64)
+    en = st + t.column("dur_ns").to_numpy().astype(np.float64)
+    order = np.argsort(st, kind="stable")
+    st, reach = st[order], np.maximum.accumulate(en[order])
+    gaps = st[1:] - reach[:-1]
+    i = int(np.argmax(gaps))
+    gap, before, after = gaps[i], i + 1, n - i - 1
+    few = max(2, int(n * STRAY_SHARE))
+    if after <= few and gap > STRAY_STRETCH * max(reach[i] - st[0], 1):
+        lo, hi, outside = st[0], reach[i], after
+    elif before <= few and gap > STRAY_STRETCH * max(reach[-1] - st[i + 1], 1):
+        lo, hi, outside = st[i + 1], reach[-1], before
+    else:
+        return None
+    pad = (hi - lo) / 20
+    return (int(max(lo - pad, st[0])), int(min(hi + pad, reach[-1])) + 1, int(outside))
 
 
 def lanes_json(index: TimelineIndex) -> list[dict[str, Any]]:

@@ -398,6 +398,12 @@ async function showSpan(s, e) {
   spanEl.dataset.events = d.events;
 }
 
+// the whole profile, or where its events are when a few strays lie far from the rest
+function wholeView() {
+  const w = state.fit || state.extent;
+  setView(w.start_ns, w.end_ns);
+}
+
 function focusEvent(e) {
   const pad = Math.max(e.dur_ns * 2, 2000);
   setView(e.start_ns - pad, e.start_ns + e.dur_ns + pad);
@@ -499,7 +505,7 @@ run(async () => {
   const q = s0 !== null && e0 !== null ? `&start_ns=${enc(s0)}&end_ns=${enc(e0)}` : "";
   const d = await api(`/p/${enc(profile)}/timeline?width_px=${width}${q}`);
   setModeled(d.device_time_modeled);
-  Object.assign(state, { lanes: d.lanes, extent: d.extent, win: d.window });
+  Object.assign(state, { lanes: d.lanes, extent: d.extent, fit: d.fit, win: d.window });
   const groups = new Map();
   d.lanes.forEach((l) => { const g = groupOf(l); if (g) groups.set(g, (groups.get(g) || 0) + 1); });
   groups.forEach((n, g) => { if (n > 4) state.collapsed.add(g); });
@@ -520,7 +526,7 @@ run(async () => {
   const steps = h("select", { id: "tl-step", title: "Show one step" }, h("option", { value: "" }, "All steps"),
     d.steps.map((s, i) => h("option", { value: i }, `Step ${s.step}${s.rank ? " rank " + s.rank : ""} · ${fmtNs(s.dur_ns)}`)));
   steps.addEventListener("change", () => {
-    if (steps.value === "") setView(state.extent.start_ns, state.extent.end_ns);
+    if (steps.value === "") wholeView();
     else { const s = d.steps[+steps.value]; setView(s.start_ns, s.start_ns + s.dur_ns); }
   });
   mount(
@@ -529,8 +535,11 @@ run(async () => {
       h("button", { id: "tl-zoom-out", title: "Zoom out (S)", onclick: () => zoom(2) }, "−"),
       h("button", { title: "Pan left (A)", onclick: () => pan(-0.25) }, "◀"),
       h("button", { title: "Pan right (D)", onclick: () => pan(0.25) }, "▶"),
-      h("button", { id: "tl-reset", onclick: () => setView(state.extent.start_ns, state.extent.end_ns) }, "Whole profile"),
+      h("button", { id: "tl-reset", onclick: wholeView }, "Whole profile"),
       steps,
+      d.fit ? h("span", { class: "note", id: "tl-outside", title: "A few events lie far from the rest; the whole-profile view fits the others" },
+        `${fmtNum(d.fit.outside_events)} stray events outside, up to ${fmtNs(d.extent.end_ns - d.fit.end_ns)} after the rest · `,
+        h("a", { href: "#", id: "tl-show-all", onclick: (x) => { x.preventDefault(); setView(d.extent.start_ns, Math.min(d.extent.end_ns, 2 ** 62)); } }, "show all")) : null,
       findBox, h("button", { id: "tl-find-prev", title: "Previous match (Shift+Enter)", onclick: () => find(findBox.value, -1) }, "▲"),
       h("button", { id: "tl-find-next", title: "Next match (Enter)", onclick: () => find(findBox.value, 1) }, "▼"), findCount,
       statusEl,
