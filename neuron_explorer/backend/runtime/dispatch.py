@@ -131,10 +131,9 @@ def _unwrap(a, inputs: list, info: OpInfo):
             p = a._payload
             inputs.append((p, a))
             return p
-        if a.device.type == "cpu":
-            if a.dim() != 0 and not info.allows_cpu:
-                raise _mixed_device_error(info.name)
-        elif a.device.type == "neuron":
+        if a.dim() != 0 and not info.allows_cpu and a.device.type == "cpu":
+            raise _mixed_device_error(info.name)
+        if type(a) is not _Tensor and a.device.type == "neuron":
             # a factory's result while torch.compile traces (`torch.ones(3, device="neuron")`):
             # a fake tensor on the device, not a wrapper; its value belongs beside the payloads
             return a.to(_CPU)
