@@ -110,7 +110,8 @@ def build_index(profile: Profile, con) -> TimelineIndex:
         "lane": pa.array(range(len(lane_rows)), pa.int32()),
         "events": pa.array([r["events"] for r in lane_rows], pa.int64()),
     })  # fmt: skip
-    ev = profile.table("events", columns=["id", "parent_id", "rank", "layer", "device", "track"])
+    ev = profile.table("events", columns=["id", "parent_id", "rank", "layer", "device", "track",
+                                          "start_ns", "dur_ns"])  # fmt: skip
     con.register("_ev", ev)
     con.register("_lanes", lanes)
     try:
@@ -143,24 +144,25 @@ def build_index(profile: Profile, con) -> TimelineIndex:
         {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
         for s in profile.manifest.steps
     )
-    fit = _fit(profile)
+    fit = _fit(ev.column("start_ns").to_numpy(), ev.column("dur_ns").to_numpy())
     return TimelineIndex(lanes, int(threshold), long_events, int(start), int(end), steps, fit)
 
 
-def _fit(profile: Profile) -> tuple[int, int, int] | None:
+def _fit(start_ns: np.ndarray, dur_ns: np.ndarray) -> tuple[int, int, int] | None:
     """Where the events are, when a few strays far from the rest would leave most of the whole
     view empty: the largest gap between events (from the furthest end reached so far to the
     next start) splits them; when one side holds at most STRAY_SHARE of them (or two) and the
     gap is over STRAY_STRETCH times the other side's span, the view fits the other side.
     Returns (start, end, events outside), or None. Float arithmetic: only huge gaps matter."""
-    t = profile.table("events", columns=["start_ns", "dur_ns"])
-    n = t.num_rows
+    n = len(start_ns)
     if n < 3:
         return None
-    st = t.column("start_ns").to_numpy().astype(np.float64)
-    en = st + t.column("dur_ns").to_numpy().astype(np.float64)
-    order = np.argsort(st, kind="stable")
-    st, reach = st[order], np.maximum.accumulate(en[order])
+    st = start_ns.astype(np.float64)
+    en = st + dur_ns.astype(np.float64)
+    if not np.all(st[1:] >= st[:-1]):  # files are sorted by (rank, start): one rank is in order
+        order = np.argsort(st, kind="stable")
+        st, en = st[order], en[order]
+    reach = np.maximum.accumulate(en)
     gaps = st[1:] - reach[:-1]
     i = int(np.argmax(gaps))
     gap, before, after = gaps[i], i + 1, n - i - 1
