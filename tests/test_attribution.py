@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.analysis import hotspots
+from neuron_explorer.importers import import_traces
 from neuron_explorer.model import Profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,32 +211,14 @@ def test_compiled_kernels_keep_their_fx_nodes_stack_and_module(tmp_path):
     assert all(k["stack"][-1]["file"] == str(script) for k in forward)
 
 
-RECORD = """
-import sys
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-from torch.profiler import ProfilerActivity, profile
-torch.manual_seed(0)
-model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=32))
-x = torch.randint(0, 100, (2, 16))
-with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True) as prof:
-    model(x, labels=x).loss.backward()
-prof.export_chrome_trace(sys.argv[1])
-"""
+CPU_TRACE = (
+    ROOT / "tests" / "data" / "kineto-cpu-stacks" / "gpt2_cpu_stacks_modules.pt.trace.json.gz"
+)
 
 
-@pytest.mark.slow
 def test_an_imported_cpu_trace_with_stacks_and_modules_is_attributed(tmp_path):
-    script = tmp_path / "record.py"
-    script.write_text(RECORD)
-    trace = tmp_path / "cpu.pt.trace.json"
-    env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([sys.executable, str(script), str(trace)], capture_output=True,
-                         text=True, timeout=600, env=env)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = tmp_path / "p"
-    subprocess.run([*CLI, "import", str(trace), "-o", str(out)], check=True, timeout=600)
-    p = Profile.open(out)
+    # recorded with with_stack and with_modules on the CPU (tests/data/kineto-cpu-stacks)
+    p = Profile.open(import_traces([CPU_TRACE], tmp_path / "p"))
     ops = (
         p.duckdb()
         .execute(
@@ -281,21 +264,29 @@ class Net(torch.nn.Module):
 
 
 @pytest.mark.slow
-def test_a_user_package_named_backend_is_the_users_code(tmp_path):
-    pkg = tmp_path / "code" / "backend"
+def test_a_user_package_named_backend_is_the_users_code(tmp_path, monkeypatch):
+    import importlib
+
+    import torch
+
+    import neuron_explorer
+
+    code = tmp_path / "code"
+    pkg = code / "backend"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "net.py").write_text(USER_BACKEND)
-    script = tmp_path / "code" / "train.py"
-    script.write_text(
-        "import sys, torch, neuron_explorer\nfrom backend.net import Net\n"
-        "model = Net().to('neuron')\nwith neuron_explorer.profile(sys.argv[1]):\n"
-        "    for _ in range(2):\n        model(torch.randn(4, 8, device='neuron')).sum().backward()\n"
-    )
+    monkeypatch.chdir(code)  # the run's working directory: a source root
+    monkeypatch.syspath_prepend(str(code))
+    for name in ("backend", "backend.net"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    model = importlib.import_module("backend.net").Net().to("neuron")
     out = tmp_path / "p"
-    run = subprocess.run([sys.executable, str(script), str(out)], capture_output=True,
-                         text=True, timeout=600, cwd=script.parent)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
+    with neuron_explorer.profile(out):
+        for _ in range(2):
+            model(torch.randn(4, 8, device="neuron")).sum().backward()
+    for name in ("backend.net", "backend"):  # the user's package, not to be seen by others
+        sys.modules.pop(name, None)
     p = Profile.open(out)
     rows = (
         p.duckdb()
