@@ -235,3 +235,26 @@ def test_breakdown_splits_host_time_by_cause_without_a_device():
     )
     assert 0 < parts["data loading"] <= loader
     assert parts["data loading"] >= 0.9 * loader  # the spans barely overlap anything more specific
+
+
+def test_ranks_side_by_side_and_the_wait_for_the_straggler(capsys):
+    """The ddp_straggler sample (rank 1 logs synchronously each step): the summary's per-rank
+    table puts the ranks side by side, rank 0's wait at the all-reduces is the time rank 1 spent
+    logging, and the breakdown names that idle time as waiting at a collective."""
+    from test_analysis_profiles import sample
+
+    from neuron_explorer.analysis import summarize
+    from neuron_explorer.cli import main
+
+    s = summarize(sample("ddp_straggler"))
+    rows = {r.rank: r for r in s.ranks_table.rows}
+    assert sorted(rows) == [0, 1] and rows[0].steps == rows[1].steps == 3
+    assert rows[0].wait_ns > 3 * 0.5 * 0.03e9 and rows[1].wait_ns < 0.1 * rows[0].wait_ns
+    assert rows[0].compute_ns == rows[1].compute_ns  # the same model on each rank
+    parts = {p.key: p.ns for p in s.breakdown.parts}
+    assert parts["idle_collective_ns"] >= 0.9 * rows[0].wait_ns
+    assert sum(parts.values()) == s.breakdown.steps_ns
+    assert summarize(sample("gpt_train")).ranks_table is None  # one rank: no table
+    assert main(["summary", str(sample("ddp_straggler").path)]) == 0
+    out = capsys.readouterr().out
+    assert "Ranks (side by side, never summed)" in out and "steps of all 2 ranks" in out

@@ -9,7 +9,8 @@ Per step window W (a rank's ProfilerStep span, or its whole span without steps):
     dma_ns             |W ∩ transfers| not under kernels or collectives
     idle_*_ns          the rest of W, by what the host was doing then, the first cause of
                        IDLE_CAUSES that covers the instant: compiling, in a CPU fallback,
-                       waiting in a sync, loading data, anything else (launching, Python)
+                       waiting in a sync, waiting at a collective for the other ranks,
+                       loading data, anything else (launching, Python)
 
 They add up to the step exactly. Shown apart, never added: collectives hidden under compute,
 and host compile / fallback / sync time while the device works.
@@ -37,11 +38,14 @@ if TYPE_CHECKING:
     from .context import AnalysisContext
 
 # host causes of device idle time, most specific first: an instant in two of them is the first's
-IDLE_CAUSES = ("compile", "fallback", "sync", "dataload")
+IDLE_CAUSES = ("compile", "fallback", "sync", "collective", "dataload")
 PARTITION_COLUMNS = (
     "device_compute_ns", "communication_ns", "dma_ns", "idle_compile_ns", "idle_fallback_ns",
-    "idle_sync_ns", "idle_dataload_ns", "idle_host_ns",
+    "idle_sync_ns", "idle_collective_ns", "idle_dataload_ns", "idle_host_ns",
 )  # fmt: skip
+# a neuron collective's host call (its wait for the last rank is in it), or a host library's
+# collective span (gloo:* / nccl:* record_functions of other traces)
+COLLECTIVE_CALL_LIKE = ("c10d::%", "_c10d_functional::%")
 OVERLAP_COLUMNS = (
     "comm_overlap_ns", "compile_overlap_ns", "fallback_overlap_ns", "sync_overlap_ns",
 )  # fmt: skip
@@ -64,6 +68,11 @@ def host_cause_rows(ctx: AnalysisContext) -> dict[str, np.ndarray]:
         & (
             where("kind", (NEURON_SYNC_KIND,))
             | (where("kind", ("runtime",)) & where("name", SYNC_RUNTIME_NAMES))
+        ),
+        "collective": host
+        & (
+            (where("kind", ("runtime",)) & cols.like("name", COLLECTIVE_CALL_LIKE))
+            | where("kind", ("collective",))
         ),
         "dataload": host & spans & cols.like("name", DATALOADER_LIKE),
     }

@@ -23,6 +23,7 @@ from .conventions import (
     TRANSFER_KINDS,
 )
 from .engines import EngineUtil, engines, mbu, mfu
+from .ranks import Ranks, rank_table
 from .readiness import Readiness, readiness
 
 TOP_N = 15
@@ -38,6 +39,10 @@ PART_LABELS = {
     "idle_compile_ns": ("device idle: host compiling", "compiling"),
     "idle_fallback_ns": ("device idle: CPU fallback", "CPU fallback"),
     "idle_sync_ns": ("device idle: host in a sync", "sync wait"),
+    "idle_collective_ns": (
+        "device idle: host at a collective (waiting for the other ranks)",
+        "collective wait",
+    ),
     "idle_dataload_ns": ("device idle: data loading", "data loading"),
     "idle_host_ns": ("device idle: other host work (launches, Python)", "other host work"),
 }
@@ -139,6 +144,7 @@ class Summary:
     readiness: Readiness | None  # neuron profiles only
     # what ended a run early (capture/ending.py: exception, message, op, file, line), or None
     run_ended: dict[str, Any] | None = None
+    ranks_table: Ranks | None = None  # several ranks: each side by side, never summed
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)
@@ -186,6 +192,7 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         mbu=mbu(ctx) if neuron else None,
         readiness=readiness(ctx) if neuron else None,
         run_ended=profile.manifest.extra.get("run_ended"),
+        ranks_table=rank_table(ctx, steps),
     )
 
 

@@ -123,7 +123,9 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
         c.print("steps: none recorded (no ProfilerStep spans); the whole trace is one window")
     if s.devices:
         _render_devices(c, s.devices)
-    _render_breakdown(c, s.breakdown)
+        if s.ranks_table is not None:
+            _render_ranks(c, s.ranks_table)
+    _render_breakdown(c, s.breakdown, len(s.ranks))
     for title, table in (
         ("Top host ops by self time", s.top_ops_self),
         ("Top host ops by total time", s.top_ops_total),
@@ -223,10 +225,39 @@ def _render_devices(c, devices) -> None:
     )
 
 
-def _render_breakdown(c, b) -> None:
+def _render_ranks(c, ranks) -> None:  # analysis.ranks.Ranks
+    from ..tables import fit_table
+
+    heads = ("rank", "steps", "median step", "compute", "communication", "wait", "device idle")
+    rows = [
+        (
+            str(r.rank),
+            str(r.steps),
+            _ms(r.median_step_ns),
+            _ms(r.compute_ns),
+            _ms(r.communication_ns),
+            _ms(r.wait_ns),
+            _ms(r.idle_ns),
+        )  # fmt: skip
+        for r in ranks.rows
+    ]
+    c.print(fit_table(c.width, heads, rows, title="Ranks (side by side, never summed)",
+                      right=range(0, 7)))  # fmt: skip
+
+    def x(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}x"
+
+    sp = ranks.spread
+    c.print(f"  spread across ranks (largest / smallest): median step {x(sp.median_step)}, "
+            f"compute {x(sp.compute)}, wait {x(sp.wait)}; wait = time at collectives for the "
+            "last rank to arrive", highlight=False)  # fmt: skip
+
+
+def _render_breakdown(c, b, n_ranks: int = 1) -> None:
     from rich.table import Table
 
-    t = Table(title="Step-time breakdown (all steps; the parts add up to the steps)",
+    whose = f"the steps of all {n_ranks} ranks, added" if n_ranks > 1 else "all steps"
+    t = Table(title=f"Step-time breakdown ({whose}; the parts add up to the steps)",
               title_justify="left")  # fmt: skip
     t.add_column("where")
     t.add_column("time", justify="right")

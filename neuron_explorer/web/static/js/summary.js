@@ -10,7 +10,7 @@ function findingList(name, findings) {
 
 // one stacked bar per step: the breakdown's parts (summary.breakdown.parts), which add up to
 // the step; the overlaps (breakdown.overlap) are not parts and are not stacked
-const PART_COLORS = { device_compute_ns: "#10b981", communication_ns: "#8b5cf6", dma_ns: "#06b6d4", idle_compile_ns: "#ef4444", idle_fallback_ns: "#b91c1c", idle_sync_ns: "#f59e0b", idle_dataload_ns: "#a16207", idle_host_ns: "#d1d5db" };
+const PART_COLORS = { device_compute_ns: "#10b981", communication_ns: "#8b5cf6", dma_ns: "#06b6d4", idle_compile_ns: "#ef4444", idle_fallback_ns: "#b91c1c", idle_sync_ns: "#f59e0b", idle_collective_ns: "#c084fc", idle_dataload_ns: "#a16207", idle_host_ns: "#d1d5db" };
 
 function breakdownChart(el, s, modeled) {
   const steps = s.steps || [];
