@@ -147,3 +147,16 @@ def test_own_profiler_block_ending_in_an_exception_records_it(tmp_path):
     ended = Profile.open(tmp_path / "p").manifest.extra["run_ended"]
     assert (ended["exception"], ended["file"], ended["line"]) == ("IndexError", __file__, line)
     assert "out of bounds" in ended["message"]
+
+
+def test_indexing_with_a_cpu_index_tensor_trains_as_on_the_cpu():
+    # op_db's __getitem__ and index_put samples: CPU indices are allowed, as on CUDA, in the
+    # forward (aten::index) and in its backward (aten::index_put)
+    idx = torch.tensor([1, 3, 3])
+    x = torch.randn(5, requires_grad=True)
+    dev = x.detach().to("neuron").requires_grad_()
+    (x[idx] * 2).sum().backward()
+    (dev[idx] * 2).sum().backward()
+    assert torch.equal(x.grad, dev.grad.cpu())
+    out = torch.index_put(torch.zeros(5, device="neuron"), (idx,), torch.ones(3, device="neuron"))
+    assert torch.equal(out.cpu(), torch.index_put(torch.zeros(5), (idx,), torch.ones(3)))

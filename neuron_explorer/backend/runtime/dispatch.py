@@ -45,8 +45,11 @@ class OpInfo:
         self.restrides = self.mutates and (
             not self.kernel or any(a.is_out for a in schema.arguments)
         )
-        self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put_",
-                                        "aten::_index_put_impl_", "aten::_to_copy")  # fmt: skip
+        # CPU index tensors are allowed, as on CUDA: indexing, and index_put, which the
+        # backward of x[cpu_index] runs
+        self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put",
+                                        "aten::index_put_", "aten::_index_put_impl_",
+                                        "aten::_to_copy")  # fmt: skip
         self.special = _SPECIAL.get(self.name)
         if unsupported.is_sparse_constructor(self.name):
             self.special = unsupported.refuse_sparse
