@@ -226,20 +226,28 @@ def on(batch: dict, device: str) -> dict:
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def train(model: ZooModel, device: str, steps: int = 2, n: int = 2):
-    """(losses, parameters on the CPU) after `steps` AdamW steps from seed 0."""
+LR = 1e-2
+
+
+def train(model: ZooModel, device: str, steps: int = 2, n: int = 2, autocast=None,
+          grads: bool = False):  # fmt: skip
+    """(losses, parameters on the CPU) after `steps` AdamW steps from seed 0, optionally under
+    torch.autocast(device, dtype=autocast); with `grads`, the last step's gradients instead."""
     torch.manual_seed(0)
     backend.clear_op_tracking()
     net = model.build().to(device)
     net.train()
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(net.parameters(), lr=LR)
     losses = []
     for _ in range(steps):
-        loss = net(**on(model.batch(n), device)).loss
+        with torch.autocast(device_type=device, dtype=autocast, enabled=autocast is not None):
+            loss = net(**on(model.batch(n), device)).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    if grads:
+        return losses, [p.grad.cpu() for p in net.parameters() if p.grad is not None]
     return losses, [p.detach().cpu() for p in net.parameters()]
 
 
