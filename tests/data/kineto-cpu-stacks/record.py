@@ -7,9 +7,11 @@ with_modules=True, on the CPU. Run from the repository root:
 """
 
 import sys
+
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 from torch.profiler import ProfilerActivity, profile
+from transformers import GPT2Config, GPT2LMHeadModel
+
 torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=32))
 x = torch.randint(0, 100, (2, 16))
