@@ -456,7 +456,9 @@ def test_memory_of_a_profile_without_counters_and_counter_windows(client):
     assert d["counters"] == [] and d["peak"] is None
     full = get(client, "/api/p/gpt/memory")["counters"][0]
     mid = full["ts_ns"][len(full["ts_ns"]) // 2]
-    win = get(client, f"/api/p/gpt/counters?start_ns={mid}&end_ns={mid + 2_000_000}&width_px=100")["counters"][0]
+    win = get(client, f"/api/p/gpt/counters?start_ns={mid}&end_ns={mid + 2_000_000}&width_px=100")[
+        "counters"
+    ][0]
     assert len(win["ts_ns"]) <= 100 and all(mid <= t <= mid + 2_000_000 for t in win["ts_ns"])
     get(client, "/api/p/gpt/counters?start_ns=0", status=422)
 
@@ -479,7 +481,9 @@ def test_memory_at_the_peak_by_module_of_a_real_capture(tmp_path):
     """A tiny MLP captured on the neuron device: the memory held at the peak is also split by
     nn.Module path, and each module named is one the events carry."""
     out = tmp_path / "root" / "mlp"
-    subprocess.run([sys.executable, "-c", CAPTURE_MLP, str(out)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-c", CAPTURE_MLP, str(out)], check=True, capture_output=True, timeout=600
+    )
     client = TestClient(create_app(out.parent, analysis_cache=tmp_path / "cache"))
     pk = get(client, "/api/p/mlp/memory")["peak"]
     con = client.app.state.store.connection("mlp")
@@ -497,7 +501,9 @@ def test_span_totals_clip_every_event_to_the_span(client, name):
     con = client.app.state.store.connection(name)
     lo, hi = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM events").fetchone()
     s, e = lo + (hi - lo) // 3, lo + (hi - lo) // 2
-    rows = con.execute("SELECT CAST(layer AS VARCHAR), CAST(kind AS VARCHAR), start_ns, dur_ns FROM events").fetchall()
+    rows = con.execute(
+        "SELECT CAST(layer AS VARCHAR), CAST(kind AS VARCHAR), start_ns, dur_ns FROM events"
+    ).fetchall()
     want: dict[tuple[str, str], list[int]] = {}
     for layer, kind, st, du in rows:
         if (st < e and st + du > s) or (du == 0 and s <= st < e):
@@ -525,7 +531,10 @@ def test_strays_far_from_the_rest_do_not_empty_the_whole_view(client, root, tmp_
     good = get(client, "/api/p/base/timeline?width_px=1000")
     assert d["extent"]["end_ns"] > 9 * 10**18 and good["fit"] is None
     assert d["fit"]["outside_events"] == 2 and d["fit"]["end_ns"] < 10**12
-    assert d["window"]["start_ns"] == d["fit"]["start_ns"] and d["window"]["end_ns"] == d["fit"]["end_ns"]
+    assert (
+        d["window"]["start_ns"] == d["fit"]["start_ns"]
+        and d["window"]["end_ns"] == d["fit"]["end_ns"]
+    )
     assert d["window"]["events"] == good["window"]["events"] - 2
     assert c.get("/api/profiles").status_code == 200 and c.get("/p/far").status_code == 200
     last = get(c, f"/api/p/far/timeline?start_ns={d['fit']['end_ns']}&end_ns={2**62}&width_px=500")

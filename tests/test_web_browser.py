@@ -367,7 +367,9 @@ def test_shift_drag_totals_a_span(server, page):
     page.keyboard.up("Shift")
     panel = page.wait_for_selector("#tl-span[data-events]")
     s, e = page.evaluate("window.neTimeline.state.range")
-    want = httpx.get(f"{server}/api/p/neuron/span", params={"start_ns": round(s), "end_ns": round(e)}).json()
+    want = httpx.get(
+        f"{server}/api/p/neuron/span", params={"start_ns": round(s), "end_ns": round(e)}
+    ).json()
     assert int(panel.get_attribute("data-events")) == want["events"] > 0
     text = panel.inner_text().lower()  # section titles are upper-cased by CSS
     assert "selected span" in text and "tensore" in text
@@ -381,9 +383,13 @@ def test_the_selected_event_is_in_the_url(server, page):
     """Clicking an event puts it in the URL, and that URL opens with the event selected."""
     import httpx
 
-    k = httpx.get(f"{server}/api/p/neuron/search", params={"q": "kernel_addmm", "limit": 5}).json()["matches"][2]
+    k = httpx.get(f"{server}/api/p/neuron/search", params={"q": "kernel_addmm", "limit": 5}).json()[
+        "matches"
+    ][2]
     window = f"start_ns={k['start_ns'] - k['dur_ns']}&end_ns={k['start_ns'] + 2 * k['dur_ns']}"
-    _open(page, server + f"/p/neuron/timeline?{window}", "timeline-select", "#tl-canvas[data-ready]")
+    _open(
+        page, server + f"/p/neuron/timeline?{window}", "timeline-select", "#tl-canvas[data-ready]"
+    )
     hit = page.evaluate("window.neTimeline.rectCenter('kernel')")
     assert hit, "no kernel drawn wide enough to click"
     page.mouse.click(hit["x"], hit["y"])

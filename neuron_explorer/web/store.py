@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     import duckdb
 
 
-
 def _plain_name(name: str) -> bool:
     """A name a URL may carry: one path component, not hidden (an import writes its temporary
     folder under a `.` name), no control characters. Spaces, non-ASCII letters, a leading `-`
