@@ -254,7 +254,9 @@ def create_app(
     @app.get("/api/p/{name}/memory")
     def api_memory(name: str) -> dict[str, Any]:
         p = store.open(name)
-        found = store.derived(name, "memory", lambda p: memory.memory_json(p, store.connection(name)))
+        found = store.derived(
+            name, "memory", lambda p: memory.memory_json(p, store.connection(name))
+        )
         return {"name": name, "device_time_modeled": overview.is_modeled(p), **found}
 
     @app.get("/api/p/{name}/counters")
@@ -279,7 +281,9 @@ def create_app(
                 **span.span_totals(store.connection(name), start_ns, end_ns)}  # fmt: skip
 
     @app.get("/api/p/{name}/search")
-    def api_search(name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES) -> dict[str, Any]:
+    def api_search(
+        name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES
+    ) -> dict[str, Any]:
         store.open(name)
         return {"name": name, **search.search_events(store.connection(name), q, regex, limit)}
 
