@@ -102,4 +102,10 @@ def test_the_module_tree_page_draws_the_icicle_and_the_table(served, page):
     page.goto(f"{url}/p/gpt2/source")
     page.locator("a.model-file").first.wait_for(timeout=90_000)
     assert page.locator("a.model-file", has_text="modeling_gpt2.py").count() == 1
+    # the level of "the line" is the reader's choice, kept in the URL
+    page.select_option("#line-level", "all")
+    page.wait_for_url("**level=all**", timeout=90_000)
+    page.locator("a.model-line").first.wait_for(timeout=90_000)
+    assert page.locator("#line-level").input_value() == "all"
+    assert "level=all" in page.locator("a.model-line").first.get_attribute("href")
     assert not page.errors, page.errors

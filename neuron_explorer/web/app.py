@@ -48,6 +48,10 @@ def _plotly_js() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
+# which frame is "the line" in the source view: your code, model code or every frame
+LEVEL = Query("model", pattern="^(user|model|all)$")
+
+
 def create_app(
     root: str | Path,
     allowed_hosts: list[str] | None = None,
@@ -99,9 +103,9 @@ def create_app(
     def lines(name: str):  # pyarrow table
         return persisted(name, "lines_table", lambda p: source.line_table(context(p).cols))
 
-    def model_lines(name: str):  # pyarrow table: device self/total per line of every stack file
-        return persisted(name, "model_lines_table",
-                         lambda p: source.model_line_table(p, p.duckdb()))  # fmt: skip
+    def model_lines(name: str, level: str = "model"):  # device self/total per line, any file
+        return persisted(name, f"lines_table_{level}",
+                         lambda p: source.model_line_table(p, p.duckdb(), level))  # fmt: skip
 
     # neuron_explorer.analysis keeps one DuckDB connection per profile: one analysis call at a time
     def summary(name: str) -> dict[str, Any] | None:
@@ -302,12 +306,12 @@ def create_app(
         return out
 
     @app.get("/api/p/{name}/source")
-    def api_source(name: str) -> dict[str, Any]:
+    def api_source(name: str, level: str = LEVEL) -> dict[str, Any]:
         p = store.open(name)
         t = lines(name)
-        m = model_lines(name)
+        m = model_lines(name, level)
         return {"name": name, "files": source.files_json(t, p), "top_lines": source.top_lines(t, 50),
-                "model_files": source.model_files_json(m, p),
+                "level": level, "model_files": source.model_files_json(m, p),
                 "top_model_lines": source.top_model_lines(m),
                 "device_time_modeled": overview.is_modeled(p)}  # fmt: skip
 
@@ -326,11 +330,12 @@ def create_app(
         return path
 
     @app.get("/api/p/{name}/source/{file_id}")
-    def api_source_file(name: str, file_id: str) -> dict[str, Any]:
+    def api_source_file(name: str, file_id: str, level: str = LEVEL) -> dict[str, Any]:
         p = store.open(name)
         path = _file(name, file_id)
-        return {"name": name, **source.file_json(p, lines(name), path, overview.is_modeled(p),
-                                                 model_lines(name))}  # fmt: skip
+        return {"name": name, "level": level,
+                **source.file_json(p, lines(name), path, overview.is_modeled(p),
+                                   model_lines(name, level))}  # fmt: skip
 
     @app.get("/api/p/{name}/source/{file_id}/lines/{line}")
     def api_source_line(name: str, file_id: str, line: int) -> dict[str, Any]:

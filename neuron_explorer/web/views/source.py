@@ -191,13 +191,16 @@ def find_file(lines: pa.Table, fid: str, model: pa.Table | None = None) -> str |
     return None
 
 
-def model_line_table(profile: Profile, con) -> pa.Table:
+def model_line_table(profile: Profile, con, level: str = "model") -> pa.Table:
     """Device self and total time per line of every file in the stacks (analysis/hotspots.py):
-    at the model level for user and library files, at every frame for torch's and the rest."""
-    model = hotspots.line_hotspots(profile, "model", con)
+    at `level` (user, model or all) for the files that level reads, at every frame for the
+    rest (torch's files at the user or model level)."""
     every = hotspots.line_hotspots(profile, "all", con)
-    rest = every.filter(pc.invert(pc.is_in(every.column("file"), model.column("file"))))
-    return pa.concat_tables([model, rest])
+    if level == "all":
+        return every
+    chosen = hotspots.line_hotspots(profile, level, con)
+    rest = every.filter(pc.invert(pc.is_in(every.column("file"), chosen.column("file"))))
+    return pa.concat_tables([chosen, rest])
 
 
 def model_files_json(model: pa.Table, profile: Profile) -> list[dict[str, Any]]:

@@ -1,12 +1,33 @@
-import { api, h, mount, run, fmtNs, dataTable, heatBar, sourceUrl, timelineUrl, pUrl, enc, section, setModeled, profile, fileId } from "./common.js";
+import { api, h, mount, run, fmtNs, dataTable, heatBar, sourceUrl as fileUrl, timelineUrl, pUrl, enc, section, setModeled, profile, fileId, qs } from "./common.js";
+
+// Which frame is "the line" for device self time: your code, model code (the default: your
+// code or a library's, such as transformers' modeling files) or every frame. Kept in ?level=.
+const LEVELS = { user: "your code", model: "model code", all: "every frame" };
+const level = LEVELS[qs("level")] ? qs("level") : "model";
+const sourceUrl = (name, fid, line) => {
+  const url = fileUrl(name, fid, line);
+  if (level === "model") return url;
+  const [path, hash] = url.split("#");
+  return `${path}?level=${level}${hash ? "#" + hash : ""}`;
+};
+function levelPicker() {
+  const sel = h("select", { id: "line-level", title: "which frame is the line" },
+    Object.entries(LEVELS).map(([k, v]) => h("option", { value: k, selected: k === level ? "" : null }, v)));
+  sel.addEventListener("change", () => {
+    const url = new URL(location.href);
+    if (sel.value === "model") url.searchParams.delete("level"); else url.searchParams.set("level", sel.value);
+    location.href = url.toString();
+  });
+  return h("label", { class: "note" }, "  line: ", sel);
+}
 
 async function files() {
-  const d = await api(`/p/${enc(profile)}/source`);
+  const d = await api(`/p/${enc(profile)}/source?level=${level}`);
   setModeled(d.device_time_modeled);
   const modeled = d.device_time_modeled ? " (modeled)" : "";
   const max = Math.max(1, ...d.files.map((f) => f.host_ns + f.device_ns));
   mount(
-    h("h1", {}, "Source", h("span", { class: "note" }, "  files and lines ranked by the time they account for")),
+    h("h1", {}, "Source", h("span", { class: "note" }, "  files and lines ranked by the time they account for"), levelPicker()),
     section("Files", d.files.length ? dataTable([
       { key: "file", label: "File", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id), class: "file-link" }, r.file) },
       { label: "", cell: (r) => heatBar((r.host_ns + r.device_ns) / max) },
@@ -59,7 +80,7 @@ async function showLine(side, line, modeled) {
 }
 
 async function file() {
-  const d = await api(`/p/${enc(profile)}/source/${enc(fileId)}`);
+  const d = await api(`/p/${enc(profile)}/source/${enc(fileId)}?level=${level}`);
   setModeled(d.device_time_modeled);
   const modeled = d.device_time_modeled;
   const max = Math.max(1, d.max_ns);
@@ -87,7 +108,7 @@ async function file() {
     return tr;
   });
   mount(
-    h("h1", {}, d.name, h("span", { class: "note mono" }, "  " + d.file)),
+    h("h1", {}, d.name, h("span", { class: "note mono" }, "  " + d.file), levelPicker()),
     d.has_source ? null : h("p", { class: "warn" }, "The text of this file was not kept in the profile; only the line numbers with their times are shown."),
     h("div", { class: "source-layout" },
       section("Code", h("table", { class: "code", id: "code" },
