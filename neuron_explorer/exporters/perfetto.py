@@ -40,9 +40,9 @@ DEFAULT_SUFFIX = ".perfetto.json.gz"
 # faster than 9) for a file about a fifth larger; exports are written often and read once.
 GZIP_LEVEL = 3
 
-_INT_ARGS = ("step", "parent_id", "flow_id", "stack_id", "src_line", "flops", "bytes_read",
-             "bytes_written")  # fmt: skip
-_STR_ARGS = ("op_name", "src_file", "src_func")
+_INT_ARGS = ("step", "parent_id", "flow_id", "stack_id", "src_line", "model_line", "flops",
+             "bytes_read", "bytes_written")  # fmt: skip
+_STR_ARGS = ("op_name", "src_file", "src_func", "module", "model_file", "model_func")
 _RAW_ARGS = ("shapes", "dtypes", "args")  # JSON text columns, nested as JSON
 _EVENT_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "device", "start_ns", "dur_ns",
                   *_INT_ARGS, *_STR_ARGS, *_RAW_ARGS)  # fmt: skip
