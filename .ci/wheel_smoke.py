@@ -78,7 +78,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def capture_and_import(trace: Path) -> None:
     (HERE / "train.py").write_text(textwrap.dedent(TRAIN))
-    cli("capture", "-o", "profiles/run", "--", "python", "train.py")
+    proc = cli("capture", "-o", "profiles/run", "--", "python", "train.py")
+    wrote = (HERE / "profiles" / "run" / "manifest.json").is_file()
+    check("capture wrote profiles/run", wrote, proc.stderr[-3000:])
     kernels = cli("query", "profiles/run", "SELECT count(*) AS n FROM events WHERE kind = 'kernel'",
                   "--csv").stdout.split()  # fmt: skip
     check("the capture holds device kernels", int(kernels[-1]) > 0, kernels)
