@@ -540,3 +540,30 @@ def test_strays_far_from_the_rest_do_not_empty_the_whole_view(client, root, tmp_
     last = get(c, f"/api/p/far/timeline?start_ns={d['fit']['end_ns']}&end_ns={2**62}&width_px=500")
     assert last["window"]["events"] >= 0  # a window out to the URL limit answers, no overflow
     get(c, f"/api/p/far/timeline?start_ns={9 * 10**18}&end_ns={9 * 10**18 + 10**6}", status=422)
+
+
+def test_compare_kernels_and_findings(client):
+    """Compare, kernel level: each kernel's time and launches on both sides, against SQL, the
+    largest change first; findings matched by rule into appeared, went and both."""
+    d = get(client, "/api/compare?a=base&b=test")
+    sums = {}
+    for side in ("base", "test"):
+        con = client.app.state.store.connection(side)
+        sums[side] = {n: (c, t) for n, c, t in con.execute(
+            "SELECT CAST(name AS VARCHAR), count(*), sum(dur_ns) FROM events WHERE kind = 'gpu_kernel' GROUP BY 1").fetchall()}  # fmt: skip
+    assert {r["name"] for r in d["kernels"]} == set(sums["base"]) | set(sums["test"])
+    for r in d["kernels"]:
+        for side, key in (("a", "base"), ("b", "test")):
+            if r["name"] in sums[key]:
+                assert (r[side]["count"], r[side]["time_ns"]) == sums[key][r["name"]]
+    deltas = [abs(r["delta"]) for r in d["kernels"]]
+    assert deltas == sorted(deltas, reverse=True)
+    f = d["findings"]
+    rules = {
+        side: {x["rule"] for x in get(client, f"/api/p/{side}/findings")["findings"]}
+        for side in ("base", "test")
+    }
+    assert f["available"]
+    assert {x["rule"] for x in f["appeared"]} == rules["test"] - rules["base"]
+    assert {x["rule"] for x in f["went"]} == rules["base"] - rules["test"]
+    assert {x["rule"] for x in f["both"]} == rules["base"] & rules["test"]

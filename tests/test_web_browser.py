@@ -212,6 +212,9 @@ def test_pick_two_profiles_and_compare(server, page):
     page.click("#compare-btn")
     page.wait_for_selector("#compare-chart .main-svg")
     assert "a=base" in page.url and "b=test" in page.url
+    page.wait_for_selector("#findings-diff")
+    page.fill("#kernels-box", "/gemm|sgemm|Kernel/")  # the kernel table's filter, kept in the URL
+    assert "kernels=" in page.url and page.inner_text("#kernels-count")
     page.screenshot(path=str(SHOTS / "compare.png"), full_page=True)
     assert page.errors == [], page.errors
 

@@ -401,6 +401,10 @@ def create_app(
             buf.getvalue(), media_type="application/vnd.apache.parquet", headers=headers
         )
 
+    def kernels(name: str):  # pyarrow table of kernels by name
+        con = store.connection(name)
+        return store.derived(name, "kernel_table", lambda p: compare.kernel_table(con))
+
     @app.get("/api/compare")
     def api_compare(a: str = Query(...), b: str = Query(...)) -> dict[str, Any]:
         pa_, pb_ = store.open(a), store.open(b)
@@ -414,6 +418,8 @@ def create_app(
             "breakdown": compare.compare_breakdown(suma, sumb),
             "ops": compare.compare_ops(ops(a), ops(b))[:200],
             "lines": compare.compare_lines(lines(a), lines(b))[:200],
+            "kernels": compare.compare_kernels(kernels(a), kernels(b))[:200],
+            "findings": compare.compare_findings(findings(a), findings(b)),
             "device_time_modeled": overview.is_modeled(pa_) or overview.is_modeled(pb_),
         }  # fmt: skip
 

@@ -78,3 +78,42 @@ def _breakdown(summary: dict[str, Any] | None) -> dict[str, float] | None:
         return None
     steps = (summary.get("step_stats") or {}).get("count") or 1  # per step, so runs compare
     return {k: v / steps for k, v in b.items() if isinstance(v, (int, float))}
+
+
+KERNEL_KINDS = ("kernel", "gpu_kernel")
+
+
+def kernel_table(con) -> pa.Table:
+    """Device kernels by name: launches and total time."""
+    kinds = ", ".join(f"'{k}'" for k in KERNEL_KINDS)
+    return con.sql(
+        "SELECT CAST(name AS VARCHAR) AS name, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns "
+        f"FROM events WHERE kind IN ({kinds}) GROUP BY 1"
+    ).to_arrow_table()
+
+
+def compare_kernels(a: pa.Table, b: pa.Table) -> list[dict[str, Any]]:
+    """Kernel rows keyed by name; the value is the kernel's total device time."""
+    return _delta_rows(a, b, ("name",), "time_ns", ("count",))
+
+
+def compare_findings(a: list[dict] | None, b: list[dict] | None) -> dict[str, Any]:
+    """Rules that found something in B and not in A (appeared), in A and not in B (went), and
+    in both, with each side's top finding of the rule (titles carry numbers that change, so
+    findings match by rule). `available` is false until both analyses are ready."""
+    if a is None or b is None:
+        return {"available": False, "appeared": [], "went": [], "both": []}
+    ta, tb = _top_by_rule(a), _top_by_rule(b)
+    return {
+        "available": True,
+        "appeared": [tb[r] for r in tb if r not in ta],
+        "went": [ta[r] for r in ta if r not in tb],
+        "both": [{"rule": r, "a": ta[r], "b": tb[r]} for r in tb if r in ta],
+    }
+
+
+def _top_by_rule(found: list[dict]) -> dict[str, dict]:
+    top: dict[str, dict] = {}
+    for f in found:  # largest saving first already
+        top.setdefault(f.get("rule") or "", f)
+    return top

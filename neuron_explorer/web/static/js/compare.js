@@ -19,6 +19,15 @@ async function picker() {
     h("button", { class: "btn primary", onclick: () => { location.href = `/compare?a=${enc(a.value)}&b=${enc(b.value)}`; } }, "Compare"))));
 }
 
+// what the rules found in one profile and not the other (matched by rule: titles carry numbers)
+function findingsDiff(f, a, b) {
+  if (!f || !f.available) return h("p", { class: "note" }, "Shown once both profiles are analysed.");
+  const item = (x, name) => h("li", {}, h("a", { href: pUrl(name, "/findings") }, x.title), h("span", { class: "note" }, `  ${x.rule}`));
+  return h("div", { class: "grid2", id: "findings-diff" },
+    h("div", {}, h("h2", {}, `Appeared in B (${f.appeared.length})`), f.appeared.length ? h("ul", { class: "list-plain" }, f.appeared.map((x) => item(x, b))) : h("p", { class: "note" }, "none")),
+    h("div", {}, h("h2", {}, `Went since A (${f.went.length})`), f.went.length ? h("ul", { class: "list-plain" }, f.went.map((x) => item(x, a))) : h("p", { class: "note" }, "none")));
+}
+
 run(async () => {
   const a = qs("a"), b = qs("b");
   if (!a || !b) return picker();
@@ -51,6 +60,13 @@ run(async () => {
       { label: "A", num: true, cell: sideVal("a", "time_ns") }, { label: "B", num: true, cell: sideVal("b", "time_ns") },
       { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }, { label: "Δ%", num: true, cell: pct },
     ], rows.slice(0, 100), { compact: true, sortable: false }), { param: "lines", key: "file", placeholder: "Filter lines: file or /regex/" }) : h("p", { class: "note" }, "Neither profile has source lines.")),
+    section("Kernels, largest change first" + (d.device_time_modeled ? " (modeled)" : ""), d.kernels.length ? filteredTable(d.kernels, (rows) => dataTable([
+      { key: "name", label: "Kernel", cell: (r) => h("span", { class: "mono" }, r.name) },
+      { label: "A time", num: true, cell: sideVal("a", "time_ns") }, { label: "B time", num: true, cell: sideVal("b", "time_ns") },
+      { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }, { label: "Δ%", num: true, cell: pct },
+      { label: "A launches", num: true, cell: (r) => (r.a.count ?? "–") }, { label: "B launches", num: true, cell: (r) => (r.b.count ?? "–") },
+    ], rows.slice(0, 100), { compact: true, sortable: false }), { param: "kernels", placeholder: "Filter kernels: name or /regex/" }) : h("p", { class: "note" }, "Neither profile has device kernels.")),
+    section("Findings that appeared or went", findingsDiff(d.findings, a, b)),
   );
   const trace = (s, name, color) => ({ type: "bar", name, x: s.per_step.map((_, i) => i), y: s.per_step.map((p) => p.dur_ns / 1e6), marker: { color } });
   plot(chart, [trace(sa, `A ${a}`, "#94a3b8"), trace(sb, `B ${b}`, "#3b82f6")],
