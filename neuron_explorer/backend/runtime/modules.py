@@ -36,6 +36,12 @@ def _outermost(frame):
 
 def _name(module, frame) -> str:
     root = _outermost(frame)
+    # torch.compile's wrapper: name the model it wraps (dynamo's nn_module_stack names modules
+    # from the model too), never "_orig_mod.blocks.0"
+    inner = getattr(root, "_orig_mod", None)
+    if isinstance(inner, torch.nn.Module):
+        _paths[id(root)] = (root, "")
+        root = inner
     if isinstance(root, torch.nn.Module):
         for name, m in root.named_modules():
             if id(m) not in _paths or _paths[id(m)][0] is not m:
