@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -389,8 +390,8 @@ def _run_worker(batch, dtypes, max_samples, records, out):
     if max_samples is not None:
         cmd += ["--max-samples", str(max_samples)]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env)  # fmt: skip
+    err = tempfile.TemporaryFile("w+")  # the worker's stderr: why it failed, if it did
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     last = [time.monotonic()]
     stalled = threading.Event()
     threading.Thread(target=_watchdog, args=(proc, last, stalled), daemon=True).start()
@@ -408,7 +409,16 @@ def _run_worker(batch, dtypes, max_samples, records, out):
         _emit(rec, records, out)
     rc = proc.wait()
     if current is None:
+        seen = {r["op"] for r in records}
+        if rc and not any(op in seen for op in batch):  # died before any op: say why
+            err.seek(0)
+            why = (err.read().strip().splitlines() or [""])[-1][:300]
+            for op in batch:
+                _emit({"op": op, "dtype": "", "status": f"worker failed (exit {rc})",
+                       "counts": {}, "failures": [why]}, records, out)  # fmt: skip
+        err.close()
         return "ok", None
+    err.close()
     return ("timed out" if stalled.is_set() else f"crashed (exit {rc})"), current
 
 

@@ -4,6 +4,7 @@ the user's line, and what a run that dies inside an op leaves in its profile (is
 from __future__ import annotations
 
 import inspect
+import time
 import warnings
 
 import pytest
@@ -160,3 +161,27 @@ def test_indexing_with_a_cpu_index_tensor_trains_as_on_the_cpu():
     assert torch.equal(x.grad, dev.grad.cpu())
     out = torch.index_put(torch.zeros(5, device="neuron"), (idx,), torch.ones(3, device="neuron"))
     assert torch.equal(out.cpu(), torch.index_put(torch.zeros(5), (idx,), torch.ones(3)))
+
+
+def test_metadata_ops_and_the_wrappers_round_trip_are_cut_from_the_host_clock():
+    from neuron_explorer.backend.runtime import events, hostcost
+    from neuron_explorer.capture.clock import Call, HostClock
+
+    x = torch.randn(4, 4, device="neuron")
+    events.clear()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        t_start = time.time_ns()
+        for _ in range(20):
+            x.view(-1)
+        t_end = time.time_ns()
+        drained = events.drain()
+    cuts = [e for e in drained if e.kind == "cut" and e.name == "aten::view"]
+    assert len(cuts) == 20 and all(e.host_cost_ns == 0 for e in cuts)
+    assert hostcost.OUTSIDE_NS is not None and hostcost.OUTSIDE_NS > 0
+    # each span starts the wrapper's round trip before dispatch: at least that long
+    assert all(e.host_end_ns - e.host_start_ns >= hostcost.OUTSIDE_NS for e in cuts)
+    clock = HostClock([Call(e.host_start_ns, e.host_end_ns, 0, e.cut_before_ns) for e in cuts])
+    real = t_end - t_start
+    modeled = int(clock.map([t_end])[0] - clock.map([t_start])[0])
+    # every view's span and round trip is gone from the modeled time of the loop
+    assert 0 <= modeled < real - 20 * hostcost.OUTSIDE_NS
