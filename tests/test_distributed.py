@@ -1,5 +1,6 @@
 """The `neuron` torch.distributed backend under real torchrun processes on this machine's CPUs:
-every collective and DDP training give exactly what gloo gives on the CPU."""
+every collective, DDP and DTensor tensor-parallel training give exactly what gloo gives on the
+CPU; one profile holds every rank; the cross-rank rules find a planted straggler."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def test_every_collective_and_ddp_equal_gloo_on_the_cpu(mode, reference, tmp_pat
         for name, value in ref["collectives"].items():
             assert mine["collectives"][name] == value, (mode, rank, name)
         assert mine["ddp"] == ref["ddp"], (mode, rank)
+        assert mine["tensor_parallel"] == ref["tensor_parallel"], (mode, rank)
     # the reference itself is not trivial: ranks differ where they must
     assert (
         reference[0]["collectives"]["reduce_scatter_tensor"]

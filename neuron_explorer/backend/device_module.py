@@ -146,3 +146,16 @@ def get_autocast_dtype() -> torch.dtype:
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
+
+
+# streams and events, as torch.cuda's (the device is one in-order queue: streams.py)
+from neuron_explorer.backend.streams import (  # noqa: E402
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
+
+__all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream"]

@@ -1,4 +1,4 @@
-"""One rank of tests/test_distributed.py: every collective, then DDP training, as JSON.
+"""One rank of tests/test_distributed.py: every collective, DDP and tensor-parallel training.
 
 Run under torchrun: `collectives_worker.py MODE OUT_DIR` where MODE is `gloo` (CPU tensors, the
 reference), `neuron` (neuron tensors, init_process_group("neuron")) or `mixed` (neuron tensors,
@@ -96,10 +96,44 @@ def ddp_training(rank: int) -> dict:
     return {"losses": losses, "weights": [values(p) for p in model.parameters()]}
 
 
+def tensor_parallel(n: int) -> dict:
+    """An MLP split column- then row-wise over a 1-D mesh (4 ranks: the tp dim of a 2 x 2 mesh,
+    data parallel over the other), two SGD steps."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    if n == 4:
+        mesh = init_device_mesh(DEV, (2, 2), mesh_dim_names=("dp", "tp"))
+        tp = mesh["tp"]
+    else:
+        tp = init_device_mesh(DEV, (n,))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(DEV)
+    model = parallelize_module(model, tp, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(1)
+    losses = []
+    for _ in range(2):
+        loss = model(torch.randn(4, 8).to(DEV)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return {"losses": losses, "weights": [values(p.full_tensor()) for p in model.parameters()]}
+
+
 def main() -> None:
     dist.init_process_group(BACKEND)
     rank, n = dist.get_rank(), dist.get_world_size()
-    result = {"collectives": collectives(rank, n), "ddp": ddp_training(rank)}
+    result = {
+        "collectives": collectives(rank, n),
+        "ddp": ddp_training(rank),
+        "tensor_parallel": tensor_parallel(n),
+    }
     (OUT / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
