@@ -105,7 +105,11 @@ class TraceHandler:
         """Export the cycle's trace and drain the runtime's events (cheap; no merging yet)."""
         workdir = Path(tempfile.mkdtemp(prefix="neuron-explorer-capture-"))
         trace = workdir / "trace.json"
-        prof.export_chrome_trace(str(trace))
+        try:
+            prof.export_chrome_trace(str(trace))
+        except BaseException:  # e.g. "Trace is already saved": nothing of this cycle is kept
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
         runtime = _runtime_module()
         drained = tuple(runtime.drain()) if runtime is not None else ()
         exc = exiting_exception()  # the `with profile(...)` block is ending in an exception
