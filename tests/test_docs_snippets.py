@@ -28,7 +28,7 @@ LANGUAGES = {"text", "sh", "python", "sql", "json"}
 # Blocks run elsewhere, or that need what is not installed here.
 ELSEWHERE = {
     "docs/format.md": "tests/test_cli_docs.py runs its SQL and Python against written profiles",
-    "docs/fleet.md": "Spark SQL and PySpark (not a dependency)",
+    "docs/fleet.md": "tests/test_fleet.py runs its queries as written in a local Spark (make test-sweep)",
 }
 FENCE = re.compile(r"^```([\w-]*)\s*$")
 
