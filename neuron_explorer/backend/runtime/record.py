@@ -180,9 +180,12 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     makes the two events of it): record time only takes what cannot wait, the clock readings,
     the user line, the autograd position and the running cut.
     """
-    # the span starts where torch entered the wrapper's round trip (hostcost.py): cut with it
+    # the wrapper's Python round trip around this span (hostcost.py) is simulator time too: it
+    # is cut with the call (the clock takes it from the gap after the span, where torch
+    # returns), so the span itself stays inside the user's aten op
     o = _hostcost.OUTSIDE_NS
-    t0 -= o if o is not None else _hostcost.calibrate()
+    if o is None:
+        o = _hostcost.calibrate()
     inputs: list = []
     cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
     if (inputs and type(inputs[0][0]) is not _Tensor) or not info.kernel:
@@ -196,7 +199,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
         if not info.kernel and inputs:
             _note_forward(inputs)
             # a metadata op costs the device runtime nothing: its whole span is simulator time
-            _host("cut", info.name, info.name, (), (), _tid(), t0, _now(), 0, None, -1, False)
+            _host("cut", info.name, info.name, (), (), _tid(), t0, _now(), -o, None, -1, False)
         return result
     src = call_site(3)  # (stack id, module path)
     node = _current_node()  # autograd_position(inputs), inlined: once per op
@@ -271,7 +274,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     # The launch owns the payload compute too: all of it is simulator time, cut from the host.
     t1 = _now() - compile_real
     cut = model.cut_ns
-    model.cut_ns = cut + (t1 - t0) - rt.launch_ns  # model.add_cut, inlined
+    model.cut_ns = cut + (t1 - t0) + o - rt.launch_ns  # model.add_cut, inlined
     rec = ["launch", next(_ids), next(_ids), name, entry, tid, t0, t1, cut, src,
            seq, bwd, next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
     _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(rec[-3], rec[-2])
