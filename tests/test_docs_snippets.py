@@ -8,6 +8,7 @@ with no language fails the test, so a new block must say which it is."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -106,8 +107,12 @@ def sandbox(tmp_path: Path) -> Path:
     gpu = DATA / "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
     shutil.copy(gpu, tmp_path / "trace.pt.trace.json.gz")
     (tmp_path / "logs").mkdir()
-    shutil.copy(gpu, tmp_path / "logs" / "rank_0.json.gz")  # rank 0
-    shutil.copy(DATA / "trace_compare_base_base.json.gz", tmp_path / "logs" / "rank_1.json.gz")
+    trace = json.loads(gzip.decompress(gpu.read_bytes()))
+    for rank in (0, 1):  # one job of two ranks: the real trace, as each rank of a pair
+        trace["distributedInfo"] = {**trace.get("distributedInfo", {}), "rank": rank,
+                                    "world_size": 2}  # fmt: skip
+        out = tmp_path / "logs" / f"rank_{rank}.json.gz"
+        out.write_bytes(gzip.compress(json.dumps(trace).encode()))
     (tmp_path / "samples").symlink_to(ROOT / "samples")
     (tmp_path / "profiles").mkdir()
     return tmp_path
