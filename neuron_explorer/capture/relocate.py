@@ -1,9 +1,10 @@
 """Make a profile's file paths relative, so a profile committed to a repository names
 `samples/models.py`, never the absolute path of the machine that captured it.
 
-A path under `root` becomes relative to it; any other absolute path becomes relative to the
-longest `sys.path` entry it lies under (as torch.profiler trims its python events:
-`torch/nn/modules/module.py`); paths already relative stay. The kept sources move with them.
+A file of an installed package becomes relative to its site-packages directory, as
+torch.profiler trims its python events (`torch/nn/modules/module.py`), even when the venv sits
+in `root`; any other path under `root` becomes relative to it, and any other absolute path
+relative to the longest `sys.path` entry it lies under; paths already relative stay. The kept sources move with them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def relative_name(file: str, root: Path, bases: list[Path]) -> str:
     p = Path(file)
     if not p.is_absolute():
         return file
-    for base in [root, *bases]:
+    # an installed package by its import path (torch/nn/...), even when the venv sits in root
+    libs = [b for b in bases if b.name in ("site-packages", "dist-packages")]
+    for base in [*libs, root, *bases]:
         if p.is_relative_to(base):
             return p.relative_to(base).as_posix()
     return file
