@@ -64,6 +64,7 @@ DOCUMENTED: dict[str, str] = {
 FIXED_SINCE = {
     "__getitem__": "fixed since: index_put accepts CPU index tensors (x[cpu_index] backward)",
     "index_put": "fixed since: index_put accepts CPU index tensors",
+    "nn.functional.mish": "fixed since: mish_backward runs whole on the device",
 }
 OP_SECONDS = 300  # one op and dtype, all its samples: past this the rest are not run
 STALL_SECONDS = 2 * OP_SECONDS  # a worker silent this long is stuck in C code: killed
