@@ -214,7 +214,8 @@ def test_pick_two_profiles_and_compare(server, page):
     assert "a=base" in page.url and "b=test" in page.url
     page.wait_for_selector("#findings-diff")
     page.fill("#kernels-box", "/gemm|sgemm|Kernel/")  # the kernel table's filter, kept in the URL
-    assert "kernels=" in page.url and page.inner_text("#kernels-count")
+    page.wait_for_function("() => location.search.includes('kernels=')")
+    assert page.inner_text("#kernels-count").endswith("of 3")
     page.screenshot(path=str(SHOTS / "compare.png"), full_page=True)
     assert page.errors == [], page.errors
 

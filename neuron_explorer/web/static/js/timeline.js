@@ -4,6 +4,8 @@
 import { api, h, mount, run, fmtNs, fmtNum, fmtPct, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl, clean, dataTable } from "./common.js";
 
 const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
+// the server refuses times beyond ±2^62 ns; a double near that prints rounded up, so stay below
+const URL_NS = 4e18;
 const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0, find: null };
 let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount, spanEl;
 
@@ -202,7 +204,7 @@ function scheduleFetch(delay = 90) {
 
 async function fetchWindow() {
   const id = ++state.reqId;
-  const [s, e] = state.view.map(Math.round);
+  const [s, e] = state.view.map((t) => Math.round(Math.max(-URL_NS, Math.min(URL_NS, t))));
   const width = Math.max(100, canvas.clientWidth - GUTTER);
   const t0 = performance.now();
   const [d, counters] = await Promise.all([api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}`),
@@ -539,7 +541,7 @@ run(async () => {
       steps,
       d.fit ? h("span", { class: "note", id: "tl-outside", title: "A few events lie far from the rest; the whole-profile view fits the others" },
         `${fmtNum(d.fit.outside_events)} stray events outside, up to ${fmtNs(d.extent.end_ns - d.fit.end_ns)} after the rest · `,
-        h("a", { href: "#", id: "tl-show-all", onclick: (x) => { x.preventDefault(); setView(d.extent.start_ns, Math.min(d.extent.end_ns, 2 ** 62)); } }, "show all")) : null,
+        h("a", { href: "#", id: "tl-show-all", onclick: (x) => { x.preventDefault(); setView(d.extent.start_ns, Math.min(d.extent.end_ns, URL_NS)); } }, "show all")) : null,
       findBox, h("button", { id: "tl-find-prev", title: "Previous match (Shift+Enter)", onclick: () => find(findBox.value, -1) }, "▲"),
       h("button", { id: "tl-find-next", title: "Next match (Enter)", onclick: () => find(findBox.value, 1) }, "▼"), findCount,
       statusEl,
