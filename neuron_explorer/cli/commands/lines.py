@@ -39,9 +39,8 @@ def run(args: argparse.Namespace) -> int:
     t = Table(title=f"Device time by line ({args.level} level; self: the innermost such frame)",
               title_justify="left")  # fmt: skip
     for h in ("file:line", "function", "self", "total", "forward", "backward"):
-        t.add_column(
-            h, justify="left" if h in ("file:line", "function") else "right", overflow="fold"
-        )
+        text = h in ("file:line", "function")
+        t.add_column(h, justify="left" if text else "right", overflow="fold", no_wrap=not text)
     for r in rows:
         t.add_row(f"{_short(r['file'])}:{r['line']}", r["func"], _ms(r["self_ns"]),
                   _ms(r["total_ns"]), _ms(r["forward_ns"]), _ms(r["backward_ns"]))  # fmt: skip

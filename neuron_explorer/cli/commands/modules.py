@@ -40,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     t = Table(title="Device time by module (self: its own forward's work and its backward)",
               title_justify="left")  # fmt: skip
     for h in ("module", "calls", "self", "total", "forward", "backward", "kernels"):
-        t.add_column(h, justify="left" if h == "module" else "right")
+        t.add_column(
+            h, justify="left" if h == "module" else "right", no_wrap=h != "module", overflow="fold"
+        )
     for m in nodes:
         label = "  " * m.depth + (m.path.rsplit(".", 1)[-1] if m.path else "(model)")
         t.add_row(label, f"{m.calls:,}", _ms(m.self_ns), _ms(m.total_ns), _ms(m.forward_ns),
