@@ -25,6 +25,7 @@ LEVELS = ("user", "model", "all")
 LEVEL_SCOPES = {"user": ("user",), "model": ("user", "library"), "all": None}
 LEVEL_COLUMNS = {"user": "src", "model": "model"}
 ROOT_LABEL = "(model)"  # the module path "" : the model's own forward
+AUTOGRAD_NODE = "autograd::engine::evaluate_function: "  # torch.profiler's backward node span
 
 
 def _work_sql(con) -> str:
@@ -33,17 +34,19 @@ def _work_sql(con) -> str:
     has_device = con.execute(f"SELECT count(*) FROM events WHERE kind IN ({kinds})").fetchall()[0][
         0
     ]
-    where = (
-        f"kind IN ({kinds})"
-        if has_device
-        else "kind = 'op' AND (parent_id IS NULL OR parent_id NOT IN "
-        "(SELECT id FROM events WHERE kind = 'op'))"
-    )
+    backward = "coalesce(args LIKE '%\"backward\": true%', false)"
+    if has_device:
+        where = f"kind IN ({kinds})"
+    else:  # outermost ops; autograd's evaluate_function wrapper stands for the node inside it
+        where = f"""kind = 'op' AND NOT starts_with(name, '{AUTOGRAD_NODE}') AND (parent_id IS NULL
+            OR parent_id NOT IN (SELECT id FROM events WHERE kind = 'op'
+                                 AND NOT starts_with(name, '{AUTOGRAD_NODE}')))"""
+        backward = f"""({backward} OR parent_id IN (SELECT id FROM events
+                        WHERE kind = 'op' AND starts_with(name, '{AUTOGRAD_NODE}')))"""
     return f"""SELECT id, dur_ns, stack_id, CAST(module AS VARCHAR) AS module,
         CAST(src_file AS VARCHAR) AS src_file, src_line, CAST(src_func AS VARCHAR) AS src_func,
         CAST(model_file AS VARCHAR) AS model_file, model_line,
-        CAST(model_func AS VARCHAR) AS model_func,
-        coalesce(args LIKE '%"backward": true%', false) AS backward
+        CAST(model_func AS VARCHAR) AS model_func, {backward} AS backward
         FROM events WHERE {where}"""
 
 
