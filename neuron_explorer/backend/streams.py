@@ -41,7 +41,9 @@ class Stream:
         return True
 
     def synchronize(self) -> None:
-        torch.neuron.synchronize()
+        from neuron_explorer.backend import device_module
+
+        device_module.synchronize()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream)
@@ -68,7 +70,9 @@ class Event:
         return self._ns is not None
 
     def synchronize(self) -> None:
-        torch.neuron.synchronize()
+        from neuron_explorer.backend import device_module
+
+        device_module.synchronize()
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event's record and `end_event`'s, as torch.cuda's."""

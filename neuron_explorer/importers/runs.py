@@ -26,21 +26,21 @@ def check_one_run(files: Sequence[Any]) -> None:
         first, w0 = sized[0]
         if w != w0:
             raise BadInputError(f.path, f"world size {w}, but {first.path} has {w0}: {HINT}")
-    spans = [(f, *_span(f)) for f in files]
-    spans = [s for s in spans if s[1] is not None]
-    spans.sort(key=lambda s: s[1])
-    reach, owner = None, None
-    for f, start, end in spans:
-        if reach is not None and start > reach:
+    spans = sorted((s[0], s[1], f) for f in files if (s := _span(f)) is not None)
+    if not spans:
+        return
+    _, reach, owner = spans[0]
+    for start, end, f in spans[1:]:
+        if start > reach:
             gap_s = (start - reach) / 1e9
             raise BadInputError(f.path, f"starts {gap_s:.1f} s after {owner.path} ended: {HINT}")
-        if reach is None or end > reach:
+        if end > reach:
             reach, owner = end, f
 
 
-def _span(f: Any) -> tuple[int | None, int | None]:
+def _span(f: Any) -> tuple[int, int] | None:
     start = f.columns["start_ns"]
     if not len(start):
-        return None, None
+        return None
     end = start + f.columns["dur_ns"]
     return int(start.min()), int(end.max())
