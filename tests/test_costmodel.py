@@ -191,9 +191,10 @@ def test_spec_to_dict_is_json_and_every_figure_has_a_source():
                     "sbuf_bytes", "psum_bytes", "clock_hz", "machine_balance", "runtime"):  # fmt: skip
             assert key in d, key
         hardware = {f.name for f in fields(DeviceSpec)} - {"name", "chip", "core", "runtime",
-                                                           "sources", "policy"}  # fmt: skip
+                                                           "sources", "policy", "collectives"}  # fmt: skip
         runtime = {"runtime." + f for f in d["runtime"]}
-        missing = (hardware | runtime) - set(d["sources"])
+        links = {"collectives." + f for f in d["collectives"]}
+        missing = (hardware | runtime | links) - set(d["sources"])
         assert not missing, f"{spec.name}: no source for {sorted(missing)}"
 
 
@@ -410,3 +411,22 @@ def test_multi_tensor_ops_cost_the_whole_list():
     assert adam.bytes_read == 4 * sum(t.nbytes for t in params) + 4 * len(params)  # + steps
     assert adam.bytes_written == 3 * sum(t.nbytes for t in params)  # params and two moments
     assert run(adam).dur_ns > run(many).dur_ns
+
+
+def test_collectives_follow_the_ring_bounds_and_cross_instances_over_efa():
+    from neuron_explorer.backend.costmodel.collectives import collective_cost
+    from neuron_explorer.backend.costmodel.spec import CC_TRN2
+
+    mb = 64 << 20
+    ar = collective_cost("all_reduce", mb, 16, CC_TRN2)
+    # 2(n-1)/n of the buffer through each chip at NeuronLink's 1.28 TB/s, plus 2(n-1) steps
+    expect = 2 * 15 / 16 * mb / 1.28e12 * 1e9 + 30 * CC_TRN2.step_latency_ns
+    assert ar.link == "neuronlink" and ar.algorithm == "ring"
+    assert abs(ar.transfer_ns - expect) <= 1
+    ag = collective_cost("all_gather", mb, 16, CC_TRN2)
+    assert abs(ag.transfer_ns - (15 / 16 * mb / 1.28e12 * 1e9 + 15 * CC_TRN2.step_latency_ns)) <= 1
+    # 32 ranks span two instances: the same all-reduce is EFA-bound, tens of times slower
+    far = collective_cost("all_reduce", mb, 32, CC_TRN2)
+    assert far.link == "efa" and far.transfer_ns > 20 * ar.transfer_ns
+    assert collective_cost("all_reduce", mb, 1, CC_TRN2).transfer_ns == 0
+    assert collective_cost("barrier", 0, 8, CC_TRN2).transfer_ns == 6 * CC_TRN2.step_latency_ns
