@@ -269,6 +269,7 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
                 **manifest.extra,
                 **(extra or {}),
                 "simulator_ns_removed": merged.removed_ns,
+                "simulator_ns_before": merged.cut_before_ns,  # model/combine.py's shared clock
                 **kept.manifest_extra(),
             },  # fmt: skip
         )

@@ -44,6 +44,9 @@ class Merged:
     steps: tuple[Step, ...]
     removed_ns: int  # simulator time cut from the host timeline
     stacks: pa.Table  # the runtime events' stacks (stack ids from `first_stack_id` on)
+    # simulator time cut before the window: this process's modeled clock (real minus every cut,
+    # the clock the ranks of a job share) is origin_unix_ns - cut_before_ns + start_ns
+    cut_before_ns: int = 0
 
 
 def normalize_calls(calls: Sequence[Any]) -> list[Any]:
@@ -188,7 +191,7 @@ def merge(
         Step(int(k), rank, int(s), int(e - s))
         for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
     )
-    return Merged(events, counters, steps, clock.total_removed_ns, src.table())
+    return Merged(events, counters, steps, clock.total_removed_ns, src.table(), cut0)
 
 
 def _step_spans(

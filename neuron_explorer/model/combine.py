@@ -6,7 +6,8 @@ leaves a profile holding all of them. The parts stay until every rank of the job
 that crashed leaves the others' profile readable, and the manifest names the missing ranks.
 
 Ids (`id`, `parent_id`, `flow_id`, `stack_id`) are renumbered per rank so they stay unique in the
-whole profile, and every rank's times are shifted to the earliest rank's origin. Ranks on one
+whole profile, and every rank's times are shifted to the earliest rank's origin (on the
+modeled clock of a capture: real time minus the simulator's own time, see `_base`). Ranks on one
 host share its clock (time.time_ns), so nothing more is needed there. A rank on another host
 than the first rank's is aligned on the collectives: the same collective ends at one instant on
 every rank, so the median difference of their ends (matched in issue order) is that host's clock
@@ -65,11 +66,11 @@ def _write(
     out: Path, profiles: Sequence[Profile], ranks: Sequence[int], world: int, run_id: str
 ) -> None:
     offsets = clock_offsets(profiles)
-    origin = min(p.manifest.origin_unix_ns + o for p, o in zip(profiles, offsets, strict=True))
+    origin = min(_base(p) + o for p, o in zip(profiles, offsets, strict=True))
     events, stacks, counters, steps = [], [], [], []
     next_id = next_flow = next_stack = 0
     for rank, p, offset in zip(ranks, profiles, offsets, strict=True):
-        shift = p.manifest.origin_unix_ns + offset - origin
+        shift = _base(p) + offset - origin
         ev = p.table("events")
         ev = _set(ev, "rank", pa.array(np.full(ev.num_rows, rank, dtype=np.int32)))
         ev = _set(ev, "start_ns", pc.add(ev.column("start_ns"), shift))
@@ -140,7 +141,14 @@ def _collective_ends(p: Profile) -> np.ndarray:
     )
     ev = ev.filter(mask).sort_by("start_ns")
     ends = ev.column("start_ns").to_numpy() + ev.column("dur_ns").to_numpy()
-    return ends.astype(np.int64) + p.manifest.origin_unix_ns
+    return ends.astype(np.int64) + _base(p)
+
+
+def _base(p: Profile) -> int:
+    """Unix ns of a part's time 0 on its process's modeled clock. A capture's timeline starts
+    with the simulator time cut before its window taken out (the manifest's
+    `simulator_ns_before`); the clock the ranks share is real time minus all of it."""
+    return p.manifest.origin_unix_ns - int(p.manifest.extra.get("simulator_ns_before", 0))
 
 
 def _set(table: pa.Table, name: str, values: Any) -> pa.Table:

@@ -99,7 +99,9 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     out = info.call(*host_args, **host_kwargs)
     if kind != cc.BARRIER:
         _wait_for_work(out)
-    last = _last_arrival(group, arrival)
+    name = group.group_name if group is not None else ""
+    seq = next(_seq.setdefault(name, itertools.count()))  # the same on every rank of the group
+    last = _last_arrival(group, arrival, seq)
     nbytes = _bytes(host_args[_SEND_ARG.get(kind, 0)])
     size = group.size() if group is not None else 1
     if kind == cc.ALL_GATHER and info.name.startswith("_c10d_functional"):
@@ -107,7 +109,8 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     cost = cc.collective_cost(kind, nbytes, size, model.spec().collectives)
     drain = arrival - model.origin_ns - model.modeled_now(t0)  # the buffers' kernels first
     wait = max(0, last - arrival)
-    _record(info.name, kind, t0, _now(), drain, wait, cost, nbytes, size, src, last)
+    where = {"group": name, "seq": seq}  # names this collective on every rank of the group
+    _record(info.name, kind, t0, _now(), drain, wait, cost, nbytes, size, src, last, where)
     return rewrap(out)
 
 
@@ -137,15 +140,13 @@ def _wait_for_work(out: Any) -> None:
             w.wait()
 
 
-def _last_arrival(group: Any, mine: int) -> int:
-    """The latest modeled arrival of any rank of `group` at this collective."""
+def _last_arrival(group: Any, mine: int, seq: int) -> int:
+    """The latest modeled arrival of any rank of `group` at its collective number `seq`."""
     if group is None or group.size() <= 1:
         return mine
     store = group_store(group)
     if store is None:
         return mine
-    name = group.group_name
-    seq = next(_seq.setdefault(name, itertools.count()))
     rank = group.rank()
     key = f"neuron-clock/{seq}/"
     store.set(f"{key}{rank}", str(mine))
@@ -171,14 +172,14 @@ def _bytes(a: Any) -> int:
     return 0
 
 
-def _record(name, kind, t0, t1, drain, wait, cost, nbytes, size, src, start) -> None:
+def _record(name, kind, t0, t1, drain, wait, cost, nbytes, size, src, start, where) -> None:
     """One host call (wait + transfer, the real span cut) and its device event on `CC`."""
     from neuron_explorer.backend.runtime import record
 
     flow = events.next_flow()
     args = {"collective": kind, "bytes": nbytes, "world_size": size, "wait_ns": wait,
             "transfer_ns": cost.transfer_ns, "algorithm": cost.algorithm, "link": cost.link,
-            "bus_bytes": cost.bus_bytes}  # fmt: skip
+            "bus_bytes": cost.bus_bytes, **where}  # fmt: skip
     record._host("runtime", name, name, (), (), events.native_tid(), t0, t1,
                  drain + wait + cost.transfer_ns, src, -1, False, flow=flow, args=args)  # fmt: skip
     events.append(

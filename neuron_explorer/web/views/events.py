@@ -69,6 +69,7 @@ def event_json(con, event_id: int) -> dict[str, Any] | None:
         if ev["flow_id"] is not None
         else []
     )
+    flows += _collective_peers(con, ev)
     # the line: its own, else its launch's, else the nearest enclosing event's that has one
     source = _link(ev)
     for other in (*flows, *ancestors):
@@ -77,6 +78,21 @@ def event_json(con, event_id: int) -> dict[str, Any] | None:
         source = _link(other)
     return {"event": ev, "ancestors": ancestors, "children": children, "flows": flows,
             "source": source, "stack": _stack(con, ev["stack_id"])}  # fmt: skip
+
+
+def _collective_peers(con, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    """The same collective on the other ranks of its group (neuron captures name each by its
+    group and number in args), so each rank's side links to the others'."""
+    args = ev.get("args")
+    if ev.get("kind") != "collective" or not isinstance(args, dict) or "seq" not in args:
+        return []
+    return _rows(
+        con,
+        f"SELECT {_BRIEF} FROM events WHERE kind = 'collective' AND layer = 'device' "
+        "AND rank <> ? AND json_extract_string(args, '$.group') = ? "
+        "AND CAST(json_extract(args, '$.seq') AS BIGINT) = ? ORDER BY rank LIMIT 64",
+        [ev["rank"], str(args.get("group", "")), int(args["seq"])],
+    )
 
 
 def _stack(con, stack_id: int | None) -> list[dict[str, Any]]:
