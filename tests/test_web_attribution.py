@@ -93,6 +93,16 @@ def test_a_kernel_opens_its_library_line_and_the_line_lists_its_kernels(served, 
     assert not page.errors, page.errors
 
 
+def test_findings_link_their_model_lines_and_modules(served, page):
+    url, _ = served
+    page.goto(f"{url}/p/gpt2/findings")
+    page.locator("a.finding-model-line").first.wait_for(timeout=90_000)
+    assert page.locator("a.finding-module").count() >= 1
+    page.locator("a.finding-model-line").first.click()
+    page.locator("#code tr.target").wait_for(timeout=90_000)  # the line, in the source view
+    assert not page.errors, page.errors
+
+
 def test_the_module_tree_page_draws_the_icicle_and_the_table(served, page):
     url, _ = served
     page.goto(f"{url}/p/gpt2/modules")

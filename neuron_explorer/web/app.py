@@ -120,7 +120,8 @@ def create_app(
             with store.profile_lock(name):
                 found = overview.analysis_findings(p)
             for f in found or ():  # so the page can link evidence lines to the source view
-                for line in f.get("evidence", {}).get("source_lines", ()):
+                ev = f.get("evidence", {})
+                for line in (*ev.get("source_lines", ()), *ev.get("model_lines", ())):
                     if line.get("file"):
                         line["file_id"] = source.file_id(line["file"])
             return found

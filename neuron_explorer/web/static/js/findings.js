@@ -15,6 +15,16 @@ function evidence(f) {
       s.file && s.line ? h("a", { href: sourceUrl(profile, s.file_id, s.line), class: "finding-line" }, `${s.file.split("/").pop()}:${s.line}`) : s.label,
       ` ${fmtNs(s.dur_ns)}`))));
   }
+  // where in the model: the model lines (a library's modeling file too) and the modules
+  if (ev.model_lines && ev.model_lines.length) {
+    parts.push(h("div", {}, "Model lines: ", ev.model_lines.slice(0, 5).map((s, i) => h("span", {}, i ? ", " : "",
+      s.file_id ? h("a", { href: sourceUrl(profile, s.file_id, s.line), class: "finding-model-line" }, `${s.file.split("/").pop()}:${s.line}`) : s.label,
+      ` ${fmtNs(s.dur_ns)}`))));
+  }
+  if (ev.modules && ev.modules.length) {
+    parts.push(h("div", {}, "Modules: ", ev.modules.slice(0, 5).map((m, i) => h("span", {}, i ? ", " : "",
+      h("a", { href: pUrl(profile, "/modules"), class: "mono finding-module" }, m.label), ` ${fmtNs(m.dur_ns)}`))));
+  }
   if (ev.event_ids && ev.event_ids.length) {
     parts.push(h("div", {}, "Events: ", ev.event_ids.slice(0, 12).map((id, i) => h("span", {}, i ? " " : "", h("a", { href: timelineUrl(profile, { id }) }, `#${id}`)))));
   }
