@@ -190,3 +190,19 @@ def test_traces_of_different_runs_are_refused_unless_told(tmp_path, capsys):
     mixed = ["import", str(alexnet), str(base), "-o", str(tmp_path / "c"), "-q", "--mixed-runs"]
     assert main(mixed) == 0
     assert Profile.open(tmp_path / "c").manifest.ranks == (0, 1)
+
+
+def test_ranks_of_one_run_with_the_same_time_span_import(tmp_path):
+    """Copies of one real trace as ranks 0 and 1 of a run: their spans are the same, one run."""
+    import gzip
+    import json
+
+    from conftest import KINETO_GPU, SHARED_KINETO
+
+    doc = json.loads(gzip.open(KINETO_GPU / SHARED_KINETO["compare_base"]).read())
+    paths = []
+    for rank in (0, 1):
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+        paths.append(write_json(tmp_path / f"rank{rank}.json", doc))
+    assert main(["import", *map(str, paths), "-o", str(tmp_path / "p"), "-q"]) == 0
+    assert Profile.open(tmp_path / "p").manifest.ranks == (0, 1)

@@ -26,7 +26,8 @@ def check_one_run(files: Sequence[Any]) -> None:
         first, w0 = sized[0]
         if w != w0:
             raise BadInputError(f.path, f"world size {w}, but {first.path} has {w0}: {HINT}")
-    spans = sorted((s[0], s[1], f) for f in files if (s := _span(f)) is not None)
+    found = [(s[0], s[1], f) for f in files if (s := _span(f)) is not None]
+    spans = sorted(found, key=lambda x: (x[0], x[1]))
     if not spans:
         return
     _, reach, owner = spans[0]
