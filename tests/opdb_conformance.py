@@ -60,6 +60,18 @@ DOCUMENTED: dict[str, str] = {
     # not the device's: torch.equal has no complex32 kernel on the CPU to compare with
     "chalf": "harness: the CPU cannot compare complex32 (torch.equal)",
 }  # fmt: skip
+# Known to differ and NOT explained yet (docs/device.md's "not explained yet" rows): open work
+# of issue 11, kept apart from the differences by design. The sweep test tolerates these so it
+# catches any new difference; each one fixed is removed from here.
+UNEXPLAINED: dict[str, str] = {
+    **dict.fromkeys(["cumprod", "masked_fill", "renorm", "prod", "masked.prod"],
+                    "backward within a few ulp of the CPU, cause not found"),
+    **dict.fromkeys(["linalg.pinv", "linalg.pinv.singular", "pinverse", "linalg.lstsq",
+                     "linalg.lstsq.grad_oriented"],
+                    "complex64 results wrong by 0.8-2.5 (a conjugate bit lost on a fallback "
+                    "path, suspected); float32 lstsq within 2e-6"),
+    "nn.functional.l1_loss": "complex64: a float64 result where the CPU gives float32",
+}  # fmt: skip
 # Fixed after the last whole sweep (its table says so); the sweep test holds them to equal.
 FIXED_SINCE = {
     "__getitem__": "fixed since: index_put accepts CPU index tensors (x[cpu_index] backward)",

@@ -60,7 +60,7 @@ def test_a_crash_in_an_op_is_recorded_and_the_sweep_goes_on(monkeypatch):
 
 def test_documented_differences_are_in_the_docs():
     text = DOCS.read_text()
-    missing = [op for op in oc.DOCUMENTED if f"`{op}`" not in text]
+    missing = [op for op in (*oc.DOCUMENTED, *oc.UNEXPLAINED) if f"`{op}`" not in text]
     assert missing == []
 
 
@@ -71,6 +71,6 @@ def test_whole_op_db_equal_apart_from_documented(tmp_path):
     undocumented = [
         line
         for line, b in zip(_not_equal(records), oc.summarize(records)["failing"], strict=True)
-        if b["op"] not in oc.DOCUMENTED
+        if b["op"] not in oc.DOCUMENTED and b["op"] not in oc.UNEXPLAINED
     ]
     assert undocumented == []
