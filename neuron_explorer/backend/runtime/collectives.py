@@ -22,7 +22,7 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.costmodel import collectives as cc
 from neuron_explorer.backend.runtime import events, model
-from neuron_explorer.backend.runtime.source import user_frame
+from neuron_explorer.backend.runtime.source import call_site
 
 _now = time.time_ns
 
@@ -92,7 +92,7 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     if kind is None or not _prof._is_profiler_enabled:
         return rewrap(info.call(*host_args, **host_kwargs))
     t0 = _now()
-    src = user_frame(3)
+    src = call_site(3)  # (stack id, module path): the whole stack, as for kernels
     group = _group_of(args)
     # absolute modeled times (real minus this process's cut): comparable between the ranks
     arrival = model.origin_ns + max(model.modeled_now(t0), model.device_idle_at())
@@ -182,12 +182,12 @@ def _record(name, kind, t0, t1, drain, wait, cost, nbytes, size, src, start, whe
             "bus_bytes": cost.bus_bytes, **where}  # fmt: skip
     record._host("runtime", name, name, (), (), events.native_tid(), t0, t1,
                  drain + wait + cost.transfer_ns, src, -1, False, flow=flow, args=args)  # fmt: skip
+    file, line, func, stack, module = events.where(src)
     events.append(
         ("event", events.RuntimeEvent(
             id=events.next_id(), kind="collective", name=kind, op_name=name,
             tid=events.native_tid(), device_start_ns=start, device_dur_ns=cost.transfer_ns,
             track="CC", engine="CC", bytes_read=nbytes, bytes_written=nbytes, flow_id=flow,
-            src_file=src[0] if src else None, src_line=src[1] if src else None,
-            src_func=src[2] if src else None, args=args,
+            src_file=file, src_line=line, src_func=func, stack=stack, module=module, args=args,
         ))
     )  # fmt: skip
