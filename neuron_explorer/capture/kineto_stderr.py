@@ -27,6 +27,13 @@ def without_usdt_lines(data: bytes) -> bytes:
     )
 
 
+def _held_file():  # -> a binary file object
+    try:
+        return tempfile.TemporaryFile()
+    except OSError:
+        return tempfile.TemporaryFile(dir="/tmp" if os.path.isdir("/tmp") else os.getcwd())
+
+
 @contextmanager
 def kineto_lines_filtered() -> Iterator[None]:
     """Run the block with descriptor 2 captured, then write it back without Kineto's lines."""
@@ -36,13 +43,16 @@ def kineto_lines_filtered() -> Iterator[None]:
         return
     try:
         sys.stderr.flush()
+        # an anonymous file for what is written meanwhile; the system's /tmp when the script
+        # deleted its own temporary directory (tempfile.tempdir), and none at all without it
+        held = _held_file()
         saved = os.dup(2)
-    except (OSError, ValueError):  # no descriptor 2 (a closed stderr): nothing to filter
+    except (OSError, ValueError):  # no descriptor 2 (a closed stderr), no file: nothing to filter
         yield
         return
     _depth += 1
     try:
-        with tempfile.TemporaryFile() as held:
+        with held:
             os.dup2(held.fileno(), 2)
             try:
                 yield

@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
         result = export(profile, args.format, args.output, force=args.force, progress=progress)
     seconds = time.perf_counter() - started
     counts = ", ".join(f"{n:,} {what}" for what, n in result.counts.items())
-    Console().print(f"wrote {result.path} ({counts}) in {seconds:.1f} s", highlight=False)
+    # soft_wrap: a long path stays one piece (a terminal folds it; a pipe gets it whole)
+    Console().print(f"wrote {result.path} ({counts}) in {seconds:.1f} s", highlight=False,
+                    soft_wrap=True)  # fmt: skip
     return 0
 
 
