@@ -4,6 +4,7 @@ to `kerne…`, numbers stay whole, and a wide terminal gets the plain wide table
 from __future__ import annotations
 
 import io
+import re
 import os
 import subprocess
 import sys
@@ -45,7 +46,8 @@ def test_piped_output_fits_80_columns_and_cuts_nothing(args):
     if args[0] == "summary":
         # the Devices table, too wide for 80 columns, is turned: one line per column
         assert any(line.split("│")[1:2] == [" idle in window "] for line in out.splitlines())
-        assert "  wall " in out and " ms" in out.split("wall ")[1].splitlines()[0]
+        # "wall N ms" stays on one line wherever the header breaks (the path's length decides)
+        assert re.search(r"\bwall [0-9][0-9,.]* ms", out)
         assert "native_layer_norm" in out  # long kernel names wrap, they are not cut
     else:
         assert "/work" in out or "samples" in out  # the paths are there, whole or wrapped
