@@ -4,8 +4,8 @@ to `kerne…`, numbers stay whole, and a wide terminal gets the plain wide table
 from __future__ import annotations
 
 import io
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
