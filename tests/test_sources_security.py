@@ -95,27 +95,64 @@ def test_only_small_utf8_python_files_under_a_root_are_kept(tmp_path):
     }  # fmt: skip
 
 
-def test_a_committed_profile_names_files_relative_to_the_repository(tmp_path):
+def test_relativize_names_files_relative_to_the_repository(tmp_path, monkeypatch):
     """samples/make_profiles.py runs relativize on each capture (issue 12): no path of the
     capturing machine stays in the tables, the kept sources or the manifest."""
-    import shutil
+    import importlib.util
 
+    import torch
+
+    import neuron_explorer
     from neuron_explorer.capture.relocate import relativize
 
-    root = Path(__file__).resolve().parent.parent
-    copy = tmp_path / "gpt_train"
-    shutil.copytree(root / "samples" / "profiles" / "gpt_train", copy)
-    before = Profile.open(copy).source_text(str(root / "samples" / "models.py"))
-    relativize(copy, root)
-    p = Profile.open(copy)
-    con = p.duckdb()
-    names = [r[0] for r in con.execute(
+    repo = tmp_path / "repo"
+    (repo / "samples").mkdir(parents=True)
+    model_py = repo / "samples" / "tiny.py"
+    model_py.write_text("def run(layer, x):\n    return layer(x).relu().sum()\n")
+    spec = importlib.util.spec_from_file_location("tiny_sample", model_py)
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    monkeypatch.chdir(repo)  # a source root of the capture
+    layer = torch.nn.Linear(8, 4).to("neuron")
+    out = tmp_path / "profile"
+    with neuron_explorer.profile(out):
+        tiny.run(layer, torch.randn(2, 8, device="neuron")).backward()
+    before = Profile.open(out).source_text(str(model_py.resolve()))
+    relativize(out, repo)
+    p = Profile.open(out)
+    names = [r[0] for r in p.duckdb().execute(
         "SELECT DISTINCT CAST(src_file AS VARCHAR) FROM events UNION "
         "SELECT DISTINCT CAST(file AS VARCHAR) FROM stacks"
     ).fetchall() if r[0]]  # fmt: skip
-    assert "samples/models.py" in names
+    assert "samples/tiny.py" in names
     assert not [n for n in names if n.startswith("/")], names
-    assert str(root) not in (copy / "manifest.json").read_text()
-    assert before and p.source_text("samples/models.py") == before
-    kept = [f.relative_to(copy / "sources").as_posix() for f in (copy / "sources").rglob("*.py")]
-    assert sorted(kept) == sorted(f for f in names if f.startswith("samples/"))
+    assert "torch/nn/modules/module.py" in names  # an installed package by its import path
+    assert str(repo) not in (out / "manifest.json").read_text()
+    assert before and p.source_text("samples/tiny.py") == before
+    kept = [f.relative_to(out / "sources").as_posix() for f in (out / "sources").rglob("*.py")]
+    assert "samples/tiny.py" in kept  # (pytest's own files are library code run here too)
+    assert not [k for k in kept if k.startswith(str(repo).lstrip("/").split("/")[0] + "/")]
+
+
+def test_the_committed_samples_name_no_path_of_the_machine_that_captured_them():
+    root = Path(__file__).resolve().parent.parent
+    for d in sorted((root / "samples" / "profiles").iterdir()):
+        p = Profile.open(d)
+        rows = (
+            p.duckdb()
+            .execute(
+                "SELECT DISTINCT CAST(src_file AS VARCHAR) FROM events UNION "
+                "SELECT DISTINCT CAST(model_file AS VARCHAR) FROM events UNION "
+                "SELECT DISTINCT CAST(file AS VARCHAR) FROM stacks"
+            )
+            .fetchall()
+        )
+        absolute = [r[0] for r in rows if r[0] and r[0].startswith("/")]
+        assert not absolute, (d.name, absolute[:3])
+        assert str(root) not in (d / "manifest.json").read_text(), d.name
+        kept = (
+            [f for f in (d / "sources").rglob("*") if f.is_file()]
+            if (d / "sources").exists()
+            else []
+        )
+        assert all(f.relative_to(d / "sources").parts[0] != "work" for f in kept), d.name

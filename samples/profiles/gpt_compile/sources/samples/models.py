@@ -27,7 +27,7 @@ def pick_device(name: str) -> torch.device:
     if name.split(":")[0] != "neuron":
         return torch.device(name)
     try:
-        import backend  # noqa: F401 - registers the neuron device when autoload did not
+        from neuron_explorer import backend  # noqa: F401 - registers the neuron device when autoload did not
 
         if torch.neuron.is_available():
             return torch.device(name)
