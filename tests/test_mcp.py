@@ -149,7 +149,7 @@ def test_findings_are_the_analyze_command(mcp, served, name):
     doc = ok(mcp("findings", profile=name, limit=1000))
     cli = cli_json("analyze", str(served / name), "--json")["findings"]
     for f in doc["findings"]:  # the web adds a file id to each line, for its source links
-        for line in f["evidence"]["source_lines"]:
+        for line in (*f["evidence"]["source_lines"], *f["evidence"].get("model_lines", ())):
             line.pop("file_id", None)
     differ = [
         (f["rule"], k)
