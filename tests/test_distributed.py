@@ -245,3 +245,16 @@ def test_capture_of_a_torchrun_launch_writes_one_profile_of_every_rank(tmp_path)
     assert [f.evidence.metrics["rank"] for f in stragglers] == [1], [
         (s.rank, s.step, s.dur_ns) for s in p.manifest.steps
     ]
+
+
+@pytest.mark.slow
+def test_only_rank_0_profiling_never_hangs_and_names_rank_1_missing(tmp_path):
+    from neuron_explorer.model import Profile
+
+    out = tmp_path / "run"
+    torchrun(Path(__file__).resolve().parent / "ranks" / "one_rank_profiles_worker.py", 2,
+             str(out), timeout=180)  # fmt: skip
+    p = Profile.open(out)
+    assert p.manifest.ranks == (0,) and p.manifest.extra["missing_ranks"] == [1]
+    n = p.duckdb().execute("SELECT count(*) FROM events WHERE kind = 'collective'").fetchall()
+    assert n[0][0] >= 2

@@ -89,8 +89,16 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     host_args = unwrap(args)
     host_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
     kind = KIND_OF[info.name]
-    if kind is None or not _prof._is_profiler_enabled:
+    if kind is None:
         return rewrap(info.call(*host_args, **host_kwargs))
+    if not _prof._is_profiler_enabled:
+        # still numbered and announced: a rank that profiles (perhaps only rank 0) reads every
+        # rank's arrival at each collective, so every rank must publish its own
+        arrived = _now()
+        out = info.call(*host_args, **host_kwargs)
+        group = _group_of(args)
+        _announce(group, _number(group), model.origin_ns + model.modeled_now(arrived))
+        return rewrap(out)
     t0 = _now()
     src = call_site(3)  # (stack id, module path): the whole stack, as for kernels
     group = _group_of(args)
@@ -100,7 +108,7 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     if kind != cc.BARRIER:
         _wait_for_work(out)
     name = group.group_name if group is not None else ""
-    seq = next(_seq.setdefault(name, itertools.count()))  # the same on every rank of the group
+    seq = _number(group)
     last = _last_arrival(group, arrival, seq)
     nbytes = _bytes(host_args[_SEND_ARG.get(kind, 0)])
     size = group.size() if group is not None else 1
@@ -140,21 +148,36 @@ def _wait_for_work(out: Any) -> None:
             w.wait()
 
 
-def _last_arrival(group: Any, mine: int, seq: int) -> int:
-    """The latest modeled arrival of any rank of `group` at its collective number `seq`."""
+def _number(group: Any) -> int:
+    """This collective's number in its group: the same on every rank (they issue a group's
+    collectives in one order), profiled or not."""
+    name = group.group_name if group is not None else ""
+    return next(_seq.setdefault(name, itertools.count()))
+
+
+def _announce(group: Any, seq: int, mine: int) -> Any:
+    """Publish this rank's modeled arrival at collective `seq`; the group's store, or None."""
     if group is None or group.size() <= 1:
-        return mine
+        return None
     store = group_store(group)
     if store is None:
-        return mine
+        return None
     rank = group.rank()
-    key = f"neuron-clock/{seq}/"
-    store.set(f"{key}{rank}", str(mine))
-    arrivals = [int(v) for v in store.multi_get([f"{key}{r}" for r in range(group.size())])]
-    # a rank at collective `seq` has read all of seq - 1, so every rank has read all of seq - 2
+    store.set(f"neuron-clock/{seq}/{rank}", str(mine))
+    # every rank leaves collective seq - 1 only once all have entered it, after any profiling
+    # rank read all of seq - 2: this rank's key of seq - 2 is no longer needed
     if seq >= 2:
         store.delete_key(f"neuron-clock/{seq - 2}/{rank}")
-    return max(arrivals)
+    return store
+
+
+def _last_arrival(group: Any, mine: int, seq: int) -> int:
+    """The latest modeled arrival of any rank of `group` at its collective number `seq`."""
+    store = _announce(group, seq, mine)
+    if store is None:
+        return mine
+    keys = [f"neuron-clock/{seq}/{r}" for r in range(group.size())]
+    return max(int(v) for v in store.multi_get(keys))
 
 
 def group_store(group: Any) -> Any:
