@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.cli import main as cli_main
+from neuron_explorer.entry import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples" / "profiles"
@@ -222,7 +222,7 @@ def test_event_has_its_whole_stack(mcp, served):
 
 
 def test_hotspots_are_the_line_table(mcp, served):
-    from neuron_explorer.web.views.source import LINES_SQL
+    from reference_sql import LINES_SQL
 
     doc = ok(mcp("hotspots", profile=NEURON, n=5))
     ref = cli_json("query", str(served / NEURON), LINES_SQL, "--json")["rows"]

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import reference_sql
 from fastapi.testclient import TestClient
 from test_web_support import BASE_TRACE, XSS_FILE, XSS_OP, build_root
 
 from neuron_explorer.analysis import run_rules
 from neuron_explorer.analysis.context import context
+from neuron_explorer.analysis.lines import line_table
+from neuron_explorer.analysis.operators import operator_table
 from neuron_explorer.model import Profile
 from neuron_explorer.web.app import create_app
-from neuron_explorer.web.views import operators as operators_view
 from neuron_explorer.web.views import source as source_view
 from neuron_explorer.web.views import sql as sql_view
 from neuron_explorer.web.views import timeline
@@ -156,13 +158,14 @@ def test_operators_agree_with_sql(client, root, name):
 
 @pytest.mark.parametrize("name", GOOD)
 def test_operator_and_line_tables_equal_their_sql_definition(root, name):
-    """The tables are computed over numpy arrays; OPS_SQL and LINES_SQL define them."""
+    """The tables are computed over numpy arrays (neuron_explorer.analysis); OPS_SQL and
+    LINES_SQL (tests/reference_sql.py) define them."""
     prof = Profile.open(root / name)
     con = prof.duckdb()
     cols = context(prof).cols
     for sql, table, key in (
-        (operators_view.OPS_SQL, operators_view.operator_table(cols), ("name",)),
-        (source_view.LINES_SQL, source_view.line_table(cols), ("file", "line")),
+        (reference_sql.OPS_SQL, operator_table(cols), ("name",)),
+        (reference_sql.LINES_SQL, line_table(cols), ("file", "line")),
     ):
         want = con.sql(sql).to_arrow_table()
         assert table.schema == want.schema

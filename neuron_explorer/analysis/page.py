@@ -9,6 +9,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..model.profile import Profile
+
+
+def is_modeled(profile: Profile) -> bool:
+    """Device times of a neuron capture come from the cost model, not from a measurement
+    (every page says so)."""
+    return profile.manifest.source == "capture" or bool(profile.manifest.device_spec)
+
 
 def plain(x: Any) -> Any:
     """`x` as JSON-ready data: a dataclass as a dict of its fields, an Arrow table as a list of
@@ -17,7 +25,7 @@ def plain(x: Any) -> Any:
         return x.to_pylist()
     if is_dataclass(x) and not isinstance(x, type):
         own = getattr(x, "to_dict", None)
-        if own is not None and type(x).to_dict is not PageModel.to_dict:
+        if own is not None and getattr(type(x), "to_dict", None) is not PageModel.to_dict:
             return own()
         return {f.name: plain(getattr(x, f.name)) for f in fields(x)}
     if isinstance(x, dict):

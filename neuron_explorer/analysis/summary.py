@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from . import intervals
 from .breakdown import OVERLAP_COLUMNS, PARTITION_COLUMNS
-from .columns import children_ns, dense, exact_sum, group_sum
+from .columns import dense, exact_sum, group_sum
 from .context import AnalysisContext, context
 from .conventions import (
     COMMUNICATION_KINDS,
@@ -23,6 +23,7 @@ from .conventions import (
     TRANSFER_KINDS,
 )
 from .engines import EngineUtil, engines, mbu, mfu
+from .operators import operator_table, top_host_ops
 from .ranks import Ranks, rank_table
 from .readiness import Readiness, readiness
 
@@ -312,26 +313,10 @@ def _breakdown(steps: pa.Table) -> Breakdown:
 
 
 def _top_ops(ctx: AnalysisContext) -> tuple[pa.Table, pa.Table]:
-    """Host ops by self time and by total time; self = dur minus the direct children's."""
-    cols = ctx.cols
-    host = cols.where("layer", ("host",))
-    ops = np.flatnonzero(host & cols.where("kind", ("op",)))
-    dur = cols.ints("dur_ns")
-    children = children_ns(cols, ops)
-    name, names = cols.codes("name")
-    group, inverse = np.unique(name[ops], return_inverse=True)
-    table = pa.table(
-        {
-            "name": pa.array([names[g] for g in group], pa.string()),
-            "calls": pa.array(np.bincount(inverse, minlength=len(group)).astype(np.int64)),
-            "self_ns": pa.array(group_sum(inverse, np.maximum(dur[ops] - children, 0), len(group))),
-            "total_ns": pa.array(group_sum(inverse, dur[ops], len(group))),
-        }
-    )
-    return tuple(
-        table.sort_by([(order_by, "descending"), ("name", "ascending")]).slice(0, TOP_N)
-        for order_by in ("self_ns", "total_ns")
-    )  # type: ignore[return-value]
+    """Host ops by self time and by total time: the operator page's table, cut (so the two
+    agree by construction); self = dur minus the direct children's."""
+    table = operator_table(ctx.cols)
+    return top_host_ops(table, "self_ns", TOP_N), top_host_ops(table, "total_ns", TOP_N)
 
 
 def _top_kernels(ctx: AnalysisContext) -> pa.Table:
