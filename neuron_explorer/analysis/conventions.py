@@ -4,18 +4,15 @@ describes the same conventions for producers of profiles."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-# Device work that occupies a device (union of these = device busy time).
-DEVICE_WORK_KINDS = ("gpu_kernel", "gpu_memcpy", "gpu_memset", "kernel", "dma", "collective")
-# Device work that computes (kernel level), that communicates (NCCL/gloo kernels, neuron
-# collectives: HTA's COMMUNICATION kernels, which HTA keeps out of compute), and that moves data
-# (HTA's MEMORY kernels: memcpy, memset; neuron DMA).
-COMPUTE_KINDS = ("gpu_kernel", "kernel")
-COMMUNICATION_KINDS = ("collective",)
-TRANSFER_KINDS = ("gpu_memcpy", "gpu_memset", "dma")
-# Kernel launches counted per step (collectives are counted apart).
-KERNEL_KINDS = ("gpu_kernel", "kernel")
+# The groups of event kinds are the vocabulary's (vocab/kinds.py); the rules import them here.
+from ..vocab.kinds import (  # noqa: F401
+    COMMUNICATION_KINDS,
+    COMPUTE_KINDS,
+    DEVICE_WORK_KINDS,
+    KERNEL_KINDS,
+    TRANSFER_KINDS,
+    sql_list,
+)
 
 # Host runtime calls that block the host until the device catches up.
 SYNC_RUNTIME_NAMES = (
@@ -58,12 +55,6 @@ PROGRAM_SQL = (
     "regexp_replace(coalesce(op_name, name), "
     "'^(neuron_graph_[0-9]+_[0-9]+)_(forward|backward)$', '\\1')"
 )
-
-
-def sql_list(values: Iterable[str]) -> str:
-    """A SQL list literal of string constants, e.g. ('a', 'b')."""
-    quoted = ["'" + v.replace("'", "''") + "'" for v in values]
-    return "(" + ", ".join(quoted) + ")"
 
 
 # torch.compile's own spans (dynamo's record_functions): tracing the frame, AOT autograd and the

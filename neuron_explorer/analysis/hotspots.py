@@ -14,11 +14,12 @@ from typing import Any
 import pyarrow as pa
 
 from ..model.profile import Profile
+from ..vocab.kinds import LAUNCHED_KINDS
 from .findings import Finding, Hotspot
 
 CITED = 5  # model lines and modules cited per finding
 
-DEVICE_WORK = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective")
+DEVICE_WORK = LAUNCHED_KINDS  # device work charged to its launching op
 LEVELS = ("user", "model", "all")
 # Which frames each level reads: the user's code, model code (user or library: outside torch
 # and the standard library), or every frame.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..model.schema import KINDS
+from ..vocab.kinds import EVENT_KINDS
 
 # Kineto category (lower case) -> (kind, layer)
 CATEGORIES: dict[str, tuple[str, str]] = {
@@ -32,8 +32,8 @@ CATEGORIES: dict[str, tuple[str, str]] = {
 MTIA_CATEGORIES = ("mtia_ccp_events",)
 # MTIA device work whose name starts so is a DMA copy (HTA's memory kernels: ^dma)
 DMA_PREFIX = "dma"
-K = {name: i for i, name in enumerate(KINDS)}  # kind name -> code in the int8 kind arrays
-KIND_NAMES = pa.array(KINDS, pa.string())
+K = {name: i for i, name in enumerate(EVENT_KINDS)}  # kind name -> code in the int8 kind arrays
+KIND_NAMES = pa.array(EVENT_KINDS, pa.string())
 FLOW_PHASES = ("s", "f", "t")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 COLLECTIVE_PREFIXES = ("nccl:", "gloo:", "ucc:", "mpi:", "c10d::")

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import ExplorerError
+from ..vocab.kinds import LAYERS, undeclared
 from .manifest import Manifest
 from .schema import COUNTERS, EVENTS, STACKS, TABLES, Table, conform, empty_table
 
@@ -71,6 +73,18 @@ def _is_sorted(events: pa.Table) -> bool:
     return bool(np.all((rank > 0) | ((rank == 0) & ((start > 0) | ((start == 0) & (ids > 0))))))
 
 
+def _check_declared(events: pa.Table) -> pa.Table:
+    """`events` itself, once every kind and layer in it is declared (vocab/kinds.py): a producer
+    that invents one fails here, not later in an analysis that never reads it."""
+    bad = undeclared(pc.unique(events.column("kind")).to_pylist())
+    if bad:
+        raise ValueError(f"events: undeclared event kinds {bad} (declare them in vocab/kinds.py)")
+    layers = set(pc.unique(events.column("layer")).to_pylist()) - set(LAYERS)
+    if layers:
+        raise ValueError(f"events: undeclared layers {sorted(map(str, layers))} (not {LAYERS})")
+    return events
+
+
 class ProfileWriter:
     """Fills a temporary directory beside `path`; `commit()` renames it to `path`.
 
@@ -102,7 +116,7 @@ class ProfileWriter:
 
     def write_events(self, events: pa.Table | dict) -> None:
         """Write events; several ranks go to events/rank=N/part-0.parquet."""
-        data = _sort_events(conform(EVENTS, events))
+        data = _sort_events(_check_declared(conform(EVENTS, events)))
         ranks = pa.compute.unique(data.column("rank")).to_pylist()
         if len(ranks) <= 1:
             _write_table(EVENTS, data, self.tmp / EVENTS.file)
@@ -126,7 +140,7 @@ class ProfileWriter:
             with ThreadPoolExecutor(1, thread_name_prefix="events-writer") as pool:
                 pending = None
                 for block in blocks:
-                    data = conform(EVENTS, block)
+                    data = _check_declared(conform(EVENTS, block))
                     if data.num_rows == 0:
                         continue
                     first, end = _order_keys(data)

@@ -10,18 +10,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..vocab.kinds import EVENT_KINDS, kinds_doc
+from ..vocab.kinds import LAYERS as LAYERS
+
 FORMAT = "neuron-explorer-profile"
 SCHEMA_VERSION = 2
 # Columns added since version 1 (all nullable): a version-1 file without them reads as nulls.
 ADDED_IN = {"events": {"module": 2, "model_file": 2, "model_line": 2, "model_func": 2},
             "stacks": {"scope": 2}}  # fmt: skip
 
-LAYERS = ("host", "device")
-KINDS = (
-    "python", "op", "annotation", "step", "runtime", "compile", "fallback", "sync", "copy",
-    "kernel", "instruction", "dma", "collective", "gpu_kernel", "gpu_memcpy", "gpu_memset",
-    "gpu_annotation", "memory", "other",
-)  # fmt: skip
+# The event kinds and layers are the vocabulary's (vocab/kinds.py); named here for the schema.
+KINDS = EVENT_KINDS
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -63,7 +62,7 @@ EVENTS = Table(
         Column("id", pa.int64(), "", "Unique event id within the profile.", nullable=False),
         Column("rank", pa.int32(), "", "Distributed rank that recorded the event (0 for one process).", nullable=False),
         Column("layer", _DICT, "", "host (the Python process) or device (the accelerator).", nullable=False),
-        Column("kind", _DICT, "", "What the event is: python, op, annotation, step, runtime, compile, fallback, sync, copy, kernel, instruction, dma, collective, gpu_kernel, gpu_memcpy, gpu_memset, gpu_annotation, memory, other.", nullable=False),
+        Column("kind", _DICT, "", "What the event is: " + kinds_doc() + ".", nullable=False),
         Column("name", _DICT, "", "Event name as recorded (aten op, kernel name, function).", nullable=False),
         Column("track", _DICT, "", "The lane the event sits on: a thread, an engine, a DMA queue, a CUDA stream.", nullable=False),
         Column("device", _DICT, "", "Device the event ran on, e.g. cpu, neuron:0, cuda:0."),

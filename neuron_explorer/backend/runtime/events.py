@@ -12,20 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_explorer.backend.runtime import model, source
+from neuron_explorer.vocab.kinds import RUNTIME_HOST_KINDS as HOST_KINDS
 
-KINDS = (
-    "compile", "runtime", "fallback", "sync", "copy", "kernel", "instruction", "dma", "memory",
-    "forward", "gc", "cut", "collective",
-)  # fmt: skip
-# "forward": a marker, not an event of its own: a metadata op (view, reshape...) launched no
-# kernel but created autograd node `seq_nr` at its user line, for the backward kernels to inherit.
-# "gc": a garbage-collector pause outside the backend's calls, cut as simulator time (gcpause.py);
-# for the clock only, not an event of its own.
-# "cut": a metadata op's span (view, reshape, ...: no runtime cost), cut as simulator time
-# (record.dispatch_recorded); for the clock only, like "gc".
-HOST_KINDS = frozenset(
-    {"compile", "runtime", "fallback", "sync", "copy", "memory", "forward", "gc", "cut"}
-)
 DEFAULT_INSTRUCTION_LIMIT = 200_000
 
 
@@ -38,7 +26,7 @@ class RuntimeEvent:
     """
 
     id: int
-    kind: str  # one of KINDS
+    kind: str  # one of vocab.kinds.RUNTIME_KINDS (the clock markers included)
     name: str
     op_name: str = ""  # the aten op (or FX graph) whose call caused this event
     shapes: tuple[tuple[int, ...], ...] = ()

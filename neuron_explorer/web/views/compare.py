@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...vocab.kinds import KERNEL_KINDS
 from .source import file_id
 
 
@@ -78,9 +79,6 @@ def _breakdown(summary: dict[str, Any] | None) -> dict[str, float] | None:
         return None
     steps = (summary.get("step_stats") or {}).get("count") or 1  # per step, so runs compare
     return {k: v / steps for k, v in b.items() if isinstance(v, (int, float))}
-
-
-KERNEL_KINDS = ("kernel", "gpu_kernel")
 
 
 def kernel_table(con) -> pa.Table:

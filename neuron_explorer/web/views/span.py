@@ -6,18 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...vocab.kinds import DEVICE_WORK_KINDS, KERNEL_KINDS, sql_list
 from . import fetch_dicts
 
 TOP = 20
-DEVICE_WORK = (
-    "kernel",
-    "gpu_kernel",
-    "instruction",
-    "dma",
-    "collective",
-    "gpu_memcpy",
-    "gpu_memset",
-)
+# device work, an engine's instructions included (a span shows what each lane did)
+DEVICE_WORK = (*DEVICE_WORK_KINDS, "instruction")
 
 
 def span_totals(con, start_ns: int, end_ns: int) -> dict[str, Any]:
@@ -31,7 +25,7 @@ def span_totals(con, start_ns: int, end_ns: int) -> dict[str, Any]:
         "WHERE (start_ns < ? AND start_ns + dur_ns > ?) OR (dur_ns = 0 AND start_ns >= ? AND start_ns < ?)) "
     )
     params = [e, s, e, s, s, e]
-    kinds = ", ".join(f"'{k}'" for k in DEVICE_WORK)
+    kinds = sql_list(DEVICE_WORK)
 
     def q(select: str) -> list[dict[str, Any]]:
         return fetch_dicts(con, inside + select, params)
@@ -46,9 +40,9 @@ def span_totals(con, start_ns: int, end_ns: int) -> dict[str, Any]:
         "ops": q("SELECT name, count(*) AS count, sum(inside_ns) AS time_ns FROM w "
                  f"WHERE layer = 'host' AND kind = 'op' GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
         "kernels": q("SELECT name, kind, count(*) AS count, sum(inside_ns) AS time_ns FROM w "
-                     f"WHERE kind IN ('kernel', 'gpu_kernel') GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
+                     f"WHERE kind IN {sql_list(KERNEL_KINDS)} GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
         # busy share of each device lane (engine, DMA queue, stream) over the span
         "lanes": q("SELECT rank, device, track, count(*) AS count, sum(inside_ns) AS time_ns, "
                    f"sum(inside_ns) / {float(e - s)} AS busy FROM w "
-                   f"WHERE layer = 'device' AND kind IN ({kinds}) GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
+                   f"WHERE layer = 'device' AND kind IN {kinds} GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
     }  # fmt: skip

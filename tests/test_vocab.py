@@ -1,0 +1,139 @@
+"""The vocabulary declared once (neuron_explorer/vocab): it imports nothing heavy, every group of
+kinds is declared, the profile writer refuses an undeclared kind, and every importer and capture
+on real data writes only declared kinds."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from neuron_explorer.model import Profile, ProfileWriter
+from neuron_explorer.model.manifest import Manifest
+from neuron_explorer.vocab import kinds
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "neuron_explorer"
+DATA = ROOT / "tests" / "data"
+PURE = tuple(sorted(p.stem for p in (PACKAGE / "vocab").glob("[a-z]*.py")))
+
+
+def test_the_vocabulary_imports_no_torch_numpy_or_pyarrow():
+    code = (
+        "import sys, importlib\n"
+        f"for m in {PURE!r}: importlib.import_module('neuron_explorer.vocab.' + m)\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'pyarrow') if m in sys.modules))"
+    )
+    assert "kinds" in PURE
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_group_of_kinds_is_made_of_declared_kinds():
+    groups = {
+        name: value
+        for name, value in vars(kinds).items()
+        if name.endswith("_KINDS") and name not in ("EVENT_KINDS", "RUNTIME_KINDS")
+    }
+    assert len(groups) >= 10
+    runtime_only = set(kinds.RUNTIME_MARKERS)
+    for name, group in groups.items():
+        assert set(group) - runtime_only <= set(kinds.EVENT_KINDS), name
+    assert len(set(kinds.EVENT_KINDS)) == len(kinds.EVENT_KINDS)
+    assert kinds.undeclared(["kernel", "bogus", None]) == ["None", "bogus"]
+
+
+# An event's kind named in our code: SQL `kind = 'x'` / `kind IN ('x', 'y')`, Python
+# `e.kind == "x"` / `e.kind in ("x", "y")` on a runtime event, the importer's codes `K["x"]`
+# (a local variable or a page named `kind` is something else).
+_EVENT = r"\b(?:e|ev|event|self)\.kind"
+_KIND_LITERAL = re.compile(
+    rf"""\bkind\s+(?:=|<>|!=)\s+'([a-z_0-9]+)'|{_EVENT}\s*(?:==|!=)\s*["']([a-z_0-9]+)["']"""
+    r"""|\bK\[["']([a-z_0-9]+)["']\]"""
+)
+_KIND_IN = re.compile(rf"""\bkind\s+IN\s*\(([^)]*)\)|{_EVENT}\s+in\s+\(([^)]*)\)""")
+
+
+def test_every_kind_the_code_names_is_declared():
+    named: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        found = {a or b or c for a, b, c in _KIND_LITERAL.findall(text)}
+        for groups in _KIND_IN.findall(text):
+            found |= set(re.findall(r"""["']([a-z_0-9]+)["']""", " ".join(groups)))
+        for k in found:
+            named.setdefault(k, set()).add(str(path.relative_to(ROOT)))
+    assert {"kernel", "op", "collective", "gpu_memcpy"} <= set(named)
+    allowed = set(kinds.EVENT_KINDS) | set(kinds.RUNTIME_MARKERS)
+    assert {k: v for k, v in named.items() if k not in allowed} == {}
+
+
+def _events(kind: str, layer: str = "host") -> dict:
+    return {
+        "id": [1, 2], "rank": [0, 0], "layer": [layer, layer], "kind": ["op", kind],
+        "name": ["a", "b"], "track": ["t", "t"], "start_ns": [0, 5], "dur_ns": [10, 1],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["write_events", "write_events_in_order"])
+def test_the_writer_refuses_an_undeclared_kind(tmp_path, how):
+    out = tmp_path / "p"
+    with pytest.raises(ValueError, match=r"undeclared event kinds \['kernal'\]"):
+        with ProfileWriter(out) as w:
+            data = _events("kernal")
+            if how == "write_events":
+                w.write_events(data)
+            else:
+                w.write_events_in_order([pa.table(data)])
+            w.commit(Manifest(source="capture", origin_unix_ns=0))
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_writer_refuses_an_undeclared_layer_and_keeps_a_declared_kind(tmp_path):
+    with pytest.raises(ValueError, match="undeclared layers"):
+        with ProfileWriter(tmp_path / "bad") as w:
+            w.write_events(_events("kernel", layer="gpu"))
+    with ProfileWriter(tmp_path / "good") as w:
+        w.write_events(_events("kernel", layer="device"))
+        w.commit(Manifest(source="capture", origin_unix_ns=0))
+    kinds_written = Profile.open(tmp_path / "good").duckdb().sql("SELECT DISTINCT kind FROM events")
+    assert sorted(r[0] for r in kinds_written.fetchall()) == ["kernel", "op"]
+
+
+def _kinds_of(profile_dir: Path) -> set[str]:
+    con = Profile.open(profile_dir).duckdb()
+    return {r[0] for r in con.sql("SELECT DISTINCT CAST(kind AS VARCHAR) FROM events").fetchall()}
+
+
+def test_every_imported_real_trace_holds_only_declared_kinds(imported_profiles, tmp_path):
+    from neuron_explorer.importers import import_traces
+
+    dirs = dict(imported_profiles)
+    for name, trace in (
+        ("mtia", DATA / "kineto-mtia" / "mtia_inference_trace_mtia_inference_rank_0.json.gz"),
+        ("stacks", DATA / "kineto-cpu-stacks" / "gpt2_cpu_stacks_modules.pt.trace.json.gz"),
+    ):
+        dirs[name] = import_traces([trace], tmp_path / name)
+    seen: set[str] = set()
+    for name, d in dirs.items():
+        found = _kinds_of(d)
+        assert found and found <= set(kinds.EVENT_KINDS), name
+        seen |= found
+    # the real traces between them hold the GPU kinds and the framework's
+    assert {"op", "gpu_kernel", "gpu_memcpy", "runtime", "step", "python"} <= seen
+
+
+def test_every_committed_sample_capture_holds_only_declared_kinds():
+    samples = sorted((ROOT / "samples" / "profiles").iterdir())
+    assert len(samples) >= 5
+    seen: set[str] = set()
+    for d in samples:
+        found = _kinds_of(d)
+        assert found <= set(kinds.EVENT_KINDS), d.name
+        seen |= found
+    assert {"kernel", "instruction", "dma", "compile", "collective", "fallback"} <= seen
