@@ -8,6 +8,9 @@ collectives and `backend="cpu:gloo,neuron:neuron"` both work.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
 from typing import Any
 
 _stores: dict[str, Any] = {}  # group name -> the store its neuron backend was created with
@@ -17,12 +20,80 @@ def _create(opts: Any, backend_options: Any) -> Any:
     from torch.distributed import ProcessGroupGloo
 
     _stores[opts.group_id] = opts.store
+    _route_fsdp_when_imported()
     return ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
 def store_of(group_name: str) -> Any:
     """The store of a group whose neuron backend this process created, else None."""
     return _stores.get(group_name)
+
+
+_FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `_route_fsdp_storage` once FSDP2's modules are imported: importing them up front
+    would cost every process group DTensor's import (about a second)."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != _FSDP_PARAM:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _route_fsdp_storage()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _route_fsdp_when_imported() -> None:
+    if _FSDP_PARAM in sys.modules:
+        _route_fsdp_storage()
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())
+
+
+def _route_fsdp_storage() -> None:
+    """FSDP2 frees an unsharded parameter by resizing its storage to 0 and gets it back by
+    resizing it to full size; a neuron tensor is a wrapper whose bytes live in its payload, so
+    resize the payload's storage there (other tensors go to FSDP's own functions). Giving the
+    wrapper the payload's storage instead breaks torch.compile, whose fakeification reads it."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+    except ImportError:  # a torch without FSDP2: nothing to route
+        return
+    if getattr(_fsdp_param.free_storage, "_neuron", False):
+        return
+    from neuron_explorer.backend.tensor import NeuronTensor
+
+    free, alloc = _fsdp_param.free_storage, _fsdp_param.alloc_storage
+
+    def free_storage(tensor: Any) -> None:
+        if not isinstance(tensor, NeuronTensor):
+            return free(tensor)
+        if (storage := tensor._payload.untyped_storage()).size() != 0:
+            storage.resize_(0)
+        return None
+
+    def alloc_storage(tensor: Any) -> None:
+        if not isinstance(tensor, NeuronTensor):
+            return alloc(tensor)
+        size = tensor.numel() * tensor.itemsize
+        if (storage := tensor._payload.untyped_storage()).size() != size:
+            storage.resize_(size)
+        return None
+
+    free_storage._neuron = alloc_storage._neuron = True  # type: ignore[attr-defined]
+    _fsdp_param.free_storage = free_storage
+    _fsdp_param.alloc_storage = alloc_storage
+    _fsdp_param_group.alloc_storage = alloc_storage
 
 
 def register() -> None:
