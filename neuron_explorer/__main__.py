@@ -1,5 +1,5 @@
 import sys
 
-from neuron_explorer.cli import main
+from neuron_explorer.entry import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer import __version__
-from neuron_explorer.cli import COMMANDS, build_parser, main
+from neuron_explorer.entry import COMMANDS, build_parser, main
 from neuron_explorer.model.schema import SCHEMA_VERSION, TABLES
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.cli import COMMANDS, build_parser
+from neuron_explorer.entry import COMMANDS, build_parser
 from neuron_explorer.model import Manifest, ProfileWriter
 from neuron_explorer.model.schema import TABLES
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.cli import COMMANDS
+from neuron_explorer.entry import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("numpy", "pyarrow", "torch", "duckdb", "fastapi", "uvicorn", "rich")
@@ -22,7 +22,7 @@ HEAVY = ("numpy", "pyarrow", "torch", "duckdb", "fastapi", "uvicorn", "rich")
 # runs the CLI's main in a fresh interpreter, then reports which heavy modules it imported
 _PROBE = """
 import contextlib, io, json, sys
-from neuron_explorer.cli import main
+from neuron_explorer.entry import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     try:

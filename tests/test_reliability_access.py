@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from test_web_support import XSS_FILE, XSS_OP, synth_module, xss_trace
 
-from neuron_explorer.cli import build_parser
+from neuron_explorer.entry import build_parser
 from neuron_explorer.importers import import_traces
 from neuron_explorer.model import Profile
 from neuron_explorer.web.app import create_app

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 import neuron_explorer.analysis.context as analysis_context
 from neuron_explorer.analysis import run_rules
 from neuron_explorer.model import Profile
-from neuron_explorer.web import app as web_app
+from neuron_explorer.web import service as web_app
 from neuron_explorer.web.app import create_app
 from neuron_explorer.web.cache import AnalysisCache, profile_identity
 

@@ -1,17 +1,20 @@
 """The `neuron-explorer` command line. One table lists every command; each command is a small
-module in explorer/cli/commands with NAME, HELP, add_arguments(parser) and run(args) -> int."""
+module with NAME, HELP, add_arguments(parser) and run(args) -> int. This package knows only its
+own commands (neuron_explorer/cli/commands); the top, neuron_explorer.entry, adds web's `serve`
+and agents' `mcp` and `report` to them, since the CLI never imports web or agents."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .. import __version__
 from ..errors import ExplorerError
 
-# command name -> module under neuron_explorer.cli.commands (imported only when needed)
+# command name -> its module: a name under neuron_explorer.cli.commands, or a dotted path
+# (imported only when the parser is built)
 COMMANDS: dict[str, str] = {
     "schema": "schema",
     "import": "import_trace",
@@ -22,33 +25,32 @@ COMMANDS: dict[str, str] = {
     "query": "query",
     "capture": "capture",
     "export": "export",
-    "serve": "serve",
-    "mcp": "mcp",
-    "report": "report",
 }
 
 
-def _load(name: str):  # a command module
-    return importlib.import_module(f"neuron_explorer.cli.commands.{COMMANDS[name]}")
+def _load(module: str):  # a command module
+    return importlib.import_module(module if "." in module else f"{__name__}.commands.{module}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Mapping[str, str] = COMMANDS) -> argparse.ArgumentParser:
+    """The parser of `commands` (name -> module), each command's module imported to read it."""
     parser = argparse.ArgumentParser(
         prog="neuron-explorer",
         description="Profiler and trace explorer for PyTorch on the (modeled) neuron device.",
     )
     parser.add_argument("--version", action="version", version=f"neuron-explorer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        module = _load(name)
+    for name, path in commands.items():
+        module = _load(path)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, commands: Mapping[str, str] = COMMANDS) -> int:
+    """Run one command of `commands`; an ExplorerError is one line on stderr and status 2."""
+    parser = build_parser(commands)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from neuron_explorer.errors import BadInputError, ExplorerError
 
-from .pages import render_page
+from .pages import render_error
 from .store import NotFound
 from .views import sql
 
@@ -31,7 +31,7 @@ def install_error_handlers(app: FastAPI) -> None:
             status = 503
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": str(exc)}, status_code=status)
-        return HTMLResponse(render_page("error", title="Error", error=str(exc)), status_code=status)
+        return HTMLResponse(render_error(str(exc)), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -42,7 +42,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return JSONResponse(
                 {"error": msg, "detail": jsonable_encoder(exc.errors())}, status_code=422
             )
-        return HTMLResponse(render_page("error", title="Error", error=msg), status_code=422)
+        return HTMLResponse(render_error(msg), status_code=422)
 
     @app.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> Response:
@@ -50,7 +50,7 @@ def install_error_handlers(app: FastAPI) -> None:
         msg = f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": msg}, status_code=500)
-        return HTMLResponse(render_page("error", title="Error", error=msg), status_code=500)
+        return HTMLResponse(render_error(msg), status_code=500)
 
 
 def attachment(filename: str) -> dict[str, str]:

@@ -1,0 +1,12 @@
+"""Every page and JSON route of the web UI, in one explicit list. A page is one `Page` (its HTML
+shell and its JSON twin) in the PAGES of a module here; a route that is not a page is one `Api`
+in its API. Tabs follow the order of MODULES. web/app.py mounts exactly these."""
+
+from __future__ import annotations
+
+from ..pages import Api, Page
+from . import compare, findings, operators, overview, source, sql, timeline
+
+MODULES = (overview, timeline, operators, source, findings, sql, compare)
+PAGES: tuple[Page, ...] = tuple(p for m in MODULES for p in m.PAGES)
+API: tuple[Api, ...] = tuple(a for m in MODULES for a in m.API)

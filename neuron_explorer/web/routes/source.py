@@ -1,0 +1,47 @@
+"""Source hotspots: the files, one file's annotated listing, and one line's work."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Query
+
+from ..pages import Api, Page, Shell
+from ..views import overview, source
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+# which frame is "the line" in the source view: your code, model code or every frame
+LEVEL = Query("model", pattern="^(user|model|all)$")
+SOURCE = Shell("Source", "source.js", tab="Source")
+
+
+def api_source(svc: Service, name: str, level: str = LEVEL) -> dict[str, Any]:
+    p = svc.store.open(name)
+    t = svc.lines(name)
+    m = svc.model_lines(name, level)
+    return {"name": name, "files": source.files_json(t, p), "top_lines": source.top_lines(t, 50),
+            "level": level, "model_files": source.model_files_json(m, p),
+            "top_model_lines": source.top_model_lines(m),
+            "device_time_modeled": overview.is_modeled(p)}  # fmt: skip
+
+
+def api_source_file(svc: Service, name: str, file_id: str, level: str = LEVEL) -> dict[str, Any]:
+    p = svc.store.open(name)
+    path = svc.source_file(name, file_id)
+    return {"name": name, "level": level,
+            **source.file_json(p, svc.lines(name), path, overview.is_modeled(p),
+                               svc.model_lines(name, level))}  # fmt: skip
+
+
+def api_source_line(svc: Service, name: str, file_id: str, line: int) -> dict[str, Any]:
+    svc.store.open(name)
+    return source.line_detail(svc.store.connection(name), svc.source_file(name, file_id), line)
+
+
+PAGES = (
+    Page("source", "/p/{name}/source", api_source, SOURCE),
+    Page("source", "/p/{name}/source/{file_id}", api_source_file, SOURCE),
+)
+API = (Api("/api/p/{name}/source/{file_id}/lines/{line}", api_source_line, "source"),)

@@ -1,0 +1,77 @@
+"""SQL over the profile's tables (the page, its CSV) and the tables themselves as Parquet."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fastapi.responses import FileResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from neuron_explorer.model.schema import TABLES
+
+from ..pages import Api, Page, Shell
+from ..responses import attachment
+from ..store import NotFound
+from ..views import sql
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+
+# SQL runs on the gate's own threads (async routes hold no thread of the shared pool while
+# they wait), so a flood of queries never delays the pages and static files
+async def _gated(svc: Service, fn: Callable[[], Any]) -> Any:
+    return await asyncio.wrap_future(svc.gate.submit(fn))
+
+
+async def api_sql(
+    svc: Service, name: str, q: str = "", limit: int = sql.DEFAULT_ROWS
+) -> dict[str, Any]:
+    def answer() -> dict[str, Any]:
+        p = svc.store.open(name)
+        out: dict[str, Any] = {"name": name, "max_rows": sql.MAX_ROWS, "timeout_s": sql.TIMEOUT_S,
+                               "max_result_bytes": sql.MAX_RESULT_BYTES,
+                               "examples": [{"title": t, "sql": s} for t, s in sql.EXAMPLES],
+                               "tables": list(TABLES), "result": None}  # fmt: skip
+        if q.strip():
+            out["result"] = sql.run_query(p, q, limit)
+        return out
+
+    return await _gated(svc, answer) if q.strip() else await run_in_threadpool(answer)
+
+
+async def api_sql_csv(svc: Service, name: str, q: str, limit: int = sql.MAX_ROWS) -> Response:
+    res = await _gated(svc, lambda: sql.run_query(svc.store.open(name), q, limit))
+    import csv
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(res["columns"])
+    w.writerows(res["rows"])
+    return Response(buf.getvalue(), media_type="text/csv",
+                    headers=attachment(f"{name}-query.csv"))  # fmt: skip
+
+
+def api_table(svc: Service, name: str, table: str) -> Response:
+    p = svc.store.open(name)
+    if table not in TABLES:
+        raise NotFound(f"no table {table!r}; tables are {', '.join(TABLES)}")
+    single = p.path / f"{table}.parquet"
+    headers = attachment(f"{name}-{table}.parquet")
+    if single.is_file():
+        return FileResponse(single, media_type="application/vnd.apache.parquet", headers=headers)
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(p.table(table), buf, compression="zstd")
+    return Response(buf.getvalue(), media_type="application/vnd.apache.parquet", headers=headers)
+
+
+PAGES = (Page("sql", "/p/{name}/sql", api_sql, Shell("SQL", "sql.js", tab="SQL")),)
+API = (
+    Api("/api/p/{name}/sql.csv", api_sql_csv, "sql"),
+    Api("/api/p/{name}/tables/{table}.parquet", api_table, "sql"),
+)

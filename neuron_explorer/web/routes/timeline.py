@@ -1,0 +1,101 @@
+"""The timeline (windows, events, spans, find) and the memory page with its counter track."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Query
+
+from ..pages import Api, Page, Shell
+from ..store import NotFound
+from ..views import events, memory, overview, search, span, timeline
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
+
+
+def api_timeline(
+    svc: Service,
+    name: str,
+    start_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
+    end_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
+    width_px: int = 1500,
+) -> dict[str, Any]:
+    store = svc.store
+    p = store.open(name)
+    idx = svc.index(name)
+    first = idx.fit[:2] if idx.fit else (idx.start_ns, idx.end_ns)  # where the events are
+    s = first[0] if start_ns is None else start_ns
+    e = first[1] if end_ns is None else end_ns
+    if start_ns is None and end_ns is None:  # the first view of every visit: computed once
+        width_px = min(8000, max(250, round(width_px / 250) * 250))  # a few cached widths
+        win = store.derived(name, f"timeline-all-{width_px}",
+                            lambda _: timeline.window(p, store.connection(name), idx, s, e, width_px))  # fmt: skip
+    else:
+        win = timeline.window(p, store.connection(name), idx, s, e, width_px)
+    return {"name": name, "device_time_modeled": overview.is_modeled(p),
+            "extent": {"start_ns": idx.start_ns, "end_ns": idx.end_ns},
+            "fit": None if idx.fit is None else
+            {"start_ns": idx.fit[0], "end_ns": idx.fit[1], "outside_events": idx.fit[2]},
+            "lanes": timeline.lanes_json(idx), "steps": list(idx.steps), "window": win}  # fmt: skip
+
+
+def api_event(svc: Service, name: str, event_id: int) -> dict[str, Any]:
+    svc.store.open(name)
+    out = events.event_json(svc.store.connection(name), event_id)
+    if out is None:
+        raise NotFound(f"no event {event_id} in {name}")
+    return out
+
+
+def api_span(
+    svc: Service,
+    name: str,
+    start_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+) -> dict[str, Any]:
+    p = svc.store.open(name)
+    return {"name": name, "device_time_modeled": overview.is_modeled(p),
+            **span.span_totals(svc.store.connection(name), start_ns, end_ns)}  # fmt: skip
+
+
+def api_search(
+    svc: Service, name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES
+) -> dict[str, Any]:
+    svc.store.open(name)
+    return {"name": name, **search.search_events(svc.store.connection(name), q, regex, limit)}
+
+
+def api_memory(svc: Service, name: str) -> dict[str, Any]:
+    store = svc.store
+    p = store.open(name)
+    found = store.derived(name, "memory", lambda p: memory.memory_json(p, store.connection(name)))
+    return {"name": name, "device_time_modeled": overview.is_modeled(p), **found}
+
+
+def api_counters(
+    svc: Service,
+    name: str,
+    start_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    width_px: int = Query(1500, ge=1, le=8000),
+) -> dict[str, Any]:
+    svc.store.open(name)
+    con = svc.store.connection(name)
+    return {"name": name, "counters": memory.counter_series(con, start_ns, end_ns, width_px)}
+
+
+PAGES = (
+    Page("timeline", "/p/{name}/timeline", api_timeline,
+         Shell("Timeline", "timeline.js", tab="Timeline")),
+    Page("memory", "/p/{name}/memory", api_memory,
+         Shell("Memory", "memory.js", plotly=True, tab="Memory")),
+)  # fmt: skip
+API = (
+    Api("/api/p/{name}/events/{event_id}", api_event, "timeline"),
+    Api("/api/p/{name}/span", api_span, "timeline"),
+    Api("/api/p/{name}/search", api_search, "timeline"),
+    Api("/api/p/{name}/counters", api_counters, "timeline"),
+)

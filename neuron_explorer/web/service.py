@@ -1,0 +1,174 @@
+"""What every route of one server shares: the served profiles, what is derived from them (in
+memory, and on disk for what takes seconds), the background analysis, the warm-up after start
+and the SQL gate. Routes read values through a `Service`; they never hold state of their own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from neuron_explorer.analysis.context import context
+from neuron_explorer.model import Profile
+
+from . import cache_dir
+from .cache import AnalysisCache, profile_identity
+from .listing import ProfileList
+from .store import NotFound, ProfileStore
+from .views import compare, operators, overview, source, sql, timeline
+
+# The profile list analyses profiles up to this size on the spot (well under a second each), for
+# up to LIST_INLINE_S per request; the others show their top finding once known (from the disk
+# cache, or a background analysis), so a folder of many or large profiles lists at once.
+LIST_INLINE_EVENTS = 200_000
+LIST_INLINE_S = 1.0
+
+
+class Service:
+    """The profiles under `root` and everything the pages derive from them; analysis results
+    persist under `analysis_cache` (default: the user cache, web/cache.py)."""
+
+    def __init__(self, root: str | Path, analysis_cache: str | Path | None = None) -> None:
+        self.store = ProfileStore(root)
+        self.disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
+        self.gate = sql.QueryGate()
+        self.listing = ProfileList()
+        # one profile analysed at a time in the background, leaving the other core to requests
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis")
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tables")
+        self._pending: set[str] = set()
+        self._pending_lock = threading.Lock()
+
+    # ---- cached per profile ---------------------------------------------------------------
+    def persisted(self, name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
+        """A value kept in memory and in the disk cache, keyed by the profile's identity."""
+        store, disk = self.store, self.disk
+
+        def make(p: Profile) -> Any:
+            identity = store.derived(name, "identity", profile_identity)
+            value = disk.load(p, kind, identity)
+            if value is None:
+                value = compute(p)
+                disk.store(p, kind, identity, value)
+            return value
+
+        return store.derived(name, kind, make)
+
+    def index(self, name: str) -> timeline.TimelineIndex:
+        store = self.store
+        return store.derived(name, "timeline",
+                             lambda p: timeline.build_index(p, store.connection(name)))  # fmt: skip
+
+    def ops(self, name: str) -> Any:  # pyarrow table
+        return self.persisted(
+            name, "ops_table", lambda p: operators.operator_table(context(p).cols)
+        )
+
+    def lines(self, name: str) -> Any:  # pyarrow table
+        return self.persisted(name, "lines_table", lambda p: source.line_table(context(p).cols))
+
+    def model_lines(self, name: str, level: str = "model") -> Any:
+        """Device self/total per line of any stacked file, at `level` (user, model, all)."""
+        return self.persisted(name, f"lines_table_{level}",
+                              lambda p: source.model_line_table(p, p.duckdb(), level))  # fmt: skip
+
+    def kernels(self, name: str) -> Any:  # pyarrow table of kernels by name
+        con = self.store.connection(name)
+        return self.store.derived(name, "kernel_table", lambda p: compare.kernel_table(con))
+
+    def tables_later(self, name: str) -> None:
+        """Start the operator and line tables (numpy, GIL mostly released) on the side thread
+        while the calling thread runs the rules."""
+        if not (self.store.has(name, "ops_table") and self.store.has(name, "lines_table")):
+            self._side.submit(lambda: (self.ops(name), self.lines(name)))
+
+    # neuron_explorer.analysis keeps one DuckDB connection per profile: one analysis call at a time
+    def summary(self, name: str) -> dict[str, Any] | None:
+        def make(p: Profile) -> dict[str, Any] | None:
+            with self.store.profile_lock(name):
+                return overview.analysis_summary(p)
+
+        return self.persisted(name, "summary", make)
+
+    def findings(self, name: str) -> list[dict[str, Any]] | None:
+        def make(p: Profile) -> list[dict[str, Any]] | None:
+            with self.store.profile_lock(name):
+                found = overview.analysis_findings(p)
+            for f in found or ():  # so the page can link evidence lines to the source view
+                ev = f.get("evidence", {})
+                for line in (*ev.get("source_lines", ()), *ev.get("model_lines", ())):
+                    if line.get("file"):
+                        line["file_id"] = source.file_id(line["file"])
+            return found
+
+        return self.persisted(name, "findings", make)
+
+    def devices(self, name: str) -> list[str]:
+        return self.persisted(name, "devices", overview.devices)
+
+    def source_file(self, name: str, file_id: str) -> str:
+        """The path of a file the profile's lines name, by id; NotFound otherwise."""
+        path = source.find_file(self.lines(name), file_id, self.model_lines(name))
+        if path is None:
+            raise NotFound(f"no source file {file_id!r} in {name}")
+        return path
+
+    # ---- the profile list and the background ----------------------------------------------
+    def profile_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """(a row per served profile, the profiles skipped with why); small profiles are
+        analysed inline for LIST_INLINE_S in all, the others queued for the background."""
+        names, skipped = self.store.scan()
+        start = time.monotonic()
+        rows = self.listing.rows(names, lambda name: self._profile_row(name, start))
+        # after the list is built, which then does not wait for them
+        self.analyse_later([r["name"] for r in rows if r.get("analysis_pending")])
+        return rows, skipped
+
+    def _profile_row(self, name: str, start: float) -> dict[str, Any]:
+        p = self.store.open(name)
+        inline = time.monotonic() - start < LIST_INLINE_S
+        known, found = self._known_findings(name, p, inline)
+        row = overview.profile_row(name, p, self.devices(name), found)
+        return {**row, "analysis_pending": not known}
+
+    def _known_findings(
+        self, name: str, p: Profile, inline: bool
+    ) -> tuple[bool, list[dict[str, Any]] | None]:
+        """The findings if computed (here or by an earlier server), or computed now when
+        `inline` and the profile is small; else (False, None), for the background."""
+        events = int(p.manifest.row_counts.get("events") or 0)
+        if self.store.has(name, "findings") or (inline and events <= LIST_INLINE_EVENTS):
+            return True, self.findings(name)
+        identity = self.store.derived(name, "identity", profile_identity)
+        if self.disk.load(p, "findings", identity) is not None:
+            return True, self.findings(name)  # read back into memory
+        return False, None
+
+    def analyse_later(self, names: list[str]) -> None:
+        """Queue the analysis of profiles the list could not show yet (one at a time)."""
+        with self._pending_lock:
+            for name in names:
+                if name not in self._pending:
+                    self._pending.add(name)
+                    self._background.submit(self._analyse, name)
+
+    def _analyse(self, name: str) -> None:
+        try:
+            self.findings(name), self.summary(name)
+        except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
+            pass
+        finally:
+            with self._pending_lock:
+                self._pending.discard(name)
+
+    def warm_up(self) -> None:
+        """Compute what the first visit of each profile needs (run in a background thread)."""
+        for name in self.store.names():
+            try:
+                self.index(name), self.ops(name), self.lines(name)
+                self.summary(name), self.findings(name)
+            except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
+                continue
