@@ -11,11 +11,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..model.profile import Profile
+from ..vocab.kinds import LAUNCHED_KINDS
 from .columns import Columns, children_ns, group_sum, groups
 from .page import PageModel, is_modeled
 
 # device events that stand for a whole launch (instructions and DMAs sit under kernels)
-LAUNCH_KINDS = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective")
+LAUNCH_KINDS = LAUNCHED_KINDS
 LAUNCH_SQL = ", ".join(f"'{k}'" for k in LAUNCH_KINDS)
 DETAIL_ROWS = 200  # kernels and instructions listed for one op
 DETAIL_LINES = 50

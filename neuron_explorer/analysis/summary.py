@@ -26,6 +26,7 @@ from .engines import EngineUtil, engines, mbu, mfu
 from .operators import operator_table, top_host_ops
 from .ranks import Ranks, rank_table
 from .readiness import Readiness, readiness
+from .steps import StepStats, StepTime, step_stats
 
 TOP_N = 15
 BREAKDOWN_COLUMNS = (
@@ -53,7 +54,6 @@ OVERLAP_LABELS = {
     "fallback_overlap_ns": "CPU fallback while the device works",
     "sync_overlap_ns": "host waiting in a sync while the device works",
 }
-PARTIAL_STEP_SHARE = 0.5  # a last step under this share of the median of the others is partial
 
 
 @dataclass(frozen=True)
@@ -77,20 +77,6 @@ class DeviceStats:
     window_ns: int
     idle_ns: int
     communication_ns: int = 0
-
-
-@dataclass(frozen=True)
-class StepStats:
-    count: int
-    total_ns: int
-    mean_ns: float
-    median_ns: float
-    min_ns: int
-    max_ns: int
-    # (rank, step) of last steps that look cut short: under PARTIAL_STEP_SHARE of the median of
-    # the rank's other steps (torch.profiler closes the last ProfilerStep when it stops, so
-    # a loop that calls prof.step() at the end leaves a stub step after it). Counted as recorded.
-    partial_last_steps: tuple[tuple[int, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -259,32 +245,9 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
     return tuple(sorted(out, key=lambda d: (d.rank, d.device)))
 
 
-def _step_stats(steps: pa.Table) -> StepStats:
-    d = steps["dur_ns"]
-    return StepStats(
-        count=steps.num_rows,
-        total_ns=int(pc.sum(d).as_py()),
-        mean_ns=float(pc.mean(d).as_py()),
-        median_ns=float(pc.approximate_median(d).as_py()),
-        min_ns=int(pc.min(d).as_py()),
-        max_ns=int(pc.max(d).as_py()),
-        partial_last_steps=_partial_last_steps(steps),
-    )
-
-
-def _partial_last_steps(steps: pa.Table) -> tuple[tuple[int, int | None], ...]:
-    """The last step of each rank with 2+ steps when it is under PARTIAL_STEP_SHARE of the
-    median of the rank's other steps."""
-    out = []
-    rows = steps.select(["rank", "step", "start_ns", "dur_ns"]).to_pylist()
-    for rank in sorted({r["rank"] for r in rows}):
-        mine = sorted((r for r in rows if r["rank"] == rank), key=lambda r: r["start_ns"])
-        if len(mine) < 2:
-            continue
-        others = float(np.median([r["dur_ns"] for r in mine[:-1]]))
-        if mine[-1]["dur_ns"] < PARTIAL_STEP_SHARE * others:
-            out.append((int(rank), mine[-1]["step"]))
-    return tuple(out)
+def _step_stats(steps: pa.Table) -> StepStats | None:
+    rows = steps.select(["step", "rank", "start_ns", "dur_ns"]).to_pylist()
+    return step_stats(StepTime(**r) for r in rows)
 
 
 def _breakdown(steps: pa.Table) -> Breakdown:

@@ -3,27 +3,22 @@ neuron_explorer.analysis; this module only assembles them with the manifest and 
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
+from neuron_explorer.analysis.page import is_modeled, plain
+from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
 
 
-def is_modeled(profile: Profile) -> bool:
-    """Device times of a neuron capture come from the cost model, not from a measurement."""
-    return profile.manifest.source == "capture" or bool(profile.manifest.device_spec)
-
-
 def step_stats(profile: Profile) -> dict[str, Any]:
-    durs = [s.dur_ns for s in profile.manifest.steps]
+    """The summary page's step block: analysis.steps.profile_steps (the one step statistics)
+    as the page reads it (count, whole-ns mean and median, each step)."""
+    st = profile_steps(profile)
     return {
-        "steps": len(durs),
-        "step_ns_mean": int(statistics.fmean(durs)) if durs else None,
-        "step_ns_median": int(statistics.median(durs)) if durs else None,
-        "per_step": [
-            {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
-            for s in profile.manifest.steps
-        ],
+        "steps": st.count if st else 0,
+        "step_ns_mean": int(st.mean_ns) if st else None,
+        "step_ns_median": int(st.median_ns) if st else None,
+        "per_step": [] if st is None else [plain(s) for s in st.per_step],
     }
 
 

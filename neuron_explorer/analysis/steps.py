@@ -1,0 +1,79 @@
+"""Step statistics, computed by one function for every page: the summary (over its per-step
+table), the profile list, the summary page and the comparison (over the manifest's steps)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.profile import Profile
+from .page import PageModel
+
+PARTIAL_STEP_SHARE = 0.5  # a last step under this share of the median of the others is partial
+
+
+@dataclass(frozen=True)
+class StepTime:
+    step: int | None
+    rank: int
+    start_ns: int
+    dur_ns: int
+
+
+@dataclass(frozen=True)
+class StepStats(PageModel):
+    """The profiled steps: how many, their total, mean, median, min and max time, each step,
+    and which last steps look cut short."""
+
+    count: int
+    total_ns: int
+    mean_ns: float
+    median_ns: float
+    min_ns: int
+    max_ns: int
+    # (rank, step) of last steps that look cut short: under PARTIAL_STEP_SHARE of the median of
+    # the rank's other steps (torch.profiler closes the last ProfilerStep when it stops, so
+    # a loop that calls prof.step() at the end leaves a stub step after it). Counted as recorded.
+    partial_last_steps: tuple[tuple[int, int | None], ...] = ()
+    per_step: tuple[StepTime, ...] = ()
+
+
+def step_stats(steps: Iterable[StepTime]) -> StepStats | None:
+    """The statistics of `steps` (in rank, start order), None without any."""
+    rows = tuple(steps)
+    if not rows:
+        return None
+    d = np.array([r.dur_ns for r in rows], dtype=np.int64)
+    return StepStats(
+        count=len(rows),
+        total_ns=int(d.sum()),
+        mean_ns=float(d.mean()),
+        median_ns=float(np.median(d)),
+        min_ns=int(d.min()),
+        max_ns=int(d.max()),
+        partial_last_steps=_partial_last_steps(rows),
+        per_step=rows,
+    )
+
+
+def profile_steps(profile: Profile) -> StepStats | None:
+    """The step statistics of the steps the manifest lists (no table is read)."""
+    return step_stats(
+        StepTime(s.step, s.rank, s.start_ns, s.dur_ns) for s in profile.manifest.steps
+    )
+
+
+def _partial_last_steps(rows: tuple[StepTime, ...]) -> tuple[tuple[int, int | None], ...]:
+    """The last step of each rank with 2+ steps when it is under PARTIAL_STEP_SHARE of the
+    median of the rank's other steps."""
+    out = []
+    for rank in sorted({r.rank for r in rows}):
+        mine = sorted((r for r in rows if r.rank == rank), key=lambda r: r.start_ns)
+        if len(mine) < 2:
+            continue
+        others = float(np.median([r.dur_ns for r in mine[:-1]]))
+        if mine[-1].dur_ns < PARTIAL_STEP_SHARE * others:
+            out.append((int(rank), mine[-1].step))
+    return tuple(out)
