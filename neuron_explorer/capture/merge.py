@@ -186,7 +186,7 @@ def merge(
     columns = dict(zip(_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
     added = conform(EVENTS, columns) if rows else EVENTS.arrow_schema().empty_table()
     events = pa.concat_tables([conform(EVENTS, host), added]).unify_dictionaries()
-    counters = _memory_counters(memory, device_offset, device, rank)
+    counters = _memory_counters(memory, clock, origin_unix_ns, device, rank)
     steps = tuple(
         Step(int(k), rank, int(s), int(e - s))
         for k, s, e in sorted(zip(steps_num, steps_start, steps_end, strict=True))
@@ -321,8 +321,14 @@ def _fill_op_modules(
     return host
 
 
-def _memory_counters(memory: Sequence[Any], offset: int, device: str, rank: int) -> pa.Table:
-    ts = np.array([e.host_start_ns - e.cut_before_ns - offset for e in memory], dtype=np.int64)
+def _memory_counters(
+    memory: Sequence[Any], clock: HostClock, origin_unix_ns: int, device: str, rank: int
+) -> pa.Table:
+    """The device's memory_allocated samples, placed by the same clock map as the host spans:
+    a sample taken inside a runtime call (the payload op allocating its output) lands inside
+    that call's modeled span, hence inside the op that made it, never after it."""
+    real = np.array([e.host_start_ns - origin_unix_ns for e in memory], dtype=np.int64)
+    ts = clock.map(real)
     return conform(
         COUNTERS,
         {
