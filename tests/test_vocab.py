@@ -137,3 +137,36 @@ def test_every_committed_sample_capture_holds_only_declared_kinds():
         assert found <= set(kinds.EVENT_KINDS), d.name
         seen |= found
     assert {"kernel", "instruction", "dma", "compile", "collective", "fallback"} <= seen
+
+
+def test_lanes_sort_kernels_then_engines_then_other_lanes_then_dma_queues():
+    from neuron_explorer.vocab.engines import ENGINES, dma_queue, dma_track, lane_order
+
+    tracks = ["DMA q10", "stream 10", "GpSimdE", "DMA", "CC", "DMA q2", "kernels", "stream 7",
+              *ENGINES[:3]]  # fmt: skip
+    assert sorted(tracks, key=lane_order) == [
+        "kernels", "TensorE", "VectorE", "ScalarE", "GpSimdE", "CC", "stream 7", "stream 10",
+        "DMA", "DMA q2", "DMA q10",
+    ]  # fmt: skip
+    assert dma_queue(dma_track(3)) == 3 and dma_queue("DMA") is None and dma_queue("CC") is None
+
+
+def test_every_engine_the_backend_models_is_a_declared_lane():
+    from neuron_explorer.backend.costmodel.spec import SPECS
+    from neuron_explorer.backend.runtime.ops import CATEGORIES
+    from neuron_explorer.vocab.engines import DMA_ENGINE, ENGINES
+
+    named = {c.engine for c in CATEGORIES}
+    for spec in SPECS.values():
+        named |= {spec.vector.name, spec.scalar.name, spec.gpsimd.name}
+    assert named <= {*ENGINES, DMA_ENGINE} and len(named) >= 4
+
+
+def test_the_summary_gives_engines_in_lane_order():
+    from neuron_explorer.analysis.summary import summarize
+    from neuron_explorer.vocab.engines import lane_order
+
+    summary = summarize(Profile.open(ROOT / "samples" / "profiles" / "gpt_train"))
+    names = [e.engine for e in summary.engines]
+    assert len(names) >= 4 and names == sorted(names, key=lane_order)
+    assert names[0] == "TensorE" and names[-1] == "DMA"

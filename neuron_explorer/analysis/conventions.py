@@ -4,6 +4,8 @@ describes the same conventions for producers of profiles."""
 
 from __future__ import annotations
 
+from ..vocab.engines import ENGINES, TENSOR_ENGINE
+
 # The groups of event kinds are the vocabulary's (vocab/kinds.py); the rules import them here.
 from ..vocab.kinds import (  # noqa: F401
     COMMUNICATION_KINDS,
@@ -65,10 +67,10 @@ TRACE_COMPILE_PREDICATE = (
     f"(layer = 'host' AND kind IN ('op', 'annotation') AND name IN {sql_list(TRACE_COMPILE_NAMES)})"
 )
 GRAPH_RECOMPILE_SQL = "regexp_matches(coalesce(op_name, ''), '^neuron_graph_[0-9]+_[1-9][0-9]*')"
-TENSOR_ENGINE_TRACK = "TensorE"
 # Kinds whose args JSON the rules read (analysis keeps args only for these, and downcasts).
 ARGS_KINDS = ("compile", "copy", "sync", "kernel", "fallback", "dma", "collective")
-ENGINE_TRACKS = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
+ENGINE_TRACKS = ENGINES  # the compute engines' lanes (vocab/engines.py)
+TENSOR_ENGINE_TRACK = TENSOR_ENGINE
 
 
 def sync_predicate(alias: str = "") -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.compute as pc
 
+from ..vocab.engines import lane_order
 from . import intervals
 from .columns import exact_sum, group_sum
 from .context import AnalysisContext
@@ -65,7 +66,7 @@ def engines(ctx: AnalysisContext) -> tuple[EngineUtil, ...]:
                 utilization=round(int(busy[i]) / denom[r], 6) if denom.get(r) else 0.0,
             )
         )
-    return tuple(sorted(out, key=lambda u: (u.rank, u.engine)))
+    return tuple(sorted(out, key=lambda u: (u.rank, lane_order(u.engine))))
 
 
 def _in_steps(ctx: AnalysisContext) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ import pyarrow.compute as pc
 
 from ..errors import ExplorerError
 from ..model import Profile
+from ..vocab.engines import lane_order, natural_key
 from . import BATCH_ROWS, Progress, expected_rows, read_batches
 from ._arrowjson import (
     LineWriter,
@@ -48,8 +48,6 @@ _EVENT_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "device", "sta
                   *_INT_ARGS, *_STR_ARGS, *_RAW_ARGS)  # fmt: skip
 _COUNTER_COLUMNS = ("rank", "track", "name", "ts_ns", "value", "unit")
 _SEP = "\x1f"  # joins lane key parts; the track goes last, so it may hold one
-# Lanes of the modeled device in the order an engineer reads them; other tracks sort naturally.
-_TRACK_ORDER = ("kernels", "TensorE", "VectorE", "ScalarE", "GpSimdE")
 _LAYER_ORDER = {"host": 0, "device": 1}
 # Perfetto takes a tid equal to a pid for that process's main thread; numbering threads from
 # here keeps the two apart for up to a million processes.
@@ -173,16 +171,6 @@ def _counter_lines(b: pa.RecordBatch, lanes: _Lanes) -> pa.Array:
     )  # fmt: skip
 
 
-def _natural(text: str) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
-
-
-def _track_order(track: str) -> tuple:
-    if track in _TRACK_ORDER:
-        return (0, _TRACK_ORDER.index(track))
-    return (1, _natural(track))
-
-
 class _Lanes:
     """Chrome pid/tid numbers: a process per (rank, layer, device), a thread per track in it,
     numbered as met; the names and sort order are written as metadata at the end."""
@@ -224,13 +212,15 @@ class _Lanes:
 
     def metadata(self) -> list[str]:
         lines = []
-        order = sorted(self.procs, key=lambda k: (k[0], _LAYER_ORDER.get(k[1], 2), _natural(k[2])))
+        order = sorted(
+            self.procs, key=lambda k: (k[0], _LAYER_ORDER.get(k[1], 2), natural_key(k[2]))
+        )
         for i, (rank, layer, device) in enumerate(order):
             pid = self.procs[(rank, layer, device)]
             label = f"rank {rank} {layer}" + (f" {device}" if device else "")
             lines.append(_meta("process_name", pid, None, {"name": label}))
             lines.append(_meta("process_sort_index", pid, None, {"sort_index": i}))
-        tracks = sorted(self.threads_of, key=lambda k: (k[0], _track_order(k[1])))
+        tracks = sorted(self.threads_of, key=lambda k: (k[0], lane_order(k[1])))  # vocab/engines.py
         for i, (pid, track) in enumerate(tracks):
             tid = self.threads_of[(pid, track)]
             lines.append(_meta("thread_name", pid, tid, {"name": track}))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import ceil
 
+from neuron_explorer.vocab.engines import TENSOR_ENGINE
+
 from . import ops
 from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
 from .spec import DeviceSpec, EngineSpec, get_spec
@@ -191,7 +193,7 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
         groups.items(), key=lambda kv: -kv[0][0] * kv[0][1]
     ):
         util = ks * ms / (dim * dim)
-        computes.append(Compute("TensorE", "nc_matmul", cycles * 1e9 / spec.tensor_clock_hz,
+        computes.append(Compute(TENSOR_ENGINE, "nc_matmul", cycles * 1e9 / spec.tensor_clock_hz,
                                 int(flops), int(count), util, 0))  # fmt: skip
     out_elems = sum(b * m * n for b, m, _, n in problems)
     # PSUM holds fp32 partial sums; VectorE moves them to SBUF (and casts) before the store.

@@ -7,6 +7,10 @@ from functools import cached_property
 from math import prod
 from typing import NamedTuple
 
+from neuron_explorer.vocab.engines import DMA_ENGINE as DMA
+from neuron_explorer.vocab.engines import ENGINES as ENGINES
+from neuron_explorer.vocab.engines import TENSOR_ENGINE
+
 # Bytes per element by torch dtype name (without "torch.").
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8, "double": 8, "complex128": 16, "complex64": 8, "cfloat": 8, "cdouble": 16,
@@ -17,9 +21,7 @@ DTYPE_BYTES: dict[str, int] = {
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
 }  # fmt: skip
 
-ENGINES = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
 ENGINE_INDEX = {e: i for i, e in enumerate(ENGINES)}
-DMA = "DMA"
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -146,7 +148,7 @@ class KernelPlan:
     @property
     def tensor_utilization(self) -> float | None:
         """Flop-weighted share of the TensorE array the kernel's tiles fill; None without TensorE."""
-        work = [(i.flops, i.utilization) for i in self.instrs if i.engine == "TensorE"]
+        work = [(i.flops, i.utilization) for i in self.instrs if i.engine == TENSOR_ENGINE]
         total = sum(f for f, _ in work)
         if not work or total == 0:
             return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from neuron_explorer.vocab.engines import DMA_PREFIX, dma_queue
+
 from .plan import DMA, ENGINES, KernelPlan
 from .spec import DeviceSpec, get_spec
 
@@ -61,7 +63,7 @@ class KernelRun:
         nq, off, shift = self.dma_queues, self.queue_offset, self.shift
         out = []
         for ins, start in zip(self.plan.instrs, self.offsets, strict=True):
-            track = f"DMA q{(ins.queue + off) % nq}" if ins.engine == DMA else ins.engine
+            track = f"{DMA_PREFIX}{(ins.queue + off) % nq}" if ins.engine == DMA else ins.engine
             out.append(InstrRun(track, ins.engine, ins.opcode, shift + start, ins.dur_ns, ins.flops,
                                 ins.bytes_read, ins.bytes_written, ins.repeat, ins.utilization))  # fmt: skip
         return out
@@ -142,8 +144,9 @@ class DeviceTimeline:
 
     def free_ns(self, track: str) -> int:
         """When `track` ("TensorE", ..., "DMA q3") finishes the work queued on it."""
-        if track.startswith("DMA q"):
-            return self._free[len(ENGINES) + int(track[5:])]
+        queue = dma_queue(track)
+        if queue is not None:
+            return self._free[len(ENGINES) + queue]
         return self._free[ENGINES.index(track)]
 
     def reset(self) -> None:

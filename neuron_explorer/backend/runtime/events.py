@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_explorer.backend.runtime import model, source
+from neuron_explorer.vocab.engines import KERNEL_TRACK
 from neuron_explorer.vocab.kinds import RUNTIME_HOST_KINDS as HOST_KINDS
 
 DEFAULT_INSTRUCTION_LIMIT = 200_000
@@ -229,7 +230,7 @@ def _kernel_events(rec: tuple, out: list[RuntimeEvent], budget: int) -> int:
         RuntimeEvent(
             id=eid, kind="kernel", name=name, op_name=op, shapes=shapes, dtypes=dtypes, tid=tid,
             device_start_ns=base + int(run.start_ns), device_dur_ns=int(run.end_ns - run.start_ns),
-            track="kernels", flops=int(plan.flops), bytes_read=int(plan.bytes_read),
+            track=KERNEL_TRACK, flops=int(plan.flops), bytes_read=int(plan.bytes_read),
             bytes_written=int(plan.bytes_written), flow_id=flow, src_file=file, src_line=line,
             src_func=func, stack=stack, module=module, seq_nr=seq, is_backward=bwd,
             args={"category": plan.category, **(args or {})},

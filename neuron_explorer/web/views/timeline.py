@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from neuron_explorer.model import Profile
+from neuron_explorer.vocab.engines import lane_order
 
 MAX_RECTS = 4000
 LONG_EVENTS = 20_000  # the longest events, kept in memory for every window
-_ENGINE_ORDER = {"kernels": 0, "TensorE": 1, "VectorE": 2, "ScalarE": 3, "GpSimdE": 4}
 _WINDOW_COLUMNS = ["id", "parent_id", "rank", "layer", "device", "track", "start_ns", "dur_ns",
                    "name", "kind"]  # fmt: skip
 
@@ -47,15 +47,11 @@ class TimelineIndex:
 
 
 def _lane_sort_key(row: dict[str, Any]) -> tuple:
+    """Host lanes first, then each device's lanes in the vocabulary's order (vocab/engines.py)."""
     track = row["track"] or ""
-    if row["layer"] == "host":
-        group = 0
-    elif track.startswith("DMA"):
-        group = 2
-    else:
-        group = 1
-    return (row["rank"], row["layer"] != "host", row["device"] or "", group,
-            _ENGINE_ORDER.get(track, 9), len(track), track)  # fmt: skip
+    host = row["layer"] == "host"
+    order = (0, 0, (len(track), track)) if host else lane_order(track)
+    return (row["rank"], not host, row["device"] or "", order)
 
 
 def _depths(ids: np.ndarray, parents: np.ndarray, lanes: np.ndarray) -> np.ndarray:
