@@ -1,4 +1,6 @@
-"""The web UI. `serve` is the one entry point the CLI uses; the app itself lives in web.app."""
+"""The web UI: what a served PATH is (a profile, a folder of profiles, raw traces imported into
+the user cache). The app is assembled in web.app, its pages declared in web.routes, and the
+`serve` command that runs it under uvicorn is web/commands/serve.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from pathlib import Path
 from neuron_explorer.errors import ExplorerError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def cache_dir() -> Path:
@@ -69,56 +70,3 @@ def resolve_root(path: str | Path) -> Path:
     elif not p.is_dir():
         raise ExplorerError(f"{p}: not a profile, a directory of profiles or a .json(.gz) trace")
     return p
-
-
-def serve(
-    path: str | Path, host: str = "127.0.0.1", port: int = 8765, open_browser: bool = False
-) -> int:
-    """Serve PATH until interrupted; prints the URL and warns when not bound to loopback."""
-    import socket
-    import threading
-    import webbrowser
-
-    import uvicorn
-
-    from .app import create_app
-
-    root = resolve_root(path)
-    loopback = host in LOOPBACK
-    app = create_app(
-        root, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
-    )
-    # bind before printing the URL, so it is reachable the moment it is shown
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as e:
-        sock.close()
-        raise ExplorerError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
-    port = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/"
-    if len(app.state.store.names()) == 1 and root.name in app.state.store.names():
-        url += f"p/{root.name}"
-    if not loopback:
-        print(f"neuron-explorer: warning: serving on {host}, reachable from other machines; "
-              "profiles include source code and there is no authentication", file=sys.stderr)  # fmt: skip
-    print(f"Neuron Explorer serving {root} at {url}  (Ctrl-C to stop)", flush=True)
-    # the first visit should not wait for the analysis of a big profile
-    threading.Thread(target=app.state.warm_up, daemon=True, name="warm-up").start()
-    if open_browser:
-        threading.Timer(1.0, webbrowser.open, args=(url,)).start()
-    from .guard import IdleTimeoutProtocol
-
-    # on SIGTERM, requests still running after a few seconds (a hung disk) are abandoned
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                            http=IdleTimeoutProtocol, timeout_graceful_shutdown=3)  # fmt: skip
-    server = uvicorn.Server(config)
-    server.run(sockets=[sock])
-    # Worker and warm-up threads may still hold DuckDB connections or be inside a query; tearing
-    # the interpreter down under them aborts the process with a C++ error, so leave directly.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
