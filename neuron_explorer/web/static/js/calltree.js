@@ -1,0 +1,102 @@
+// The call tree and flame graph of host time: by Python call path (the stacks the profile
+// holds) or by nn.Module path (?by=module). The flame graph is an icicle drawn root at the
+// bottom; the tree table opens along the heaviest path, and a click on a row folds or unfolds it.
+import { api, h, mount, run, fmtNs, fmtPct, heatBar, section, profile, plot, qs, enc, pUrl, sourceUrl } from "./common.js";
+
+const OPEN_DEPTH = 40; // the heaviest path opens this deep on load
+const FLAME_DEPTH = 14; // levels drawn at once: a click on a frame zooms into it
+
+function byLink(by, current, label) {
+  if (by === current) return h("strong", {}, label);
+  return h("a", { href: pUrl(profile, `/calltree${by === "stack" ? "" : "?by=" + by}`), id: `by-${by}` }, label);
+}
+
+async function calltree() {
+  const by = qs("by") === "module" ? "module" : "stack";
+  const d = await api(`/p/${enc(profile)}/calltree?by=${by}`);
+  const nodes = d.nodes;
+  const head = h("h1", {}, "Call tree", h("span", { class: "note" }, "  host time: self is a node's own, total adds its callees; every rank added together"));
+  const picker = h("p", { class: "note", id: "calltree-by" }, "Group by: ", byLink("stack", by, "Python call path"), " · ",
+    byLink("module", by, "nn.Module path"),
+    d.has_modules ? h("span", {}, " · device time by module: ", h("a", { href: pUrl(profile, "/modules"), id: "modules-link" }, "Modules page")) : null);
+  if (nodes.length <= 1) {
+    mount(head, picker, h("p", { class: "note" }, "This profile has no host spans to build a call tree from."));
+    return;
+  }
+  const notes = [];
+  if (by === "stack" && !d.has_stacks) notes.push("No Python stacks in this profile (record the trace with with_stack=True, or capture on the neuron device): the tree nests framework ops only.");
+  if (d.dropped_nodes) notes.push(`${d.dropped_nodes} smallest nodes are left out (their time stays in their callers' totals).`);
+  const chart = h("div", { id: "flame", class: "chart", style: { height: "440px" } });
+  const holder = h("div", { id: "calltree-table" });
+  mount(head, picker, ...notes.map((n) => h("p", { class: "note" }, n)),
+    section(`Flame graph · ${fmtNs(d.total_ns)} of host time in ${d.events} events`, chart),
+    section("Call tree", holder));
+  flame(chart, nodes);
+  holder.append(treeTable(nodes, d.total_ns));
+}
+
+function flame(el, nodes) {
+  const ids = nodes.map((n) => String(n.id));
+  const parents = nodes.map((n) => (n.parent < 0 ? "" : String(n.parent)));
+  const labels = nodes.map((n) => shortName(n));
+  const hover = nodes.map((n) => `${n.name}: total ${fmtNs(n.total_ns)}, self ${fmtNs(n.self_ns)}`);
+  plot(el, [{ type: "icicle", branchvalues: "total", ids, parents, labels, values: nodes.map((n) => n.total_ns),
+    hovertext: hover, hoverinfo: "text", maxdepth: FLAME_DEPTH, tiling: { orientation: "v", flip: "y" } }],
+  { height: 440, margin: { t: 10, l: 10, r: 10, b: 10 } });
+}
+
+// a frame's function name first, so a narrow box still says which function it is
+function shortName(n) {
+  if ((n.kind === "frame" || n.kind === "python") && n.file) {
+    const i = n.name.lastIndexOf("): ");
+    const fn = i >= 0 ? n.name.slice(i + 3) : n.name;
+    return `${fn} · ${n.file.split("/").pop()}:${n.line}`;
+  }
+  return n.name;
+}
+
+function treeTable(nodes, totalNs) {
+  const children = new Map(nodes.map((n) => [n.id, []]));
+  for (const n of nodes) if (n.parent >= 0) children.get(n.parent).push(n);
+  for (const c of children.values()) c.sort((a, b) => b.total_ns - a.total_ns);
+  const open = new Set([0]);
+  for (let n = nodes[0], i = 0; n && i < OPEN_DEPTH; i++) { // open the heaviest path
+    open.add(n.id);
+    n = children.get(n.id)[0];
+    if (n && n.total_ns < 0.05 * totalNs) break;
+  }
+  const tbody = h("tbody");
+  const table = h("table", { class: "data compact calltree" },
+    h("thead", {}, h("tr", {}, h("th", {}, "Function / span"), h("th", {}, ""), h("th", { class: "num" }, "Total"),
+      h("th", { class: "num" }, "Total %"), h("th", { class: "num" }, "Self"), h("th", { class: "num" }, "Events"), h("th", {}, ""))), tbody);
+  const render = () => {
+    const rows = [];
+    const walk = (n) => {
+      rows.push(row(n, children.get(n.id).length > 0, open.has(n.id), totalNs, () => {
+        if (open.has(n.id)) open.delete(n.id); else open.add(n.id);
+        render();
+      }));
+      if (open.has(n.id)) for (const c of children.get(n.id)) walk(c);
+    };
+    walk(nodes[0]);
+    tbody.replaceChildren(...rows);
+  };
+  render();
+  return table;
+}
+
+function row(n, hasKids, isOpen, totalNs, toggle) {
+  const twisty = hasKids ? (isOpen ? "▾ " : "▸ ") : "  ";
+  const name = h("span", { class: "mono", style: { paddingLeft: `${Math.min(n.depth, 60) * 0.9}em` } }, twisty, n.name);
+  let link = null;
+  if (n.file_id) link = h("a", { href: sourceUrl(profile, n.file_id, n.line), class: "src-link" }, "source");
+  else if (n.kind !== "frame" && n.kind !== "module" && n.kind !== "root") link = h("a", { href: pUrl(profile, `/timeline?find=${enc(n.name)}`), class: "tl-link" }, "timeline");
+  const tr = h("tr", { class: "clickable" + (isOpen ? " open" : ""), "data-node": n.id, "data-kind": n.kind },
+    h("td", { title: n.name }, name), h("td", {}, heatBar(n.total_ns / Math.max(1, totalNs))),
+    h("td", { class: "num" }, fmtNs(n.total_ns)), h("td", { class: "num" }, fmtPct(n.total_ns / Math.max(1, totalNs))),
+    h("td", { class: "num" }, fmtNs(n.self_ns)), h("td", { class: "num" }, n.events ? String(n.events) : "–"), h("td", {}, link));
+  if (hasKids) tr.addEventListener("click", (e) => { if (!e.target.closest("a")) toggle(); });
+  return tr;
+}
+
+run(calltree);
