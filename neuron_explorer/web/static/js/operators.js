@@ -45,8 +45,9 @@ run(async () => {
     { placeholder: "Filter ops: name or /regex/" });
   mount(
     h("h1", {}, "Operators", h("span", { class: "note" }, `  ${ops.length} framework ops · click a row for its kernels, instructions and lines`)),
-    h("div", { class: "grid2" }, section("Time by op (top 15)", chart),
-      section("Roofline" + modeled, d.roofline ? roof : h("p", { class: "note", id: "no-roofline" }, "This profile has no device spec (peak FLOP/s and memory bandwidth), so there is no roofline. Neuron captures carry one."))),
+    // the roofline needs a device spec (peak FLOP/s and bandwidth): without one, no half-empty panel
+    d.roofline ? h("div", { class: "grid2" }, section("Time by op (top 15)", chart), section("Roofline" + modeled, roof))
+      : section("Time by op (top 15)", chart, h("p", { class: "note", id: "no-roofline" }, "No roofline: this profile has no device spec (peak FLOP/s and memory bandwidth); neuron captures carry one.")),
     section("All ops", filtered),
   );
   const top = ops.slice(0, 15).reverse();

@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, dataTable, heatBar, sourceUrl as fileUrl, timelineUrl, pUrl, enc, section, setModeled, profile, fileId, qs } from "./common.js";
+import { api, h, mount, run, fmtNs, dataTable, heatBar, sourceUrl as fileUrl, timelineUrl, pUrl, enc, section, setModeled, profile, fileId, qs, nameMatcher, filteredTable } from "./common.js";
 
 // Which frame is "the line" for device self time: your code, model code (the default: your
 // code or a library's, such as transformers' modeling files) or every frame. Kept in ?level=.
@@ -28,14 +28,14 @@ async function files() {
   const max = Math.max(1, ...d.files.map((f) => f.host_ns + f.device_ns));
   mount(
     h("h1", {}, "Source", h("span", { class: "note" }, "  files and lines ranked by the time they account for"), levelPicker()),
-    section("Files", d.files.length ? dataTable([
+    section("Files", d.files.length ? filteredTable(d.files, (rows) => dataTable([
       { key: "file", label: "File", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id), class: "file-link" }, r.file) },
       { label: "", cell: (r) => heatBar((r.host_ns + r.device_ns) / max) },
       { key: "host_ns", label: "Host", num: true, fmt: fmtNs },
       { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
       { key: "ops", label: "Ops", num: true }, { key: "lines", label: "Lines", num: true },
       { key: "has_source", label: "Code kept", fmt: (v) => (v ? "yes" : "no") },
-    ], d.files) : h("p", { class: "note" }, "No events in this profile carry a source line (record with with_stack=True, or capture on the neuron device).")),
+    ], rows), { param: "files", key: "file", placeholder: "Filter files: path or /regex/" }) : h("p", { class: "note" }, "No events in this profile carry a source line (record with with_stack=True, or capture on the neuron device).")),
     section("Model files", d.model_files.length ? dataTable([
       { key: "file", label: "File", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id), class: "file-link model-file" }, r.file) },
       { key: "self_ns", label: "Device self" + modeled, num: true, fmt: fmtNs },
@@ -63,6 +63,8 @@ async function showLine(side, line, modeled) {
   side.replaceChildren(h("p", { class: "note" }, "Loading…"));
   const d = await api(`/p/${enc(profile)}/source/${enc(fileId)}/lines/${line}`);
   side.replaceChildren(section(`Line ${line}`,
+    // every event of this line outlined on the timeline (its own line, model line or stack)
+    h("p", {}, h("a", { id: "line-timeline", href: pUrl(profile, `/timeline?line=${enc(fileId)}:${line}`) }, "Show this line's events on the timeline ▸")),
     d.ops.length ? dataTable([
       { key: "name", label: "Op / kernel", cell: (r) => h("a", { href: r.layer === "host" && r.kind === "op" ? pUrl(profile, `/operators?op=${enc(r.name)}`) : timelineUrl(profile, { id: r.first_id }) }, r.name) },
       { key: "kind", label: "Kind" },
@@ -77,6 +79,40 @@ async function showLine(side, line, modeled) {
         h("a", { href: timelineUrl(profile, k), class: "jump" }, k.name),
         h("span", { class: "note" }, `  ${k.module === "" ? "(model)" : (k.module || "")} · step ${k.step ?? "–"} · ${fmtNs(k.dur_ns)}`))))) : null,
     modeled ? h("p", { class: "note" }, "* device time from the cost model") : null));
+}
+
+// Find in the file: a substring (any case) or /regex/ over the code; matching lines are marked,
+// Enter (or ▼) goes to the next and Shift+Enter (▲) to the previous; kept in ?find=.
+function codeFinder(rows) {
+  const box = h("input", { type: "search", id: "src-find", class: "filter-box", placeholder: "Find in this file: text or /regex/", value: qs("find") || "" });
+  const count = h("span", { class: "note", id: "src-find-count" });
+  let hits = [], cursor = -1;
+  const apply = () => {
+    rows.forEach((tr) => tr.classList.remove("found", "current"));
+    hits = []; cursor = -1;
+    try {
+      const m = nameMatcher(box.value);
+      if (m) hits = rows.filter((tr) => m(tr.lastChild.textContent));
+      count.textContent = m ? `${hits.length} lines` : "";
+    } catch (e) { count.textContent = "bad regular expression: " + e.message; }
+    hits.forEach((tr) => tr.classList.add("found"));
+    const url = new URL(location.href);
+    if (box.value.trim()) url.searchParams.set("find", box.value); else url.searchParams.delete("find");
+    history.replaceState(null, "", url);
+  };
+  const go = (step) => {
+    if (!hits.length) return;
+    if (cursor >= 0) hits[cursor].classList.remove("current");
+    cursor = (cursor + step + hits.length) % hits.length;
+    hits[cursor].classList.add("current");
+    hits[cursor].scrollIntoView({ block: "center" });
+    count.textContent = `${cursor + 1} / ${hits.length} lines`;
+  };
+  box.addEventListener("input", apply);
+  box.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); go(e.shiftKey ? -1 : 1); } });
+  if (box.value) setTimeout(apply, 0);
+  return h("div", { class: "filter-bar" }, box, h("button", { class: "btn", id: "src-find-prev", onclick: () => go(-1) }, "▲"),
+    h("button", { class: "btn", id: "src-find-next", onclick: () => go(1) }, "▼"), count);
 }
 
 async function file() {
@@ -109,6 +145,7 @@ async function file() {
   });
   mount(
     h("h1", {}, d.name, h("span", { class: "note mono" }, "  " + d.file), levelPicker()),
+    codeFinder(rows),
     d.has_source ? null : h("p", { class: "warn" }, "The text of this file was not kept in the profile; only the line numbers with their times are shown."),
     h("div", { class: "source-layout" },
       section("Code", h("table", { class: "code", id: "code" },

@@ -44,9 +44,94 @@ function readinessBlock(r) {
       h("div", {}, h("h2", {}, "Host syncs in the step"), tbl(r.syncs, [{ key: "what", label: "Sync" }, lineCol, { key: "calls", label: "Calls", num: true }, { key: "wait_ns", label: "Wait", num: true, fmt: fmtNs }], "No host syncs."))));
 }
 
+// A GPU trace (imported, measured, no device spec) leads with what its users read first: where
+// the GPU's time went (compute, communication, memcpy/memset, idle), communication overlap, the
+// top kernels and each rank's device. Every number is the summary's own (analysis/summary).
+const isGpu = (d) => !d.device_time_modeled && !d.manifest.device_spec && (d.summary.devices || []).length > 0;
+const DEVICE_PARTS = [["compute_ns", "compute", "#10b981"], ["communication_ns", "communication", "#8b5cf6"],
+  ["transfer_ns", "memcpy / memset alone", "#06b6d4"], ["idle_ns", "idle", "#d1d5db"]];
+
+function deviceRows(s) {
+  return s.devices.map((x) => ({ ...x, label: `${x.rank ? "rank " + x.rank + " " : ""}${x.device}`,
+    transfer_ns: Math.max(0, (x.busy_ns || 0) - (x.compute_ns || 0) - (x.communication_ns || 0)),
+    busy: x.window_ns ? x.busy_ns / x.window_ns : null }));
+}
+
+function gpuSummary(d) {
+  const s = d.summary, b = s.breakdown;
+  const part = (k) => ((b.parts || []).find((p) => p.key === k) || { ns: 0 }).ns;
+  const idle = (b.parts || []).filter((p) => p.key.startsWith("idle_")).reduce((a, p) => a + p.ns, 0);
+  const hidden = ((b.overlap || []).find((o) => o.key === "comm_overlap_ns") || { ns: 0 }).ns;
+  const share = (v) => (b.steps_ns ? v / b.steps_ns : null);
+  const rows = deviceRows(s);
+  const stepChart = h("div", { class: "chart", id: "step-chart", style: { height: "340px" } });
+  const devChart = h("div", { class: "chart", id: "gpu-devices-chart", style: { height: Math.min(340, 110 + 34 * rows.length) + "px" } });
+  const ranks = s.ranks_table ? section("Ranks", dataTable([
+    { key: "rank", label: "Rank", num: true }, { key: "steps", label: "Steps", num: true },
+    { key: "median_step_ns", label: "Median step", num: true, fmt: fmtNs }, { key: "compute_ns", label: "Compute", num: true, fmt: fmtNs },
+    { key: "communication_ns", label: "Communication", num: true, fmt: fmtNs }, { key: "wait_ns", label: "Collective wait", num: true, fmt: fmtNs },
+    { key: "idle_ns", label: "Device idle", num: true, fmt: fmtNs }], s.ranks_table.rows, { compact: true })) : null;
+  mount(
+    h("h1", {}, profile, h("span", { class: "note" }, `  ${d.manifest.source} · ${d.devices.join(", ")} · measured GPU times`)),
+    h("div", { class: "cards", id: "gpu-cards" },
+      card("Steps", String(d.steps.steps || (s.step_stats ? s.step_stats.count : 0)), !d.steps.steps ? "no ProfilerStep spans"
+        : s.step_stats && (s.step_stats.partial_last_steps || []).length ? "the last step is partial (the profiler stopped in it)" : ""),
+      card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
+      card("GPU compute", fmtPct(share(part("device_compute_ns"))), fmtNs(part("device_compute_ns"))),
+      card("Communication", fmtPct(share(part("communication_ns"))), `${fmtNs(part("communication_ns"))} not hidden by compute`),
+      card("Comm. overlap", fmtNs(hidden), "communication hidden under compute"),
+      card("memcpy / memset", fmtPct(share(part("dma_ns"))), `${fmtNs(part("dma_ns"))} with nothing else running`),
+      card("GPU idle", fmtPct(share(idle)), fmtNs(idle)),
+      card("Findings", String(d.findings_total))),
+    h("div", { class: "grid2" },
+      section("Step time breakdown", stepChart),
+      section("Each device's time", devChart)),
+    section("Top device kernels", s.top_kernels && s.top_kernels.length ? dataTable([
+      { key: "name", label: "Kernel", cell: (r) => h("span", { class: "mono clip", title: r.name }, r.name) },
+      { key: "type", label: "Type" }, { key: "device", label: "Device" },
+      { key: "calls", label: "Calls", num: true }, { key: "total_ns", label: "Total", num: true, fmt: fmtNs },
+      { key: "mean_ns", label: "Mean", num: true, fmt: fmtNs }, { key: "share", label: "Share", num: true, fmt: fmtPct },
+    ], s.top_kernels, { compact: true }) : h("p", { class: "note" }, "No GPU kernels in this trace.")),
+    section("Devices", h("div", { id: "gpu-devices" }, dataTable([
+      { key: "label", label: "Rank · device" }, { key: "kernels", label: "Kernels", num: true },
+      { key: "collectives", label: "Collectives", num: true }, { key: "transfers", label: "memcpy/memset", num: true },
+      { key: "busy", label: "Busy", num: true, fmt: fmtPct }, { key: "compute_ns", label: "Compute", num: true, fmt: fmtNs },
+      { key: "communication_ns", label: "Communication", num: true, fmt: fmtNs }, { key: "transfer_ns", label: "memcpy/memset alone", num: true, fmt: fmtNs },
+      { key: "idle_ns", label: "Idle", num: true, fmt: fmtNs }], rows, { compact: true }))),
+    ranks,
+    section("Top findings", findingList(profile, d.findings)),
+    h("div", { class: "grid2" }, section("Top ops", topOps(d, "")), section("Top source lines", topLines(d, ""))),
+  );
+  breakdownChart(stepChart, s, "");
+  plot(devChart, DEVICE_PARTS.map(([k, label, color]) => ({ type: "bar", orientation: "h", name: label,
+    y: rows.map((r) => r.label), x: rows.map((r) => (r.window_ns ? (100 * (r[k] || 0)) / r.window_ns : 0)), marker: { color },
+    hovertemplate: `${label}: %{x:.1f}%<extra>%{y}</extra>` })),
+  { barmode: "stack", xaxis: { title: { text: "% of the device's window (first to last GPU work)" }, range: [0, 100] },
+    yaxis: { automargin: true, autorange: "reversed" }, margin: { l: 110, r: 20, t: 40, b: 50 } });
+}
+
+function topOps(d, modeled) {
+  return dataTable([
+    { key: "name", label: "Op", cell: (r) => h("a", { href: pUrl(profile, `/operators?op=${enc(r.name)}`) }, r.name) },
+    { key: "count", label: "Calls", num: true },
+    { key: "host_self_ns", label: "Host self", num: true, fmt: fmtNs },
+    { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
+  ], d.top_ops, { compact: true });
+}
+
+function topLines(d, modeled) {
+  return d.top_lines.length ? dataTable([
+    { key: "file", label: "Line", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id, r.line) }, `${r.file.split("/").pop()}:${r.line}`), title: (r) => r.file },
+    { key: "func", label: "Function" },
+    { key: "host_ns", label: "Host", num: true, fmt: fmtNs },
+    { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
+  ], d.top_lines, { compact: true }) : h("p", { class: "note" }, "No source lines in this profile.");
+}
+
 run(async () => {
   const d = await api(`/p/${enc(profile)}`);
   setModeled(d.device_time_modeled);
+  if (isGpu(d)) { gpuSummary(d); return; }
   const s = d.summary;
   const modeled = d.device_time_modeled ? " (modeled)" : "";
   const stepChart = h("div", { class: "chart", id: "step-chart", style: { height: "340px" } });
@@ -61,8 +146,8 @@ run(async () => {
       card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
       b.device_compute_ns !== null ? card("Device compute" + modeled, fmtPct(share(b.device_compute_ns)), fmtNs(b.device_compute_ns)) : null,
       b.device_idle_ns !== null ? card("Device idle" + modeled, fmtPct(share(b.device_idle_ns)), fmtNs(b.device_idle_ns)) : null,
-      card("MFU", s.mfu === null ? "–" : fmtPct(s.mfu), s.mfu === null ? "neuron profiles" : "TensorE vs bf16 peak"),
-      card("MBU", s.mbu === null ? "–" : fmtPct(s.mbu), s.mbu === null ? "neuron profiles" : "HBM vs peak"),
+      s.mfu === null ? null : card("MFU", fmtPct(s.mfu), "TensorE vs bf16 peak"),
+      s.mbu === null ? null : card("MBU", fmtPct(s.mbu), "HBM vs peak"),
       card("Events", fmtNum(s.n_events)),
       card("Findings", String(d.findings_total))),
     h("div", { class: "grid2" },
@@ -70,19 +155,7 @@ run(async () => {
       section((s.engines.length ? "Engine utilization" : "Device busy") + modeled, busyChart)),
     readinessBlock(s.readiness),
     section("Top findings", findingList(profile, d.findings)),
-    h("div", { class: "grid2" },
-      section("Top ops", dataTable([
-        { key: "name", label: "Op", cell: (r) => h("a", { href: pUrl(profile, `/operators?op=${enc(r.name)}`) }, r.name) },
-        { key: "count", label: "Calls", num: true },
-        { key: "host_self_ns", label: "Host self", num: true, fmt: fmtNs },
-        { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
-      ], d.top_ops, { compact: true })),
-      section("Top source lines", d.top_lines.length ? dataTable([
-        { key: "file", label: "Line", cell: (r) => h("a", { href: sourceUrl(profile, r.file_id, r.line) }, `${r.file.split("/").pop()}:${r.line}`), title: (r) => r.file },
-        { key: "func", label: "Function" },
-        { key: "host_ns", label: "Host", num: true, fmt: fmtNs },
-        { key: "device_ns", label: "Device" + modeled, num: true, fmt: fmtNs },
-      ], d.top_lines, { compact: true }) : h("p", { class: "note" }, "No source lines in this profile."))),
+    h("div", { class: "grid2" }, section("Top ops", topOps(d, modeled)), section("Top source lines", topLines(d, modeled))),
     // device kernels and collectives by time; type is HTA's (computation | communication)
     s.top_kernels && s.top_kernels.length ? section("Top device kernels" + modeled, dataTable([
       { key: "name", label: "Kernel" },

@@ -1,13 +1,17 @@
 // The timeline: every lane on one time axis, drawn on a canvas from the server's reduced window.
 // Wheel or W/S zooms around the pointer, drag or A/D pans; each change asks the server for the
 // new window. Canvas text is drawn with fillText, so names are never parsed as HTML.
-import { api, h, mount, run, fmtNs, fmtNum, fmtPct, pUrl, sourceUrl, enc, section, setModeled, profile, qs, KIND_COLORS, timelineUrl, clean, dataTable } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, fmtPct, pUrl, sourceUrl, enc, section, setModeled, profile, qs, timelineUrl, clean, dataTable } from "./common.js";
+import { Overview, COLOR_MODES, colorFor, textColor } from "./timeline_overview.js";
 
 const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
 // the server refuses times beyond ±2^62 ns; a double near that prints rounded up, so stay below
 const URL_NS = 4e18;
-const state = { lanes: [], extent: null, view: null, win: null, laneY: [], rows: [], collapsed: new Set(), selected: null, hits: [], reqId: 0, find: null };
-let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount, spanEl;
+const PIN_W = 16;
+const SIDE_W = 380; // the details side panel // the pin column at the right of the lane labels
+const state = { lanes: [], extent: null, view: null, win: null, laneY: [], laneRows: [], rows: [], collapsed: new Set(), pinned: new Set(),
+  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind" };
+let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount, spanEl, overview;
 
 function laneLabel(l) {
   const dev = l.layer === "host" ? (l.device || "host") : l.device;
@@ -18,22 +22,42 @@ function groupOf(l) {  // lanes that fold into one row: a device's DMA queues
   return l.layer === "device" && /^DMA q\d+$/.test(l.track) ? `${l.rank}|${l.device}|DMA` : null;
 }
 
+// per lane, the deepest nesting drawn in this window: a lane is as tall as what is visible
+function visibleDepth() {
+  const d = new Array(state.lanes.length).fill(0);
+  const r = state.win && state.win.rects;
+  if (r) for (let i = 0; i < r.lane.length; i++) d[r.lane[i]] = Math.max(d[r.lane[i]], r.depth[i] + 1);
+  return d;
+}
+
 function layout() {
   let y = AXIS;
   const seen = new Map();
+  const depth = visibleDepth();
   state.rows = [];
-  state.laneY = state.lanes.map((l) => {
-    const g = groupOf(l);
+  state.laneY = new Array(state.lanes.length).fill(AXIS);
+  state.laneRows = new Array(state.lanes.length).fill(1);
+  // pinned lanes first (in the order they were pinned), then the rest in the server's order
+  const pins = [...state.pinned];
+  const order = state.lanes.map((_, i) => i).sort((a, b) => (state.pinned.has(b) - state.pinned.has(a)) || (pins.indexOf(a) - pins.indexOf(b)) || a - b);
+  for (const i of order) {
+    const l = state.lanes[i], g = groupOf(l);
     if (g && state.collapsed.has(g)) {
-      if (seen.has(g)) { seen.get(g).count++; return seen.get(g).top; }
-      const row = { top: y, label: "", group: g, count: 1, lane: l };
-      seen.set(g, row); state.rows.push(row);
-      y += ROW + LANE_GAP;
-      return row.top;
+      if (!seen.has(g)) {
+        const row = { top: y, label: "", group: g, count: 0, lane: l, index: i, rows: 1 };
+        seen.set(g, row); state.rows.push(row);
+        y += ROW + LANE_GAP;
+      }
+      seen.get(g).count++;
+      state.laneY[i] = seen.get(g).top;
+      continue;
     }
-    state.rows.push({ top: y, lane: l, group: g });
-    const top = y; y += l.depth * ROW + LANE_GAP; return top;
-  });
+    const folded = !g && state.collapsed.has(`lane:${i}`);
+    const rows = folded ? 1 : Math.max(1, Math.min(l.depth, depth[i] || 1));
+    state.rows.push({ top: y, lane: l, index: i, group: g, folded, rows });
+    state.laneY[i] = y; state.laneRows[i] = rows;
+    y += rows * ROW + LANE_GAP;
+  }
   // counter tracks (memory over time) below the lanes, one per counter in the window
   state.counterRows = (state.counters || []).filter((c) => c.ts_ns.length).map((c) => {
     const row = { top: y, c }; y += COUNTER_H + LANE_GAP; return row;
@@ -69,28 +93,8 @@ async function fetchCounters(s, e, width) {
   return d.counters;
 }
 
-function colorFor(kind, name) {
-  const base = KIND_COLORS[kind] || "#9ca3af";
-  let hsh = 0;
-  for (let i = 0; i < Math.min(name.length, 24); i++) hsh = (hsh * 31 + name.charCodeAt(i)) | 0;
-  const shade = ((hsh >>> 0) % 5) * 0.07;
-  return shadeColor(base, shade - 0.14);
-}
-
-function textColor(rgb) {
-  const [r, g, b] = rgb.match(/\d+/g).map(Number);
-  return 0.299 * r + 0.587 * g + 0.114 * b > 150 ? "#111827" : "#fff";
-}
-
-function shadeColor(hex, amt) {
-  const n = parseInt(hex.slice(1), 16);
-  const f = (c) => Math.max(0, Math.min(255, Math.round(c + (amt > 0 ? (255 - c) * amt : c * amt))));
-  return `rgb(${f(n >> 16)},${f((n >> 8) & 255)},${f(n & 255)})`;
-}
-
-function isFolded(lane) {
-  const g = groupOf(state.lanes[lane]);
-  return g !== null && state.collapsed.has(g);
+function rowOf(lane, depth) {  // the y of an event at `depth` on `lane` (folded lanes: one row)
+  return state.laneY[lane] + Math.min(depth, state.laneRows[lane] - 1) * ROW;
 }
 
 function xOf(ns) {
@@ -126,7 +130,7 @@ function draw() {
   ctx.textBaseline = "middle";
   // lane backgrounds
   state.rows.forEach((r, i) => {
-    const hgt = r.count ? ROW : r.lane.depth * ROW;
+    const hgt = r.rows * ROW;
     ctx.fillStyle = i % 2 ? "#fafbfc" : "#fff";
     ctx.fillRect(0, r.top - LANE_GAP / 2, width, hgt + LANE_GAP);
     if (i > 0 && r.lane.layer !== state.rows[i - 1].lane.layer) {
@@ -141,16 +145,16 @@ function draw() {
     ctx.save();
     ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, height - AXIS); ctx.clip();
     for (let i = 0; i < n; i++) {
-      const lane = r.lane[i], y = state.laneY[lane] + (isFolded(lane) ? 0 : Math.min(r.depth[i], state.lanes[lane].depth - 1) * ROW);
+      const lane = r.lane[i], y = rowOf(lane, r.depth[i]);
       const x0 = xOf(r.start_ns[i]), x1 = xOf(r.start_ns[i] + r.dur_ns[i]);
       if (x1 < GUTTER || x0 > width) continue;
       const x = Math.max(x0, GUTTER - 2), w = Math.max(1, Math.min(x1, width + 2) - x);
       const name = win.names[r.name[i]] || "";
       const merged = r.count[i] > 1;
-      const found = state.find && state.find.names.has(name);
+      const found = state.find && (state.find.ids ? state.find.ids.has(r.id[i]) : state.find.names.has(name));
       // what a search did not match fades
       ctx.globalAlpha = (merged ? 0.55 : 1) * (state.find && !found ? 0.25 : 1);
-      const fill = colorFor(r.kind[i], name);
+      const fill = colorFor(state.colorMode, r.kind[i], name);
       ctx.fillStyle = fill;
       ctx.fillRect(x, y + 1, w, ROW - 2);
       ctx.globalAlpha = 1;
@@ -176,8 +180,11 @@ function draw() {
     ctx.fillStyle = r.lane.layer === "host" ? "#1f2937" : "#065f46";
     let label = clean(laneLabel(r.lane));
     if (r.count) label = `▸ ${r.lane.device} · DMA (${r.count} queues)`;
-    else if (r.group) label = "▾ " + label;
-    ctx.fillText(label.length > 30 ? label.slice(0, 29) + "…" : label, 8, r.top + ROW / 2);
+    else label = (r.folded ? "▸ " : r.group || r.lane.depth > 1 ? "▾ " : "  ") + label;
+    ctx.fillText(label.length > 28 ? label.slice(0, 27) + "…" : label, 8, r.top + ROW / 2);
+    const pinned = state.pinned.has(r.index);
+    ctx.fillStyle = pinned ? "#2563eb" : "#cbd5e1";
+    ctx.fillText(pinned ? "●" : "○", GUTTER - PIN_W + 2, r.top + ROW / 2);
   });
   drawCounters(width);
   drawRange(height);
@@ -194,6 +201,7 @@ function draw() {
   }
   ctx.fillStyle = "#6b7280";
   ctx.fillText(state.win && state.win.device_time_modeled ? "time (device: modeled)" : "time", 8, AXIS / 2);
+  if (overview) overview.draw(state.view, width);
 }
 
 let fetchTimer = null;
@@ -266,8 +274,7 @@ function laneOf(e) {
 
 function yOf(e, lane) {  // the row of an event drawn in this window, else its lane's first row
   const k = state.win ? state.win.rects.id.indexOf(e.id) : -1;
-  const depth = k >= 0 && !isFolded(lane) ? state.win.rects.depth[k] : 0;
-  return state.laneY[lane] + Math.min(depth, state.lanes[lane].depth - 1) * ROW + ROW / 2;
+  return rowOf(lane, k >= 0 ? state.win.rects.depth[k] : 0) + ROW / 2;
 }
 
 function drawFlows(width) {
@@ -322,13 +329,21 @@ async function select(eventId) {
     h("ol", { class: "list-plain" }, d.stack.map((f) => h("li", {},
       f.file_id ? h("a", { href: sourceUrl(profile, f.file_id, f.line), class: `frame scope-${f.scope}` }, `${f.file}:${f.line}`) : f.file,
       h("span", { class: "note" }, `  ${f.function || ""} · ${f.scope || ""}`))))) : null;
-  detailsEl.replaceChildren(section(`Event: ${ev.name}`, src, stack,
-    h("div", { class: "grid3" },
-      h("div", {}, kv),
-      h("div", {}, h("h2", {}, "Flow partners"), d.flows.length ? h("ul", { class: "list-plain" }, d.flows.map(item)) : h("p", { class: "note" }, "none"),
-        h("h2", {}, "Enclosing"), d.ancestors.length ? h("ul", { class: "list-plain" }, d.ancestors.map(item)) : h("p", { class: "note" }, "none")),
-      h("div", {}, h("h2", {}, "Children"), d.children.length ? h("ul", { class: "list-plain" }, d.children.map(item)) : h("p", { class: "note" }, "none")))));
+  // the side panel: the event, its source line and whole stack, then its relatives
+  detailsEl.replaceChildren(section(`Event: ${ev.name}`, src, stack, kv,
+    h("h2", {}, "Flow partners"), d.flows.length ? h("ul", { class: "list-plain" }, d.flows.map(item)) : h("p", { class: "note" }, "none"),
+    h("h2", {}, "Enclosing"), d.ancestors.length ? h("ul", { class: "list-plain" }, d.ancestors.map(item)) : h("p", { class: "note" }, "none"),
+    h("h2", {}, "Children"), d.children.length ? h("ul", { class: "list-plain" }, d.children.map(item)) : h("p", { class: "note" }, "none")));
   return d;
+}
+
+// A click on a lane's label folds it into one row (or unfolds it; a device's DMA queues fold
+// together); a click on its pin keeps it at the top.
+function laneClick(row, onPin) {
+  const toggle = (set, key) => { if (set.has(key)) set.delete(key); else set.add(key); };
+  if (onPin && !row.count) toggle(state.pinned, row.index);
+  else toggle(state.collapsed, row.group || `lane:${row.index}`);
+  draw();
 }
 
 // Find: a name substring (any case), or /a regular expression/; the server matches every event
@@ -342,6 +357,7 @@ function parseFind(text) {
 async function find(text, step) {
   const { q, regex } = parseFind(text);
   const url = new URL(location.href);
+  if (!q && state.find && state.find.line) { stepFound(step); return; }  // a source line's events
   if (!q) {
     state.find = null; findCount.textContent = ""; draw();
     url.searchParams.delete("find"); history.replaceState(null, "", url);
@@ -358,14 +374,28 @@ async function find(text, step) {
     state.find = { text, matches: d.matches, total: d.total, names: new Set(d.names), cursor: -1 };
     url.searchParams.set("find", text); history.replaceState(null, "", url);
   }
+  stepFound(step);
+}
+
+function stepFound(step) {
   const f = state.find;
   if (!f.matches.length) { findCount.textContent = "no match"; draw(); return; }
   if (step) {
     f.cursor = (f.cursor + step + f.matches.length) % f.matches.length;
     focusEvent(f.matches[f.cursor]);
   } else draw();
-  findCount.textContent = `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
+  findCount.textContent = (f.line ? `line ${f.line}: ` : "") + `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
   findCount.dataset.total = f.total;
+}
+
+// ?line=FILE_ID:N (the source view's link): that line's events outlined, the rest faded
+async function findLine(spec, step) {
+  const m = /^([0-9a-f]{1,40}):(\d+)$/.exec(spec || "");
+  if (!m) return;
+  const d = await api(`/p/${enc(profile)}/source/${m[1]}/lines/${m[2]}/events`);
+  state.find = { text: null, line: `${d.file.split("/").pop()}:${d.line}`, matches: d.matches, total: d.total, names: null,
+    ids: new Set(d.matches.map((x) => x.id)), cursor: -1 };
+  stepFound(step);
 }
 
 // Shift+drag selects a span: what ran inside it (clipped), as Perfetto's area selection.
@@ -448,11 +478,8 @@ function wire() {
     const cr = canvas.getBoundingClientRect();
     if (drag && !drag.moved && e.clientX - cr.left < GUTTER) {
       const y = e.clientY - cr.top;
-      const row = state.rows.find((r) => y >= r.top && y < r.top + (r.count ? ROW : r.lane.depth * ROW));
-      if (row && row.group) {
-        if (state.collapsed.has(row.group)) state.collapsed.delete(row.group); else state.collapsed.add(row.group);
-        draw();
-      }
+      const row = state.rows.find((r) => y >= r.top && y < r.top + r.rows * ROW);
+      if (row) laneClick(row, e.clientX - cr.left >= GUTTER - PIN_W);
       drag = null;
       return;
     }
@@ -502,7 +529,7 @@ function wire() {
 
 run(async () => {
   document.getElementById("app").classList.add("wide");
-  const width = Math.max(400, document.getElementById("app").clientWidth - GUTTER - 40);
+  const width = Math.max(400, document.getElementById("app").clientWidth - GUTTER - SIDE_W - 50);
   const s0 = qs("start_ns"), e0 = qs("end_ns");
   const q = s0 !== null && e0 !== null ? `&start_ns=${enc(s0)}&end_ns=${enc(e0)}` : "";
   const d = await api(`/p/${enc(profile)}/timeline?width_px=${width}${q}`);
@@ -518,7 +545,16 @@ run(async () => {
   ctx = canvas.getContext("2d");
   wrap = h("div", { class: "tl-wrap" }, canvas);
   statusEl = h("span", { class: "tl-status", id: "tl-status" });
-  detailsEl = h("div", { class: "tl-details", id: "tl-details" });
+  detailsEl = h("div", { class: "tl-details", id: "tl-details" }, section("Event", h("p", { class: "note" }, "Click an event for its details and its whole Python stack.")));
+  const ovCanvas = h("canvas", { id: "tl-overview", title: "The whole profile: click or drag to move the view there" });
+  overview = new Overview(ovCanvas, GUTTER, (t) => { const span = state.view[1] - state.view[0]; setView(t - span / 2, t + span / 2); });
+  state.colorMode = qs("color") === "name" ? "name" : "kind";
+  const colors = h("select", { id: "tl-color", title: "Colour the events by their category (kind) or by their name" },
+    Object.entries(COLOR_MODES).map(([k, label]) => h("option", { value: k, selected: k === state.colorMode }, label)));
+  colors.addEventListener("change", () => {
+    state.colorMode = colors.value; draw();
+    const url = new URL(location.href); url.searchParams.set("color", colors.value); history.replaceState(null, "", url);
+  });
   tip = h("div", { class: "tl-tip", hidden: true });
   spanEl = h("div", { id: "tl-span" });
   findBox = h("input", { id: "tl-find", type: "search", placeholder: "Find: name or /regex/  ( / )", size: 24, value: qs("find") || "" });
@@ -544,14 +580,17 @@ run(async () => {
         h("a", { href: "#", id: "tl-show-all", onclick: (x) => { x.preventDefault(); setView(d.extent.start_ns, Math.min(d.extent.end_ns, URL_NS)); } }, "show all")) : null,
       findBox, h("button", { id: "tl-find-prev", title: "Previous match (Shift+Enter)", onclick: () => find(findBox.value, -1) }, "▲"),
       h("button", { id: "tl-find-next", title: "Next match (Enter)", onclick: () => find(findBox.value, 1) }, "▼"), findCount,
-      statusEl,
+      colors, statusEl,
       h("span", { class: "spacer" }),
-      h("span", { class: "note" }, "wheel: zoom · drag: pan · Shift+drag: totals of a span · click: details · click a ▸ lane to unfold · W/A/S/D · / find")),
-    wrap, spanEl, detailsEl, tip);
+      h("span", { class: "note" }, "wheel: zoom · drag: pan · Shift+drag: totals of a span · click: details · click a lane's name to fold it, its ○ to pin it · W/A/S/D · / find")),
+    h("div", { class: "tl-body", style: { gridTemplateColumns: `minmax(0, 1fr) ${SIDE_W}px` } },
+      h("div", { class: "tl-left" }, ovCanvas, wrap, spanEl), detailsEl), tip);
   wire();
+  // the overview is the first view (the whole profile, fit to where its events are)
+  overview.setData(q ? (await api(`/p/${enc(profile)}/timeline?width_px=${width}`)).window : d.window, d.lanes);
   draw();
   updateStatus();
-  window.neTimeline = { rectCenter, state, setView };
+  window.neTimeline = { rectCenter, state, setView, laneClick };
   const ev = qs("event");
   if (ev !== null) {
     const d = await select(Number(ev));
@@ -559,5 +598,6 @@ run(async () => {
   }
   // a deep link's search: highlighted, and its first match shown unless the link names a place
   if (findBox.value) await find(findBox.value, ev === null && s0 === null ? 1 : 0);
+  else if (qs("line")) await findLine(qs("line"), ev === null && s0 === null ? 1 : 0).catch((e) => { findCount.textContent = e.message; });
   canvas.dataset.ready = "1";
 });
