@@ -37,10 +37,11 @@ def register() -> None:
         from neuron_explorer.backend.runtime import whole_ops
 
         whole_ops.register()
-        from neuron_explorer.backend.runtime import autocast, gcpause
+        from neuron_explorer.backend.runtime import autocast, gcpause, handoff
 
         autocast.register()
         gcpause.install()
+        handoff.install()
         from neuron_explorer.backend import distributed
 
         distributed.register()
