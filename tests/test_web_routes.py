@@ -1,0 +1,84 @@
+"""The web's registry (web/routes) is the app: every page is registered once with its HTML
+shell and its JSON twin, both answer on a real capture, the app serves no route the registry
+does not declare, and docs/web.md lists every route the app serves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from starlette.routing import Mount
+
+from neuron_explorer.web.app import create_app
+from neuron_explorer.web.routes import API, PAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "profiles" / "fallback_float64"
+# how docs/web.md spells a path parameter
+DOC_NAMES = {"name": "NAME", "event_id": "ID", "file_id": "FILE_ID", "line": "N", "table": "TABLE"}
+# served by the app itself, not by a page: the OpenAPI document and the static files
+FRAMEWORK = {"/api/openapi.json", "/static", "/static/plotly.min.js"}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    return create_app(SAMPLE, analysis_cache=tmp_path_factory.mktemp("cache"))
+
+
+def _routes(app) -> dict[str, object]:
+    return {r.path: r for r in app.routes if isinstance(r, APIRoute | Mount)}
+
+
+def test_every_page_has_a_twin_and_nothing_is_registered_twice():
+    paths = [p.path for p in PAGES] + [p.api_path for p in PAGES] + [a.path for a in API]
+    assert len(paths) == len(set(paths)), "a path registered twice"
+    kinds = {p.kind for p in PAGES}
+    for page in PAGES:
+        assert page.api_path.startswith("/api/") and callable(page.twin), page
+    for api in API:
+        assert api.path.startswith("/api/") and api.page in kinds, api
+
+
+def test_the_app_serves_exactly_the_registry(app):
+    declared = {p.path for p in PAGES} | {p.api_path for p in PAGES} | {a.path for a in API}
+    assert set(_routes(app)) - FRAMEWORK == declared
+
+
+@pytest.mark.slow
+def test_every_page_and_its_twin_answer_on_a_real_capture(app):
+    client = TestClient(app)
+    name = SAMPLE.name
+    files = client.get(f"/api/p/{name}/source").json()["files"]
+    values = {"name": name, "file_id": files[0]["file_id"]}
+    for page in PAGES:
+        path = re.sub(r"{(\w+)}", lambda m: values[m.group(1)], page.path)
+        query = {"a": name, "b": name} if page.kind == "compare" else {}
+        shell = client.get(path, params=query)
+        assert shell.status_code == 200 and "text/html" in shell.headers["content-type"], path
+        assert f'src="/static/js/{page.shell.script}"' in shell.text, path
+        twin = client.get("/api" + path if not page.api else page.api, params=query)
+        assert twin.status_code == 200, (page.api_path, twin.text[:300])
+        assert isinstance(twin.json(), dict) and twin.json(), page.api_path
+
+
+def _documented() -> set[str]:
+    text = (ROOT / "docs" / "web.md").read_text(encoding="utf-8")
+    return {re.split(r"[?#]", code)[0] for code in re.findall(r"`([^`\s]+)`", text)}
+
+
+def _doc_form(path: str) -> str:
+    return re.sub(r"{(\w+)}", lambda m: DOC_NAMES.get(m.group(1), m.group(1).upper()), path)
+
+
+def test_every_route_is_in_docs_web_md(app):
+    documented = _documented()
+    missing = sorted(_doc_form(p) for p in _routes(app) if _doc_form(p) not in documented)
+    assert missing == [], f"routes not in docs/web.md: {missing}"
+
+
+def test_the_docs_check_can_fail():
+    assert _doc_form("/api/p/{name}/source/{file_id}/lines/{line}") in _documented()
+    assert _doc_form("/api/p/{name}/no-such-route") not in _documented()
