@@ -170,3 +170,23 @@ def test_the_summary_gives_engines_in_lane_order():
     names = [e.engine for e in summary.engines]
     assert len(names) >= 4 and names == sorted(names, key=lane_order)
     assert names[0] == "TensorE" and names[-1] == "DMA"
+
+
+def test_a_manifest_reads_its_device_spec_back_by_attribute():
+    from dataclasses import FrozenInstanceError, fields
+
+    from neuron_explorer.backend.costmodel.spec import SPECS
+    from neuron_explorer.vocab.device_spec import SpecFigures
+
+    for spec in SPECS.values():
+        got = SpecFigures.from_dict(spec.to_dict())
+        for f in fields(SpecFigures):
+            assert getattr(got, f.name) == getattr(spec, f.name), (spec.name, f.name)
+        with pytest.raises(FrozenInstanceError):
+            spec.tensor_engine_dim = 64  # type: ignore[misc]
+    part = SpecFigures.from_dict({"name": "x", "peak_flops": 9e13, "tensor_engine_dim": 128.0})
+    assert (part.peak_flops_bf16, part.tensor_engine_dim, part.hbm_bytes_per_s) == (9e13, 128, None)
+    assert SpecFigures.from_dict(None) == SpecFigures() and SpecFigures().name is None
+    for d in sorted((ROOT / "samples" / "profiles").iterdir()):
+        figures = Profile.open(d).manifest.spec
+        assert figures.name in SPECS and all(getattr(figures, f.name) for f in fields(figures))

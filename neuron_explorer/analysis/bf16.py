@@ -129,7 +129,7 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
     )
     has_backward = bool(ctx.one(f"SELECT count(*) AS n FROM {backward_spans}").get("n"))
     d = np.array([r["d"] for r in rows], float)
-    peak = float(ctx.device_spec.get("peak_flops_fp32") or 0)
+    peak = ctx.manifest.spec.peak_flops_fp32 or 0.0
     te = np.array([_tensor_engine_ns(r, peak) for r in rows], float)
     bf16 = d - np.minimum(te, d) * (1 - 1 / speedup)
     forward = [r for r in rows if not r["backward"]]
@@ -140,7 +140,7 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
     if ew is not None:
         each = ew[0] + ew[1] * cast_bytes
     else:  # no elementwise kernels to learn from: the bytes at the spec's HBM bandwidth
-        bandwidth = float(ctx.device_spec.get("hbm_bytes_per_s") or 0)
+        bandwidth = ctx.manifest.spec.hbm_bytes_per_s or 0.0
         each = cast_bytes / bandwidth * 1e9 if bandwidth else cast_bytes * 0.0
     cast_ns = float(np.sum(each)) * per_cast
     # a bf16 model casts at its boundary only: the input in, the output out (and, with a

@@ -82,7 +82,7 @@ def _step_rows(ctx: AnalysisContext) -> np.ndarray:
 
 def mfu(ctx: AnalysisContext) -> float | None:
     """TensorE FLOP/s over the bf16 peak (the matmul kernels' FLOPs without instructions)."""
-    peak = float(ctx.device_spec.get("peak_flops_bf16") or 0)
+    peak = ctx.manifest.spec.peak_flops_bf16 or 0.0
     secs = ctx.total_step_ns / 1e9
     if peak <= 0 or secs <= 0:
         return None
@@ -103,7 +103,7 @@ def mfu(ctx: AnalysisContext) -> float | None:
 
 def mbu(ctx: AnalysisContext) -> float | None:
     """The kernels' HBM bytes/s over the peak."""
-    peak = float(ctx.device_spec.get("hbm_bytes_per_s") or 0)
+    peak = ctx.manifest.spec.hbm_bytes_per_s or 0.0
     secs = ctx.total_step_ns / 1e9
     if peak <= 0 or secs <= 0:
         return None

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..vocab.device_spec import SpecFigures
 from .schema import FORMAT, SCHEMA_VERSION
 
 
@@ -38,6 +39,12 @@ class Manifest:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @property
+    def spec(self) -> SpecFigures:
+        """The device spec's figures, read by attribute (all None without a device spec); the
+        manifest itself keeps the JSON form, `device_spec`."""
+        return SpecFigures.from_dict(self.device_spec)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:

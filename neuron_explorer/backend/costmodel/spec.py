@@ -1,13 +1,21 @@
 """Hardware figures of one NeuronCore per chip generation, each with its public source.
 
-Every constant the cost model uses lives here; lowering and the timeline only read a DeviceSpec.
+Every constant the cost model uses lives here; lowering and the timeline only read a DeviceSpec
+(the dataclasses are the vocabulary's: neuron_explorer/vocab/device_spec.py).
 Figures marked ASSUMPTION are not published by AWS and are our estimate (see docs/costmodel.md).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+
+from neuron_explorer.vocab.device_spec import (
+    CollectiveSpec,
+    DeviceSpec,
+    EngineSpec,
+    ModelPolicy,
+    RuntimeSpec,
+)
 
 ENV_VAR = "NEURON_DEVICE_SPEC"
 DEFAULT_SPEC = "trn2"
@@ -29,40 +37,6 @@ SRC_ISSUE = "issue 3 of this project (figure given by the lead; not found in the
 ASSUMPTION = "ASSUMPTION (not published; see docs/costmodel.md)"
 
 
-@dataclass(frozen=True)
-class EngineSpec:
-    """A NeuronCore compute engine: clock, elements per cycle per dtype width, fixed cost."""
-
-    name: str
-    clock_hz: float
-    elems_per_cycle_16bit: int  # bf16/fp16 elements processed per cycle
-    elems_per_cycle_32bit: int  # fp32 (and wider) elements per cycle
-    instr_overhead_cycles: int  # fixed issue/drain cost of one instruction
-
-
-@dataclass(frozen=True)
-class RuntimeSpec:
-    """Host-side runtime costs the backend charges to the host clock (all modeled)."""
-
-    launch_ns: int  # submit one kernel to the device queue
-    eager_compile_ns: int  # first use of an (op, shapes, dtypes) key in eager mode
-    graph_compile_ns_base: int  # torch.compile: fixed cost of compiling one graph
-    graph_compile_ns_per_node: int  # ... plus this per FX node
-    h2d_bytes_per_s: float  # host-to-device copy bandwidth (PCIe)
-    d2h_bytes_per_s: float  # device-to-host copy bandwidth (PCIe)
-    sync_ns: int  # fixed cost of a host wait on the device, on top of the wait itself
-
-
-@dataclass(frozen=True)
-class CollectiveSpec:
-    """Chip-to-chip links the collectives run over (one rank per chip in the model)."""
-
-    link_bytes_per_s: float  # NeuronLink, per chip, all its links together
-    efa_bytes_per_s: float  # EFA between instances, the instance's bandwidth per chip
-    chips_per_node: int  # chips one NeuronLink domain (an instance) holds
-    step_latency_ns: int  # fixed cost of one ring or tree step (a hop's handshake)
-
-
 # Collective links per chip generation; the sources are in each DeviceSpec's `sources`.
 CC_TRN1 = CollectiveSpec(384e9, 800e9 / 8 / 16, 16, 5_000)
 CC_TRN2 = CollectiveSpec(1.28e12, 3.2e12 / 8 / 16, 16, 3_000)
@@ -73,98 +47,16 @@ _CC_SOURCES = (
 )
 
 
-@dataclass(frozen=True)
-class ModelPolicy:
-    """How the modeled compiler tiles and pipelines work: model choices, not chip facts."""
-
-    max_stages: int = 8  # a kernel's work is split into at most this many pipelined stages
+# How the modeled compiler tiles and pipelines work (model choices, not chip facts).
+POLICY = ModelPolicy(
+    max_stages=8,  # a kernel's work is split into at most this many pipelined stages
     # ... each moving at least this much HBM traffic, so every DMA queue gets pieces large
     # enough (~256 KiB) to amortise the per-transfer latency
-    stage_min_bytes: int = 4 << 20
-    dma_piece_min_bytes: int = 64 << 10  # a stage's tensor is spread over queues in pieces >= this
-    engine_tile_elems: int = 128 * 512  # elements one Vector/Scalar/GpSimd instruction handles
-    sbuf_operand_share: float = 0.5  # share of SBUF a matmul keeps its operands in
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """One NeuronCore of a Trainium chip; `sources` names the public origin of each figure."""
-
-    name: str
-    chip: str
-    core: str
-    cores_per_chip: int
-    tensor_engine_dim: int  # systolic array is dim x dim
-    tensor_clock_hz: float
-    tensor_moving_fmax: int  # columns of the moving tensor one matmul instruction streams
-    tensor_instr_overhead_cycles: int
-    fp32_matmul_passes: int  # an fp32 matmul takes this many passes of a bf16 one
-    fp8_speedup: float  # fp8 matmul throughput relative to bf16
-    vector: EngineSpec
-    scalar: EngineSpec
-    gpsimd: EngineSpec
-    hbm_bytes: int  # device memory per chip
-    hbm_bytes_per_s_chip: float
-    dma_bytes_per_s: float  # per core, all DMA queues of the core together
-    dma_queues: int  # DMA queues (rings) one core drives in parallel
-    dma_latency_ns: int  # fixed start cost of one DMA transfer
-    dma_min_efficient_bytes: int  # below this a transfer runs at reduced bandwidth
-    sbuf_bytes: int
-    psum_bytes: int
-    runtime: RuntimeSpec
-    sources: tuple[tuple[str, str], ...] = field(default=())
-    policy: ModelPolicy = field(default=ModelPolicy())
-    collectives: CollectiveSpec = CC_TRN2
-
-    @property
-    def clock_hz(self) -> float:
-        """The TensorE clock, the one that sets the peak FLOPS."""
-        return self.tensor_clock_hz
-
-    @property
-    def peak_flops_bf16(self) -> float:
-        """dim x dim multiply-accumulates per cycle, two flops each."""
-        return 2.0 * self.tensor_engine_dim**2 * self.tensor_clock_hz
-
-    @property
-    def peak_flops_fp32(self) -> float:
-        return self.peak_flops_bf16 / self.fp32_matmul_passes
-
-    @property
-    def hbm_bytes_per_s(self) -> float:
-        """One core's share of the chip's HBM bandwidth."""
-        return self.hbm_bytes_per_s_chip / self.cores_per_chip
-
-    @property
-    def memory_bytes_per_s(self) -> float:
-        """What one core can stream from HBM: the lower of its DMA and its HBM share."""
-        return min(self.dma_bytes_per_s, self.hbm_bytes_per_s)
-
-    @property
-    def machine_balance(self) -> float:
-        """Flops per byte at the roofline ridge (bf16 peak over memory bandwidth)."""
-        return self.peak_flops_bf16 / self.memory_bytes_per_s
-
-    @property
-    def machine_balance_fp32(self) -> float:
-        return self.peak_flops_fp32 / self.memory_bytes_per_s
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable form for a profile manifest's `device_spec`."""
-        out = asdict(self)
-        out["sources"] = dict(self.sources)
-        for name in (
-            "clock_hz",
-            "peak_flops_bf16",
-            "peak_flops_fp32",
-            "hbm_bytes_per_s",
-            "memory_bytes_per_s",
-            "machine_balance",
-            "machine_balance_fp32",
-        ):
-            out[name] = getattr(self, name)
-        return out
-
+    stage_min_bytes=4 << 20,
+    dma_piece_min_bytes=64 << 10,  # a stage's tensor is spread over queues in pieces >= this
+    engine_tile_elems=128 * 512,  # elements one Vector/Scalar/GpSimd instruction handles
+    sbuf_operand_share=0.5,  # share of SBUF a matmul keeps its operands in
+)
 
 _MIB = 1 << 20
 _GIB = 1 << 30
@@ -256,6 +148,7 @@ TRN1 = DeviceSpec(
         *_RUNTIME_SOURCES,
     ),
     collectives=CC_TRN1,
+    policy=POLICY,
 )
 
 TRN2 = DeviceSpec(
@@ -326,6 +219,7 @@ TRN2 = DeviceSpec(
         *_RUNTIME_SOURCES,
     ),
     collectives=CC_TRN2,
+    policy=POLICY,
 )
 
 TRN3 = DeviceSpec(
@@ -388,6 +282,7 @@ TRN3 = DeviceSpec(
         *_RUNTIME_SOURCES,
     ),
     collectives=CC_TRN3,
+    policy=POLICY,
 )
 
 SPECS: dict[str, DeviceSpec] = {s.name: s for s in (TRN1, TRN2, TRN3)}
