@@ -23,9 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ExplorerError
+from ..importers.assemble import Assembled
 from ..model import combine as ranks
 from ..model.io import ProfileWriter
-from ..model.profile import Profile, is_profile
+from ..model.profile import is_profile
 from ..model.schema import STACKS, conform
 from . import sources
 from .ending import exiting_exception, run_ended
@@ -216,21 +217,22 @@ def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) ->
     ranks.assemble(path, job.world_size, job.run_id)
 
 
-def _import_host(trace: Path, workdir: Path) -> Profile:
-    from ..importers import import_traces
+def _host_events(trace: Path) -> Assembled:
+    """torch.profiler's exported trace mapped to the profile's tables, in memory (one pass:
+    no profile of the host events alone is written and read back)."""
+    from ..importers.assemble import assemble
+    from ..importers.kineto import load
 
-    out = workdir / "host-profile"
     # host lanes by thread id: the runtime's calls are recorded as "thread <tid>" and nest in them
-    import_traces([trace], out, thread_names=False)
-    return Profile.open(out)
+    return assemble([load(trace, thread_names=False)])
 
 
 def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = None) -> Path:
     """Merge host and runtime events of one cycle and write the profile atomically."""
-    host = _import_host(raw.trace, raw.workdir)
+    host = _host_events(raw.trace)
     manifest = host.manifest
     origin = manifest.origin_unix_ns
-    events = host.table("events")
+    events = host.events()
     if events.num_rows:  # the trace's real span, a little wider
         start = pc.min(events.column("start_ns")).as_py()
         end = pc.max(pc.add(events.column("start_ns"), events.column("dur_ns"))).as_py()
@@ -238,14 +240,14 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
                             origin + end + WINDOW_SLACK_NS)  # fmt: skip
     else:
         runtime = []
-    events, stacks = without_own_frames(events, host.table("stacks"))
+    events, stacks = without_own_frames(events, host.stacks)
     first_stack = int(pc.max(stacks.column("stack_id")).as_py()) + 1 if stacks.num_rows else 0
     merged = merge(events, origin, runtime, first_stack_id=first_stack)
     if merged.stacks.num_rows:
         stacks = pa.concat_tables(
             [conform(STACKS, stacks), merged.stacks], promote_options="permissive"
         ).unify_dictionaries()
-    counters = host.table("counters")
+    counters = host.counters
     if merged.counters.num_rows:
         counters = pa.concat_tables([counters, merged.counters]).unify_dictionaries()
     with ProfileWriter(path, overwrite=True) as writer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pyarrow as pa
 from ..errors import BadInputError
 from ..model.io import ROW_GROUP_ROWS, ProfileWriter
 from ..model.manifest import Manifest, Step
+from ..model.schema import COUNTERS, EVENTS, STACKS, conform
 from .kineto import FileData
 
 
@@ -73,16 +75,24 @@ def _event_blocks(
         yield block
 
 
-def write_profile(
-    files: Sequence[FileData],
-    out: Path,
-    *,
-    writer: ProfileWriter,
-    source_roots: Sequence[Path] = (),
-    progress: Callable[[float], None] | None = None,
-) -> Path:
-    """Shift every file to one origin, number events, write the three tables and sources."""
-    report = progress or (lambda f: None)
+@dataclass(frozen=True)
+class Assembled:
+    """The mapped files on one origin with their events numbered, before anything is written:
+    what an import writes, and what capture merges in memory."""
+
+    blocks: Iterator[dict[str, Any]]  # the events in final order, a row group at a time (once)
+    stacks: pa.Table
+    counters: pa.Table
+    manifest: Manifest  # what the traces say; which sources were kept is the writer's to add
+
+    def events(self) -> pa.Table:
+        """The whole events table (consumes `blocks`)."""
+        tables = [conform(EVENTS, b) for b in self.blocks]
+        return pa.concat_tables(tables) if tables else EVENTS.arrow_schema().empty_table()
+
+
+def assemble(files: Sequence[FileData]) -> Assembled:
+    """Shift every file to one origin, number events and stacks, and gather counters and steps."""
     ranks = assign_ranks(files)
     origin = min(int(f.columns["start_ns"].min()) for f in files)
     blocks, stacks, counters, steps = [], [], [], []
@@ -101,12 +111,6 @@ def write_profile(
         c["unit"] = pa.array(["bytes"] * len(c["ts_ns"]), pa.string())
         counters.append(pa.table(c))
         steps += [Step(s, rank, start - origin, dur) for s, start, dur in f.steps]
-    report(0.3)
-    writer.write_events_in_order(itertools.chain.from_iterable(blocks))
-    report(0.8)
-    writer.write_table("stacks", _concat(stacks))
-    writer.write_table("counters", _concat(counters))
-    skipped = _copy_sources(writer, files, source_roots)
     many = len(files) > 1
     devices = [
         {**d, "rank": r} if many else d
@@ -126,10 +130,35 @@ def write_profile(
                 {"rank": r, "path": str(f.path), **f.meta}
                 for r, f in zip(ranks, files, strict=True)
             ],
-            **skipped,
         },
     )
-    path = writer.commit(manifest)
+    return Assembled(
+        itertools.chain.from_iterable(blocks),
+        conform(STACKS, _concat(stacks)),
+        conform(COUNTERS, _concat(counters)),
+        manifest,
+    )
+
+
+def write_profile(
+    files: Sequence[FileData],
+    out: Path,
+    *,
+    writer: ProfileWriter,
+    source_roots: Sequence[Path] = (),
+    progress: Callable[[float], None] | None = None,
+) -> Path:
+    """Assemble the files and write the three tables, the sources and the manifest."""
+    report = progress or (lambda f: None)
+    assembled = assemble(files)
+    report(0.3)
+    writer.write_events_in_order(assembled.blocks)
+    report(0.8)
+    writer.write_table("stacks", assembled.stacks)
+    writer.write_table("counters", assembled.counters)
+    skipped = _copy_sources(writer, files, source_roots)
+    manifest = assembled.manifest
+    path = writer.commit(replace(manifest, extra={**manifest.extra, **skipped}))
     report(1.0)
     return path
 
