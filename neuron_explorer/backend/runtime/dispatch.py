@@ -61,6 +61,9 @@ class OpInfo:
         host = kernels.host_kernel(func, self.call)
         if host is not self.call:  # the device computes it its own way (kernels.py)
             self.call, self.payload_keys, self.redispatch = host, None, None
+        if not self.supported and self.kernel:  # a CPU fallback runs as a plain CPU call
+            host = kernels.with_math_bits(self.call)
+            self.call, self.payload_keys, self.redispatch = host, None, None
         # positional Tensor parameters: torch hands __torch_dispatch__ a Python number there for
         # a scalar operand (x * 2), which only a call (not a boxed redispatch) converts back
         self.tensor_slots = tuple(

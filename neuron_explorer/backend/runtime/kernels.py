@@ -10,6 +10,11 @@ not what the chip does (docs/device.md, "How the numbers are computed").
   uses on any device but cpu and mps): computed in float64, which holds every integer of those
   dtypes exactly, and returned in the input's dtype, as an accelerator's kernel does.
 
+- **CPU fallbacks** run with the conjugate and negative views' dispatch keys back on:
+  inside `__torch_dispatch__` torch excludes them (they already ran for the wrapper), so a CPU
+  kernel that builds a lazy conjugate view of its own (`linalg.pinv`'s `A.mH`, `linalg.lstsq`)
+  and passes it on would have that bit ignored and return wrong complex numbers.
+
 `host_kernel(func, call)` returns the callable the runtime uses for `func`'s payload op, or
 `call` itself; both dispatch paths (plain and recorded) then run it like any payload op.
 """
@@ -55,6 +60,22 @@ def host_kernel(func: torch._ops.OpOverload, call: Callable) -> Callable:
     if schema.name in INTEGER_VIA_FLOAT64:
         return _via_float64(call, INTEGER_VIA_FLOAT64[schema.name])
     return call
+
+
+_CONJ, _NEG = torch._C.DispatchKey.Conjugate, torch._C.DispatchKey.Negative
+_KeepExcluded = torch._C._SetExcludeDispatchKeyGuard
+
+
+def with_math_bits(call: Callable) -> Callable:
+    """`call` run with the Conjugate and Negative keys included, as a plain CPU call runs: a
+    fallback's CPU kernel may make lazy conjugate views internally (3.5 us a call, so only
+    fallbacks, which copy to the host anyway, pay it)."""
+
+    def run(*args, **kwargs):
+        with _KeepExcluded(_CONJ, False), _KeepExcluded(_NEG, False):
+            return call(*args, **kwargs)
+
+    return run
 
 
 def _first_tensor(args) -> _Tensor | None:
