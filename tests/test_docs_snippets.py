@@ -186,7 +186,8 @@ def test_readme_snippets_run_as_written(sandbox):
     # the example SQL (the same text) lists ops, not the profiler's own spans
     (sql,) = re.findall(r'query profiles/run1 "([^"]+)"', commands.code)
     proc = _run_bash(f'neuron-explorer query profiles/run1 "{sql}" --json', sandbox)
-    names = [row["name"] for row in json.loads(proc.stdout)["rows"]]
+    res = json.loads(proc.stdout)
+    names = [row[res["columns"].index("name")] for row in res["rows"]]
     assert len(names) == 10 and all("::" in n or "Backward" in n for n in names), names
     assert not [n for n in names if n.startswith(("ProfilerStep", "PyTorch Profiler"))]
     assert not [b for b in blocks(ROOT / "README.md") if b.lang not in ("python", "sh", "text")]

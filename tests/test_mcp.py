@@ -102,7 +102,7 @@ def ok(result):
 
 
 def rows_of(res: dict) -> list[dict]:
-    """An /api/ SQL result's rows (lists) as the CLI's dicts."""
+    """A query result's rows (lists, in column order) as dicts by column name."""
     return [dict(zip(res["columns"], r, strict=True)) for r in res["rows"]]
 
 
@@ -148,9 +148,11 @@ def test_summary_is_the_summary_command(mcp, served, name):
 def test_findings_are_the_analyze_command(mcp, served, name):
     doc = ok(mcp("findings", profile=name, limit=1000))
     cli = cli_json("analyze", str(served / name), "--json")["findings"]
-    for f in doc["findings"]:  # the web adds a file id to each line, for its source links
-        for line in (*f["evidence"]["source_lines"], *f["evidence"].get("model_lines", ())):
-            line.pop("file_id", None)
+    for f in doc["findings"]:  # the web adds a file id beside each path, for its source links
+        for rows in f["evidence"].values():
+            for row in rows if isinstance(rows, list) else ():
+                if isinstance(row, dict):
+                    row.pop("file_id", None)
     differ = [
         (f["rule"], k)
         for f, g in zip(doc["findings"], cli, strict=False)
@@ -168,7 +170,7 @@ def test_sql_is_the_query_command(mcp, served):
     q = "SELECT kind, count(*) AS n, sum(dur_ns) AS ns FROM events GROUP BY kind ORDER BY ns DESC"
     for name in (NEURON, GPU):
         res = ok(mcp("sql", profile=name, query=q))["result"]
-        assert rows_of(res) == cli_json("query", str(served / name), q, "--json")["rows"]
+        assert rows_of(res) == rows_of(cli_json("query", str(served / name), q, "--json"))
 
 
 def test_timeline_window_holds_the_events_of_the_step(mcp, served):
@@ -177,7 +179,7 @@ def test_timeline_window_holds_the_events_of_the_step(mcp, served):
     s, e = step["start_ns"], step["start_ns"] + step["dur_ns"]
     win = ok(mcp("timeline", profile=NEURON, start_ns=s, end_ns=e, width_px=300))["window"]
     q = f"SELECT count(*) AS n FROM events WHERE start_ns < {e} AND start_ns + dur_ns >= {s}"
-    assert win["events"] == cli_json("query", str(served / NEURON), q, "--json")["rows"][0]["n"]
+    assert win["events"] == rows_of(cli_json("query", str(served / NEURON), q, "--json"))[0]["n"]
     rects = win["rects"]
     assert sum(rects["count"]) == win["events"] and len(rects["id"]) < win["events"]
     assert all(
@@ -191,7 +193,7 @@ def test_event_has_its_flow_partner_and_line(mcp, served, name):
          "JOIN events r ON r.flow_id = k.flow_id AND r.layer = 'host' AND r.rank = k.rank "
          "WHERE k.layer = 'device' AND k.kind IN ('kernel', 'gpu_kernel') "
          "ORDER BY k.dur_ns DESC, k.id LIMIT 1")  # fmt: skip
-    (k,) = cli_json("query", str(served / name), q, "--json")["rows"]
+    (k,) = rows_of(cli_json("query", str(served / name), q, "--json"))
     doc = ok(mcp("event", profile=name, event_id=k["id"]))
     assert doc["event"]["name"] == k["name"] and doc["event"]["flow_id"] == k["flow_id"]
     assert k["launch_id"] in {f["id"] for f in doc["flows"]}
@@ -205,15 +207,15 @@ def test_event_has_its_flow_partner_and_line(mcp, served, name):
 def test_event_has_its_whole_stack(mcp, served):
     q = ("SELECT id, stack_id FROM events WHERE stack_id IS NOT NULL AND kind = 'op' "
          "ORDER BY dur_ns DESC, id LIMIT 1")  # fmt: skip
-    (e,) = cli_json("query", str(served / "cpu_mlp"), q, "--json")["rows"]
+    (e,) = rows_of(cli_json("query", str(served / "cpu_mlp"), q, "--json"))
     doc = ok(mcp("event", profile="cpu_mlp", event_id=e["id"]))
     q = (f"SELECT depth, file, line, function, scope FROM stacks WHERE stack_id = {e['stack_id']} "
          "ORDER BY depth")  # fmt: skip
-    stack = cli_json("query", str(served / "cpu_mlp"), q, "--json")["rows"]
+    stack = rows_of(cli_json("query", str(served / "cpu_mlp"), q, "--json"))
     frames = [{k: v for k, v in f.items() if k != "file_id"} for f in doc["stack"]]
     assert frames == stack and len(stack) > 1
     q = f"SELECT module, model_file, model_line FROM events WHERE id = {e['id']}"
-    (where,) = cli_json("query", str(served / "cpu_mlp"), q, "--json")["rows"]
+    (where,) = rows_of(cli_json("query", str(served / "cpu_mlp"), q, "--json"))
     assert {k: doc["event"][k] for k in where} == where
     assert (doc["source"]["file"], doc["source"]["line"]) == (
         doc["event"]["src_file"],
@@ -225,7 +227,7 @@ def test_hotspots_are_the_line_table(mcp, served):
     from reference_sql import LINES_SQL
 
     doc = ok(mcp("hotspots", profile=NEURON, n=5))
-    ref = cli_json("query", str(served / NEURON), LINES_SQL, "--json")["rows"]
+    ref = rows_of(cli_json("query", str(served / NEURON), LINES_SQL, "--json"))
     key = ("file", "line", "host_ns", "device_ns", "ops", "launches")
     assert [tuple(r[k] for k in key) for r in doc["top_lines"]] == [
         tuple(r[k] for k in key) for r in ref[:5]
@@ -255,7 +257,7 @@ def test_source_line_gives_its_code_and_time(mcp, served):
          f"src_file = '{top['file']}' AND src_line = {top['line']} AND kind NOT IN ('step', 'python') "
          "GROUP BY ALL")  # fmt: skip
     ref = {
-        r["name"]: r["count"] for r in cli_json("query", str(served / NEURON), q, "--json")["rows"]
+        r["name"]: r["count"] for r in rows_of(cli_json("query", str(served / NEURON), q, "--json"))
     }
     assert {o["name"]: o["count"] for o in doc["ops"]} == ref
     same = ok(mcp("source_line", profile=NEURON, file=doc["file_id"], line=top["line"]))
@@ -269,7 +271,7 @@ def test_operators_and_one_op(mcp, served):
     detail = ok(mcp("operators", profile=NEURON, op=op))
     q = (f"SELECT count(*) AS n FROM events WHERE op_name = '{op}' AND layer = 'device' "
          "AND kind = 'kernel'")  # fmt: skip
-    kernels = cli_json("query", str(served / NEURON), q, "--json")["rows"][0]["n"]
+    kernels = rows_of(cli_json("query", str(served / NEURON), q, "--json"))[0]["n"]
     assert sum(k["count"] for k in detail["kernels"]) == kernels > 0
 
 

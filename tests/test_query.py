@@ -118,4 +118,4 @@ def test_describe_and_to_dict():
     res = run_query(real("nccl"), "DESCRIBE events")
     assert "start_ns" in res.table.column("column_name").to_pylist()
     d = run_query(real("nccl"), "SELECT 1 AS one").to_dict()
-    assert d["columns"] == ["one"] and d["rows"] == [{"one": 1}] and d["truncated"] is False
+    assert d["columns"] == ["one"] and d["rows"] == [[1]] and d["truncated"] is False

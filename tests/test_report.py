@@ -86,7 +86,8 @@ def test_json_report_is_the_cli_documents():
     q = ("SELECT src_file, src_line, CAST(sum(dur_ns) FILTER (WHERE kind = 'kernel') AS BIGINT) "
          "AS device_ns "
          "FROM events WHERE src_file IS NOT NULL GROUP BY ALL ORDER BY device_ns DESC NULLS LAST")  # fmt: skip
-    top = json.loads(run_cli("query", str(FALLBACK), q, "--json"))["rows"][0]
+    res = json.loads(run_cli("query", str(FALLBACK), q, "--json"))
+    top = dict(zip(res["columns"], res["rows"][0], strict=True))
     heaviest = max(doc["top_lines"], key=lambda r: r["device_ns"])
     assert (heaviest["file"], heaviest["line"], heaviest["device_ns"]) == (
         top["src_file"], top["src_line"], top["device_ns"])  # fmt: skip

@@ -28,7 +28,8 @@ NO_SPILLS = "SET temp_directory = ''"
 
 @dataclass(frozen=True)
 class QueryResult:
-    """The rows of a query (at most `limit`), and whether more rows were cut off."""
+    """The rows of a query (at most `limit`), whether more rows were cut off, and how long it
+    took (elapsed_s here; the document says elapsed_ms)."""
 
     table: pa.Table
     truncated: bool
@@ -36,14 +37,34 @@ class QueryResult:
     cut_at_bytes: int | None = None  # set when the rows were cut at this size, not at `limit`
 
     def to_dict(self) -> dict[str, Any]:
+        """The one query-result document (`query --json`, the web's SQL answer, agents):
+        rows as lists in column order (names may repeat), JSON-safe values."""
+        names = self.table.column_names
+        columns = [c.to_pylist() for c in self.table.columns]
+        rows = [[jsonable(v) for v in r] for r in zip(*columns, strict=True)]
         return {
-            "columns": self.table.column_names,
+            "columns": names,
             "types": [str(t) for t in self.table.schema.types],
-            "rows": [{k: exact_number(v) for k, v in r.items()} for r in self.table.to_pylist()],
+            "rows": rows,
+            "row_count": len(rows),
             "truncated": self.truncated,
             "cut_at_bytes": self.cut_at_bytes,
-            "elapsed_s": round(self.elapsed_s, 4),
+            "elapsed_ms": round(self.elapsed_s * 1e3, 2),
         }
+
+
+def jsonable(v: Any) -> Any:
+    """A value as JSON can hold it: numbers, text, booleans, None, lists and dicts of them;
+    a whole-number Decimal as an int; anything else (a timestamp, a fraction) as its text."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, Decimal) and v == v.to_integral_value():
+        return exact_number(v)
+    return str(v)
 
 
 def exact_number(v: Any) -> Any:

@@ -93,18 +93,18 @@ class Service:
 
         return self.persisted(name, "summary", make)
 
-    def findings(self, name: str) -> list[dict[str, Any]] | None:
-        def make(p: Profile) -> list[dict[str, Any]] | None:
+    def findings_report(self, name: str) -> dict[str, Any]:
+        """The findings document (analysis.findings.FindingsReport, as `analyze --json` prints
+        it) with the web's file ids, so the page links evidence lines to the source view."""
+
+        def make(p: Profile) -> dict[str, Any]:
             with self.store.profile_lock(name):
-                found = overview.analysis_findings(p)
-            for f in found or ():  # so the page can link evidence lines to the source view
-                ev = f.get("evidence", {})
-                for line in (*ev.get("source_lines", ()), *ev.get("model_lines", ())):
-                    if line.get("file"):
-                        line["file_id"] = source.file_id(line["file"])
-            return found
+                return source.with_file_ids(overview.analysis_findings_report(p))
 
         return self.persisted(name, "findings", make)
+
+    def findings(self, name: str) -> list[dict[str, Any]] | None:
+        return self.findings_report(name)["findings"]
 
     def devices(self, name: str) -> list[str]:
         return self.persisted(name, "devices", overview.devices)

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ...analysis import all_rules, findings_document, get_rule, run_rules
+    from ...analysis import all_rules, get_rule
+    from ...analysis.findings import findings_report
     from ...errors import ExplorerError
     from ...model.profile import Profile
 
@@ -52,9 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.profile:
         raise ExplorerError("analyze: give a PROFILE directory (or --explain ID / --list)")
     profile = Profile.open(args.profile)
-    ids = args.rule
-    findings = run_rules(profile, ids)
-    doc = findings_document(profile, findings, ids)
+    doc = findings_report(profile, args.rule).to_dict()
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0

@@ -6,29 +6,25 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Query
 
+from neuron_explorer.analysis import hotspots
+
 from ..pages import Api, Page, Shell
-from ..views import compare, overview
+from ..views import compare
 
 if TYPE_CHECKING:
     from ..service import Service
 
 
+def _side(svc: Service, name: str) -> compare.Side:  # what the comparison reads, cached
+    p = svc.store.open(name)
+    nodes = svc.store.derived(name, "module_tree", lambda p: hotspots.module_tree(p, p.duckdb()))
+    return compare.side_of(name, p, svc.summary(name), svc.ops(name), svc.lines(name),
+                           svc.kernels(name), nodes, svc.findings(name))  # fmt: skip
+
+
 def api_compare(svc: Service, a: str = Query(...), b: str = Query(...)) -> dict[str, Any]:
-    pa_, pb_ = svc.store.open(a), svc.store.open(b)
-    sa, sb = overview.step_stats(pa_), overview.step_stats(pb_)
-    suma, sumb = svc.summary(a), svc.summary(b)
-    return {
-        "a": a, "b": b,
-        "steps": {"a": sa, "b": sb},
-        "step_ns_delta": (sb["step_ns_mean"] - sa["step_ns_mean"])
-        if sa["step_ns_mean"] is not None and sb["step_ns_mean"] is not None else None,
-        "breakdown": compare.compare_breakdown(suma, sumb),
-        "ops": compare.compare_ops(svc.ops(a), svc.ops(b))[:200],
-        "lines": compare.compare_lines(svc.lines(a), svc.lines(b))[:200],
-        "kernels": compare.compare_kernels(svc.kernels(a), svc.kernels(b))[:200],
-        "findings": compare.compare_findings(svc.findings(a), svc.findings(b)),
-        "device_time_modeled": overview.is_modeled(pa_) or overview.is_modeled(pb_),
-    }  # fmt: skip
+    """B against A: analysis.compare's document (`neuron-explorer diff --json`) + file ids."""
+    return compare.compare_json(_side(svc, a), _side(svc, b))
 
 
 PAGES = (Page("compare", "/compare", api_compare, Shell("Compare", "compare.js", plotly=True)),)

@@ -12,8 +12,7 @@ if TYPE_CHECKING:
 
 def api_findings(svc: Service, name: str) -> dict[str, Any]:
     svc.store.open(name)
-    f = svc.findings(name)
-    return {"name": name, "available": f is not None, "findings": f or []}
+    return svc.findings_report(name)
 
 
 PAGES = (

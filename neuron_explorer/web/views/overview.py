@@ -50,6 +50,13 @@ def analysis_findings(profile: Profile) -> list[dict[str, Any]]:
     return [f.to_dict() for f in run_rules(profile)]
 
 
+def analysis_findings_report(profile: Profile) -> dict[str, Any]:
+    """The findings document of every rule (analysis.findings.findings_report)."""
+    from neuron_explorer.analysis.findings import findings_report
+
+    return findings_report(profile).to_dict()
+
+
 def profile_row(name: str, profile: Profile, devs: list[str], findings: list | None) -> dict:
     m = profile.manifest
     stats = step_stats(profile)

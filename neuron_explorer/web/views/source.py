@@ -24,15 +24,15 @@ def file_id(path: str) -> str:
 
 
 def with_file_ids(doc: Any) -> Any:
-    """`doc` with a `file_id` beside every non-empty string `file` in it (nested dicts and
-    lists), so the pages link paths to the source view; changes `doc` in place."""
+    """`doc` with a `file_id` beside every non-empty string `file` in it (nested dicts, lists
+    and tuples), so the pages link paths to the source view; changes `doc`'s dicts in place."""
     if isinstance(doc, dict):
         if isinstance(doc.get("file"), str) and doc["file"]:
             doc["file_id"] = file_id(doc["file"])
         for v in doc.values():
-            if isinstance(v, (dict, list)):
+            if isinstance(v, (dict, list, tuple)):
                 with_file_ids(v)
-    elif isinstance(doc, list):
+    elif isinstance(doc, (list, tuple)):
         for v in doc:
             with_file_ids(v)
     return doc

@@ -7,10 +7,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from decimal import Decimal
 from typing import Any, TypeVar
 
-from neuron_explorer.analysis.sql import exact_number
 from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model import Profile
 
@@ -81,18 +79,11 @@ class QueryGate:
             self._admitted -= 1
 
 
-def _jsonable(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, Decimal) and v == v.to_integral_value():
-        return exact_number(v)
-    return str(v)
-
-
 def run_query(
     profile: Profile, sql: str, limit: int = DEFAULT_ROWS, timeout_s: float = TIMEOUT_S
 ) -> dict[str, Any]:
-    """neuron_explorer.analysis.run_query (read only, limited) with its rows as JSON-safe lists."""
+    """neuron_explorer.analysis.run_query (read only, limited) with the web's limits: its
+    QueryResult.to_dict(), the document `query --json` prints."""
     from neuron_explorer.analysis import run_query as analysis_query
 
     if not sql.strip():
@@ -105,8 +96,4 @@ def run_query(
                              memory_limit=QUERY_MEMORY, max_bytes=MAX_RESULT_BYTES)  # fmt: skip
     except ExplorerError as e:
         raise QueryError(str(e)) from None
-    cols = res.table.column_names
-    rows = [[_jsonable(r[c]) for c in cols] for r in res.table.to_pylist()]
-    return {"columns": cols, "types": [str(t) for t in res.table.schema.types], "rows": rows,
-            "row_count": len(rows), "truncated": res.truncated, "cut_at_bytes": res.cut_at_bytes,
-            "elapsed_ms": round(res.elapsed_s * 1e3, 2)}  # fmt: skip
+    return res.to_dict()

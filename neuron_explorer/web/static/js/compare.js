@@ -1,4 +1,5 @@
 import { api, h, mount, run, fmtNs, fmtDelta, dataTable, plot, pUrl, sourceUrl, enc, section, setModeled, card, qs, filteredTable } from "./common.js";
+import { stackedTimelines } from "./compare_timeline.js";
 
 const deltaCell = (v) => h("span", { class: v > 0 ? "pos" : v < 0 ? "neg" : null }, fmtDelta(v));
 const pct = (r) => {
@@ -33,15 +34,16 @@ run(async () => {
   if (!a || !b) return picker();
   const d = await api(`/compare?a=${enc(a)}&b=${enc(b)}`);
   setModeled(d.device_time_modeled);
-  const sa = d.steps.a, sb = d.steps.b;
+  const none = { count: 0, mean_ns: null, per_step: [] };  // a profile without steps
+  const sa = d.steps.a || none, sb = d.steps.b || none;
   const chart = h("div", { class: "chart", id: "compare-chart" });
-  const ratio = sa.step_ns_mean && sb.step_ns_mean ? sb.step_ns_mean / sa.step_ns_mean : null;
+  const ratio = sa.mean_ns && sb.mean_ns ? sb.mean_ns / sa.mean_ns : null;
   const sideVal = (side, key) => (r) => (r[side] && r[side][key] !== undefined ? fmtNs(r[side][key]) : "–");
   mount(
     h("h1", {}, "Compare ", h("a", { href: pUrl(a) }, a), " → ", h("a", { href: pUrl(b) }, b)),
     h("div", { class: "cards" },
-      card(`A: ${a}`, fmtNs(sa.step_ns_mean), `${sa.steps} steps, mean`),
-      card(`B: ${b}`, fmtNs(sb.step_ns_mean), `${sb.steps} steps, mean`),
+      card(`A: ${a}`, fmtNs(sa.mean_ns), `${sa.count} steps, mean`),
+      card(`B: ${b}`, fmtNs(sb.mean_ns), `${sb.count} steps, mean`),
       card("Change", d.step_ns_delta === null ? "–" : fmtDelta(d.step_ns_delta), ratio ? `${((ratio - 1) * 100).toFixed(1)}% step time` : "")),
     h("div", { class: "grid2" },
       section("Step time per step", chart),
@@ -49,6 +51,7 @@ run(async () => {
         { key: "category", label: "Per step", fmt: (v) => CATEGORY[v] || v }, { key: "a", label: "A", num: true, fmt: fmtNs }, { key: "b", label: "B", num: true, fmt: fmtNs },
         { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }], d.breakdown, { compact: true, sortable: false })
         : h("p", { class: "note" }, "The step-time breakdown needs the analysis summary of both profiles."))),
+    section("Timelines, stacked: the same step of each from its start, one time scale", stackedTimelines(a, b)),
     section("Ops, largest change first", filteredTable(d.ops, (rows) => dataTable([
       { key: "name", label: "Op", cell: (r) => h("span", { class: "mono" }, r.name) },
       { label: "A time", num: true, cell: sideVal("a", "time_ns") }, { label: "B time", num: true, cell: sideVal("b", "time_ns") },

@@ -33,11 +33,10 @@ function evidence(f) {
 
 run(async () => {
   const d = await api(`/p/${enc(profile)}/findings`);
-  const body = !d.available ? h("p", { class: "note" }, "The analysis is not available in this installation, so there are no findings to show.")
-    : !d.findings.length ? h("p", { class: "note" }, "No rule found a problem in this profile.")
+  const body = !d.findings.length ? h("p", { class: "note" }, "No rule found a problem in this profile.")
     : h("div", {}, d.findings.map((f) => h("div", { class: `finding sev-${f.severity}-b` },
       h("div", {}, findingChips(f), h("span", { class: "note mono" }, `  ${f.rule}`),
         h("span", { class: "note" }, `  · saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)} of step time)`)),
       h("h3", {}, f.title), h("p", {}, f.detail), f.fix ? h("div", { class: "fix" }, h("b", {}, "Fix: "), f.fix) : null, evidence(f))));
-  mount(h("h1", {}, "Findings", h("span", { class: "note" }, d.available ? `  ${d.findings.length} found: readiness problems first, then largest saving first` : "")), section("Findings", body));
+  mount(h("h1", {}, "Findings", h("span", { class: "note" }, `  ${d.findings.length} found: readiness problems first, then largest saving first`)), section("Findings", body));
 });

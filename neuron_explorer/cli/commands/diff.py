@@ -1,0 +1,108 @@
+"""`neuron-explorer diff A B`: profile B against profile A (analysis/compare.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "diff"
+HELP = (
+    "Compare profile B against profile A: step time, the per-step breakdown, and ops, kernels, "
+    "source lines and modules by the change in their time (largest first), and the findings "
+    "that appeared or went. --json prints the document of the web's /api/compare."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", help="profile directory A (before)")
+    parser.add_argument("b", help="profile directory B (after)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--top", type=int, default=10, help="rows per table (10)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from ...analysis.compare import diff
+    from ...errors import ExplorerError
+    from ...model.profile import Profile
+
+    if args.top < 1:
+        raise ExplorerError("diff: --top must be at least 1")
+    doc = diff(Profile.open(args.a), Profile.open(args.b), args.a, args.b)
+    if args.json:
+        print(json.dumps(doc.to_dict(), indent=2, default=str))
+        return 0
+    render_comparison(doc, args.top)
+    return 0
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.3f} ms"
+
+
+def _delta(ns: float) -> str:
+    return f"{'+' if ns > 0 else ''}{ns / 1e6:,.3f} ms"
+
+
+def _pct(r: dict) -> str:
+    return "new" if r["ratio"] is None else f"{100 * (r['ratio'] - 1):+.1f}%"
+
+
+def render_comparison(doc, top: int = 10) -> None:  # analysis.compare.Comparison
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..tables import fit_table, wrap_parts
+    from .lines import _short
+
+    c = Console()
+    c.print(wrap_parts(c.width, [f"A {escape(doc.a)}", f"B {escape(doc.b)}"], "  ->  "),
+            highlight=False, soft_wrap=True)  # fmt: skip
+    sa, sb = doc.steps["a"], doc.steps["b"]
+    parts = [f"mean step A {_ms(sa.mean_ns if sa else None)} ({sa.count if sa else 0} steps)",
+             f"B {_ms(sb.mean_ns if sb else None)} ({sb.count if sb else 0} steps)"]  # fmt: skip
+    if doc.step_ns_delta is not None:
+        parts.append(f"change {_delta(doc.step_ns_delta)}")
+    c.print(wrap_parts(c.width, parts), highlight=False)
+    if doc.device_time_modeled:
+        c.print("device times come from the cost model", highlight=False)
+    if doc.breakdown:
+        rows = [(r["category"].removesuffix("_ns").replace("_", " "), _ms(r["a"]), _ms(r["b"]), _delta(r["delta"]))
+                for r in doc.breakdown if r["a"] or r["b"]]  # fmt: skip
+        c.print(
+            fit_table(
+                c.width, ("per step", "A", "B", "change"), rows, title="Breakdown", right=(1, 2, 3)
+            )
+        )
+    tables = (
+        ("Ops (host self + device time)", "op", doc.ops, lambda r: r["name"]),
+        ("Kernels (device time)", "kernel", doc.kernels, lambda r: r["name"]),
+        ("Source lines (host + device time)", "line", doc.lines,
+         lambda r: f"{_short(r['file'])}:{r['line']}"),
+        ("Modules (device self time)", "module", doc.modules, lambda r: r["path"] or "(model)"),
+    )  # fmt: skip
+    for title, what, rows, label in tables:
+        shown = [r for r in rows if r["delta"]][:top]
+        if not shown:
+            continue
+        value = "self_ns" if what == "module" else "time_ns"
+        changes = [(escape(label(r)), _ms(r["a"].get(value)), _ms(r["b"].get(value)),
+                    _delta(r["delta"]), _pct(r)) for r in shown]  # fmt: skip
+        heads = (what, "A", "B", "change", "%")
+        c.print(fit_table(c.width, heads, changes, title=f"{title}, largest change first",
+                          right=(1, 2, 3, 4)))  # fmt: skip
+    _render_findings(c, doc.findings)
+
+
+def _render_findings(c, f) -> None:  # analysis.compare.FindingsDiff
+    from rich.markup import escape
+
+    if not f.available:
+        return
+    for title, found in (("Findings that appeared in B", f.appeared),
+                         ("Findings that went (in A only)", f.went)):  # fmt: skip
+        c.print(f"[bold]{title}[/]: {len(found) or 'none'}")
+        for x in found:
+            c.print(f"  {x['severity']}: {escape(x['title'])} ({x['rule']})", highlight=False)
+    if f.both:
+        c.print(f"[bold]In both[/]: {', '.join(x['rule'] for x in f.both)}", highlight=False)
