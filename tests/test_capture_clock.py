@@ -76,3 +76,17 @@ def test_step_of_finds_the_step_holding_each_time():
     steps = step_of(np.array([5, 15, 25, 40]), np.array([10, 20]), np.array([20, 30]),
                     np.array([3, 4]))  # fmt: skip
     assert steps.tolist() == [-1, 3, 4, -1]
+
+
+def test_a_round_trip_cut_after_a_call_is_taken_right_after_it():
+    # 100 ns modeled as 10, and 30 ns more cut (the wrapper's return), then a call at 300.
+    calls = [Call(100, 200, 10, 500), Call(300, 310, 0, 500 + 90 + 30)]
+    got = HostClock(calls).map([200, 215, 230, 300]).tolist()
+    # the 30 ns right after the span collapse onto its end; user code after it keeps slope 1
+    assert got == [110, 110, 110, 180]
+
+
+def test_a_round_trip_longer_than_the_gap_stops_at_the_next_call():
+    calls = [Call(100, 200, 10, 500), Call(220, 230, 0, 500 + 90 + 50)]
+    got = HostClock(calls).map([200, 210, 220]).tolist()
+    assert got == [110, 110, 110]

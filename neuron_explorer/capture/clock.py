@@ -4,7 +4,11 @@ The neuron runtime keeps a running total `cut` = (real time spent inside the bac
 modeled host cost), summed over every runtime call so far; its modeled clock is `real - cut`
 and device work is placed on that clock. Each recorded call gives its real span [start, end],
 the total before it (`cut_before_ns`) and its modeled cost, hence two anchor points:
-start -> start - cut_before and end -> start - cut_before + model_ns.
+start -> start - cut_before and end -> start - cut_before + model_ns. When the running cut grew
+by more than the call's own real-minus-modeled time (the wrapper's round trip, cut as torch
+returns from the op), a third anchor takes that much real time right after the span to the same
+modeled instant, so the op's event ends where its modeled cost does instead of the round trip
+being spread thin over whatever user code runs before the next call.
 
 Algorithm: collect the anchors of all calls in the window, sort them by real time, force the
 modeled values to be non-decreasing (a call nested in or overlapping another), and map any real
@@ -43,10 +47,15 @@ class HostClock:
             cut0 = calls[0].cut_before_ns if calls else 0
         self.cut0 = cut0  # the runtime's cut total when the window began
         real, modeled = [], []
-        for c in calls:
+        for i, c in enumerate(calls):
             m0 = c.start_ns - (c.cut_before_ns - self.cut0)
+            m1 = m0 + max(c.model_ns, 0)
             real += [c.start_ns, max(c.end_ns, c.start_ns)]
-            modeled += [m0, m0 + max(c.model_ns, 0)]
+            modeled += [m0, m1]
+            after = _cut_after(c, calls[i + 1]) if i + 1 < len(calls) else 0
+            if after:  # cut right where torch returns, not spread over the gap to the next call
+                real.append(c.end_ns + after)
+                modeled.append(m1)
         r = np.array(real, dtype=np.int64)
         m = np.array(modeled, dtype=np.int64)
         order = np.lexsort((m, r))
@@ -74,3 +83,14 @@ class HostClock:
         out = np.round(inner).astype(np.int64) + base
         out = np.where(t < r[0], t - (r[0] - m[0]), out)
         return np.where(t > r[-1], t - (r[-1] - m[-1]), out)
+
+
+def _cut_after(call: Call, nxt: Call) -> int:
+    """Real time cut after `call` beyond its span: the running cut grew by more than the
+    call's own real-minus-modeled time (the wrapper's Python round trip, runtime/hostcost.py,
+    which happens as torch returns from the op). Bounded by the gap to the next call; 0 when
+    the two overlap (calls on two threads)."""
+    own = (call.end_ns - call.start_ns) - max(call.model_ns, 0)
+    extra = (nxt.cut_before_ns - call.cut_before_ns) - own
+    gap = nxt.start_ns - call.end_ns
+    return min(extra, gap) if extra > 0 and gap > 0 else 0
