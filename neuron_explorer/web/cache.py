@@ -28,17 +28,19 @@ FORMAT = 1  # bump when the layout of an entry changes
 
 @cache
 def analysis_version() -> str:
-    """A hash of the code whose output is cached: neuron_explorer.analysis (rules included) and the
-    web views, so an upgrade or an edited rule never serves an old result."""
+    """A hash of the code whose output is cached: neuron_explorer.analysis (rules included), the
+    web views and the service that shapes what it stores (web/service.py), so an upgrade or an
+    edited rule never serves an old result."""
     import neuron_explorer.analysis
 
-    web_views = Path(__file__).resolve().parent / "views"
+    web = Path(__file__).resolve().parent
     analysis = Path(neuron_explorer.analysis.__file__).resolve().parent
     h = hashlib.sha1(f"format {FORMAT}\n".encode())
-    for folder in (analysis, web_views):
-        for f in sorted(folder.rglob("*.py")):
-            h.update(f"{f.relative_to(folder.parent)}\n".encode())
-            h.update(f.read_bytes())
+    files = [*sorted(analysis.rglob("*.py")), *sorted((web / "views").rglob("*.py")),
+             web / "service.py"]  # fmt: skip
+    for f in files:
+        h.update(f"{f.relative_to(web.parent)}\n".encode())
+        h.update(f.read_bytes())
     return h.hexdigest()
 
 
