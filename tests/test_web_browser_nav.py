@@ -143,3 +143,19 @@ def test_timeline_lanes_overview_colours_and_side_panel(server, page):  # noqa: 
     assert panel["x"] > box["x"] + box["width"] - 5  # beside the lanes, not below them
     page.screenshot(path=str(SHOTS / "timeline-side-panel.png"), full_page=True)
     assert page.errors == [], page.errors
+
+
+def test_compare_stacks_the_same_step_of_both_on_one_scale(server, page):  # noqa: F811
+    steps = {n: httpx.get(f"{server}/api/p/{n}/timeline?width_px=1000").json()["steps"] for n in ("base", "test")}
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/timeline?start_ns=" in r.url else None)
+    _open(page, f"{server}/compare?a=base&b=test", "compare-stacked", "#cmp-tl-b[data-ready]")
+    span = max(steps["base"][0]["dur_ns"], steps["test"][0]["dur_ns"])
+    assert float(page.locator("#cmp-tl-status").get_attribute("data-span")) == span
+    for n in ("base", "test"):  # each drawn from its own step's start, over the same span
+        s = steps[n][0]["start_ns"]
+        assert any(f"/p/{n}/timeline?start_ns={s}&end_ns={s + span}&" in u for u in asked), asked
+    with page.expect_response(lambda r: "/p/test/timeline?start_ns=" in r.url):
+        page.click("#cmp-tl-in")
+    page.wait_for_function("s => Number(document.querySelector('#cmp-tl-status').dataset.span) < s", arg=span * 0.6)
+    assert page.errors == [], page.errors
