@@ -39,8 +39,6 @@ EXCEPTIONS = {(NE, f"{NE}.capture"): "the public trace_handler/profile, imported
 KNOWN_CYCLES: dict[str, str] = {
     f"{NE}.backend": "issue 16: the op path one way through backend/runtime/payload.py (H16e); "
     "torch.neuron's module and its streams import each other",
-    f"{NE}.analysis": "issue 16: rules listed in an explicit RULES tuple, not registered by "
-    "import (H16d)",
 }
 
 

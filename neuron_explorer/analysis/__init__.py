@@ -4,17 +4,19 @@ The stable Python API (used by the CLI and the web UI):
 - `run_rules(profile, ids=None) -> list[Finding]`, ranked by estimated saving;
 - `summarize(profile) -> Summary`;
 - `run_query(profile, sql, limit, timeout_s) -> QueryResult`;
-- `all_rules()` / `get_rule(id)`: the registry. Every record has `to_dict()` for JSON.
+- `all_rules()` / `get_rule(id)`: the rules (the RULES tuple of analysis/rules). Every record
+  has `to_dict()` for JSON.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..errors import ExplorerError
 from ..model.profile import Profile
-from .findings import Evidence, Finding, Hotspot, rank_findings
-from .rule import Rule, all_rules, get_rule
+from .findings import Evidence, Finding, Hotspot
+from .rule import Rule
+from .rules import all_rules, get_rule
+from .runner import run_rules
 from .sql import QueryResult, run_query
 from .summary import Summary, summarize
 
@@ -22,23 +24,6 @@ __all__ = [
     "Evidence", "Finding", "Hotspot", "QueryResult", "Rule", "Summary", "all_rules",
     "findings_document", "get_rule", "run_query", "run_rules", "summarize",
 ]  # fmt: skip
-
-
-def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Finding]:
-    """Evaluate the rules (all, or those named by `ids`) and rank the findings by saving."""
-    rules = [get_rule(i) for i in ids] if ids is not None else list(all_rules().values())
-    import duckdb
-
-    findings: list[Finding] = []
-    for rule in rules:
-        try:
-            findings.extend(rule.evaluate(profile))
-        except duckdb.Error as e:  # e.g. malformed JSON in args: name the rule and profile
-            line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ExplorerError(f"{profile.path}: rule {rule.id} failed: {line}") from None
-    from .hotspots import cite_model
-
-    return rank_findings(cite_model(profile, findings))
 
 
 def findings_document(

@@ -1,14 +1,19 @@
-"""Shared, cached facts about one profile that several rules and the summary need: a DuckDB
-connection over its tables, the step windows, and the device's busy intervals.
+"""The analysis context of one profile: its events (Arrow, numpy views) and the shared facts
+that several rules and the summary read, each computed once into a named table (facts.py).
 
-Everything here is computed in DuckDB over columns; results are cached per `Profile` object so
-that running every rule scans the events a few times, not once per rule.
+Rules only read it: its queries accept SELECT statements only, a query that names a shared
+table builds that table first (once per profile), and a rule's own intermediate tables go into
+one query as `tables=` and are gone after it. Results are cached per `Profile` object, so
+running every rule scans the events a few times, not once per rule.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import ExplorerError
 from ..model.profile import Profile
-from ..model.schema import EVENTS
-from . import intervals
+from ..model.schema import EVENTS, TABLES
+from . import facts, intervals
 from .columns import Columns
 from .conventions import (
     ARGS_KINDS,
@@ -26,19 +32,13 @@ from .conventions import (
     DEVICE_WORK_KINDS,
     DOWNCAST_EVENT,
     FUSED_OPTIMIZER_LIKE,
-    GRAPH_RECOMPILE_SQL,
-    KERNEL_KINDS,
-    NEURON_SYNC_KIND,
     OPTIMIZER_STEP_LIKE,
-    RECOMPILE_PREDICATE,
-    SYNC_RUNTIME_NAMES,
-    TRACE_COMPILE_NAMES,
-    sql_list,
-    sync_predicate,
 )
 
 if TYPE_CHECKING:
     import duckdb
+
+    from ..vocab.device_spec import SpecFigures
 
 HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
 UNUSED_COLUMNS = ("stack_id",)  # nothing reads it; not decoded
@@ -49,9 +49,8 @@ NAME_FLAGS = {
     "is_optimizer": (OPTIMIZER_STEP_LIKE,),
     "is_fused": FUSED_OPTIMIZER_LIKE,
 }
+GPU_WORK_KINDS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")  # what makes a GPU profile
 _CACHE: weakref.WeakKeyDictionary[Profile, AnalysisContext] = weakref.WeakKeyDictionary()
-
-
 _CACHE_LOCK = threading.Lock()
 
 
@@ -104,12 +103,14 @@ def plain_types(table: pa.Table) -> pa.Table:
 
 
 class AnalysisContext:
-    """DuckDB views and tables over one profile, built lazily:
+    """The events of one profile and its shared facts, built lazily, each once:
 
-    - `ev`: the events table;
-    - `steps_w(rank, step, s, e)`: step windows (one window per rank over all its events when
-      the profile has no ProfilerStep spans; step is NULL then);
-    - `busy(rank, s, e)`: disjoint intervals where the rank's device does any work.
+    - `ev`: the events table (Arrow, scanned in place);
+    - the named tables of facts.TABLES, e.g. `steps_w(rank, step, s, e)` (step windows; one
+      window per rank over all its events when the profile has no ProfilerStep spans, step
+      NULL then) and `busy(rank, s, e)` (disjoint intervals where the rank's device works).
+
+    A query that names one of those tables builds it first. Queries are SELECT only.
     """
 
     def __init__(self, profile: Profile) -> None:
@@ -117,6 +118,7 @@ class AnalysisContext:
         self.manifest = profile.manifest
         self.lock = threading.RLock()  # one rule or summary at a time (the web serves threads)
         self._subsets: set[str] = set()
+        self._built: dict[str, Any] = {}  # fact table name -> what its builder returned
 
     @cached_property
     def events(self) -> pa.Table:
@@ -154,59 +156,112 @@ class AnalysisContext:
         return self._cols
 
     @cached_property
-    def con(self) -> duckdb.DuckDBPyConnection:
+    def _con(self) -> duckdb.DuckDBPyConnection:
         con = self.profile.duckdb()
         # every rule queries `ev`, the Arrow table above (scanned in place, not copied)
         con.register("ev", self.events)
         return con
 
-    def run(self, sql: str) -> None:
-        """Run a statement (DDL) to completion; DuckDB wants every result drained."""
-        self.con.execute(sql).fetchall()
+    # -- reading (what rules use) -------------------------------------------------------------
 
-    def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        """Run SQL and return the rows as dicts (for small, aggregated results only)."""
-        cur = self.con.execute(sql, params or [])
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    def rows(
+        self, sql: str, params: list[Any] | None = None, *, tables: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run a SELECT and return the rows as dicts (for small, aggregated results only).
+        `tables`: Arrow tables this one query reads by name (a rule's own intermediates)."""
+        with self._local(sql, tables):
+            cur = self._con.execute(sql, params or [])
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
-    def one(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
-        rows = self.rows(sql, params)
+    def one(
+        self, sql: str, params: list[Any] | None = None, *, tables: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        rows = self.rows(sql, params, tables=tables)
         return rows[0] if rows else {}
 
-    def arrow(self, sql: str, params: list[Any] | None = None) -> pa.Table:
-        return plain_types(self.con.sql(sql, params=params or None).to_arrow_table())
+    def arrow(
+        self, sql: str, params: list[Any] | None = None, *, tables: dict[str, Any] | None = None
+    ) -> pa.Table:
+        with self._local(sql, tables):
+            return plain_types(self._con.sql(sql, params=params or None).to_arrow_table())
+
+    @contextmanager
+    def _local(self, sql: str, tables: dict[str, Any] | None) -> Iterator[None]:
+        """Check that `sql` only reads, build the shared tables it names, and register the
+        query's own `tables` for its duration."""
+        for statement in self._con.extract_statements(sql):
+            if statement.type != duckdb_module().StatementType.SELECT:
+                raise ExplorerError(f"analysis queries only read: {statement.type.name} refused")
+        self._prepare(sql)
+        local = dict(tables or {})
+        clash = sorted(set(local) & self.shared_names())
+        if clash:
+            raise ExplorerError(f"a query's own table shadows a shared one: {', '.join(clash)}")
+        for name, table in local.items():
+            self._con.register(name, table)
+        try:
+            yield
+        finally:
+            for name in local:
+                self._con.unregister(name)
+
+    # -- the shared facts (built here, never by a rule) -----------------------------------------
+
+    def _prepare(self, sql: str) -> None:
+        """Build every shared table that `sql` names and that is not built yet."""
+        for name in set(_FACT_NAME.findall(sql)):
+            self.fact(name)
+
+    def fact(self, name: str) -> Any:
+        """Build the shared table `name` once (facts.TABLES); returns what its builder did."""
+        if name not in self._built:
+            builder = facts.TABLES[name]
+            together = [n for n, b in facts.TABLES.items() if b is builder]
+            for n in together:  # a builder's own SQL names its tables: no recursion
+                self._built[n] = None
+            value = builder(self)
+            for n in together:
+                self._built[n] = value
+        return self._built[name]
+
+    def _execute(self, sql: str) -> None:
+        """Run a builder's statement (DDL) to completion; DuckDB wants every result drained."""
+        self._prepare(sql)
+        self._con.execute(sql).fetchall()
+
+    def _register(self, name: str, table: pa.Table) -> pa.Table:
+        self._con.register(name, table)
+        return table
+
+    def shared_names(self) -> set[str]:
+        """The names of every table the context itself registers (the profile's tables,
+        events, subsets, facts)."""
+        return {*TABLES, "ev", *self._subsets, *facts.TABLES, *facts.INTERNAL}
 
     @property
-    def device_spec(self) -> dict[str, Any]:
-        return dict(self.manifest.device_spec or {})
+    def spec(self) -> SpecFigures:
+        """The device spec's figures (each None without a spec)."""
+        return self.manifest.spec
+
+    @cached_property
+    def is_neuron(self) -> bool:
+        """A neuron profile: our own capture, or one with the device spec or neuron devices."""
+        if self.manifest.source == "capture" or self.manifest.device_spec:
+            return True
+        return bool(self.cols.like("device", ("neuron%",)).any())
+
+    @cached_property
+    def has_gpu(self) -> bool:
+        """A GPU trace: it has GPU kernels, copies or memsets."""
+        return bool(self.device_rows(GPU_WORK_KINDS).any())
 
     @cached_property
     def has_steps(self) -> bool:
-        return bool(self._steps_ready)
-
-    @cached_property
-    def _steps_ready(self) -> int:
-        """Create `steps_w`; returns the number of real (ProfilerStep) windows."""
-        self.run(
-            """CREATE TEMP TABLE steps_w AS
-            SELECT rank, coalesce(step, TRY_CAST(regexp_extract(name, '#(\\d+)', 1) AS INTEGER))
-                       AS step,
-                   min(start_ns) AS s, max(start_ns + dur_ns) AS e
-            FROM ev WHERE kind = 'step' AND layer = 'host'
-            GROUP BY ALL"""
-        )
-        n = self.con.execute("SELECT count(*) FROM steps_w").fetchall()[0][0]
-        if n == 0:
-            self.run(
-                """INSERT INTO steps_w
-                SELECT rank, NULL, min(start_ns), max(start_ns + dur_ns) FROM ev GROUP BY rank"""
-            )
-        return int(n)
+        return bool(self.fact("steps_w"))
 
     def steps(self) -> pa.Table:
         """Step windows: rank, step, start_ns, dur_ns (ordered)."""
-        self._steps_ready  # noqa: B018 - builds steps_w
         return self.arrow(
             "SELECT rank, step, s AS start_ns, e - s AS dur_ns FROM steps_w ORDER BY rank, s"
         )
@@ -214,9 +269,7 @@ class AnalysisContext:
     @cached_property
     def total_step_ns(self) -> int:
         """Sum of step durations over all ranks: the denominator of every saving share."""
-        self._steps_ready  # noqa: B018
-        v = self.con.execute("SELECT coalesce(sum(e - s), 0) FROM steps_w").fetchall()[0][0]
-        return int(v)
+        return int(self.one("SELECT coalesce(sum(e - s), 0) AS ns FROM steps_w")["ns"])
 
     @cached_property
     def device_ranks(self) -> frozenset[int]:
@@ -230,8 +283,10 @@ class AnalysisContext:
 
     def subset(self, name: str, rows: np.ndarray) -> str:
         """Register the `ev` rows that the mask `rows` selects as table `name` (returned), so
-        a query about a few kinds of events scans those rather than every event."""
-        self.con.register(name, self.events.filter(pa.array(rows)))
+        a query about a few kinds of events scans those rather than every event. The same
+        name always means the same rows (the callers name them by what they hold)."""
+        self._con.register(name, self.events.filter(pa.array(rows)))
+        self._subsets.add(name)
         return name
 
     def events_of(self, kinds: tuple[str, ...], layer: str | None = None) -> str:
@@ -244,183 +299,57 @@ class AnalysisContext:
                 rows = rows & self.cols.where("layer", (layer,))
             if rows.sum() > SUBSET_SHARE * self.cols.n:  # copying most rows costs more
                 return "ev"
-            self._subsets.add(self.subset(name, rows))
+            self.subset(name, rows)
         return name
 
-    def merged_rows(self, name: str, rows: np.ndarray) -> pa.Table:
-        """Merge the spans of the `rows` of `ev` into disjoint intervals per rank, register them
-        as table `name` (rank, s, e) and return them."""
+    def merge_rows(self, rows: np.ndarray) -> pa.Table:
+        """The spans of the `rows` of `ev` merged into disjoint intervals per rank (rank, s,
+        e), as an Arrow table (not registered)."""
         cols = self.cols
         at = np.flatnonzero(rows)
         rank = cols.ints("rank")[at]
         try:
             first, s, e = intervals.merge_arrays(rank, cols.ints("start_ns")[at], cols.end()[at])
         except OverflowError:  # spans too wide for the int64 shift: let DuckDB do it
-            self.subset(f"{name}_src", rows)
-            return self.merged(
-                name, f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM {name}_src"
+            src = self.events.filter(pa.array(rows))
+            return self.merge(
+                "SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM src", src=src
             )
-        table = pa.table({"rank": self.events["rank"].take(pa.array(at[first])), "s": s, "e": e})
-        self.con.register(name, table)
-        return table
+        return pa.table({"rank": self.events["rank"].take(pa.array(at[first])), "s": s, "e": e})
 
-    def merged(self, name: str, source: str, part: str = "rank") -> pa.Table:
-        """Merge the intervals (columns s, e) that `source` selects into disjoint ones per
-        `part` lane, register them as table `name` and return them."""
+    def merge(self, source: str, part: str = "rank", **tables: pa.Table) -> pa.Table:
+        """The intervals (columns s, e) that the SELECT `source` gives, merged into disjoint
+        ones per `part` lane (not registered); `tables` as for `rows`."""
         cols = [c.strip() for c in part.split(",")]
         try:
-            table = intervals.merge(self.arrow(source), cols)
+            return intervals.merge(self.arrow(source, tables=tables), cols)
         except OverflowError:  # spans too wide for the int64 shift: let DuckDB do it
-            table = self.arrow(merged_intervals_sql(source, part))
-        self.con.register(name, table)
-        return table
-
-    def _merge_device(self, table: str, kinds: tuple[str, ...]) -> None:
-        self.merged_rows(table, self.device_rows(kinds))
-
-    @cached_property
-    def _busy_ready(self) -> bool:
-        self._merge_device("busy", DEVICE_WORK_KINDS)
-        return True
+            return self.arrow(merged_intervals_sql(source, part), tables=tables)
 
     def ensure_busy(self) -> None:
-        self._busy_ready  # noqa: B018
+        self.fact("busy")
+
+    def ensure_recompiles(self) -> None:
+        """Build `recompiles` (facts.py)."""
+        self.fact("recompiles")
 
     @cached_property
     def breakdown(self) -> pa.Table:
-        """Per step window: where the time went (ns), one partition of the step (breakdown.py:
-        device compute + communication + dma + idle by host cause = dur_ns) and the overlaps
-        shown apart; and the host view: compile, fallback and sync wait (events of those kinds
-        clipped to the step) and host_other_ns, the rest. Device columns (and device_idle_ns)
-        are NULL on ranks without device work.
-        """
-        from .breakdown import DEVICE_COLUMNS, OVERLAP_COLUMNS, PARTITION_COLUMNS, per_step
+        """Per step window: where the time went (ns), one partition of the step (breakdown.py)
+        and the host view (facts.step_breakdown)."""
+        return facts.step_breakdown(self)
 
-        self._steps_ready  # noqa: B018
-        self.ensure_busy()
-
-        windows = self.arrow("SELECT rank, s, s AS ws, e AS we FROM steps_w")
-        step_dev = pa.table(
-            {
-                "rank": windows["rank"],
-                "s": windows["s"],
-                "ns_busy": intervals.covered(self.arrow("SELECT * FROM busy"), ["rank"], windows),
-            }
-        )
-        self.con.register("step_dev", step_dev)
-
-        cols = self.cols
-        host = cols.where("layer", ("host",))
-        sync_rows = (cols.where("kind", (NEURON_SYNC_KIND,)) & host) | (
-            cols.where("kind", ("runtime",)) & cols.where("name", SYNC_RUNTIME_NAMES)
-        )
-        # the few events these joins read, not every event
-        self.subset("ev_host_x", host & (cols.where("kind", ("compile", "fallback")) | sync_rows))
-        kernels = self.events_of(KERNEL_KINDS, "device")  # the rules' table of kernels too
-
-        def host_kind(pred: str) -> str:
-            return f"""SELECT w.rank, w.s,
-                    sum(least(x.start_ns + x.dur_ns, w.e) - greatest(x.start_ns, w.s)) AS ns
-                FROM steps_w w JOIN ev_host_x x ON x.rank = w.rank AND x.layer = 'host' AND {pred}
-                     AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s
-                GROUP BY ALL"""
-
-        sync_pred = sync_predicate("x")
-        device_ranks = sorted(self.device_ranks) or [-(2**31)]
-        ranks_sql = "(" + ", ".join(str(r) for r in device_ranks) + ")"
-        sql = f"""
-        WITH busy_w AS (SELECT rank, s, ns_busy AS ns FROM step_dev),
-        comp_k AS ({host_kind("x.kind = 'compile'")}),
-        fall_k AS ({host_kind("x.kind = 'fallback'")}),
-        sync_k AS ({host_kind(sync_pred)}),
-        kern AS (SELECT w.rank, w.s, count(*) AS n
-                 FROM (SELECT rank, start_ns FROM {kernels} WHERE layer = 'device'
-                       AND kind IN {sql_list(KERNEL_KINDS)}) k
-                 ASOF JOIN steps_w w ON k.rank = w.rank AND k.start_ns >= w.s
-                 WHERE k.start_ns < w.e GROUP BY ALL)
-        SELECT w.rank, w.step, w.s AS start_ns, w.e - w.s AS dur_ns,
-               w.rank IN {ranks_sql} AS has_device,
-               CASE WHEN w.rank IN {ranks_sql} THEN (w.e - w.s) - coalesce(b.ns, 0) END
-                   AS device_idle_ns,
-               coalesce(ck.ns, 0) AS compile_ns, coalesce(fk.ns, 0) AS fallback_ns,
-               coalesce(sk.ns, 0) AS sync_ns,
-               greatest((w.e - w.s) - coalesce(ck.ns, 0) - coalesce(fk.ns, 0)
-                        - coalesce(sk.ns, 0), 0) AS host_other_ns,
-               coalesce(k.n, 0) AS kernels
-        FROM steps_w w
-        LEFT JOIN busy_w b USING (rank, s)
-        LEFT JOIN comp_k ck USING (rank, s) LEFT JOIN fall_k fk USING (rank, s)
-        LEFT JOIN sync_k sk USING (rank, s) LEFT JOIN kern k USING (rank, s)
-        ORDER BY w.rank, w.s
-        """
-        table = self.arrow(sql)
-        # the partition, for the same windows in the same order
-        ordered = self.arrow("SELECT rank, s AS ws, e AS we FROM steps_w ORDER BY rank, s")
-        parts = per_step(self, ordered)
-        has_device = table["has_device"].to_numpy(zero_copy_only=False)
-        for name in (*PARTITION_COLUMNS, *OVERLAP_COLUMNS):
-            values = parts[name]
-            mask = ~has_device if name in DEVICE_COLUMNS else None
-            table = table.append_column(name, pa.array(values, pa.int64(), mask=mask))
-        return table.drop_columns(["has_device"])
-
-    @cached_property
-    def _recompiles_ready(self) -> bool:
-        self._steps_ready  # noqa: B018
-        compiles = self.subset("ev_compiles", self.cols.where("kind", ("compile",)))
-        self.run(
-            f"""CREATE TEMP TABLE recompiles AS
-            WITH r AS (SELECT rank, e, row_number() OVER (PARTITION BY rank ORDER BY s) AS i,
-                              count(*) OVER (PARTITION BY rank) AS n FROM steps_w),
-                 f AS (SELECT rank, e AS first_end FROM r WHERE i = 1 AND n >= 2
-                       AND {int(self.has_steps)} = 1)
-            SELECT ev.* FROM {compiles} AS ev LEFT JOIN f USING (rank)
-            WHERE {RECOMPILE_PREDICATE}
-               OR (kind = 'compile' AND layer = 'host'
-                   AND (start_ns >= f.first_end OR {GRAPH_RECOMPILE_SQL}))"""
-        )
-        return True
-
-    def ensure_recompiles(self) -> None:
-        """Build `recompiles`: compile events caused by shapes not seen before: the neuron
-        compiler's recompile markers, compiles of a graph's later signatures, and any compile
-        after the first step of a rank (the first step compiles everything once)."""
-        self._recompiles_ready  # noqa: B018
-
-    @cached_property
-    def _explained_ready(self) -> bool:
-        """`explained(rank, s, e)`: host time with a known cause of device idleness (compiles,
-        torch.compile's tracing, CPU fallbacks, syncs and data loading), merged per rank."""
-        cols = self.cols
-        kind = cols.where
-        rows = cols.where("layer", ("host",)) & (
-            kind("kind", ("compile", "fallback", NEURON_SYNC_KIND))  # sync_predicate()
-            | (kind("kind", ("runtime",)) & kind("name", SYNC_RUNTIME_NAMES))
-            | (kind("kind", ("annotation", "op")) & cols.like("name", DATALOADER_LIKE))
-            | (kind("kind", ("op", "annotation")) & kind("name", TRACE_COMPILE_NAMES))
-        )
-        self.merged_rows("explained", rows)
-        return True
-
-    @cached_property
+    @property
     def explained_idle(self) -> pa.Table:
         """Per step window (rank, start_ns): device idle time that overlaps explained host time,
         which the more specific rules (compile, fallback, sync, data loading) report."""
-        self._steps_ready  # noqa: B018
-        self.ensure_busy()
-        self._explained_ready  # noqa: B018
-        pieces = self.arrow(
-            """SELECT w.rank, w.s, greatest(x.s, w.s) AS ws, least(x.e, w.e) AS we
-            FROM steps_w w JOIN explained x ON x.rank = w.rank AND x.s < w.e AND x.e > w.s"""
-        )
-        busy = intervals.covered(self.arrow("SELECT * FROM busy"), ["rank"], pieces)
-        self.con.register(
-            "explained_pieces", pieces.append_column("busy_ns", pa.array(busy, pa.int64()))
-        )
-        return self.arrow(
-            """WITH ex AS (SELECT rank, s, sum(we - ws) - sum(busy_ns) AS ns
-                        FROM explained_pieces GROUP BY rank, s)
-            SELECT w.rank, w.s AS start_ns, coalesce(ex.ns, 0) AS explained_idle_ns
-            FROM steps_w w LEFT JOIN ex USING (rank, s)
-            ORDER BY w.rank, w.s"""
-        )
+        return self.arrow("SELECT * FROM explained_idle ORDER BY rank, start_ns")
+
+
+def duckdb_module():
+    import duckdb
+
+    return duckdb
+
+
+_FACT_NAME = re.compile(r"\b(" + "|".join(sorted(facts.TABLES, key=len, reverse=True)) + r")\b")

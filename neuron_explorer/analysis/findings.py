@@ -1,14 +1,10 @@
-"""What a rule reports: a `Finding` with its evidence (frozen, JSON-serialisable records), and
-the findings page model, `FindingsReport`: the one findings document."""
+"""What a rule reports: a `Finding` with its evidence. Frozen, JSON-serialisable records, the
+bottom of the rules (the findings page model, `FindingsReport`, is in runner.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from ..model.profile import Profile
-from .page import PageModel
 
 SEVERITIES = ("low", "medium", "high")  # ordered, least to most severe
 # ranked in this order: what keeps a model from running right on the device comes first
@@ -78,35 +74,3 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
             f.title,
         ),
     )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class FindingsReport(PageModel):
-    """The findings page and `analyze --json`: the rules run over the profile's steps, and
-    what they found, readiness first, then largest saving first."""
-
-    profile: str
-    source: str
-    total_step_ns: int
-    steps: int  # ProfilerStep windows (0: the whole trace is one window)
-    rules_run: tuple[str, ...]
-    findings: tuple[Finding, ...]
-
-
-def findings_report(
-    profile: Profile, ids: Iterable[str] | None = None, findings: list[Finding] | None = None
-) -> FindingsReport:
-    """The rules named by `ids` (all by default) over `profile`; `findings` when they already
-    ran (run_rules' ranked list)."""
-    from . import all_rules, run_rules
-    from .context import context
-
-    if findings is None:
-        findings = run_rules(profile, ids)
-    ctx = context(profile)
-    with ctx.lock:
-        steps = ctx.steps().num_rows if ctx.has_steps else 0
-        total = ctx.total_step_ns
-    rules = sorted(ids) if ids is not None else sorted(all_rules())
-    return FindingsReport(str(profile.path), profile.manifest.source, total, steps,
-                          tuple(rules), tuple(findings))  # fmt: skip

@@ -1,28 +1,49 @@
-"""A rule is metadata plus a pure function: `evaluate(profile) -> list[Finding]`. Rules register
-themselves with `@register`; explorer/analysis/rules/__init__.py imports each rule module."""
+"""A rule is metadata plus three steps kept apart: `measure` reads the shared facts of a profile
+into typed facts, `gate` applies the rule's named thresholds to them, and `explain` writes the
+finding's prose. The runner (findings.py) calls them in that order; the list of rules is the
+explicit `RULES` tuple in analysis/rules/__init__.py (docs/architecture.md)."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
-from ..errors import ExplorerError
 from ..model.profile import Profile
 from .context import AnalysisContext, context
 from .conventions import TRACE_COMPILE_PREDICATE
 from .findings import Evidence, Finding, Hotspot, severity_for
 
-RULES: dict[str, Rule] = {}
+FactsT = TypeVar("FactsT")
+SCOPES = ("any", "neuron", "gpu")  # which profiles a rule is run on (Rule.scope)
 
 
-class Rule:
+@dataclass(frozen=True)
+class Draft:
+    """What `explain` writes for one finding; the runner adds severity and share from the
+    saving (the same arithmetic for every rule)."""
+
+    title: str  # one line
+    detail: str  # a paragraph
+    saving_ns: float
+    evidence: Evidence = Evidence()
+    fix: str | None = None  # the rule's own `fix` when None
+    category: str | None = None  # the rule's own `category` when None
+
+
+class Rule(Generic[FactsT]):
     """Base class. Subclasses set `id`, `title`, `severity`, `scope` and UPPER_CASE threshold
-    attributes, write a docstring with "Pattern:" and "Algorithm:", and implement `check`."""
+    attributes, write a docstring with "Pattern:" and "Algorithm:", and implement `measure`
+    (None when the pattern is absent), `gate` and `explain` (and `evidence` when the evidence
+    needs queries beyond the facts)."""
 
     id: ClassVar[str]
     title: ClassVar[str]
     severity: ClassVar[str] = "medium"  # the floor; a large share of step time raises it
-    scope: ClassVar[str] = "any"  # "any" trace, or "neuron" (needs a neuron capture)
+    # "any" trace; "neuron": a neuron capture (the device spec or neuron devices); "gpu": a
+    # trace with GPU kernels. The runner skips a rule on other profiles (findings.py).
+    scope: ClassVar[str] = "any"
     fix: ClassVar[str] = ""
     # "readiness": a porting problem: the model does not run right on the device (CPU
     # fallbacks, float64 computed as float32, unsupported areas): ranked first, whatever the
@@ -30,14 +51,41 @@ class Rule:
     # "performance": it runs right but slower than it could. A finding may override it.
     category: ClassVar[str] = "performance"
 
-    def evaluate(self, profile: Profile) -> list[Finding]:
-        """The findings of this rule on a profile (empty when the problem is absent)."""
-        ctx = context(profile)
-        with ctx.lock:
-            return self.check(ctx)
+    def measure(self, ctx: AnalysisContext) -> FactsT | None:
+        """The typed facts this rule judges, read from the context (None: nothing to judge)."""
+        raise NotImplementedError
+
+    def gate(self, facts: FactsT) -> bool:
+        """Whether the facts pass the rule's thresholds (a finding is written)."""
+        raise NotImplementedError
+
+    def evidence(self, ctx: AnalysisContext, facts: FactsT) -> Any:
+        """The evidence rows, queried only once the gate has passed: an Evidence (or, for a
+        rule that writes several findings, what its explain needs for each)."""
+        return Evidence()
+
+    def explain(self, facts: FactsT, evidence: Any) -> Draft | Sequence[Draft]:
+        """The finding's title, detail, saving and evidence, from the facts alone."""
+        raise NotImplementedError
 
     def check(self, ctx: AnalysisContext) -> list[Finding]:
-        raise NotImplementedError
+        """measure -> gate -> evidence -> explain, on a context the caller holds."""
+        facts = self.measure(ctx)
+        if facts is None or not self.gate(facts):
+            return []
+        drafts = self.explain(facts, self.evidence(ctx, facts))
+        if isinstance(drafts, Draft):
+            drafts = (drafts,)
+        return [self.finding(ctx.total_step_ns, d) for d in drafts]
+
+    def evaluate(self, profile: Profile) -> list[Finding]:
+        """The findings of this rule on a profile (empty when the problem is absent or the
+        profile is outside the rule's scope)."""
+        ctx = context(profile)
+        with ctx.lock:
+            if not applies(self, ctx):
+                return []
+            return self.check(ctx)
 
     @classmethod
     def thresholds(cls) -> dict[str, Any]:
@@ -53,52 +101,29 @@ class Rule:
     def doc(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
 
-    def finding(
-        self,
-        ctx: AnalysisContext,
-        *,
-        title: str,
-        detail: str,
-        saving_ns: float,
-        evidence: Evidence | None = None,
-        fix: str | None = None,
-        category: str | None = None,
-    ) -> Finding:
-        saving = max(int(saving_ns), 0)
-        total = ctx.total_step_ns
-        share = min(saving / total, 1.0) if total > 0 else 0.0
+    def finding(self, total_step_ns: int, draft: Draft) -> Finding:
+        saving = max(int(draft.saving_ns), 0)
+        share = min(saving / total_step_ns, 1.0) if total_step_ns > 0 else 0.0
         return Finding(
             rule=self.id,
             severity=severity_for(share, self.severity),
-            title=title,
-            detail=detail,
-            fix=fix or self.fix,
+            title=draft.title,
+            detail=draft.detail,
+            fix=draft.fix or self.fix,
             saving_ns=saving,
             saving_share=round(share, 6),
-            evidence=evidence or Evidence(),
-            category=category or self.category,
+            evidence=draft.evidence,
+            category=draft.category or self.category,
         )
 
 
-def register(cls: type[Rule]) -> type[Rule]:
-    """Class decorator: add a rule to the registry under its id."""
-    if cls.id in RULES:
-        raise ValueError(f"duplicate rule id {cls.id}")
-    RULES[cls.id] = cls()
-    return cls
-
-
-def all_rules() -> dict[str, Rule]:
-    from . import rules  # noqa: F401 - importing the package registers every rule
-
-    return RULES
-
-
-def get_rule(rule_id: str) -> Rule:
-    rules = all_rules()
-    if rule_id not in rules:
-        raise ExplorerError(f"unknown rule {rule_id!r}; known rules: {', '.join(sorted(rules))}")
-    return rules[rule_id]
+def applies(rule: Rule, ctx: AnalysisContext) -> bool:
+    """Whether `rule.scope` admits this profile."""
+    if rule.scope == "neuron":
+        return ctx.is_neuron
+    if rule.scope == "gpu":
+        return ctx.has_gpu
+    return True
 
 
 def hotspots(
@@ -159,17 +184,19 @@ def top_lines(
 
 def longest_ids(ctx: AnalysisContext, where: str, limit: int = 20) -> tuple[int, ...]:
     """Ids of the longest events among `where` rows, to jump to in a timeline."""
-    rows = ctx.con.execute(
-        f"SELECT id FROM ev WHERE {where} ORDER BY dur_ns DESC, id LIMIT {int(limit)}"
-    ).fetchall()
-    return tuple(int(r[0]) for r in rows)
+    return ids_of(ctx, f"SELECT id FROM ev WHERE {where} ORDER BY dur_ns DESC, id LIMIT {limit}")
+
+
+def ids_of(ctx: AnalysisContext, sql: str, tables: dict[str, Any] | None = None) -> tuple[int, ...]:
+    """The `id` column of a query's rows as event ids, in its order."""
+    return tuple(int(r["id"]) for r in ctx.rows(sql, tables=tables))
 
 
 def torch_compile_trace_ns(ctx: AnalysisContext, *, around_recompiles: bool) -> int:
     """Host time in torch.compile's own outermost spans (dynamo tracing, AOT autograd) beyond
     the backend compile events inside them. around_recompiles=True: the spans that contain a
     recompile (recompilation's cost); False: the others, the first compiles (compile-dominated's).
-    Needs ctx.ensure_recompiles()."""
+    Reads the shared `recompiles` table."""
     has = "EXISTS" if around_recompiles else "NOT EXISTS"
     member = "IN" if around_recompiles else "NOT IN"
     row = ctx.one(
@@ -184,6 +211,6 @@ def torch_compile_trace_ns(ctx: AnalysisContext, *, around_recompiles: bool) -> 
                    AND id {member} (SELECT id FROM recompiles))
         SELECT coalesce((SELECT sum(e - s) FROM sel), 0) - coalesce((SELECT sum(c.dur_ns)
                FROM c JOIN sel ON c.rank = sel.rank AND c.start_ns >= sel.s
-               AND c.start_ns + c.dur_ns <= sel.e), 0) AS ns"""
+               AND c.start_ns + c.dur_ns <= sel.e), 0) AS ns""",
     )
     return max(int(row.get("ns") or 0), 0)

@@ -94,7 +94,7 @@ class Service:
         return self.persisted(name, "summary", make)
 
     def findings_report(self, name: str) -> dict[str, Any]:
-        """The findings document (analysis.findings.FindingsReport, as `analyze --json` prints
+        """The findings document (analysis.runner.FindingsReport, as `analyze --json` prints
         it) with the web's file ids, so the page links evidence lines to the source view."""
 
         def make(p: Profile) -> dict[str, Any]:

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
-from ..collectives import collectives
+from ..collectives import Collective, collectives
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding, Hotspot
-from ..rule import Rule, fmt_ms, register
+from ..findings import Evidence, Hotspot
+from ..rule import Draft, Rule, fmt_ms
 
 
-@register
-class CollectiveOutliers(Rule):
+@dataclass(frozen=True)
+class Groups:
+    """The device collectives grouped by (name, bytes), each group with its median time."""
+
+    groups: tuple[tuple[tuple[Collective, ...], float], ...]
+
+
+class CollectiveOutliers(Rule[Groups]):
     """Collectives much longer than the median of their group, split into wait and transfer.
 
     Pattern: most all-reduces of one size take the same time, a few take far longer: a rank
@@ -37,57 +44,64 @@ class CollectiveOutliers(Rule):
         "collectives (bucket them)."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        groups: dict[tuple[str, int], list] = {}
+    def measure(self, ctx: AnalysisContext) -> Groups:
+        by_key: dict[tuple[str, int], list[Collective]] = {}
         for c in collectives(ctx):
-            groups.setdefault((c.name, c.bytes), []).append(c)
-        outliers = []
-        for cs in groups.values():
-            if len(cs) < self.MIN_GROUP:
-                continue
-            med = statistics.median(c.total_ns for c in cs)
-            outliers += [
-                (c, med)
-                for c in cs
-                if c.total_ns > self.RATIO * med and c.total_ns - med >= self.MIN_EXTRA_NS
-            ]
-        if not outliers:
-            return []
-        outliers.sort(key=lambda cm: cm[0].total_ns - cm[1], reverse=True)
+            by_key.setdefault((c.name, c.bytes), []).append(c)
+        return Groups(
+            tuple(
+                (tuple(cs), statistics.median(c.total_ns for c in cs))
+                for cs in by_key.values()
+                if len(cs) >= self.MIN_GROUP
+            )
+        )
+
+    def outliers(self, facts: Groups) -> list[tuple[Collective, float]]:
+        """The outliers with their group's median, the most extra time first."""
+        out = [
+            (c, med)
+            for cs, med in facts.groups
+            for c in cs
+            if c.total_ns > self.RATIO * med and c.total_ns - med >= self.MIN_EXTRA_NS
+        ]
+        return sorted(out, key=lambda cm: cm[0].total_ns - cm[1], reverse=True)
+
+    def gate(self, facts: Groups) -> bool:
+        return bool(self.outliers(facts))
+
+    def explain(self, facts: Groups, evidence: Evidence) -> Draft:
+        outliers = self.outliers(facts)
         extra = sum(c.total_ns - med for c, med in outliers)
         wait = sum(c.wait_ns for c, _ in outliers)
         transfer = sum(c.transfer_ns for c, _ in outliers)
         worst = outliers[0][0]
-        return [
-            self.finding(
-                ctx,
-                title=f"{len(outliers)} collective(s) far slower than their group's median",
-                detail=(
-                    f"{len(outliers)} collectives take {fmt_ms(extra)} more than the median of "
-                    f"collectives of the same kind and size; {fmt_ms(wait)} of their time is "
-                    f"waiting for the last rank and {fmt_ms(transfer)} transfer. The worst is a "
-                    f"{worst.name} of {worst.bytes} bytes on rank {worst.rank}"
-                    + (f" in step {worst.step}." if worst.step is not None else ".")
+        return Draft(
+            title=f"{len(outliers)} collective(s) far slower than their group's median",
+            detail=(
+                f"{len(outliers)} collectives take {fmt_ms(extra)} more than the median of "
+                f"collectives of the same kind and size; {fmt_ms(wait)} of their time is "
+                f"waiting for the last rank and {fmt_ms(transfer)} transfer. The worst is a "
+                f"{worst.name} of {worst.bytes} bytes on rank {worst.rank}"
+                + (f" in step {worst.step}." if worst.step is not None else ".")
+            ),
+            saving_ns=extra,
+            evidence=Evidence(
+                event_ids=tuple(c.id for c, _ in outliers[:20]),
+                ops=tuple(
+                    Hotspot(
+                        label=f"{c.name} rank {c.rank} step {c.step}",
+                        dur_ns=c.total_ns,
+                        count=1,
+                        note=f"median {fmt_ms(med)}; wait {fmt_ms(c.wait_ns)}, "
+                        f"transfer {fmt_ms(c.transfer_ns)}",
+                    )
+                    for c, med in outliers[:10]
                 ),
-                saving_ns=extra,
-                evidence=Evidence(
-                    event_ids=tuple(c.id for c, _ in outliers[:20]),
-                    ops=tuple(
-                        Hotspot(
-                            label=f"{c.name} rank {c.rank} step {c.step}",
-                            dur_ns=c.total_ns,
-                            count=1,
-                            note=f"median {fmt_ms(med)}; wait {fmt_ms(c.wait_ns)}, "
-                            f"transfer {fmt_ms(c.transfer_ns)}",
-                        )
-                        for c, med in outliers[:10]
-                    ),
-                    metrics={
-                        "outliers": len(outliers),
-                        "extra_ns": int(extra),
-                        "wait_ns": int(wait),
-                        "transfer_ns": int(transfer),
-                    },  # fmt: skip
-                ),
-            )
-        ]
+                metrics={
+                    "outliers": len(outliers),
+                    "extra_ns": int(extra),
+                    "wait_ns": int(wait),
+                    "transfer_ns": int(transfer),
+                },  # fmt: skip
+            ),
+        )

@@ -2,14 +2,72 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..context import AnalysisContext
 from ..conventions import COMPUTE_KINDS, sql_list
-from ..findings import Evidence, Finding, Hotspot
-from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_ops
+from ..findings import Evidence, Hotspot
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_ops
+
+DEVICE = "layer = 'device' AND kind = 'collective'"
+HOST = "layer = 'host' AND kind = 'collective'"
+# a rank's device collectives when it has any, else its host collective spans
+WHERE = f"""(({DEVICE}) OR (({HOST}) AND rank NOT IN
+             (SELECT DISTINCT rank FROM ev WHERE {DEVICE})))"""
+# collective time counts inside the step windows only (async ones can outlive steps)
+SPANS = f"""SELECT x.rank, greatest(x.start_ns, w.s) AS s, least(x.start_ns + x.dur_ns, w.e) AS e
+FROM (SELECT * FROM ev WHERE {WHERE}) x JOIN steps_w w ON w.rank = x.rank
+     AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s"""
+OTHER_COMPUTE = (
+    f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE layer = 'device' "
+    f"AND kind IN {sql_list(COMPUTE_KINDS)} AND kind <> 'collective' "
+    f"AND rank IN (SELECT DISTINCT rank FROM ev WHERE {DEVICE})"
+)
+PER_RANK = """
+WITH c AS (SELECT * FROM coll_spans), o AS (SELECT * FROM other_compute),
+     tot AS (SELECT rank, sum(e - s) AS coll FROM c GROUP BY rank),
+     ov AS (SELECT c.rank, sum(least(c.e, o.e) - greatest(c.s, o.s)) AS overlap
+            FROM c JOIN o ON o.rank = c.rank AND o.s < c.e AND o.e > c.s
+            GROUP BY c.rank),
+     st AS (SELECT rank, sum(e - s) AS step_ns FROM steps_w GROUP BY rank)
+SELECT st.rank, coalesce(tot.coll, 0) AS coll, coalesce(ov.overlap, 0) AS overlap,
+       st.step_ns FROM st LEFT JOIN tot USING (rank) LEFT JOIN ov USING (rank)
+ORDER BY st.rank"""
 
 
-@register
-class CollectiveShare(Rule):
+@dataclass(frozen=True)
+class Communication:
+    rows: tuple[dict[str, Any], ...]  # per rank: rank, coll, overlap, step_ns
+
+    @property
+    def exposed(self) -> dict[int, int]:
+        return {r["rank"]: int(r["coll"] - r["overlap"]) for r in self.rows}
+
+    @property
+    def shares(self) -> dict[int, float]:
+        exposed = self.exposed
+        return {r["rank"]: exposed[r["rank"]] / r["step_ns"] for r in self.rows if r["step_ns"]}
+
+    @property
+    def colls(self) -> list[int]:
+        return [int(r["coll"]) for r in self.rows]
+
+    @property
+    def spread(self) -> float:
+        """The busiest rank's collective time over the least busy one's."""
+        colls, many = self.colls, len(self.rows) > 1
+        if many and min(colls) > 0:
+            return max(colls) / min(colls)
+        return float("inf") if many else 1.0
+
+    @property
+    def worst(self) -> int | None:
+        shares = self.shares
+        return max(shares, key=lambda k: shares[k]) if shares else None
+
+
+class CollectiveShare(Rule[Communication]):
     """Collective communication that is exposed (not overlapped) or uneven across ranks.
 
     Pattern: all-reduce, all-gather or broadcast time adds to every step when it does not
@@ -34,54 +92,26 @@ class CollectiveShare(Rule):
         "and for uneven ranks balance the data per rank or find the straggler's extra work."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
+    def measure(self, ctx: AnalysisContext) -> Communication | None:
         if not ctx.one("SELECT count(*) AS n FROM ev WHERE kind = 'collective'").get("n"):
-            return []
-        dev = "layer = 'device' AND kind = 'collective'"
-        host = "layer = 'host' AND kind = 'collective'"
-        where = f"""(({dev}) OR (({host}) AND rank NOT IN
-                     (SELECT DISTINCT rank FROM ev WHERE {dev})))"""
-        # collective time counts inside the step windows only (async ones can outlive steps)
-        src = f"""SELECT x.rank, greatest(x.start_ns, w.s) AS s,
-                      least(x.start_ns + x.dur_ns, w.e) AS e
-               FROM (SELECT * FROM ev WHERE {where}) x JOIN steps_w w ON w.rank = x.rank
-                    AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s"""
-        other = (
-            f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE layer = 'device' "
-            f"AND kind IN {sql_list(COMPUTE_KINDS)} AND kind <> 'collective' "
-            f"AND rank IN (SELECT DISTINCT rank FROM ev WHERE {dev})"
-        )
-        ctx.steps()
-        ctx.merged("coll_spans", src)
-        ctx.merged("other_compute", other)
-        rows = ctx.rows(
-            """WITH c AS (SELECT * FROM coll_spans), o AS (SELECT * FROM other_compute),
-                 tot AS (SELECT rank, sum(e - s) AS coll FROM c GROUP BY rank),
-                 ov AS (SELECT c.rank, sum(least(c.e, o.e) - greatest(c.s, o.s)) AS overlap
-                        FROM c JOIN o ON o.rank = c.rank AND o.s < c.e AND o.e > c.s
-                        GROUP BY c.rank),
-                 st AS (SELECT rank, sum(e - s) AS step_ns FROM steps_w GROUP BY rank)
-            SELECT st.rank, coalesce(tot.coll, 0) AS coll, coalesce(ov.overlap, 0) AS overlap,
-                   st.step_ns FROM st LEFT JOIN tot USING (rank) LEFT JOIN ov USING (rank)
-            ORDER BY st.rank"""
-        )
+            return None
+        spans = {"coll_spans": ctx.merge(SPANS), "other_compute": ctx.merge(OTHER_COMPUTE)}
+        rows = ctx.rows(PER_RANK, tables=spans)
         rows = [r for r in rows if r["coll"] > 0 or len(rows) > 1]
         if not any(r["coll"] > 0 for r in rows):
-            return []
-        exposed = {r["rank"]: int(r["coll"] - r["overlap"]) for r in rows}
-        shares = {r["rank"]: exposed[r["rank"]] / r["step_ns"] for r in rows if r["step_ns"]}
-        colls = [int(r["coll"]) for r in rows]
-        spread = (
-            (max(colls) / min(colls))
-            if len(rows) > 1 and min(colls) > 0
-            else (float("inf") if len(rows) > 1 else 1.0)
-        )
-        worst = max(shares, key=lambda k: shares[k]) if shares else None
-        high = worst is not None and shares[worst] >= self.MIN_SHARE
-        uneven = len(rows) > 1 and spread >= self.SPREAD_RATIO
-        if not (high or uneven):
-            return []
-        total_exposed = sum(exposed.values())
+            return None
+        return Communication(tuple(rows))
+
+    def uneven(self, facts: Communication) -> bool:
+        return len(facts.rows) > 1 and facts.spread >= self.SPREAD_RATIO
+
+    def gate(self, facts: Communication) -> bool:
+        worst = facts.worst
+        high = worst is not None and facts.shares[worst] >= self.MIN_SHARE
+        return high or self.uneven(facts)
+
+    def evidence(self, ctx: AnalysisContext, facts: Communication) -> Evidence:
+        exposed, shares, spread = facts.exposed, facts.shares, facts.spread
         per_rank = tuple(
             Hotspot(
                 label=f"rank {r['rank']}",
@@ -89,35 +119,37 @@ class CollectiveShare(Rule):
                 count=1,
                 note=f"exposed {fmt_ms(exposed[r['rank']])}",
             )
-            for r in rows
+            for r in facts.rows
         )
-        spread_txt = f"; spread across {len(rows)} ranks {spread:.2f}x" if len(rows) > 1 else ""
-        return [
-            self.finding(
-                ctx,
-                title=f"Collectives: {fmt_pct(shares.get(worst, 0.0))} of step time exposed "
-                f"on rank {worst}{spread_txt}",
-                detail=(
-                    f"Collective communication takes {fmt_ms(sum(colls))} over {len(rows)} "
-                    f"rank(s), {fmt_ms(total_exposed)} of it not overlapped by compute."
-                    + (
-                        f" The busiest rank spends {spread:.2f}x the time of the least busy one "
-                        "in collectives, which usually means the others wait for a straggler."
-                        if uneven
-                        else ""
-                    )
-                ),
-                saving_ns=total_exposed,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, where),
-                    ops=top_ops(ctx, where) + per_rank,
-                    metrics={
-                        "collective_ns": sum(colls),
-                        "exposed_ns": total_exposed,
-                        "max_exposed_share": round(max(shares.values(), default=0.0), 4),
-                        "ranks": len(rows),
-                        "spread": round(spread, 3) if spread != float("inf") else -1.0,
-                    },
-                ),
-            )
-        ]
+        return Evidence(
+            event_ids=longest_ids(ctx, WHERE),
+            ops=top_ops(ctx, WHERE) + per_rank,
+            metrics={
+                "collective_ns": sum(facts.colls),
+                "exposed_ns": sum(exposed.values()),
+                "max_exposed_share": round(max(shares.values(), default=0.0), 4),
+                "ranks": len(facts.rows),
+                "spread": round(spread, 3) if spread != float("inf") else -1.0,
+            },
+        )
+
+    def explain(self, facts: Communication, evidence: Evidence) -> Draft:
+        n, spread, worst = len(facts.rows), facts.spread, facts.worst
+        total_exposed = sum(facts.exposed.values())
+        spread_txt = f"; spread across {n} ranks {spread:.2f}x" if n > 1 else ""
+        share = facts.shares[worst] if worst is not None else 0.0
+        return Draft(
+            title=f"Collectives: {fmt_pct(share)} of step time exposed on rank {worst}{spread_txt}",
+            detail=(
+                f"Collective communication takes {fmt_ms(sum(facts.colls))} over {n} "
+                f"rank(s), {fmt_ms(total_exposed)} of it not overlapped by compute."
+                + (
+                    f" The busiest rank spends {spread:.2f}x the time of the least busy one "
+                    "in collectives, which usually means the others wait for a straggler."
+                    if self.uneven(facts)
+                    else ""
+                )
+            ),
+            saving_ns=total_exposed,
+            evidence=evidence,
+        )

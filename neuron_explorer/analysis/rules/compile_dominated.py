@@ -2,22 +2,50 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding
-from ..rule import (
-    Rule,
-    fmt_ms,
-    fmt_pct,
-    longest_ids,
-    register,
-    top_lines,
-    top_ops,
-    torch_compile_trace_ns,
-)
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
+from ..rule import torch_compile_trace_ns as trace_ns_of
+
+# recompiles are recompilation's finding (the shared `recompiles` table)
+WHERE = "layer = 'host' AND kind = 'compile' AND id NOT IN (SELECT id FROM recompiles)"
+FIRST_STEP_SQL = """
+WITH r AS (SELECT rank, step, s, e - s AS dur,
+               row_number() OVER (PARTITION BY rank ORDER BY s) AS i FROM steps_w),
+     f AS (SELECT * FROM r WHERE i = 1),
+     m AS (SELECT rank, median(dur) AS steady FROM r WHERE i > 1 GROUP BY rank),
+     c AS (SELECT f.rank, sum(x.dur_ns) AS ns FROM f JOIN ev x
+           ON x.rank = f.rank AND x.layer = 'host' AND x.kind = 'compile'
+           AND x.id NOT IN (SELECT id FROM recompiles)
+           AND x.start_ns >= f.s AND x.start_ns < f.s + f.dur GROUP BY f.rank)
+SELECT f.rank, f.dur AS first_ns, m.steady AS steady_ns, coalesce(c.ns, 0) AS first_compile_ns
+FROM f JOIN m USING (rank) LEFT JOIN c USING (rank)
+ORDER BY f.dur / m.steady DESC LIMIT 1"""
 
 
-@register
-class CompileDominated(Rule):
+@dataclass(frozen=True)
+class Compiles:
+    compiles: int
+    backend_ns: int  # in the backend's compile events
+    trace_ns: int  # in torch.compile's tracing around them
+    step_ns: int
+    first_ns: int  # the first step of the rank where it is slowest against the rest
+    steady_ns: float  # the median of that rank's other steps (0 without them)
+    first_compile_ns: int  # compiling inside that first step
+    has_first: bool  # some rank has a first step and later ones
+
+    @property
+    def ns(self) -> int:
+        return self.backend_ns + self.trace_ns
+
+    @property
+    def first_ratio(self) -> float:
+        return self.first_ns / self.steady_ns if self.steady_ns else 0.0
+
+
+class CompileDominated(Rule[Compiles]):
     """Compile time large against steady-state step time.
 
     Pattern: the first steps compile every op or graph for the device; in a short run (or a
@@ -45,71 +73,66 @@ class CompileDominated(Rule):
         "shapes, torch.compile one graph instead of many eager ops)."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        ctx.ensure_recompiles()  # recompiles are recompilation's finding
-        where = "layer = 'host' AND kind = 'compile' AND id NOT IN (SELECT id FROM recompiles)"
-        agg = ctx.one(f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {where}")
-        n, backend_ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
-        step_ns = ctx.total_step_ns
+    def measure(self, ctx: AnalysisContext) -> Compiles | None:
+        agg = ctx.one(f"SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {WHERE}")
+        n, step_ns = int(agg.get("n") or 0), ctx.total_step_ns
         if n == 0 or step_ns <= 0:
-            return []
-        trace_ns = torch_compile_trace_ns(ctx, around_recompiles=False)
-        ns = backend_ns + trace_ns
-        first = ctx.one(
-            """WITH r AS (SELECT rank, step, s, e - s AS dur,
-                           row_number() OVER (PARTITION BY rank ORDER BY s) AS i FROM steps_w),
-                 f AS (SELECT * FROM r WHERE i = 1),
-                 m AS (SELECT rank, median(dur) AS steady FROM r WHERE i > 1 GROUP BY rank),
-                 c AS (SELECT f.rank, sum(x.dur_ns) AS ns FROM f JOIN ev x
-                       ON x.rank = f.rank AND x.layer = 'host' AND x.kind = 'compile'
-                       AND x.id NOT IN (SELECT id FROM recompiles)
-                       AND x.start_ns >= f.s AND x.start_ns < f.s + f.dur GROUP BY f.rank)
-            SELECT f.rank, f.dur AS first_ns, m.steady AS steady_ns,
-                   coalesce(c.ns, 0) AS first_compile_ns
-            FROM f JOIN m USING (rank) LEFT JOIN c USING (rank)
-            ORDER BY f.dur / m.steady DESC LIMIT 1"""
+            return None
+        first = ctx.one(FIRST_STEP_SQL)
+        return Compiles(
+            compiles=n,
+            backend_ns=int(agg.get("ns") or 0),
+            trace_ns=trace_ns_of(ctx, around_recompiles=False),
+            step_ns=step_ns,
+            first_ns=int(first.get("first_ns") or 0),
+            steady_ns=float(first.get("steady_ns") or 0.0),
+            first_compile_ns=int(first.get("first_compile_ns") or 0),
+            has_first=bool(first),
         )
-        ratio = (first["first_ns"] / first["steady_ns"]) if first.get("steady_ns") else 0.0
-        slow_first = ratio >= self.FIRST_STEP_RATIO and first.get("first_compile_ns", 0) > 0
-        share = ns / step_ns
-        if share < self.COMPILE_SHARE and not slow_first:
-            return []
+
+    def gate(self, facts: Compiles) -> bool:
+        slow_first = facts.first_ratio >= self.FIRST_STEP_RATIO and facts.first_compile_ns > 0
+        return facts.ns / facts.step_ns >= self.COMPILE_SHARE or slow_first
+
+    def evidence(self, ctx: AnalysisContext, facts: Compiles) -> Evidence:
+        return Evidence(
+            event_ids=longest_ids(ctx, WHERE),
+            ops=top_ops(ctx, WHERE),
+            source_lines=top_lines(ctx, WHERE),
+            metrics={
+                "compiles": facts.compiles,
+                "compile_ns": facts.backend_ns,
+                "trace_ns": facts.trace_ns,
+                "compile_share": round(facts.ns / facts.step_ns, 4),
+                "first_step_ns": facts.first_ns,
+                "steady_step_ns": facts.steady_ns,
+            },
+        )
+
+    def explain(self, facts: Compiles, evidence: Evidence) -> Draft:
+        ns, share = facts.ns, facts.ns / facts.step_ns
+        has_first = facts.has_first
         steady = (
-            f", first step {fmt_ms(first['first_ns'])} vs steady {fmt_ms(first['steady_ns'])}"
-            if first
+            f", first step {fmt_ms(facts.first_ns)} vs steady {fmt_ms(facts.steady_ns)}"
+            if has_first
             else ""
         )
-        return [
-            self.finding(
-                ctx,
-                title=f"Compilation takes {fmt_ms(ns)} ({fmt_pct(share)} of step time){steady}",
-                detail=(
-                    f"{n} compiles took {fmt_ms(backend_ns)}"
-                    + (
-                        f", and torch.compile's tracing {fmt_ms(trace_ns)} more."
-                        if trace_ns
-                        else "."
-                    )
-                    + (
-                        f" The first step runs {ratio:.1f}x the median of the later steps, "
-                        "so the profile mostly measures compilation."
-                        if first
-                        else ""
-                    )
-                ),
-                saving_ns=ns,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, where),
-                    ops=top_ops(ctx, where),
-                    source_lines=top_lines(ctx, where),
-                    metrics={
-                        "compiles": n,
-                        "compile_ns": backend_ns,
-                        "trace_ns": trace_ns,
-                        "compile_share": round(share, 4),
-                        "first_step_ns": int(first.get("first_ns") or 0),
-                        "steady_step_ns": float(first.get("steady_ns") or 0.0),
-                    },
-                ),
-            )
-        ]
+        return Draft(
+            title=f"Compilation takes {fmt_ms(ns)} ({fmt_pct(share)} of step time){steady}",
+            detail=(
+                f"{facts.compiles} compiles took {fmt_ms(facts.backend_ns)}"
+                + (
+                    f", and torch.compile's tracing {fmt_ms(facts.trace_ns)} more."
+                    if facts.trace_ns
+                    else "."
+                )
+                + (
+                    f" The first step runs {facts.first_ratio:.1f}x the median of the later "
+                    "steps, so the profile mostly measures compilation."
+                    if has_first
+                    else ""
+                )
+            ),
+            saving_ns=ns,
+            evidence=evidence,
+        )

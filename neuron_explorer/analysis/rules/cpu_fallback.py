@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, longest_ids, register, top_lines, top_ops
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, longest_ids, top_lines, top_ops
+
+WHERE = "layer = 'host' AND kind = 'fallback'"
 
 
-@register
-class CpuFallback(Rule):
+@dataclass(frozen=True)
+class Fallbacks:
+    calls: int
+    ops: int  # distinct ops that fell back
+    ns: int  # the fallbacks' time with their syncs and copies
+
+
+class CpuFallback(Rule[Fallbacks]):
     """Ops outside the device's supported set run on the CPU.
 
     Pattern: an op the neuron runtime does not implement falls back to the CPU: its inputs are
@@ -31,15 +41,14 @@ class CpuFallback(Rule):
         "torch.neuron.get_fallback_ops() lists what fell back."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        where = "layer = 'host' AND kind = 'fallback'"
+    def measure(self, ctx: AnalysisContext) -> Fallbacks | None:
         agg = ctx.one(
             f"""SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns,
-                   count(DISTINCT coalesce(op_name, name)) AS ops FROM ev WHERE {where}"""
+                   count(DISTINCT coalesce(op_name, name)) AS ops FROM ev WHERE {WHERE}"""
         )
-        n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
-        if n < self.MIN_FALLBACKS:
-            return []
+        n = int(agg.get("n") or 0)
+        if n == 0:
+            return None
         # the device sync and the copies out and back that each fallback call costs: the
         # runtime records them with the fallback's op and call site
         around = ctx.one(
@@ -47,26 +56,32 @@ class CpuFallback(Rule):
             WHERE x.layer = 'host' AND (x.name = 'sync' OR (x.kind = 'copy' AND
                   json_extract_string(x.args, '$.direction') IS NULL))
               AND (x.op_name, x.src_file, x.src_line) IN
-                  (SELECT (op_name, src_file, src_line) FROM ev WHERE {where})"""
+                  (SELECT (op_name, src_file, src_line) FROM ev WHERE {WHERE})"""
         )
-        ns += int(around.get("ns") or 0)
-        ops = top_ops(ctx, where)
-        names = ", ".join(o.label for o in ops[:3])
-        return [
-            self.finding(
-                ctx,
-                title=f"{agg['ops']} op(s) fell back to the CPU {n} times ({names}), {fmt_ms(ns)}",
-                detail=(
-                    f"{n} calls ran on the CPU instead of the device, with their inputs and "
-                    f"outputs copied across each time: {fmt_ms(ns)} in all. Until they are "
-                    "replaced the model is not fully on the device."
-                ),
-                saving_ns=ns,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, where),
-                    ops=ops,
-                    source_lines=top_lines(ctx, where),
-                    metrics={"fallback_calls": n, "fallback_ns": ns, "ops": int(agg["ops"])},
-                ),
-            )
-        ]
+        ns = int(agg.get("ns") or 0) + int(around.get("ns") or 0)
+        return Fallbacks(n, int(agg["ops"]), ns)
+
+    def gate(self, facts: Fallbacks) -> bool:
+        return facts.calls >= self.MIN_FALLBACKS
+
+    def evidence(self, ctx: AnalysisContext, facts: Fallbacks) -> Evidence:
+        return Evidence(
+            event_ids=longest_ids(ctx, WHERE),
+            ops=top_ops(ctx, WHERE),
+            source_lines=top_lines(ctx, WHERE),
+            metrics={"fallback_calls": facts.calls, "fallback_ns": facts.ns, "ops": facts.ops},
+        )
+
+    def explain(self, facts: Fallbacks, evidence: Evidence) -> Draft:
+        n, ns = facts.calls, facts.ns
+        names = ", ".join(o.label for o in evidence.ops[:3])
+        return Draft(
+            title=f"{facts.ops} op(s) fell back to the CPU {n} times ({names}), {fmt_ms(ns)}",
+            detail=(
+                f"{n} calls ran on the CPU instead of the device, with their inputs and "
+                f"outputs copied across each time: {fmt_ms(ns)} in all. Until they are "
+                "replaced the model is not fully on the device."
+            ),
+            saving_ns=ns,
+            evidence=evidence,
+        )

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
+
+WHERE = "layer = 'host' AND kind IN ('annotation', 'op') AND is_loader"
 
 
-@register
-class DataloaderStall(Rule):
+@dataclass(frozen=True)
+class Loading:
+    loader_ns: int  # in the DataLoader's __next__ inside steps
+    between_steps_ns: int
+    step_ns: int
+
+    @property
+    def stall_ns(self) -> int:
+        return self.loader_ns + self.between_steps_ns
+
+    @property
+    def share(self) -> float:
+        denom = self.step_ns + self.between_steps_ns
+        return self.stall_ns / denom if denom > 0 else 0.0
+
+
+class DataloaderStall(Rule[Loading]):
     """Time spent fetching batches instead of training.
 
     Pattern: the training process loads and collates batches itself (num_workers=0) or the
@@ -31,47 +50,48 @@ class DataloaderStall(Rule):
         "preprocessing out of __getitem__ or onto the device."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
+    def measure(self, ctx: AnalysisContext) -> Loading | None:
         if not ctx.has_steps:
-            return []
-        where = "layer = 'host' AND kind IN ('annotation', 'op') AND is_loader"
-        src = f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE {where}"
-        ctx.merged("loader_spans", src)
+            return None
+        spans = ctx.merge(
+            f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE {WHERE}"
+        )
         row = ctx.one(
             """SELECT coalesce(sum(least(m.e, w.e) - greatest(m.s, w.s)), 0) AS ns
-            FROM loader_spans m JOIN steps_w w ON w.rank = m.rank AND m.s < w.e AND m.e > w.s"""
+            FROM loader_spans m JOIN steps_w w ON w.rank = m.rank AND m.s < w.e AND m.e > w.s""",
+            tables={"loader_spans": spans},
         )
-        loader_ns = int(row.get("ns") or 0)
         gap = ctx.one(
             """SELECT coalesce(sum(greatest(nxt - e, 0)), 0) AS ns FROM
             (SELECT e, lead(s) OVER (PARTITION BY rank ORDER BY s) AS nxt FROM steps_w)
             WHERE nxt IS NOT NULL"""
         )
-        gap_ns = int(gap.get("ns") or 0)
-        stall = loader_ns + gap_ns
-        denom = ctx.total_step_ns + gap_ns
-        if denom <= 0 or stall < self.MIN_SHARE * denom:
-            return []
-        share = stall / denom
-        return [
-            self.finding(
-                ctx,
-                title=f"Data loading takes {fmt_pct(share)} of the step time",
-                detail=(
-                    f"The host spent {fmt_ms(loader_ns)} inside the DataLoader's __next__ within "
-                    f"steps and {fmt_ms(gap_ns)} between steps, {fmt_ms(stall)} in all, while "
-                    "the model waited for its next batch."
-                ),
-                saving_ns=stall,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, where),
-                    ops=top_ops(ctx, where),
-                    source_lines=top_lines(ctx, where),
-                    metrics={
-                        "loader_ns": loader_ns,
-                        "between_steps_ns": gap_ns,
-                        "share": round(share, 4),
-                    },
-                ),
-            )
-        ]
+        return Loading(int(row.get("ns") or 0), int(gap.get("ns") or 0), ctx.total_step_ns)
+
+    def gate(self, facts: Loading) -> bool:
+        denom = facts.step_ns + facts.between_steps_ns
+        return denom > 0 and facts.stall_ns >= self.MIN_SHARE * denom
+
+    def evidence(self, ctx: AnalysisContext, facts: Loading) -> Evidence:
+        return Evidence(
+            event_ids=longest_ids(ctx, WHERE),
+            ops=top_ops(ctx, WHERE),
+            source_lines=top_lines(ctx, WHERE),
+            metrics={
+                "loader_ns": facts.loader_ns,
+                "between_steps_ns": facts.between_steps_ns,
+                "share": round(facts.share, 4),
+            },
+        )
+
+    def explain(self, facts: Loading, evidence: Evidence) -> Draft:
+        return Draft(
+            title=f"Data loading takes {fmt_pct(facts.share)} of the step time",
+            detail=(
+                f"The host spent {fmt_ms(facts.loader_ns)} inside the DataLoader's __next__ "
+                f"within steps and {fmt_ms(facts.between_steps_ns)} between steps, "
+                f"{fmt_ms(facts.stall_ns)} in all, while the model waited for its next batch."
+            ),
+            saving_ns=facts.stall_ns,
+            evidence=evidence,
+        )

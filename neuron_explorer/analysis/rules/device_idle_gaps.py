@@ -2,28 +2,69 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+from dataclasses import dataclass
+from typing import Any
 
 from .. import intervals
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, fmt_pct, hotspots, register
-from .launch_bound import LaunchBound
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, hotspots, ids_of
+
+NOT_BOUND = """NOT EXISTS (SELECT 1 FROM launch_bound_steps l
+                      WHERE l.rank = g.rank AND l.start_ns = g.ws)"""
+# idle while the host compiles, falls back, syncs or loads data is reported by those rules,
+# and gaps in launch-bound steps by launch-bound
+OVERLAP = f"""SELECT coalesce(sum(least(x.e, g.start_ns + g.dur_ns) - greatest(x.s, g.start_ns)),
+                             0) AS ns
+FROM idle_gaps g JOIN causes x ON x.rank = g.rank
+     AND x.s < g.start_ns + g.dur_ns AND x.e > g.start_ns
+WHERE {NOT_BOUND}"""
+IN_BOUND = """SELECT coalesce(sum(g.dur_ns), 0) AS ns FROM idle_gaps g
+JOIN launch_bound_steps l ON l.rank = g.rank AND g.ws = l.start_ns"""
+STARTUP = """SELECT coalesce(sum(b.s - w.s), 0) AS ns FROM steps_w w JOIN
+   (SELECT rank, min(s) AS s FROM busy GROUP BY rank) b USING (rank)"""
+GAP_HOST = """SELECT x.id, x.name, x.src_file, x.src_line, x.src_func,
+       least(x.start_ns + x.dur_ns, g.start_ns + g.dur_ns) - greatest(x.start_ns, g.start_ns) AS ov
+FROM top_gaps g JOIN ev x ON x.rank = g.rank AND x.layer = 'host'
+     AND x.kind IN ('op', 'runtime', 'sync', 'fallback', 'compile', 'copy')
+     AND x.start_ns < g.start_ns + g.dur_ns AND x.start_ns + x.dur_ns > g.start_ns"""
 
 
-@register
-class DeviceIdleGaps(Rule):
+@dataclass(frozen=True)
+class Gaps:
+    gaps: int  # of at least MIN_GAP_NS
+    gaps_ns: int
+    longest_ns: int
+    explained_ns: int  # of that, while the host compiles, falls back, syncs or loads data
+    setup_ns: int  # more of it while the host sets the device up (start-up, not a saving)
+    bound_ns: int  # in launch-bound steps
+    step_ns: int
+    has_steps: bool
+    startup_ns: int  # before the first device work (without steps)
+    table: Any  # pa.Table idle_gaps (rank, ws, start_ns, dur_ns), for the evidence
+
+    @property
+    def idle_ns(self) -> int:
+        """The idle time this rule reports."""
+        return max(self.gaps_ns - self.explained_ns - self.setup_ns - self.bound_ns, 0)
+
+
+class DeviceIdleGaps(Rule[Gaps]):
     """Long stretches inside steps where the device runs nothing.
 
     Pattern: the accelerator waits for the host: gaps in the device timeline while the step is
     still running (host work, syncs, data loading or launch overhead between kernels).
     Algorithm: merge the rank's device work (kernels, copies, DMA, collectives) into disjoint
-    busy intervals; inside each step window the gaps are the complement; without steps, inside the rank's device window (its first to last
-    device work), so the start-up before the first kernel (process start, CUDA context, the
-    first copies) is never a gap. Gaps of at least MIN_GAP_NS count, less the time the host spends in
-    them compiling, falling back, syncing or loading data, and less the gaps of launch-bound
-    steps (the rules for those causes report that time); report when the rest adds up to at
-    least MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
+    busy intervals; inside each step window the gaps are the complement; without steps, inside
+    the rank's device window (its first to last device work), so the start-up before the first
+    kernel (process start, CUDA context, the first copies) is never a gap. Gaps of at least
+    MIN_GAP_NS count, less the time the host spends in them compiling, falling back, syncing or
+    loading data, and less the gaps of launch-bound steps (the rules for those causes report
+    that time), and less the time the host spends in them setting the device up (runtime calls
+    that create the context, streams and events, reserve memory or load modules, or a kernel
+    launch of 10 ms or more, which loads its module: CUDA and cuDNN start-up, which these fixes
+    do not remove; facts.SETUP_RUNTIME_LIKE); report when the rest adds up to at least
+    MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
     TOP_GAPS longest gaps most.
     """
 
@@ -39,121 +80,105 @@ class DeviceIdleGaps(Rule):
         "batch many small ops with torch.compile (CUDA graphs on GPU)."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
+    def measure(self, ctx: AnalysisContext) -> Gaps | None:
         if not ctx.device_ranks:
-            return []
-        ctx.ensure_busy()
-        ctx.steps()
+            return None
         if ctx.has_steps:
             windows = ctx.arrow("SELECT rank, s AS ws, e AS we FROM steps_w")
         else:  # start-up before the first device work (and the tail after the last) is no gap
             windows = ctx.arrow("SELECT rank, min(s) AS ws, max(e) AS we FROM busy GROUP BY rank")
         busy = ctx.arrow("SELECT * FROM busy")
-        ctx.con.register("idle_gaps", intervals.gaps(busy, ["rank"], windows, self.MIN_GAP_NS))
+        gaps = intervals.gaps(busy, ["rank"], windows, self.MIN_GAP_NS)
         agg = ctx.one(
-            "SELECT count(*) AS n, sum(dur_ns) AS total, max(dur_ns) AS longest FROM idle_gaps"
+            "SELECT count(*) AS n, sum(dur_ns) AS total, max(dur_ns) AS longest FROM idle_gaps",
+            tables={"idle_gaps": gaps},
         )
-        # idle while the host compiles, falls back, syncs or loads data is reported by those
-        # rules, and gaps in launch-bound steps by launch-bound
-        ctx.explained_idle  # noqa: B018 - builds `explained`
-        bound, _ = LaunchBound().bound_steps(ctx)
-        if bound is None:
-            bound = pa.table(
-                {"rank": pa.array([], pa.int32()), "start_ns": pa.array([], pa.int64())}
+        explained = ctx.one(
+            OVERLAP.replace("JOIN causes", "JOIN explained"), tables={"idle_gaps": gaps}
+        )
+        with_setup = explained
+        if ctx.one("SELECT count(*) AS n FROM setup_calls")["n"]:
+            causes = ctx.merge(
+                "SELECT rank, s, e FROM explained UNION ALL SELECT * FROM setup_calls"
             )
-        ctx.con.register("launch_bound_steps", bound.select(["rank", "start_ns"]))
-        other = ctx.one(
-            """SELECT coalesce(sum(least(x.e, g.start_ns + g.dur_ns) - greatest(x.s, g.start_ns)),
-                               0) AS ns
-            FROM idle_gaps g JOIN explained x ON x.rank = g.rank
-                 AND x.s < g.start_ns + g.dur_ns AND x.e > g.start_ns
-            WHERE NOT EXISTS (SELECT 1 FROM launch_bound_steps l
-                              WHERE l.rank = g.rank AND l.start_ns = g.ws)"""
+            with_setup = ctx.one(OVERLAP, tables={"idle_gaps": gaps, "causes": causes})
+        bound = ctx.one(IN_BOUND, tables={"idle_gaps": gaps})
+        return Gaps(
+            gaps=int(agg["n"]),
+            gaps_ns=int(agg.get("total") or 0),
+            longest_ns=int(agg.get("longest") or 0),
+            explained_ns=int(explained.get("ns") or 0),
+            setup_ns=int(with_setup.get("ns") or 0) - int(explained.get("ns") or 0),
+            bound_ns=int(bound.get("ns") or 0),
+            step_ns=ctx.total_step_ns,
+            has_steps=ctx.has_steps,
+            startup_ns=0 if ctx.has_steps else int(ctx.one(STARTUP).get("ns") or 0),
+            table=gaps,
         )
-        in_bound = ctx.one(
-            """SELECT coalesce(sum(g.dur_ns), 0) AS ns FROM idle_gaps g
-            JOIN launch_bound_steps l ON l.rank = g.rank AND g.ws = l.start_ns"""
+
+    def gate(self, facts: Gaps) -> bool:
+        return facts.step_ns > 0 and facts.idle_ns >= self.MIN_IDLE_SHARE * facts.step_ns
+
+    def evidence(self, ctx: AnalysisContext, facts: Gaps) -> Evidence:
+        """The host work overlapping the TOP_GAPS longest gaps outside launch-bound steps."""
+        top = ctx.arrow(
+            f"""SELECT * FROM idle_gaps g WHERE {NOT_BOUND}
+            ORDER BY dur_ns DESC LIMIT {int(self.TOP_GAPS)}""",
+            tables={"idle_gaps": facts.table},
         )
-        total = max(
-            int(agg.get("total") or 0) - int(other.get("ns") or 0) - int(in_bound.get("ns") or 0),
-            0,
+        host = ctx.arrow(GAP_HOST, tables={"top_gaps": top})
+        ops = ctx.rows(
+            """SELECT name AS label, sum(ov) AS dur_ns, count(*) AS count FROM gap_host
+            GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5""",
+            tables={"gap_host": host},
         )
-        step_ns = ctx.total_step_ns
-        if step_ns <= 0 or total < self.MIN_IDLE_SHARE * step_ns:
-            return []
-        top = f"""(SELECT * FROM idle_gaps g WHERE NOT EXISTS (SELECT 1 FROM launch_bound_steps l
-                                                           WHERE l.rank = g.rank
-                                                           AND l.start_ns = g.ws)
-                 ORDER BY dur_ns DESC LIMIT {int(self.TOP_GAPS)})"""
-        ctx.run(
-            f"""CREATE OR REPLACE TEMP TABLE gap_host AS
-            SELECT x.id, x.name, x.src_file, x.src_line, x.src_func,
-                   least(x.start_ns + x.dur_ns, g.start_ns + g.dur_ns)
-                   - greatest(x.start_ns, g.start_ns) AS ov
-            FROM {top} g JOIN ev x ON x.rank = g.rank AND x.layer = 'host'
-                 AND x.kind IN ('op', 'runtime', 'sync', 'fallback', 'compile', 'copy')
-                 AND x.start_ns < g.start_ns + g.dur_ns AND x.start_ns + x.dur_ns > g.start_ns"""
+        lines = ctx.rows(
+            """SELECT src_file || ':' || src_line AS label, src_file AS file,
+                   src_line AS line, any_value(src_func) AS func,
+                   sum(ov) AS dur_ns, count(*) AS count FROM gap_host
+            WHERE src_file IS NOT NULL GROUP BY src_file, src_line
+            ORDER BY dur_ns DESC, label LIMIT 5""",
+            tables={"gap_host": host},
         )
-        ops = hotspots(
-            ctx.rows(
-                """SELECT name AS label, sum(ov) AS dur_ns, count(*) AS count FROM gap_host
-                GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5"""
-            )
+        ids = ids_of(
+            ctx, "SELECT id FROM gap_host ORDER BY ov DESC, id LIMIT 20", {"gap_host": host}
         )
-        lines = hotspots(
-            ctx.rows(
-                """SELECT src_file || ':' || src_line AS label, src_file AS file,
-                       src_line AS line, any_value(src_func) AS func,
-                       sum(ov) AS dur_ns, count(*) AS count FROM gap_host
-                WHERE src_file IS NOT NULL GROUP BY src_file, src_line
-                ORDER BY dur_ns DESC, label LIMIT 5"""
-            )
+        metrics: dict[str, float] = {
+            "idle_share": round(facts.idle_ns / facts.step_ns, 4),
+            "gaps": facts.gaps,
+            "idle_ns": facts.idle_ns,
+            "longest_gap_ns": facts.longest_ns,
+            "startup_ns": facts.startup_ns,
+        }
+        if facts.setup_ns:
+            metrics["setup_idle_ns"] = facts.setup_ns
+        return Evidence(
+            event_ids=ids, ops=hotspots(ops), source_lines=hotspots(lines), metrics=metrics
         )
-        ids = tuple(
-            int(r[0])
-            for r in ctx.con.execute(
-                "SELECT id FROM gap_host ORDER BY ov DESC, id LIMIT 20"
-            ).fetchall()
+
+    def explain(self, facts: Gaps, evidence: Evidence) -> Draft:
+        total, n = facts.idle_ns, facts.gaps
+        where = "inside the profiled steps" if facts.has_steps else "while it was in use"
+        no_steps = (
+            " The profile has no steps: only the gaps between the first and the last device "
+            f"work count, not the {fmt_ms(facts.startup_ns)} before it (start-up); record "
+            "steps with prof.step() to see one step's gaps."
         )
-        share = total / step_ns
-        n = int(agg["n"])
-        startup = int(
-            ctx.one(
-                """SELECT coalesce(sum(b.s - w.s), 0) AS ns FROM steps_w w JOIN
-                   (SELECT rank, min(s) AS s FROM busy GROUP BY rank) b USING (rank)"""
-            ).get("ns")
-            or 0
+        setup = (
+            f" Not counted: {fmt_ms(facts.setup_ns)} of idle time while the host set the device "
+            "up (context, streams, memory reservations, module loading): start-up, which these "
+            "fixes do not remove."
         )
-        return [
-            self.finding(
-                ctx,
-                title=f"Device idle {fmt_pct(share)} of step time in {n} gaps of "
-                f">= {self.MIN_GAP_NS / 1000:.0f} us",
-                detail=(
-                    f"The device ran nothing for {fmt_ms(total)} "
-                    f"{'inside the profiled steps' if ctx.has_steps else 'while it was in use'} "
-                    f"({n} gaps, the longest {fmt_ms(agg['longest'])}). During those gaps the "
-                    "host was busy with the ops listed; the device waits for them."
-                    + (
-                        ""
-                        if ctx.has_steps
-                        else " The profile has no steps: only the gaps between the first and "
-                        f"the last device work count, not the {fmt_ms(startup)} before it "
-                        "(start-up); record steps with prof.step() to see one step's gaps."
-                    )
-                ),
-                saving_ns=total,
-                evidence=Evidence(
-                    event_ids=ids,
-                    ops=ops,
-                    source_lines=lines,
-                    metrics={
-                        "idle_share": round(share, 4),
-                        "gaps": n,
-                        "idle_ns": total,
-                        "longest_gap_ns": int(agg["longest"]),
-                        "startup_ns": 0 if ctx.has_steps else startup,
-                    },
-                ),
-            )
-        ]
+        return Draft(
+            title=f"Device idle {fmt_pct(total / facts.step_ns)} of step time in {n} gaps of "
+            f">= {self.MIN_GAP_NS / 1000:.0f} us",
+            detail=(
+                f"The device ran nothing for {fmt_ms(total)} {where} ({n} gaps, the longest "
+                f"{fmt_ms(facts.longest_ns)}). During those gaps the host was busy with the ops "
+                "listed; the device waits for them."
+                + ("" if facts.has_steps else no_steps)
+                + (setup if facts.setup_ns else "")
+            ),
+            saving_ns=total,
+            evidence=evidence,
+        )

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..context import AnalysisContext
 from ..conventions import DOWNCAST_PREDICATE
-from ..findings import Evidence, Finding
-from ..rule import Rule, longest_ids, register, top_lines, top_ops
+from ..findings import Evidence
+from ..rule import Draft, Rule, longest_ids, top_lines, top_ops
+
+WHERE = DOWNCAST_PREDICATE
 
 
-@register
-class Float64Downcast(Rule):
+@dataclass(frozen=True)
+class Downcasts:
+    calls: int  # float64 op calls run as float32
+
+
+class Float64Downcast(Rule[Downcasts]):
     """float64 work the device runs as float32.
 
     Pattern: the neuron device has no float64 arithmetic; ops on float64 tensors run as
@@ -33,28 +41,30 @@ class Float64Downcast(Rule):
         ".float() before moving them to the device."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        where = DOWNCAST_PREDICATE
-        n = int(ctx.one(f"SELECT count(*) AS n FROM ev WHERE {where}").get("n") or 0)
-        if n < self.MIN_DOWNCASTS:
-            return []
-        ops = top_ops(ctx, where)
-        return [
-            self.finding(
-                ctx,
-                title=f"{n} float64 op call(s) ran as float32 "
-                f"({', '.join(o.label for o in ops[:3])})",
-                detail=(
-                    f"{n} op calls received float64 tensors and ran them as float32 on the "
-                    "device. Numbers can differ from a float64 CPU run; make the dtype explicit "
-                    "so the result does not depend on the device."
-                ),
-                saving_ns=0,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, where),
-                    ops=ops,
-                    source_lines=top_lines(ctx, where),
-                    metrics={"downcasts": n},
-                ),
-            )
-        ]
+    def measure(self, ctx: AnalysisContext) -> Downcasts:
+        return Downcasts(int(ctx.one(f"SELECT count(*) AS n FROM ev WHERE {WHERE}").get("n") or 0))
+
+    def gate(self, facts: Downcasts) -> bool:
+        return facts.calls >= self.MIN_DOWNCASTS
+
+    def evidence(self, ctx: AnalysisContext, facts: Downcasts) -> Evidence:
+        return Evidence(
+            event_ids=longest_ids(ctx, WHERE),
+            ops=top_ops(ctx, WHERE),
+            source_lines=top_lines(ctx, WHERE),
+            metrics={"downcasts": facts.calls},
+        )
+
+    def explain(self, facts: Downcasts, evidence: Evidence) -> Draft:
+        n = facts.calls
+        return Draft(
+            title=f"{n} float64 op call(s) ran as float32 "
+            f"({', '.join(o.label for o in evidence.ops[:3])})",
+            detail=(
+                f"{n} op calls received float64 tensors and ran them as float32 on the "
+                "device. Numbers can differ from a float64 CPU run; make the dtype explicit "
+                "so the result does not depend on the device."
+            ),
+            saving_ns=0,
+            evidence=evidence,
+        )

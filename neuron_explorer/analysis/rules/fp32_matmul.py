@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ..bf16 import estimate
+from dataclasses import dataclass
+
+from ..bf16 import Bf16Estimate, estimate
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
 from ..shapes import MATMUL_OP_SQL
 
 MATMUL = (
@@ -19,8 +21,16 @@ FP32 = (
 )
 
 
-@register
-class Fp32Matmul(Rule):
+@dataclass(frozen=True)
+class Matmuls:
+    kernels_ns: int  # all kernels
+    fp32_ns: int  # the fp32 matmuls
+    fp32: int
+    speedup: float  # TensorE bf16 over fp32
+    est: Bf16Estimate | None  # predicted only when the fp32 matmuls' share passes
+
+
+class Fp32Matmul(Rule[Matmuls]):
     """float32 matmuls on TensorE.
 
     Pattern: TensorE's bf16 peak is several times its fp32 peak (4x on trn2); a model left in
@@ -55,37 +65,66 @@ class Fp32Matmul(Rule):
         "casts counted, is positive; otherwise cast the model with model.to(torch.bfloat16)."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        spec = ctx.device_spec
-        bf16, fp32 = (
-            float(spec.get("peak_flops_bf16") or 0),
-            float(spec.get("peak_flops_fp32") or 0),
-        )
+    def measure(self, ctx: AnalysisContext) -> Matmuls:
+        spec = ctx.spec
+        bf16, fp32 = float(spec.peak_flops_bf16 or 0), float(spec.peak_flops_fp32 or 0)
         speedup = bf16 / fp32 if bf16 > 0 and fp32 > 0 else self.DEFAULT_SPEEDUP
-        where = FP32
         agg = ctx.one(
             f"""SELECT coalesce(sum(dur_ns), 0) AS total,
-                   coalesce(sum(dur_ns) FILTER (WHERE {where}), 0) AS ns,
-                   count(*) FILTER (WHERE {where}) AS n
+                   coalesce(sum(dur_ns) FILTER (WHERE {FP32}), 0) AS ns,
+                   count(*) FILTER (WHERE {FP32}) AS n
             FROM {ctx.events_of(("kernel",), "device")}
             WHERE layer = 'device' AND kind = 'kernel'"""
         )
         total, ns, n = (int(agg.get(k) or 0) for k in ("total", "ns", "n"))
-        if total <= 0 or ns < self.MIN_SHARE * total:
-            return []
-        est = estimate(ctx, where, speedup)
-        autocast = est.autocast_net_ns >= self.MIN_NET_SHARE * est.matmul_ns
-        if not autocast and est.model_net_ns < self.MIN_NET_SHARE * est.matmul_ns:
-            return []
+        # the prediction reads many kernels: only for a share worth judging
+        big = total > 0 and ns >= self.MIN_SHARE * total
+        return Matmuls(total, ns, n, speedup, estimate(ctx, FP32, speedup) if big else None)
+
+    def autocast_pays(self, est: Bf16Estimate) -> bool:
+        return est.autocast_net_ns >= self.MIN_NET_SHARE * est.matmul_ns
+
+    def gate(self, facts: Matmuls) -> bool:
+        est = facts.est
+        if est is None:
+            return False
+        return self.autocast_pays(est) or est.model_net_ns >= self.MIN_NET_SHARE * est.matmul_ns
+
+    def evidence(self, ctx: AnalysisContext, facts: Matmuls) -> Evidence:
+        assert facts.est is not None  # the gate passed
+        est = facts.est
+        return Evidence(
+            event_ids=longest_ids(ctx, FP32),
+            ops=top_ops(ctx, FP32),
+            source_lines=top_lines(ctx, FP32),
+            metrics={
+                "fp32_matmuls": facts.fp32,
+                "fp32_matmul_ns": facts.fp32_ns,
+                "speedup": facts.speedup,
+                "bf16_matmul_ns": est.bf16_matmul_ns,
+                "casts": est.casts,
+                "cast_ns": est.cast_ns,
+                "autocast_net_ns": est.autocast_net_ns,
+                "matmul_saving_ns": est.matmul_saving_ns,
+                "model_cast_ns": est.model_cast_ns,
+                "model_net_ns": est.model_net_ns,
+            },
+        )
+
+    def explain(self, facts: Matmuls, evidence: Evidence) -> Draft:
+        assert facts.est is not None
+        est, n, ns, total = facts.est, facts.fp32, facts.fp32_ns, facts.kernels_ns
+        autocast = self.autocast_pays(est)
         saving = est.autocast_net_ns if autocast else est.model_net_ns
         casts = (
             f"autocast would add ~{est.casts} casts ({fmt_ms(est.cast_ns)}) around the "
             f"{est.forward} forward matmuls"
         )
+        share = f"{n} float32 matmuls take {fmt_pct(ns / total)} of kernel time"
         if autocast:
             title = (
-                f"{n} float32 matmuls take {fmt_pct(ns / total)} of kernel time; autocast to "
-                f"bf16 would save ~{fmt_ms(saving)} of device time, casts counted"
+                f"{share}; autocast to bf16 would save ~{fmt_ms(saving)} of device time, "
+                "casts counted"
             )
             fix = (
                 "Wrap the forward pass in torch.autocast('neuron', dtype=torch.bfloat16) "
@@ -94,9 +133,8 @@ class Fp32Matmul(Rule):
             )
         else:
             title = (
-                f"{n} float32 matmuls take {fmt_pct(ns / total)} of kernel time; autocast "
-                f"would not pay (its casts cost more), a bf16 model would save "
-                f"~{fmt_ms(saving)}"
+                f"{share}; autocast would not pay (its casts cost more), a bf16 model would "
+                f"save ~{fmt_ms(saving)}"
             )
             fix = (
                 "Cast the model instead of autocasting: model.to(torch.bfloat16) (and the "
@@ -104,42 +142,23 @@ class Fp32Matmul(Rule):
                 f"cast around each; {casts}, more than the {fmt_ms(est.matmul_saving_ns)} the "
                 "matmuls gain. Check the numerics: there are no fp32 master weights then."
             )
-        return [
-            self.finding(
-                ctx,
-                title=title,
-                detail=(
-                    f"{n} matmul kernels run in float32 ({fmt_ms(ns)}). In bf16 they would take "
-                    f"about {fmt_ms(est.bf16_matmul_ns)} (TensorE runs bf16 {speedup:.1f}x "
-                    "faster, but these kernels also move bytes and pay a fixed cost, so they "
-                    f"gain less); {casts}, so autocast's net device-time saving is "
-                    f"{fmt_ms(est.autocast_net_ns)}. Device time: while the step is "
-                    "launch-bound, the step time follows the host's launches instead."
-                    + (
-                        ""
-                        if est.fitted
-                        else " (No elementwise kernels to learn a cast's cost from: casts "
-                        "counted at the HBM bandwidth.)"
-                    )
-                ),
-                saving_ns=saving,
-                fix=fix,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, where),
-                    ops=top_ops(ctx, where),
-                    source_lines=top_lines(ctx, where),
-                    metrics={
-                        "fp32_matmuls": n,
-                        "fp32_matmul_ns": ns,
-                        "speedup": speedup,
-                        "bf16_matmul_ns": est.bf16_matmul_ns,
-                        "casts": est.casts,
-                        "cast_ns": est.cast_ns,
-                        "autocast_net_ns": est.autocast_net_ns,
-                        "matmul_saving_ns": est.matmul_saving_ns,
-                        "model_cast_ns": est.model_cast_ns,
-                        "model_net_ns": est.model_net_ns,
-                    },
-                ),
-            )
-        ]
+        return Draft(
+            title=title,
+            detail=(
+                f"{n} matmul kernels run in float32 ({fmt_ms(ns)}). In bf16 they would take "
+                f"about {fmt_ms(est.bf16_matmul_ns)} (TensorE runs bf16 {facts.speedup:.1f}x "
+                "faster, but these kernels also move bytes and pay a fixed cost, so they "
+                f"gain less); {casts}, so autocast's net device-time saving is "
+                f"{fmt_ms(est.autocast_net_ns)}. Device time: while the step is "
+                "launch-bound, the step time follows the host's launches instead."
+                + (
+                    ""
+                    if est.fitted
+                    else " (No elementwise kernels to learn a cast's cost from: casts "
+                    "counted at the HBM bandwidth.)"
+                )
+            ),
+            saving_ns=saving,
+            fix=fix,
+            evidence=evidence,
+        )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..context import AnalysisContext
 from ..conventions import NEURON_COPY_KIND
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, hotspots, longest_ids, register, top_lines, top_ops
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, hotspots, longest_ids, top_lines, top_ops
 
 # GPU copies between host and device, by Kineto's memcpy names ("Memcpy HtoD (Pageable -> ...)").
 GPU_HOST_COPY = "kind = 'gpu_memcpy' AND (name LIKE '%HtoD%' OR name LIKE '%DtoH%')"
@@ -15,8 +18,25 @@ NEURON_H2D = (
 )
 
 
-@register
-class HostDeviceCopies(Rule):
+NEURON_PER_STEP = f"{NEURON_H2D} AND step IS NOT NULL"
+
+
+@dataclass(frozen=True)
+class Copies:
+    steps: int  # at least 1
+    step_ns: int
+    gpu: int  # GPU host/device copies
+    gpu_ns: int
+    pageable: int  # of them from pageable memory
+    pageable_ns: int
+    lines: tuple[dict[str, Any], ...]  # neuron lines copying in (nearly) every step
+
+    @property
+    def lines_ns(self) -> int:
+        return sum(int(r["dur_ns"]) for r in self.lines)
+
+
+class HostDeviceCopies(Rule[Copies]):
     """Copies between host and device that pageable memory or per-step tensor creation cause.
 
     Pattern: (GPU) copies from pageable host memory go through a staging buffer and block the
@@ -46,59 +66,17 @@ class HostDeviceCopies(Rule):
         "DataLoader(pin_memory=True) and .to(dev, non_blocking=True)."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        out = []
+    def measure(self, ctx: AnalysisContext) -> Copies:
         steps = max(ctx.steps().num_rows, 1)
-        step_ns = ctx.total_step_ns
         g = ctx.one(
             f"""SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns,
                    count(*) FILTER (WHERE name LIKE '%Pageable%') AS pn,
                    coalesce(sum(dur_ns) FILTER (WHERE name LIKE '%Pageable%'), 0) AS pns
             FROM {ctx.events_of(("gpu_memcpy",))} WHERE {GPU_HOST_COPY}"""
         )
-        n, ns, pn, pns = (int(g.get(k) or 0) for k in ("n", "ns", "pn", "pns"))
-        frequent = (
-            step_ns > 0 and n >= self.MIN_COPIES_PER_STEP * steps and ns >= self.MIN_SHARE * step_ns
-        )
-        if frequent or pn >= self.MIN_PAGEABLE_COPIES:
-            where = GPU_HOST_COPY if frequent else f"{GPU_HOST_COPY} AND name LIKE '%Pageable%'"
-            saving = ns if frequent else pns * self.PINNED_SAVING
-            what = (
-                f"{n} host/device copies ({fmt_ms(ns)})"
-                if frequent
-                else (f"{pn} copies from pageable host memory ({fmt_ms(pns)})")
-            )
-            out.append(
-                self.finding(
-                    ctx,
-                    title=f"{what} over {steps} step(s)",
-                    detail=(
-                        f"The trace has {n} copies between host and device taking {fmt_ms(ns)}, "
-                        f"{pn} of them from pageable memory, which the driver stages through a "
-                        "pinned buffer while the host waits."
-                    ),
-                    saving_ns=saving,
-                    evidence=Evidence(
-                        event_ids=longest_ids(ctx, where),
-                        ops=hotspots(
-                            ctx.rows(
-                                f"""SELECT name AS label, sum(dur_ns) AS dur_ns, count(*) AS count
-                            FROM ev WHERE {where} GROUP BY 1 ORDER BY dur_ns DESC LIMIT 5"""
-                            )
-                        ),
-                        source_lines=top_lines(ctx, where),
-                        metrics={
-                            "copies": n,
-                            "copy_ns": ns,
-                            "pageable": pn,
-                            "pageable_ns": pns,
-                            "steps": steps,
-                        },
-                    ),
-                )
-            )
+        lines: list[dict[str, Any]] = []
         if ctx.has_steps and steps >= 2:
-            per_line = ctx.rows(
+            lines = ctx.rows(
                 f"""SELECT src_file AS file, src_line AS line, any_value(src_func) AS func,
                        src_file || ':' || src_line AS label, count(DISTINCT step) AS steps,
                        count(*) AS count, sum(dur_ns) AS dur_ns,
@@ -109,28 +87,97 @@ class HostDeviceCopies(Rule):
                 HAVING count(DISTINCT step) >= {self.EVERY_STEP_FRACTION} * {steps}
                 ORDER BY dur_ns DESC"""
             )
-            ns = sum(int(r["dur_ns"]) for r in per_line)
-            if per_line and ns >= self.MIN_SHARE * step_ns:
-                where = f"{NEURON_H2D} AND step IS NOT NULL"
-                out.append(
-                    self.finding(
-                        ctx,
-                        title=f"{len(per_line)} line(s) copy host tensors to the device in "
-                        f"every step ({fmt_ms(ns)})",
-                        detail=(
-                            "These lines create a tensor on the host and move it to the device "
-                            "in (nearly) every step; each move is a host-to-device DMA the step "
-                            "waits for. The saving counts the copies only: building the tensor "
-                            "on the host each step costs more host time on top, which the "
-                            "profile does not attribute to the line."
-                        ),
-                        saving_ns=ns,
-                        evidence=Evidence(
-                            event_ids=longest_ids(ctx, where),
-                            ops=top_ops(ctx, where),
-                            source_lines=hotspots(per_line, note="bytes"),
-                            metrics={"lines": len(per_line), "copy_ns": ns, "steps": steps},
-                        ),
-                    )
+        n, ns, pn, pns = (int(g.get(k) or 0) for k in ("n", "ns", "pn", "pns"))
+        return Copies(steps, ctx.total_step_ns, n, ns, pn, pns, tuple(lines))
+
+    def frequent(self, f: Copies) -> bool:
+        """Many GPU copies per step, taking a share of the step."""
+        return (
+            f.step_ns > 0
+            and f.gpu >= self.MIN_COPIES_PER_STEP * f.steps
+            and f.gpu_ns >= self.MIN_SHARE * f.step_ns
+        )
+
+    def gpu_found(self, f: Copies) -> bool:
+        return self.frequent(f) or f.pageable >= self.MIN_PAGEABLE_COPIES
+
+    def lines_found(self, f: Copies) -> bool:
+        return bool(f.lines) and f.lines_ns >= self.MIN_SHARE * f.step_ns
+
+    def gate(self, facts: Copies) -> bool:
+        return self.gpu_found(facts) or self.lines_found(facts)
+
+    def gpu_where(self, f: Copies) -> str:
+        return GPU_HOST_COPY if self.frequent(f) else f"{GPU_HOST_COPY} AND name LIKE '%Pageable%'"
+
+    def evidence(self, ctx: AnalysisContext, facts: Copies) -> tuple[Evidence | None, ...]:
+        """One Evidence for the GPU finding and one for the neuron lines (None when absent)."""
+        gpu = line = None
+        if self.gpu_found(facts):
+            where = self.gpu_where(facts)
+            ops = ctx.rows(
+                f"""SELECT name AS label, sum(dur_ns) AS dur_ns, count(*) AS count
+                FROM ev WHERE {where} GROUP BY 1 ORDER BY dur_ns DESC LIMIT 5"""
+            )
+            gpu = Evidence(
+                event_ids=longest_ids(ctx, where),
+                ops=hotspots(ops),
+                source_lines=top_lines(ctx, where),
+                metrics={
+                    "copies": facts.gpu, "copy_ns": facts.gpu_ns, "pageable": facts.pageable,
+                    "pageable_ns": facts.pageable_ns, "steps": facts.steps,
+                },
+            )  # fmt: skip
+        if self.lines_found(facts):
+            line = Evidence(
+                event_ids=longest_ids(ctx, NEURON_PER_STEP),
+                ops=top_ops(ctx, NEURON_PER_STEP),
+                source_lines=hotspots(list(facts.lines), note="bytes"),
+                metrics={
+                    "lines": len(facts.lines),
+                    "copy_ns": facts.lines_ns,
+                    "steps": facts.steps,
+                },
+            )
+        return gpu, line
+
+    def explain(self, facts: Copies, evidence: tuple[Evidence | None, ...]) -> list[Draft]:
+        gpu, line = evidence
+        out = []
+        if gpu is not None:
+            out.append(self._explain_gpu(facts, gpu))
+        if line is not None:
+            out.append(
+                Draft(
+                    title=f"{len(facts.lines)} line(s) copy host tensors to the device in "
+                    f"every step ({fmt_ms(facts.lines_ns)})",
+                    detail=(
+                        "These lines create a tensor on the host and move it to the device "
+                        "in (nearly) every step; each move is a host-to-device DMA the step "
+                        "waits for. The saving counts the copies only: building the tensor "
+                        "on the host each step costs more host time on top, which the "
+                        "profile does not attribute to the line."
+                    ),
+                    saving_ns=facts.lines_ns,
+                    evidence=line,
                 )
+            )
         return out
+
+    def _explain_gpu(self, f: Copies, evidence: Evidence) -> Draft:
+        frequent = self.frequent(f)
+        what = (
+            f"{f.gpu} host/device copies ({fmt_ms(f.gpu_ns)})"
+            if frequent
+            else f"{f.pageable} copies from pageable host memory ({fmt_ms(f.pageable_ns)})"
+        )
+        return Draft(
+            title=f"{what} over {f.steps} step(s)",
+            detail=(
+                f"The trace has {f.gpu} copies between host and device taking "
+                f"{fmt_ms(f.gpu_ns)}, {f.pageable} of them from pageable memory, which the "
+                "driver stages through a pinned buffer while the host waits."
+            ),
+            saving_ns=f.gpu_ns if frequent else f.pageable_ns * self.PINNED_SAVING,
+            evidence=evidence,
+        )

@@ -2,19 +2,39 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from dataclasses import dataclass
 
 from ..compiled import CompileState, compile_state
 from ..context import AnalysisContext
 from ..conventions import KERNEL_KINDS, sql_list
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
-from .unfused_optimizer import UnfusedOptimizer
+from ..facts import (
+    LAUNCH_MIN_IDLE_SHARE,
+    LAUNCH_MIN_KERNELS_PER_STEP,
+    OPTIMIZER_MIN_OPS_PER_STEP,
+    TINY_KERNEL_NS,
+)
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
+
+KERNELS = f"layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)}"
 
 
-@register
-class LaunchBound(Rule):
+@dataclass(frozen=True)
+class Bound:
+    """The launch-bound steps (the shared `launch_bound_steps`), summed, and what the profile
+    shows about compiling and the optimizer (for the advice)."""
+
+    steps: int
+    kernels: int
+    idle_ns: int  # idle time no more specific rule explains
+    step_ns: int
+    median_kernel_ns: float  # the lowest median kernel of the launch-bound ranks
+    neuron: bool
+    unfused: bool  # an optimizer step of many per-parameter ops (as unfused-optimizer judges)
+    state: CompileState
+
+
+class LaunchBound(Rule[Bound]):
     """Steps made of many tiny kernels with the device mostly idle.
 
     Pattern: eager mode issues one kernel per op; when each kernel is shorter than the host's
@@ -36,9 +56,10 @@ class LaunchBound(Rule):
     id = "launch-bound"
     title = "Launch-bound: many tiny kernels, idle device"
     severity = "medium"
-    MIN_KERNELS_PER_STEP = 50
-    TINY_KERNEL_NS = 20_000  # a kernel shorter than this costs about as much to launch
-    MIN_IDLE_SHARE = 0.30
+    # the shared launch-bound steps use these (analysis/facts.py; device-idle-gaps reads them)
+    MIN_KERNELS_PER_STEP = LAUNCH_MIN_KERNELS_PER_STEP
+    TINY_KERNEL_NS = TINY_KERNEL_NS  # a kernel shorter than this costs about as much to launch
+    MIN_IDLE_SHARE = LAUNCH_MIN_IDLE_SHARE
     RECOVERABLE_SHARE = 0.5  # of the idle time, what fusing launches typically wins back
     fix = (
         "Fewer, larger launches. If the profile shows a compiled step without recompiles, "
@@ -49,77 +70,79 @@ class LaunchBound(Rule):
         "fused=True on GPU), fewer small ops at the lines launched most, a larger batch."
     )
 
-    def bound_steps(self, ctx: AnalysisContext) -> tuple[pa.Table | None, dict]:
-        """The launch-bound step windows (breakdown rows plus idle_ns, the idle time no more
-        specific rule explains; None when there are none) and the per-rank median kernels."""
-        none: tuple[pa.Table | None, dict] = (None, {})
-        if not ctx.device_ranks:
-            return none
-        med = ctx.rows(
-            f"""SELECT rank, median(dur_ns) AS med, any_value(device) AS device
-            FROM {ctx.events_of(KERNEL_KINDS, "device")}
-            WHERE layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)} GROUP BY rank"""
+    def measure(self, ctx: AnalysisContext) -> Bound | None:
+        agg = ctx.one(
+            """SELECT count(*) AS steps, sum(kernels) AS kernels, sum(idle_ns) AS idle_ns,
+                   sum(dur_ns) AS step_ns FROM launch_bound_steps"""
         )
-        tiny = {int(r["rank"]): r for r in med if r["med"] is not None}
-        tiny = {k: v for k, v in tiny.items() if v["med"] < self.TINY_KERNEL_NS}
-        if not tiny:
-            return none
-        b = ctx.breakdown
-        explained = ctx.explained_idle["explained_idle_ns"]  # same rows and order
-        b = b.append_column("idle_ns", pc.subtract(b["device_idle_ns"], explained))
-        b = b.filter(pc.is_in(b["rank"], value_set=pa.array(list(tiny), pa.int32())))
-        b = b.filter(pc.greater_equal(b["kernels"], self.MIN_KERNELS_PER_STEP))
-        idle = pc.divide(pc.cast(b["idle_ns"], "double"), pc.cast(b["dur_ns"], "double"))
-        return b.filter(pc.greater_equal(idle, self.MIN_IDLE_SHARE)), tiny
+        if not agg.get("steps"):
+            return None
+        ranks = ctx.rows(
+            f"""SELECT med, device FROM kernel_medians
+            WHERE med < {TINY_KERNEL_NS} AND med IS NOT NULL"""
+        )
+        unfused = ctx.one(
+            f"""SELECT count(*) AS n FROM optimizer_steps
+            WHERE ops >= {OPTIMIZER_MIN_OPS_PER_STEP} AND fused = 0"""
+        )
+        return Bound(
+            steps=int(agg["steps"]),
+            kernels=int(agg["kernels"]),
+            idle_ns=int(agg["idle_ns"]),
+            step_ns=int(agg["step_ns"]),
+            median_kernel_ns=float(min(r["med"] for r in ranks)),
+            neuron=any(str(r["device"] or "").startswith("neuron") for r in ranks),
+            unfused=bool(unfused["n"]),
+            state=compile_state(ctx),
+        )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        b, tiny = self.bound_steps(ctx)
-        if b is None or b.num_rows == 0:
-            return []
-        idle_ns = int(pc.sum(b["idle_ns"]).as_py())
-        step_ns = int(pc.sum(b["dur_ns"]).as_py())
-        kernels = int(pc.sum(b["kernels"]).as_py())
-        median_ns = float(min(v["med"] for v in tiny.values()))
-        neuron = any(str(v["device"] or "").startswith("neuron") for v in tiny.values())
-        where = f"layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)}"
-        state = compile_state(ctx)
-        unfused = bool(UnfusedOptimizer().check(ctx))
-        return [
-            self.finding(
-                ctx,
-                title=f"Launch-bound: {b.num_rows} steps of ~{kernels // b.num_rows} kernels "
-                f"(median {median_ns / 1000:.1f} us), device idle {fmt_pct(idle_ns / step_ns)}",
-                detail=(
-                    f"{b.num_rows} steps launch {kernels} kernels whose median runs "
-                    f"{median_ns / 1000:.1f} us, while the device is idle {fmt_ms(idle_ns)} of "
-                    f"{fmt_ms(step_ns)}: the host's per-op dispatch, not the device, sets the "
-                    "step time."
-                    + (
-                        " On the neuron device each eager op is a separate launch."
-                        if neuron
-                        else ""
-                    )
-                ),
-                saving_ns=idle_ns * self.RECOVERABLE_SHARE,
-                fix=advice(state, neuron, unfused, b.num_rows),
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, where),
-                    ops=top_ops(ctx, where, by="count"),  # the ops that launch the most
-                    source_lines=top_lines(ctx, where, by="count"),
-                    metrics={
-                        "steps": b.num_rows,
-                        "kernels": kernels,
-                        "median_kernel_ns": median_ns,
-                        "idle_ns": idle_ns,
-                        "idle_share": round(idle_ns / step_ns, 4),
-                        "graph_kernels": state.graph_kernels,
-                        "eager_kernels": state.eager_kernels,
-                        "graphs_per_step": state.graphs_per_step,
-                        "recompiles": state.recompiles,
-                    },
-                ),
-            )
-        ]
+    def gate(self, facts: Bound) -> bool:
+        return facts.steps > 0  # the thresholds chose the shared launch-bound steps
+
+    def evidence(self, ctx: AnalysisContext, facts: Bound) -> Evidence:
+        state = facts.state
+        return Evidence(
+            event_ids=longest_ids(ctx, KERNELS),
+            ops=top_ops(ctx, KERNELS, by="count"),  # the ops that launch the most
+            source_lines=top_lines(ctx, KERNELS, by="count"),
+            metrics={
+                "steps": facts.steps,
+                "kernels": facts.kernels,
+                "median_kernel_ns": facts.median_kernel_ns,
+                "idle_ns": facts.idle_ns,
+                "idle_share": round(facts.idle_ns / facts.step_ns, 4),
+                "graph_kernels": state.graph_kernels,
+                "eager_kernels": state.eager_kernels,
+                "graphs_per_step": state.graphs_per_step,
+                "recompiles": state.recompiles,
+            },
+        )
+
+    def explain(self, facts: Bound, evidence: Evidence) -> Draft:
+        n, kernels, idle_ns, median_ns = (
+            facts.steps,
+            facts.kernels,
+            facts.idle_ns,
+            facts.median_kernel_ns,
+        )
+        return Draft(
+            title=f"Launch-bound: {n} steps of ~{kernels // n} kernels "
+            f"(median {median_ns / 1000:.1f} us), device idle {fmt_pct(idle_ns / facts.step_ns)}",
+            detail=(
+                f"{n} steps launch {kernels} kernels whose median runs "
+                f"{median_ns / 1000:.1f} us, while the device is idle {fmt_ms(idle_ns)} of "
+                f"{fmt_ms(facts.step_ns)}: the host's per-op dispatch, not the device, sets the "
+                "step time."
+                + (
+                    " On the neuron device each eager op is a separate launch."
+                    if facts.neuron
+                    else ""
+                )
+            ),
+            saving_ns=idle_ns * self.RECOVERABLE_SHARE,
+            fix=advice(facts.state, facts.neuron, facts.unfused, n),
+            evidence=evidence,
+        )
 
 
 def advice(state: CompileState, neuron: bool, unfused: bool, steps: int) -> str:

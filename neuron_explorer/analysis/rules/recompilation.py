@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..context import AnalysisContext
 from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL
-from ..findings import Evidence, Finding, Hotspot
-from ..rule import Rule, fmt_ms, longest_ids, register, top_lines, torch_compile_trace_ns
+from ..findings import Evidence, Hotspot
+from ..rule import Draft, Rule, fmt_ms, longest_ids, top_lines, torch_compile_trace_ns
 from ..shapes import parse_shapes
 
 RECOMPILE = "id IN (SELECT id FROM recompiles)"
@@ -59,8 +60,17 @@ def _shapes_note(shapes: list[str], multiple: int) -> str:
     return suggest_buckets(shapes, multiple) or f"shapes: {', '.join(sorted(shapes)[:5])}"
 
 
-@register
-class Recompilation(Rule):
+@dataclass(frozen=True)
+class Recompiles:
+    programs: int  # compiled again (a graph signature's forward and backward are one)
+    compile_ns: int
+    graphs: int = 0
+    pieces: int = 0  # the graphs' forward/backward compiles
+    eager: int = 0  # eager ops compiled again
+    trace_ns: int = 0  # torch.compile's own spans around them
+
+
+class Recompilation(Rule[Recompiles]):
     """Graph or op recompiles caused by changing input shapes.
 
     Pattern: with torch.compile(backend="neuron", dynamic=False) (and for eager ops, whose
@@ -89,16 +99,15 @@ class Recompilation(Rule):
         "dynamic where the backend supports it."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        ctx.ensure_recompiles()
+    def measure(self, ctx: AnalysisContext) -> Recompiles:
         # count programs: a graph recompile is a marker plus forward and backward compiles
         agg = ctx.one(
             f"""SELECT count(DISTINCT {PROGRAM_SQL}) AS n, coalesce(sum(dur_ns), 0) AS ns
             FROM recompiles"""
         )
         n, ns = int(agg.get("n") or 0), int(agg.get("ns") or 0)
-        if n < self.MIN_RECOMPILES:
-            return []
+        if n < self.MIN_RECOMPILES:  # what was compiled is read only for a finding
+            return Recompiles(n, ns)
         # what was compiled again, so a count reads right: one shape change of a compiled model
         # is one graph program (its forward and backward compiles), plus each eager op outside
         # the graph that met the new shape
@@ -109,9 +118,14 @@ class Recompilation(Rule):
             FROM recompiles"""
         )
         graphs, pieces, eager = (int(kinds.get(k) or 0) for k in ("graphs", "pieces", "eager"))
-        what = _what(graphs, pieces, eager)
         # torch.compile's own spans around a recompile (tracing, AOT autograd) are its cost too
         trace_ns = torch_compile_trace_ns(ctx, around_recompiles=True)
+        return Recompiles(n, ns, graphs, pieces, eager, trace_ns)
+
+    def gate(self, facts: Recompiles) -> bool:
+        return facts.programs >= self.MIN_RECOMPILES
+
+    def evidence(self, ctx: AnalysisContext, facts: Recompiles) -> Evidence:
         groups: list[dict[str, Any]] = ctx.rows(
             f"""SELECT {COMPILE_GROUP_SQL} AS label, count(DISTINCT {PROGRAM_SQL}) AS count,
                    sum(dur_ns) AS dur_ns,
@@ -128,31 +142,34 @@ class Recompilation(Rule):
             )
             for g in groups
         )
-        return [
-            self.finding(
-                ctx,
-                title=f"{n} recompiles from new input shapes ({what}), {fmt_ms(ns + trace_ns)}, "
-                f"worst: {ops[0].label if ops else '?'}",
-                detail=(
-                    f"{n} programs were compiled again for input shapes not seen before "
-                    f"({what}), costing {fmt_ms(ns)} in compiles"
-                    + (f" and {fmt_ms(trace_ns)} in torch.compile's tracing" if trace_ns else "")
-                    + ". With dynamic=False each distinct shape is "
-                    "a new program; padding to a few sizes makes later steps hit the cache."
-                ),
-                saving_ns=ns + trace_ns,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, RECOMPILE),
-                    ops=ops,
-                    source_lines=top_lines(ctx, RECOMPILE),
-                    metrics={
-                        "recompiles": n,
-                        "recompile_ns": ns,
-                        "trace_ns": trace_ns,
-                        "graph_recompiles": graphs,
-                        "graph_compile_pieces": pieces,
-                        "op_recompiles": eager,
-                    },  # fmt: skip
-                ),
-            )
-        ]
+        return Evidence(
+            event_ids=longest_ids(ctx, RECOMPILE),
+            ops=ops,
+            source_lines=top_lines(ctx, RECOMPILE),
+            metrics={
+                "recompiles": facts.programs,
+                "recompile_ns": facts.compile_ns,
+                "trace_ns": facts.trace_ns,
+                "graph_recompiles": facts.graphs,
+                "graph_compile_pieces": facts.pieces,
+                "op_recompiles": facts.eager,
+            },  # fmt: skip
+        )
+
+    def explain(self, facts: Recompiles, evidence: Evidence) -> Draft:
+        n, ns, trace_ns = facts.programs, facts.compile_ns, facts.trace_ns
+        what = _what(facts.graphs, facts.pieces, facts.eager)
+        worst = evidence.ops[0].label if evidence.ops else "?"
+        return Draft(
+            title=f"{n} recompiles from new input shapes ({what}), {fmt_ms(ns + trace_ns)}, "
+            f"worst: {worst}",
+            detail=(
+                f"{n} programs were compiled again for input shapes not seen before "
+                f"({what}), costing {fmt_ms(ns)} in compiles"
+                + (f" and {fmt_ms(trace_ns)} in torch.compile's tracing" if trace_ns else "")
+                + ". With dynamic=False each distinct shape is "
+                "a new program; padding to a few sizes makes later steps hit the cache."
+            ),
+            saving_ns=ns + trace_ns,
+            evidence=evidence,
+        )

@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding
-from ..rule import Rule, fmt_ms, fmt_pct, longest_ids, register, top_lines, top_ops
+from ..findings import Evidence
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
 
 DMA = "layer = 'device' AND kind = 'dma'"
 SIZE = "coalesce(bytes_written, bytes_read, 0)"
 
 
-@register
-class SmallDma(Rule):
+@dataclass(frozen=True)
+class Transfers:
+    transfers: int
+    small: int  # under limit_bytes
+    small_ns: int
+    small_bytes: int
+    limit_bytes: int
+    bytes_per_s: float  # the DMA bandwidth (0 without a spec)
+
+    @property
+    def where(self) -> str:
+        return f"{DMA} AND {SIZE} < {self.limit_bytes}"
+
+    @property
+    def ideal_ns(self) -> float:
+        """The small transfers' bytes at full bandwidth."""
+        return self.small_bytes / self.bytes_per_s * 1e9 if self.bytes_per_s > 0 else 0.0
+
+
+class SmallDma(Rule[Transfers]):
     """DMA transfers under the efficient size.
 
     Pattern: each DMA pays a fixed setup cost; transfers under a few KiB (per-element indexing,
@@ -34,44 +54,53 @@ class SmallDma(Rule):
         "moving them, make slices contiguous, and avoid per-element indexing on the device."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        spec = ctx.device_spec
-        limit = int(spec.get("dma_min_efficient_bytes") or self.SMALL_DMA_BYTES)
-        bw = float(spec.get("dma_bytes_per_s") or spec.get("hbm_bytes_per_s") or 0.0)
-        small = f"{DMA} AND {SIZE} < {limit}"
+    def measure(self, ctx: AnalysisContext) -> Transfers:
+        spec = ctx.spec
+        limit = int(spec.dma_min_efficient_bytes or self.SMALL_DMA_BYTES)
+        bw = float(spec.dma_bytes_per_s or spec.hbm_bytes_per_s or 0.0)
         agg = ctx.one(
             f"""SELECT count(*) AS n, count(*) FILTER (WHERE {SIZE} < {limit}) AS small,
                    coalesce(sum(dur_ns) FILTER (WHERE {SIZE} < {limit}), 0) AS ns,
                    coalesce(sum({SIZE}) FILTER (WHERE {SIZE} < {limit}), 0) AS bytes
             FROM {ctx.events_of(("dma",), "device")} WHERE {DMA}"""
         )
-        n, k = int(agg.get("n") or 0), int(agg.get("small") or 0)
-        if k < self.MIN_COUNT or k < self.MIN_SMALL_SHARE * n:
-            return []
-        ns, nbytes = int(agg["ns"]), int(agg["bytes"])
-        ideal = nbytes / bw * 1e9 if bw > 0 else 0.0
-        return [
-            self.finding(
-                ctx,
-                title=f"{k} DMA transfers under {limit} bytes ({fmt_pct(k / n)} of transfers, "
-                f"{fmt_ms(ns)})",
-                detail=(
-                    f"{k} of {n} DMA transfers move less than {limit} bytes (mean "
-                    f"{nbytes / k:.0f} B), taking {fmt_ms(ns)}; at full bandwidth their bytes "
-                    f"would take {fmt_ms(ideal)}."
-                ),
-                saving_ns=ns - ideal,
-                evidence=Evidence(
-                    event_ids=longest_ids(ctx, small),
-                    ops=top_ops(ctx, small),
-                    source_lines=top_lines(ctx, small),
-                    metrics={
-                        "small_transfers": k,
-                        "transfers": n,
-                        "small_dma_ns": ns,
-                        "small_bytes": nbytes,
-                        "limit_bytes": limit,
-                    },
-                ),
-            )
-        ]
+        return Transfers(
+            transfers=int(agg.get("n") or 0),
+            small=int(agg.get("small") or 0),
+            small_ns=int(agg.get("ns") or 0),
+            small_bytes=int(agg.get("bytes") or 0),
+            limit_bytes=limit,
+            bytes_per_s=bw,
+        )
+
+    def gate(self, facts: Transfers) -> bool:
+        k = facts.small
+        return k >= self.MIN_COUNT and k >= self.MIN_SMALL_SHARE * facts.transfers
+
+    def evidence(self, ctx: AnalysisContext, facts: Transfers) -> Evidence:
+        return Evidence(
+            event_ids=longest_ids(ctx, facts.where),
+            ops=top_ops(ctx, facts.where),
+            source_lines=top_lines(ctx, facts.where),
+            metrics={
+                "small_transfers": facts.small,
+                "transfers": facts.transfers,
+                "small_dma_ns": facts.small_ns,
+                "small_bytes": facts.small_bytes,
+                "limit_bytes": facts.limit_bytes,
+            },
+        )
+
+    def explain(self, facts: Transfers, evidence: Evidence) -> Draft:
+        k, n, ns, limit = facts.small, facts.transfers, facts.small_ns, facts.limit_bytes
+        return Draft(
+            title=f"{k} DMA transfers under {limit} bytes ({fmt_pct(k / n)} of transfers, "
+            f"{fmt_ms(ns)})",
+            detail=(
+                f"{k} of {n} DMA transfers move less than {limit} bytes (mean "
+                f"{facts.small_bytes / k:.0f} B), taking {fmt_ms(ns)}; at full bandwidth their "
+                f"bytes would take {fmt_ms(facts.ideal_ns)}."
+            ),
+            saving_ns=ns - facts.ideal_ns,
+            evidence=evidence,
+        )

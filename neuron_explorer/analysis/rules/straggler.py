@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
-from ..collectives import rank_step_waits
+from ..collectives import RankStep, rank_step_waits
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding, Hotspot
-from ..rule import Rule, fmt_ms, register
+from ..findings import Evidence, Hotspot
+from ..rule import Draft, Rule, fmt_ms
 
 
-@register
-class Straggler(Rule):
+@dataclass(frozen=True)
+class RankWork:
+    """Each rank's steps (ranks with MIN_STEPS or more) and its median busy time per step."""
+
+    ranks: dict[int, list[RankStep]]
+    busy: dict[int, float]
+
+    def others_median(self, rank: int) -> float:
+        return statistics.median(self.busy[o] for o in self.busy if o != rank)
+
+
+class Straggler(Rule[RankWork]):
     """A rank whose own work per step is slower than the other ranks', so they wait for it.
 
     Pattern: in data-parallel training every rank meets the others at each gradient all-reduce;
@@ -42,61 +53,66 @@ class Straggler(Rule):
         "onto every rank at once, and check that the rank's data loader keeps up."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
+    def measure(self, ctx: AnalysisContext) -> RankWork | None:
         per_rank = rank_step_waits(ctx)
         ranks = {r: v for r, v in per_rank.items() if len(v) >= self.MIN_STEPS}
         if len(ranks) < 2:
-            return []
+            return None
         busy = {r: statistics.median(s.busy_ns for s in v) for r, v in ranks.items()}
+        return RankWork(ranks, busy)
+
+    def stragglers(self, facts: RankWork) -> list[int]:
+        """The straggler ranks, the busiest first."""
         out = []
-        for rank, b in sorted(busy.items(), key=lambda kv: -kv[1]):
-            others = [busy[o] for o in busy if o != rank]
-            ref = statistics.median(others)
-            if b - ref < self.MIN_EXTRA_NS or _slow_share(rank, ranks, self.RATIO) < (
-                self.MIN_STEP_SHARE
-            ):
+        for rank, b in sorted(facts.busy.items(), key=lambda kv: -kv[1]):
+            if b - facts.others_median(rank) < self.MIN_EXTRA_NS:
                 continue
-            steps = {s.step for s in ranks[rank]}
-            waits = {
-                o: sum(s.wait_ns for s in v if s.step in steps)
-                for o, v in ranks.items()
-                if o != rank
-            }
-            saving = sum(waits.values()) / len(waits)
-            out.append(
-                self.finding(
-                    ctx,
-                    title=f"Rank {rank} is a straggler: {b / ref:.2f}x the other ranks' step work",
-                    detail=(
-                        f"Rank {rank} needs {fmt_ms(b)} of its own work per step (median), the "
-                        f"other {len(others)} rank(s) {fmt_ms(ref)}. They spend "
-                        f"{fmt_ms(saving)} each waiting for it in collectives over "
-                        f"{len(steps)} step(s)."
-                    ),
-                    saving_ns=saving,
-                    evidence=Evidence(
-                        ops=tuple(
-                            Hotspot(
-                                label=f"rank {o}",
-                                dur_ns=int(busy[o]),
-                                count=len(ranks[o]),
-                                note=f"waits {fmt_ms(waits.get(o, 0))}"
-                                if o != rank
-                                else "straggler",
-                            )
-                            for o in sorted(busy)
-                        ),
-                        metrics={
-                            "rank": rank,
-                            "busy_ns": int(b),
-                            "others_busy_ns": int(ref),
-                            "ratio": round(b / ref, 3) if ref else -1.0,
-                            "others_wait_ns": int(saving),
-                        },
-                    ),
-                )
-            )
+            if _slow_share(rank, facts.ranks, self.RATIO) >= self.MIN_STEP_SHARE:
+                out.append(rank)
         return out
+
+    def gate(self, facts: RankWork) -> bool:
+        return bool(self.stragglers(facts))
+
+    def explain(self, facts: RankWork, evidence: Evidence) -> list[Draft]:
+        return [self._explain_rank(facts, rank) for rank in self.stragglers(facts)]
+
+    def _explain_rank(self, facts: RankWork, rank: int) -> Draft:
+        ranks, busy = facts.ranks, facts.busy
+        b, ref = busy[rank], facts.others_median(rank)
+        steps = {s.step for s in ranks[rank]}
+        waits = {
+            o: sum(s.wait_ns for s in v if s.step in steps) for o, v in ranks.items() if o != rank
+        }
+        saving = sum(waits.values()) / len(waits)
+        return Draft(
+            title=f"Rank {rank} is a straggler: {b / ref:.2f}x the other ranks' step work",
+            detail=(
+                f"Rank {rank} needs {fmt_ms(b)} of its own work per step (median), the "
+                f"other {len(busy) - 1} rank(s) {fmt_ms(ref)}. They spend "
+                f"{fmt_ms(saving)} each waiting for it in collectives over "
+                f"{len(steps)} step(s)."
+            ),
+            saving_ns=saving,
+            evidence=Evidence(
+                ops=tuple(
+                    Hotspot(
+                        label=f"rank {o}",
+                        dur_ns=int(busy[o]),
+                        count=len(ranks[o]),
+                        note=f"waits {fmt_ms(waits.get(o, 0))}" if o != rank else "straggler",
+                    )
+                    for o in sorted(busy)
+                ),
+                metrics={
+                    "rank": rank,
+                    "busy_ns": int(b),
+                    "others_busy_ns": int(ref),
+                    "ratio": round(b / ref, 3) if ref else -1.0,
+                    "others_wait_ns": int(saving),
+                },
+            ),
+        )
 
 
 def _slow_share(rank: int, ranks: dict, ratio: float) -> float:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from ..context import AnalysisContext
-from ..findings import Evidence, Finding, Hotspot
-from ..rule import Rule, fmt_ms, fmt_pct, register
+from ..findings import Evidence, Hotspot
+from ..rule import Draft, Rule, fmt_ms, fmt_pct
 from ..shapes import MATMUL_OP_SQL, matmul_dims
 
 MATMUL = (
@@ -29,8 +30,30 @@ def _pad(x: int, t: int) -> int:
     return -(-x // t) * t
 
 
-@register
-class TensorEnginePadding(Rule):
+@dataclass(frozen=True)
+class Wasteful:
+    """One (op, shapes) group of matmuls whose tiles are partly empty."""
+
+    wasted_ns: float  # duration x waste
+    waste: float
+    dims: tuple[int, int, int]  # M, K, N
+    op: str
+    dur_ns: int
+    count: int
+    ids: tuple[int, ...]  # its longest kernels
+    file: str | None
+    line: int | None
+
+
+@dataclass(frozen=True)
+class Tiles:
+    tile: int  # the TensorE array's size T
+    matmul_ns: int
+    groups: tuple[Wasteful, ...]  # waste of MIN_WASTE or more, the most wasted time first
+    wasted_ns: float  # theirs, summed
+
+
+class TensorEnginePadding(Rule[Tiles]):
     """Matmuls whose dimensions are not multiples of the TensorE array size.
 
     Pattern: TensorE is a 128x128 systolic array: the contraction dim K maps onto its 128
@@ -55,8 +78,8 @@ class TensorEnginePadding(Rule):
         "multiples of 128, or pad them up to the next multiple once, outside the step."
     )
 
-    def check(self, ctx: AnalysisContext) -> list[Finding]:
-        t = int(ctx.device_spec.get("tensor_engine_dim") or 128)
+    def measure(self, ctx: AnalysisContext) -> Tiles:
+        t = int(ctx.spec.tensor_engine_dim or 128)
         groups = ctx.rows(
             f"""SELECT coalesce(op_name, name) AS op, shapes,
                    json_extract(args, '$.matmul')::VARCHAR AS mm, sum(dur_ns) AS dur_ns,
@@ -64,59 +87,69 @@ class TensorEnginePadding(Rule):
                    any_value(src_file) AS file, any_value(src_line) AS line
             FROM {ctx.events_of(("kernel",), "device")} WHERE {MATMUL} GROUP BY 1, 2, 3"""
         )
-        total = sum(int(g["dur_ns"]) for g in groups)
-        wasted_rows = []
+        wasteful = []
         for g in groups:  # one row per distinct (op, shapes): a handful, not per event
             dims = _dims(g["op"], g["shapes"], g["mm"])
             if dims is None:
                 continue
-            m, k, n = dims
+            m, k, _ = dims
             waste = 1 - (m * k) / (_pad(m, t) * _pad(k, t))
             if waste >= self.MIN_WASTE:
-                wasted_rows.append((int(g["dur_ns"]) * waste, waste, dims, g))
-        wasted = sum(r[0] for r in wasted_rows)
-        if total <= 0 or wasted < self.MIN_SHARE * total:
-            return []
-        wasted_rows.sort(key=lambda r: -r[0])
+                wasteful.append(
+                    Wasteful(
+                        wasted_ns=int(g["dur_ns"]) * waste,
+                        waste=waste,
+                        dims=dims,
+                        op=str(g["op"]),
+                        dur_ns=int(g["dur_ns"]),
+                        count=int(g["count"]),
+                        ids=tuple(int(i) for i in g["ids"]),
+                        file=g["file"],
+                        line=None if g["line"] is None else int(g["line"]),
+                    )
+                )
+        wasted = sum(w.wasted_ns for w in wasteful)  # summed in query order, then ranked
+        wasteful.sort(key=lambda w: -w.wasted_ns)
+        return Tiles(t, sum(int(g["dur_ns"]) for g in groups), tuple(wasteful), wasted)
+
+    def gate(self, facts: Tiles) -> bool:
+        return facts.matmul_ns > 0 and facts.wasted_ns >= self.MIN_SHARE * facts.matmul_ns
+
+    def explain(self, facts: Tiles, evidence: Evidence) -> Draft:
+        t, wasted, total = facts.tile, facts.wasted_ns, facts.matmul_ns
         ops = tuple(
             Hotspot(
-                label=f"{g['op']} {m}x{k}x{n}",
-                dur_ns=int(g["dur_ns"]),
-                count=int(g["count"]),
-                file=g["file"],
-                line=None if g["line"] is None else int(g["line"]),
-                note=f"waste {100 * w:.1f}%, pad M x K to {_pad(m, t)} x {_pad(k, t)}",
+                label=f"{g.op} {g.dims[0]}x{g.dims[1]}x{g.dims[2]}",
+                dur_ns=g.dur_ns,
+                count=g.count,
+                file=g.file,
+                line=g.line,
+                note=f"waste {100 * g.waste:.1f}%, pad M x K to {_pad(g.dims[0], t)} x "
+                f"{_pad(g.dims[1], t)}",
             )
-            for _, w, (m, k, n), g in wasted_rows[:5]
+            for g in facts.groups[:5]
         )
-        ids = tuple(int(i) for r in wasted_rows[:5] for i in r[3]["ids"])
-        return [
-            self.finding(
-                ctx,
-                title=f"Matmul shapes waste {fmt_pct(wasted / total)} of TensorE time "
-                f"({fmt_ms(wasted)})",
-                detail=(
-                    f"Matmuls with dims that are not multiples of {t} leave parts of the "
-                    f"{t}x{t} array idle: {fmt_ms(wasted)} of {fmt_ms(total)} matmul time is "
-                    "spent on padding."
-                ),
-                saving_ns=wasted,
-                evidence=Evidence(
-                    event_ids=ids,
-                    ops=ops,
-                    source_lines=tuple(
-                        Hotspot(
-                            label=f"{h.file}:{h.line}",
-                            dur_ns=h.dur_ns,
-                            count=h.count,
-                            file=h.file,
-                            line=h.line,
-                            note=h.label,
-                        )
-                        for h in ops
-                        if h.file
-                    ),
-                    metrics={"wasted_ns": round(wasted), "matmul_ns": total, "tile": t},
-                ),
+        lines = tuple(
+            Hotspot(
+                label=f"{h.file}:{h.line}", dur_ns=h.dur_ns, count=h.count, file=h.file,
+                line=h.line, note=h.label,
             )
-        ]
+            for h in ops
+            if h.file
+        )  # fmt: skip
+        return Draft(
+            title=f"Matmul shapes waste {fmt_pct(wasted / total)} of TensorE time "
+            f"({fmt_ms(wasted)})",
+            detail=(
+                f"Matmuls with dims that are not multiples of {t} leave parts of the "
+                f"{t}x{t} array idle: {fmt_ms(wasted)} of {fmt_ms(total)} matmul time is "
+                "spent on padding."
+            ),
+            saving_ns=wasted,
+            evidence=Evidence(
+                event_ids=tuple(i for g in facts.groups[:5] for i in g.ids),
+                ops=ops,
+                source_lines=lines,
+                metrics={"wasted_ns": round(wasted), "matmul_ns": total, "tile": t},
+            ),
+        )

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ...analysis import all_rules, get_rule
-    from ...analysis.findings import findings_report
+    from ...analysis.runner import findings_report
     from ...errors import ExplorerError
     from ...model.profile import Profile
 

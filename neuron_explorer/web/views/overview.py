@@ -51,8 +51,8 @@ def analysis_findings(profile: Profile) -> list[dict[str, Any]]:
 
 
 def analysis_findings_report(profile: Profile) -> dict[str, Any]:
-    """The findings document of every rule (analysis.findings.findings_report)."""
-    from neuron_explorer.analysis.findings import findings_report
+    """The findings document of every rule (analysis.runner.findings_report)."""
+    from neuron_explorer.analysis.runner import findings_report
 
     return findings_report(profile).to_dict()
 

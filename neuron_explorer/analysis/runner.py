@@ -1,0 +1,68 @@
+"""The run of the rules over a profile: each rule in scope measures, gates and explains on the
+profile's one shared context; the findings are then cited in the model and ranked. And the
+findings page model, `FindingsReport`: the one findings document (`analyze --json`, the web's
+findings twin)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import ExplorerError
+from ..model.profile import Profile
+from .context import context
+from .findings import Finding, rank_findings
+from .page import PageModel
+from .rule import applies
+from .rules import RULES, get_rule
+
+
+def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Finding]:
+    """Evaluate the rules (all, or those named by `ids`) whose scope admits the profile, and
+    rank the findings (readiness first, then by saving)."""
+    import duckdb
+
+    rules = [get_rule(i) for i in ids] if ids is not None else list(RULES)
+    ctx = context(profile)
+    findings: list[Finding] = []
+    for rule in rules:
+        with ctx.lock:
+            if not applies(rule, ctx):
+                continue
+            try:
+                findings.extend(rule.check(ctx))
+            except duckdb.Error as e:  # e.g. malformed JSON in args: name the rule and profile
+                line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ExplorerError(f"{profile.path}: rule {rule.id} failed: {line}") from None
+    from .hotspots import cite_model
+
+    return rank_findings(cite_model(profile, findings))
+
+
+@dataclass(frozen=True)
+class FindingsReport(PageModel):
+    """The findings page and `analyze --json`: the rules run over the profile's steps, and
+    what they found, readiness first, then largest saving first."""
+
+    profile: str
+    source: str
+    total_step_ns: int
+    steps: int  # ProfilerStep windows (0: the whole trace is one window)
+    rules_run: tuple[str, ...]
+    findings: tuple[Finding, ...]
+
+
+def findings_report(
+    profile: Profile, ids: Iterable[str] | None = None, findings: list[Finding] | None = None
+) -> FindingsReport:
+    """The rules named by `ids` (all by default) over `profile`; `findings` when they already
+    ran (run_rules' ranked list)."""
+    if findings is None:
+        findings = run_rules(profile, ids)
+    ctx = context(profile)
+    with ctx.lock:
+        steps = ctx.steps().num_rows if ctx.has_steps else 0
+        total = ctx.total_step_ns
+    rules = sorted(ids) if ids is not None else sorted(r.id for r in RULES)
+    return FindingsReport(str(profile.path), profile.manifest.source, total, steps,
+                          tuple(rules), tuple(findings))  # fmt: skip
