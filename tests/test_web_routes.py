@@ -59,6 +59,10 @@ def test_every_page_and_its_twin_answer_on_a_real_capture(app):
         shell = client.get(path, params=query)
         assert shell.status_code == 200 and "text/html" in shell.headers["content-type"], path
         assert f'src="/static/js/{page.shell.script}"' in shell.text, path
+        tabs = re.findall(r'<a href="[^"]*"(?: class="active")?>([^<]+)</a>', shell.text)
+        assert len(tabs) == len(set(tabs)), (path, tabs)  # each tab once, the page's lit
+        if page.shell.tab:
+            assert f'class="active">{page.shell.tab}<' in shell.text, path
         twin = client.get("/api" + path if not page.api else page.api, params=query)
         assert twin.status_code == 200, (page.api_path, twin.text[:300])
         assert isinstance(twin.json(), dict) and twin.json(), page.api_path

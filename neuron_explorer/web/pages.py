@@ -65,9 +65,10 @@ def _tabs(pages: Sequence[Page], kind: str, profile: str) -> str:
     if not profile:
         return ""
     base = f"/p/{html.escape(profile)}"
-    links = []
+    links, seen = [], set()
     for page in pages:
-        if page.shell.tab:
+        if page.shell.tab and page.kind not in seen:  # one tab per kind (Source and its files)
+            seen.add(page.kind)
             href = base if page.kind == "summary" else f"{base}/{page.kind}"
             cls = ' class="active"' if page.kind == kind else ""
             links.append(f'<a href="{href}"{cls}>{page.shell.tab}</a>')
