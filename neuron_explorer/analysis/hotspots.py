@@ -16,6 +16,7 @@ import pyarrow as pa
 from ..model.profile import Profile
 from ..vocab.kinds import LAUNCHED_KINDS
 from .findings import Finding, Hotspot
+from .page import PageModel, is_modeled
 
 CITED = 5  # model lines and modules cited per finding
 
@@ -128,6 +129,40 @@ def module_ops(profile: Profile, con=None) -> list[dict]:
     ).fetchall()
     keys = ("module", "op", "kernel", "dur_ns", "count")
     return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+@dataclass(frozen=True)
+class Modules(PageModel):
+    """The modules page and the `modules` command: the tree, parents before children, and
+    each module's own work by op and kernel."""
+
+    modules: tuple[ModuleNode, ...]
+    ops: tuple[dict, ...]
+    device_time_modeled: bool
+
+
+def modules_page(profile: Profile, con=None, depth: int | None = None) -> Modules:
+    """The module tree of `profile` (down to `depth` when given) and its modules' ops."""
+    con = con or profile.duckdb()
+    nodes = [m for m in module_tree(profile, con) if depth is None or m.depth <= depth]
+    return Modules(tuple(nodes), tuple(module_ops(profile, con)), is_modeled(profile))
+
+
+@dataclass(frozen=True)
+class Lines(PageModel):
+    """The `lines` command: the lines with the most device self time at `level`."""
+
+    level: str
+    lines: tuple[dict, ...]
+
+
+def lines_page(
+    profile: Profile, level: str = "model", file: str | None = None, top: int | None = None,
+    con=None,
+) -> Lines:  # fmt: skip
+    """The lines of `profile` at `level` (only those of `file` when given), `top` of them."""
+    rows = line_hotspots(profile, level, con, file=file).to_pylist()
+    return Lines(level, tuple(rows if top is None else rows[:top]))
 
 
 def _parent(path: str) -> str:

@@ -52,6 +52,19 @@ class QueryResult:
             "elapsed_ms": round(self.elapsed_s * 1e3, 2),
         }
 
+    def to_csv(self) -> str:
+        """The rows as CSV under a header of the column names (NULL as an empty field), as
+        `query --csv` prints it and the web's SQL page downloads it."""
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(self.table.column_names)
+        columns = [c.to_pylist() for c in self.table.columns]
+        writer.writerows(["" if v is None else v for v in r] for r in zip(*columns, strict=True))
+        return buf.getvalue()
+
 
 def jsonable(v: Any) -> Any:
     """A value as JSON can hold it: numbers, text, booleans, None, lists and dicts of them;

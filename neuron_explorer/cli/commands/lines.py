@@ -25,27 +25,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ...analysis.hotspots import line_hotspots
+    from ...analysis.hotspots import lines_page
     from ...model.profile import Profile
 
-    rows = line_hotspots(Profile.open(args.profile), args.level, file=args.file).to_pylist()
-    rows = rows[: args.top]
+    page = lines_page(Profile.open(args.profile), args.level, args.file, args.top)
     if args.json:
-        print(json.dumps({"level": args.level, "lines": rows}, indent=2))
+        print(json.dumps(page.to_dict(), indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"Device time by line ({args.level} level; self: the innermost such frame)",
-              title_justify="left")  # fmt: skip
-    for h in ("file:line", "function", "self", "total", "forward", "backward"):
-        text = h in ("file:line", "function")
-        t.add_column(h, justify="left" if text else "right", overflow="fold", no_wrap=not text)
-    for r in rows:
-        t.add_row(f"{_short(r['file'])}:{r['line']}", r["func"], _ms(r["self_ns"]),
-                  _ms(r["total_ns"]), _ms(r["forward_ns"]), _ms(r["backward_ns"]))  # fmt: skip
-    Console().print(t)
+    render_lines(page)
     return 0
+
+
+def render_lines(page) -> None:  # analysis.hotspots.Lines
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..tables import fit_table
+
+    rows = [(escape(f"{_short(r['file'])}:{r['line']}"), escape(r["func"]), _ms(r["self_ns"]),
+             _ms(r["total_ns"]), _ms(r["forward_ns"]), _ms(r["backward_ns"]))
+            for r in page.lines]  # fmt: skip
+    heads = ("file:line", "function", "self", "total", "forward", "backward")
+    title = f"Device time by line ({page.level} level; self: the innermost such frame)"
+    c = Console()
+    c.print(fit_table(c.width, heads, rows, title=title, text=(0, 1), right=range(2, 6)))
 
 
 def _short(file: str) -> str:

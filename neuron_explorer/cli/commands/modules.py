@@ -9,6 +9,10 @@ HELP = (
     "Print device time by nn.Module path as a tree: self and total, forward and backward, "
     "calls (which layer costs what)."
 )
+NO_MODULES = (
+    "no module paths in this profile (capture a model on the neuron device, or record the "
+    "trace with with_modules=True)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,35 +24,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ...analysis.hotspots import module_tree
+    from ...analysis.hotspots import modules_page
     from ...model.profile import Profile
 
-    nodes = [
-        m for m in module_tree(Profile.open(args.profile))
-        if args.depth is None or m.depth <= args.depth
-    ]  # fmt: skip
+    page = modules_page(Profile.open(args.profile), depth=args.depth)
     if args.json:
-        print(json.dumps({"modules": [m.to_dict() for m in nodes]}, indent=2))
+        print(json.dumps(page.to_dict(), indent=2))
         return 0
-    if not nodes:
-        print("no module paths in this profile (capture a model on the neuron device, or "
-              "record the trace with with_modules=True)")  # fmt: skip
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="Device time by module (self: its own forward's work and its backward)",
-              title_justify="left")  # fmt: skip
-    for h in ("module", "calls", "self", "total", "forward", "backward", "kernels"):
-        t.add_column(
-            h, justify="left" if h == "module" else "right", no_wrap=h != "module", overflow="fold"
-        )
-    for m in nodes:
-        label = "  " * m.depth + (m.path.rsplit(".", 1)[-1] if m.path else "(model)")
-        t.add_row(label, f"{m.calls:,}", _ms(m.self_ns), _ms(m.total_ns), _ms(m.forward_ns),
-                  _ms(m.backward_ns), f"{m.kernels:,}")  # fmt: skip
-    Console().print(t)
+    render_modules(page)
     return 0
+
+
+def render_modules(page) -> None:  # analysis.hotspots.Modules
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..tables import fit_table, wrap_parts
+
+    c = Console()
+    if not page.modules:
+        c.print(wrap_parts(c.width, NO_MODULES.split(" "), " "), highlight=False)
+        return
+    rows = [("  " * m.depth + escape(m.path.rsplit(".", 1)[-1] if m.path else "(model)"),
+             f"{m.calls:,}", _ms(m.self_ns), _ms(m.total_ns), _ms(m.forward_ns),
+             _ms(m.backward_ns), f"{m.kernels:,}") for m in page.modules]  # fmt: skip
+    heads = ("module", "calls", "self", "total", "forward", "backward", "kernels")
+    title = "Device time by module (self: its own forward's work and its backward)"
+    c.print(fit_table(c.width, heads, rows, title=title, right=range(1, 7)))
 
 
 def _ms(ns: int) -> str:

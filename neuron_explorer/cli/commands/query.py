@@ -35,12 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     elif args.csv:
-        import csv
-
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(result.table.column_names)
-        for row in result.table.to_pylist():
-            writer.writerow(["" if v is None else v for v in row.values()])
+        sys.stdout.write(result.to_csv())
     else:
         render_table(result)
     if result.truncated:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from neuron_explorer.analysis import hotspots
 
 from ..pages import Api, Page, Shell
-from ..views import operators, overview, source
+from ..views import operators, overview
 
 if TYPE_CHECKING:
     from ..service import Service
@@ -21,10 +21,7 @@ def api_operators(svc: Service, name: str) -> dict[str, Any]:
 
 def api_operator(svc: Service, name: str, op: str) -> dict[str, Any]:
     svc.store.open(name)
-    out = operators.operator_detail(svc.store.connection(name), op)
-    for line in out["lines"]:
-        line["file_id"] = source.file_id(line["file"])
-    return out
+    return operators.operator_detail(svc.store.connection(name), op)
 
 
 def api_modules(svc: Service, name: str) -> dict[str, Any]:
@@ -32,8 +29,8 @@ def api_modules(svc: Service, name: str) -> dict[str, Any]:
     p = store.open(name)
     nodes = store.derived(name, "module_tree", lambda p: hotspots.module_tree(p, p.duckdb()))
     ops = store.derived(name, "module_ops", lambda p: hotspots.module_ops(p, p.duckdb()))
-    return {"name": name, "modules": [m.to_dict() for m in nodes], "ops": ops,
-            "device_time_modeled": overview.is_modeled(p)}  # fmt: skip
+    page = hotspots.Modules(tuple(nodes), tuple(ops), overview.is_modeled(p))
+    return {"name": name, **page.to_dict()}
 
 
 PAGES = (

@@ -19,12 +19,8 @@ SOURCE = Shell("Source", "source.js", tab="Source")
 
 def api_source(svc: Service, name: str, level: str = LEVEL) -> dict[str, Any]:
     p = svc.store.open(name)
-    t = svc.lines(name)
-    m = svc.model_lines(name, level)
-    return {"name": name, "files": source.files_json(t, p), "top_lines": source.top_lines(t, 50),
-            "level": level, "model_files": source.model_files_json(m, p),
-            "top_model_lines": source.top_model_lines(m),
-            "device_time_modeled": overview.is_modeled(p)}  # fmt: skip
+    return {"name": name, **source.source_json(p, svc.lines(name), svc.model_lines(name, level),
+                                               level)}  # fmt: skip
 
 
 def api_source_file(svc: Service, name: str, file_id: str, level: str = LEVEL) -> dict[str, Any]:

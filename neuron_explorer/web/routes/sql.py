@@ -44,14 +44,8 @@ async def api_sql(
 
 
 async def api_sql_csv(svc: Service, name: str, q: str, limit: int = sql.MAX_ROWS) -> Response:
-    res = await _gated(svc, lambda: sql.run_query(svc.store.open(name), q, limit))
-    import csv
-
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(res["columns"])
-    w.writerows(res["rows"])
-    return Response(buf.getvalue(), media_type="text/csv",
+    res = await _gated(svc, lambda: sql.query(svc.store.open(name), q, limit))
+    return Response(res.to_csv(), media_type="text/csv",
                     headers=attachment(f"{name}-query.csv"))  # fmt: skip
 
 

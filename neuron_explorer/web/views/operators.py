@@ -7,16 +7,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from neuron_explorer.analysis.operators import (  # noqa: F401 - the routes' names
-    LAUNCH_KINDS,
-    LAUNCH_SQL,
-    device_peaks,
+from neuron_explorer.analysis.operators import operator_detail as _detail
+from neuron_explorer.analysis.operators import (  # noqa: F401 - the routes' name
     operator_table,
     operators_page,
 )
-from neuron_explorer.analysis.operators import operator_detail as _detail
 
-_LAUNCH_SQL = LAUNCH_SQL
+from .source import with_file_ids
 
 
 def operators_json(table: pa.Table, spec: dict[str, Any] | None, modeled: bool) -> dict[str, Any]:
@@ -24,4 +21,5 @@ def operators_json(table: pa.Table, spec: dict[str, Any] | None, modeled: bool) 
 
 
 def operator_detail(con, op: str) -> dict[str, Any]:
-    return _detail(con, op).to_dict()
+    """One op's kernels, instructions and lines, the lines with file ids."""
+    return with_file_ids(_detail(con, op).to_dict())

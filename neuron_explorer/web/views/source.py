@@ -48,6 +48,11 @@ def find_file(lines: pa.Table, fid: str, model: pa.Table | None = None) -> str |
     return None
 
 
+def source_json(profile: Profile, lines: pa.Table, model: pa.Table, level: str) -> dict[str, Any]:
+    """The source page: analysis.lines.source_page with file ids."""
+    return with_file_ids(_lines.source_page(profile, lines, model, level).to_dict())
+
+
 def files_json(lines: pa.Table, profile: Profile) -> list[dict[str, Any]]:
     return with_file_ids(_lines.files_of(lines, profile))
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from neuron_explorer.analysis.sql import QueryResult
 from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model import Profile
 
@@ -82,8 +83,14 @@ class QueryGate:
 def run_query(
     profile: Profile, sql: str, limit: int = DEFAULT_ROWS, timeout_s: float = TIMEOUT_S
 ) -> dict[str, Any]:
-    """neuron_explorer.analysis.run_query (read only, limited) with the web's limits: its
-    QueryResult.to_dict(), the document `query --json` prints."""
+    """The query's QueryResult.to_dict(), the document `query --json` prints."""
+    return query(profile, sql, limit, timeout_s).to_dict()
+
+
+def query(
+    profile: Profile, sql: str, limit: int = DEFAULT_ROWS, timeout_s: float = TIMEOUT_S
+) -> QueryResult:
+    """neuron_explorer.analysis.run_query (read only, limited) with the web's limits."""
     from neuron_explorer.analysis import run_query as analysis_query
 
     if not sql.strip():
@@ -96,4 +103,4 @@ def run_query(
                              memory_limit=QUERY_MEMORY, max_bytes=MAX_RESULT_BYTES)  # fmt: skip
     except ExplorerError as e:
         raise QueryError(str(e)) from None
-    return res.to_dict()
+    return res

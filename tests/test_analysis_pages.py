@@ -1,0 +1,110 @@
+"""The page models of neuron_explorer.analysis on the committed sample captures: each is a
+frozen dataclass whose to_dict() is plain JSON and is what the web's twin returns (plus its
+name and file ids); one fact, one function: the summary's top ops are the operator table's,
+and its step statistics are the manifest's steps' (the summary page and the comparison)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from neuron_explorer.analysis import summarize
+from neuron_explorer.analysis.hotspots import lines_page, modules_page
+from neuron_explorer.analysis.lines import line_table, model_line_table, source_page
+from neuron_explorer.analysis.operators import operators
+from neuron_explorer.analysis.page import PageModel, plain
+from neuron_explorer.analysis.steps import profile_steps
+from neuron_explorer.model import Profile
+from neuron_explorer.web.app import create_app
+from neuron_explorer.web.views.source import file_id, with_file_ids
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "profiles"
+NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
+SERVED = ("gpt_train", "ddp_straggler")  # one rank, and two ranks of one job
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory) -> TestClient:
+    root = tmp_path_factory.mktemp("served")
+    for name in SERVED:
+        shutil.copytree(SAMPLES / name, root / name)
+    return TestClient(create_app(root, analysis_cache=tmp_path_factory.mktemp("cache")))
+
+
+def web(client: TestClient, url: str) -> dict:
+    r = client.get(url)
+    assert r.status_code == 200, (url, r.text[:300])
+    return r.json()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_top_ops_and_step_statistics_are_one_function_each(name):
+    p = Profile.open(SAMPLES / name)
+    s = summarize(p)
+    host = [o for o in operators(p).operators if o["count"]]
+    for table, key in ((s.top_ops_self, "host_self_ns"), (s.top_ops_total, "host_total_ns")):
+        want = sorted(host, key=lambda o: (-o[key], o["name"]))[: table.num_rows]
+        assert table.to_pylist() == [
+            {"name": o["name"], "calls": o["count"], "self_ns": o["host_self_ns"],
+             "total_ns": o["host_total_ns"]} for o in want
+        ]  # fmt: skip
+    steps = profile_steps(p)  # the manifest's steps, as the summary page and compare read them
+    assert steps == s.step_stats and steps is not None
+    assert steps.count == len(p.manifest.steps) and steps.total_ns == sum(
+        x.dur_ns for x in p.manifest.steps
+    )
+    assert steps.min_ns <= steps.median_ns <= steps.max_ns
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_page_models_are_plain_json_and_are_the_web_twins(client, name):
+    p = Profile.open(SAMPLES / name)
+    pages = {
+        "operators": operators(p),
+        "modules": modules_page(p),
+        "source": source_page(p, line_table_of(p), model_line_table(p), "model"),
+        "lines": lines_page(p, "model", top=5),
+    }
+    for what, page in pages.items():
+        assert isinstance(page, PageModel) and dataclasses.is_dataclass(page), what
+        doc = page.to_dict()
+        assert json.loads(json.dumps(doc)) == doc, what  # plain JSON, no default= needed
+    for what, url in (("operators", "operators"), ("modules", "modules"), ("source", "source")):
+        twin = web(client, f"/api/p/{name}/{url}")
+        assert twin.pop("name") == name
+        assert twin == with_file_ids(json.loads(json.dumps(pages[what].to_dict()))), what
+    assert pages["lines"].lines and len(pages["lines"].lines) <= 5
+
+
+def line_table_of(p: Profile):
+    from neuron_explorer.analysis.context import context
+
+    return line_table(context(p).cols)
+
+
+def test_with_file_ids_decorates_every_path_and_nothing_else():
+    doc = {"file": "a.py", "rows": [{"file": "b.py", "line": 3}, {"file": None}, 7],
+           "nested": ({"file": "c.py"},), "other": {"path": "d.py"}}  # fmt: skip
+    out = with_file_ids(doc)
+    assert out["file_id"] == file_id("a.py") and out["rows"][0]["file_id"] == file_id("b.py")
+    assert "file_id" not in out["rows"][1] and out["nested"][0]["file_id"] == file_id("c.py")
+    assert out["other"] == {"path": "d.py"} and len(file_id("a.py")) == 12
+
+
+def test_plain_turns_records_into_json():
+    import pyarrow as pa
+
+    @dataclasses.dataclass(frozen=True)
+    class Row:
+        n: int
+        names: tuple[str, ...]
+
+    assert plain({"t": pa.table({"x": [1, 2]}), "r": (Row(1, ("a",)),)}) == {
+        "t": [{"x": 1}, {"x": 2}],
+        "r": [{"n": 1, "names": ["a"]}],
+    }
