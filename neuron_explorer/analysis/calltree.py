@@ -74,7 +74,8 @@ class _Host:
     kind: np.ndarray  # code into kinds
     kinds: list[str]
     stack: np.ndarray  # own stack id, else a descendant's, else -1
-    module: list[str | None]
+    module: np.ndarray  # code into modules, -1 for none
+    modules: list[str]
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
@@ -125,9 +126,9 @@ def _host_events(profile: Profile) -> _Host:
     keep = ~see
     remap = np.cumsum(keep) - 1
     parent = np.where(parent >= 0, remap[np.maximum(parent, 0)], -1)[keep]
-    module = t.column("module").cast(pa.string()).filter(pa.array(keep)).to_pylist()
+    module, modules = _codes(t.column("module"))
     return _Host(parent, self_ns[keep], label[keep], labels, kind[keep], kinds, stack[keep],
-                 module)  # fmt: skip
+                 module[keep], modules)  # fmt: skip
 
 
 class _Nodes:
@@ -150,15 +151,16 @@ class _Nodes:
         return node
 
     def children(
-        self, parents: np.ndarray, names: np.ndarray, labels: list[str], kinds: list[str]
-    ) -> np.ndarray:
+        self, parents: np.ndarray, names: np.ndarray, labels: list[str], kind: np.ndarray,
+        kinds: list[str],
+    ) -> np.ndarray:  # fmt: skip
         """The node of each row's (parent node, label code): one lookup per distinct pair;
-        `kinds` is each row's kind, a node takes its first row's."""
+        `kind` is each row's kind code into `kinds`, a node takes its first row's."""
         if len(parents) == 0:
             return np.zeros(0, dtype=np.int64)
         keys = np.stack([parents, names])
         uniq, first, inv = np.unique(keys, axis=1, return_index=True, return_inverse=True)
-        made = [self.get(int(p), labels[int(n)], kinds[int(f)])
+        made = [self.get(int(p), labels[int(n)], kinds[int(kind[f])])
                 for (p, n), f in zip(uniq.T, first, strict=True)]  # fmt: skip
         return np.array(made, dtype=np.int64)[inv.reshape(-1)]
 
@@ -208,23 +210,23 @@ def _by_stack(profile: Profile, host: _Host, nodes: _Nodes) -> np.ndarray:
     for d in range(int(depth.max(initial=-1)) + 1):
         rows = np.flatnonzero(depth == d)
         base = node[rows] if d == 0 else node[host.parent[rows]]
-        kinds = [host.kinds[int(k)] for k in host.kind[rows]]
-        node[rows] = nodes.children(base, host.label[rows], host.labels, kinds)
+        node[rows] = nodes.children(
+            base, host.label[rows], host.labels, host.kind[rows], host.kinds
+        )
     return node
 
 
 def _by_module(host: _Host, nodes: _Nodes) -> np.ndarray:
     """The node of every host event: its module path, then its own name."""
-    module_node: dict[str | None, int] = {}
-    for m in set(host.module):
-        node = nodes.get(0, OUTSIDE_MODULES if m is None else "(model)", "module")
-        if m:
-            for part in m.split("."):
-                node = nodes.get(node, part, "module")
-        module_node[m] = node
-    base = np.array([module_node[m] for m in host.module], dtype=np.int64)
-    kinds = [host.kinds[int(k)] for k in host.kind]
-    return nodes.children(base, host.label, host.labels, kinds)
+    node_of = np.zeros(len(host.modules) + 1, dtype=np.int64)  # per code; the last: none
+    node_of[-1] = nodes.get(0, OUTSIDE_MODULES, "module")
+    for code, m in enumerate(host.modules):
+        node = nodes.get(0, "(model)", "module")
+        for part in m.split(".") if m else ():
+            node = nodes.get(node, part, "module")
+        node_of[code] = node
+    base = node_of[host.module]  # -1, no module, reads the last
+    return nodes.children(base, host.label, host.labels, host.kind, host.kinds)
 
 
 def call_tree(profile: Profile, by: str = "stack", max_nodes: int = MAX_NODES) -> CallTree:
@@ -254,7 +256,7 @@ def call_tree(profile: Profile, by: str = "stack", max_nodes: int = MAX_NODES) -
     python = "python" in host.kinds and bool((host.kind == host.kinds.index("python")).any())
     return CallTree(by, tuple(out), int(total[0]), int(len(node)), n - len(keep),
                     python or bool((host.stack >= 0).any()),
-                    any(m is not None for m in host.module))  # fmt: skip
+                    bool((host.module >= 0).any()))  # fmt: skip
 
 
 def _largest(parent: np.ndarray, total: np.ndarray, max_nodes: int) -> np.ndarray:
