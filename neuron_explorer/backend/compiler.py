@@ -126,13 +126,32 @@ def to_payload_devices(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+# graph id -> the call site of its forward program's latest launch. A backward program runs on
+# autograd's device thread, where no user frame is live: it takes its forward's launch site, as
+# eager backward kernels take their forward op's (by sequence number, capture/attribution.py)
+_forward_launch: dict[str, tuple[int, str | None]] = {}
+
+
 class DeviceProgram:
     """A compiled graph: running it launches its kernels as one program on the modeled device."""
 
     _boxed_call = False  # True once compiled: AOTAutograd then passes the args as one list
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, kernels: list[Kernel]) -> None:
+    def __init__(
+        self, gm: torch.fx.GraphModule, name: str, kernels: list[Kernel], graph_id: str = "",
+        backward: bool = False,
+    ) -> None:  # fmt: skip
         self.gm, self.name, self.kernels = gm, name, kernels
+        self.graph_id, self.backward = graph_id, backward
+
+    def _launch_site(self) -> tuple[int, str | None]:
+        if self.backward:
+            forward = _forward_launch.get(self.graph_id)
+            if forward is not None:
+                return forward
+            return _rec.call_site(3)
+        launch = _forward_launch[self.graph_id] = _rec.call_site(3)
+        return launch
 
     def __call__(self, args: list) -> Any:
         if not _prof._is_profiler_enabled:
@@ -145,7 +164,7 @@ class DeviceProgram:
         tid = threading.get_native_id()
         seq, bwd = _rec.autograd_position()
         ready = m0 + rt.launch_ns
-        launch = _rec.call_site(2)
+        launch = self._launch_site()
         for k in self.kernels:
             _rec.submit_kernel(k.plan, ready, self.name, (), (), tid, flow,
                                fxstack.site(k.src, launch), seq, bwd,
@@ -161,7 +180,8 @@ def _compile(kind: str, graph_id: str):
         t0 = time.time_ns()
         to_payload_devices(gm)
         kernels = lower_graph(gm)
-        program = DeviceProgram(gm, f"neuron_graph_{graph_id}_{kind}", kernels)
+        program = DeviceProgram(gm, f"neuron_graph_{graph_id}_{kind}", kernels, graph_id,
+                                kind == "backward")  # fmt: skip
         if _prof._is_profiler_enabled:
             rt = model.spec().runtime
             n = sum(1 for n in gm.graph.nodes if n.op == "call_function")
