@@ -213,3 +213,26 @@ def test_a_device_bound_sequence_makes_the_host_wait_in_the_sync():
     end = max(k.device_start_ns + k.device_dur_ns for k in kernels)
     assert sync.args["wait_ns"] > 0
     assert sync.host_start_ns - sync.cut_before_ns + sync.args["wait_ns"] == end
+
+
+def test_module_names_do_not_keep_a_deleted_model_alive():
+    # the module-path cache holds weak references: a model the user drops is collected, and a
+    # new model (whose modules may reuse the old ids) gets its own names
+    import gc
+    import weakref
+
+    from torch import nn
+
+    def run(model):
+        x = torch.randn(4, 8, device="neuron")
+        _, events = _record(lambda: model(x).sum())
+        return {e.module for e in events if e.kind == "kernel"}
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).to("neuron")
+    assert {"0", "2"} <= run(model)
+    dead = weakref.ref(model)
+    del model
+    gc.collect()
+    assert dead() is None
+    other = nn.Sequential(nn.Sequential(nn.Linear(8, 3))).to("neuron")
+    assert "0.0" in run(other)

@@ -10,17 +10,36 @@ No forward hooks: global module hooks make dynamo break graphs and slow every mo
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 WRAPPED_CALL = torch.nn.Module._wrapped_call_impl.__code__
-# id(module) -> (module, path); the module is kept so that its id is never reused meanwhile
-_paths: dict[int, tuple[object, str]] = {}
+# id(module) -> (weak reference to the module, path): a model the user deletes is collected
+# (its entries go with it), and an id reused by a new module never matches the dead reference
+_paths: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def _remember(module, path: str) -> None:
+    key = id(module)
+
+    def gone(_ref, key=key) -> None:
+        entry = _paths.get(key)
+        if entry is not None and entry[0] is _ref:
+            del _paths[key]
+
+    _paths[key] = (weakref.ref(module, gone), path)
+
+
+def _known(module) -> str | None:
+    entry = _paths.get(id(module))
+    return entry[1] if entry is not None and entry[0]() is module else None
 
 
 def path_of(module, frame) -> str:
     """The path of `module`, running in `frame`'s stack."""
     entry = _paths.get(id(module))
-    if entry is not None and entry[0] is module:
+    if entry is not None and entry[0]() is module:
         return entry[1]
     return _name(module, frame)
 
@@ -40,17 +59,17 @@ def _name(module, frame) -> str:
     # from the model too), never "_orig_mod.blocks.0"
     inner = getattr(root, "_orig_mod", None)
     if isinstance(inner, torch.nn.Module):
-        _paths[id(root)] = (root, "")
+        _remember(root, "")
         root = inner
     if isinstance(root, torch.nn.Module):
         for name, m in root.named_modules():
-            if id(m) not in _paths or _paths[id(m)][0] is not m:
-                _paths[id(m)] = (m, name)
-    entry = _paths.get(id(module))
-    if entry is not None and entry[0] is module:
-        return entry[1]
+            if _known(m) is None:
+                _remember(m, name)
+    known = _known(module)
+    if known is not None:
+        return known
     path = type(module).__name__
-    _paths[id(module)] = (module, path)
+    _remember(module, path)
     return path
 
 
