@@ -190,3 +190,57 @@ def test_a_manifest_reads_its_device_spec_back_by_attribute():
     for d in sorted((ROOT / "samples" / "profiles").iterdir()):
         figures = Profile.open(d).manifest.spec
         assert figures.name in SPECS and all(getattr(figures, f.name) for f in fields(figures))
+
+
+def test_whose_code_a_file_is_is_decided_by_its_path():
+    import json
+    import typing
+
+    import torch
+    import torch.profiler.profiler
+    from transformers.models.gpt2 import modeling_gpt2
+
+    from neuron_explorer.vocab import frames
+    from neuron_explorer.vocab.frames import scope_of
+
+    site = "/home/u/.venv/lib/python3.10/site-packages/"
+    expected = {
+        torch.nn.modules.module.__file__: frames.TORCH,
+        torch.profiler.profiler.__file__: frames.PROFILER,
+        json.__file__: frames.STDLIB, typing.__file__: frames.STDLIB,
+        modeling_gpt2.__file__: frames.LIBRARY, pytest.__file__: frames.LIBRARY,
+        __file__: frames.USER, frames.__file__: frames.OWN,
+        # trimmed by torch.profiler to the sys.path entry they lie under
+        "torch/nn/modules/module.py": frames.TORCH, "torch/profiler/profiler.py": frames.PROFILER,
+        "transformers/models/gpt2/modeling_gpt2.py": frames.LIBRARY,
+        "deepspeed/runtime/engine.py": frames.LIBRARY, "dataclasses.py": frames.STDLIB,
+        "logging/__init__.py": frames.STDLIB, "neuron_explorer/backend/tensor.py": frames.OWN,
+        "backend/model.py": frames.USER, "web/app.py": frames.USER, "train.py": frames.USER,
+        # another machine's absolute paths
+        site + "transformers/x.py": frames.LIBRARY, site + "torch/nn/x.py": frames.TORCH,
+        site + "neuron_explorer/backend/x.py": frames.OWN,
+        "/usr/lib/python3.10/json/decoder.py": frames.STDLIB, "/home/u/proj/train.py": frames.USER,
+        "<frozen abc>": frames.STDLIB, "<string>": frames.USER, "<eval_with_key>.3": frames.TORCH,
+    }  # fmt: skip
+    assert {p: scope_of(p) for p in expected} == expected
+
+
+def test_the_backend_the_importer_and_capture_share_the_one_predicate():
+    import torch.nn.modules.module
+
+    from neuron_explorer.backend.runtime import source
+    from neuron_explorer.capture import host
+    from neuron_explorer.importers import pystacks
+    from neuron_explorer.vocab import frames
+
+    names = {v: k for k, v in source.SCOPE_NAMES.items()}
+    paths = (torch.nn.modules.module.__file__, __file__, frames.__file__, "dataclasses.py",
+             "transformers/models/gpt2/modeling_gpt2.py", "torch/profiler/profiler.py",
+             "backend/model.py", "neuron_explorer/capture/host.py")  # fmt: skip
+    for p in paths:
+        scope = frames.scope_of(p)
+        kept = scope not in (frames.OWN, frames.PROFILER)
+        assert source.scope_of_file(p) == (names[scope] if kept else source.OWN), p
+        assert pystacks.scope_of(p) == (frames.TORCH if scope == frames.PROFILER else scope), p
+        assert source.is_user_file(p) == frames.is_user_file(p) == (scope == frames.USER), p
+        assert host.is_own_file(p) == (scope == frames.OWN), p

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..model.schema import STACKS, conform
-from .host import OWN_DIRS
+from ..vocab.frames import is_own_file
 
 MODEL_SCOPES = frozenset({"user", "library"})
 
@@ -71,7 +71,7 @@ class Attributor:
 
     def _build(self, e: Any) -> Attribution:
         src = None
-        if e.src_file and e.src_line and not any(d in e.src_file for d in OWN_DIRS):
+        if e.src_file and e.src_line and not is_own_file(e.src_file):
             src = (e.src_file, e.src_line, e.src_func or "")
         sid = self._stack_id(e.stack)
         model = self._model.get(id(e.stack)) if e.stack else None

@@ -12,6 +12,8 @@ import sys
 import types
 from typing import Any
 
+from ..vocab.frames import is_user_file
+
 
 def run_ended(exc: BaseException) -> dict[str, Any]:
     """{exception, message, op, file, line, function} of an exception that ended the run; op and
@@ -25,8 +27,6 @@ def run_ended(exc: BaseException) -> dict[str, Any]:
         "line": None,
         "function": None,
     }
-    from ..backend.runtime.source import is_user_file
-
     tb = exc.__traceback__
     while tb is not None:  # outermost first: the last user frame and the last op win
         frame = tb.tb_frame

@@ -3,23 +3,18 @@ own work, and find the steps of a run captured whole from its record_function ma
 
 from __future__ import annotations
 
-import os
+import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ..importers.pystacks import parse_frame
+from ..vocab.frames import is_own_file, is_user_file
 from .link import inside_spans, step_of
 
 SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
-# The project's own code (the one neuron_explorer package): never a user frame.
-OWN_PACKAGES = ("neuron_explorer",)
-OWN_DIRS = tuple(str(Path(__file__).resolve().parents[2] / d) + os.sep for d in OWN_PACKAGES)
-# torch.profiler trims a python event's file to be relative to the sys.path entry it lies under,
-# so in a checkout on sys.path the backend's frames read "neuron_explorer/backend/....py(10): f".
-OWN_RELATIVE = tuple(d + "/" for d in OWN_PACKAGES)
 
 
 def column_array(table: pa.Table, name: str) -> np.ndarray:
@@ -115,18 +110,11 @@ def steps_from_markers(host: pa.Table) -> pa.Table:
     )
 
 
-def is_own_file(file: str | None) -> bool:
-    """A file of this project's backend or explorer packages: never a user frame."""
-    return file is not None and file.startswith(OWN_DIRS + OWN_RELATIVE)
-
-
 def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa.Table]:
     """Stacks lose the backend's and explorer's frames; an event whose innermost user frame
     was one of them takes the next user frame of its stack instead (or none)."""
     if not stacks.num_rows:
         return events, stacks
-    from ..importers.pystacks import is_user_file
-
     files = column_list(stacks, "file")
     own = np.array([is_own_file(f) for f in files], dtype=bool)
     if not own.any() and not any(is_own_file(f) for f in column_list(events, "src_file")):
@@ -178,9 +166,11 @@ def drop_own_frames(host: pa.Table) -> pa.Table:
     return host.filter(pa.array(~with_descendants(host, own)))
 
 
+@functools.lru_cache(maxsize=65536)
 def _is_own_python_event(name: str) -> bool:
-    """A python event "FILE(LINE): FUNC" whose FILE is the project's own code."""
-    return name.startswith(OWN_RELATIVE) or any(d in name for d in OWN_DIRS)
+    """A python event "FILE(LINE): FUNC" whose FILE is the project's own code (by its path:
+    torch.profiler trims it to "neuron_explorer/backend/....py" in a checkout on sys.path)."""
+    return is_own_file(parse_frame(name).file)
 
 
 def with_descendants(host: pa.Table, mask: np.ndarray) -> np.ndarray:

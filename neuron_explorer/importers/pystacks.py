@@ -12,30 +12,19 @@ names, so torch.profiler's instance names stand for them).
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from ..vocab import frames as vocab_frames
 from .nesting import NONE, nearest
 
 # "path/to/file.py(123): func" as written by torch.profiler
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 BUILTIN_FILE = "<built-in>"
 
-# Top-level packages whose frames are never the user's line.
-LIBRARY_ROOTS = frozenset(
-    {
-        "torch", "torchvision", "torchaudio", "torchtext", "functorch", "triton", "numpy",
-        "transformers", "accelerate", "datasets", "tokenizers", "deepspeed", "apex", "fairscale",
-        "lightning", "pytorch_lightning", "timm", "tqdm", "typing_extensions",
-        "neuron_explorer", "importlib", "_pytest", "pytest", "pluggy",
-    }
-)  # fmt: skip
-_LIB_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/")
 MODULE_PREFIX = "nn.Module: "
-TORCH_ROOTS = frozenset({"torch", "functorch", "triton"})
 
 
 @dataclass(frozen=True)
@@ -52,32 +41,14 @@ def parse_frame(name: str) -> Frame:
     return Frame(m["file"], int(m["line"]), m["func"])
 
 
-def is_user_file(file: str) -> bool:
-    """True for a file the user wrote: not torch, not an installed package, not the stdlib."""
-    if file.startswith("<"):
-        return False
-    norm = file.replace("\\", "/")
-    if any(m in norm for m in _LIB_MARKERS):
-        return False
-    root = norm.lstrip("/").split("/", 1)[0]
-    root = root[:-3] if root.endswith(".py") else root
-    return root not in LIBRARY_ROOTS and root not in sys.stdlib_module_names
-
-
 def scope_of(file: str, func: str = "") -> str:
-    """Whose code a trace frame is: user, library, torch, stdlib, builtin or module (an
-    `nn.Module: X` frame of with_modules); by its path, as torch.profiler wrote it."""
+    """Whose code a trace frame is: the vocabulary's scope of its path (vocab/frames.py: user,
+    library, torch, stdlib, own), or builtin, or module (an `nn.Module: X` frame of
+    with_modules). torch.profiler's own frames are torch's here: a trace shows them."""
     if file == BUILTIN_FILE:
         return "module" if func.startswith(MODULE_PREFIX) else "builtin"
-    if is_user_file(file):
-        return "user"
-    norm = file.replace("\\", "/")
-    root = norm.lstrip("/").split("/", 1)[0]
-    if "/torch/" in norm or root in TORCH_ROOTS:
-        return "torch"
-    if any(m in norm for m in _LIB_MARKERS[:2]) or root in LIBRARY_ROOTS:
-        return "library"
-    return "stdlib"
+    scope = vocab_frames.scope_of(file)
+    return vocab_frames.TORCH if scope == vocab_frames.PROFILER else scope
 
 
 @dataclass(frozen=True)

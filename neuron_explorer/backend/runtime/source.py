@@ -1,39 +1,23 @@
 """Where a runtime call came from: its whole Python stack (interned) and the innermost user frame.
 
-A frame's scope is decided once per code object, by the PATH of its file: our own package
-(the installed neuron_explorer directory, never a frame), torch (the profiler's own frames are
-dropped like ours), the standard library, a library (site-packages / dist-packages), else the
-user's. So a user package named `backend` or `web` is the user's. See docs/format.md.
+A frame's scope is decided once per code object, by the PATH of its file (vocab/frames.py: our
+own package, never a frame; torch, whose profiler's own frames are dropped like ours; the
+standard library; a library; else the user's). See docs/format.md.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
 from types import FrameType
 
-import torch
-
 from neuron_explorer.backend.runtime import modules
+from neuron_explorer.vocab import frames
 
 OWN, TORCH, STDLIB, LIBRARY, USER = 0, 1, 2, 3, 4
 SCOPE_NAMES = {TORCH: "torch", STDLIB: "stdlib", LIBRARY: "library", USER: "user"}
-
-
-def _dir(p: str) -> str:
-    return os.path.normcase(os.path.realpath(p)) + os.sep
-
-
-_OWN_DIR = _dir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-_TORCH_DIR = _dir(os.path.dirname(torch.__file__))
-# torch.profiler's own frames (record_function, the profile context): the profiler, not the run
-_PROFILER_DIRS = (
-    _TORCH_DIR + "profiler" + os.sep,
-    _TORCH_DIR + os.path.join("autograd", "profiler"),
-)
-_STDLIB_DIRS = tuple({_dir(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")})
-_LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+# the vocabulary's scopes as codes: ours and torch.profiler's frames are never kept (0)
+_CODES = {frames.OWN: OWN, frames.PROFILER: OWN, frames.TORCH: TORCH, frames.STDLIB: STDLIB,
+          frames.LIBRARY: LIBRARY, frames.USER: USER}  # fmt: skip
 
 # Decisions by id(code): hashing a code object hashes its bytecode and constants every time
 # (CPython does not cache it), microseconds per frame; `_seen` keeps each code alive so that
@@ -51,21 +35,8 @@ _WRAPPED_CALL = modules.WRAPPED_CALL
 
 
 def scope_of_file(filename: str) -> int:
-    """The scope of a source file, by its path (OWN for ours and torch.profiler's)."""
-    if filename.startswith("<"):
-        if filename in ("<stdin>", "<string>"):
-            return USER
-        return STDLIB if filename.startswith("<frozen") else TORCH  # fx's <eval_with_key>
-    path = os.path.normcase(os.path.realpath(filename))
-    if path.startswith(_OWN_DIR):
-        return OWN
-    if path.startswith(_TORCH_DIR):
-        return OWN if path.startswith(_PROFILER_DIRS) else TORCH
-    if any(m in path for m in _LIBRARY_MARKERS):
-        return LIBRARY
-    if path.startswith(_STDLIB_DIRS):
-        return STDLIB
-    return USER
+    """The scope of a source file, by its path (vocab/frames.py; OWN for ours and torch.profiler's)."""
+    return _CODES[frames.scope_of(filename)]
 
 
 def is_user_file(filename: str) -> bool:
