@@ -190,8 +190,10 @@ class AnalysisContext:
     def _local(self, sql: str, tables: dict[str, Any] | None) -> Iterator[None]:
         """Check that `sql` only reads, build the shared tables it names, and register the
         query's own `tables` for its duration."""
+        import duckdb
+
         for statement in self._con.extract_statements(sql):
-            if statement.type != duckdb_module().StatementType.SELECT:
+            if statement.type != duckdb.StatementType.SELECT:
                 raise ExplorerError(f"analysis queries only read: {statement.type.name} refused")
         self._prepare(sql)
         local = dict(tables or {})
@@ -344,12 +346,6 @@ class AnalysisContext:
         """Per step window (rank, start_ns): device idle time that overlaps explained host time,
         which the more specific rules (compile, fallback, sync, data loading) report."""
         return self.arrow("SELECT * FROM explained_idle ORDER BY rank, start_ns")
-
-
-def duckdb_module():
-    import duckdb
-
-    return duckdb
 
 
 _FACT_NAME = re.compile(r"\b(" + "|".join(sorted(facts.TABLES, key=len, reverse=True)) + r")\b")

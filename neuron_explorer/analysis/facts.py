@@ -42,13 +42,14 @@ LAUNCH_MIN_IDLE_SHARE = 0.30
 # at least this many host ops inside one Optimizer.step span and no _foreach_/_fused_ op.
 OPTIMIZER_MIN_OPS_PER_STEP = 32  # a few ops per parameter for a model of 16+ parameters
 # Host runtime calls that set the device up rather than drive it: context creation, stream
-# and event creation, memory reservation, module loading. Device idle while the host is in
-# one is start-up (CUDA context, cuDNN handles, the caching allocator's first growth), which
-# the fixes for idle gaps do not remove.
+# creation, memory reservation, module loading (not the queries torch makes on every op, such
+# as cudaGetDevice or cudaDeviceGetStreamPriorityRange, whose first call alone creates the
+# context, before any device work). Device idle while the host is in one is start-up (CUDA
+# context, cuDNN handles, the caching allocator's first growth), which the fixes for idle gaps
+# do not remove.
 SETUP_RUNTIME_LIKE = (
-    "cudaFree", "cudaMalloc%", "cudaHostAlloc", "cudaStreamCreate%", "cudaEventCreate%",
-    "cudaDeviceGetStreamPriorityRange", "cudaGetDevice%", "cudaSetDevice", "cuInit",
-    "cuModuleLoad%", "cuCtxCreate%", "cuDevicePrimaryCtxRetain", "hipFree", "hipMalloc%",
+    "cudaFree", "cudaMalloc%", "cudaHostAlloc", "cudaStreamCreate%", "cuModuleLoad%",
+    "cuCtxCreate%", "cuDevicePrimaryCtxRetain", "cuInit", "hipFree", "hipMalloc%",
     "hipStreamCreate%", "hipHostMalloc", "hipModuleLoad%",
 )  # fmt: skip
 # a kernel launch this long loads its module on first use (CUDA's lazy loading: seconds); a

@@ -61,7 +61,7 @@ class DeviceIdleGaps(Rule[Gaps]):
     MIN_GAP_NS count, less the time the host spends in them compiling, falling back, syncing or
     loading data, and less the gaps of launch-bound steps (the rules for those causes report
     that time), and less the time the host spends in them setting the device up (runtime calls
-    that create the context, streams and events, reserve memory or load modules, or a kernel
+    that create the context or streams, reserve memory or load modules, or a kernel
     launch of 10 ms or more, which loads its module: CUDA and cuDNN start-up, which these fixes
     do not remove; facts.SETUP_RUNTIME_LIKE); report when the rest adds up to at least
     MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
