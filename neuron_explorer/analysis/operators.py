@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..model.profile import Profile
+from ..vocab.device_spec import SpecFigures
 from ..vocab.kinds import LAUNCHED_KINDS
 from .columns import Columns, children_ns, group_sum, groups
 from .page import PageModel, is_modeled
@@ -85,12 +86,8 @@ def top_host_ops(table: pa.Table, by: str, n: int) -> pa.Table:
 
 def device_peaks(spec: dict[str, Any] | None) -> tuple[float | None, float | None]:
     """(peak FLOP/s, memory bytes/s) of a manifest's device_spec (a DeviceSpec.to_dict())."""
-    if not spec:
-        return None, None
-    num = {k: float(v) for k, v in spec.items() if isinstance(v, (int, float))}
-    flops = num.get("peak_flops_bf16") or num.get("peak_flops")
-    bw = num.get("memory_bytes_per_s") or num.get("hbm_bytes_per_s")
-    return flops, bw
+    figures = SpecFigures.from_dict(spec)
+    return figures.peak_flops_bf16, figures.memory_bytes_per_s or figures.hbm_bytes_per_s
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
+from ..vocab.kinds import FRAMEWORK_KINDS, NEURON_DEVICE_KINDS, NEURON_HOST_KINDS
 from .attribution import Attribution, Attributor
 from .clock import Call, HostClock
 from .host import (
@@ -32,9 +33,8 @@ from .host import (
 from .link import innermost_parents, step_of
 
 DEVICE = "neuron:0"
-HOST_KINDS = frozenset({"compile", "runtime", "fallback", "sync", "copy"})
-DEVICE_KINDS = frozenset({"kernel", "instruction", "dma", "collective"})
-FRAMEWORK_KINDS = ("op", "annotation")  # what a runtime call's launching op can be
+HOST_KINDS = frozenset(NEURON_HOST_KINDS)
+DEVICE_KINDS = frozenset(NEURON_DEVICE_KINDS)
 
 
 @dataclass(frozen=True)
