@@ -29,18 +29,8 @@ __all__ = [
 def findings_document(
     profile: Profile, findings: list[Finding], ids: Iterable[str] | None = None
 ) -> dict:
-    """The findings as the one JSON document `analyze --json` prints (docs/agents.md)."""
-    from .context import context
+    """The findings as the one JSON document `analyze --json` prints (docs/agents.md):
+    runner.findings_report's."""
+    from .runner import findings_report
 
-    ctx = context(profile)
-    with ctx.lock:
-        steps = ctx.steps().num_rows if ctx.has_steps else 0
-        total = ctx.total_step_ns
-    return {
-        "profile": str(profile.path),
-        "source": profile.manifest.source,
-        "total_step_ns": total,
-        "steps": steps,
-        "rules_run": sorted(ids) if ids is not None else sorted(all_rules()),
-        "findings": [f.to_dict() for f in findings],
-    }
+    return findings_report(profile, ids, findings).to_dict()

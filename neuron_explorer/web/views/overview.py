@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
+from neuron_explorer.analysis.overview import summary_page
 from neuron_explorer.analysis.page import is_modeled, plain
 from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
+
+from .source import with_file_ids
 
 
 def step_stats(profile: Profile) -> dict[str, Any]:
@@ -20,6 +25,21 @@ def step_stats(profile: Profile) -> dict[str, Any]:
         "step_ns_median": int(st.median_ns) if st else None,
         "per_step": [] if st is None else [plain(s) for s in st.per_step],
     }
+
+
+def summary_json(
+    profile: Profile,
+    devices: list[str],
+    summary: dict[str, Any] | None,
+    findings: list[dict[str, Any]] | None,
+    ops: pa.Table,
+    lines: pa.Table,
+) -> dict[str, Any]:
+    """The summary page: analysis.overview.summary_page, its top lines with file ids (the
+    findings come with theirs)."""
+    doc = summary_page(profile, devices, summary, findings, ops, lines).to_dict()
+    with_file_ids(doc["top_lines"])
+    return doc
 
 
 def devices(profile: Profile) -> list[str]:

@@ -74,7 +74,7 @@ function gpuSummary(d) {
   mount(
     h("h1", {}, profile, h("span", { class: "note" }, `  ${d.manifest.source} · ${d.devices.join(", ")} · measured GPU times`)),
     h("div", { class: "cards", id: "gpu-cards" },
-      card("Steps", String(d.steps.steps || (s.step_stats ? s.step_stats.count : 0)), !d.steps.steps ? "no ProfilerStep spans"
+      card("Steps", String((d.steps && d.steps.count) || (s.step_stats ? s.step_stats.count : 0)), !d.steps ? "no ProfilerStep spans"
         : s.step_stats && (s.step_stats.partial_last_steps || []).length ? "the last step is partial (the profiler stopped in it)" : ""),
       card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
       card("GPU compute", fmtPct(share(part("device_compute_ns"))), fmtNs(part("device_compute_ns"))),
@@ -141,7 +141,7 @@ run(async () => {
   mount(
     h("h1", {}, profile, h("span", { class: "note" }, `  ${d.manifest.source} · ${d.devices.join(", ") || "host only"}${d.manifest.device_spec ? " · " + (d.manifest.device_spec.name || "") + " (modeled)" : ""}`)),
     h("div", { class: "cards" },
-      card("Steps", String(d.steps.steps || (s.step_stats ? s.step_stats.count : 0)), !d.steps.steps ? "no ProfilerStep spans"
+      card("Steps", String((d.steps && d.steps.count) || (s.step_stats ? s.step_stats.count : 0)), !d.steps ? "no ProfilerStep spans"
         : s.step_stats && (s.step_stats.partial_last_steps || []).length ? "the last step is partial (the profiler stopped in it)" : ""),
       card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
       b.device_compute_ns !== null ? card("Device compute" + modeled, fmtPct(share(b.device_compute_ns)), fmtNs(b.device_compute_ns)) : null,

@@ -1,0 +1,83 @@
+"""The summary page: the manifest's facts, the devices, the step statistics, the analysis
+summary, the top findings, ops and lines of one profile, assembled from the page models the
+other pages show (the web caches each part per profile)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..model.profile import Profile
+from .lines import hot_lines
+from .operators import operators_page
+from .page import PageModel, is_modeled
+from .steps import StepStats, profile_steps
+
+TOP_FINDINGS = 5
+TOP_OPS = 10
+TOP_LINES = 10
+
+
+@dataclass(frozen=True)
+class ManifestInfo:
+    """What the manifest says of the run: producer, torch, host, ranks, device spec, counts."""
+
+    source: str
+    producer: str
+    torch_version: str
+    host: str
+    ranks: tuple[int, ...]
+    device_spec: dict[str, Any] | None
+    devices: tuple[dict[str, Any], ...]  # a Kineto trace's deviceProperties
+    row_counts: dict[str, int]
+    inputs: tuple[str, ...]
+
+
+def manifest_info(profile: Profile) -> ManifestInfo:
+    m = profile.manifest
+    return ManifestInfo(m.source, m.producer, m.torch_version, m.host, tuple(m.ranks),
+                        m.device_spec, tuple(m.devices), dict(m.row_counts), tuple(m.inputs))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SummaryPage(PageModel):
+    """One profile at a glance. `summary` is analysis.summary's Summary.to_dict() and
+    `findings` its top findings, None until the analysis has run."""
+
+    manifest: ManifestInfo
+    device_time_modeled: bool
+    devices: tuple[str, ...]  # devices that ran work
+    steps: StepStats | None
+    summary: dict[str, Any] | None
+    findings: tuple[dict[str, Any], ...] | None
+    findings_total: int | None
+    top_ops: tuple[dict[str, Any], ...]
+    top_lines: tuple[dict[str, Any], ...]
+
+
+def summary_page(
+    profile: Profile,
+    devices: Sequence[str],
+    summary: dict[str, Any] | None,
+    findings: Sequence[dict[str, Any]] | None,
+    ops: pa.Table,
+    lines: pa.Table,
+) -> SummaryPage:
+    """The summary page of `profile` from its parts: the devices that ran work, the summary,
+    the ranked findings (dicts), the operator table and the line table."""
+    modeled = is_modeled(profile)
+    top_ops = operators_page(ops, profile.manifest.device_spec, modeled, TOP_OPS).operators
+    return SummaryPage(
+        manifest=manifest_info(profile),
+        device_time_modeled=modeled,
+        devices=tuple(devices),
+        steps=profile_steps(profile),
+        summary=summary,
+        findings=None if findings is None else tuple(findings[:TOP_FINDINGS]),
+        findings_total=None if findings is None else len(findings),
+        top_ops=top_ops,
+        top_lines=tuple(hot_lines(lines, TOP_LINES)),
+    )
