@@ -8,7 +8,9 @@ import functools
 import html
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, HTMLResponse
@@ -69,14 +71,15 @@ def create_app(
     return app
 
 
-def _add_json(app: FastAPI, path: str, endpoint, service: Service) -> None:
+def _add_json(app: FastAPI, path: str, endpoint: Callable[..., Any], service: Service) -> None:
     """Mount `endpoint(service, **params)` at `path`: FastAPI reads the parameters after the
     service from the function's own signature (queries, their bounds and defaults)."""
     bound = functools.partial(endpoint, service)
     app.add_api_route(path, bound, methods=["GET"], name=endpoint.__name__)
 
 
-def _html_route(page: Page, service: Service):  # a route function for one page's shell
+def _html_route(page: Page, service: Service) -> Callable[..., HTMLResponse]:
+    """The route of one page's HTML shell, taking the path's parameters by name."""
     params = re.findall(r"{(\w+)}", page.path)
 
     def route(**values: str) -> HTMLResponse:
