@@ -79,7 +79,12 @@ class _Host:
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    enc = pc.dictionary_encode(col.cast(pa.string())).combine_chunks()
+    """Each row's code into the distinct values (-1 for null): the file's own dictionary when
+    the column is dictionary-encoded, as the schema writes strings."""
+    if pa.types.is_dictionary(col.type):
+        enc = col.unify_dictionaries().combine_chunks() if col.num_chunks else col.combine_chunks()
+    else:
+        enc = pc.dictionary_encode(col.cast(pa.string())).combine_chunks()
     codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, [str(x) for x in enc.dictionary.to_pylist()]
 
@@ -88,15 +93,17 @@ def _rows_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Row of each wanted id among `ids`, or -1."""
     if len(ids) == 0:
         return np.full(len(wanted), -1, dtype=np.int64)
-    order = np.argsort(ids, kind="stable")
+    # ids are written in order; sorting is needed only for a profile that was not
+    order = (
+        np.arange(len(ids)) if bool(np.all(ids[1:] > ids[:-1])) else np.argsort(ids, kind="stable")
+    )
     pos = np.clip(np.searchsorted(ids[order], wanted), 0, len(ids) - 1)
     return np.where((wanted >= 0) & (ids[order][pos] == wanted), order[pos], -1)
 
 
 def _host_events(profile: Profile) -> _Host:
     t = profile.table("events", columns=["id", "parent_id", "kind", "name", "dur_ns", "stack_id",
-                                         "module", "layer"])  # fmt: skip
-    t = t.filter(pc.equal(t.column("layer").cast(pa.string()), "host"))
+                                         "module"], filter=pc.field("layer") == "host")  # fmt: skip
     ids = t.column("id").to_numpy()
     dur = np.maximum(t.column("dur_ns").fill_null(0).to_numpy(), 0)
     kind, kinds = _codes(t.column("kind"))
@@ -158,10 +165,11 @@ class _Nodes:
         `kind` is each row's kind code into `kinds`, a node takes its first row's."""
         if len(parents) == 0:
             return np.zeros(0, dtype=np.int64)
-        keys = np.stack([parents, names])
-        uniq, first, inv = np.unique(keys, axis=1, return_index=True, return_inverse=True)
-        made = [self.get(int(p), labels[int(n)], kinds[int(kind[f])])
-                for (p, n), f in zip(uniq.T, first, strict=True)]  # fmt: skip
+        width = len(labels) + 1  # one int64 key per pair: a 1-D unique is a hash, not a sort
+        uniq, first, inv = np.unique(parents * width + names, return_index=True,
+                                     return_inverse=True)  # fmt: skip
+        made = [self.get(int(k // width), labels[int(k % width)], kinds[int(kind[f])])
+                for k, f in zip(uniq, first, strict=True)]  # fmt: skip
         return np.array(made, dtype=np.int64)[inv.reshape(-1)]
 
 
