@@ -1,110 +1,22 @@
-"""One event in full: its columns, the ops around it, its flow partners (the launching call or
-the device work it caused) and the source line it belongs to."""
+"""The event view: neuron_explorer.analysis.events computes it; this adds the web's file ids
+(a stack frame without a line, a builtin, links nowhere)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from . import fetch_dicts
-from .source import file_id
+from neuron_explorer.analysis.events import event_detail
 
-_COLS = (
-    "id, rank, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
-    "CAST(name AS VARCHAR) AS name, CAST(track AS VARCHAR) AS track, "
-    "CAST(device AS VARCHAR) AS device, start_ns, dur_ns, parent_id, flow_id, step, stack_id, "
-    "CAST(src_file AS VARCHAR) AS src_file, src_line, CAST(src_func AS VARCHAR) AS src_func, "
-    "CAST(op_name AS VARCHAR) AS op_name, shapes, dtypes, flops, bytes_read, bytes_written, args, "
-    "CAST(module AS VARCHAR) AS module, CAST(model_file AS VARCHAR) AS model_file, model_line"
-)
-_BRIEF = (
-    "id, parent_id, rank, CAST(device AS VARCHAR) AS device, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
-    "CAST(name AS VARCHAR) AS name, CAST(track AS VARCHAR) AS track, start_ns, dur_ns, "
-    "CAST(src_file AS VARCHAR) AS src_file, src_line"
-)
-
-
-def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    return fetch_dicts(con, sql, params)
-
-
-def _link(row: dict[str, Any]) -> dict[str, Any] | None:
-    if row.get("src_file") and row.get("src_line"):
-        return {"file": row["src_file"], "file_id": file_id(row["src_file"]),
-                "line": row["src_line"]}  # fmt: skip
-    return None
+from .source import with_file_ids
 
 
 def event_json(con, event_id: int) -> dict[str, Any] | None:
-    found = _rows(con, f"SELECT {_COLS} FROM events WHERE id = ?", [event_id])
-    if not found:
+    found = event_detail(con, event_id)
+    if found is None:
         return None
-    ev = found[0]
-    try:
-        ev["args"] = json.loads(ev["args"]) if ev["args"] else {}
-    except ValueError:
-        pass
-    ancestors = _rows(
-        con,
-        f"WITH RECURSIVE chain(pid, lvl) AS (SELECT CAST(? AS BIGINT), 0 UNION ALL "
-        f"SELECT e.parent_id, c.lvl + 1 FROM chain c JOIN events e ON e.id = c.pid "
-        f"WHERE c.lvl < 32 AND c.pid IS NOT NULL) "
-        # level 0 is the direct parent: the chain starts from it, not from the event itself
-        f"SELECT {_BRIEF}, c.lvl FROM chain c JOIN events e ON e.id = c.pid ORDER BY c.lvl",
-        [ev["parent_id"]],
-    ) if ev["parent_id"] is not None else []  # fmt: skip
-    children = _rows(
-        con,
-        f"SELECT {_BRIEF} FROM events WHERE parent_id = ? ORDER BY start_ns LIMIT 50",
-        [event_id],
-    )
-    flows = (
-        # the other ends of the flow, not this event's own children (a kernel's DMAs share it)
-        _rows(
-            con,
-            f"SELECT {_BRIEF} FROM events WHERE flow_id = ? AND id <> ? "
-            "AND parent_id IS DISTINCT FROM ? ORDER BY start_ns LIMIT 50",
-            [ev["flow_id"], event_id, event_id],
-        )
-        if ev["flow_id"] is not None
-        else []
-    )
-    flows += _collective_peers(con, ev)
-    # the line: its own, else its launch's, else the nearest enclosing event's that has one
-    source = _link(ev)
-    for other in (*flows, *ancestors):
-        if source:
-            break
-        source = _link(other)
-    return {"event": ev, "ancestors": ancestors, "children": children, "flows": flows,
-            "source": source, "stack": _stack(con, ev["stack_id"])}  # fmt: skip
-
-
-def _collective_peers(con, ev: dict[str, Any]) -> list[dict[str, Any]]:
-    """The same collective on the other ranks of its group (neuron captures name each by its
-    group and number in args), so each rank's side links to the others'."""
-    args = ev.get("args")
-    if ev.get("kind") != "collective" or not isinstance(args, dict) or "seq" not in args:
-        return []
-    return _rows(
-        con,
-        f"SELECT {_BRIEF} FROM events WHERE kind = 'collective' AND layer = 'device' "
-        "AND rank <> ? AND json_extract_string(args, '$.group') = ? "
-        "AND CAST(json_extract(args, '$.seq') AS BIGINT) = ? ORDER BY rank LIMIT 64",
-        [ev["rank"], str(args.get("group", "")), int(args["seq"])],
-    )
-
-
-def _stack(con, stack_id: int | None) -> list[dict[str, Any]]:
-    """The event's whole Python stack, innermost first, each frame linked to the source view."""
-    if stack_id is None:
-        return []
-    frames = _rows(
-        con,
-        "SELECT depth, CAST(file AS VARCHAR) AS file, line, CAST(function AS VARCHAR) AS function, "
-        "CAST(scope AS VARCHAR) AS scope FROM stacks WHERE stack_id = ? ORDER BY depth LIMIT 200",
-        [stack_id],
-    )
-    for f in frames:
-        f["file_id"] = file_id(f["file"]) if f["line"] is not None else None
-    return frames
+    doc = found.to_dict()
+    with_file_ids([doc["source"], doc["stack"]])
+    for frame in doc["stack"]:
+        if frame["line"] is None:
+            frame["file_id"] = None
+    return doc
