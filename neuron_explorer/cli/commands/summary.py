@@ -98,9 +98,8 @@ def _pct(part: float | None, whole: float) -> str:
 
 def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     from rich.console import Console
-    from rich.table import Table
 
-    from ..tables import fit_table, wrap_parts
+    from ..tables import wrap_parts
 
     c = Console()
     head = [f"[bold]{s.profile}[/]  source {s.source}", f"ranks {list(s.ranks)}",
@@ -108,57 +107,16 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     c.print(wrap_parts(c.width, head), highlight=False, soft_wrap=True)
     if s.run_ended:
         c.print(f"[bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
-    if s.step_stats:
-        st = s.step_stats
-        per_step = [f"steps: {st.count}", f"time per step: mean {_ms(st.mean_ns)}",
-                    f"median {_ms(st.median_ns)}", f"min {_ms(st.min_ns)}", f"max {_ms(st.max_ns)}"]  # fmt: skip
-        c.print(wrap_parts(c.width, per_step), highlight=False, soft_wrap=True)
-        for rank, step in st.partial_last_steps:
-            c.print(
-                f"  the last step (rank {rank}, step {step}) is partial: the profiler stopped "
-                "during it; it is counted as recorded",
-                highlight=False,
-            )
-    else:
-        c.print("steps: none recorded (no ProfilerStep spans); the whole trace is one window")
+    _render_steps(c, s.step_stats)
     if s.devices:
         _render_devices(c, s.devices)
         if s.ranks_table is not None:
             _render_ranks(c, s.ranks_table)
     _render_breakdown(c, s.breakdown, len(s.ranks))
-    for title, table in (
-        ("Top host ops by self time", s.top_ops_self),
-        ("Top host ops by total time", s.top_ops_total),
-    ):
-        if table.num_rows:
-            ops = [(r["name"], f"{r['calls']:,}", _ms(r["self_ns"]), _ms(r["total_ns"]))
-                   for r in table.to_pylist()[:top]]  # fmt: skip
-            op_heads = ("op", "calls", "self", "total")
-            c.print(fit_table(c.width, op_heads, ops, title=title, right=(1, 2, 3)))
-    if s.top_kernels.num_rows:
-        heads = (
-            "kernel",
-            "device",
-            "type",
-            "calls",
-            "total",
-            "mean",
-            "share",
-        )  # HTA's kernel types
-        rows = [
-            (
-                r["name"],
-                r["device"],
-                {"communication": "comm"}.get(r.get("type") or "", r.get("type") or ""),
-                f"{r['calls']:,}",
-                _ms(r["total_ns"]),
-                _ms(r["mean_ns"]),
-                f"{100 * r['share']:.1f}%",
-            )
-            for r in s.top_kernels.to_pylist()[:top]
-        ]
-        c.print(fit_table(c.width, heads, rows, title="Top device kernels", right=range(3, 7)))
+    _render_top(c, s, top)
     if s.engines:
+        from rich.table import Table
+
         t = Table(title="Engine utilization (busy over step time)", title_justify="left")
         for h in ("rank", "engine", "busy", "utilization"):
             t.add_column(h, justify="left" if h == "engine" else "right")
@@ -169,30 +127,84 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
         mfu = "-" if s.mfu is None else f"{100 * s.mfu:.2f}%"
         mbu = "-" if s.mbu is None else f"{100 * s.mbu:.2f}%"
         c.print(f"MFU {mfu} (TensorE FLOP/s over bf16 peak), MBU {mbu} (HBM bytes/s over peak)")
-    r = s.readiness
-    if r is not None:
-        c.print("[bold]Trainium readiness[/]")
-        if s.run_ended:  # "none" below means none before the run died
-            c.print(f"  [bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
-        steady = "-" if r.steady_step_ns is None else _ms(r.steady_step_ns)
-        timing = [f"  compile {_ms(r.compile_ns)}", f"first step {_ms(r.first_step_ns)} vs "
-                  f"steady {steady} (median of the rest)"]  # fmt: skip
-        c.print(wrap_parts(c.width, timing, "; ", "    "), highlight=False, soft_wrap=True)
-        for title, table in (
-            ("CPU fallbacks", r.fallback_ops),
-            ("float64 downcasts", r.downcasts),
-            ("Recompiles", r.recompiles),
-            ("Host syncs in the step", r.syncs),
-        ):
-            if not table.num_rows:
-                c.print(f"  {title}: none")
-                continue
-            t = Table(title=f"  {title}", title_justify="left")
-            for h in table.column_names:
-                t.add_column(h, overflow="fold")
-            for row in table.to_pylist()[:top]:
-                t.add_row(*(_cell(k, v) for k, v in row.items()))
-            c.print(t)
+    if s.readiness is not None:
+        _render_readiness(c, s.readiness, s.run_ended, top)
+
+
+def _render_steps(c, st) -> None:  # analysis.steps.StepStats | None
+    from ..tables import wrap_parts
+
+    if not st:
+        c.print("steps: none recorded (no ProfilerStep spans); the whole trace is one window")
+        return
+    per_step = [f"steps: {st.count}", f"time per step: mean {_ms(st.mean_ns)}",
+                f"median {_ms(st.median_ns)}", f"min {_ms(st.min_ns)}", f"max {_ms(st.max_ns)}"]  # fmt: skip
+    c.print(wrap_parts(c.width, per_step), highlight=False, soft_wrap=True)
+    for rank, step in st.partial_last_steps:
+        c.print(
+            f"  the last step (rank {rank}, step {step}) is partial: the profiler stopped "
+            "during it; it is counted as recorded",
+            highlight=False,
+        )
+
+
+def _render_top(c, s, top: int) -> None:  # the top host ops and device kernels
+    from ..tables import fit_table
+
+    for title, table in (
+        ("Top host ops by self time", s.top_ops_self),
+        ("Top host ops by total time", s.top_ops_total),
+    ):
+        if table.num_rows:
+            ops = [(r["name"], f"{r['calls']:,}", _ms(r["self_ns"]), _ms(r["total_ns"]))
+                   for r in table.to_pylist()[:top]]  # fmt: skip
+            op_heads = ("op", "calls", "self", "total")
+            c.print(fit_table(c.width, op_heads, ops, title=title, right=(1, 2, 3)))
+    if not s.top_kernels.num_rows:
+        return
+    heads = ("kernel", "device", "type", "calls", "total", "mean", "share")  # HTA's kernel types
+    rows = [
+        (
+            r["name"],
+            r["device"],
+            {"communication": "comm"}.get(r.get("type") or "", r.get("type") or ""),
+            f"{r['calls']:,}",
+            _ms(r["total_ns"]),
+            _ms(r["mean_ns"]),
+            f"{100 * r['share']:.1f}%",
+        )
+        for r in s.top_kernels.to_pylist()[:top]
+    ]
+    c.print(fit_table(c.width, heads, rows, title="Top device kernels", right=range(3, 7)))
+
+
+def _render_readiness(c, r, run_ended, top: int) -> None:  # analysis.readiness.Readiness
+    from rich.table import Table
+
+    from ..tables import wrap_parts
+
+    c.print("[bold]Trainium readiness[/]")
+    if run_ended:  # "none" below means none before the run died
+        c.print(f"  [bold red]{run_ended_line(run_ended)}[/]", highlight=False)
+    steady = "-" if r.steady_step_ns is None else _ms(r.steady_step_ns)
+    timing = [f"  compile {_ms(r.compile_ns)}", f"first step {_ms(r.first_step_ns)} vs "
+              f"steady {steady} (median of the rest)"]  # fmt: skip
+    c.print(wrap_parts(c.width, timing, "; ", "    "), highlight=False, soft_wrap=True)
+    for title, table in (
+        ("CPU fallbacks", r.fallback_ops),
+        ("float64 downcasts", r.downcasts),
+        ("Recompiles", r.recompiles),
+        ("Host syncs in the step", r.syncs),
+    ):
+        if not table.num_rows:
+            c.print(f"  {title}: none")
+            continue
+        t = Table(title=f"  {title}", title_justify="left")
+        for h in table.column_names:
+            t.add_column(h, overflow="fold")
+        for row in table.to_pylist()[:top]:
+            t.add_row(*(_cell(k, v) for k, v in row.items()))
+        c.print(t)
 
 
 def _render_devices(c, devices) -> None:
