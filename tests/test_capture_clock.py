@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neuron_explorer.capture.clock import Call, HostClock
-from neuron_explorer.capture.link import innermost_parents, step_of
+from neuron_explorer.vocab.intervals import innermost_parents, step_of
 
 
 def _calls(spans):

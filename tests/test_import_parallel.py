@@ -136,7 +136,7 @@ def test_events_written_in_blocks_equal_a_sorted_write(tmp_path):
 def test_nesting_by_pointer_jumping_equals_the_sparse_table_descent(name):
     """Host nesting jumps pointers for as many rounds as the nesting is deep, then hands what
     is left to a sparse-table descent: both searches give the same containers on real traces."""
-    from neuron_explorer.importers import nesting
+    from neuron_explorer.vocab import intervals as nesting
 
     cols = kineto.load(TRACES[name], options=WHOLE).columns
     host = cols["layer"].indices.to_numpy(zero_copy_only=False) == 0

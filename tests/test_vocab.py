@@ -244,3 +244,26 @@ def test_the_backend_the_importer_and_capture_share_the_one_predicate():
         assert pystacks.scope_of(p) == (frames.TORCH if scope == frames.PROFILER else scope), p
         assert source.is_user_file(p) == frames.is_user_file(p) == (scope == frames.USER), p
         assert host.is_own_file(p) == (scope == frames.OWN), p
+
+
+def test_the_interval_algorithms_on_a_small_lane_by_hand():
+    import numpy as np
+
+    from neuron_explorer.vocab import intervals as iv
+
+    # one lane: [0,10) holds [2,5) which holds [3,4); [5,5) is an instant inside [0,10); [20,30)
+    start, end = np.array([0, 2, 3, 5, 20]), np.array([10, 5, 4, 5, 30])
+    lane = np.zeros(5, np.int64)
+    assert iv.nest(lane, start, end).tolist() == [-1, 0, 1, 0, -1]
+    parents = iv.nest(lane, start, end)
+    assert iv.depths(np.arange(5), parents, lane).tolist() == [0, 1, 2, 1, 0]
+    outer = np.array([True, False, False, False, True])
+    assert iv.nearest(parents, outer).tolist() == [-1, 0, 0, 0, -1]
+    assert iv.step_of(np.array([1, 25, 15]), np.array([20, 0]), np.array([30, 10]),
+                      np.array([7, 6])).tolist() == [6, 7, -1]  # fmt: skip
+    rows, s, e = iv.merge_arrays(lane, start, end)
+    assert (s.tolist(), e.tolist()) == ([0, 20], [10, 30])
+    windows = (np.zeros(2, np.int64), np.array([0, 5]), np.array([40, 25]))
+    assert iv.covered(np.zeros(2, np.int64), s, e, *windows).tolist() == [20, 10]
+    win, gs, gd = iv.gaps(np.zeros(2, np.int64), s, e, *windows, 5)
+    assert (win.tolist(), gs.tolist(), gd.tolist()) == ([0, 0, 1], [10, 30, 10], [10, 10, 10])

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..importers.pystacks import parse_frame
 from ..vocab.frames import is_own_file, is_user_file
-from .link import inside_spans, step_of
+from ..vocab.intervals import inside_spans, step_of
 
 SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
 

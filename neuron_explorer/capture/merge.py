@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
+from ..vocab.intervals import innermost_parents, step_of
 from ..vocab.kinds import FRAMEWORK_KINDS, NEURON_DEVICE_KINDS, NEURON_HOST_KINDS
 from .attribution import Attribution, Attributor
 from .clock import Call, HostClock
@@ -30,7 +31,6 @@ from .host import (
     drop_simulator_events,
     steps_from_markers,
 )
-from .link import innermost_parents, step_of
 
 DEVICE = "neuron:0"
 HOST_KINDS = frozenset(NEURON_HOST_KINDS)

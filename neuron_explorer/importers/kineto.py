@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import BadInputError
+from ..vocab.intervals import NONE, containing, nearest, nest
 from . import kineto_decode as kd
 from . import kineto_lanes as kl
 from . import pystacks
@@ -37,7 +38,6 @@ from .kineto_kinds import (
 )
 from .kineto_links import fwdbwd, launches
 from .kineto_memory import memory_counters
-from .nesting import NONE, containing, nearest, nest
 
 
 @dataclass

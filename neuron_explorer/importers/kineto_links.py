@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..vocab.intervals import NONE, nearest
 from .kineto_extract import Decoded
-from .nesting import NONE, nearest
 
 
 def launches(gpu_rows: np.ndarray, corr: pa.Array, is_dev: np.ndarray, n: int) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..vocab import frames as vocab_frames
-from .nesting import NONE, nearest
+from ..vocab.intervals import NONE, nearest
 
 # "path/to/file.py(123): func" as written by torch.profiler
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from neuron_explorer.model import Profile
 from neuron_explorer.vocab.engines import lane_order
+from neuron_explorer.vocab.intervals import depths  # deeper nesting than 64 draws at 64
 
 MAX_RECTS = 4000
 LONG_EVENTS = 20_000  # the longest events, kept in memory for every window
@@ -52,26 +53,6 @@ def _lane_sort_key(row: dict[str, Any]) -> tuple:
     host = row["layer"] == "host"
     order = (0, 0, (len(track), track)) if host else lane_order(track)
     return (row["rank"], not host, row["device"] or "", order)
-
-
-def _depths(ids: np.ndarray, parents: np.ndarray, lanes: np.ndarray) -> np.ndarray:
-    """Nesting depth of each event: parents on the same lane, resolved level by level."""
-    if len(ids) == 0:
-        return np.zeros(0, dtype=np.int32)
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    pos = np.clip(np.searchsorted(sorted_ids, parents), 0, len(ids) - 1)
-    pidx = np.where((parents >= 0) & (sorted_ids[pos] == parents), order[pos], -1)
-    pidx = np.where((pidx >= 0) & (lanes[np.maximum(pidx, 0)] == lanes), pidx, -1)
-    depth = np.zeros(len(ids), dtype=np.int32)
-    cur = pidx.copy()
-    for _ in range(64):  # deeper nesting than this is drawn at depth 64
-        has = cur >= 0
-        if not has.any():
-            break
-        depth += has
-        cur = np.where(has, pidx[np.maximum(cur, 0)], -1)
-    return depth
 
 
 def _lane_codes(con, table: pa.Table, lanes: pa.Table) -> pa.Table:
@@ -120,7 +101,7 @@ def build_index(profile: Profile, con) -> TimelineIndex:
         con.unregister("_ev")
         con.unregister("_lanes")
     lane_of = coded.column("lane").to_numpy()
-    depth = _depths(coded.column("id").to_numpy(), coded.column("parent_id").to_numpy(), lane_of)
+    depth = depths(coded.column("id").to_numpy(), coded.column("parent_id").to_numpy(), lane_of)
     max_depth = np.zeros(len(lane_rows), dtype=np.int32)
     np.maximum.at(max_depth, lane_of, depth)
     lanes = lanes.append_column("depth", pa.array(max_depth + 1, pa.int32()))
@@ -201,7 +182,7 @@ def window(
     total = t.num_rows
     ids = t.column("id").to_numpy()
     lane = t.column("lane").to_numpy()
-    depth = _depths(ids, t.column("parent_id").to_numpy(), lane)
+    depth = depths(ids, t.column("parent_id").to_numpy(), lane)
     start = t.column("start_ns").to_numpy()
     dur = t.column("dur_ns").to_numpy()
     ns_per_px = (end_ns - start_ns) / width_px
