@@ -170,6 +170,8 @@ def test_the_summary_gives_engines_in_lane_order():
     names = [e.engine for e in summary.engines]
     assert len(names) >= 4 and names == sorted(names, key=lane_order)
     assert names[0] == "TensorE" and names[-1] == "DMA"
+    page = (PACKAGE / "web" / "static" / "js" / "summary.js").read_text(encoding="utf-8")
+    assert "ENGINE_ORDER" not in page and "GpSimdE" not in page  # it keeps the server's order
 
 
 def test_a_manifest_reads_its_device_spec_back_by_attribute():

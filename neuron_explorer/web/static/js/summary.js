@@ -167,9 +167,7 @@ run(async () => {
     ], s.top_kernels, { compact: true })) : null,
   );
   breakdownChart(stepChart, s, modeled);
-  const ENGINE_ORDER = ["TensorE", "VectorE", "ScalarE", "GpSimdE"];
-  const engineKey = (e) => [e.rank, ENGINE_ORDER.includes(e.engine) ? ENGINE_ORDER.indexOf(e.engine) : 10 + (parseInt(e.engine.replace(/\D+/g, ""), 10) || 0)];
-  const engines = s.engines.slice().sort((a, b) => { const [x, y] = [engineKey(a), engineKey(b)]; return x[0] - y[0] || x[1] - y[1]; });
+  const engines = s.engines; // by rank, in the engines' order (the server's: vocab/engines.py)
   const util = engines.length ? engines.map((e) => [`${e.rank ? "r" + e.rank + " " : ""}${e.engine}`, e.utilization])
     : s.devices.map((x) => [`${x.rank ? "r" + x.rank + " " : ""}${x.device}`, x.window_ns ? x.busy_ns / b.steps_ns : 0]);
   if (util.length) {
