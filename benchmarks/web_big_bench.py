@@ -1,0 +1,140 @@
+"""The web UI on the profile of a 1 GB Kineto trace (issue 17, "Large profiles"): the import,
+then against a fresh server with an empty analysis cache: the first page (summary JSON) and the
+timeline's first view, timeline windows, find, the memory track, the call tree, a source line's
+events. Times are wall clock, with the server's CPU time beside the cold ones.
+
+    .venv/bin/python benchmarks/web_big_bench.py [--mb 1000] [--windows 30]
+
+The trace is written by benchmarks/big_trace.py into benchmarks/data/ (ignored by git) and
+imported there once; delete benchmarks/data/cuda_<MB>mb* to start again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from big_trace import write  # noqa: E402
+from web_bench import _ms, _start_server, _timed  # noqa: E402
+
+
+def _prepare(mb: int) -> tuple[Path, list[tuple[str, str]]]:
+    rows = []
+    trace = HERE / "data" / f"cuda_{mb}mb.pt.trace.json"
+    prof = HERE / "data" / f"cuda_{mb}mb"
+    if not trace.exists():
+        events, s = write(trace, mb)
+        rows.append(
+            (
+                "trace written (big_trace.py)",
+                f"{trace.stat().st_size / 1e6:.0f} MB, {events:,} JSON events, {s:.0f} s",
+            )
+        )
+    if not (prof / "manifest.json").exists():
+        shutil.rmtree(prof, ignore_errors=True)
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "neuron_explorer", "import", str(trace), "-o", str(prof)],
+            check=True,
+        )
+        rows.append(("import (neuron-explorer import)", f"{time.perf_counter() - t0:.1f} s"))
+    return prof, rows
+
+
+def _windows(c: httpx.Client, name: str, extent: tuple[int, int], n: int) -> list[float]:
+    rnd = random.Random(0)
+    span = extent[1] - extent[0]
+    out = []
+    for _ in range(n):
+        width = int(span * rnd.uniform(0.001, 0.05))
+        s = extent[0] + rnd.randrange(max(1, span - width))
+        url = f"/api/p/{name}/timeline?start_ns={s}&end_ns={s + width}&width_px=1500"
+        out.append(_ms(lambda url=url: c.get(url))[0])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=1000)
+    ap.add_argument("--windows", type=int, default=30)
+    args = ap.parse_args()
+    prof, rows = _prepare(args.mb)
+    cache = Path(tempfile.mkdtemp(prefix="web-big-cache-"))
+    name = prof.name
+    proc, base = _start_server(prof, cache)  # serving one profile: it is named by its folder
+    try:
+        with httpx.Client(base_url=base, timeout=600) as c:
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}"))
+            events = r.json()["manifest"]["row_counts"]["events"]
+            rows.append((f"first page: summary JSON, cold ({events:,} events)", t))
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
+            ext = r.json()["extent"]
+            rows.append(("timeline, first view (whole profile, cold: index built)", t))
+            lat = _windows(c, name, (ext["start_ns"], ext["end_ns"]), args.windows)
+            q = statistics.quantiles(lat, n=20)
+            rows.append((f"timeline window (0.1-5% of the profile, 1500 px), p50 of {args.windows}",
+                         f"{statistics.median(lat):.0f} ms (p95 {q[18]:.0f})"))  # fmt: skip
+            for label, params in (("find 'addmm' (substring)", {"q": "addmm"}),
+                                  ("find /^aten::(relu|add_)$/ (regex)", {"q": "^aten::(relu|add_)$", "regex": "true"})):  # fmt: skip
+                t, r = _timed(proc, lambda p=params: c.get(f"/api/p/{name}/search", params=p))
+                again = statistics.median(
+                    _ms(lambda p=params: c.get(f"/api/p/{name}/search", params=p))[0]
+                    for _ in range(3)
+                )
+                rows.append(
+                    (
+                        f"{label}: {r.json()['total']:,} matches, first / p50 of 3",
+                        f"{t} / {again:.0f} ms",
+                    )
+                )
+            span = ext["end_ns"] - ext["start_ns"]
+            s = ext["start_ns"] + span // 3
+            t, r = _timed(
+                proc,
+                lambda: c.get(
+                    f"/api/p/{name}/counters",
+                    params={"start_ns": s, "end_ns": s + span // 50, "width_px": 1500},
+                ),
+            )
+            drawn = sum(len(k["ts_ns"]) for k in r.json()["counters"])
+            rows.append((f"memory track of a 2% window ({drawn} buckets drawn)", t))
+            t, r = _timed(
+                proc,
+                lambda: c.get(
+                    f"/api/p/{name}/counters",
+                    params={"start_ns": ext["start_ns"], "end_ns": ext["end_ns"], "width_px": 1500},
+                ),
+            )
+            rows.append(("memory track of the whole profile", t))
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/calltree"))
+            rows.append((f"call tree, cold ({len(r.json()['nodes'])} nodes)", t))
+            rows.append(
+                ("call tree, warm", f"{_ms(lambda: c.get(f'/api/p/{name}/calltree'))[0]:.0f} ms")
+            )
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/operators"))
+            rows.append(("operators page JSON, first", t))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(cache, ignore_errors=True)
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"| measure | result |   (load average {' '.join(load)})\n|---|---|")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
