@@ -8,6 +8,7 @@ import functools
 import html
 import inspect
 import re
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,20 @@ def _add_json(app: FastAPI, path: str, endpoint: Callable[..., Any], service: Se
     """Mount `endpoint(service, **params)` at `path`: FastAPI reads the parameters after the
     service from the function's own signature (queries, their bounds and defaults)."""
     bound = functools.partial(endpoint, service)
+    bound.__signature__ = _resolved_signature(endpoint)  # type: ignore[attr-defined]
     app.add_api_route(path, bound, methods=["GET"], name=endpoint.__name__)
+
+
+def _resolved_signature(endpoint: Callable[..., Any]) -> inspect.Signature:
+    """The endpoint's signature after its first parameter (the service), with every annotation
+    evaluated: route modules name `Service` only for type checkers, and FastAPI, failing to
+    evaluate one annotation, would leave all of them unresolved (the response model and the
+    OpenAPI document need them)."""
+    hints = typing.get_type_hints(endpoint, localns={"Service": Service}, include_extras=True)
+    sig = inspect.signature(endpoint)
+    params = [p.replace(annotation=hints.get(p.name, p.annotation))
+              for p in list(sig.parameters.values())[1:]]  # fmt: skip
+    return sig.replace(parameters=params, return_annotation=hints.get("return", sig.empty))
 
 
 def _html_route(page: Page, service: Service) -> Callable[..., HTMLResponse]:
