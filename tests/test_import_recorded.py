@@ -72,7 +72,7 @@ def test_source_lines_point_at_the_user_code(recorded):
         "events", ["src_file", "src_line", "src_func"], filter=pc.field("name") == "aten::addmm"
     ).to_pylist()
     assert len(addmm) == 2 * ACTIVE  # two Linear layers per step
-    # torch.profiler's python events give a function's def line (DESIGN.md)
+    # torch.profiler's python events give a function's def line (docs/architecture.md)
     forward_line = inspect.getsourcelines(TinyNet.forward)[1]
     for row in addmm:
         assert Path(row["src_file"]).name == Path(__file__).name

@@ -1,4 +1,4 @@
-"""One clock (DESIGN.md): the host timeline with the simulator's own work cut out.
+"""One clock (docs/architecture.md): the host timeline with the simulator's own work cut out.
 
 The neuron runtime keeps a running total `cut` = (real time spent inside the backend minus the
 modeled host cost), summed over every runtime call so far; its modeled clock is `real - cut`

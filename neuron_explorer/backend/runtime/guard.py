@@ -1,7 +1,7 @@
 """Device guard and hooks for `neuron` (PrivateUse1).
 
 The Python guard from torch._C._acc can abort the process at exit after an exception inside a
-backward kernel (DESIGN.md), and its hooks lack pinned memory and generators, so at first use
+backward kernel (docs/architecture.md), and its hooks lack pinned memory and generators, so at first use
 we build a small C++ guard and hooks (guard.cpp) with g++ against the installed torch headers,
 cache the library and load it. Without a compiler the Python guard and hooks are used, with a
 warning. With either, an exit hook lets autograd's device thread go idle before the
