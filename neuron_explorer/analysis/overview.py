@@ -42,6 +42,51 @@ def manifest_info(profile: Profile) -> ManifestInfo:
                         m.device_spec, tuple(m.devices), dict(m.row_counts), tuple(m.inputs))  # fmt: skip
 
 
+def devices(profile: Profile) -> list[str]:
+    """The devices that ran work, sorted. Read with pyarrow (two dictionary columns), so the
+    profile list needs neither DuckDB nor the whole events table."""
+    import pyarrow.compute as pc
+
+    t = profile.table("events", columns=["layer", "device"])
+    found: set[str] = set()
+    for layer, device in zip(t["layer"].chunks, t["device"].chunks, strict=True):
+        on_device = pc.equal(layer.cast(layer.type.value_type), "device") if len(layer) else None
+        if on_device is not None:
+            found.update(v for v in pc.unique(device.filter(on_device)).to_pylist() if v)
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class ProfileRow(PageModel):
+    """One row of the profile list: what the profile is, its mean step and its top finding."""
+
+    name: str
+    source: str
+    ranks: tuple[int, ...]
+    devices: tuple[str, ...]
+    device_spec: str | None  # the modeled chip's name
+    events: int | None
+    steps: int
+    step_ns_mean: int | None
+    top_finding: dict[str, Any] | None
+    device_time_modeled: bool
+    error: str | None = None
+
+
+def profile_row(
+    name: str, profile: Profile, devs: Sequence[str], findings: Sequence[dict] | None
+) -> ProfileRow:
+    """The list's row of `profile` served as `name`, with its devices and ranked findings."""
+    m = profile.manifest
+    st = profile_steps(profile)
+    return ProfileRow(
+        name=name, source=m.source, ranks=tuple(m.ranks), devices=tuple(devs),
+        device_spec=(m.device_spec or {}).get("name"), events=m.row_counts.get("events"),
+        steps=st.count if st else 0, step_ns_mean=int(st.mean_ns) if st else None,
+        top_finding=findings[0] if findings else None, device_time_modeled=is_modeled(profile),
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class SummaryPage(PageModel):
     """One profile at a glance. `summary` is analysis.summary's Summary.to_dict() and

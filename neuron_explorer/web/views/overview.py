@@ -1,5 +1,6 @@
-"""The profile list, a profile's summary page and its findings. Summary and findings come from
-neuron_explorer.analysis; this module only assembles them with the manifest and the hot ops and lines."""
+"""The profile list, a profile's summary page and its findings: neuron_explorer.analysis
+computes them (analysis.overview, summary, runner); these are the routes' adapters, adding
+only file ids."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from neuron_explorer.analysis.overview import summary_page
-from neuron_explorer.analysis.page import is_modeled, plain
+from neuron_explorer.analysis import overview as _overview
+from neuron_explorer.analysis.overview import devices, summary_page  # noqa: F401 - routes' name
+from neuron_explorer.analysis.page import is_modeled, plain  # noqa: F401 - routes' name
 from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
 
@@ -29,7 +31,7 @@ def step_stats(profile: Profile) -> dict[str, Any]:
 
 def summary_json(
     profile: Profile,
-    devices: list[str],
+    devs: list[str],
     summary: dict[str, Any] | None,
     findings: list[dict[str, Any]] | None,
     ops: pa.Table,
@@ -37,23 +39,9 @@ def summary_json(
 ) -> dict[str, Any]:
     """The summary page: analysis.overview.summary_page, its top lines with file ids (the
     findings come with theirs)."""
-    doc = summary_page(profile, devices, summary, findings, ops, lines).to_dict()
+    doc = summary_page(profile, devs, summary, findings, ops, lines).to_dict()
     with_file_ids(doc["top_lines"])
     return doc
-
-
-def devices(profile: Profile) -> list[str]:
-    """The devices that ran work, sorted. Read with pyarrow (two dictionary columns), so the
-    profile list needs neither DuckDB nor the whole events table."""
-    import pyarrow.compute as pc
-
-    t = profile.table("events", columns=["layer", "device"])
-    found: set[str] = set()
-    for layer, device in zip(t["layer"].chunks, t["device"].chunks, strict=True):
-        on_device = pc.equal(layer.cast(layer.type.value_type), "device") if len(layer) else None
-        if on_device is not None:
-            found.update(v for v in pc.unique(device.filter(on_device)).to_pylist() if v)
-    return sorted(found)
 
 
 def analysis_summary(profile: Profile) -> dict[str, Any]:
@@ -78,18 +66,4 @@ def analysis_findings_report(profile: Profile) -> dict[str, Any]:
 
 
 def profile_row(name: str, profile: Profile, devs: list[str], findings: list | None) -> dict:
-    m = profile.manifest
-    stats = step_stats(profile)
-    return {
-        "name": name,
-        "source": m.source,
-        "ranks": list(m.ranks),
-        "devices": devs,
-        "device_spec": (m.device_spec or {}).get("name"),
-        "events": m.row_counts.get("events"),
-        "steps": stats["steps"],
-        "step_ns_mean": stats["step_ns_mean"],
-        "top_finding": findings[0] if findings else None,
-        "device_time_modeled": is_modeled(profile),
-        "error": None,
-    }
+    return _overview.profile_row(name, profile, devs, findings).to_dict()
