@@ -98,9 +98,11 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
         "source lines that call it."
     ),
     "compare": (
-        "Two profiles side by side (a is the baseline, b the new run): step times, "
-        "step_ns_delta (b minus a), the breakdown with deltas, and ops and lines with their "
-        "time in a and b, delta (ns, b minus a) and ratio, the largest change first."
+        "Two profiles side by side (a is the baseline, b the new run), as `neuron-explorer "
+        "diff a b --json` prints it: step statistics of each, step_ns_delta (b minus a), the "
+        "breakdown with deltas, and ops, source lines, kernels and modules with their time "
+        "in a and b, delta (ns, b minus a) and ratio, the largest change first (n of each); "
+        "and the findings that appeared in b or went."
     ),
     "report": (
         "The pull-request report of a profile (optionally against a baseline profile): "
@@ -216,7 +218,8 @@ class ProfileTools:
         for name in (a, b):  # refused here, by name, before the route reads either
             self.api.profile(name)
         doc = await self.api.get("compare", a=a, b=b)
-        return {**doc, "ops": _slice(doc["ops"], n), "lines": _slice(doc["lines"], n)}
+        tables = ("ops", "lines", "kernels", "modules")
+        return {**doc, **{t: _slice(doc.get(t, []), n) for t in tables}}
 
     async def report(self, profile: str, against: str | None = None) -> dict[str, Any]:
         import anyio
