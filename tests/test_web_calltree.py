@@ -1,7 +1,8 @@
 """The call tree of host time (analysis/calltree.py and /api/p/NAME/calltree) on a real CPU trace
 recorded with stacks and modules (tests/data/kineto-cpu-stacks), a real neuron capture
-(samples/profiles/gpt_train) and an imported GPU trace; and the events of one source line that
-the timeline outlines (/api/p/NAME/source/FILE_ID/lines/N/events), checked against plain SQL."""
+(samples/profiles/gpt_train) and an imported GPU trace; the events of one source line that the
+timeline outlines (/api/p/NAME/source/FILE_ID/lines/N/events); and the timeline's find by the
+names' dictionary; each checked against plain SQL."""
 
 from __future__ import annotations
 
@@ -155,3 +156,20 @@ def test_a_lines_events_are_every_event_at_it(client, profiles):
     starts = [m["start_ns"] for m in d["matches"]]
     assert starts == sorted(starts)
     assert client.get("/api/p/capture/source/000000000000/lines/1/events").status_code == 404
+
+
+@pytest.mark.parametrize("name", ["stacks", "capture", "alexnet"])
+@pytest.mark.parametrize(("q", "regex"), [("mm", False), ("^aten::(add|mul)", True), ("CONV", False),
+                                          ("no such name", False)])  # fmt: skip
+def test_find_by_the_name_dictionary_equals_the_sql_path(profiles, name, q, regex):
+    """The timeline's find matches each distinct name of the Parquet dictionary once and finds
+    the events by code; it answers exactly what the plain SQL path answers."""
+    from neuron_explorer.web.views.search import search_events
+
+    p = profiles[name]
+    con = p.duckdb()
+    fast = search_events(con, q, regex, 50, profile=p)
+    assert fast == search_events(con, q, regex, 50)
+    where = "regexp_matches(name, $q)" if regex else "contains(lower(name), lower($q))"
+    total = con.execute(f"SELECT count(*) FROM events WHERE {where}", {"q": q}).fetchall()[0][0]
+    assert fast["total"] == total and len(fast["matches"]) == min(50, total)

@@ -64,8 +64,8 @@ def api_span(
 def api_search(
     svc: Service, name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES
 ) -> dict[str, Any]:
-    svc.store.open(name)
-    return {"name": name, **search.search_events(svc.store.connection(name), q, regex, limit)}
+    p = svc.store.open(name)  # with the profile, names are matched in the Parquet dictionary
+    return {"name": name, **search.search_events(svc.store.connection(name), q, regex, limit, p)}
 
 
 def api_memory(svc: Service, name: str) -> dict[str, Any]:

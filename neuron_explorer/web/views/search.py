@@ -20,10 +20,21 @@ def _predicate(regex: bool) -> str:
     return "regexp_matches(n, ?)" if regex else "contains(lower(n), lower(?))"
 
 
-def search_events(con, q: str, regex: bool = False, limit: int = MAX_MATCHES) -> dict[str, Any]:
+def search_events(
+    con, q: str, regex: bool = False, limit: int = MAX_MATCHES, profile: Any = None
+) -> dict[str, Any]:
     """Events whose name matches `q`: the first `limit` in time order, their total count, and
-    the distinct names matched."""
+    the distinct names matched. With the `profile`, the names are matched once per distinct
+    name in the Parquet dictionary and the events found by code (numpy), not by three passes
+    of DuckDB over every name: 2.6 -> 0.3 s CPU on 3.9 million events."""
     import duckdb
+
+    if profile is not None:
+        try:
+            return _by_dictionary(con, profile, q, regex, limit)
+        except duckdb.Error as e:
+            first = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
+            raise QueryError(f"search: {first}") from None
 
     q = q.strip()
     if not q:
@@ -54,3 +65,54 @@ def search_events(con, q: str, regex: bool = False, limit: int = MAX_MATCHES) ->
         raise QueryError(f"search: {first}") from None
     return {"query": q, "regex": regex, "total": total, "matches": rows,
             "names": sorted(names)[:MAX_NAMES], "truncated": total > len(rows)}  # fmt: skip
+
+
+def _checked(q: str, limit: int) -> tuple[str, int]:
+    q = q.strip()
+    if not q:
+        raise QueryError("search: empty")
+    if len(q) > MAX_QUERY_CHARS:
+        raise QueryError(f"search: longer than the limit of {MAX_QUERY_CHARS} characters")
+    return q, max(1, min(int(limit), MAX_MATCHES))
+
+
+def _by_dictionary(con, profile: Any, q: str, regex: bool, limit: int) -> dict[str, Any]:
+    """search_events over the name column's dictionary: the distinct names are matched in
+    DuckDB (RE2 for a regex, as the SQL path), the events carrying them found by code."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    q, limit = _checked(q, limit)
+    t = profile.table("events", columns=["id", "name", "start_ns"])
+    col = t.column("name")
+    col = (
+        col.unify_dictionaries() if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+    )
+    chunks = col.chunks or [pa.array([], pa.dictionary(pa.int32(), pa.string()))]
+    values = chunks[0].dictionary
+    con.register("_search_names", pa.table({"n": values}))
+    try:
+        names = [r[0] for r in con.execute(
+            f"SELECT n FROM _search_names WHERE n IS NOT NULL AND {_predicate(regex)}", [q]
+        ).fetchall()]  # fmt: skip
+    finally:
+        con.unregister("_search_names")
+    codes = pc.index_in(pa.array(names, values.type), values)
+    index = np.concatenate([c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in chunks])
+    rows = np.flatnonzero(np.isin(index, codes.fill_null(-1).to_numpy(zero_copy_only=False)))
+    names = [
+        values[int(c)].as_py() for c in np.unique(index[rows])
+    ]  # a dictionary may hold unused names
+    start, ids = t.column("start_ns").to_numpy()[rows], t.column("id").to_numpy()[rows]
+    first = ids[np.lexsort((ids, start))[:limit]]  # time order, then id, as the SQL path
+    matches: list[dict[str, Any]] = []
+    if len(first):  # ids follow time: row-group statistics on id skip the rest of the file
+        near = (pc.field("id") >= int(first.min())) & (pc.field("id") <= int(first.max()))
+        found = profile.table("events", columns=["id", "rank", "layer", "kind", "name", "track", "device",
+                                                 "start_ns", "dur_ns"],
+                              filter=near & pc.field("id").isin(pa.array(first)))  # fmt: skip
+        matches = sorted(found.to_pylist(), key=lambda r: (r["start_ns"], r["id"]))
+    total = len(rows)
+    return {"query": q, "regex": regex, "total": total, "matches": matches,
+            "names": sorted(names)[:MAX_NAMES], "truncated": total > len(matches)}  # fmt: skip
