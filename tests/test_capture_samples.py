@@ -142,6 +142,14 @@ def test_backward_kernels_take_the_line_of_their_forward_op(gpt):
     assert {Path(r["src_file"]).name for r in lines} == {"models.py"}
 
 
+def test_a_capture_writes_only_declared_kinds(sample):
+    from neuron_explorer.vocab.kinds import EVENT_KINDS
+
+    sql = "SELECT DISTINCT CAST(kind AS VARCHAR) AS k FROM events"
+    found = {r["k"] for r in _rows(sample, sql)}
+    assert {"op", "kernel", "runtime"} <= found <= set(EVENT_KINDS)
+
+
 def test_the_projects_own_frames_are_never_user_frames(sample):
     files = [r["f"] for r in _rows(sample, "SELECT DISTINCT src_file AS f FROM events")]
     files += [r["f"] for r in _rows(sample, "SELECT DISTINCT file AS f FROM stacks")]

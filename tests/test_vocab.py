@@ -94,6 +94,20 @@ def test_the_writer_refuses_an_undeclared_kind(tmp_path, how):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_an_importer_that_writes_an_undeclared_kind_fails_and_leaves_no_profile(
+    tmp_path, monkeypatch
+):
+    from neuron_explorer.importers import import_traces, kineto
+
+    # an importer bug: its kind table names "op" "operator" (undeclared)
+    names = ["operator" if k == "op" else k for k in kinds.EVENT_KINDS]
+    monkeypatch.setattr(kineto, "KIND_NAMES", pa.array(names, pa.string()))
+    trace = DATA / "kineto-gpu" / "trace_compare_base_base.json.gz"
+    with pytest.raises(ValueError, match=r"undeclared event kinds \['operator'\]"):
+        import_traces([trace], tmp_path / "p")
+    assert not (tmp_path / "p").exists()
+
+
 def test_the_writer_refuses_an_undeclared_layer_and_keeps_a_declared_kind(tmp_path):
     with pytest.raises(ValueError, match="undeclared layers"):
         with ProfileWriter(tmp_path / "bad") as w:
@@ -195,12 +209,18 @@ def test_a_manifest_reads_its_device_spec_back_by_attribute():
 
 
 def test_whose_code_a_file_is_is_decided_by_its_path():
+    import importlib.util
     import json
     import typing
 
     import torch
     import torch.profiler.profiler
-    from transformers.models.gpt2 import modeling_gpt2
+
+    # the installed transformers' file, found without importing it (seconds)
+    spec = importlib.util.find_spec("transformers")
+    assert spec and spec.submodule_search_locations
+    modeling_gpt2 = Path(spec.submodule_search_locations[0], "models", "gpt2", "modeling_gpt2.py")
+    assert modeling_gpt2.is_file()
 
     from neuron_explorer.vocab import frames
     from neuron_explorer.vocab.frames import scope_of
@@ -210,7 +230,7 @@ def test_whose_code_a_file_is_is_decided_by_its_path():
         torch.nn.modules.module.__file__: frames.TORCH,
         torch.profiler.profiler.__file__: frames.PROFILER,
         json.__file__: frames.STDLIB, typing.__file__: frames.STDLIB,
-        modeling_gpt2.__file__: frames.LIBRARY, pytest.__file__: frames.LIBRARY,
+        str(modeling_gpt2): frames.LIBRARY, pytest.__file__: frames.LIBRARY,
         __file__: frames.USER, frames.__file__: frames.OWN,
         # trimmed by torch.profiler to the sys.path entry they lie under
         "torch/nn/modules/module.py": frames.TORCH, "torch/profiler/profiler.py": frames.PROFILER,
