@@ -27,6 +27,8 @@ from neuron_explorer.web.views.source import file_id, with_file_ids
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "profiles"
 NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
 SERVED = ("gpt_train", "ddp_straggler")  # one rank, and two ranks of one job
+# the two-rank job takes over 5 s a page on a busy machine: in `make test`, not test-fast
+SERVED_CASES = ["gpt_train", pytest.param("ddp_straggler", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,7 @@ def test_top_ops_and_step_statistics_are_one_function_each(name):
     assert steps.min_ns <= steps.median_ns <= steps.max_ns
 
 
-@pytest.mark.parametrize("name", SERVED)
+@pytest.mark.parametrize("name", SERVED_CASES)
 def test_page_models_are_plain_json_and_are_the_web_twins(client, name):
     p = Profile.open(SAMPLES / name)
     pages = {
@@ -87,7 +89,7 @@ def test_page_models_are_plain_json_and_are_the_web_twins(client, name):
     assert pages["lines"].lines and len(pages["lines"].lines) <= 5
 
 
-@pytest.mark.parametrize("name", SERVED)
+@pytest.mark.parametrize("name", SERVED_CASES)
 def test_summary_page_is_the_web_twin(client, served, name):
     from neuron_explorer.analysis.context import context
     from neuron_explorer.analysis.operators import operator_table
