@@ -289,3 +289,16 @@ def test_the_interval_algorithms_on_a_small_lane_by_hand():
     assert iv.covered(np.zeros(2, np.int64), s, e, *windows).tolist() == [20, 10]
     win, gs, gd = iv.gaps(np.zeros(2, np.int64), s, e, *windows, 5)
     assert (win.tolist(), gs.tolist(), gd.tolist()) == ([0, 0, 1], [10, 30, 10], [10, 10, 10])
+
+
+def test_no_module_reads_the_device_spec_by_string_key():
+    """Only SpecFigures.from_dict (vocab/device_spec.py) reads the manifest's JSON form."""
+    by_key = re.compile(r"""device_spec(?: or \{\}\))?(?:\.get\(|\[)|\bspec\.get\(["']""")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "device_spec.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if by_key.search(line)
+    ]
+    assert found == []

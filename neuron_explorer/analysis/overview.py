@@ -81,7 +81,7 @@ def profile_row(
     st = profile_steps(profile)
     return ProfileRow(
         name=name, source=m.source, ranks=tuple(m.ranks), devices=tuple(devs),
-        device_spec=(m.device_spec or {}).get("name"), events=m.row_counts.get("events"),
+        device_spec=m.spec.name, events=m.row_counts.get("events"),
         steps=st.count if st else 0, step_ns_mean=int(st.mean_ns) if st else None,
         top_finding=findings[0] if findings else None, device_time_modeled=is_modeled(profile),
     )  # fmt: skip
