@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .page import PageModel
+from .page import PageModel, fetch_rows
 
 _COLS = (
     "id, rank, CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
@@ -25,9 +25,7 @@ _BRIEF = (
 
 
 def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    rel = con.execute(sql, list(params))
-    names = [d[0] for d in rel.description]
-    return [dict(zip(names, r, strict=True)) for r in rel.fetchall()]
+    return list(fetch_rows(con, sql, params))
 
 
 def _link(row: dict[str, Any]) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from ..model.profile import Profile
 from . import hotspots
 from .columns import Columns, find_rows, group_sum, groups
 from .operators import LAUNCH_KINDS
-from .page import PageModel, is_modeled
+from .page import PageModel, fetch_rows, is_modeled
 
 WORK_SQL = ", ".join(f"'{k}'" for k in hotspots.DEVICE_WORK)
 TOP_LINES = 50
@@ -265,9 +265,7 @@ def line_detail(con, path: str, line: int) -> LineDetail:
     """What ran at `path`:`line` (a DuckDB connection over the profile's tables)."""
 
     def rows(sql: str) -> tuple[dict[str, Any], ...]:
-        rel = con.execute(sql, [path, line])
-        names = [d[0] for d in rel.description]
-        return tuple(dict(zip(names, r, strict=True)) for r in rel.fetchall())
+        return fetch_rows(con, sql, [path, line])
 
     ops = rows(
         "SELECT CAST(name AS VARCHAR) AS name, CAST(kind AS VARCHAR) AS kind, "

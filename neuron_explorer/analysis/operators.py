@@ -14,7 +14,7 @@ from ..model.profile import Profile
 from ..vocab.device_spec import SpecFigures
 from ..vocab.kinds import LAUNCHED_KINDS
 from .columns import Columns, children_ns, group_sum, groups
-from .page import PageModel, is_modeled
+from .page import PageModel, fetch_rows, is_modeled
 
 # device events that stand for a whole launch (instructions and DMAs sit under kernels)
 LAUNCH_KINDS = LAUNCHED_KINDS
@@ -146,9 +146,7 @@ def operator_detail(con, op: str) -> OperatorDetail:
     over the profile's tables)."""
 
     def rows(sql: str) -> tuple[dict[str, Any], ...]:
-        rel = con.execute(sql, [op])
-        names = [d[0] for d in rel.description]
-        return tuple(dict(zip(names, r, strict=True)) for r in rel.fetchall())
+        return fetch_rows(con, sql, [op])
 
     bytes_sql = "CAST(sum(coalesce(bytes_read,0) + coalesce(bytes_written,0)) AS BIGINT) AS bytes"
     head = ("SELECT CAST(name AS VARCHAR) AS name, CAST(kind AS VARCHAR) AS kind, "

@@ -35,6 +35,13 @@ def plain(x: Any) -> Any:
     return x
 
 
+def fetch_rows(con, sql: str, params: list[Any] | tuple = ()) -> tuple[dict[str, Any], ...]:
+    """The rows of a query on a DuckDB connection, as dicts keyed by column name."""
+    rel = con.execute(sql, list(params))
+    names = [d[0] for d in rel.description]
+    return tuple(dict(zip(names, r, strict=True)) for r in rel.fetchall())
+
+
 class PageModel:
     """Mixin of the page models (subclasses are frozen dataclasses): `to_dict()` is `plain`."""
 
