@@ -17,24 +17,39 @@ FLOAT32 = (
 )  # fmt: skip
 
 _KEY = torch._C.DispatchKey.AutocastPrivateUse1  # type: ignore[attr-defined]  # not in the stubs
+_NOT_AUTOCAST = torch._C.DispatchKeySet(_KEY)
+_Exclude = torch._C._ExcludeDispatchKeyGuard
+_Tensor = torch.Tensor
+_SEQ = (list, tuple)
 _libs: list[torch.library.Library] = []
 
 
 def _cast(a, dtype: torch.dtype):
-    if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != dtype:
-        if a.device.type != "cpu" or a.dim() == 0:
+    if isinstance(a, _Tensor):
+        if (
+            a.dtype is not dtype
+            and a.is_floating_point()
+            and (a.device.type != "cpu" or a.dim() == 0)
+        ):
             return a.to(dtype)
         return a
-    if isinstance(a, list | tuple):
+    if type(a) in _SEQ and a and isinstance(a[0], _Tensor):  # a tensor list; never int lists
         return type(a)(_cast(x, dtype) for x in a)
     return a
 
 
-def _kernel(op: torch._ops.OpOverloadPacket, fixed_dtype: torch.dtype | None):
+def _kernel(op: torch._ops.OpOverload, fixed_dtype: torch.dtype | None):
+    # every autocast-listed op of a launch-bound bf16 step runs this: one pass over the
+    # arguments, a prebuilt key set and the C++ op (OpOverload.__call__ costs more)
+    call = getattr(op, "_op", op)
+
     def run(*args, **kwargs):
         dtype = fixed_dtype or torch.get_autocast_dtype("neuron")
-        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
-            return op(*_cast(args, dtype), **{k: _cast(v, dtype) for k, v in kwargs.items()})
+        args = [_cast(a, dtype) for a in args]
+        if kwargs:
+            kwargs = {k: _cast(v, dtype) for k, v in kwargs.items()}
+        with _Exclude(_NOT_AUTOCAST):
+            return call(*args, **kwargs)
 
     return run
 
