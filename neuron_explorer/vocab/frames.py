@@ -77,10 +77,17 @@ def scope_of(path: str) -> str:
         return STDLIB if path.startswith("<frozen") else TORCH  # fx's <eval_with_key>
     norm = path.replace("\\", "/")
     if not os.path.isabs(path):
-        if os.path.exists(path):
+        if os.path.exists(path):  # relative to the working directory (`python train.py`)
             return _scope_of_absolute(_dir(path)[:-1])
         return _scope_of_trimmed(norm)
-    return _scope_of_absolute(_dir(path)[:-1] if os.path.exists(path) else norm)
+    scope = _scope_of_absolute(os.path.normcase(norm))
+    # a symlinked path may hide one of our places: resolve it (once, cached) only when it
+    # would otherwise be the user's, so the common case touches no file system
+    if scope == USER and os.path.exists(path):
+        real = _dir(path)[:-1]
+        if real != norm:
+            scope = _scope_of_absolute(real)
+    return scope
 
 
 def _scope_of_absolute(norm: str) -> str:
