@@ -11,7 +11,7 @@ import httpx
 import pytest
 from test_web_browser import SHOTS, _open, browser, context, page, server  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # each drives Chromium for seconds
 
 
 def test_call_tree_and_flame_graph_of_a_capture(server, page):  # noqa: F811
@@ -50,17 +50,29 @@ def test_a_gpu_trace_leads_with_its_gpu(server, page):  # noqa: F811
     assert page.locator("#busy-chart").count() == 0  # no host "busy" bar
     # the operators page: no half-empty roofline panel without a device spec
     _open(page, server + "/p/alexnet/operators", "gpu-operators", "#ops-chart .main-svg")
-    assert page.locator("#no-roofline").count() == 1 and page.locator("#roofline-chart").count() == 0
+    assert (
+        page.locator("#no-roofline").count() == 1 and page.locator("#roofline-chart").count() == 0
+    )
     # a neuron capture keeps its modeled summary with MFU and the roofline
     _open(page, server + "/p/gpt", "gpt-summary-still", "#busy-chart .main-svg")
-    assert page.locator("#gpu-cards").count() == 0 and "MFU" in page.locator(".cards").first.inner_text()
+    assert (
+        page.locator("#gpu-cards").count() == 0
+        and "MFU" in page.locator(".cards").first.inner_text()
+    )
 
 
 def test_a_hot_line_is_outlined_on_the_timeline(server, page):  # noqa: F811
     src = httpx.get(f"{server}/api/p/gpt/source").json()
     hot = src["top_lines"][0]
-    expected = httpx.get(f"{server}/api/p/gpt/source/{hot['file_id']}/lines/{hot['line']}/events").json()
-    _open(page, f"{server}/p/gpt/source/{hot['file_id']}#L{hot['line']}", "line-to-timeline", "#line-timeline")
+    expected = httpx.get(
+        f"{server}/api/p/gpt/source/{hot['file_id']}/lines/{hot['line']}/events"
+    ).json()
+    _open(
+        page,
+        f"{server}/p/gpt/source/{hot['file_id']}#L{hot['line']}",
+        "line-to-timeline",
+        "#line-timeline",
+    )
     page.click("#line-timeline")
     page.wait_for_selector("#tl-canvas[data-ready]", timeout=30_000)
     count = page.locator("#tl-find-count")
@@ -72,7 +84,9 @@ def test_a_hot_line_is_outlined_on_the_timeline(server, page):  # noqa: F811
         return s.hits.filter(([x, y, w, i]) => s.find.ids.has(s.win.rects.id[i])).length; }""")
     assert outlined > 0
     page.click("#tl-find-next")
-    page.wait_for_function("() => window.neTimeline.state.selected !== null && document.querySelector('#tl-find-count').textContent.includes(': 2 /')")
+    page.wait_for_function(
+        "() => window.neTimeline.state.selected !== null && document.querySelector('#tl-find-count').textContent.includes(': 2 /')"
+    )
     page.screenshot(path=str(SHOTS / "timeline-line-outlined.png"), full_page=True)
     assert page.errors == [], page.errors
 
@@ -92,7 +106,9 @@ def test_find_in_a_source_file(server, page):  # noqa: F811
     page.click("#src-find-prev")  # back round to the last
     assert page.locator("#code tr.current").get_attribute("id") == f"L{want[-1]}"
     page.fill("#src-find", "/^\\s*def /")
-    defs = [line["line"] for line in code if line["code"] and line["code"].lstrip().startswith("def ")]
+    defs = [
+        line["line"] for line in code if line["code"] and line["code"].lstrip().startswith("def ")
+    ]
     assert page.locator("#code tr.found").count() == len(defs)
     assert "find=" in page.url
     assert page.errors == [], page.errors
@@ -115,13 +131,17 @@ def test_timeline_lanes_overview_colours_and_side_panel(server, page):  # noqa: 
     assert page.evaluate(f"[...{st}.pinned]") == [last["index"]]
     # a lane is as tall as what the window draws: a narrow window draws less nesting
     with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
-        page.evaluate(f"window.neTimeline.setView({st}.view[0], {st}.view[0] + ({st}.view[1] - {st}.view[0]) / 2000)")
+        page.evaluate(
+            f"window.neTimeline.setView({st}.view[0], {st}.view[0] + ({st}.view[1] - {st}.view[0]) / 2000)"
+        )
     page.wait_for_timeout(200)
     rows = page.evaluate(f"{st}.rows.filter((r) => !r.count).map((r) => [r.rows, r.lane.depth])")
     assert any(r < d for r, d in rows), rows
     # the overview: a click at a quarter of its width centres the view there
     ov = page.locator("#tl-overview").bounding_box()
-    whole = page.evaluate("[window.neTimeline.state.fit || window.neTimeline.state.extent].map((w) => [w.start_ns, w.end_ns])[0]")
+    whole = page.evaluate(
+        "[window.neTimeline.state.fit || window.neTimeline.state.extent].map((w) => [w.start_ns, w.end_ns])[0]"
+    )
     with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
         page.mouse.click(ov["x"] + 190 + (ov["width"] - 190) * 0.25, ov["y"] + ov["height"] / 2)
     view = page.evaluate(f"{st}.view")
@@ -131,9 +151,10 @@ def test_timeline_lanes_overview_colours_and_side_panel(server, page):  # noqa: 
     page.select_option("#tl-color", "name")
     assert "color=name" in page.url and page.evaluate(f"{st}.colorMode") == "name"
     # a kernel's details in the side panel, with its whole Python stack
-    page.evaluate("window.neTimeline.setView(...window.neTimeline.state.view)")
     with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
-        page.evaluate(f"window.neTimeline.setView({whole[0]}, {whole[0]} + ({whole[1]} - {whole[0]}) / 40)")
+        page.evaluate(
+            f"window.neTimeline.setView({whole[0]}, {whole[0]} + ({whole[1]} - {whole[0]}) / 40)"
+        )
     page.wait_for_timeout(200)
     target = page.evaluate("window.neTimeline.rectCenter('kernel')")
     assert target
@@ -146,7 +167,10 @@ def test_timeline_lanes_overview_colours_and_side_panel(server, page):  # noqa: 
 
 
 def test_compare_stacks_the_same_step_of_both_on_one_scale(server, page):  # noqa: F811
-    steps = {n: httpx.get(f"{server}/api/p/{n}/timeline?width_px=1000").json()["steps"] for n in ("base", "test")}
+    steps = {
+        n: httpx.get(f"{server}/api/p/{n}/timeline?width_px=1000").json()["steps"]
+        for n in ("base", "test")
+    }
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.url) if "/timeline?start_ns=" in r.url else None)
     _open(page, f"{server}/compare?a=base&b=test", "compare-stacked", "#cmp-tl-b[data-ready]")
@@ -157,5 +181,7 @@ def test_compare_stacks_the_same_step_of_both_on_one_scale(server, page):  # noq
         assert any(f"/p/{n}/timeline?start_ns={s}&end_ns={s + span}&" in u for u in asked), asked
     with page.expect_response(lambda r: "/p/test/timeline?start_ns=" in r.url):
         page.click("#cmp-tl-in")
-    page.wait_for_function("s => Number(document.querySelector('#cmp-tl-status').dataset.span) < s", arg=span * 0.6)
+    page.wait_for_function(
+        "s => Number(document.querySelector('#cmp-tl-status').dataset.span) < s", arg=span * 0.6
+    )
     assert page.errors == [], page.errors
