@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from ..vocab.kinds import FRAMEWORK_KINDS
 from . import intervals
 from .conventions import (
     COMMUNICATION_KINDS,
@@ -59,7 +60,7 @@ def host_cause_rows(ctx: AnalysisContext) -> dict[str, np.ndarray]:
     cols = ctx.cols
     where = cols.where
     host = where("layer", ("host",))
-    spans = where("kind", ("op", "annotation"))
+    spans = where("kind", FRAMEWORK_KINDS)
     return {
         "compile": host
         & (where("kind", ("compile",)) | (spans & where("name", TRACE_COMPILE_NAMES))),

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from ..model.schema import EVENTS, TABLES
+from ..vocab.kinds import GPU_WORK_KINDS  # what makes a GPU profile
 from . import facts, intervals
 from .columns import Columns
 from .conventions import (
@@ -49,7 +50,6 @@ NAME_FLAGS = {
     "is_optimizer": (OPTIMIZER_STEP_LIKE,),
     "is_fused": FUSED_OPTIMIZER_LIKE,
 }
-GPU_WORK_KINDS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")  # what makes a GPU profile
 _CACHE: weakref.WeakKeyDictionary[Profile, AnalysisContext] = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 

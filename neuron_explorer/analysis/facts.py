@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..vocab.kinds import FRAMEWORK_KINDS
 from . import intervals
 from .conventions import (
     DATALOADER_LIKE,
@@ -109,8 +110,8 @@ def explained(ctx: AnalysisContext) -> None:
     rows = cols.where("layer", ("host",)) & (
         kind("kind", ("compile", "fallback", NEURON_SYNC_KIND))  # sync_predicate()
         | (kind("kind", ("runtime",)) & kind("name", SYNC_RUNTIME_NAMES))
-        | (kind("kind", ("annotation", "op")) & cols.like("name", DATALOADER_LIKE))
-        | (kind("kind", ("op", "annotation")) & kind("name", TRACE_COMPILE_NAMES))
+        | (kind("kind", FRAMEWORK_KINDS) & cols.like("name", DATALOADER_LIKE))
+        | (kind("kind", FRAMEWORK_KINDS) & kind("name", TRACE_COMPILE_NAMES))
     )
     ctx._register("explained", ctx.merge_rows(rows))
 

@@ -43,7 +43,7 @@ DECLARED: tuple[Kind, ...] = (
 EVENT_KINDS: tuple[str, ...] = tuple(k.name for k in DECLARED)
 
 # Groups (each a subset of EVENT_KINDS: tests/test_vocab.py checks it).
-FRAMEWORK_KINDS = ("op", "annotation")  # what a runtime call's launching op can be
+FRAMEWORK_KINDS = ("op", "annotation")  # framework spans (what launches a runtime call)
 # The neuron runtime's host calls and its modeled device work, as capture places them.
 NEURON_HOST_KINDS = ("compile", "runtime", "fallback", "sync", "copy")
 NEURON_DEVICE_KINDS = ("kernel", "instruction", "dma", "collective")
@@ -57,6 +57,8 @@ COMMUNICATION_KINDS = ("collective",)
 TRANSFER_KINDS = ("gpu_memcpy", "gpu_memset", "dma")
 # Kernel launches counted per step (collectives are counted apart).
 KERNEL_KINDS = ("gpu_kernel", "kernel")
+# Device work that only a GPU (CUDA, ROCm, MTIA) trace holds: it makes a profile a GPU one.
+GPU_WORK_KINDS = ("gpu_kernel", "gpu_memcpy", "gpu_memset")
 # Device work charged to the framework op that launched it (operator and source-line tables).
 LAUNCHED_KINDS = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective")
 
