@@ -302,3 +302,25 @@ def test_no_module_reads_the_device_spec_by_string_key():
         if by_key.search(line)
     ]
     assert found == []
+
+
+def test_no_module_spells_out_a_group_of_kinds_the_vocabulary_declares():
+    import ast
+
+    groups = {
+        frozenset(v): name
+        for name, v in vars(kinds).items()
+        if name.endswith("_KINDS") and isinstance(v, (tuple, frozenset)) and len(v) > 1
+    }
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "vocab":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) > 1:
+                values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+                if len(values) == len(node.elts) and frozenset(values) in groups:
+                    found.append(
+                        (str(path.relative_to(ROOT)), node.lineno, groups[frozenset(values)])
+                    )
+    assert found == []
