@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.cli import main as cli_main
+from neuron_explorer.entry import main as cli_main  # report is an agents command
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples" / "profiles"

@@ -16,12 +16,13 @@ LINES_PER_FINDING = 5
 
 
 def _tables(profile: Profile) -> tuple[Any, Any]:
-    """The web's operator and source-line tables of `profile` (one computation, web/views)."""
+    """The operator and source-line tables of `profile` (analysis, as the web's pages)."""
     from neuron_explorer.analysis.context import context
-    from neuron_explorer.web.views import operators, source
+    from neuron_explorer.analysis.lines import line_table
+    from neuron_explorer.analysis.operators import operator_table
 
     cols = context(profile).cols
-    return operators.operator_table(cols), source.line_table(cols)
+    return operator_table(cols), line_table(cols)
 
 
 def _where_in_model(profile: Profile, n: int) -> dict[str, list[dict[str, Any]]]:
