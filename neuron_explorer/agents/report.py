@@ -39,8 +39,10 @@ def _where_in_model(profile: Profile, n: int) -> dict[str, list[dict[str, Any]]]
 
 def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, Any]:
     """The report document of `profile`, with deltas from `base` (the run before) if given."""
-    from neuron_explorer.analysis import findings_document, run_rules, summarize
-    from neuron_explorer.web.views import compare, overview, source
+    from neuron_explorer.analysis import compare, findings_document, run_rules, summarize
+    from neuron_explorer.analysis.page import is_modeled
+    from neuron_explorer.analysis.steps import profile_steps
+    from neuron_explorer.web.views import source  # the web's file ids on the lines
 
     summary = summarize(profile).to_dict()
     ops, lines = _tables(profile)
@@ -48,7 +50,7 @@ def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, A
         "profile": str(profile.path),
         "name": profile.path.name,
         "source": profile.manifest.source,
-        "device_time_modeled": overview.is_modeled(profile),
+        "device_time_modeled": is_modeled(profile),
         "step_stats": summary["step_stats"],
         "breakdown": summary["breakdown"],
         "readiness": summary.get("readiness"),
@@ -60,15 +62,16 @@ def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, A
     if base is not None:
         before = summarize(base).to_dict()
         base_ops, base_lines = _tables(base)
-        sa, sb = overview.step_stats(base), overview.step_stats(profile)
+        sa, sb = (
+            None if st is None else st.to_dict() for st in map(profile_steps, (base, profile))
+        )
         found_before = {f["rule"] for f in findings_document(base, run_rules(base))["findings"]}
         found_now = {f["rule"] for f in doc["findings"]}
         doc["against"] = {
             "profile": str(base.path),
             "name": base.path.name,
             "steps": {"before": sa, "after": sb},
-            "step_ns_delta": sb["step_ns_mean"] - sa["step_ns_mean"]
-            if sa["step_ns_mean"] is not None and sb["step_ns_mean"] is not None else None,
+            "step_ns_delta": int(sb["mean_ns"] - sa["mean_ns"]) if sa and sb else None,
             "breakdown": compare.compare_breakdown(before, summary),
             "ops": compare.compare_ops(base_ops, ops)[:TOP_DELTAS],
             "lines": compare.compare_lines(base_lines, lines)[:TOP_DELTAS],
@@ -159,7 +162,7 @@ def _breakdown_md(b: dict[str, Any], steps_ns: float | None) -> list[str]:
 def _against_md(a: dict[str, Any]) -> list[str]:
     before, after = a["steps"]["before"], a["steps"]["after"]
     out = [f"## Against `{a['name']}`", "",
-           f"Mean step {_ms(before['step_ns_mean'])} -> {_ms(after['step_ns_mean'])} "
+           f"Mean step {_ms((before or {}).get('mean_ns'))} -> {_ms((after or {}).get('mean_ns'))} "
            f"({_delta_ms(a['step_ns_delta'])}).", ""]  # fmt: skip
     if a["findings_new"] or a["findings_gone"]:
         out += [f"Findings new: {', '.join(f'`{x}`' for x in a['findings_new']) or 'none'}; "
