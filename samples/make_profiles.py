@@ -26,9 +26,14 @@ SAMPLES: dict[str, list[str]] = {
     "cnn_dataloader": ["--steps", "6"],
     "fallback_float64": ["--steps", "6"],
     "ddp_straggler": ["--steps", "6"],  # two ranks under torchrun (LAUNCH below)
+    "pipeline_imbalance": ["--steps", "6"],  # two pipeline stages, one holding most blocks
+    "pipeline_balanced": ["--steps", "6", "--balanced"],  # the same, four blocks a stage
 }
+# profiles of a script under another name: profile -> the script's name
+SCRIPT = {"pipeline_balanced": "pipeline_imbalance"}
 # samples that run as a torchrun job: the launcher's options, before the script
-LAUNCH = {"ddp_straggler": ["torchrun", "--nproc-per-node=2", "--master-addr=127.0.0.1"]}
+_TWO_RANKS = ["torchrun", "--nproc-per-node=2", "--master-addr=127.0.0.1"]
+LAUNCH = dict.fromkeys(("ddp_straggler", "pipeline_imbalance", "pipeline_balanced"), _TWO_RANKS)
 CAPTURE = ["--wait", "1", "--warmup", "1", "--active", "3"]
 
 
@@ -40,7 +45,7 @@ def capture(name: str) -> int:
         shutil.rmtree(out)
     launcher = [*LAUNCH[name], f"--master-port={_free_port()}"] if name in LAUNCH else ["python"]
     command = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), *CAPTURE,
-               "--", *launcher, str(HERE / f"{name}.py"), *sample_args]  # fmt: skip
+               "--", *launcher, str(HERE / f"{SCRIPT.get(name, name)}.py"), *sample_args]  # fmt: skip
     print("$", " ".join(command[1:]), flush=True)
     status = subprocess.call(command, cwd=ROOT)
     if status == 0:  # committed profiles name files relative to the repository, never /home/...

@@ -47,6 +47,7 @@ CASES = {
     "fp32-matmul": ("sample:gpt_train", "neuron:clean"),
     "straggler": ("sample:ddp_straggler", "sample:gpt_train"),
     "collective-outliers": ("sample:ddp_straggler", "sample:gpt_train"),
+    "pipeline-bubbles": ("sample:pipeline_imbalance", "sample:pipeline_balanced"),
 }
 # launch-bound and host-device-copies also cover the neuron device
 NEURON_ALSO = ("launch-bound", "host-device-copies")

@@ -3,8 +3,10 @@
 Nothing here sums ranks: a job's ranks run at the same time, so their times are compared, never
 added. Per rank: its steps, their median time, and over its steps the device compute, the
 communication (modeled transfer of collectives, or collective kernels), the time it waited for
-the last rank at collectives, and the device idle time. The spread of a column is its largest
-rank value over its smallest.
+the last rank at collectives, the device idle time, and the communication hidden under compute
+with its share of all communication (`overlap`: HTA's comm/compute overlap, the time collectives
+run while compute kernels run over the collectives' time, within the steps). The spread of a
+column is its largest rank value over its smallest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class RankRow:
     communication_ns: int
     wait_ns: int
     idle_ns: int
+    comm_overlap_ns: int = 0  # collectives' time under compute kernels
+    overlap: float | None = None  # comm_overlap_ns over all collective time; None without any
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
         def total(col: str, mine: list = mine) -> int:
             return int(sum(r.get(col) or 0 for r in mine))
 
+        hidden, exposed = total("comm_overlap_ns"), total("communication_ns")
+
         rows.append(
             RankRow(
                 rank=int(rank),
@@ -65,6 +71,8 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
                 communication_ns=total("communication_ns"),
                 wait_ns=int(waits.get(rank, 0)),
                 idle_ns=total("device_idle_ns"),
+                comm_overlap_ns=hidden,
+                overlap=round(hidden / (hidden + exposed), 4) if hidden + exposed else None,
             )
         )
     return Ranks(

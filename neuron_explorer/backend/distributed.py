@@ -21,6 +21,9 @@ def _create(opts: Any, backend_options: Any) -> Any:
 
     _stores[opts.group_id] = opts.store
     _route_fsdp_when_imported()
+    from neuron_explorer.backend.runtime.collectives import install_wait
+
+    install_wait()
     return ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 

@@ -4,7 +4,9 @@
 neuron device for 8 steps under `neuron_explorer.trace_handler(OUT)` (the last 7 recorded); rank
 SLOW_RANK sleeps SLEEP_S in each recorded step (a planted straggler; -1 for none). QUIT_RANK, if
 given, leaves before the profiler starts and never writes its part. With KINETO_DIR set in the
-environment, each rank also writes its raw torch.profiler trace there (rank<N>.json).
+environment, each rank also writes its raw torch.profiler trace there (rank<N>.json). With
+BUCKET_MB set, DDP's gradient buckets hold that many MB (several buckets: their all-reduces
+overlap the rest of backward).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def main() -> None:
         os._exit(0)  # gone before the profile: no part, no more collectives
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to("neuron")
-    ddp = DDP(model) if QUIT < 0 else model
+    bucket = float(os.environ.get("BUCKET_MB", "25"))  # DDP's default
+    ddp = DDP(model, bucket_cap_mb=bucket) if QUIT < 0 else model
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     handler = neuron_explorer.trace_handler(OUT)
     kineto = os.environ.get("KINETO_DIR")

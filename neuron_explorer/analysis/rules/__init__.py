@@ -18,6 +18,7 @@ from .host_device_copies import HostDeviceCopies
 from .host_sync import HostSync
 from .launch_bound import LaunchBound
 from .memory_bound_op import MemoryBoundOp
+from .pipeline_bubbles import PipelineBubbles
 from .recompilation import Recompilation
 from .small_dma import SmallDma
 from .step_time_outliers import StepTimeOutliers
@@ -39,6 +40,7 @@ RULES: tuple[Rule, ...] = (
     HostSync(),
     LaunchBound(),
     MemoryBoundOp(),
+    PipelineBubbles(),
     Recompilation(),
     SmallDma(),
     StepTimeOutliers(),

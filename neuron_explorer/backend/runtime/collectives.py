@@ -7,14 +7,22 @@ numbers equal a gloo run. While a profiler records, each collective is one host 
 device event on the `CC` track (the collective-communication cores). Its time splits into
 **wait** (until the last rank of the group arrived, on the one modeled clock: the ranks swap
 their arrival times through the group's store) and **transfer** (costmodel/collectives.py).
-The host call lasts wait + transfer: the neuron process group runs collectives to completion,
-as gloo does, so every rank leaves a collective at the same modeled instant.
+The device event starts when the last rank arrived and lasts the transfer, so the same
+collective ends at one modeled instant on every rank. A collective the program waits for at once
+(`dist.all_reduce(t)`, a barrier, a receive) is a host call lasting wait + transfer; one it does
+not wait for (`async_op=True`, DDP's gradient buckets, FSDP2's all-gathers and reduce-scatters, a
+send) costs the host a launch, and the CC queue runs it while the host launches more compute:
+the overlap of communication with compute. Collectives follow one another on the CC queue, and a
+device sync waits for them too (model.collectives_free_ns). A point-to-point receive waits for
+its sender's arrival only (the pair's store key), not for the whole group.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import time
+import types
 from typing import Any
 
 import torch
@@ -94,32 +102,202 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     if not _prof._is_profiler_enabled:
         # still numbered and announced: a rank that profiles (perhaps only rank 0) reads every
         # rank's arrival at each collective, so every rank must publish its own
-        arrived = _now()
-        out = info.call(*host_args, **host_kwargs)
+        arrived = model.origin_ns + model.modeled_now(_now())
         group = _group_of(args)
-        _announce(group, _number(group), model.origin_ns + model.modeled_now(arrived))
+        if kind == cc.P2P:
+            _p2p_arrival(info.name, group, args, arrived)
+        out = info.call(*host_args, **host_kwargs)
+        if kind != cc.P2P:
+            _announce(group, _number(group), arrived)
         return rewrap(out)
+    return rewrap(_run_recorded(info, kind, args, host_args, host_kwargs))
+
+
+def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs: dict) -> Any:
+    """Run one collective while profiling and record its host call and its device event."""
     t0 = _now()
-    src = call_site(3)  # (stack id, module path): the whole stack, as for kernels
+    src = call_site(4)  # (stack id, module path): the whole stack, as for kernels
     group = _group_of(args)
-    # absolute modeled times (real minus this process's cut): comparable between the ranks
+    # absolute modeled times (real minus this process's cut): comparable between the ranks;
+    # the collective queue (CC) is part of the device, so one collective follows the last
     arrival = model.origin_ns + max(model.modeled_now(t0), model.device_idle_at())
-    out = info.call(*host_args, **host_kwargs)
-    if kind != cc.BARRIER:
-        _wait_for_work(out)
     name = group.group_name if group is not None else ""
-    seq = _number(group)
-    last = _last_arrival(group, arrival, seq)
+    if kind == cc.P2P:
+        blocking = info.name in _RECV  # a receiver needs the data; a sender goes on
+        sender = _p2p_arrival(info.name, group, args, arrival)
+        out = info.call(*host_args, **host_kwargs)
+        last, where = max(arrival, sender), {"group": name, "peer": _peer(args)}
+    else:
+        blocking = kind == cc.BARRIER or _called_synchronously()
+        out = info.call(*host_args, **host_kwargs)
+        if kind != cc.BARRIER:
+            _wait_for_work(out)
+        seq = _number(group)
+        last = _last_arrival(group, arrival, seq)
+        where = {"group": name, "seq": seq}  # names this collective on every rank of the group
     nbytes = _bytes(host_args[_SEND_ARG.get(kind, 0)])
     size = group.size() if group is not None else 1
     if kind == cc.ALL_GATHER and info.name.startswith("_c10d_functional"):
         nbytes *= size  # the functional op's argument is this rank's shard
-    cost = cc.collective_cost(kind, nbytes, size, model.spec().collectives)
+    cost = cc.collective_cost(kind, nbytes, 2 if kind == cc.P2P else size, model.spec().collectives)
     drain = arrival - model.origin_ns - model.modeled_now(t0)  # the buffers' kernels first
     wait = max(0, last - arrival)
-    where = {"group": name, "seq": seq}  # names this collective on every rank of the group
-    _record(info.name, kind, t0, _now(), drain, wait, cost, nbytes, size, src, last, where)
-    return rewrap(out)
+    model.collectives_free_ns = end = last - model.origin_ns + cost.transfer_ns
+    if not blocking:
+        _hold(host_args, end)
+        _note_async(out, end)
+    elif kind == cc.P2P:
+        # the caller waits on the receive's Work (waiting twice on a gloo receive hangs): that
+        # real wait is cut, the modeled one is already in this call
+        _note_work(out, end)
+    host = drain + wait + cost.transfer_ns if blocking else model.spec().runtime.launch_ns
+    where["overlapped"] = not blocking
+    _record(info.name, kind, t0, _now(), host, wait, cost, nbytes, size, src, last, where)
+    return out
+
+
+# data_ptr of a storage an overlapped collective reads or writes -> when it ends (device ns):
+# a kernel launched on such a buffer starts after that (record.py), and so does every kernel
+# launched after it (key 0, the compute queue's floor), as a CUDA stream waits on the
+# collective's Work in order; entries a later launch has passed are dropped
+pending: dict[int, int] = {}
+_FLOOR = 0  # no storage has data_ptr 0 (a freed one is never held)
+
+
+def _hold(a: Any, end: int) -> None:
+    if isinstance(a, torch.Tensor):
+        ptr = a.untyped_storage().data_ptr()
+        if ptr:  # a freed storage (FSDP2 frees unsharded parameters) has none
+            pending[ptr] = end
+    elif type(a) in (list, tuple):
+        for x in a:
+            _hold(x, end)
+
+
+def ready_after(inputs: list, ready: int) -> int:
+    """The launch time `ready` of a kernel on `inputs` ((payload, wrapper) pairs), no earlier
+    than the end of an overlapped collective on any of their storages, nor than a kernel
+    launched before it that waited for one."""
+    now = ready
+    ready = max(ready, pending.get(_FLOOR, 0))
+    for p, _w in inputs:
+        end = pending.get(p.untyped_storage().data_ptr())
+        if end is not None and end > ready:
+            ready = end
+    if ready > now:
+        pending[_FLOOR] = ready
+    for ptr in [k for k, end in pending.items() if end <= now]:  # later launches are later
+        del pending[ptr]
+    return ready
+
+
+_work_end: dict[int, tuple[Any, int]] = {}  # id(Work) -> (the Work, its collective's end)
+_task_end: dict[int, int] = {}  # autograd graph task -> end of its last overlapped collective
+
+
+def _note_async(out: Any, end: int) -> None:
+    """Remember when an overlapped collective ends, for the host's wait on it: a Work's
+    `wait()`, or the end of the backward pass that issued it (DDP's and FSDP2's final
+    callbacks wait there for the collectives their hooks issued)."""
+    task = torch._C._current_graph_task_id()
+    if task != -1:
+        if task not in _task_end:
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: _backward_done(task))
+        _task_end[task] = max(_task_end.get(task, 0), end)
+        return
+    _note_work(out, end)
+
+
+def _note_work(out: Any, end: int) -> None:
+    for w in out if type(out) in (list, tuple) else (out,):
+        if isinstance(w, torch.ScriptObject):
+            w = torch._C._distributed_c10d.Work.unbox(w)
+        if isinstance(w, torch._C._distributed_c10d.Work):
+            _work_end[id(w)] = (w, end)  # held: the same Work object reaches the caller
+
+
+def _backward_done(task: int) -> None:
+    end = _task_end.pop(task, None)
+    if end is not None and _prof._is_profiler_enabled:
+        _host_wait(end, _now())
+
+
+def _host_wait(end: int, t0: int) -> None:
+    """The host waiting (since real time t0) for an overlapped collective that ends at device
+    time `end`: its real span is cut, its modeled cost is what is left of the collective."""
+    from neuron_explorer.backend.runtime import record
+
+    wait = max(0, end - model.modeled_now(t0))
+    record._host("runtime", "c10d::wait", "c10d::wait", (), (), events.native_tid(), t0, _now(),
+                 wait, None, -1, False, args={"wait_ns": wait})  # fmt: skip
+
+
+def install_wait() -> None:
+    """Route `Work.wait()` through `_host_wait` for the collectives this module overlapped
+    (idempotent): the real wait (gloo's, or a send's for its receiver) is simulator time, the
+    modeled one lasts until the collective's modeled end."""
+    work = torch._C._distributed_c10d.Work
+    if getattr(work.wait, "_neuron", False):
+        return
+    original = work.wait
+
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = _now()
+        done = original(self, *args, **kwargs)
+        entry = _work_end.pop(id(self), None)
+        if entry is not None and _prof._is_profiler_enabled:
+            _host_wait(entry[1], t0)
+        return done
+
+    wait._neuron = True  # type: ignore[attr-defined]
+    work.wait = wait  # type: ignore[method-assign]
+
+
+_RECV = ("c10d::recv_",)
+_SEND = ("c10d::send",)
+_C10D_FILE = "distributed_c10d.py"
+
+
+def _called_synchronously() -> bool:
+    """Whether the user's torch.distributed call waits for this collective (`async_op=False`,
+    the default): the host blocks until it ends. DDP's bucket all-reduces (issued by its C++
+    reducer during backward), FSDP2's collectives and `async_op=True` do not block the host:
+    the collective runs on the device's CC queue while the host goes on launching compute."""
+    f: types.FrameType | None = sys._getframe(3)
+    while f is not None:
+        if f.f_code.co_filename.endswith(_C10D_FILE) and "async_op" in f.f_locals:
+            return not f.f_locals["async_op"]
+        f = f.f_back
+    return False
+
+
+def _peer(args: tuple) -> int:
+    """The group rank a c10d::send / recv_ talks to (its third argument), -1 if unknown."""
+    return int(args[2]) if len(args) > 2 and isinstance(args[2], int) else -1
+
+
+_p2p_seq: dict[tuple[str, int, int], itertools.count] = {}  # (group, src, dst) -> messages
+
+
+def _p2p_arrival(op: str, group: Any, args: tuple, mine: int) -> int:
+    """A send publishes its modeled arrival under (src, dst, n); a receive reads its sender's
+    (the data cannot arrive before it was sent) and returns it; else `mine`."""
+    peer = _peer(args)
+    if peer < 0 or group is None or op not in _SEND + _RECV:
+        return mine
+    store = group_store(group)
+    if store is None:
+        return mine
+    me = group.rank()
+    src, dst = (me, peer) if op in _SEND else (peer, me)
+    n = next(_p2p_seq.setdefault((group.group_name, src, dst), itertools.count()))
+    key = f"neuron-p2p/{src}/{dst}/{n}"
+    if op in _SEND:
+        store.set(key, str(mine))
+        return mine
+    sent = int(store.get(key))  # blocks until the sender issued it, as the data would
+    store.delete_key(key)
+    return sent
 
 
 def _group_of(args: tuple) -> Any:
@@ -195,8 +373,9 @@ def _bytes(a: Any) -> int:
     return 0
 
 
-def _record(name, kind, t0, t1, drain, wait, cost, nbytes, size, src, start, where) -> None:
-    """One host call (wait + transfer, the real span cut) and its device event on `CC`."""
+def _record(name, kind, t0, t1, host, wait, cost, nbytes, size, src, start, where) -> None:
+    """One host call (`host` ns of modeled cost, the real span cut) and its device event on
+    `CC` from `start` (the last rank's arrival) for the modeled transfer."""
     from neuron_explorer.backend.runtime import record
 
     flow = events.next_flow()
@@ -204,7 +383,7 @@ def _record(name, kind, t0, t1, drain, wait, cost, nbytes, size, src, start, whe
             "transfer_ns": cost.transfer_ns, "algorithm": cost.algorithm, "link": cost.link,
             "bus_bytes": cost.bus_bytes, **where}  # fmt: skip
     record._host("runtime", name, name, (), (), events.native_tid(), t0, t1,
-                 drain + wait + cost.transfer_ns, src, -1, False, flow=flow, args=args)  # fmt: skip
+                 host, src, -1, False, flow=flow, args=args)  # fmt: skip
     file, line, func, stack, module = events.where(src)
     events.append(
         ("event", events.RuntimeEvent(

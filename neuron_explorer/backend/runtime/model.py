@@ -13,6 +13,9 @@ from typing import Any
 origin_ns = time.time_ns()  # device-clock zero; device times are stored as origin_ns + t
 cut_ns = 0  # real backend time minus modeled host cost, summed over runtime calls so far
 _timeline: Any = None
+# device-relative ns when the collective queue (CC) finishes what runtime/collectives.py put on
+# it: collectives overlap compute, and a sync waits for both
+collectives_free_ns = 0
 _spec: Any = None
 # Kernels launched but not yet placed on the timeline, in launch order: lists ending in
 # [..., plan, ready_ns, placed] (the raw launch records of record.py; `placed` is
@@ -89,5 +92,5 @@ def device_idle_at() -> int:
     """Device-relative ns when every engine queue is idle."""
     schedule_pending()
     if _timeline is None:
-        return 0
-    return int(_timeline.drain_ns())
+        return collectives_free_ns
+    return max(int(_timeline.drain_ns()), collectives_free_ns)
