@@ -240,7 +240,8 @@ def _render_devices(c, devices) -> None:
 def _render_ranks(c, ranks) -> None:  # analysis.ranks.Ranks
     from ..tables import fit_table
 
-    heads = ("rank", "steps", "median step", "compute", "communication", "wait", "device idle")
+    heads = ("rank", "steps", "median step", "compute", "communication", "wait", "device idle",
+             "overlap")  # fmt: skip
     rows = [
         (
             str(r.rank),
@@ -250,11 +251,12 @@ def _render_ranks(c, ranks) -> None:  # analysis.ranks.Ranks
             _ms(r.communication_ns),
             _ms(r.wait_ns),
             _ms(r.idle_ns),
+            "-" if r.overlap is None else f"{100 * r.overlap:.0f}%",
         )  # fmt: skip
         for r in ranks.rows
     ]
     c.print(fit_table(c.width, heads, rows, title="Ranks (side by side, never summed)",
-                      right=range(0, 7)))  # fmt: skip
+                      right=range(0, 8)))  # fmt: skip
 
     def x(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.2f}x"
@@ -262,7 +264,8 @@ def _render_ranks(c, ranks) -> None:  # analysis.ranks.Ranks
     sp = ranks.spread
     c.print(f"  spread across ranks (largest / smallest): median step {x(sp.median_step)}, "
             f"compute {x(sp.compute)}, wait {x(sp.wait)}; wait = time at collectives for the "
-            "last rank to arrive", highlight=False)  # fmt: skip
+            "last rank to arrive; overlap = collective time under compute (HTA's comm/compute "
+            "overlap)", highlight=False)  # fmt: skip
 
 
 def _render_breakdown(c, b, n_ranks: int = 1) -> None:

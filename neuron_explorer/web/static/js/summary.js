@@ -70,7 +70,8 @@ function gpuSummary(d) {
     { key: "rank", label: "Rank", num: true }, { key: "steps", label: "Steps", num: true },
     { key: "median_step_ns", label: "Median step", num: true, fmt: fmtNs }, { key: "compute_ns", label: "Compute", num: true, fmt: fmtNs },
     { key: "communication_ns", label: "Communication", num: true, fmt: fmtNs }, { key: "wait_ns", label: "Collective wait", num: true, fmt: fmtNs },
-    { key: "idle_ns", label: "Device idle", num: true, fmt: fmtNs }], s.ranks_table.rows, { compact: true })) : null;
+    { key: "idle_ns", label: "Device idle", num: true, fmt: fmtNs },
+    { key: "overlap", label: "Comm/compute overlap", num: true, fmt: (v) => (v == null ? "-" : fmtPct(v)) }], s.ranks_table.rows, { compact: true })) : null;
   mount(
     h("h1", {}, profile, h("span", { class: "note" }, `  ${d.manifest.source} · ${d.devices.join(", ")} · measured GPU times`)),
     h("div", { class: "cards", id: "gpu-cards" },
