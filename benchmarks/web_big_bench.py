@@ -34,7 +34,7 @@ def _prepare(mb: int) -> tuple[Path, list[tuple[str, str]]]:
     rows = []
     trace = HERE / "data" / f"cuda_{mb}mb.pt.trace.json"
     prof = HERE / "data" / f"cuda_{mb}mb"
-    if not trace.exists():
+    if not trace.exists() and not (prof / "manifest.json").exists():  # the profile is enough
         events, s = write(trace, mb)
         rows.append(
             (
