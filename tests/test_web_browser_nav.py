@@ -185,3 +185,26 @@ def test_compare_stacks_the_same_step_of_both_on_one_scale(server, page):  # noq
         "s => Number(document.querySelector('#cmp-tl-status').dataset.span) < s", arg=span * 0.6
     )
     assert page.errors == [], page.errors
+
+
+def test_find_in_the_call_tree_opens_every_path_to_a_match(server, page):  # noqa: F811
+    nodes = httpx.get(f"{server}/api/p/gpt/calltree").json()["nodes"]
+    by_id = {n["id"]: n for n in nodes}
+    hits = {n["id"] for n in nodes if n["id"] and "adam" in n["name"].lower()}
+    assert hits
+
+    def outermost(i):  # no match above it
+        p = by_id[i]["parent"]
+        while p >= 0:
+            if p in hits:
+                return False
+            p = by_id[p]["parent"]
+        return True
+
+    held = sum(by_id[i]["total_ns"] for i in hits if outermost(i))
+    _open(page, server + "/p/gpt/calltree?find=ADAM", "calltree-find", "#calltree-table tr.found")
+    count = page.locator("#calltree-find-count")
+    assert int(count.get_attribute("data-nodes")) == len(hits)
+    assert int(count.get_attribute("data-held-ns")) == held
+    assert page.locator("#calltree-table tr.found").count() == len(hits)  # every path opened
+    assert page.errors == [], page.errors

@@ -1,7 +1,7 @@
 // The call tree and flame graph of host time: by Python call path (the stacks the profile
 // holds) or by nn.Module path (?by=module). The flame graph is an icicle drawn root at the
 // bottom; the tree table opens along the heaviest path, and a click on a row folds or unfolds it.
-import { api, h, mount, run, fmtNs, fmtPct, heatBar, section, profile, plot, qs, enc, pUrl, sourceUrl } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtPct, heatBar, section, profile, plot, qs, enc, pUrl, sourceUrl, nameMatcher } from "./common.js";
 
 const OPEN_DEPTH = 40; // the heaviest path opens this deep on load
 const FLAME_DEPTH = 14; // levels drawn at once: a click on a frame zooms into it
@@ -65,6 +65,7 @@ function treeTable(nodes, totalNs) {
     n = children.get(n.id)[0];
     if (n && n.total_ns < 0.05 * totalNs) break;
   }
+  let found = new Set();
   const tbody = h("tbody");
   const table = h("table", { class: "data compact calltree" },
     h("thead", {}, h("tr", {}, h("th", {}, "Function / span"), h("th", {}, ""), h("th", { class: "num" }, "Total"),
@@ -72,7 +73,7 @@ function treeTable(nodes, totalNs) {
   const render = () => {
     const rows = [];
     const walk = (n) => {
-      rows.push(row(n, children.get(n.id).length > 0, open.has(n.id), totalNs, () => {
+      rows.push(row(n, children.get(n.id).length > 0, open.has(n.id), totalNs, found.has(n.id), () => {
         if (open.has(n.id)) open.delete(n.id); else open.add(n.id);
         render();
       }));
@@ -82,16 +83,43 @@ function treeTable(nodes, totalNs) {
     tbody.replaceChildren(...rows);
   };
   render();
-  return table;
+  // find: a name substring or /regex/; the matching nodes are marked and every path to them
+  // opened; the count says how much host time they hold (a match inside a match counted once)
+  const byId = new Map(nodes.map((n) => [n.id, n]));
+  const box = h("input", { type: "search", id: "calltree-find", class: "filter-box", placeholder: "Find: function, op or /regex/", value: qs("find") || "" });
+  const count = h("span", { class: "note", id: "calltree-find-count" });
+  const apply = () => {
+    found = new Set();
+    try {
+      const m = nameMatcher(box.value);
+      if (m) for (const n of nodes) if (n.id !== 0 && m(n.name)) found.add(n.id);
+      let held = 0;
+      for (const id of found) {
+        let p = byId.get(id).parent, inner = false;
+        while (p >= 0) { open.add(p); inner ||= found.has(p); p = byId.get(p).parent; }
+        if (!inner) held += byId.get(id).total_ns;
+      }
+      count.textContent = m ? `${found.size} nodes · ${fmtNs(held)} (${fmtPct(held / Math.max(1, totalNs))} of host time)` : "";
+      count.dataset.nodes = found.size;
+      count.dataset.heldNs = held;
+    } catch (e) { count.textContent = "bad regular expression: " + e.message; }
+    render();
+    const url = new URL(location.href);
+    if (box.value.trim()) url.searchParams.set("find", box.value); else url.searchParams.delete("find");
+    history.replaceState(null, "", url);
+  };
+  box.addEventListener("input", apply);
+  if (box.value) apply();
+  return h("div", {}, h("div", { class: "filter-bar" }, box, count), table);
 }
 
-function row(n, hasKids, isOpen, totalNs, toggle) {
+function row(n, hasKids, isOpen, totalNs, isFound, toggle) {
   const twisty = hasKids ? (isOpen ? "▾ " : "▸ ") : "  ";
   const name = h("span", { class: "mono", style: { paddingLeft: `${Math.min(n.depth, 60) * 0.9}em` } }, twisty, n.name);
   let link = null;
   if (n.file_id) link = h("a", { href: sourceUrl(profile, n.file_id, n.line), class: "src-link" }, "source");
   else if (n.kind !== "frame" && n.kind !== "module" && n.kind !== "root") link = h("a", { href: pUrl(profile, `/timeline?find=${enc(n.name)}`), class: "tl-link" }, "timeline");
-  const tr = h("tr", { class: "clickable" + (isOpen ? " open" : ""), "data-node": n.id, "data-kind": n.kind },
+  const tr = h("tr", { class: "clickable" + (isOpen ? " open" : "") + (isFound ? " found" : ""), "data-node": n.id, "data-kind": n.kind },
     h("td", { title: n.name }, name), h("td", {}, heatBar(n.total_ns / Math.max(1, totalNs))),
     h("td", { class: "num" }, fmtNs(n.total_ns)), h("td", { class: "num" }, fmtPct(n.total_ns / Math.max(1, totalNs))),
     h("td", { class: "num" }, fmtNs(n.self_ns)), h("td", { class: "num" }, n.events ? String(n.events) : "–"), h("td", {}, link));
