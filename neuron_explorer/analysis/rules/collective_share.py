@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
+from .. import intervals
 from ..context import AnalysisContext
 from ..conventions import COMPUTE_KINDS, sql_list
 from ..findings import Evidence, Hotspot
@@ -24,16 +27,36 @@ OTHER_COMPUTE = (
     f"AND kind IN {sql_list(COMPUTE_KINDS)} AND kind <> 'collective' "
     f"AND rank IN (SELECT DISTINCT rank FROM ev WHERE {DEVICE})"
 )
+# Per rank: collective time, the part of it other compute overlaps, and the step time. The
+# collective spans carry overlap_ns, the time the disjoint other-compute intervals cover inside
+# each (a sort and binary search: the range join it replaces took 30 s on 13k collectives
+# against 0.9M kernels).
 PER_RANK = """
-WITH c AS (SELECT * FROM coll_spans), o AS (SELECT * FROM other_compute),
-     tot AS (SELECT rank, sum(e - s) AS coll FROM c GROUP BY rank),
-     ov AS (SELECT c.rank, sum(least(c.e, o.e) - greatest(c.s, o.s)) AS overlap
-            FROM c JOIN o ON o.rank = c.rank AND o.s < c.e AND o.e > c.s
-            GROUP BY c.rank),
+WITH tot AS (SELECT rank, sum(e - s) AS coll, sum(overlap_ns) AS overlap FROM coll_spans
+             GROUP BY rank),
      st AS (SELECT rank, sum(e - s) AS step_ns FROM steps_w GROUP BY rank)
-SELECT st.rank, coalesce(tot.coll, 0) AS coll, coalesce(ov.overlap, 0) AS overlap,
-       st.step_ns FROM st LEFT JOIN tot USING (rank) LEFT JOIN ov USING (rank)
+SELECT st.rank, coalesce(tot.coll, 0) AS coll, coalesce(tot.overlap, 0) AS overlap,
+       st.step_ns FROM st LEFT JOIN tot USING (rank)
 ORDER BY st.rank"""
+# The same overlap by a range join, for spans too far apart to lay on one int64 axis.
+OVERLAP_JOIN = """
+WITH ov AS (SELECT c.rank, c.s, sum(least(c.e, o.e) - greatest(c.s, o.s)) AS ns
+            FROM coll c JOIN other_compute o ON o.rank = c.rank AND o.s < c.e AND o.e > c.s
+            GROUP BY c.rank, c.s)
+SELECT c.rank, c.s, c.e, coalesce(ov.ns, 0) AS overlap_ns FROM coll c LEFT JOIN ov USING (rank, s)
+ORDER BY c.rank, c.s"""
+
+
+def overlapped(ctx: AnalysisContext) -> pa.Table:
+    """The rank's collective spans in its steps, merged (rank, s, e), each with overlap_ns: the
+    time other device compute of the rank runs inside it."""
+    coll, other = ctx.merge(SPANS), ctx.merge(OTHER_COMPUTE)
+    windows = coll.rename_columns(["rank", "ws", "we"])
+    try:
+        overlap = intervals.covered(other, ["rank"], windows)
+    except OverflowError:  # spans too wide for one int64 axis: let DuckDB join them
+        return ctx.arrow(OVERLAP_JOIN, tables={"coll": coll, "other_compute": other})
+    return coll.append_column("overlap_ns", pa.array(overlap, pa.int64()))
 
 
 @dataclass(frozen=True)
@@ -95,8 +118,7 @@ class CollectiveShare(Rule[Communication]):
     def measure(self, ctx: AnalysisContext) -> Communication | None:
         if not ctx.one("SELECT count(*) AS n FROM ev WHERE kind = 'collective'").get("n"):
             return None
-        spans = {"coll_spans": ctx.merge(SPANS), "other_compute": ctx.merge(OTHER_COMPUTE)}
-        rows = ctx.rows(PER_RANK, tables=spans)
+        rows = ctx.rows(PER_RANK, tables={"coll_spans": overlapped(ctx)})
         rows = [r for r in rows if r["coll"] > 0 or len(rows) > 1]
         if not any(r["coll"] > 0 for r in rows):
             return None
