@@ -368,3 +368,31 @@ def test_an_async_all_reduce_runs_under_compute_and_blocks_only_its_consumer(tmp
         assert row.overlap == pytest.approx(hta, abs=1e-3)
         if row.rank in {r for r, _ in together}:
             assert row.overlap > 0.1
+
+
+SAMPLE_JOB = Path(__file__).resolve().parents[1] / "samples" / "profiles" / "ddp_straggler"
+
+
+def test_two_ranks_of_one_job_side_by_side(capsys):
+    """`diff JOB@rank=0 JOB@rank=1`: each side is one rank of the job's profile, read in place;
+    its JSON is analysis.ranks.compare_ranks's document."""
+    from neuron_explorer.analysis.rank_compare import compare_ranks
+    from neuron_explorer.entry import main
+    from neuron_explorer.model import Profile
+    from neuron_explorer.model.combine import rank_view
+
+    job = Profile.open(SAMPLE_JOB)
+    for rank in (0, 1):
+        view = rank_view(job, rank)
+        got = view.duckdb().execute("SELECT DISTINCT rank FROM events").fetchall()
+        assert got == [(rank,)] and {s.rank for s in view.manifest.steps} == {rank}
+    doc = compare_ranks(job, 0, 1).to_dict()
+    assert doc["a"].endswith("@rank=0") and doc["b"].endswith("@rank=1")
+    assert doc["steps"]["a"]["count"] == doc["steps"]["b"]["count"] == 3
+    assert doc["ops"] and doc["kernels"]  # the same ops on both ranks, their times compared
+    code = main(["diff", f"{SAMPLE_JOB}@rank=0", f"{SAMPLE_JOB}@rank=1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ops"] == doc["ops"] and out["step_ns_delta"] == doc["step_ns_delta"]
+    assert main(["diff", f"{SAMPLE_JOB}@rank=0", f"{SAMPLE_JOB}@rank=7"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no rank 7" in err and "Traceback" not in err

@@ -176,3 +176,36 @@ def _sources(p: Profile) -> list[tuple[str, str]]:
                 (os.path.relpath(path, root), path.read_text(encoding="utf-8", errors="replace"))
             )
     return out
+
+
+class _RankView(Profile):
+    """One rank of a job's profile, read in place: events and counters filtered to the rank,
+    the manifest naming only it (rank_view)."""
+
+    def __init__(self, job: Profile, rank: int) -> None:
+        m = job.manifest
+        steps = tuple(s for s in m.steps if s.rank == rank)
+        super().__init__(job.path, replace(m, ranks=(rank,), steps=steps, row_counts={}))
+        self._job, self._rank = job, rank
+
+    @property
+    def name(self) -> str:
+        return f"{self._job.name}@rank={self._rank}"
+
+    @property
+    def _datasets(self) -> dict[str, Any]:  # type: ignore[override]
+        mine = pc.field("rank") == self._rank
+        return {
+            name: d.filter(mine) if name in ("events", "counters") else d
+            for name, d in self._job._datasets.items()
+        }
+
+
+def rank_view(job: Profile, rank: int) -> Profile:
+    """Rank `rank` of a profile of several ranks as a profile of its own (nothing is copied);
+    a BadInputError naming the profile if it holds no such rank."""
+    from ..errors import BadInputError
+
+    if rank not in job.manifest.ranks:
+        raise BadInputError(job.path, f"no rank {rank} (ranks {list(job.manifest.ranks)})")
+    return _RankView(job, rank)

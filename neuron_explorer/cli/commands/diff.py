@@ -8,13 +8,14 @@ NAME = "diff"
 HELP = (
     "Compare profile B against profile A: step time, the per-step breakdown, and ops, kernels, "
     "source lines and modules by the change in their time (largest first), and the findings "
-    "that appeared or went. --json prints the document of the web's /api/compare."
+    "that appeared or went. --json prints the document of the web's /api/compare. Two ranks "
+    "of one job side by side: diff JOB@rank=0 JOB@rank=1."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", help="profile directory A (before)")
-    parser.add_argument("b", help="profile directory B (after)")
+    parser.add_argument("a", help="profile directory A (before); DIR@rank=N: one rank of a job")
+    parser.add_argument("b", help="profile directory B (after); DIR@rank=N: one rank of a job")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--top", type=int, default=10, help="rows per table (10)")
 
@@ -23,12 +24,13 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ...analysis.compare import diff
+    from ...analysis.rank_compare import open_side
     from ...errors import ExplorerError
-    from ...model.profile import Profile
 
     if args.top < 1:
         raise ExplorerError("diff: --top must be at least 1")
-    doc = diff(Profile.open(args.a), Profile.open(args.b), args.a, args.b)
+    (a, a_name), (b, b_name) = open_side(args.a), open_side(args.b)  # DIR or DIR@rank=N
+    doc = diff(a, b, a_name, b_name)
     if args.json:
         print(json.dumps(doc.to_dict(), indent=2, default=str))
         return 0
