@@ -324,3 +324,12 @@ def test_no_module_spells_out_a_group_of_kinds_the_vocabulary_declares():
                         (str(path.relative_to(ROOT)), node.lineno, groups[frozenset(values)])
                     )
     assert found == []
+
+
+def test_docstrings_cite_the_projects_own_design_document():
+    cites = [
+        str(p.relative_to(ROOT))
+        for p in (*PACKAGE.rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md")
+        if "DESIGN.md" in p.read_text(encoding="utf-8")
+    ]
+    assert cites == [] and (ROOT / "docs" / "architecture.md").is_file()

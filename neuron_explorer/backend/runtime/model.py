@@ -1,8 +1,9 @@
 """The runtime's view of the cost model: the chip spec, the device timeline and one clock.
 
 Real time spent inside the backend is cut from the host clock and replaced by the modeled
-cost of each runtime call; `cut_ns` is the running total, so modeled = real - cut (DESIGN.md).
-Device work is modeled on that same clock, relative to `origin_ns` to keep integers small.
+cost of each runtime call; `cut_ns` is the running total, so modeled = real - cut
+(docs/architecture.md). Device work is modeled on that same clock, relative to `origin_ns` to
+keep integers small.
 """
 
 from __future__ import annotations
