@@ -1,4 +1,4 @@
-"""Registers `neuron` with PyTorch through the PrivateUse1 dispatch key (DESIGN.md)."""
+"""Registers `neuron` with PyTorch through the PrivateUse1 dispatch key (docs/architecture.md)."""
 
 from __future__ import annotations
 

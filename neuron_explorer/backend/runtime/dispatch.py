@@ -1,4 +1,4 @@
-"""One dispatch path for every aten op on a neuron tensor (DESIGN.md, "The neuron device").
+"""One dispatch path for every aten op on a neuron tensor (docs/architecture.md).
 
 Unwrap the CPU payloads, run the op on them, wrap the results. Around that: the eager compile
 cache, CPU fallbacks, float64 as float32, mixed-device errors, memory accounting and, only while
