@@ -34,7 +34,9 @@ from .conventions import (
     DOWNCAST_EVENT,
     FUSED_OPTIMIZER_LIKE,
     OPTIMIZER_STEP_LIKE,
+    sql_list,
 )
+from .sparse import sparse_columns
 
 if TYPE_CHECKING:
     import duckdb
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
 
 HEAVY_COLUMNS = ("args", "shapes", "dtypes")  # long text; only some rules read them
 UNUSED_COLUMNS = ("stack_id",)  # nothing reads it; not decoded
+# the heavy columns of a table this long are read for the rows that need them only (sparse.py)
+SPARSE_MIN_ROWS = 100_000
 SUBSET_SHARE = 0.15  # events_of copies rows out of `ev` only when they are at most this share
 # boolean columns `ev` adds, from name patterns (conventions.py)
 NAME_FLAGS = {
@@ -132,10 +136,16 @@ class AnalysisContext:
         self._cols = Columns(light)
         keep = self._cols.where("kind", ARGS_KINDS) | self._cols.where("name", (DOWNCAST_EVENT,))
         wanted = bool(keep.any())  # a CUDA trace has none: its long args are never decoded
-        heavy = self.profile.table("events", columns=list(HEAVY_COLUMNS)) if wanted else None
+        sparse = self._sparse_heavy(keep) if wanted else None
+        read = wanted and sparse is None
+        heavy = self.profile.table("events", columns=list(HEAVY_COLUMNS)) if read else None
         keep_arr = pa.array(keep)
         for name in HEAVY_COLUMNS:
-            if heavy is not None and heavy[name].null_count < heavy.num_rows:
+            if sparse is not None:
+                col = sparse[name]
+                if name == "args":
+                    col = _valid_json_or_null(col)
+            elif heavy is not None and heavy[name].null_count < heavy.num_rows:
                 col = pc.if_else(
                     keep_arr, heavy[name].combine_chunks(), pa.scalar(None, pa.string())
                 )
@@ -148,6 +158,13 @@ class AnalysisContext:
         for flag, patterns in NAME_FLAGS.items():
             light = light.append_column(flag, pa.array(self._cols.like("name", patterns)))
         return light
+
+    def _sparse_heavy(self, keep: np.ndarray) -> dict[str, pa.Array] | None:
+        """The heavy columns of the `keep` rows only, when they are few (sparse.py)."""
+        if len(keep) < SPARSE_MIN_ROWS or keep.sum() > SUBSET_SHARE * len(keep):
+            return None  # a small table, or most rows: one whole read is as cheap
+        where = f"kind IN {sql_list(ARGS_KINDS)} OR name = ?"
+        return sparse_columns(self.profile, HEAVY_COLUMNS, keep, where, [DOWNCAST_EVENT])
 
     @cached_property
     def cols(self) -> Columns:
