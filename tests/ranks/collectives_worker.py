@@ -1,4 +1,5 @@
-"""One rank of tests/test_distributed.py: every collective, DDP and tensor-parallel training.
+"""One rank of tests/test_distributed.py: every collective, DDP and tensor-parallel training, and
+(but for `mixed`) FSDP2 and 2-stage pipelining from parallel_worker.py.
 
 Run under torchrun: `collectives_worker.py MODE OUT_DIR` where MODE is `gloo` (CPU tensors, the
 reference), `neuron` (neuron tensors, init_process_group("neuron")) or `mixed` (neuron tensors,
@@ -134,6 +135,13 @@ def main() -> None:
         "ddp": ddp_training(rank),
         "tensor_parallel": tensor_parallel(n),
     }
+    if MODE != "mixed":  # FSDP2 and pipelining in the same processes (one launch fewer each)
+        import parallel_worker  # tests/ranks/, the script's own directory
+
+        result["fsdp2"] = parallel_worker.fsdp2(n)
+        if n == 2:
+            result["gpipe"] = parallel_worker.pipeline(rank, n, "gpipe")
+            result["1f1b"] = parallel_worker.pipeline(rank, n, "1f1b")
     (OUT / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 

@@ -86,7 +86,9 @@ class Straggler(Rule[RankWork]):
         }
         saving = sum(waits.values()) / len(waits)
         return Draft(
-            title=f"Rank {rank} is a straggler: {b / ref:.2f}x the other ranks' step work",
+            # the others' busy time is 0 where a rank's whole step was waiting for this one
+            title=f"Rank {rank} is a straggler: "
+            + (f"{b / ref:.2f}x the other ranks' step work" if ref else "the others only wait"),
             detail=(
                 f"Rank {rank} needs {fmt_ms(b)} of its own work per step (median), the "
                 f"other {len(busy) - 1} rank(s) {fmt_ms(ref)}. They spend "
