@@ -236,3 +236,24 @@ def test_module_names_do_not_keep_a_deleted_model_alive():
     assert dead() is None
     other = nn.Sequential(nn.Sequential(nn.Linear(8, 3))).to("neuron")
     assert "0.0" in run(other)
+
+
+def test_every_raw_record_holds_exactly_the_fields_of_its_declared_layout():
+    """Raw records are (layout, *fields) with a layout declared once in events.py (a
+    NamedTuple): each record has exactly its layout's fields, so drain reads it by name."""
+    layouts = (ev_mod.HostRecord, ev_mod.LaunchRecord, ev_mod.KernelRecord,
+               ev_mod.ForwardRecord, ev_mod.MemoryRecord)  # fmt: skip
+    backend.events.clear()
+    x = torch.randn(24, 24, device="neuron", requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        loss = (x @ x).view(-1).relu().sum()  # a compile, launches, a view's forward marker
+        loss.backward()
+        loss.item()  # a sync
+        raw = list(ev_mod._buf)
+    seen = {r[0] for r in raw}
+    assert set(layouts) - {ev_mod.KernelRecord} <= seen  # KernelRecord: compiled graphs only
+    assert all(r[0] in layouts and len(r) == 1 + len(r[0]._fields) for r in raw)
+    events = backend.events.drain()
+    launches = [e for e in events if e.kind == "runtime" and e.name == "launch"]
+    assert len(launches) == sum(r[0] is ev_mod.LaunchRecord for r in raw)
+    assert {e.kind for e in events} >= {"compile", "runtime", "kernel", "sync", "memory", "forward"}

@@ -36,10 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 EXCEPTIONS = {(NE, f"{NE}.capture"): "the public trace_handler/profile, imported lazily"}
 # packages with cycles that are being removed, with who removes them: a cycle wholly inside one
 # of them passes; an entry whose package has no cycle left fails, so the list only shrinks
-KNOWN_CYCLES: dict[str, str] = {
-    f"{NE}.backend": "issue 16: the op path one way through backend/runtime/payload.py (H16e); "
-    "torch.neuron's module and its streams import each other",
-}
+KNOWN_CYCLES: dict[str, str] = {}
 
 
 def _modules() -> dict[str, Path]:

@@ -30,7 +30,9 @@ def register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
         torch._register_device_module("neuron", device_module)
         guard.install()
-        tensor.set_device_object(torch.device("neuron", 0))
+        from neuron_explorer.backend.runtime import dispatch
+
+        tensor.set_device_object(torch.device("neuron", 0), dispatch.dispatch, dispatch.record_sync)
         from neuron_explorer.backend.runtime import factories
 
         factories.register_library_impls()

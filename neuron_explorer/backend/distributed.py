@@ -13,23 +13,23 @@ import importlib.util
 import sys
 from typing import Any
 
-_stores: dict[str, Any] = {}  # group name -> the store its neuron backend was created with
-
 
 def _create(opts: Any, backend_options: Any) -> Any:
     from torch.distributed import ProcessGroupGloo
 
-    _stores[opts.group_id] = opts.store
-    _route_fsdp_when_imported()
-    from neuron_explorer.backend.runtime.collectives import install_wait
+    from neuron_explorer.backend.runtime import collectives
 
-    install_wait()
+    collectives.stores[opts.group_id] = opts.store
+    _route_fsdp_when_imported()
+    collectives.install_wait()
     return ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
 def store_of(group_name: str) -> Any:
     """The store of a group whose neuron backend this process created, else None."""
-    return _stores.get(group_name)
+    from neuron_explorer.backend.runtime import collectives
+
+    return collectives.stores.get(group_name)
 
 
 _FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param_group"

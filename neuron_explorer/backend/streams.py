@@ -41,9 +41,7 @@ class Stream:
         return True
 
     def synchronize(self) -> None:
-        from neuron_explorer.backend import device_module
-
-        device_module.synchronize()
+        _synchronize()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream)
@@ -70,9 +68,7 @@ class Event:
         return self._ns is not None
 
     def synchronize(self) -> None:
-        from neuron_explorer.backend import device_module
-
-        device_module.synchronize()
+        _synchronize()
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event's record and `end_event`'s, as torch.cuda's."""
@@ -109,3 +105,11 @@ def stream(stream_: Stream | None) -> Iterator[None]:
         yield
     finally:
         _current = before
+
+
+def _synchronize() -> None:
+    """torch.neuron.synchronize() (the one in-order queue), without importing device_module,
+    which imports this module."""
+    from neuron_explorer.backend.runtime.dispatch import record_sync
+
+    record_sync("torch.neuron.synchronize", None)

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from neuron_explorer.backend.runtime import memory
+
 DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registration.register()
 
 
@@ -19,22 +21,22 @@ _DATA: Any = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.dat
 _STRIDED = torch.strided
 
 
-def _dispatch_first_use(func, args, kwargs):
-    from neuron_explorer.backend.runtime.dispatch import dispatch
-
-    return dispatch(func, args, kwargs)
+def _unbound(*args: Any) -> Any:
+    raise RuntimeError("neuron: the device is not registered (neuron_explorer.backend.register())")
 
 
-_dispatch = _dispatch_first_use  # bound to runtime.dispatch.dispatch at registration
+# The runtime above this module, bound at registration (this module imports none of it):
+# every op's dispatch, and the sync a print of a tensor's values is
+_dispatch: Any = _unbound
+_on_print: Any = _unbound
 
 
-def set_device_object(device: torch.device) -> None:
-    """Called once the backend is renamed, so wrappers report `neuron:0`."""
-    global DEVICE, _dispatch
-    from neuron_explorer.backend.runtime.dispatch import dispatch
-
+def set_device_object(device: torch.device, dispatch: Any, on_print: Any) -> None:
+    """Called once the backend is renamed, so wrappers report `neuron:0` and their ops reach
+    the runtime's `dispatch(func, args, kwargs)`; `on_print(name, tensor)` records the sync."""
+    global DEVICE, _dispatch, _on_print
     DEVICE = device
-    _dispatch = dispatch
+    _dispatch, _on_print = dispatch, on_print
 
 
 def _mirror_math_bits(wrapper: torch.Tensor, payload: torch.Tensor) -> None:
@@ -106,8 +108,6 @@ class NeuronTensor(torch.Tensor):
     def __tensor_unflatten__(inner: dict[str, Any], meta: Any, outer_size, outer_stride):
         payload = inner["_payload"]
         if type(payload) is torch.Tensor:  # a compiled program's output: device memory
-            from neuron_explorer.backend.runtime.dispatch import new_tensor
-
             return new_tensor("compiled", payload)
         return NeuronTensor(payload)
 
@@ -119,11 +119,9 @@ class NeuronTensor(torch.Tensor):
         )
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
-        from neuron_explorer.backend.runtime import dispatch
-
         if type(self._payload) is not torch.Tensor:  # fake or functional payload while tracing
             return f"NeuronTensor({self._payload!r})"
-        dispatch.record_sync("print", self)
+        _on_print("print", self)
         return _format(self)
 
     def tolist(self) -> Any:
@@ -171,6 +169,14 @@ def refresh(wrapper: NeuronTensor) -> None:
     ):
         _DATA.__set__(wrapper, NeuronTensor(p))
         wrapper._payload = p
+
+
+def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:
+    """Wrap a payload the device just allocated (a factory's, a compiled program's output):
+    its bytes count as device memory until its last tensor is gone."""
+    w = NeuronTensor(payload)
+    memory.track(payload)
+    return w
 
 
 def wrap(payload: torch.Tensor) -> NeuronTensor:

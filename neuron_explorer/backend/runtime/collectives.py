@@ -73,8 +73,7 @@ def is_collective(name: str) -> bool:
 
 def run(info: Any, args: tuple, kwargs: dict) -> Any:
     """Run a c10d op on the payloads of its neuron tensors; record it while profiling."""
-    from neuron_explorer.backend.runtime.dispatch import new_tensor
-    from neuron_explorer.backend.tensor import NeuronTensor
+    from neuron_explorer.backend.tensor import NeuronTensor, new_tensor
 
     wrappers: dict[int, NeuronTensor] = {}
 
@@ -225,11 +224,9 @@ def _backward_done(task: int) -> None:
 def _host_wait(end: int, t0: int) -> None:
     """The host waiting (since real time t0) for an overlapped collective that ends at device
     time `end`: its real span is cut, its modeled cost is what is left of the collective."""
-    from neuron_explorer.backend.runtime import record
-
     wait = max(0, end - model.modeled_now(t0))
-    record._host("runtime", "c10d::wait", "c10d::wait", (), (), events.native_tid(), t0, _now(),
-                 wait, None, -1, False, args={"wait_ns": wait})  # fmt: skip
+    events.record_host("runtime", "c10d::wait", "c10d::wait", (), (), events.native_tid(), t0,
+                       _now(), wait, None, -1, False, args={"wait_ns": wait})  # fmt: skip
 
 
 def install_wait() -> None:
@@ -358,11 +355,13 @@ def _last_arrival(group: Any, mine: int, seq: int) -> int:
     return max(int(v) for v in store.multi_get(keys))
 
 
+# group name -> the store its neuron backend was created with (backend/distributed.py fills it)
+stores: dict[str, Any] = {}
+
+
 def group_store(group: Any) -> Any:
     """The store the neuron backend of `group` was created with (None for other backends)."""
-    from neuron_explorer.backend import distributed
-
-    return distributed.store_of(group.group_name)
+    return stores.get(group.group_name)
 
 
 def _bytes(a: Any) -> int:
@@ -376,14 +375,12 @@ def _bytes(a: Any) -> int:
 def _record(name, kind, t0, t1, host, wait, cost, nbytes, size, src, start, where) -> None:
     """One host call (`host` ns of modeled cost, the real span cut) and its device event on
     `CC` from `start` (the last rank's arrival) for the modeled transfer."""
-    from neuron_explorer.backend.runtime import record
-
     flow = events.next_flow()
     args = {"collective": kind, "bytes": nbytes, "world_size": size, "wait_ns": wait,
             "transfer_ns": cost.transfer_ns, "algorithm": cost.algorithm, "link": cost.link,
             "bus_bytes": cost.bus_bytes, **where}  # fmt: skip
-    record._host("runtime", name, name, (), (), events.native_tid(), t0, t1,
-                 host, src, -1, False, flow=flow, args=args)  # fmt: skip
+    events.record_host("runtime", name, name, (), (), events.native_tid(), t0, t1,
+                       host, src, -1, False, flow=flow, args=args)  # fmt: skip
     file, line, func, stack, module = events.where(src)
     events.append(
         ("event", events.RuntimeEvent(

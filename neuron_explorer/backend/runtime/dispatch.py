@@ -14,8 +14,19 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import collectives as _collectives
 from neuron_explorer.backend.runtime import composites as _composites
-from neuron_explorer.backend.runtime import kernels, memory, ops, tracking, unsupported
-from neuron_explorer.backend.tensor import NeuronTensor, refresh
+from neuron_explorer.backend.runtime import kernels, ops, record, tracking, unsupported
+from neuron_explorer.backend.runtime.payload import (
+    finish_outputs,
+    new_tensor,
+    round_f64,
+    unwrap_all,
+    wrap,
+    wrap_result,
+)
+from neuron_explorer.backend.tensor import NeuronTensor
+
+__all__ = ["OpInfo", "copy_between", "dispatch", "finish_outputs", "new_tensor", "record_sync",
+           "run_op", "unwrap_all"]  # fmt: skip
 
 _Tensor = torch.Tensor
 _F64 = torch.float64
@@ -124,71 +135,6 @@ def _info(func) -> OpInfo:
         return info
 
 
-def _mixed_device_error(name: str) -> RuntimeError:
-    return RuntimeError(
-        "Expected all tensors to be on the same device, but found at least two devices, "
-        f"neuron:0 and cpu! (when checking arguments for {name})"
-    )
-
-
-def _unwrap(a, inputs: list, info: OpInfo):
-    if isinstance(a, _Tensor):
-        if isinstance(a, NeuronTensor):
-            p = a._payload
-            inputs.append((p, a))
-            return p
-        if a.dim() != 0 and not info.allows_cpu and a.device.type == "cpu":
-            raise _mixed_device_error(info.name)
-        if type(a) is not _Tensor and a.device.type == "neuron":
-            # a factory's result while torch.compile traces (`torch.ones(3, device="neuron")`):
-            # a fake tensor on the device, not a wrapper; its value belongs beside the payloads
-            return a.to(_CPU)
-        return a
-    if type(a) in _SEQ and a and isinstance(a[0], _Tensor | None):
-        return type(a)(_unwrap(x, inputs, info) for x in a)
-    return a
-
-
-def unwrap_all(args: tuple, kwargs: dict, inputs: list, info: OpInfo) -> tuple[list, dict]:
-    """CPU payloads in place of neuron tensors; `inputs` collects (payload, wrapper) pairs."""
-    cpu_args = []
-    for a in args:
-        if type(a) is NeuronTensor:
-            p = a._payload
-            inputs.append((p, a))
-            cpu_args.append(p)
-        elif isinstance(a, _Tensor) or type(a) in _SEQ:
-            cpu_args.append(_unwrap(a, inputs, info))
-        else:
-            cpu_args.append(a)
-    if kwargs:
-        kwargs = {k: _unwrap(v, inputs, info) for k, v in kwargs.items()}
-        if "device" in kwargs:
-            kwargs["device"] = _CPU
-    return cpu_args, kwargs
-
-
-def _wrap(o, inputs: list, new: list):
-    if isinstance(o, _Tensor):
-        for p, w in inputs:
-            if o is p:
-                return w
-        inference = o.is_inference()
-        if inference is not _inference_enabled():
-            # the wrapper is an inference tensor exactly when its payload is: a view of a
-            # normal tensor under inference_mode is normal (torch then sets its version
-            # counter), and a view of an inference tensor outside it is an inference tensor
-            with torch.inference_mode(inference):
-                w = NeuronTensor(o)
-        else:
-            w = NeuronTensor(o)
-        new.append(w)
-        return w
-    if type(o) in _SEQ:
-        return type(o)(_wrap(x, inputs, new) for x in o)
-    return o
-
-
 def dispatch(func, args: tuple, kwargs: dict):
     """Run one aten op for neuron tensors; called from NeuronTensor.__torch_dispatch__."""
     if _prof._is_profiler_enabled:
@@ -203,7 +149,7 @@ def dispatch(func, args: tuple, kwargs: dict):
             return info.special(info, args, kwargs)
         if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
             return _host_result(info, args, kwargs)
-        return _record.dispatch_recorded(info, args, kwargs, t0)
+        return record.dispatch_recorded(info, args, kwargs, t0)
     try:
         info = func._neuron_info
     except AttributeError:
@@ -218,30 +164,20 @@ def run_op(info: OpInfo, args: tuple, kwargs: dict):
     if kwargs and "device" in kwargs and _on_host(kwargs["device"]):
         return _host_result(info, args, kwargs)  # e.g. zeros_like(x, device="cpu")
     if _prof._is_profiler_enabled:
-        return _record.dispatch_recorded(info, args, kwargs, _now())
+        return record.dispatch_recorded(info, args, kwargs, _now())
     inputs: list = []
     cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
     if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
-        return _wrap(info.call(*cpu_args, **kwargs), inputs, [])
+        return wrap(info.call(*cpu_args, **kwargs), inputs, [])
     if info.kernel:
         if info.supported:
-            tracking.note_call(info, inputs)
+            tracking.note_key(info, inputs)
         else:
             tracking.warn_fallback(info.name)
     out = info.call(*cpu_args, **kwargs)
     if out is None:
         return None
-    if inputs and out is inputs[0][0]:  # in-place: the result is the first input
-        if info.mutates:
-            if info.restrides:
-                refresh(inputs[0][1])
-            if inputs[0][0].dtype is _F64:
-                finish_outputs(info, [], inputs)
-        return inputs[0][1]
-    new: list = []
-    result = _wrap(out, inputs, new)
-    finish_outputs(info, new, inputs)
-    return result
+    return wrap_result(info, out, inputs)
 
 
 def _on_host(device) -> bool:
@@ -254,44 +190,6 @@ def _host_result(info: OpInfo, args: tuple, kwargs: dict):
     return info.call(*cpu_args, **kwargs)
 
 
-def finish_outputs(info: OpInfo, new: list, inputs: list) -> None:
-    """Memory accounting for fresh outputs and float64 rounding of computed results; after an
-    in-place restride (`transpose_`, `t_`, nn.GRU's batch_first output) the wrapper follows."""
-    if info.restrides and not info.kernel:
-        for _p, w in inputs:
-            refresh(w)
-    if info.kernel:
-        f64 = False
-        for w in new:
-            p = w._payload
-            if not info.func.is_view:
-                memory.track(p)
-            if p.dtype is _F64:
-                f64 = True
-                _round_f64(p)
-        if info.mutates:
-            for p, w in inputs:
-                refresh(w)
-                if p.dtype is _F64:
-                    f64 = True
-                    _round_f64(p)
-        if f64:
-            tracking.warn_float64()
-
-
-def _round_f64(p: torch.Tensor) -> None:
-    """float64 is computed as float32 on the device: keep only float32 precision."""
-    if p.numel():
-        p.copy_(p.to(torch.float32))
-
-
-def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:
-    """Wrap a payload a factory op just allocated on the device."""
-    w = NeuronTensor(payload)
-    memory.track(payload)
-    return w
-
-
 # ---- ops with their own path: copies between host and device, scalar reads ------------------
 
 
@@ -302,8 +200,6 @@ def _copy_(info: OpInfo, args, kwargs):
 
 def copy_between(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     """dst.copy_(src) where either side may be on the device: H2D, D2H or on-device copy."""
-    from neuron_explorer.backend.runtime import record
-
     dst_dev, src_dev = isinstance(dst, NeuronTensor), isinstance(src, NeuronTensor)
     d = dst._payload if dst_dev else dst  # type: ignore[attr-defined]  # a NeuronTensor
     s = src._payload if src_dev else src  # type: ignore[attr-defined]
@@ -316,13 +212,11 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = Fals
     with record.host_call("copy", f"copy {direction}", "aten::copy_", (s,), direction=direction):
         d.copy_(s)
         if dst_dev and d.dtype is _F64:
-            _round_f64(d)
+            round_f64(d)
     return dst
 
 
 def _to_copy(info: OpInfo, args, kwargs):
-    from neuron_explorer.backend.runtime import record
-
     src = args[0]
     device = kwargs.get("device")
     if device is None or torch.device(device).type != "cpu":
@@ -344,8 +238,6 @@ def _dispatch_plain(info: OpInfo, args, kwargs):
 
 
 def _local_scalar_dense(info: OpInfo, args, kwargs):
-    from neuron_explorer.backend.runtime import record
-
     payload = args[0]._payload
     if type(payload) is not _Tensor:
         return torch.ops.aten._local_scalar_dense.default(payload)
@@ -357,8 +249,6 @@ def _local_scalar_dense(info: OpInfo, args, kwargs):
 
 def record_sync(name: str, tensor: torch.Tensor | None) -> None:
     """A host wait on the device (torch.neuron.synchronize, printing): an event when recording."""
-    from neuron_explorer.backend.runtime import record
-
     payloads = (tensor._payload,) if isinstance(tensor, NeuronTensor) else ()
     with record.host_call("sync", name, "", payloads, direction="d2h" if payloads else ""):
         pass
@@ -384,6 +274,3 @@ _SPECIAL = {
 }
 # torch.distributed's ops run on the payloads through the process group (runtime/collectives.py)
 _SPECIAL.update(dict.fromkeys(_collectives.KIND_OF, _collectives.run))
-
-
-from neuron_explorer.backend.runtime import record as _record  # noqa: E402  (record imports this module)

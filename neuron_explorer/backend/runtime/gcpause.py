@@ -50,10 +50,10 @@ def _on_gc(phase: str, info: dict) -> None:
         _start = _now() if _prof._is_profiler_enabled and not _inside_backend() else 0
     elif _start:
         t0, _start = _start, 0
-        from neuron_explorer.backend.runtime import record
+        from neuron_explorer.backend.runtime import events
 
-        record._host("gc", "python gc", "", (), (), threading.get_native_id(), t0, _now(), 0,
-                     None, -1, False, args={"generation": info.get("generation", -1)})  # fmt: skip
+        events.record_host("gc", "python gc", "", (), (), threading.get_native_id(), t0, _now(),
+                           0, None, -1, False, args={"generation": info.get("generation", -1)})  # fmt: skip
 
 
 def install() -> None:

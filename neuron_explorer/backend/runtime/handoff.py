@@ -101,7 +101,7 @@ def _settle(call: _Call) -> None:
 
 
 def _cut(t0: int, t1: int) -> None:
-    from neuron_explorer.backend.runtime import record
+    from neuron_explorer.backend.runtime import events
 
-    record._host("cut", "autograd hand-off", "", (), (), threading.get_native_id(), t0, t1, 0,
-                 None, -1, False)  # fmt: skip
+    events.record_host("cut", "autograd hand-off", "", (), (), threading.get_native_id(), t0, t1,
+                       0, None, -1, False)  # fmt: skip

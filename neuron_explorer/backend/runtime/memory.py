@@ -76,14 +76,6 @@ def _free(key: int, nbytes: int) -> None:
 
 def _record(delta: int) -> None:
     events.append(
-        (
-            "memory",
-            events.next_id(),
-            events.native_tid(),
-            time.time_ns(),
-            model.cut_ns,  # the running cut now: the counter's place on the one clock
-            _allocated,
-            delta,
-            _peak,
-        )  # fmt: skip
-    )
+        (events.MemoryRecord, events.next_id(), events.native_tid(), time.time_ns(), model.cut_ns,
+         _allocated, delta, _peak)
+    )  # fmt: skip

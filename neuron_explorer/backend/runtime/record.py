@@ -7,23 +7,31 @@ advances the one clock (model.py); kernels go to the DeviceTimeline at their mod
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 from torch.autograd import profiler as _prof
 
-from neuron_explorer.backend.runtime import dispatch as _d
+from neuron_explorer.backend.runtime import collectives as _cc
 from neuron_explorer.backend.runtime import events, model, tracking
 from neuron_explorer.backend.runtime import handoff as _handoff
 from neuron_explorer.backend.runtime import hostcost as _hostcost
+from neuron_explorer.backend.runtime.events import ForwardRecord, KernelRecord, LaunchRecord
+from neuron_explorer.backend.runtime.payload import (
+    finish_outputs,
+    run_hidden,
+    run_payload,
+    unwrap_all,
+    wrap,
+    wrap_result,
+)
 from neuron_explorer.backend.runtime.source import call_site
-from neuron_explorer.backend.tensor import refresh
+
+__all__ = ["autograd_position", "dispatch_recorded", "dtype_name", "host_call", "run_hidden",
+           "submit_kernel"]  # fmt: skip
 
 _now = time.time_ns
 _tid = events.native_tid
-_thread = events._thread
 _DTYPE_NAMES: dict = {}
-_enable_rf = torch._C._autograd._enable_record_function
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
 _sequence_nr = torch._C._autograd._get_sequence_nr
@@ -31,14 +39,12 @@ _F64 = torch.float64
 _Tensor = torch.Tensor
 _pending = model._pending  # kernels waiting to be placed on the device timeline
 _handoff_calls = _handoff._calls  # backward calls in progress (handoff.py)
+_cc_pending = _cc.pending  # storages an overlapped collective still uses
 _buf = events._buf
 _ids = events._ids
 _flows = events._flows
-_executed = tracking.executed
-_compile_cache = tracking.compile_cache
-_stats = tracking.stats
-_cache_key = tracking.cache_key
-_MISSING = tracking._MISSING
+_note_key = tracking.note_key  # (key, compiles now, cache entry) of one kernel call
+_host = events.record_host  # one host call, the clock advanced by its cut
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -83,35 +89,7 @@ def _note_forward(inputs: list) -> None:
         return
     site = call_site(4)  # (stack id, module): what its backward kernels inherit
     if site[0] >= 0:
-        events._buf.append(("forward", next(events._ids), _tid(), _now(), model.cut_ns, seq, site))
-
-
-def _host(kind, name, op, shapes, dtypes, tid, t0, t1, cost, src, seq, bwd, flow=0, args=None):
-    """Append one host event and advance the one clock by its cut."""
-    eid = next(events._ids)
-    cut = model.add_cut(t1 - t0, cost)
-    events._buf.append(
-        (
-            "host",
-            eid,
-            kind,
-            name,
-            op,
-            shapes,
-            dtypes,
-            tid,
-            t0,
-            t1,
-            cost,
-            cut,
-            src,
-            seq,
-            bwd,
-            flow,
-            args,
-        )
-    )
-    return eid
+        _buf.append((ForwardRecord, next(_ids), _tid(), _now(), model.cut_ns, seq, site))
 
 
 def _tensor_infos(payloads):
@@ -144,35 +122,10 @@ def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, 
     """
     cell = [plan, ready_ns, None]  # placed by model.schedule_pending
     _pending.append(cell)
-    events._buf.append(
-        ("kernel", next(events._ids), plan.name, op, shapes, dtypes, tid, plan, cell, flow, src,
-         seq, bwd, args)
+    _buf.append(
+        (KernelRecord, next(_ids), plan.name, op, shapes, dtypes, tid, plan, cell, flow, src, seq,
+         bwd, args)
     )  # fmt: skip
-
-
-def run_hidden(func, args, kwargs):
-    """Run a payload op without a torch.profiler event: it is simulator work, not the user's op."""
-    _enable_rf(False)
-    try:
-        return func(*args, **kwargs)
-    finally:
-        _enable_rf(True)
-
-
-def run_payload(info, args, kwargs):
-    """`run_hidden` for an op on real CPU payloads: straight to its CPU kernel where it has one
-    (see dispatch._payload_route)."""
-    if info.redispatch is not None and _all_tensors(info.tensor_slots, args):
-        return info.redispatch(info.payload_keys, *args, **kwargs)
-    return run_hidden(info.call, args, kwargs)
-
-
-def _all_tensors(slots: tuple, args) -> bool:
-    n = len(args)
-    for i in slots:
-        if i < n and not isinstance(args[i], _Tensor):
-            return False
-    return True
 
 
 def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
@@ -191,97 +144,54 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     if o is None:
         o = _hostcost.calibrate()
     inputs: list = []
-    cpu_args, kwargs = _d.unwrap_all(args, kwargs, inputs, info)
+    cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
     if (inputs and type(inputs[0][0]) is not _Tensor) or not info.kernel:
         if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
             out = run_hidden(info.call, cpu_args, kwargs)
         else:
             out = run_payload(info, cpu_args, kwargs)
         new: list = []
-        result = _d._wrap(out, inputs, new)
-        _d.finish_outputs(info, new, inputs)
+        result = wrap(out, inputs, new)
+        finish_outputs(info, new, inputs)
         if not info.kernel and inputs:
             _note_forward(inputs)
             # a metadata op costs the device runtime nothing: its whole span is simulator time
             _host("cut", info.name, info.name, (), (), _tid(), t0, _now(), -o, None, -1, False)
         return result
     src = call_site(3)  # (stack id, module path)
-    node = _current_node()  # autograd_position(inputs), inlined: once per op
-    if node is not None:
-        seq, bwd = node._sequence_nr(), True
-    else:
-        seq, bwd = -1, False
-        if _grad_enabled():
-            for _p, w in inputs:
-                if w.requires_grad:
-                    seq = _sequence_nr() - 1
-                    break
-    try:
-        tid = _thread.tid  # events.native_tid(), inlined
-    except AttributeError:
-        tid = _tid()
+    seq, bwd = autograd_position(inputs)
+    tid = _tid()
     if not info.supported:
         shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
     m0 = t0 - model.cut_ns - model.origin_ns  # modeled_now(t0): before this call's own cut
-    # tracking.note_key, inlined
     name = info.name
-    _executed.add(name)
-    n = len(inputs)
-    if n == 2:
-        p, q = inputs[0][0], inputs[1][0]
-        key = (info, p.shape, p.dtype, q.shape, q.dtype)
-    else:
-        key = _cache_key(info, inputs)
-    entry: Any = _compile_cache.get(key, _MISSING)
-    if entry is _MISSING:
-        compiled = True
-        entry = _compile_cache[key] = None
-        _stats["eager_compiles"] += 1
-    else:
-        compiled = False
-        _stats["eager_cache_hits"] += 1
-    if info.redispatch is not None and _all_tensors(info.tensor_slots, cpu_args):
-        out = info.redispatch(info.payload_keys, *cpu_args, **kwargs)  # run_payload, inlined
-    else:
-        _enable_rf(False)
-        try:
-            out = info.call(*cpu_args, **kwargs)
-        finally:
-            _enable_rf(True)
+    key, compiled, entry = _note_key(info, inputs)
+    out = run_payload(info, cpu_args, kwargs)
     new = []
-    if inputs and out is inputs[0][0]:  # in-place: as in dispatch.run_op
-        result = inputs[0][1]
-        if info.mutates:
-            if info.restrides:
-                refresh(result)
-            if inputs[0][0].dtype is _F64:
-                _d.finish_outputs(info, [], inputs)
-    else:
-        result = _d._wrap(out, inputs, new)
-        if new or info.mutates:
-            _d.finish_outputs(info, new, inputs)
+    result = wrap_result(info, out, inputs, new)
     rt = model.spec().runtime
     compile_real = 0
     if entry is None:  # first use while recording: lower the kernel (the eager compile)
         t_c = _now()
         in_payloads = [p for p, _w in inputs]
         outs = [w._payload for w in new] or ([in_payloads[0]] if info.mutates and inputs else [])
-        entry = (lower(info, in_payloads, outs), *_describe(in_payloads))
-        _compile_cache[key] = entry
+        lowered = (lower(info, in_payloads, outs), *_describe(in_payloads))
+        tracking.compile_cache[key] = entry = lowered
         t_l = _now()
         if compiled:
             compile_real = t_l - t_c
             _host("compile", "compile", name, entry[1], entry[2], tid, t_c, t_l,
                   rt.eager_compile_ns, src, seq, bwd, args={"cache": "miss"})  # fmt: skip
     ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
+    if _cc_pending:  # an overlapped collective's buffer: the kernel waits for the CC queue
+        ready = _cc.ready_after(inputs, ready)
     # The launch owns the payload compute too: all of it is simulator time, cut from the host.
     t1 = _now() - compile_real
-    cut = model.cut_ns
-    model.cut_ns = cut + (t1 - t0) + o - rt.launch_ns  # model.add_cut, inlined
-    rec = ["launch", next(_ids), next(_ids), name, entry, tid, t0, t1, cut, src,
-           seq, bwd, next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
-    _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(rec[-3], rec[-2])
+    cut = model.add_cut(t1 - t0 + o, rt.launch_ns)
+    rec = [LaunchRecord, next(_ids), next(_ids), name, entry, tid, t0, t1, cut, src, seq, bwd,
+           next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
+    _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(plan, ready)
     _buf.append(rec)
     return result
 
@@ -301,8 +211,8 @@ def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dt
     out = run_payload(info, cpu_args, kwargs)
     t_done = _now()
     new: list = []
-    result = _d._wrap(out, inputs, new)
-    _d.finish_outputs(info, new, inputs)
+    result = wrap(out, inputs, new)
+    finish_outputs(info, new, inputs)
     _host("fallback", "fallback", info.name, shapes, dtypes, tid, t_cpu, t_done, t_done - t_cpu,
           src, seq, bwd)  # fmt: skip
     out_bytes = sum(w._payload.untyped_storage().nbytes() for w in new)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import types
 import warnings
+from typing import Any
 
 _lock = threading.Lock()
 executed: set[str] = set()
@@ -18,26 +19,23 @@ stats = {"eager_compiles": 0, "eager_cache_hits": 0}
 _MISSING = object()
 
 
-def cache_key(info, inputs: list) -> tuple:
+def note_key(info, inputs: list) -> tuple[tuple, bool, Any]:
+    """Count one kernel call: its cache key (op, then each input's shape and dtype), True when
+    that key compiles now, and its cache entry (None until lowered)."""
+    executed.add(info.name)
     n = len(inputs)  # the usual one and two inputs without building a list (once per op)
     if n == 1:
         p = inputs[0][0]
-        return (info, p.shape, p.dtype)
-    if n == 2:
+        key: tuple = (info, p.shape, p.dtype)
+    elif n == 2:
         p, q = inputs[0][0], inputs[1][0]
-        return (info, p.shape, p.dtype, q.shape, q.dtype)
-    key = [info]
-    for p, _w in inputs:
-        key.append(p.shape)
-        key.append(p.dtype)
-    return tuple(key)
-
-
-def note_key(info, inputs: list) -> tuple[tuple, bool, object]:
-    """Count one kernel call: its cache key, True when that key compiles now, and its cache
-    entry (None until lowered)."""
-    executed.add(info.name)
-    key = cache_key(info, inputs)
+        key = (info, p.shape, p.dtype, q.shape, q.dtype)
+    else:
+        parts = [info]
+        for p, _w in inputs:
+            parts.append(p.shape)
+            parts.append(p.dtype)
+        key = tuple(parts)
     entry = compile_cache.get(key, _MISSING)
     if entry is not _MISSING:
         stats["eager_cache_hits"] += 1
@@ -45,11 +43,6 @@ def note_key(info, inputs: list) -> tuple[tuple, bool, object]:
     compile_cache[key] = None
     stats["eager_compiles"] += 1
     return key, True, None
-
-
-def note_call(info, inputs: list) -> bool:
-    """Count one kernel call; True when its (op, shapes, dtypes) key compiles now."""
-    return note_key(info, inputs)[1]
 
 
 def warn_fallback(name: str) -> None:
