@@ -10,8 +10,8 @@ their arrival times through the group's store) and **transfer** (costmodel/colle
 The device event starts when the last rank arrived and lasts the transfer, so the same
 collective ends at one modeled instant on every rank. A collective the program waits for at once
 (`dist.all_reduce(t)`, a barrier, a receive) is a host call lasting wait + transfer; one it does
-not wait for (`async_op=True`, DDP's gradient buckets, FSDP2's all-gathers and reduce-scatters, a
-send) costs the host a launch, and the CC queue runs it while the host launches more compute:
+not wait for (`async_op=True`, DDP's gradient buckets, a send) costs the host a launch, and the
+CC queue runs it while the host launches more compute:
 the overlap of communication with compute. Collectives follow one another on the CC queue, and a
 device sync waits for them too (model.collectives_free_ns). A point-to-point receive waits for
 its sender's arrival only (the pair's store key), not for the whole group.
@@ -31,6 +31,7 @@ from torch.autograd import profiler as _prof
 from neuron_explorer.backend.costmodel import collectives as cc
 from neuron_explorer.backend.runtime import events, model
 from neuron_explorer.backend.runtime.source import call_site
+from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC_LANE
 
 _now = time.time_ns
 
@@ -196,8 +197,8 @@ _task_end: dict[int, int] = {}  # autograd graph task -> end of its last overlap
 
 def _note_async(out: Any, end: int) -> None:
     """Remember when an overlapped collective ends, for the host's wait on it: a Work's
-    `wait()`, or the end of the backward pass that issued it (DDP's and FSDP2's final
-    callbacks wait there for the collectives their hooks issued)."""
+    `wait()`, or the end of the backward pass that issued it (DDP's final callback waits there
+    for the all-reduces its hooks issued)."""
     task = torch._C._current_graph_task_id()
     if task != -1:
         if task not in _task_end:
@@ -258,8 +259,9 @@ _C10D_FILE = "distributed_c10d.py"
 def _called_synchronously() -> bool:
     """Whether the user's torch.distributed call waits for this collective (`async_op=False`,
     the default): the host blocks until it ends. DDP's bucket all-reduces (issued by its C++
-    reducer during backward), FSDP2's collectives and `async_op=True` do not block the host:
-    the collective runs on the device's CC queue while the host goes on launching compute."""
+    reducer during backward) and `async_op=True` do not block the host: the collective runs on
+    the device's CC queue while the host goes on launching compute. (FSDP2 calls with
+    async_op=False on side streams: those block, the device having one queue.)"""
     f: types.FrameType | None = sys._getframe(3)
     while f is not None:
         if f.f_code.co_filename.endswith(_C10D_FILE) and "async_op" in f.f_locals:
@@ -386,7 +388,7 @@ def _record(name, kind, t0, t1, host, wait, cost, nbytes, size, src, start, wher
         ("event", events.RuntimeEvent(
             id=events.next_id(), kind="collective", name=kind, op_name=name,
             tid=events.native_tid(), device_start_ns=start, device_dur_ns=cost.transfer_ns,
-            track="CC", engine="CC", bytes_read=nbytes, bytes_written=nbytes, flow_id=flow,
+            track=CC_LANE, engine=CC_LANE, bytes_read=nbytes, bytes_written=nbytes, flow_id=flow,
             src_file=file, src_line=line, src_func=func, stack=stack, module=module, args=args,
         ))
     )  # fmt: skip
