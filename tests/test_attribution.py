@@ -187,7 +187,50 @@ with neuron_explorer.profile(sys.argv[1]):
 """
 
 
-@pytest.mark.slow
+COMPILED_HF = """
+import sys
+import torch
+import neuron_explorer
+{model}
+torch.manual_seed(0)
+model = M(cfg).to("neuron")
+compiled = torch.compile(model, backend="neuron", dynamic=False)
+x = torch.randint(0, 100, (2, 16)).to("neuron")
+with neuron_explorer.profile(sys.argv[1]):
+    for _ in range(2):
+        compiled(x, labels=x).loss.backward()
+"""
+
+
+@pytest.mark.slow  # dynamo traces GPT-2 under the profiler: tens of seconds
+def test_a_compiled_transformers_gpt2_keeps_model_lines_and_modules(tmp_path):
+    # dynamo's fake tensors meet the profiler's recorded path (transformers' KV cache makes a
+    # device tensor inside the graph): it compiles, and its kernels reach modeling_gpt2.py
+    script = tmp_path / "compiled_hf.py"
+    script.write_text(COMPILED_HF.format(model=MODELS["gpt2"][0]))
+    out = tmp_path / "p"
+    run = subprocess.run([sys.executable, str(script), str(out)], capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    kernels = [k for k in _kernels(Profile.open(out)) if k["op"].startswith("neuron_graph_")]
+    for backward in (False, True):
+        part = [k for k in kernels if k["backward"] == backward]
+        assert len(part) > 20, (backward, len(part))
+        in_file = [k for k in part if any(f["file"].endswith("modeling_gpt2.py")
+                                          for f in k["stack"])]  # fmt: skip
+        assert len(in_file) >= SHARE * len(part), (backward, len(in_file), len(part))
+        # the innermost modeling-file frame is a line of code that is really there
+        for k in in_file[:: max(1, len(in_file) // 20)]:
+            f = next(f for f in k["stack"] if f["file"].endswith("modeling_gpt2.py"))
+            assert _text(f["file"], f["line"]), k
+        assert all(k["stack"][-1]["file"] == str(script) for k in part)  # the user's call
+        mods = {k["module"] for k in part}
+        assert {"transformer.h.0.attn", "transformer.h.1.mlp"} <= {
+            m.rsplit(".", 1)[0] if m.endswith(("c_attn", "c_proj", "c_fc")) else m for m in mods
+        }, mods
+
+
+@pytest.mark.sweep  # the samples' TinyGPT: the same paths as the Transformers GPT-2 above
 def test_compiled_kernels_keep_their_fx_nodes_stack_and_module(tmp_path):
     script = tmp_path / "compiled.py"
     script.write_text(COMPILED)
