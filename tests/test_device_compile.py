@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -122,3 +124,18 @@ def test_a_batch_change_under_automatic_dynamic_shapes_is_a_recompile():
         assert torch.equal(compiled(x.to("neuron")).cpu(), (x * 2).sum(-1))
     stats = backend.compile_stats()
     assert stats.graph_compiles == 2 and stats.graph_recompiles == 1
+
+
+def test_a_device_factory_under_fake_tensors_stays_fake_while_profiling():
+    # dynamo traces with FakeTensorMode; while a profiler records, the payload op of
+    # `torch.tensor([], device="neuron")` (transformers' KV cache) once skipped the mode and
+    # came back real, and the compiled HF GPT-2 failed inside dynamo (tests/test_attribution.py)
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    for profiling in (False, True):
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        with prof if profiling else contextlib.nullcontext(), FakeTensorMode():
+            t = torch.tensor([], device="neuron")
+            u = torch.cat([t, torch.ones(2, 3, device="neuron")[0]])
+        assert isinstance(t._payload, FakeTensor) and isinstance(u._payload, FakeTensor)
+    backend.events.clear()
