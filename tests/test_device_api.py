@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -49,9 +50,16 @@ def named_apis() -> list[tuple[str, str, str]]:
 
 
 def _resolve(dotted: str):
-    obj = {"torch": torch, "neuron_explorer": neuron_explorer}[dotted.split(".")[0]]
-    for part in dotted.split(".")[1:]:
-        obj = getattr(obj, part)  # AttributeError: the rule names an API that does not exist
+    parts = dotted.split(".")
+    obj = {"torch": torch, "neuron_explorer": neuron_explorer}[parts[0]]
+    for i, part in enumerate(parts[1:], start=2):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:  # a subpackage the user imports (torch.distributed.pipelining)
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                raise AttributeError(f"the rule names {dotted}, which does not exist") from None
     return obj
 
 
