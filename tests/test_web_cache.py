@@ -130,3 +130,19 @@ def test_profile_list_does_not_wait_for_the_analysis(served, tmp_path, monkeypat
     restarted = TestClient(create_app(served, analysis_cache=cache))
     row = restarted.get("/api/profiles").json()["profiles"][0]
     assert not row["analysis_pending"] and row["top_finding"]["title"] == top.title
+
+
+def test_summary_page_does_not_wait_for_the_rules(served, tmp_path, monkeypatch):
+    # the profile counts as large: the summary answers without findings, then runs the rules
+    # in the background; the findings twin answers with them and the page then carries them
+    monkeypatch.setattr(web_app, "LIST_INLINE_EVENTS", 0)
+    client = TestClient(create_app(served, analysis_cache=tmp_path / "cache"))
+    page = client.get("/api/p/gpt").json()
+    assert page["analysis_pending"] and page["findings"] is None and page["findings_total"] is None
+    assert page["summary"]["n_events"] == Profile.open(served / "gpt").row_count("events")
+    want = [f.title for f in run_rules(Profile.open(served / "gpt"))]
+    found = client.get("/api/p/gpt/findings").json()["findings"]
+    assert [f["title"] for f in found] == want
+    page = client.get("/api/p/gpt").json()
+    assert not page["analysis_pending"] and page["findings_total"] == len(want)
+    assert [f["title"] for f in page["findings"]] == want[: len(page["findings"])]

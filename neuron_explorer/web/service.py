@@ -106,6 +106,11 @@ class Service:
     def findings(self, name: str) -> list[dict[str, Any]] | None:
         return self.findings_report(name)["findings"]
 
+    def findings_if_quick(self, name: str) -> list[dict[str, Any]] | None:
+        """The findings when known or quick (a small profile, as for the list), else None:
+        the summary page then shows without them and queues them (analyse_later) after."""
+        return self._known_findings(name, self.store.open(name), inline=True)[1]
+
     def devices(self, name: str) -> list[str]:
         return self.persisted(name, "devices", overview.devices)
 

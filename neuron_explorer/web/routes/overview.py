@@ -19,10 +19,14 @@ def api_profiles(svc: Service) -> dict[str, Any]:
 def api_summary(svc: Service, name: str) -> dict[str, Any]:
     p = svc.store.open(name)
     svc.tables_later(name)
-    f = svc.findings(name)  # first: the tables are computed on the side meanwhile
+    # a large profile's rules (seconds) run after the page, in the background: the page
+    # says "analysing..." and fetches the findings page's twin, as the profile list does
+    f = svc.findings_if_quick(name)  # first: the tables are computed on the side meanwhile
     page = overview.summary_json(p, svc.devices(name), svc.summary(name), f, svc.ops(name),
                                  svc.lines(name))  # fmt: skip
-    return {"name": name, **page}
+    if f is None:
+        svc.analyse_later([name])
+    return {"name": name, "analysis_pending": f is None, **page}
 
 
 PAGES = (

@@ -1,11 +1,28 @@
 import { api, h, mount, run, fmtNs, fmtNum, fmtPct, dataTable, findingChips, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile } from "./common.js";
 
 
-function findingList(name, findings) {
+function findingList(name, findings, pending) {
+  if (!findings && pending) return h("p", { class: "note", id: "findings-pending" }, "analysing… the rules run in the background; their findings show here when they finish.");
   if (!findings) return h("p", { class: "note" }, "Findings appear here once the analysis is available.");
   if (!findings.length) return h("p", { class: "note" }, "No findings: no rule matched this profile.");
   return h("ul", { class: "list-plain" }, findings.map((f) => h("li", {}, findingChips(f), " ",
     h("a", { href: pUrl(name, "/findings") }, f.title), h("span", { class: "note" }, `  saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)})`))));
+}
+
+// A large profile's summary comes before its rules have run (analysis_pending): the findings
+// page's twin answers once they finish, and fills the list and the card in.
+function fillFindings(name) {
+  api(`/p/${enc(name)}/findings`).then((doc) => {
+    document.getElementById("findings-pending")?.replaceWith(findingList(name, doc.findings.slice(0, 5)));
+    const value = document.querySelector("#findings-card .card-value");
+    if (value) value.textContent = String(doc.findings.length);
+  }).catch((e) => console.warn(e));
+}
+
+function findingsCard(d) {
+  const c = card("Findings", d.findings_total === null ? "…" : String(d.findings_total));
+  c.id = "findings-card";
+  return c;
 }
 
 // one stacked bar per step: the breakdown's parts (summary.breakdown.parts), which add up to
@@ -83,7 +100,7 @@ function gpuSummary(d) {
       card("Comm. overlap", fmtNs(hidden), "communication hidden under compute"),
       card("memcpy / memset", fmtPct(share(part("dma_ns"))), `${fmtNs(part("dma_ns"))} with nothing else running`),
       card("GPU idle", fmtPct(share(idle)), fmtNs(idle)),
-      card("Findings", String(d.findings_total))),
+      findingsCard(d)),
     h("div", { class: "grid2" },
       section("Step time breakdown", stepChart),
       section("Each device's time", devChart)),
@@ -100,10 +117,11 @@ function gpuSummary(d) {
       { key: "communication_ns", label: "Communication", num: true, fmt: fmtNs }, { key: "transfer_ns", label: "memcpy/memset alone", num: true, fmt: fmtNs },
       { key: "idle_ns", label: "Idle", num: true, fmt: fmtNs }], rows, { compact: true }))),
     ranks,
-    section("Top findings", findingList(profile, d.findings)),
+    section("Top findings", findingList(profile, d.findings, d.analysis_pending)),
     h("div", { class: "grid2" }, section("Top ops", topOps(d, "")), section("Top source lines", topLines(d, ""))),
   );
   breakdownChart(stepChart, s, "");
+  if (d.analysis_pending) fillFindings(profile);
   plot(devChart, DEVICE_PARTS.map(([k, label, color]) => ({ type: "bar", orientation: "h", name: label,
     y: rows.map((r) => r.label), x: rows.map((r) => (r.window_ns ? (100 * (r[k] || 0)) / r.window_ns : 0)), marker: { color },
     hovertemplate: `${label}: %{x:.1f}%<extra>%{y}</extra>` })),
@@ -150,12 +168,12 @@ run(async () => {
       s.mfu === null ? null : card("MFU", fmtPct(s.mfu), "TensorE vs bf16 peak"),
       s.mbu === null ? null : card("MBU", fmtPct(s.mbu), "HBM vs peak"),
       card("Events", fmtNum(s.n_events)),
-      card("Findings", String(d.findings_total))),
+      findingsCard(d)),
     h("div", { class: "grid2" },
       section("Step time breakdown" + modeled, stepChart),
       section((s.engines.length ? "Engine utilization" : "Device busy") + modeled, busyChart)),
     readinessBlock(s.readiness),
-    section("Top findings", findingList(profile, d.findings)),
+    section("Top findings", findingList(profile, d.findings, d.analysis_pending)),
     h("div", { class: "grid2" }, section("Top ops", topOps(d, modeled)), section("Top source lines", topLines(d, modeled))),
     // device kernels and collectives by time; type is HTA's (computation | communication)
     s.top_kernels && s.top_kernels.length ? section("Top device kernels" + modeled, dataTable([
@@ -168,6 +186,7 @@ run(async () => {
     ], s.top_kernels, { compact: true })) : null,
   );
   breakdownChart(stepChart, s, modeled);
+  if (d.analysis_pending) fillFindings(profile);
   const engines = s.engines; // by rank, in the engines' order (the server's: vocab/engines.py)
   const util = engines.length ? engines.map((e) => [`${e.rank ? "r" + e.rank + " " : ""}${e.engine}`, e.utilization])
     : s.devices.map((x) => [`${x.rank ? "r" + x.rank + " " : ""}${x.device}`, x.window_ns ? x.busy_ns / b.steps_ns : 0]);
