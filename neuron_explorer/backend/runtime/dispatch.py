@@ -14,6 +14,7 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import collectives as _collectives
 from neuron_explorer.backend.runtime import composites as _composites
+from neuron_explorer.backend.runtime import handoff as _handoff
 from neuron_explorer.backend.runtime import kernels, ops, record, tracking, unsupported
 from neuron_explorer.backend.runtime.payload import (
     finish_outputs,
@@ -33,6 +34,7 @@ _F64 = torch.float64
 _CPU = torch.device("cpu")
 _SEQ = (list, tuple)
 _now = time.time_ns
+_handoff_calls = _handoff._calls  # backward calls in progress
 _inference_enabled = torch.is_inference_mode_enabled
 
 
@@ -141,6 +143,8 @@ def dispatch(func, args: tuple, kwargs: dict):
         # recording: the runtime call's span starts here, as early as Python sees the op, so
         # little simulator time stays on the host clock
         t0 = _now()
+        if _handoff_calls:  # inside loss.backward(): the device thread's first op? (handoff.py)
+            _handoff.device_op(t0)
         try:
             info = func._neuron_info
         except AttributeError:

@@ -13,7 +13,6 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import collectives as _cc
 from neuron_explorer.backend.runtime import events, model, tracking
-from neuron_explorer.backend.runtime import handoff as _handoff
 from neuron_explorer.backend.runtime import hostcost as _hostcost
 from neuron_explorer.backend.runtime.events import ForwardRecord, KernelRecord, LaunchRecord
 from neuron_explorer.backend.runtime.payload import (
@@ -38,7 +37,6 @@ _sequence_nr = torch._C._autograd._get_sequence_nr
 _F64 = torch.float64
 _Tensor = torch.Tensor
 _pending = model._pending  # kernels waiting to be placed on the device timeline
-_handoff_calls = _handoff._calls  # backward calls in progress (handoff.py)
 _cc_pending = _cc.pending  # storages an overlapped collective still uses
 _buf = events._buf
 _ids = events._ids
@@ -138,8 +136,6 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     # the wrapper's Python round trip around this span (hostcost.py) is simulator time too: it
     # is cut with the call (the clock takes it from the gap after the span, where torch
     # returns), so the span itself stays inside the user's aten op
-    if _handoff_calls:  # inside loss.backward(): the device thread's first op?
-        _handoff.device_op(t0)
     o = _hostcost.OUTSIDE_NS
     if o is None:
         o = _hostcost.calibrate()
