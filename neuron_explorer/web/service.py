@@ -173,7 +173,8 @@ class Service:
         """Compute what the first visit of each profile needs (run in a background thread)."""
         for name in self.store.names():
             try:
-                self.index(name), self.ops(name), self.lines(name)
-                self.summary(name), self.findings(name)
+                # the first page first (summary, tables, findings), then the timeline's index
+                self.summary(name), self.ops(name), self.lines(name)
+                self.findings(name), self.index(name)
             except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
                 continue
