@@ -84,27 +84,44 @@ def _by_dictionary(con, profile: Any, q: str, regex: bool, limit: int) -> dict[s
     import pyarrow.compute as pc
 
     q, limit = _checked(q, limit)
-    t = profile.table("events", columns=["id", "name", "start_ns"])
-    col = t.column("name")
-    col = (
-        col.unify_dictionaries() if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
-    )
-    chunks = col.chunks or [pa.array([], pa.dictionary(pa.int32(), pa.string()))]
-    values = chunks[0].dictionary
-    con.register("_search_names", pa.table({"n": values}))
-    try:
-        names = [r[0] for r in con.execute(
-            f"SELECT n FROM _search_names WHERE n IS NOT NULL AND {_predicate(regex)}", [q]
-        ).fetchall()]  # fmt: skip
-    finally:
-        con.unregister("_search_names")
-    codes = pc.index_in(pa.array(names, values.type), values)
-    index = np.concatenate([c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in chunks])
-    rows = np.flatnonzero(np.isin(index, codes.fill_null(-1).to_numpy(zero_copy_only=False)))
+
+    def matched(values: pa.Array) -> list[str]:
+        con.register("_search_names", pa.table({"n": values}))
+        try:
+            return [r[0] for r in con.execute(
+                f"SELECT n FROM _search_names WHERE n IS NOT NULL AND {_predicate(regex)}", [q]
+            ).fetchall()]  # fmt: skip
+        finally:
+            con.unregister("_search_names")
+
+    cols = _decoded(profile)
+    if cols is not None:  # the analysis decoded the names already: no read at all
+        index, distinct = cols.codes("name")
+        values = pa.array(distinct, pa.string())
+        hit = np.zeros(len(distinct) + 1, dtype=bool)  # the last slot: NULL names (code -1)
+        codes = pc.index_in(pa.array(matched(values), pa.string()), values)
+        hit[codes.fill_null(len(distinct)).to_numpy(zero_copy_only=False)] = True
+        rows = np.flatnonzero(hit[index])
+        start, ids = cols.ints("start_ns")[rows], cols.ints("id")[rows]
+    else:
+        t = profile.table("events", columns=["id", "name", "start_ns"])
+        col = t.column("name")
+        col = (
+            col.unify_dictionaries()
+            if pa.types.is_dictionary(col.type)
+            else pc.dictionary_encode(col)
+        )
+        chunks = col.chunks or [pa.array([], pa.dictionary(pa.int32(), pa.string()))]
+        values = chunks[0].dictionary
+        codes = pc.index_in(pa.array(matched(values), values.type), values)
+        index = np.concatenate(
+            [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in chunks]
+        )
+        rows = np.flatnonzero(np.isin(index, codes.fill_null(-1).to_numpy(zero_copy_only=False)))
+        start, ids = t.column("start_ns").to_numpy()[rows], t.column("id").to_numpy()[rows]
     names = [
         values[int(c)].as_py() for c in np.unique(index[rows])
     ]  # a dictionary may hold unused names
-    start, ids = t.column("start_ns").to_numpy()[rows], t.column("id").to_numpy()[rows]
     first = ids[np.lexsort((ids, start))[:limit]]  # time order, then id, as the SQL path
     matches: list[dict[str, Any]] = []
     if len(first):  # ids follow time: row-group statistics on id skip the rest of the file
@@ -116,3 +133,12 @@ def _by_dictionary(con, profile: Any, q: str, regex: bool, limit: int) -> dict[s
     total = len(rows)
     return {"query": q, "regex": regex, "total": total, "matches": matches,
             "names": sorted(names)[:MAX_NAMES], "truncated": total > len(matches)}  # fmt: skip
+
+
+def _decoded(profile: Any) -> Any:
+    """The analysis context's numpy views of the events (analysis/columns.py) when it has
+    decoded them already (the summary page does), else None: a find then costs no read."""
+    from neuron_explorer.analysis.context import context
+
+    ctx = context(profile)
+    return ctx.cols if "events" in vars(ctx) else None  # a cached_property once computed
