@@ -78,7 +78,11 @@ def main() -> int:
         with httpx.Client(base_url=base, timeout=600) as c:
             t, r = _timed(proc, lambda: c.get(f"/api/p/{name}"))
             events = r.json()["manifest"]["row_counts"]["events"]
-            rows.append((f"first page: summary JSON, cold ({events:,} events)", t))
+            pending = " (findings pending)" if r.json().get("analysis_pending") else ""
+            rows.append((f"first page: summary JSON, cold ({events:,} events){pending}", t))
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/findings"))
+            found = len(r.json()["findings"])
+            rows.append((f"findings twin after it (the rules, {found} findings)", t))
             t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
             ext = r.json()["extent"]
             rows.append(("timeline, first view (whole profile, cold: index built)", t))
