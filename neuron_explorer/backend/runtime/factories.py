@@ -18,17 +18,19 @@ def _start() -> int:
 
 
 def _made(name: str, payload: torch.Tensor, t0: int):
-    """The neuron tensor of a factory's payload. While recording, the factory's Python span and
-    the wrapper's round trip around it are simulator time, cut like a metadata op's (a real
-    device's allocator answers from its cache): `empty` took 57 us of a GPT-2 step's modeled
-    host clock against 1 us on the CPU."""
-    from neuron_explorer.backend.runtime import events, hostcost
+    """The neuron tensor of a factory's payload. While recording, the factory's Python span is
+    simulator time, cut like a metadata op's (a real device's allocator answers from its cache):
+    `empty` took 57 us of a GPT-2 step's modeled host clock against 1 us on the CPU. Unlike an
+    op's, no calibrated round trip is cut with it: torch calls a factory from C++, without the
+    Python argument parsing that hostcost.py's calibration (a Python `view` call) includes, so
+    cutting that much would take real time from the ops around it."""
+    from neuron_explorer.backend.runtime import events
     from neuron_explorer.backend.tensor import new_tensor
 
     w = new_tensor(name, payload)
     if t0:
-        events.record_host("cut", name, name, (), (), events.native_tid(), t0, _now(),
-                           -hostcost.outside_ns(), None, -1, False)  # fmt: skip
+        events.record_host("cut", name, name, (), (), events.native_tid(), t0, _now(), 0, None,
+                           -1, False)  # fmt: skip
     return w
 
 
