@@ -125,7 +125,7 @@ def module_ops(profile: Profile, con=None) -> list[dict]:
         f"""SELECT CAST(module AS VARCHAR), CAST(coalesce(op_name, name) AS VARCHAR),
                    CAST(name AS VARCHAR), CAST(sum(dur_ns) AS BIGINT), count(*)
             FROM events WHERE kind IN ({kinds}) AND module IS NOT NULL
-            GROUP BY ALL ORDER BY 4 DESC"""
+            GROUP BY ALL ORDER BY 4 DESC, 1, 2, 3"""
     ).fetchall()
     keys = ("module", "op", "kernel", "dur_ns", "count")
     return [dict(zip(keys, r, strict=True)) for r in rows]
@@ -271,11 +271,11 @@ def _cited(con, event_ids: tuple[int, ...]) -> tuple[tuple[Hotspot, ...], tuple[
                         (SELECT flow_id FROM picked WHERE flow_id IS NOT NULL)))"""
     lines = con.execute(
         f"""{base} SELECT file, line, any_value(func), CAST(sum(dur_ns) AS BIGINT), count(*)
-            FROM rows WHERE file IS NOT NULL GROUP BY 1, 2 ORDER BY 4 DESC LIMIT {CITED}"""
+            FROM rows WHERE file IS NOT NULL GROUP BY 1, 2 ORDER BY 4 DESC, 1, 2 LIMIT {CITED}"""
     ).fetchall()
     modules = con.execute(
         f"""{base} SELECT module, CAST(sum(dur_ns) AS BIGINT), count(*) FROM rows
-            WHERE module IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT {CITED}"""
+            WHERE module IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT {CITED}"""
     ).fetchall()
     return (
         tuple(Hotspot(f"{f}:{n}", int(d or 0), int(c), f, n, fn) for f, n, fn, d, c in lines),
