@@ -97,6 +97,7 @@ def test_documented_differences_are_in_the_docs():
 
 
 @pytest.mark.sweep
+@pytest.mark.timeout(3000)  # every op, sample and dtype: ~20-30 min on CI's 2 cores (300 s default)
 def test_whole_op_db_equal_apart_from_documented(tmp_path):
     with open(tmp_path / "opdb.jsonl", "w") as out:
         records = oc.sweep(oc.all_op_ids(), list(oc.DTYPES), chunk=25, max_samples=None, out=out)
