@@ -271,18 +271,18 @@ def line_detail(con, path: str, line: int) -> LineDetail:
         "SELECT CAST(name AS VARCHAR) AS name, CAST(kind AS VARCHAR) AS kind, "
         "CAST(layer AS VARCHAR) AS layer, count(*) AS count, CAST(sum(dur_ns) AS BIGINT) AS total_ns, "
         "min(id) AS first_id FROM events WHERE src_file = ? AND src_line = ? "
-        "AND kind NOT IN ('step', 'python') GROUP BY ALL ORDER BY total_ns DESC LIMIT 100"
+        "AND kind NOT IN ('step', 'python') GROUP BY ALL ORDER BY total_ns DESC, name, kind, layer LIMIT 100"
     )
     events = rows(
         "SELECT id, CAST(name AS VARCHAR) AS name, CAST(kind AS VARCHAR) AS kind, start_ns, "
         "dur_ns, step FROM events WHERE src_file = ? AND src_line = ? AND kind = 'op' "
-        "ORDER BY dur_ns DESC LIMIT 20"
+        "ORDER BY dur_ns DESC, id LIMIT 20"
     )
     # the device work with this line anywhere in its stack: a library line's kernels too
     kernels = rows(
         f"SELECT e.id, CAST(e.name AS VARCHAR) AS name, CAST(e.kind AS VARCHAR) AS kind, "
         f"CAST(e.module AS VARCHAR) AS module, e.start_ns, e.dur_ns, e.step FROM events e "
         f"WHERE e.kind IN ({WORK_SQL}) AND e.stack_id IN "
-        f"(SELECT stack_id FROM stacks WHERE file = ? AND line = ?) ORDER BY e.dur_ns DESC LIMIT 50"
+        f"(SELECT stack_id FROM stacks WHERE file = ? AND line = ?) ORDER BY e.dur_ns DESC, e.id LIMIT 50"
     )
     return LineDetail(path, line, ops, events, kernels)

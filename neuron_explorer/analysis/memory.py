@@ -131,18 +131,18 @@ def _shares(con):
         con,
         f"SELECT coalesce(op, '(outside any op)') AS op, sum(delta) AS held_bytes, "
         "sum(greatest(delta, 0)) AS allocated_bytes, count(*) FILTER (WHERE delta > 0) AS allocations "
-        f"FROM _memory_charged GROUP BY 1 ORDER BY held_bytes DESC LIMIT {TOP}",
+        f"FROM _memory_charged GROUP BY 1 ORDER BY held_bytes DESC, 1 LIMIT {TOP}",
     )
     by_line = _dicts(
         con,
         f"SELECT file, line, any_value(op) AS op, sum(delta) AS held_bytes, "
         "sum(greatest(delta, 0)) AS allocated_bytes FROM _memory_charged WHERE file IS NOT NULL "
-        f"GROUP BY file, line ORDER BY held_bytes DESC LIMIT {TOP}",
+        f"GROUP BY file, line ORDER BY held_bytes DESC, file, line LIMIT {TOP}",
     )
     by_module = _dicts(
         con,
         f"SELECT CASE WHEN module = '' THEN '(model)' ELSE module END AS module, "
         "sum(delta) AS held_bytes, sum(greatest(delta, 0)) AS allocated_bytes FROM _memory_charged "
-        f"WHERE module IS NOT NULL GROUP BY 1 ORDER BY held_bytes DESC LIMIT {TOP}",
+        f"WHERE module IS NOT NULL GROUP BY 1 ORDER BY held_bytes DESC, 1 LIMIT {TOP}",
     )
     return by_op, by_line, by_module

@@ -156,12 +156,12 @@ def operator_detail(con, op: str) -> OperatorDetail:
         f"{head}, CAST(sum(flops) AS BIGINT) AS flops, {bytes_sql}, min(id) AS first_id, "
         f"min(start_ns) AS first_start_ns FROM events WHERE layer = 'device' "
         f"AND kind IN ({LAUNCH_SQL}) AND op_name = ? "
-        f"GROUP BY ALL ORDER BY total_ns DESC LIMIT {DETAIL_ROWS}"
+        f"GROUP BY ALL ORDER BY total_ns DESC, name, kind, track LIMIT {DETAIL_ROWS}"
     )
     instructions = rows(
         f"{head}, {bytes_sql} FROM events WHERE layer = 'device' "
         f"AND kind IN ('instruction', 'dma') AND op_name = ? "
-        f"GROUP BY ALL ORDER BY total_ns DESC LIMIT {DETAIL_ROWS}"
+        f"GROUP BY ALL ORDER BY total_ns DESC, name, kind, track LIMIT {DETAIL_ROWS}"
     )
     lines = rows(
         "SELECT CAST(src_file AS VARCHAR) AS file, src_line AS line, "
@@ -169,6 +169,6 @@ def operator_detail(con, op: str) -> OperatorDetail:
         "CAST(sum(dur_ns) AS BIGINT) AS total_ns, min(id) AS first_id, "
         "min(start_ns) AS first_start_ns FROM events WHERE op_name = ? "
         f"AND src_file IS NOT NULL AND kind = 'op' "
-        f"GROUP BY ALL ORDER BY total_ns DESC LIMIT {DETAIL_LINES}"
+        f"GROUP BY ALL ORDER BY total_ns DESC, file, line LIMIT {DETAIL_LINES}"
     )
     return OperatorDetail(op, kernels, instructions, lines)

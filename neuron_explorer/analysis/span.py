@@ -52,13 +52,13 @@ def span_totals(con, start_ns: int, end_ns: int) -> SpanTotals:
         dur_ns=e - s,
         events=q("SELECT count(*) AS n FROM w")[0]["n"],
         by_kind=q("SELECT layer, kind, count(*) AS count, sum(inside_ns) AS time_ns FROM w "
-                     "GROUP BY ALL ORDER BY time_ns DESC"),
+                     "GROUP BY ALL ORDER BY time_ns DESC, layer, kind"),
         ops=q("SELECT name, count(*) AS count, sum(inside_ns) AS time_ns FROM w "
-                 f"WHERE layer = 'host' AND kind = 'op' GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
+                 f"WHERE layer = 'host' AND kind = 'op' GROUP BY ALL ORDER BY time_ns DESC, name LIMIT {TOP}"),
         kernels=q("SELECT name, kind, count(*) AS count, sum(inside_ns) AS time_ns FROM w "
-                     f"WHERE kind IN {sql_list(KERNEL_KINDS)} GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
+                     f"WHERE kind IN {sql_list(KERNEL_KINDS)} GROUP BY ALL ORDER BY time_ns DESC, name, kind LIMIT {TOP}"),
         # busy share of each device lane (engine, DMA queue, stream) over the span
         lanes=q("SELECT rank, device, track, count(*) AS count, sum(inside_ns) AS time_ns, "
                    f"sum(inside_ns) / {float(e - s)} AS busy FROM w "
-                   f"WHERE layer = 'device' AND kind IN {kinds} GROUP BY ALL ORDER BY time_ns DESC LIMIT {TOP}"),
+                   f"WHERE layer = 'device' AND kind IN {kinds} GROUP BY ALL ORDER BY time_ns DESC, rank, device, track LIMIT {TOP}"),
     )  # fmt: skip

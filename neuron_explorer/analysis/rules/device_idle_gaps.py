@@ -123,7 +123,7 @@ class DeviceIdleGaps(Rule[Gaps]):
         """The host work overlapping the TOP_GAPS longest gaps outside launch-bound steps."""
         top = ctx.arrow(
             f"""SELECT * FROM idle_gaps g WHERE {NOT_BOUND}
-            ORDER BY dur_ns DESC LIMIT {int(self.TOP_GAPS)}""",
+            ORDER BY dur_ns DESC, rank, start_ns LIMIT {int(self.TOP_GAPS)}""",
             tables={"idle_gaps": facts.table},
         )
         host = ctx.arrow(GAP_HOST, tables={"top_gaps": top})

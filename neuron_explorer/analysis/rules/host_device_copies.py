@@ -85,7 +85,7 @@ class HostDeviceCopies(Rule[Copies]):
                 WHERE {NEURON_H2D} AND step IS NOT NULL AND src_file IS NOT NULL
                 GROUP BY src_file, src_line
                 HAVING count(DISTINCT step) >= {self.EVERY_STEP_FRACTION} * {steps}
-                ORDER BY dur_ns DESC"""
+                ORDER BY dur_ns DESC, file, line"""
             )
         n, ns, pn, pns = (int(g.get(k) or 0) for k in ("n", "ns", "pn", "pns"))
         return Copies(steps, ctx.total_step_ns, n, ns, pn, pns, tuple(lines))
@@ -117,7 +117,7 @@ class HostDeviceCopies(Rule[Copies]):
             where = self.gpu_where(facts)
             ops = ctx.rows(
                 f"""SELECT name AS label, sum(dur_ns) AS dur_ns, count(*) AS count
-                FROM ev WHERE {where} GROUP BY 1 ORDER BY dur_ns DESC LIMIT 5"""
+                FROM ev WHERE {where} GROUP BY 1 ORDER BY dur_ns DESC, label LIMIT 5"""
             )
             gpu = Evidence(
                 event_ids=longest_ids(ctx, where),

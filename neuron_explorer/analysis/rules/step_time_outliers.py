@@ -73,7 +73,7 @@ class StepTimeOutliers(Rule[Outliers]):
             SELECT w.rank, w.step, w.s, w.e - w.s AS dur_ns, r.med, c.comp
             FROM steps_w w JOIN r USING (rank) JOIN c USING (rank, s)
             WHERE w.e - w.s - c.comp > {float(self.OUTLIER_RATIO)} * r.med
-            ORDER BY dur_ns - comp DESC""",
+            ORDER BY dur_ns - comp DESC, w.rank, w.s""",
             tables={"step_compile": per_step},
         )
         return Outliers(ctx.steps().num_rows, tuple(out.to_pylist()), compiling, out)

@@ -62,7 +62,7 @@ class UnfusedOptimizer(Rule[Unfused]):
             )
         )
         ids = ids_of(
-            ctx, "SELECT id FROM optimizer_steps WHERE fused = 0 ORDER BY dur_ns DESC LIMIT 20"
+            ctx, "SELECT id FROM optimizer_steps WHERE fused = 0 ORDER BY dur_ns DESC, id LIMIT 20"
         )
         return Evidence(
             event_ids=ids,
