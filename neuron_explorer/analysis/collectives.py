@@ -33,6 +33,8 @@ class Collective:
     bytes: int
     wait_ns: int
     transfer_ns: int
+    start_ns: int = 0
+    match: str = ""  # "group/seq": the same collective on every rank of a neuron capture
 
     @property
     def total_ns(self) -> int:
@@ -42,8 +44,8 @@ class Collective:
 def collectives(ctx: AnalysisContext) -> list[Collective]:
     """Every device collective with its wait and transfer split (wait 0 where not recorded)."""
     rows = ctx.rows(
-        f"""SELECT id, rank, step, name, coalesce(bytes_read, 0) AS bytes, dur_ns, args
-        FROM ev WHERE {COLLECTIVES} ORDER BY rank, start_ns"""
+        f"""SELECT id, rank, step, name, coalesce(bytes_read, 0) AS bytes, start_ns, dur_ns,
+        args FROM ev WHERE {COLLECTIVES} ORDER BY rank, start_ns"""
     )
     out = []
     for r in rows:
@@ -58,6 +60,8 @@ def collectives(ctx: AnalysisContext) -> list[Collective]:
                 bytes=int(args.get("bytes", r["bytes"])),
                 wait_ns=int(args["wait_ns"]) if recorded else int(r["dur_ns"]),
                 transfer_ns=int(args.get("transfer_ns", r["dur_ns"])) if recorded else 0,
+                start_ns=int(r["start_ns"]),
+                match=f"{args['group']}/{args['seq']}" if {"group", "seq"} <= args.keys() else "",
             )
         )
     return out

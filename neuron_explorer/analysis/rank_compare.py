@@ -1,13 +1,22 @@
 """Two ranks of one job side by side: each rank of a job's profile read as a profile of its own
-(model.combine.rank_view), compared as two profiles are (analysis/compare.py)."""
+(model.combine.rank_view), compared as two profiles are (analysis/compare.py), plus what only a
+pair of ranks has: each collective matched across the two ranks, with each rank's wait (for the
+last rank to arrive) and transfer. `neuron-explorer diff JOB@rank=0 JOB@rank=1` prints the
+comparison; the web's ranks page (/p/NAME/ranks?a=&b=) shows `rank_pair`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.combine import rank_view
 from ..model.profile import Profile
+from .collectives import Collective, collectives
 from .compare import Comparison, diff
+from .context import context
+from .page import PageModel, is_modeled
+
+TOP_CALLS = 500  # collectives matched across the ranks sent, largest wait difference first
 
 
 def open_side(spec: str) -> tuple[Profile, str]:
@@ -24,3 +33,124 @@ def compare_ranks(profile: Profile, a: int, b: int) -> Comparison:
     (step time, breakdown, ops, kernels, lines, modules, findings) of the two ranks."""
     return diff(rank_view(profile, a), rank_view(profile, b),
                 f"{profile.name}@rank={a}", f"{profile.name}@rank={b}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CollectiveTotals:
+    """One rank's collectives of one name: how many, their bytes, wait and transfer."""
+
+    calls: int = 0
+    bytes: int = 0
+    wait_ns: int = 0
+    transfer_ns: int = 0
+
+
+@dataclass(frozen=True)
+class CollectiveKind:
+    name: str
+    a: CollectiveTotals
+    b: CollectiveTotals
+
+
+@dataclass(frozen=True)
+class CallSide:
+    """One rank's side of one collective: its device event, when it started, its split."""
+
+    id: int
+    start_ns: int
+    wait_ns: int
+    transfer_ns: int
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """One collective as both ranks ran it, matched by its group and number (the same on every
+    rank of a neuron capture), else by its name and order; a side is None where that rank has
+    no such collective."""
+
+    match: str
+    name: str
+    step: int | None
+    bytes: int
+    a: CallSide | None
+    b: CallSide | None
+
+
+@dataclass(frozen=True)
+class RankPair(PageModel):
+    """Rank `b` of a job against rank `a`: `comparison` is `compare_ranks` (steps with each
+    rank's step windows on the job's one clock, ops, kernels, lines, modules, findings);
+    `collectives` totals each collective name per rank, wait apart from transfer; `calls` are
+    single collectives matched across the two ranks (at most TOP_CALLS, the largest
+    difference in wait first; `calls_total` counts them all)."""
+
+    profile: str
+    ranks: tuple[int, ...]
+    a: int
+    b: int
+    collectives: tuple[CollectiveKind, ...]
+    calls: tuple[CollectiveCall, ...]
+    calls_total: int
+    comparison: Comparison
+    device_time_modeled: bool
+
+
+def rank_pair(profile: Profile, a: int, b: int, comparison: Comparison | None = None) -> RankPair:
+    """Ranks `a` and `b` of a job's profile side by side (`comparison`: compare_ranks's, when
+    the caller has it); a BadInputError names the profile if it lacks either rank."""
+    rank_view(profile, a), rank_view(profile, b)  # the one check of both ranks
+    ctx = context(profile)
+    with ctx.lock:
+        both = [c for c in collectives(ctx) if c.rank in (a, b)]
+    calls = _matched(both, a, b)
+    calls.sort(key=lambda c: (-abs(_wait(c.a) - _wait(c.b)), c.match))
+    return RankPair(
+        profile=profile.name,
+        ranks=tuple(profile.manifest.ranks),
+        a=a,
+        b=b,
+        collectives=_totals(both, a, b),
+        calls=tuple(calls[:TOP_CALLS]),
+        calls_total=len(calls),
+        comparison=comparison if comparison is not None else compare_ranks(profile, a, b),
+        device_time_modeled=is_modeled(profile),
+    )
+
+
+def _wait(side: CallSide | None) -> int:
+    return side.wait_ns if side is not None else 0
+
+
+def _totals(both: list[Collective], a: int, b: int) -> tuple[CollectiveKind, ...]:
+    sums: dict[tuple[str, int], list[int]] = {}
+    for c in both:
+        s = sums.setdefault((c.name, c.rank), [0, 0, 0, 0])
+        s[0], s[1], s[2], s[3] = s[0] + 1, s[1] + c.bytes, s[2] + c.wait_ns, s[3] + c.transfer_ns
+    names = sorted({n for n, _ in sums}, key=lambda n: (-sum(sum(sums.get((n, r), [0])[2:])
+                                                             for r in (a, b)), n))  # fmt: skip
+    side = lambda n, r: CollectiveTotals(*sums[(n, r)]) if (n, r) in sums else CollectiveTotals()  # noqa: E731
+    return tuple(CollectiveKind(n, side(n, a), side(n, b)) for n in names)
+
+
+def _matched(both: list[Collective], a: int, b: int) -> list[CollectiveCall]:
+    """Each collective of the two ranks keyed by its group and number where recorded, else by
+    its name and its order among that rank's collectives of the name."""
+    seen: dict[tuple[int, str], int] = {}
+    keyed: dict[str, dict[int, Collective]] = {}
+    for c in both:  # in rank, start order
+        if c.match:
+            key = c.match
+        else:
+            n = seen[(c.rank, c.name)] = seen.get((c.rank, c.name), -1) + 1
+            key = f"{c.name}#{n}"
+        keyed.setdefault(key, {})[c.rank] = c
+    out = []
+    for key, sides in keyed.items():
+        first = sides.get(a) or sides[b]
+        out.append(CollectiveCall(key, first.name, first.step, first.bytes,
+                                  _side(sides.get(a)), _side(sides.get(b))))  # fmt: skip
+    return out
+
+
+def _side(c: Collective | None) -> CallSide | None:
+    return None if c is None else CallSide(c.id, c.start_ns, c.wait_ns, c.transfer_ns)

@@ -1,13 +1,17 @@
 // Two timelines stacked (the compare page): the same step of A and B, each drawn from its own
 // step start, on one time scale, so a longer op or a later kernel shows as a shift. The wheel
 // zooms both around the pointer, a drag pans both; each change asks both servers' windows.
+// A side may be one rank of a job's profile ({ name, rank, label }: the ranks page): it draws
+// only that rank's lanes, and with `oneClock` both sides share one time axis, the job's clock,
+// from the earlier of the two ranks' starts of the step, so a wait on one rank lines up with
+// the work of the other.
 import { api, h, enc, fmtNs, clean } from "./common.js";
 import { colorFor, textColor } from "./timeline_overview.js";
 
 const GUTTER = 150, AXIS = 22, ROW = 14, GAP = 4, MAX_ROWS = 3;
 
-export function stackedTimelines(a, b) {
-  const st = { sides: [], offset: 0, span: 1, step: 0, req: 0 };
+export function stackedTimelines(a, b, { oneClock = false } = {}) {
+  const st = { sides: [], offset: 0, span: 1, step: 0, req: 0, base: 0, oneClock };
   const status = h("span", { class: "note", id: "cmp-tl-status" });
   const stepSel = h("select", { id: "cmp-tl-step", title: "Which step of each profile" });
   const holder = h("div", { id: "cmp-timelines" }, h("div", { class: "tl-toolbar" }, "Step ", stepSel,
@@ -20,15 +24,16 @@ export function stackedTimelines(a, b) {
 
 async function init(st, holder, stepSel, names) {
   const width = Math.max(400, holder.clientWidth || 1200);
-  const first = await Promise.all(names.map((n) => api(`/p/${enc(n)}/timeline?width_px=${width}`)));
-  st.sides = names.map((name, i) => {
+  const specs = names.map((n) => (typeof n === "string" ? { name: n } : n));
+  const first = await Promise.all(specs.map((s) => api(`/p/${enc(s.name)}/timeline?width_px=${width}`)));
+  st.sides = specs.map(({ name, rank, label }, i) => {
     const canvas = h("canvas", { id: `cmp-tl-${"ab"[i]}`, class: "cmp-tl" });
     holder.append(h("div", { class: "tl-wrap cmp-tl-wrap" }, canvas));
     wire(st, canvas);
     // one step per index; a profile without steps is one "step" from its first event
-    const rank0 = Math.min(...first[i].steps.map((s) => s.rank || 0));  // the first rank's steps
+    const rank0 = rank ?? Math.min(...first[i].steps.map((s) => s.rank || 0));  // the first rank's steps
     const steps = first[i].steps.filter((s) => (s.rank || 0) === rank0);
-    return { name, canvas, lanes: first[i].lanes, win: null,
+    return { name, rank, label: label || name, canvas, lanes: first[i].lanes, win: null,
       steps: steps.length ? steps : [{ step: null, start_ns: first[i].extent.start_ns, dur_ns: first[i].extent.end_ns - first[i].extent.start_ns }] };
   });
   const n = Math.min(...st.sides.map((s) => s.steps.length));
@@ -39,9 +44,15 @@ async function init(st, holder, stepSel, names) {
 
 function reset(st) {
   st.offset = 0;
-  st.span = Math.max(...st.sides.map((s) => s.steps[st.step].dur_ns), 1000);
+  const steps = st.sides.map((s) => s.steps[st.step]);
+  st.base = Math.min(...steps.map((s) => s.start_ns));
+  st.span = st.oneClock ? Math.max(...steps.map((s) => s.start_ns + s.dur_ns - st.base), 1000)
+    : Math.max(...steps.map((s) => s.dur_ns), 1000);
   fetchBoth(st);
 }
+
+// where a side's view starts: each side's own step start, or the one clock's
+const viewStart = (st, side) => (st.oneClock ? st.base : side.steps[st.step].start_ns) + st.offset;
 
 function zoom(st, factor, frac = 0.5) {
   const pivot = st.offset + st.span * frac;
@@ -57,12 +68,12 @@ function fetchBoth(st, delay = 60) {
     const id = ++st.req;
     const wins = await Promise.all(st.sides.map((s) => {
       const w = Math.max(100, s.canvas.parentElement.clientWidth - GUTTER - 4);
-      const s0 = Math.round(s.steps[st.step].start_ns + st.offset);
+      const s0 = Math.round(viewStart(st, s));
       return api(`/p/${enc(s.name)}/timeline?start_ns=${s0}&end_ns=${s0 + Math.round(st.span)}&width_px=${w}`);
     }));
     if (id !== st.req) return;
     st.sides.forEach((s, i) => { s.win = wins[i].window; draw(st, s, i); });
-    st.status.textContent = `${fmtNs(st.span)} from ${fmtNs(st.offset)} after each step's start · A ${fmtNs(st.sides[0].steps[st.step].dur_ns)}, B ${fmtNs(st.sides[1].steps[st.step].dur_ns)}`;
+    st.status.textContent = `${fmtNs(st.span)} from ${fmtNs(st.offset)} after ${st.oneClock ? "the step's first start on either" : "each step's start"} · A ${fmtNs(st.sides[0].steps[st.step].dur_ns)}, B ${fmtNs(st.sides[1].steps[st.step].dur_ns)}`;
     st.status.dataset.span = st.span;
     st.sides.forEach((s) => { s.canvas.dataset.ready = "1"; });
   }, delay);
@@ -71,22 +82,24 @@ function fetchBoth(st, delay = 60) {
 function draw(st, side, index) {
   const { canvas, win, lanes } = side;
   const used = new Map();  // lanes with work in view, rows up to MAX_ROWS each
-  for (let i = 0; i < win.rects.lane.length; i++) used.set(win.rects.lane[i], Math.max(used.get(win.rects.lane[i]) || 0, Math.min(MAX_ROWS, win.rects.depth[i] + 1)));
+  const mine = (l) => side.rank === undefined || (lanes[l].rank || 0) === side.rank;
+  for (let i = 0; i < win.rects.lane.length; i++) if (mine(win.rects.lane[i])) used.set(win.rects.lane[i], Math.max(used.get(win.rects.lane[i]) || 0, Math.min(MAX_ROWS, win.rects.depth[i] + 1)));
   const order = [...used.keys()].sort((x, y) => x - y);
   const top = new Map();
   let y = AXIS;
   for (const l of order) { top.set(l, y); y += used.get(l) * ROW + GAP; }
+  canvas.dataset.ranks = [...new Set(order.map((l) => lanes[l].rank || 0))].join(",");  // the ranks drawn
   const width = canvas.parentElement.clientWidth - 2, height = y + 4, dpr = window.devicePixelRatio || 1;
   Object.assign(canvas.style, { width: width + "px", height: height + "px" });
   canvas.width = Math.round(width * dpr); canvas.height = Math.round(height * dpr);
   const ctx = canvas.getContext("2d");
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.font = "10px Inter, system-ui, sans-serif"; ctx.textBaseline = "middle";
-  const t0 = side.steps[st.step].start_ns + st.offset;
+  const t0 = viewStart(st, side);
   const xOf = (t) => GUTTER + ((t - t0) / st.span) * (width - GUTTER);
   const r = win.rects;
   for (let i = 0; i < r.lane.length; i++) {
-    if (r.depth[i] >= MAX_ROWS) continue;
+    if (r.depth[i] >= MAX_ROWS || !mine(r.lane[i])) continue;
     const x0 = Math.max(GUTTER, xOf(r.start_ns[i])), x1 = Math.min(width, xOf(r.start_ns[i] + r.dur_ns[i]));
     if (x1 < GUTTER) continue;
     const name = win.names[r.name[i]] || "", ry = top.get(r.lane[i]) + r.depth[i] * ROW;
@@ -102,9 +115,9 @@ function draw(st, side, index) {
   }
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
   ctx.fillStyle = "#111827"; ctx.font = "11px Inter, system-ui, sans-serif";
-  ctx.fillText(`${"AB"[index]}: ${clean(side.name)}`.slice(0, 22), 6, AXIS / 2);
+  ctx.fillText(`${"AB"[index]}: ${clean(side.label)}`.slice(0, 22), 6, AXIS / 2);
   ctx.fillStyle = "#4b5563";
-  for (let k = 0; k <= 5; k++) {  // the same ticks on both: time since each step's start
+  for (let k = 0; k <= 5; k++) {  // the same ticks on both: time since each step's (or the first) start
     const x = GUTTER + (k / 5) * (width - GUTTER - 40);
     ctx.fillRect(x, AXIS - 5, 1, 5);
     ctx.fillText(fmtNs(st.offset + (k / 5) * (width - GUTTER - 40) / (width - GUTTER) * st.span), x + 2, AXIS / 2);

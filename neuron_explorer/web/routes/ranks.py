@@ -1,0 +1,42 @@
+"""Two ranks of one multi-rank profile side by side: analysis.rank_compare.rank_pair (steps,
+ops, kernels, lines, modules and findings of each rank, and each collective's wait and transfer
+on both), and the page that draws the two ranks' timelines on the job's one clock."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Query
+
+from neuron_explorer.analysis.rank_compare import rank_pair
+
+from ..pages import Api, Page, Shell
+from ..store import NotFound
+from ..views.source import with_file_ids
+
+if TYPE_CHECKING:
+    from ..service import Service
+
+
+def api_ranks(
+    svc: Service, name: str, a: int | None = Query(None, ge=0), b: int | None = Query(None, ge=0)
+) -> dict[str, Any]:
+    """Rank `b` against rank `a` (the first two ranks unless given) as `pair`, which is null for
+    a profile of one rank; 404 for a rank the profile does not hold."""
+    ranks = list(svc.store.open(name).manifest.ranks)
+    if len(ranks) < 2:
+        return {"name": name, "ranks": ranks, "pair": None}
+    a = ranks[0] if a is None else a
+    b = next(r for r in ranks if r != a) if b is None else b
+    for r in (a, b):
+        if r not in ranks:
+            raise NotFound(f"{name} has no rank {r} (ranks {ranks})")
+    pair = svc.persisted(name, f"rank_pair_{a}_{b}",
+                         lambda p: with_file_ids(rank_pair(p, a, b).to_dict()))  # fmt: skip
+    return {"name": name, "ranks": ranks, "pair": pair}
+
+
+PAGES = (
+    Page("ranks", "/p/{name}/ranks", api_ranks, Shell("Ranks", "ranks.js", plotly=False, tab="Ranks")),
+)  # fmt: skip
+API: tuple[Api, ...] = ()
