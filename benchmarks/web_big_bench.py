@@ -50,7 +50,45 @@ def _prepare(mb: int) -> tuple[Path, list[tuple[str, str]]]:
             check=True,
         )
         rows.append(("import (neuron-explorer import)", f"{time.perf_counter() - t0:.1f} s"))
+    from neuron_explorer.analysis import stored
+    from neuron_explorer.model import Profile
+
+    if stored.load(Profile.open(prof), "summary") is None:  # imported before, or code edited
+        t0, c0 = time.perf_counter(), time.process_time()
+        stored.write(Profile.open(prof))
+        rows.append(("the import's stored analysis (analysis/stored.py), added",
+                     f"{time.perf_counter() - t0:.1f} s (CPU {time.process_time() - c0:.1f} s)"))  # fmt: skip
     return prof, rows
+
+
+def _first_page_ab(prof: Path, rounds: int) -> None:
+    """The cold first page with and without the analysis the import stores, alternated: two
+    copies of the profile (hard links), one without its analysis/ folder, each served by a
+    fresh server with an empty cache."""
+    base = Path(tempfile.mkdtemp(prefix="web-big-ab-"))
+    for label in ("stored", "computed"):
+        (base / label / prof.name).mkdir(parents=True)
+        for f in prof.iterdir():
+            if f.is_file():
+                (base / label / prof.name / f.name).hardlink_to(f)
+    shutil.copytree(prof / "analysis", base / "stored" / prof.name / "analysis")
+    try:
+        for i in range(rounds):
+            for label in ("computed", "stored") if i % 2 else ("stored", "computed"):
+                cache = Path(tempfile.mkdtemp(prefix="web-big-cache-"))
+                proc, url = _start_server(base / label / prof.name, cache)
+                try:
+                    with httpx.Client(base_url=url, timeout=600) as c:
+                        t, r = _timed(proc, lambda: c.get(f"/api/p/{prof.name}"))
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=30)
+                    shutil.rmtree(cache, ignore_errors=True)
+                load = Path("/proc/loadavg").read_text().split()[0]
+                print(f"round {i + 1}, {label}: first page {t}, {len(r.content) / 1e6:.1f} MB, "
+                      f"load {load}", flush=True)  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _windows(c: httpx.Client, name: str, extent: tuple[int, int], n: int) -> list[float]:
@@ -69,8 +107,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=1000)
     ap.add_argument("--windows", type=int, default=30)
+    ap.add_argument("--first-page-ab", type=int, default=0, metavar="ROUNDS",
+                    help="only the cold first page, with and without the stored analysis")  # fmt: skip
     args = ap.parse_args()
     prof, rows = _prepare(args.mb)
+    if args.first_page_ab:
+        _first_page_ab(prof, args.first_page_ab)
+        return 0
     cache = Path(tempfile.mkdtemp(prefix="web-big-cache-"))
     name = prof.name
     proc, base = _start_server(prof, cache)  # serving one profile: it is named by its folder

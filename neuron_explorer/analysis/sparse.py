@@ -26,6 +26,7 @@ def sparse_columns(
     con = duckdb.connect()
     try:
         con.execute("SET threads = 1")  # the other core serves requests (web/service.py)
+        con.execute("SET enable_progress_bar = false")  # never print into a server's log
         sql = f"""SELECT filename AS f, file_row_number AS i, {", ".join(names)}
             FROM read_parquet(?, filename = true, file_row_number = true) WHERE {where}"""
         got = con.sql(sql, params=[files, *params]).to_arrow_table()

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from neuron_explorer.analysis import stored
 from neuron_explorer.analysis.context import context
 from neuron_explorer.model import Profile
 
@@ -44,10 +45,15 @@ class Service:
 
     # ---- cached per profile ---------------------------------------------------------------
     def persisted(self, name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
-        """A value kept in memory and in the disk cache, keyed by the profile's identity."""
+        """A value kept in memory and in the disk cache, keyed by the profile's identity; the
+        analysis the import left in the profile (analysis/stored.py) is read first."""
         store, disk = self.store, self.disk
 
         def make(p: Profile) -> Any:
+            if kind in stored.KINDS:  # left in the profile by the import (exact, or ignored)
+                value = stored.load(p, kind, store.derived(name, "stored", stored.identity))
+                if value is not None:
+                    return value
             identity = store.derived(name, "identity", profile_identity)
             value = disk.load(p, kind, identity)
             if value is None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...model.profile import Profile
 
 NAME = "import"
 HELP = (
@@ -57,15 +61,29 @@ def run(args: argparse.Namespace) -> int:
         out = _with_bar(files, args.output, kw)
     else:
         out = import_traces(files, args.output, **kw)
+    profile = Profile.open(out)
+    stored = _store_analysis(profile)
     if not args.quiet:
-        m = Profile.open(out).manifest
+        m = profile.manifest
         counts = ", ".join(f"{v} {k}" for k, v in sorted(m.row_counts.items()))
         print(
             f"imported {len(files)} trace file(s) into {out}: {counts}; "
             f"{len(m.ranks)} rank(s), {len(m.steps)} step(s)",
             file=sys.stderr,
         )
+        if stored:
+            print(f"stored the first page's analysis in {out / 'analysis'}", file=sys.stderr)
     return 0
+
+
+def _store_analysis(profile: Profile) -> bool:
+    """Leave a large profile's summary, devices, op and line tables in its folder
+    (analysis/stored.py), so a server's first visit reads them instead of every event."""
+    from ...analysis import stored
+
+    if int(profile.manifest.row_counts.get("events") or 0) < stored.STORE_MIN_EVENTS:
+        return False
+    return bool(stored.write(profile))
 
 
 def _with_bar(files: list[Path], out: Path, kw: dict) -> Path:

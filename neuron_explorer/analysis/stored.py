@@ -1,0 +1,199 @@
+"""The analysis a profile keeps in its own folder (`analysis/`, docs/format.md): what the first
+page of a large profile needs (the summary, the devices that ran work, the operator and line
+tables), computed once by `neuron-explorer import` so that a server's first visit reads a few
+small files instead of decoding millions of events (the 1 GB trace's profile: ~10 s of CPU).
+
+Every file starts with one line, the identity of what it was computed from: the stored format,
+a hash of the code that computes the values (every module this one imports, transitively), the
+manifest's bytes and each Parquet file's size and footer. A file whose identity differs (a
+rewritten table, another version of the code) or that cannot be read is ignored, and the value
+is computed as if it were not there, so a stored value is always the one computing it gives.
+Files are written to a temporary name and renamed; a read-only profile is simply not written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ..model.profile import Profile
+
+FOLDER = "analysis"
+FORMAT = 1  # bump when the layout of a stored file changes
+FOOTER_BYTES = 64 << 10  # a Parquet file's tail: its footer (row groups, statistics) and more
+# the import stores the analysis of profiles this large; below it the server's own cold
+# analysis takes well under a second, and a small import stays as fast as before
+STORE_MIN_EVENTS = 100_000
+
+
+def _summary(p: Profile) -> dict[str, Any]:
+    from .summary import summarize
+
+    return summarize(p).to_dict()
+
+
+def _devices(p: Profile) -> list[str]:
+    from .overview import devices
+
+    return devices(p)
+
+
+def _ops(p: Profile) -> pa.Table:
+    from .context import context
+    from .operators import operator_table
+
+    return operator_table(context(p).cols)
+
+
+def _lines(p: Profile) -> pa.Table:
+    from .context import context
+    from .lines import line_table
+
+    return line_table(context(p).cols)
+
+
+# kind -> how it is computed; a kind ending in `_table` is an Arrow table, the others JSON
+KINDS: dict[str, Callable[[Profile], Any]] = {
+    "summary": _summary,
+    "devices": _devices,
+    "ops_table": _ops,
+    "lines_table": _lines,
+}
+
+
+@cache
+def code_version() -> str:
+    """A hash of the code whose output is stored: this module and every module of the package
+    it imports, directly or not (late imports included), so an upgrade or an edit of any of
+    them makes every stored value stale, and an edit elsewhere (a rule, a page) does not; so
+    does another numpy, pyarrow or DuckDB."""
+    root = Path(__file__).resolve().parent.parent
+    from importlib.metadata import version
+
+    libraries = " ".join(f"{lib} {version(lib)}" for lib in ("numpy", "pyarrow", "duckdb"))
+    h = hashlib.sha1(f"stored format {FORMAT}\n{libraries}\n".encode())
+    for f in sorted(_imported(Path(__file__).resolve(), root)):
+        h.update(f"{f.relative_to(root)}\n".encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _imported(start: Path, root: Path) -> set[Path]:
+    """The package's source files that `start` imports, transitively (by reading them)."""
+    import ast
+
+    seen, todo = set(), [start]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        pkg = f.parent
+        for node in ast.walk(ast.parse(f.read_bytes())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = pkg.parents[node.level - 2] if node.level > 1 else pkg
+                names = [a.name for a in node.names]
+                if node.module is None:  # `from . import facts`: the modules named only
+                    todo += [f for n in names for f in _module_files(base / n)]
+                else:
+                    todo += _module_files(base.joinpath(*node.module.split(".")), names)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
+                    node.module or ""]  # fmt: skip
+                for name in names:
+                    if name.split(".")[0] == root.name:
+                        todo += _module_files(root.parent.joinpath(*name.split(".")))
+    return seen
+
+
+def _module_files(mod: Path, names: tuple[str, ...] | list[str] = ()) -> list[Path]:
+    """The files of module `mod` (a .py file or a package), and of those `names` in it that
+    are modules themselves (`from . import facts`)."""
+    out = [f for f in (mod.with_suffix(".py"), mod / "__init__.py") if f.is_file()]
+    for name in names:
+        out += [f for f in ((mod / name).with_suffix(".py"), mod / name / "__init__.py")
+                if f.is_file()]  # fmt: skip
+    return out
+
+
+def identity(profile: Profile) -> str:
+    """What the stored values were computed from, as one hash. Parquet files are named by their
+    size and footer (not their mtime), so a copied profile keeps its stored analysis."""
+    root = profile.path
+    h = hashlib.sha1(f"{code_version()}\n".encode())
+    h.update((root / "manifest.json").read_bytes())
+    for f in sorted(root.rglob("*.parquet")):
+        size = f.stat().st_size
+        with f.open("rb") as fh:
+            fh.seek(max(0, size - FOOTER_BYTES))
+            tail = fh.read()
+        h.update(f"{f.relative_to(root)}|{size}|{hashlib.sha1(tail).hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+def path(profile: Profile, kind: str) -> Path:
+    return profile.path / FOLDER / f"{kind}.{'arrow' if kind.endswith('_table') else 'json'}"
+
+
+def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
+    """The stored value of `kind`, or None when it is missing, stale or unreadable. `ident`:
+    the profile's identity when the caller has it (it reads every Parquet footer)."""
+    try:
+        data = path(profile, kind).read_bytes()
+        head, _, body = data.partition(b"\n")
+        if head.decode("ascii", "replace") != (ident or identity(profile)):
+            return None
+        if kind.endswith("_table"):
+            with pa.ipc.open_file(pa.BufferReader(body)) as reader:
+                return reader.read_all()
+        value = json.loads(body)
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    if kind == "summary" and isinstance(value, dict):
+        value["profile"] = str(profile.path)  # the one field that names where it is opened
+    return value
+
+
+def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:
+    """Compute and store `kinds` in the profile's folder; the kinds written (none when the
+    folder cannot be written: the values are then computed when asked for, as without it)."""
+    ident = identity(profile)
+    written = []
+    for kind in kinds:
+        value = KINDS[kind](profile)
+        if _put(path(profile, kind), ident, value):
+            written.append(kind)
+    return written
+
+
+def _put(target: Path, ident: str, value: Any) -> bool:
+    if isinstance(value, pa.Table):
+        buf = io.BytesIO()
+        with pa.ipc.new_file(buf, value.schema) as writer:
+            writer.write_table(value)
+        body = buf.getvalue()
+    else:
+        body = json.dumps(value, separators=(",", ":")).encode()
+    try:
+        target.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            os.chmod(tmp, 0o644)  # as readable as the profile's other files (mkstemp: 0600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(ident.encode("ascii") + b"\n" + body)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        return False
+    return True

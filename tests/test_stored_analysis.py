@@ -1,0 +1,167 @@
+"""The analysis a profile keeps in its folder (analysis/stored.py, docs/format.md): what it
+stores is exactly what computing gives, on every real trace in tests/data and a sample capture;
+a stale or damaged file is ignored; the import leaves it in a large profile; and a real server's
+first page reads it without decoding the events and answers as without it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import kineto_trace_paths
+
+from neuron_explorer.analysis import stored
+from neuron_explorer.model import Profile
+
+ROOT = Path(__file__).resolve().parent.parent
+GPT = ROOT / "samples" / "profiles" / "gpt_train"  # a real capture on the neuron device
+NS_TRACE = ROOT / "tests/data/kineto-gpu/ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"  # fmt: skip
+
+
+def as_served(value):
+    """A value as a JSON answer carries it (tuples become lists)."""
+    return value if hasattr(value, "schema") else json.loads(json.dumps(value))
+
+
+def assert_exact(profile_dir: Path) -> None:
+    """Every stored kind, read back, equals computing it on a fresh open of the profile."""
+    assert stored.write(Profile.open(profile_dir)) == list(stored.KINDS)
+    fresh = Profile.open(profile_dir)
+    for kind, compute in stored.KINDS.items():
+        got = stored.load(Profile.open(profile_dir), kind)
+        assert got is not None, kind
+        want = as_served(compute(fresh))
+        if kind.endswith("_table"):
+            assert got.equals(want), (profile_dir.name, kind)
+        else:
+            assert got == want, (profile_dir.name, kind)
+
+
+@pytest.mark.parametrize("name", sorted(kineto_trace_paths()))
+def test_stored_values_equal_computed_ones_on_every_real_trace(imported_profiles, tmp_path, name):
+    copy = tmp_path / name
+    shutil.copytree(imported_profiles[name], copy)  # the session's profiles stay as imported
+    assert_exact(copy)
+
+
+def test_stored_values_equal_computed_ones_on_a_sample_capture(tmp_path):
+    shutil.copytree(GPT, tmp_path / "gpt")
+    assert_exact(tmp_path / "gpt")
+    # the summary names the folder it is opened from, not the one it was stored in
+    shutil.move(tmp_path / "gpt", tmp_path / "moved")
+    moved = Profile.open(tmp_path / "moved")
+    assert stored.load(moved, "summary")["profile"] == str(moved.path)
+
+
+def test_a_stale_or_damaged_file_is_ignored(imported_profiles, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(imported_profiles["compare_base"], a)
+    shutil.copytree(imported_profiles["compare_test"], b)
+    stored.write(Profile.open(a))
+    assert stored.load(Profile.open(a), "ops_table") is not None
+    # a rewritten events table (same manifest): every stored value is stale
+    shutil.copy(b / "events.parquet", a / "events.parquet")
+    assert all(stored.load(Profile.open(a), k) is None for k in stored.KINDS)
+    # stored by another version of the code: a different identity line
+    stored.write(Profile.open(a))
+    f = stored.path(Profile.open(a), "devices")
+    f.write_bytes(b"0" * 40 + f.read_bytes()[40:])
+    assert stored.load(Profile.open(a), "devices") is None
+    # a truncated file
+    t = stored.path(Profile.open(a), "lines_table")
+    t.write_bytes(t.read_bytes()[:-100])
+    assert stored.load(Profile.open(a), "lines_table") is None
+    assert stored.load(Profile.open(a), "summary") is not None  # the others still hold
+
+
+def test_the_code_version_covers_the_summary_and_not_the_rules():
+    files = {f.relative_to(ROOT).as_posix() for f in stored._imported(
+        Path(stored.__file__).resolve(), ROOT / "neuron_explorer")}  # fmt: skip
+    for needed in ("summary", "facts", "breakdown", "context", "operators", "lines", "overview"):
+        assert f"neuron_explorer/analysis/{needed}.py" in files
+    assert "neuron_explorer/model/profile.py" in files
+    assert not any("/rules/" in f or "/web/" in f for f in files)
+
+
+def test_a_profile_that_cannot_be_written_is_computed_as_before(imported_profiles, tmp_path):
+    prof = tmp_path / "ro"
+    shutil.copytree(imported_profiles["cpu_only"], prof)
+    (prof / "analysis").write_text("")  # a file where the folder would go (root writes anywhere)
+    assert stored.write(Profile.open(prof)) == []
+    assert stored.load(Profile.open(prof), "summary") is None
+
+
+def _serve(root: Path, cache: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("import sys, uvicorn; from neuron_explorer.web.app import create_app; "
+            f"uvicorn.run(create_app(sys.argv[1], analysis_cache=sys.argv[2]), host='127.0.0.1', "
+            f"port={port}, log_level='warning')")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root), str(cache)])
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            httpx.get(base + "/static/app.css", timeout=1)
+            return proc, base
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("server did not start")
+
+
+@pytest.mark.slow
+def test_the_import_stores_a_large_profiles_first_page_and_a_server_serves_it(tmp_path):
+    from neuron_explorer.entry import main
+
+    # the ns-resolution GPU trace three times over: 136k real events, over STORE_MIN_EVENTS
+    doc = json.loads(gzip.decompress(NS_TRACE.read_bytes()))
+    doc["traceEvents"] = doc["traceEvents"] * 3
+    trace = tmp_path / "big.json"
+    trace.write_text(json.dumps(doc))
+    with_store, without = tmp_path / "a" / "big", tmp_path / "b" / "big"
+    assert main(["import", str(trace), "-o", str(with_store), "-q"]) == 0
+    assert Profile.open(with_store).manifest.row_counts["events"] >= stored.STORE_MIN_EVENTS
+    assert sorted(f.name for f in (with_store / "analysis").iterdir()) == [
+        "devices.json", "lines_table.arrow", "ops_table.arrow", "summary.json"]  # fmt: skip
+    shutil.copytree(with_store, without, ignore=shutil.ignore_patterns("analysis"))
+    pages = {}
+    for label, prof in (("stored", with_store), ("computed", without)):
+        proc, base = _serve(prof, tmp_path / f"cache-{label}")
+        try:
+            r = httpx.get(f"{base}/api/p/big", timeout=120)
+            assert r.status_code == 200, r.text[:300]
+            pages[label] = r.json()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    for page in pages.values():
+        page["summary"]["profile"] = None  # the two copies' paths
+        page.pop("analysis_pending"), page.pop("findings"), page.pop("findings_total")
+    assert pages["stored"] == pages["computed"]
+
+
+def test_the_first_page_reads_the_stored_analysis(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from neuron_explorer.web.app import create_app
+    from neuron_explorer.web.cache import AnalysisCache
+
+    shutil.copytree(GPT, tmp_path / "p" / "gpt")
+    stored.write(Profile.open(tmp_path / "p" / "gpt"))
+    app = create_app(tmp_path / "p", analysis_cache=tmp_path / "cache")
+    r = TestClient(app).get("/api/p/gpt")
+    assert r.status_code == 200 and r.json()["summary"]["step_stats"]["count"]
+    # the summary, devices and tables came from the profile's folder, so the server computed
+    # none of them (it caches what it computes); the findings (not stored) it computed
+    cache, profile = AnalysisCache(tmp_path / "cache"), app.state.store.open("gpt")
+    assert cache.path(profile, "findings").is_file()
+    assert not any(cache.path(profile, kind).exists() for kind in stored.KINDS)
