@@ -18,7 +18,7 @@ import reference_sql
 from fastapi.testclient import TestClient
 from test_web_support import BASE_TRACE, XSS_FILE, XSS_OP, build_root
 
-from neuron_explorer.analysis import run_rules
+from neuron_explorer.analysis import run_rules, timeline
 from neuron_explorer.analysis.context import context
 from neuron_explorer.analysis.lines import line_table
 from neuron_explorer.analysis.operators import operator_table
@@ -26,7 +26,6 @@ from neuron_explorer.model import Profile
 from neuron_explorer.web.app import create_app
 from neuron_explorer.web.views import source as source_view
 from neuron_explorer.web.views import sql as sql_view
-from neuron_explorer.web.views import timeline
 
 GOOD = ("alexnet", "base", "test", "cpu_mlp", "gpt", "fallback", "neuron", "xss")
 NEURON = ("gpt", "fallback", "neuron")
@@ -94,13 +93,12 @@ def test_timeline_window_accounts_for_every_event(client, root, name):
 
 def test_timeline_merges_to_the_rectangle_budget(root):
     prof = Profile.open(root / "neuron")
-    con = prof.duckdb()
-    idx = timeline.build_index(prof, con)
-    w = timeline.window(prof, con, idx, idx.start_ns, idx.end_ns, 1000, max_rects=150)
+    idx = timeline.build_index(prof)
+    w = timeline.window(prof, idx, idx.start_ns, idx.end_ns, 1000, max_rects=150).to_dict()
     assert w["rects_count"] <= 150
     assert sum(w["rects"]["count"]) == w["events"] == prof.row_count("events")
     assert w["merged"] > 0 and max(w["rects"]["count"]) > 1
-    lanes = {(r["track"]): r["depth"] for r in timeline.lanes_json(idx)}
+    lanes = {(r["track"]): r["depth"] for r in idx.lanes.to_pylist()}
     assert lanes["thread 1"] == 4 and lanes["TensorE"] == 1  # step > op > op > launch
 
 

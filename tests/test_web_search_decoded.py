@@ -1,6 +1,6 @@
-"""The timeline's find reuses the analysis context's decoded names when the summary has built
-them (web/views/search.py): on real traces and a neuron capture it answers exactly what the
-plain SQL path answers, and so does the read of the Parquet dictionary before that."""
+"""The timeline's find (analysis/search.py) reuses the analysis context's decoded names when the
+summary has built them: on real traces and a neuron capture it answers exactly what the plain
+SQL path (search_sql) answers, and so does the read of the Parquet dictionary before that."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from test_analysis_profiles import real, sample
 
 from neuron_explorer.analysis.context import context
+from neuron_explorer.analysis.search import _decoded, search, search_sql
 from neuron_explorer.model.profile import Profile
-from neuron_explorer.web.views.search import _decoded, search_events
 
 
 @pytest.mark.parametrize("name", ["alexnet", "nccl", "sample:gpt_train"])
@@ -19,9 +19,10 @@ def test_find_with_the_decoded_names_equals_the_sql_path(name, q, regex):
     path = (sample(name[7:]) if name.startswith("sample:") else real(name)).path
     fresh = Profile.open(path)  # a context of its own, not yet decoded
     con = fresh.duckdb()
-    plain = search_events(con, q, regex, 50)
+    plain = search_sql(con, q, regex, 50)
     assert _decoded(fresh) is None
-    assert search_events(con, q, regex, 50, profile=fresh) == plain
+    assert search(fresh, q, regex, 50) == plain
     context(fresh).events  # noqa: B018 - what the summary page builds
     assert _decoded(fresh) is not None
-    assert search_events(con, q, regex, 50, profile=fresh) == plain
+    assert search(fresh, q, regex, 50, con) == plain
+    assert plain.total >= len(plain.matches) and plain.truncated == (plain.total > 50)

@@ -115,6 +115,20 @@ class Profile:
         except (pa.ArrowInvalid, OSError) as e:
             raise BadInputError(self._table_path(name), f"corrupt Parquet table ({e})") from None
 
+    def parquet(self, name: str) -> Path | bytes:
+        """The table as one Parquet file: the path of its own file when it is one, else its
+        parts (a directory of per-rank files) re-encoded into one (zstd)."""
+        single = self.path / f"{name}.parquet"
+        if single.is_file():
+            return single
+        import io
+
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(self.table(name), buf, compression="zstd")
+        return buf.getvalue()
+
     def row_count(self, name: str) -> int:
         if name in self.manifest.row_counts:
             return int(self.manifest.row_counts[name])

@@ -220,22 +220,44 @@ def depths(ids: np.ndarray, parents: np.ndarray, lanes: np.ndarray, limit: int =
     level; deeper nesting than `limit` counts as `limit`."""
     import numpy as np
 
-    if len(ids) == 0:
+    n = len(ids)
+    if n == 0:
         return np.zeros(0, dtype=np.int32)
+    pidx = _parent_rows(ids, parents)
+    pidx = np.where((pidx >= 0) & (lanes[np.maximum(pidx, 0)] == lanes), pidx, -1)
+    depth = np.zeros(n, dtype=np.int32)
+    # only the rows whose chain goes on are followed: few events nest deep
+    active = np.flatnonzero(pidx >= 0)
+    cur = pidx[active]
+    for _ in range(limit):
+        if not len(active):
+            break
+        depth[active] += 1
+        cur = pidx[cur]
+        keep = cur >= 0
+        active, cur = active[keep], cur[keep]
+    return depth
+
+
+def _parent_rows(ids: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """The row of each event's parent id among `ids` (-1: none or not there). Ids within a few
+    times the row count of each other are looked up in one array (a profile's ids count its
+    events), others by binary search."""
+    import numpy as np
+
+    n = len(ids)
+    lo, hi = int(ids.min()), int(ids.max())
+    if hi - lo <= 4 * n + (1 << 20):
+        row = np.full(hi - lo + 1, -1, dtype=np.int64)
+        rows = np.arange(n)
+        row[ids - lo] = rows
+        if np.array_equal(row[ids - lo], rows):  # unique ids (else the search below)
+            inside = (parents >= 0) & (parents >= lo) & (parents <= hi)
+            return np.where(inside, row[np.clip(parents - lo, 0, hi - lo)], -1)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
-    pos = np.clip(np.searchsorted(sorted_ids, parents), 0, len(ids) - 1)
-    pidx = np.where((parents >= 0) & (sorted_ids[pos] == parents), order[pos], -1)
-    pidx = np.where((pidx >= 0) & (lanes[np.maximum(pidx, 0)] == lanes), pidx, -1)
-    depth = np.zeros(len(ids), dtype=np.int32)
-    cur = pidx.copy()
-    for _ in range(limit):
-        has = cur >= 0
-        if not has.any():
-            break
-        depth += has
-        cur = np.where(has, pidx[np.maximum(cur, 0)], -1)
-    return depth
+    pos = np.clip(np.searchsorted(sorted_ids, parents), 0, n - 1)
+    return np.where((parents >= 0) & (sorted_ids[pos] == parents), order[pos], -1)
 
 
 def step_of(times: np.ndarray, step_start: np.ndarray, step_end: np.ndarray, step_num: np.ndarray):

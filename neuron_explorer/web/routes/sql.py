@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import FileResponse, Response
@@ -19,6 +19,8 @@ from ..views import sql
 
 if TYPE_CHECKING:
     from ..service import Service
+
+PARQUET = "application/vnd.apache.parquet"
 
 
 # SQL runs on the gate's own threads (async routes hold no thread of the shared pool while
@@ -53,15 +55,10 @@ def api_table(svc: Service, name: str, table: str) -> Response:
     p = svc.store.open(name)
     if table not in TABLES:
         raise NotFound(f"no table {table!r}; tables are {', '.join(TABLES)}")
-    single = p.path / f"{table}.parquet"
-    headers = attachment(f"{name}-{table}.parquet")
-    if single.is_file():
-        return FileResponse(single, media_type="application/vnd.apache.parquet", headers=headers)
-    import pyarrow.parquet as pq
-
-    buf = io.BytesIO()
-    pq.write_table(p.table(table), buf, compression="zstd")
-    return Response(buf.getvalue(), media_type="application/vnd.apache.parquet", headers=headers)
+    data, headers = p.parquet(table), attachment(f"{name}-{table}.parquet")
+    if isinstance(data, Path):  # the table's own file, streamed
+        return FileResponse(data, media_type=PARQUET, headers=headers)
+    return Response(data, media_type=PARQUET, headers=headers)
 
 
 PAGES = (Page("sql", "/p/{name}/sql", api_sql, Shell("SQL", "sql.js", tab="SQL")),)

@@ -26,7 +26,7 @@ def api_timeline(
     store = svc.store
     p = store.open(name)
     idx = svc.index(name)
-    first = idx.fit[:2] if idx.fit else (idx.start_ns, idx.end_ns)  # where the events are
+    first = timeline.first_view(idx)  # where the events are
     s = first[0] if start_ns is None else start_ns
     e = first[1] if end_ns is None else end_ns
     if start_ns is None and end_ns is None:  # the first view of every visit: computed once
@@ -35,11 +35,7 @@ def api_timeline(
                             lambda _: timeline.window(p, store.connection(name), idx, s, e, width_px))  # fmt: skip
     else:
         win = timeline.window(p, store.connection(name), idx, s, e, width_px)
-    return {"name": name, "device_time_modeled": overview.is_modeled(p),
-            "extent": {"start_ns": idx.start_ns, "end_ns": idx.end_ns},
-            "fit": None if idx.fit is None else
-            {"start_ns": idx.fit[0], "end_ns": idx.fit[1], "outside_events": idx.fit[2]},
-            "lanes": timeline.lanes_json(idx), "steps": list(idx.steps), "window": win}  # fmt: skip
+    return timeline.page(name, p, idx, win)
 
 
 def api_event(svc: Service, name: str, event_id: int) -> dict[str, Any]:
