@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from neuron_explorer.analysis.sql import QueryResult
+from neuron_explorer.analysis.sql_process import QueryProcess
 from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model import Profile
 
@@ -25,6 +26,10 @@ RUNNING = 2
 QUEUED = 6
 QUERY_MEMORY = "768MB"
 MAX_RESULT_BYTES = 16 << 20
+# the most resident memory a query's process may hold (its own ~150 MB, DuckDB's QUERY_MEMORY,
+# the answer): one that builds a value outside DuckDB's limit is killed here (sql_process.py)
+QUERY_RSS = 1 << 30
+_WORKERS = threading.local()  # each SQL thread's query process
 T = TypeVar("T")
 
 EXAMPLES = (
@@ -90,17 +95,17 @@ def run_query(
 def query(
     profile: Profile, sql: str, limit: int = DEFAULT_ROWS, timeout_s: float = TIMEOUT_S
 ) -> QueryResult:
-    """neuron_explorer.analysis.run_query (read only, limited) with the web's limits."""
-    from neuron_explorer.analysis import run_query as analysis_query
+    """neuron_explorer.analysis.run_query (read only, limited) with the web's limits, in this
+    SQL thread's query process (analysis/sql_process.py: resident memory at most QUERY_RSS)."""
 
     if not sql.strip():
         raise QueryError("query: empty")
     if len(sql) > MAX_SQL_CHARS:
         raise QueryError(f"query: longer than the limit of {MAX_SQL_CHARS} characters")
     limit = max(1, min(int(limit), MAX_ROWS))
-    try:
-        res = analysis_query(profile, sql, limit=limit, timeout_s=timeout_s,
-                             memory_limit=QUERY_MEMORY, max_bytes=MAX_RESULT_BYTES)  # fmt: skip
+    worker = _WORKERS.__dict__.setdefault("process", QueryProcess())
+    try:  # bounded from outside: DuckDB's own limit misses some values it builds
+        return worker.run(profile, sql, rss_limit=QUERY_RSS, limit=limit, timeout_s=timeout_s,
+                          memory_limit=QUERY_MEMORY, max_bytes=MAX_RESULT_BYTES)  # fmt: skip
     except ExplorerError as e:
         raise QueryError(str(e)) from None
-    return res

@@ -1,0 +1,114 @@
+"""User SQL in a bounded child process (analysis/sql_process.py): a value DuckDB builds outside
+its own memory limit (`repeat('x', 600000000)`, 1.2 GB in one process before) is stopped at the
+process's resident-memory limit with one line, the next query gets a fresh process, answers
+equal the in-process ones, and a real server stays up and small under it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from test_web_security import serve
+
+from neuron_explorer.analysis.sql import run_query
+from neuron_explorer.analysis.sql_process import QueryProcess
+from neuron_explorer.errors import ExplorerError
+from neuron_explorer.model import Profile
+from neuron_explorer.web.views import sql as sql_view
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT = ROOT / "samples" / "profiles" / "gpt_train"  # a real capture on the neuron device
+HUGE_STRING = "SELECT strlen(repeat('x', 600000000)) AS n"
+LIMITS = {"limit": 1000, "memory_limit": "768MB", "max_bytes": 16 << 20}
+
+
+def test_a_value_outside_duckdbs_limit_is_stopped_at_the_process_limit():
+    profile = Profile.open(GPT)
+    worker = QueryProcess()
+    try:
+        q = "SELECT kind, count(*) AS n, sum(dur_ns) AS ns FROM events GROUP BY kind ORDER BY kind"
+        got = worker.run(profile, q, rss_limit=1 << 30, timeout_s=60, **LIMITS)
+        want = run_query(profile, q, **LIMITS)
+        assert got.to_dict()["rows"] == want.to_dict()["rows"] and got.table.equals(want.table)
+        first = worker._proc
+        t0 = time.monotonic()
+        with pytest.raises(ExplorerError) as e:
+            worker.run(profile, HUGE_STRING, rss_limit=128 << 20, timeout_s=60, **LIMITS)
+        assert str(e.value) == (
+            "query: stopped: it needed more than 128 MB of memory (the limit of one query)"
+        )
+        assert time.monotonic() - t0 < 30 and first.poll() is not None  # killed, not waited out
+        # a fresh process answers the next query; errors stay one line, as in-process
+        assert worker.run(profile, "SELECT 1 AS one", rss_limit=1 << 30, timeout_s=60,
+                          **LIMITS).to_dict()["rows"] == [[1]]  # fmt: skip
+        with pytest.raises(ExplorerError, match=r"^query: Parser Error: syntax error") as e:
+            worker.run(profile, "SELEC 1", rss_limit=1 << 30, timeout_s=60, **LIMITS)
+        assert "\n" not in str(e.value)
+    finally:
+        worker.close()
+
+
+def test_the_query_process_ends_with_its_server():
+    """Killed mid-query, the server leaves no query process behind (it watches its parent)."""
+    code = ("import sys, time; from neuron_explorer.model import Profile; "
+            "from neuron_explorer.analysis.sql_process import QueryProcess; w = QueryProcess(); "
+            "w.run(Profile.open(sys.argv[1]), 'SELECT 1', rss_limit=1 << 30, timeout_s=60, "
+            "limit=10); print(w._proc.pid, flush=True); "
+            "w.run(Profile.open(sys.argv[1]), 'SELECT count(*) FROM range(10000000000000)', "
+            "rss_limit=1 << 30, timeout_s=600, limit=10)")  # fmt: skip
+    parent = subprocess.Popen([sys.executable, "-c", code, str(GPT)], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    child = int(parent.stdout.readline())
+    time.sleep(0.5)
+    parent.kill()
+    parent.wait()
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{child}") or _zombie(child):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the query process outlived its server")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.slow
+def test_a_real_server_stays_up_and_small_under_a_huge_string(tmp_path):
+    root = tmp_path / "profiles"
+    root.mkdir()
+    shutil.copytree(GPT, root / "gpt")
+    with serve(root, tmp_path) as (base, proc), httpx.Client(timeout=120) as c:
+        t0 = time.monotonic()
+        r = c.get(f"{base}/api/p/gpt/sql", params={"q": HUGE_STRING})
+        took = time.monotonic() - t0
+        assert r.status_code == 400, r.text[:300]
+        err = r.json()["error"]
+        assert err in (f"query: stopped: it needed more than {sql_view.QUERY_RSS >> 20} MB of "
+                       "memory (the limit of one query)",
+                       f"query: stopped after the time limit of {sql_view.TIMEOUT_S:g} s"), err  # fmt: skip
+        assert took < sql_view.TIMEOUT_S + 10
+        # the server itself never held the string, and answers the next query and its pages
+        assert _peak_rss_mb(proc.pid) < 600
+        q = "SELECT count(*) AS n FROM events"
+        r = c.get(f"{base}/api/p/gpt/sql", params={"q": q})
+        want = run_query(Profile.open(root / "gpt"), q).to_dict()["rows"]
+        assert r.status_code == 200 and r.json()["result"]["rows"] == want
+        assert c.get(f"{base}/api/p/gpt").status_code == 200
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
