@@ -22,6 +22,7 @@ from neuron_explorer.analysis import run_rules, timeline
 from neuron_explorer.analysis.context import context
 from neuron_explorer.analysis.lines import line_table
 from neuron_explorer.analysis.operators import operator_table
+from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
 from neuron_explorer.web.app import create_app
 from neuron_explorer.web.views import source as source_view
@@ -54,7 +55,11 @@ def test_profile_list_shows_every_profile_and_the_broken_one(client):
     assert rows["corrupt"]["error"] and "corrupt" in rows["corrupt"]["error"]
     assert rows["neuron"]["devices"] == ["neuron:0"] and rows["neuron"]["device_time_modeled"]
     assert rows["alexnet"]["devices"] == ["cuda:0"] and not rows["alexnet"]["device_time_modeled"]
-    assert rows["base"]["steps"] == len(Profile.open(f"{data['root']}/base").manifest.steps)
+    for name in ("base", "neuron", "cpu_mlp"):  # the summary page's step statistics, less per_step
+        st = profile_steps(Profile.open(f"{data['root']}/{name}"))
+        assert rows[name]["steps"] == (None if st is None else {**st.to_dict(), "per_step": []})
+    neuron = Profile.open(f"{data['root']}/neuron")
+    assert rows["neuron"]["steps"]["count"] == len(neuron.manifest.steps) > 0
     assert rows["alexnet"]["top_finding"]["title"]
 
 

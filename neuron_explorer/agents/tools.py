@@ -32,7 +32,8 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
     "list_profiles": (
         "The profiles this server serves, each with name, source (capture: a run on the "
         "modeled neuron device; kineto: an imported torch.profiler trace), ranks, devices, "
-        "steps, step_ns_mean, events and its top finding. Start here: every other tool "
+        "steps (the step statistics: count, total_ns, mean_ns, median_ns, min_ns, max_ns, "
+        "partial_last_steps; null without steps), events and its top finding. Start here: every other tool "
         "takes one of these names."
     ),
     "summary": (

@@ -5,7 +5,7 @@ other pages show (the web caches each part per profile)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -66,8 +66,7 @@ class ProfileRow(PageModel):
     devices: tuple[str, ...]
     device_spec: str | None  # the modeled chip's name
     events: int | None
-    steps: int
-    step_ns_mean: int | None
+    steps: StepStats | None  # the one step statistics, without per_step (the list needs none)
     top_finding: dict[str, Any] | None
     device_time_modeled: bool
     error: str | None = None
@@ -82,7 +81,7 @@ def profile_row(
     return ProfileRow(
         name=name, source=m.source, ranks=tuple(m.ranks), devices=tuple(devs),
         device_spec=m.spec.name, events=m.row_counts.get("events"),
-        steps=st.count if st else 0, step_ns_mean=int(st.mean_ns) if st else None,
+        steps=None if st is None else replace(st, per_step=()),
         top_finding=findings[0] if findings else None, device_time_modeled=is_modeled(profile),
     )  # fmt: skip
 

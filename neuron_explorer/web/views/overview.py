@@ -11,22 +11,9 @@ import pyarrow as pa
 from neuron_explorer.analysis import overview as _overview
 from neuron_explorer.analysis.overview import devices, summary_page  # noqa: F401 - routes' name
 from neuron_explorer.analysis.page import is_modeled, plain  # noqa: F401 - routes' name
-from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
 
 from .source import with_file_ids
-
-
-def step_stats(profile: Profile) -> dict[str, Any]:
-    """The summary page's step block: analysis.steps.profile_steps (the one step statistics)
-    as the page reads it (count, whole-ns mean and median, each step)."""
-    st = profile_steps(profile)
-    return {
-        "steps": st.count if st else 0,
-        "step_ns_mean": int(st.mean_ns) if st else None,
-        "step_ns_median": int(st.median_ns) if st else None,
-        "per_step": [] if st is None else [plain(s) for s in st.per_step],
-    }
 
 
 def summary_json(

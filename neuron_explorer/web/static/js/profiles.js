@@ -26,8 +26,8 @@ function render(data) {
     { key: "source", label: "Source" },
     { key: "devices", label: "Devices", cell: (r) => (r.devices || []).join(", ") + (r.device_spec ? ` (${r.device_spec}, modeled)` : "") },
     { key: "events", label: "Events", num: true, fmt: (v) => fmtNum(v) },
-    { key: "steps", label: "Steps", num: true },
-    { key: "step_ns_mean", label: "Step time", num: true, fmt: fmtNs },
+    { key: "step_count", label: "Steps", num: true },
+    { key: "step_mean_ns", label: "Step time", num: true, fmt: fmtNs },
     { key: "top_finding", label: "Top finding", cell: (r) => r.error ? h("span", { class: "pos" }, "cannot open: " + r.error)
       : r.top_finding ? h("span", {}, findingChips(r.top_finding), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title))
       : r.analysis_pending ? h("span", { class: "note" }, "analysing…") : "" },
@@ -37,11 +37,17 @@ function render(data) {
   mount(
     h("h1", {}, "Profiles"),
     h("p", { class: "note" }, `Serving ${data.root}. Select two profiles to compare them.`),
-    section("Profiles", dataTable(cols, data.profiles, { sortKey: "name", desc: false }), h("div", { class: "sql-actions" }, button)),
+    section("Profiles", dataTable(cols, data.profiles.map(stepColumns), { sortKey: "name", desc: false }), h("div", { class: "sql-actions" }, button)),
     skipped.length ? section("Not served", h("p", { class: "note" }, "Profiles in this folder that the server does not show, and why:"),
       h("ul", { class: "list-plain", id: "skipped" }, skipped.map((s) => h("li", {}, h("span", { class: "mono" }, s.name), " — ", s.reason)))) : null,
   );
   // large profiles are analysed in the background: ask the list again (never reload the page,
   // which would lose what is ticked) until their top finding is known
   if (data.profiles.some((r) => r.analysis_pending)) setTimeout(() => api("/profiles").then(render).catch((e) => console.warn(e)), POLL_MS);
+}
+
+// a row's step statistics (analysis.steps, as the summary page's) as the two sortable columns
+function stepColumns(r) {
+  const st = r.steps;
+  return { ...r, step_count: st ? st.count : r.error ? null : 0, step_mean_ns: st ? Math.round(st.mean_ns) : null };
 }
