@@ -74,3 +74,35 @@ def imported_profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
         name: import_traces([path], out / name, source_roots=[ROOT / "samples"])
         for name, path in kineto_trace_paths().items()
     }
+
+
+# The sample captures the page-model and diff tests serve: one rank (eager and compiled) and
+# two ranks of one job.
+SERVED_SAMPLES = ("gpt_train", "gpt_compile", "ddp_straggler")
+
+
+@pytest.fixture(scope="session")
+def served_samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of copies of SERVED_SAMPLES (samples/profiles), as `serve` would be given."""
+    root = tmp_path_factory.mktemp("served-samples")
+    for name in SERVED_SAMPLES:
+        shutil.copytree(ROOT / "samples" / "profiles" / name, root / name)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sample_json(served_samples: Path, tmp_path_factory: pytest.TempPathFactory):
+    """GET a URL of a web app serving `served_samples` (an analysis cache of its own): the JSON
+    of a 200 answer, failing the test on any other."""
+    from fastapi.testclient import TestClient
+
+    from neuron_explorer.web.app import create_app
+
+    client = TestClient(create_app(served_samples, analysis_cache=tmp_path_factory.mktemp("c")))
+
+    def get(url: str) -> dict:
+        r = client.get(url)
+        assert r.status_code == 200, (url, r.text[:300])
+        return r.json()
+
+    return get

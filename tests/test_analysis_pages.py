@@ -1,17 +1,15 @@
 """The page models of neuron_explorer.analysis on the committed sample captures: each is a
 frozen dataclass whose to_dict() is plain JSON and is what the web's twin returns (plus its
-name and file ids); one fact, one function: the summary's top ops are the operator table's,
+name and file ids; the timeline and find also on imported tests/data traces); one fact, one function: the summary's top ops are the operator table's,
 and its step statistics are the manifest's steps' (the summary page and the comparison)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from neuron_explorer.analysis import summarize
 from neuron_explorer.analysis.hotspots import lines_page, modules_page
@@ -21,33 +19,12 @@ from neuron_explorer.analysis.overview import summary_page
 from neuron_explorer.analysis.page import PageModel, plain
 from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
-from neuron_explorer.web.app import create_app
 from neuron_explorer.web.views.source import file_id, with_file_ids
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "profiles"
 NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "manifest.json").is_file())
-SERVED = ("gpt_train", "ddp_straggler")  # one rank, and two ranks of one job
 # the two-rank job takes over 5 s a page on a busy machine: in `make test`, not test-fast
 SERVED_CASES = ["gpt_train", pytest.param("ddp_straggler", marks=pytest.mark.slow)]
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("served")
-    for name in SERVED:
-        shutil.copytree(SAMPLES / name, root / name)
-    return root
-
-
-@pytest.fixture(scope="module")
-def client(served, tmp_path_factory) -> TestClient:
-    return TestClient(create_app(served, analysis_cache=tmp_path_factory.mktemp("cache")))
-
-
-def web(client: TestClient, url: str) -> dict:
-    r = client.get(url)
-    assert r.status_code == 200, (url, r.text[:300])
-    return r.json()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -70,7 +47,7 @@ def test_top_ops_and_step_statistics_are_one_function_each(name):
 
 
 @pytest.mark.parametrize("name", SERVED_CASES)
-def test_page_models_are_plain_json_and_are_the_web_twins(client, name):
+def test_page_models_are_plain_json_and_are_the_web_twins(sample_json, name):
     p = Profile.open(SAMPLES / name)
     pages = {
         "operators": operators(p),
@@ -83,25 +60,25 @@ def test_page_models_are_plain_json_and_are_the_web_twins(client, name):
         doc = page.to_dict()
         assert json.loads(json.dumps(doc)) == doc, what  # plain JSON, no default= needed
     for what, url in (("operators", "operators"), ("modules", "modules"), ("source", "source")):
-        twin = web(client, f"/api/p/{name}/{url}")
+        twin = sample_json(f"/api/p/{name}/{url}")
         assert twin.pop("name") == name
         assert twin == with_file_ids(json.loads(json.dumps(pages[what].to_dict()))), what
     assert pages["lines"].lines and len(pages["lines"].lines) <= 5
 
 
 @pytest.mark.parametrize("name", SERVED_CASES)
-def test_summary_page_is_the_web_twin(client, served, name):
+def test_summary_page_is_the_web_twin(sample_json, served_samples, name):
     from neuron_explorer.analysis.context import context
     from neuron_explorer.analysis.operators import operator_table
     from neuron_explorer.analysis.runner import run_rules
     from neuron_explorer.web.views.overview import devices
 
-    p = Profile.open(served / name)
+    p = Profile.open(served_samples / name)
     found = [f.to_dict() for f in run_rules(p)]
     cols = context(p).cols
     page = summary_page(p, devices(p), summarize(p).to_dict(), found, operator_table(cols),
                         line_table(cols))  # fmt: skip
-    twin = web(client, f"/api/p/{name}")
+    twin = sample_json(f"/api/p/{name}")
     assert twin.pop("name") == name
     # the server's own state, not the page's: whether its findings are still being computed
     assert twin.pop("analysis_pending") is False  # a small profile waits for its findings
@@ -152,3 +129,47 @@ def test_plain_turns_records_into_json():
         "t": [{"x": 1}, {"x": 2}],
         "r": [{"n": 1, "names": ["a"]}],
     }
+
+
+def _twins_of_the_timeline(get, p: Profile, name: str) -> None:
+    """The timeline's whole view, a zoomed window and a find, each the page model plus name."""
+    from neuron_explorer.analysis.search import search
+    from neuron_explorer.analysis.timeline import build_index, first_view, timeline_page, window
+
+    idx = build_index(p)
+    for query in ("", "&start_ns={s}&end_ns={e}"):
+        s, e = first_view(idx)
+        if query:  # the middle tenth
+            s, e = s + (e - s) * 9 // 20, s + (e - s) * 11 // 20
+        twin = get(f"/api/p/{name}/timeline?width_px=1000" + query.format(s=s, e=e))
+        assert twin.pop("name") == name
+        model = timeline_page(p, idx, window(p, idx, s, e, 1000))
+        assert twin == json.loads(json.dumps(model.to_dict())), (name, query)
+        assert twin["window"]["events"] == sum(twin["window"]["rects"]["count"]) > 0
+    for q, regex in (("mm", False), ("^aten::", True), ("no such name", False)):
+        twin = get(f"/api/p/{name}/search?q={q}&regex={str(regex).lower()}&limit=20")
+        assert twin.pop("name") == name
+        assert twin == json.loads(json.dumps(search(p, q, regex, 20).to_dict())), (name, q)
+
+
+@pytest.mark.parametrize("name", ["gpt_train", "ddp_straggler"])
+def test_timeline_and_find_are_the_web_twins_on_captures(sample_json, served_samples, name):
+    _twins_of_the_timeline(sample_json, Profile.open(served_samples / name), name)
+
+
+@pytest.mark.slow  # three imports served: about 6 s
+def test_timeline_and_find_are_the_web_twins_on_imported_traces(imported_profiles, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from neuron_explorer.web.app import create_app
+
+    folder = imported_profiles["alexnet"].parent  # every imported trace, side by side
+    client = TestClient(create_app(folder, analysis_cache=tmp_path / "cache"))
+
+    def get(url: str) -> dict:
+        r = client.get(url)
+        assert r.status_code == 200, (url, r.text[:300])
+        return r.json()
+
+    for name in ("alexnet", "nccl", "cpu_mlp"):
+        _twins_of_the_timeline(get, Profile.open(imported_profiles[name]), name)

@@ -9,14 +9,11 @@ import contextlib
 import io
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from neuron_explorer.cli import main
-from neuron_explorer.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "profiles"
@@ -49,35 +46,16 @@ def without_file_ids(doc):
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("served")
-    for name in (A, B):
-        shutil.copytree(SAMPLES / name, root / name)
-    return root
-
-
-@pytest.fixture(scope="module")
-def client(served, tmp_path_factory) -> TestClient:
-    return TestClient(create_app(served, analysis_cache=tmp_path_factory.mktemp("cache")))
-
-
-def get(client: TestClient, url: str) -> dict:
-    r = client.get(url)
-    assert r.status_code == 200, (url, r.text[:300])
-    return r.json()
-
-
-@pytest.fixture(scope="module")
-def diff_json(served) -> dict:
-    with contextlib.chdir(served):  # the names as the web names them: the folders' names
+def diff_json(served_samples) -> dict:
+    with contextlib.chdir(served_samples):  # the names as the web names them: the folders' names
         code, out, _ = run_cli("diff", A, B, "--json")
     assert code == 0
     return json.loads(out)
 
 
 @pytest.mark.slow
-def test_diff_json_is_the_web_compare(client, diff_json):
-    web = get(client, f"/api/compare?a={A}&b={B}")
+def test_diff_json_is_the_web_compare(sample_json, diff_json):
+    web = sample_json(f"/api/compare?a={A}&b={B}")
     assert any("file_id" in r for r in web["lines"])  # the web's decoration is there...
     assert without_file_ids(web) == diff_json  # ...and the only difference
     d = diff_json
@@ -94,10 +72,10 @@ def test_diff_json_is_the_web_compare(client, diff_json):
 
 
 @pytest.mark.slow
-def test_diff_rows_are_each_sides_tables(served, diff_json):
+def test_diff_rows_are_each_sides_tables(served_samples, diff_json):
     """Each side of a delta row is that profile's own operator, kernel and module numbers."""
     for side, name in (("a", A), ("b", B)):
-        with contextlib.chdir(served):
+        with contextlib.chdir(served_samples):
             ops = json.loads(run_cli("operators", name, "--json")[1])["operators"]
             mods = json.loads(run_cli("modules", name, "--json")[1])["modules"]
         by_name = {o["name"]: o for o in ops}
@@ -113,8 +91,8 @@ def test_diff_rows_are_each_sides_tables(served, diff_json):
 
 
 @pytest.mark.slow
-def test_diff_text_fits_80_columns_and_names_the_largest_changes(served, diff_json):
-    with contextlib.chdir(served):
+def test_diff_text_fits_80_columns_and_names_the_largest_changes(served_samples, diff_json):
+    with contextlib.chdir(served_samples):
         code, out, _ = run_cli("diff", A, B, "--top", "5", columns=80)
     assert code == 0
     from rich.cells import cell_len
@@ -134,37 +112,37 @@ def test_diff_of_a_missing_profile_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_analyze_json_is_the_web_findings(served, client):
-    code, out, _ = run_cli("analyze", str(served / A), "--json")
+def test_analyze_json_is_the_web_findings(served_samples, sample_json):
+    code, out, _ = run_cli("analyze", str(served_samples / A), "--json")
     cli = json.loads(out)
-    web = get(client, f"/api/p/{A}/findings")
+    web = sample_json(f"/api/p/{A}/findings")
     assert code == 0 and cli["findings"] and web["findings"]
     assert without_file_ids(web) == cli
     lines = [x for f in web["findings"] for x in f["evidence"]["source_lines"] if x.get("file")]
     assert lines and all(x["file_id"] for x in lines)
 
 
-def test_query_json_is_the_web_sql_result(served, client):
+def test_query_json_is_the_web_sql_result(served_samples, sample_json):
     q = "SELECT kind, count(*) AS n, sum(dur_ns) AS ns, 1 AS n FROM events GROUP BY 1 ORDER BY 3 DESC"
-    code, out, _ = run_cli("query", str(served / A), q, "--json")
+    code, out, _ = run_cli("query", str(served_samples / A), q, "--json")
     cli = json.loads(out)
-    web = get(client, f"/api/p/{A}/sql?q={q}")["result"]
+    web = sample_json(f"/api/p/{A}/sql?q={q}")["result"]
     assert code == 0 and set(cli) == set(web)
     assert {**cli, "elapsed_ms": 0} == {**web, "elapsed_ms": 0}
     assert cli["columns"] == ["kind", "n", "ns", "n"]  # a repeated name keeps its column
     assert cli["row_count"] == len(cli["rows"]) > 3 and all(r[3] == 1 for r in cli["rows"])
 
 
-def test_operators_json_is_the_web_page_and_the_text_fits(served, client):
-    code, out, _ = run_cli("operators", str(served / A), "--json")
+def test_operators_json_is_the_web_page_and_the_text_fits(served_samples, sample_json):
+    code, out, _ = run_cli("operators", str(served_samples / A), "--json")
     cli = json.loads(out)
-    web = get(client, f"/api/p/{A}/operators")
+    web = sample_json(f"/api/p/{A}/operators")
     assert code == 0 and {k: v for k, v in web.items() if k != "name"} == cli
     assert cli["roofline"]["peak_flops_per_s"] > 0 and cli["device_time_modeled"]
-    code, text, _ = run_cli("operators", str(served / A), "--top", "8", columns=80)
+    code, text, _ = run_cli("operators", str(served_samples / A), "--top", "8", columns=80)
     from rich.cells import cell_len
 
     assert code == 0 and max(cell_len(line) for line in text.splitlines()) <= 80
     assert cli["operators"][0]["name"] in text and "roofline" in text
-    code, text, _ = run_cli("operators", str(served / A), "--op", "aten::mm", columns=80)
+    code, text, _ = run_cli("operators", str(served_samples / A), "--op", "aten::mm", columns=80)
     assert code == 0 and "Kernels of aten::mm" in text and "models.py" in text

@@ -149,6 +149,8 @@ def window(
 
 
 def _reduce(con: Any, t: pa.Table, lane, depth, small, key) -> pa.Table:
+    """The rectangles: each wide event, and per key the small ones merged (the longest one,
+    then the first by id, names the merged rectangle, so two runs give the same answer)."""
     import duckdb
 
     con = con if con is not None else duckdb.connect()
@@ -162,11 +164,11 @@ def _reduce(con: Any, t: pa.Table, lane, depth, small, key) -> pa.Table:
             "SELECT lane, depth, start_ns, dur_ns, id, 1 AS count, CAST(name AS VARCHAR) AS name, "
             "CAST(kind AS VARCHAR) AS kind FROM _r WHERE NOT small UNION ALL "
             "SELECT any_value(lane), any_value(depth), min(start_ns), "
-            "max(start_ns + dur_ns) - min(start_ns), arg_max(id, dur_ns), count(*), "
+            "max(start_ns + dur_ns) - min(start_ns), arg_max(id, (dur_ns, -id)), count(*), "
             "CASE WHEN count(DISTINCT name) = 1 THEN CAST(any_value(name) AS VARCHAR) "
             "ELSE CAST(count(*) AS VARCHAR) || ' events' END, "
-            "CAST(arg_max(kind, dur_ns) AS VARCHAR) FROM _r WHERE small GROUP BY k "
-            "ORDER BY 1, 2, 3"
+            "CAST(arg_max(kind, (dur_ns, -id)) AS VARCHAR) FROM _r WHERE small GROUP BY k "
+            "ORDER BY 1, 2, 3, 5"
         ).to_arrow_table()
     finally:
         con.unregister("_r")
