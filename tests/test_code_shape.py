@@ -25,3 +25,12 @@ def test_modules_and_functions_stay_small(path: Path):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             lines = node.end_lineno - node.lineno + 1
             assert lines <= MAX_FUNCTION_LINES, f"{path.name}:{node.lineno} {node.name}: {lines}"
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "web" / "static" / "js").glob("*.js")), ids=lambda p: p.name
+)
+def test_page_scripts_stay_small(path: Path):
+    """Each page's JavaScript module too (functions are not measured: no JS parser here)."""
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.name}: {lines} lines, over {MAX_MODULE_LINES}"

@@ -1,209 +1,23 @@
 // The timeline: every lane on one time axis, drawn on a canvas from the server's reduced window.
 // Wheel or W/S zooms around the pointer, drag or A/D pans; each change asks the server for the
-// new window. Canvas text is drawn with fillText, so names are never parsed as HTML.
-import { api, h, mount, run, fmtNs, fmtNum, enc, section, setModeled, profile, qs, clean } from "./common.js";
-import { Overview, COLOR_MODES, colorFor, textColor } from "./timeline_overview.js";
+// new window. Canvas text is drawn with fillText, so names are never parsed as HTML. Drawing is
+// timeline_draw.js, find timeline_find.js, the side panels timeline_panels.js.
+import { api, h, mount, run, fmtNs, fmtNum, enc, section, setModeled, profile, qs } from "./common.js";
+import { Overview, COLOR_MODES } from "./timeline_overview.js";
 import { eventPanel, spanPanel } from "./timeline_panels.js";
+import { GUTTER, ROW, PIN_W, state, dom, draw, xOf, groupOf, hitAt } from "./timeline_draw.js";
+import { find, findLine, findUi } from "./timeline_find.js";
 
-const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
 // the server refuses times beyond ±2^62 ns; a double near that prints rounded up, so stay below
 const URL_NS = 4e18;
-const PIN_W = 16;
-const SIDE_W = 380; // the details side panel // the pin column at the right of the lane labels
-const state = { lanes: [], extent: null, view: null, win: null, laneY: [], laneRows: [], rows: [], collapsed: new Set(), pinned: new Set(),
-  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind" };
-let canvas, ctx, wrap, statusEl, detailsEl, tip, findBox, findCount, spanEl, overview;
-
-function laneLabel(l) {
-  const dev = l.layer === "host" ? (l.device || "host") : l.device;
-  return `${l.rank ? "r" + l.rank + " " : ""}${dev} · ${l.track}`;
-}
-
-function groupOf(l) {  // lanes that fold into one row: a device's DMA queues
-  return l.layer === "device" && /^DMA q\d+$/.test(l.track) ? `${l.rank}|${l.device}|DMA` : null;
-}
-
-// per lane, the deepest nesting drawn in this window: a lane is as tall as what is visible
-function visibleDepth() {
-  const d = new Array(state.lanes.length).fill(0);
-  const r = state.win && state.win.rects;
-  if (r) for (let i = 0; i < r.lane.length; i++) d[r.lane[i]] = Math.max(d[r.lane[i]], r.depth[i] + 1);
-  return d;
-}
-
-function layout() {
-  let y = AXIS;
-  const seen = new Map();
-  const depth = visibleDepth();
-  state.rows = [];
-  state.laneY = new Array(state.lanes.length).fill(AXIS);
-  state.laneRows = new Array(state.lanes.length).fill(1);
-  // pinned lanes first (in the order they were pinned), then the rest in the server's order
-  const pins = [...state.pinned];
-  const order = state.lanes.map((_, i) => i).sort((a, b) => (state.pinned.has(b) - state.pinned.has(a)) || (pins.indexOf(a) - pins.indexOf(b)) || a - b);
-  for (const i of order) {
-    const l = state.lanes[i], g = groupOf(l);
-    if (g && state.collapsed.has(g)) {
-      if (!seen.has(g)) {
-        const row = { top: y, label: "", group: g, count: 0, lane: l, index: i, rows: 1 };
-        seen.set(g, row); state.rows.push(row);
-        y += ROW + LANE_GAP;
-      }
-      seen.get(g).count++;
-      state.laneY[i] = seen.get(g).top;
-      continue;
-    }
-    const folded = !g && state.collapsed.has(`lane:${i}`);
-    const rows = folded ? 1 : Math.max(1, Math.min(l.depth, depth[i] || 1));
-    state.rows.push({ top: y, lane: l, index: i, group: g, folded, rows });
-    state.laneY[i] = y; state.laneRows[i] = rows;
-    y += rows * ROW + LANE_GAP;
-  }
-  // counter tracks (memory over time) below the lanes, one per counter in the window
-  state.counterRows = (state.counters || []).filter((c) => c.ts_ns.length).map((c) => {
-    const row = { top: y, c }; y += COUNTER_H + LANE_GAP; return row;
-  });
-  return y + 4;
-}
-
-function drawCounters(width) {
-  for (const { top, c } of state.counterRows) {
-    const peak = Math.max(...c.max, 0) || 1;
-    const yv = (v) => top + COUNTER_H - (COUNTER_H - 2) * (v / peak);
-    ctx.save();
-    ctx.beginPath(); ctx.rect(GUTTER, top, width - GUTTER, COUNTER_H); ctx.clip();
-    ctx.beginPath(); ctx.moveTo(xOf(c.ts_ns[0]), top + COUNTER_H);
-    for (let i = 0; i < c.ts_ns.length; i++) {  // a step line through each bucket's maximum
-      const x = xOf(c.ts_ns[i]), xn = i + 1 < c.ts_ns.length ? xOf(c.ts_ns[i + 1]) : xOf(c.ts_ns[i] + c.bucket_ns);
-      ctx.lineTo(x, yv(c.max[i])); ctx.lineTo(xn, yv(c.max[i]));
-    }
-    ctx.lineTo(xOf(c.ts_ns[c.ts_ns.length - 1] + c.bucket_ns), top + COUNTER_H); ctx.closePath();
-    ctx.fillStyle = "rgba(100,116,139,0.25)"; ctx.fill();
-    ctx.strokeStyle = "#475569"; ctx.lineWidth = 1; ctx.stroke();
-    ctx.restore();
-    ctx.fillStyle = "#334155";
-    const fmt = c.unit === "bytes" ? fmtNum(peak) + "B" : fmtNum(peak);
-    ctx.fillText(clean(`${c.track} · ${c.name}`).slice(0, 30), 8, top + COUNTER_H / 2 - 6);
-    ctx.fillStyle = "#64748b";
-    ctx.fillText(`max in view ${fmt}`, 8, top + COUNTER_H / 2 + 7);
-  }
-}
+const SIDE_W = 380; // the details side panel
+let canvas, statusEl, detailsEl, tip, findBox, findCount, spanEl;
 
 async function fetchCounters(s, e, width) {
   const d = await api(`/p/${enc(profile)}/counters?start_ns=${s}&end_ns=${e}&width_px=${width}`);
   return d.counters;
 }
 
-function rowOf(lane, depth) {  // the y of an event at `depth` on `lane` (folded lanes: one row)
-  return state.laneY[lane] + Math.min(depth, state.laneRows[lane] - 1) * ROW;
-}
-
-function xOf(ns) {
-  const w = canvas.clientWidth - GUTTER;
-  return GUTTER + ((ns - state.view[0]) / (state.view[1] - state.view[0])) * w;
-}
-
-function fmtTick(t, step) {  // enough decimals that neighbouring ticks differ
-  const a = Math.abs(t) || step;
-  const [scale, unit] = a >= 1e9 ? [1e9, "s"] : a >= 1e6 ? [1e6, "ms"] : a >= 1e3 ? [1e3, "µs"] : [1, "ns"];
-  const decimals = Math.max(0, Math.min(9, Math.ceil(-Math.log10(step / scale) - 1e-9)));
-  return (t / scale).toFixed(decimals) + " " + unit;
-}
-
-function niceStep(span, px) {
-  const raw = span / Math.max(1, px / 110);
-  const p = Math.pow(10, Math.floor(Math.log10(raw)));
-  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
-  return 10 * p;
-}
-
-function draw() {
-  const dpr = window.devicePixelRatio || 1;
-  const width = wrap.clientWidth - 2;
-  const height = layout();
-  canvas.style.width = width + "px";
-  canvas.style.height = height + "px";
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, width, height);
-  ctx.font = "11px Inter, system-ui, sans-serif";
-  ctx.textBaseline = "middle";
-  // lane backgrounds
-  state.rows.forEach((r, i) => {
-    const hgt = r.rows * ROW;
-    ctx.fillStyle = i % 2 ? "#fafbfc" : "#fff";
-    ctx.fillRect(0, r.top - LANE_GAP / 2, width, hgt + LANE_GAP);
-    if (i > 0 && r.lane.layer !== state.rows[i - 1].lane.layer) {
-      ctx.fillStyle = "#cbd5e1"; ctx.fillRect(0, r.top - LANE_GAP / 2 - 1, width, 2);
-    }
-  });
-  // rectangles
-  state.hits = [];
-  const win = state.win;
-  if (win) {
-    const r = win.rects, n = r.lane.length;
-    ctx.save();
-    ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, height - AXIS); ctx.clip();
-    for (let i = 0; i < n; i++) {
-      const lane = r.lane[i], y = rowOf(lane, r.depth[i]);
-      const x0 = xOf(r.start_ns[i]), x1 = xOf(r.start_ns[i] + r.dur_ns[i]);
-      if (x1 < GUTTER || x0 > width) continue;
-      const x = Math.max(x0, GUTTER - 2), w = Math.max(1, Math.min(x1, width + 2) - x);
-      const name = win.names[r.name[i]] || "";
-      const merged = r.count[i] > 1;
-      const found = state.find && (state.find.ids ? state.find.ids.has(r.id[i]) : state.find.names.has(name));
-      // what a search did not match fades
-      ctx.globalAlpha = (merged ? 0.55 : 1) * (state.find && !found ? 0.25 : 1);
-      const fill = colorFor(state.colorMode, r.kind[i], name);
-      ctx.fillStyle = fill;
-      ctx.fillRect(x, y + 1, w, ROW - 2);
-      ctx.globalAlpha = 1;
-      if (found) { ctx.strokeStyle = "#d97706"; ctx.lineWidth = 2; ctx.strokeRect(x, y + 1, w, ROW - 2); }
-      if (state.selected === r.id[i]) {
-        ctx.strokeStyle = "#111827"; ctx.lineWidth = 2; ctx.strokeRect(x, y + 1, w, ROW - 2);
-      }
-      if (w > 36) {
-        ctx.fillStyle = merged ? "#111827" : textColor(fill);
-        const label = clean(merged ? `${name} ×${r.count[i]}` : name);
-        const maxChars = Math.floor((w - 6) / 6.2);
-        ctx.fillText(label.length > maxChars ? label.slice(0, Math.max(1, maxChars - 1)) + "…" : label, x + 3, y + ROW / 2);
-      }
-      state.hits.push([x, y, w, i]);
-    }
-    ctx.restore();
-  }
-  drawFlows(width);
-  // gutter labels
-  ctx.fillStyle = "#f3f4f6"; ctx.fillRect(0, 0, GUTTER, height);
-  ctx.fillStyle = "#d1d5db"; ctx.fillRect(GUTTER - 1, 0, 1, height);
-  state.rows.forEach((r) => {
-    ctx.fillStyle = r.lane.layer === "host" ? "#1f2937" : "#065f46";
-    let label = clean(laneLabel(r.lane));
-    if (r.count) label = `▸ ${r.lane.device} · DMA (${r.count} queues)`;
-    else label = (r.folded ? "▸ " : r.group || r.lane.depth > 1 ? "▾ " : "  ") + label;
-    ctx.fillText(label.length > 28 ? label.slice(0, 27) + "…" : label, 8, r.top + ROW / 2);
-    const pinned = state.pinned.has(r.index);
-    ctx.fillStyle = pinned ? "#2563eb" : "#cbd5e1";
-    ctx.fillText(pinned ? "●" : "○", GUTTER - PIN_W + 2, r.top + ROW / 2);
-  });
-  drawCounters(width);
-  drawRange(height);
-  // axis
-  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
-  ctx.fillStyle = "#d1d5db"; ctx.fillRect(0, AXIS - 1, width, 1);
-  const [s, e] = state.view, step = niceStep(e - s, width - GUTTER);
-  ctx.fillStyle = "#4b5563";
-  const t0 = state.extent.start_ns;
-  for (let t = t0 + Math.ceil((s - t0) / step) * step; t <= e; t += step) {
-    const x = xOf(t);
-    ctx.fillRect(x, AXIS - 6, 1, 6);
-    ctx.fillText(fmtTick(t - state.extent.start_ns, step), x + 3, AXIS / 2);
-  }
-  ctx.fillStyle = "#6b7280";
-  ctx.fillText(state.win && state.win.device_time_modeled ? "time (device: modeled)" : "time", 8, AXIS / 2);
-  if (overview) overview.draw(state.view, width);
-}
 
 let fetchTimer = null;
 function scheduleFetch(delay = 90) {
@@ -261,46 +75,6 @@ function setView(s, e) {
   scheduleFetch(0);
 }
 
-function hitAt(px, py) {
-  for (let k = state.hits.length - 1; k >= 0; k--) {
-    const [x, y, w, i] = state.hits[k];
-    if (px >= x - 1 && px <= x + w + 1 && py >= y && py <= y + ROW) return i;
-  }
-  return -1;
-}
-
-function laneOf(e) {
-  return state.lanes.findIndex((l) => l.rank === e.rank && l.layer === e.layer && l.track === e.track && (l.device || null) === (e.device || null));
-}
-
-function yOf(e, lane) {  // the row of an event drawn in this window, else its lane's first row
-  const k = state.win ? state.win.rects.id.indexOf(e.id) : -1;
-  return rowOf(lane, k >= 0 ? state.win.rects.depth[k] : 0) + ROW / 2;
-}
-
-function drawFlows(width) {
-  const f = state.flowLinks;
-  if (!f || f.ev.id !== state.selected) return;
-  const from = laneOf(f.ev);
-  if (from < 0) return;
-  const y0 = yOf(f.ev, from), x0 = xOf(f.ev.start_ns);
-  ctx.save();
-  ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, 1e6); ctx.clip();
-  ctx.strokeStyle = "#db2777"; ctx.fillStyle = "#db2777"; ctx.lineWidth = 1.5;
-  const ids = new Set(f.flows.map((p) => p.id));
-  for (const p of f.flows) {
-    if (ids.has(p.parent_id)) continue;  // draw to a kernel, not to each of its DMAs as well
-    const to = laneOf(p);
-    if (to < 0) continue;
-    const y1 = yOf(p, to), x1 = xOf(p.start_ns);
-    const [ax, ay, bx, by] = p.start_ns <= f.ev.start_ns ? [x1, y1, x0, y0] : [x0, y0, x1, y1];
-    ctx.beginPath(); ctx.moveTo(ax, ay);
-    const my = (ay + by) / 2;
-    ctx.bezierCurveTo(ax, my, bx, my, bx, by); ctx.stroke();
-    ctx.beginPath(); ctx.arc(bx, by, 3, 0, 2 * Math.PI); ctx.fill();
-  }
-  ctx.restore();
-}
 
 async function select(eventId) {
   state.selected = eventId;
@@ -325,57 +99,6 @@ function laneClick(row, onPin) {
   draw();
 }
 
-// Find: a name substring (any case), or /a regular expression/; the server matches every event
-// and returns the first matches in time order, which Enter / Shift+Enter (or ▼ ▲) step through.
-function parseFind(text) {
-  const t = text.trim();
-  const m = /^\/(.+)\/$/.exec(t);
-  return m ? { q: m[1], regex: true } : { q: t, regex: false };
-}
-
-async function find(text, step) {
-  const { q, regex } = parseFind(text);
-  const url = new URL(location.href);
-  if (!q && state.find && state.find.line) { stepFound(step); return; }  // a source line's events
-  if (!q) {
-    state.find = null; findCount.textContent = ""; draw();
-    url.searchParams.delete("find"); history.replaceState(null, "", url);
-    return;
-  }
-  if (!state.find || state.find.text !== text) {
-    findCount.textContent = "searching…";
-    let d;
-    try {
-      d = await api(`/p/${enc(profile)}/search?q=${enc(q)}&regex=${regex}`);
-    } catch (e) {
-      findCount.textContent = e.message; state.find = null; draw(); return;
-    }
-    state.find = { text, matches: d.matches, total: d.total, names: new Set(d.names), cursor: -1 };
-    url.searchParams.set("find", text); history.replaceState(null, "", url);
-  }
-  stepFound(step);
-}
-
-function stepFound(step) {
-  const f = state.find;
-  if (!f.matches.length) { findCount.textContent = "no match"; draw(); return; }
-  if (step) {
-    f.cursor = (f.cursor + step + f.matches.length) % f.matches.length;
-    focusEvent(f.matches[f.cursor]);
-  } else draw();
-  findCount.textContent = (f.line ? `line ${f.line}: ` : "") + `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
-  findCount.dataset.total = f.total;
-}
-
-// ?line=FILE_ID:N (the source view's link): that line's events outlined, the rest faded
-async function findLine(spec, step) {
-  const m = /^([0-9a-f]{1,40}):(\d+)$/.exec(spec || "");
-  if (!m) return;
-  const d = await api(`/p/${enc(profile)}/source/${m[1]}/lines/${m[2]}/events`);
-  state.find = { text: null, line: `${d.file.split("/").pop()}:${d.line}`, matches: d.matches, total: d.total, names: null,
-    ids: new Set(d.matches.map((x) => x.id)), cursor: -1 };
-  stepFound(step);
-}
 
 // Shift+drag selects a span: what ran inside it (clipped), as Perfetto's area selection.
 function nsAt(clientX) {
@@ -383,13 +106,6 @@ function nsAt(clientX) {
   return state.view[0] + ((clientX - r.left - GUTTER) / (canvas.clientWidth - GUTTER)) * (state.view[1] - state.view[0]);
 }
 
-function drawRange(height) {
-  if (!state.range) return;
-  const x0 = Math.max(GUTTER, xOf(state.range[0])), x1 = Math.min(canvas.clientWidth, xOf(state.range[1]));
-  if (x1 <= x0) return;
-  ctx.fillStyle = "rgba(37,99,235,0.12)"; ctx.fillRect(x0, AXIS, x1 - x0, height - AXIS);
-  ctx.fillStyle = "#2563eb"; ctx.fillRect(x0, AXIS, 1, height - AXIS); ctx.fillRect(x1 - 1, AXIS, 1, height - AXIS);
-}
 
 async function showSpan(s, e) {
   state.range = [s, e]; draw();
@@ -511,12 +227,11 @@ run(async () => {
   state.view = [d.window.start_ns, d.window.end_ns];
   state.counters = await fetchCounters(d.window.start_ns, d.window.end_ns, width).catch(() => null);
   canvas = h("canvas", { id: "tl-canvas" });
-  ctx = canvas.getContext("2d");
-  wrap = h("div", { class: "tl-wrap" }, canvas);
+  Object.assign(dom, { canvas, ctx: canvas.getContext("2d"), wrap: h("div", { class: "tl-wrap" }, canvas) });
   statusEl = h("span", { class: "tl-status", id: "tl-status" });
   detailsEl = h("div", { class: "tl-details", id: "tl-details" }, section("Event", h("p", { class: "note" }, "Click an event for its details and its whole Python stack.")));
   const ovCanvas = h("canvas", { id: "tl-overview", title: "The whole profile: click or drag to move the view there" });
-  overview = new Overview(ovCanvas, GUTTER, (t) => { const span = state.view[1] - state.view[0]; setView(t - span / 2, t + span / 2); });
+  const overview = dom.overview = new Overview(ovCanvas, GUTTER, (t) => { const span = state.view[1] - state.view[0]; setView(t - span / 2, t + span / 2); });
   state.colorMode = qs("color") === "name" ? "name" : "kind";
   const colors = h("select", { id: "tl-color", title: "Colour the events by their category (kind) or by their name" },
     Object.entries(COLOR_MODES).map(([k, label]) => h("option", { value: k, selected: k === state.colorMode }, label)));
@@ -530,6 +245,7 @@ run(async () => {
   findBox.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); find(findBox.value, e.shiftKey ? -1 : 1); } });
   findBox.addEventListener("search", () => { if (!findBox.value) find("", 0); });
   findCount = h("span", { class: "note", id: "tl-find-count" });
+  Object.assign(findUi, { count: findCount, focusEvent });
   const steps = h("select", { id: "tl-step", title: "Show one step" }, h("option", { value: "" }, "All steps"),
     d.steps.map((s, i) => h("option", { value: i }, `Step ${s.step}${s.rank ? " rank " + s.rank : ""} · ${fmtNs(s.dur_ns)}`)));
   steps.addEventListener("change", () => {
@@ -553,7 +269,7 @@ run(async () => {
       h("span", { class: "spacer" }),
       h("span", { class: "note" }, "wheel: zoom · drag: pan · Shift+drag: totals of a span · click: details · click a lane's name to fold it, its ○ to pin it · W/A/S/D · / find")),
     h("div", { class: "tl-body", style: { gridTemplateColumns: `minmax(0, 1fr) ${SIDE_W}px` } },
-      h("div", { class: "tl-left" }, ovCanvas, wrap, spanEl), detailsEl), tip);
+      h("div", { class: "tl-left" }, ovCanvas, dom.wrap, spanEl), detailsEl), tip);
   wire();
   // the overview is the first view (the whole profile, fit to where its events are)
   overview.setData(q ? (await api(`/p/${enc(profile)}/timeline?width_px=${width}`)).window : d.window, d.lanes);
@@ -570,3 +286,4 @@ run(async () => {
   else if (qs("line")) await findLine(qs("line"), ev === null && s0 === null ? 1 : 0).catch((e) => { findCount.textContent = e.message; });
   canvas.dataset.ready = "1";
 });
+
