@@ -112,6 +112,8 @@ def main() -> int:
     args = ap.parse_args()
     prof, rows = _prepare(args.mb)
     if args.first_page_ab:
+        for k, v in rows:
+            print(f"{k}: {v}")
         _first_page_ab(prof, args.first_page_ab)
         return 0
     cache = Path(tempfile.mkdtemp(prefix="web-big-cache-"))

@@ -18,9 +18,14 @@ def is_modeled(profile: Profile) -> bool:
     return profile.manifest.source == "capture" or bool(profile.manifest.device_spec)
 
 
+_SCALARS = frozenset((int, float, str, bool))
+
+
 def plain(x: Any) -> Any:
     """`x` as JSON-ready data: a dataclass as a dict of its fields, an Arrow table as a list of
     row dicts, tuples as lists; a field's own `to_dict()` wins (it may add derived keys)."""
+    if x is None or type(x) in _SCALARS:  # most values of a large page: no other test needed
+        return x
     if isinstance(x, pa.Table):
         return x.to_pylist()
     if is_dataclass(x) and not isinstance(x, type):
