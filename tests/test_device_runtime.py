@@ -187,3 +187,61 @@ def test_metadata_ops_and_the_wrappers_round_trip_are_cut_from_the_host_clock():
     # every view's span and round trip is gone from the modeled time of the loop
     spans = sum(e.host_end_ns - e.host_start_ns for e in cuts)
     assert 0 <= modeled <= real - spans - 19 * o
+
+
+def test_an_op_that_records_grad_cuts_the_round_trip_measured_with_grad():
+    from neuron_explorer.backend.runtime import events, hostcost
+    from neuron_explorer.capture.clock import Call, HostClock
+
+    w = torch.randn(4, 4).to("neuron").requires_grad_()
+    x = torch.randn(4, 4, device="neuron")
+    events.clear()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        x.view(-1)  # the first recorded op calibrates, if no earlier test did
+        events.clear()
+        t_start = time.time_ns()
+        for _ in range(20):
+            w.view(-1)
+        t_end = time.time_ns()
+        with torch.no_grad():
+            w.view(-1)  # records no grad: the plain round trip
+        x.view(-1)
+        drained = events.drain()
+    o, og = hostcost.OUTSIDE_NS, hostcost.OUTSIDE_GRAD_NS
+    assert o is not None and og >= o > 0
+    cuts = [e for e in drained if e.kind == "cut" and e.name == "aten::view"]
+    assert [e.host_cost_ns for e in cuts] == [-og] * 20 + [-o, -o]
+    grad_cuts = cuts[:20]
+    clock = HostClock(
+        [Call(e.host_start_ns, e.host_end_ns, e.host_cost_ns, e.cut_before_ns) for e in grad_cuts]
+    )
+    modeled = int(clock.map([t_end])[0] - clock.map([t_start])[0])
+    spans = sum(e.host_end_ns - e.host_start_ns for e in grad_cuts)
+    assert 0 <= modeled <= (t_end - t_start) - spans - 19 * og
+
+
+def test_the_round_trip_calibration_leaves_no_event_in_the_profile(tmp_path):
+    # it runs under the recording profiler, record functions on (what every recorded op pays),
+    # inside the first recorded op: a view here, whose cut drops what torch recorded in it
+    import neuron_explorer
+    from neuron_explorer.backend.runtime import hostcost
+    from neuron_explorer.model.profile import Profile
+
+    x = torch.randn(4, 4, device="neuron")
+    w = torch.randn(4, 4).to("neuron").requires_grad_()
+    hostcost.OUTSIDE_NS = None  # calibrate again, inside this capture's first recorded op
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=1)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=sched,
+        on_trace_ready=neuron_explorer.trace_handler(tmp_path / "p"),
+    ) as prof:
+        for _ in range(2):  # a warm-up step (nothing recorded), then the active one
+            for _ in range(3):
+                x.view(-1)
+            (w.view(-1) * 2).sum()
+            prof.step()
+    assert hostcost.OUTSIDE_NS is not None and hostcost.OUTSIDE_GRAD_NS >= hostcost.OUTSIDE_NS
+    con = Profile.open(tmp_path / "p").duckdb()
+    views = con.execute("SELECT count(*) FROM events WHERE name = 'aten::view'").fetchone()[0]
+    assert views == 4  # the user's four, none of the calibration's 2 x 7 x 40 x 2

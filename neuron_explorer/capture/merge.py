@@ -109,10 +109,13 @@ def merge(
     )
     work = [e for e in runtime if e.kind in DEVICE_KINDS and e.device_start_ns is not None]
     memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
-    host = drop_simulator_events(host, calls, origin_unix_ns)
     # garbage-collector pauses outside the backend's calls: simulator time, cut, no event
     # and metadata ops' spans ("cut"): no runtime cost, so all of it is simulator time
     pauses = [e for e in runtime if e.kind in ("gc", "cut") and e.host_start_ns is not None]
+    # what torch recorded inside a cut is the simulator's too (a factory's CPU payload, the
+    # host-cost calibration's views: runtime/hostcost.py)
+    cuts = [e for e in pauses if e.kind == "cut"]
+    host = drop_simulator_events(host, [*calls, *cuts], origin_unix_ns)
 
     # The runtime's modeled clock is real time minus every cut since the process started;
     # cut0, the total when this window began, is the cut_before of its first recorded call.

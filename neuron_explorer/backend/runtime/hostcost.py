@@ -11,10 +11,19 @@ on its CPU payload. Each recorded op's span is then taken to start that much ear
 with the rest; what stays on the host clock is what the plain CPU op costs (its C++ dispatch
 and autograd), plus the modeled runtime cost.
 
-Calibration runs with record functions off (nothing reaches torch.profiler's trace) and on the
-unrecorded dispatch path (nothing reaches the runtime's events); it takes a few milliseconds.
-The smallest of several rounds is used, so a burst of load on the machine does not inflate it
-(load can only shrink what is cut: the cut never exceeds a quiet machine's overhead).
+Calibration runs under the profiler that is recording, with record functions on, because that
+is what each recorded op pays: the `PythonSubclass` record function torch adds around a
+subclass's op and the profiler's work on the boxed call are the wrapper's too (calibrated with
+record functions off, the cut left ~6 us of a view's round trip on the host clock: issue 14's
+table in benchmarks/README.md). The plain CPU view it subtracts is profiled alike, so what the
+CPU pays under the profiler stays. It runs inside the first recorded op's span, so its time is
+cut with that span and its own trace events are dropped at merge (capture/host.py drops what
+lies inside a runtime call or a cut); it takes the unrecorded dispatch path (nothing reaches
+the runtime's events) and a few milliseconds. A second figure is measured on tensors that
+require grad: autograd's view tracking of a Python subclass costs ~11 us more per op where the
+CPU's costs 0.6 us, and a C++ backend's tensors pay the CPU's. The smallest of several rounds
+is used, so a burst of load on the machine does not inflate it (load can only shrink what is
+cut: the cut never exceeds a quiet machine's overhead).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import torch
 from torch.autograd import profiler as _prof
 
 OUTSIDE_NS: int | None = None  # set by calibrate(); None until the first recorded op
+OUTSIDE_GRAD_NS = 0  # the same for an op that records grad (an input requires grad)
 ROUNDS, CALLS = 7, 40
 _lock = threading.Lock()
 
@@ -37,10 +47,10 @@ def outside_ns() -> int:
 
 def calibrate() -> int:
     """Measure OUTSIDE_NS now (once per process; later calls return the first measurement)."""
-    global OUTSIDE_NS
+    global OUTSIDE_NS, OUTSIDE_GRAD_NS
     with _lock:
         if OUTSIDE_NS is None:
-            OUTSIDE_NS = _measure()
+            OUTSIDE_NS, OUTSIDE_GRAD_NS = _measure()
     return OUTSIDE_NS
 
 
@@ -55,26 +65,43 @@ def _per_call(fn) -> int:
     return best or 0
 
 
-def _measure() -> int:
+# The dispatcher's thread-local key sets as user code sees them (this module is imported when
+# the device registers, outside any op). Calibration runs inside the first recorded op, where
+# torch has excluded autograd (and more) for the op's redispatch: measured there, a view on a
+# tensor that requires grad would skip autograd, which every real one pays.
+_USER_KEYS = (
+    torch._C._dispatch_tls_local_include_set(),
+    torch._C._dispatch_tls_local_exclude_set(),
+)
+
+
+def _measure() -> tuple[int, int]:
+    recording = _prof._is_profiler_enabled
+    _prof._is_profiler_enabled = False  # the unrecorded path: no runtime events
+    try:
+        with (
+            torch._C._ForceDispatchKeyGuard(*_USER_KEYS),
+            torch.inference_mode(False),
+            torch.enable_grad(),
+        ):
+            plain, grad = _outside(False), _outside(True)
+    finally:
+        _prof._is_profiler_enabled = recording
+    return plain, max(plain, grad)
+
+
+def _outside(requires_grad: bool) -> int:
+    """A neuron `view` minus the time inside the runtime's dispatch minus the CPU `view`."""
     # the op path below this module: tensor.py holds the runtime's dispatch bound at
     # registration, so measuring it needs no import of the dispatch module above
     from neuron_explorer.backend import tensor
     from neuron_explorer.backend.tensor import NeuronTensor
 
-    enable_rf = torch._C._autograd._enable_record_function
-    recording = _prof._is_profiler_enabled
-
     view = torch.ops.aten.view.default
     shape = [-1]
-    enable_rf(False)  # from here no op reaches torch.profiler's trace
-    _prof._is_profiler_enabled = False  # the unrecorded path: no runtime events
-    try:
-        cpu = torch.zeros(4, 4)
-        dev = NeuronTensor(cpu.clone())  # not memory-tracked: no memory event
-        whole = _per_call(lambda: dev.view(shape))
-        inside = _per_call(lambda: tensor._dispatch(view, (dev, shape), {}))
-        plain = _per_call(lambda: cpu.view(shape))
-    finally:
-        _prof._is_profiler_enabled = recording
-        enable_rf(True)
-    return max(0, whole - inside - plain)
+    cpu = torch.zeros(4, 4, requires_grad=requires_grad)
+    dev = NeuronTensor(cpu.detach().clone())  # not memory-tracked: no memory event
+    dev.requires_grad_(requires_grad)
+    whole = _per_call(lambda: dev.view(shape))
+    inside = _per_call(lambda: tensor._dispatch(view, (dev, shape), {}))
+    return max(0, whole - inside - _per_call(lambda: cpu.view(shape)))

@@ -30,6 +30,7 @@ __all__ = ["autograd_position", "dispatch_recorded", "dtype_name", "host_call", 
 
 _now = time.time_ns
 _tid = events.native_tid
+_local = events._thread  # native_tid's per-thread cache, read without a call on the hot path
 _DTYPE_NAMES: dict = {}
 _grad_enabled = torch.is_grad_enabled
 _current_node = torch._C._current_autograd_node
@@ -79,15 +80,13 @@ def autograd_position(inputs: list | None = None) -> tuple[int, bool]:
     return _sequence_nr() - 1, False
 
 
-def _note_forward(inputs: list) -> None:
-    """A metadata op that made an autograd node: remember its user line by the node's number,
-    for the backward kernels that node launches (they have no forward kernel to inherit from)."""
-    seq, bwd = autograd_position(inputs)
-    if seq < 0 or bwd:
-        return
-    site = call_site(4)  # (stack id, module): what its backward kernels inherit
+def _note_forward(seq: int, tid: int) -> None:
+    """A metadata op that made autograd node `seq`: remember its user line by the node's
+    number, for the backward kernels that node launches (they have no forward kernel to
+    inherit from)."""
+    site = call_site(5)  # (stack id, module): what its backward kernels inherit
     if site[0] >= 0:
-        _buf.append((ForwardRecord, next(_ids), _tid(), _now(), model.cut_ns, seq, site))
+        _buf.append((ForwardRecord, next(_ids), tid, _now(), model.cut_ns, seq, site))
 
 
 def _tensor_infos(payloads):
@@ -133,63 +132,94 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     makes the two events of it): record time only takes what cannot wait, the clock readings,
     the user line, the autograd position and the running cut.
     """
-    # the wrapper's Python round trip around this span (hostcost.py) is simulator time too: it
-    # is cut with the call (the clock takes it from the gap after the span, where torch
-    # returns), so the span itself stays inside the user's aten op
-    o = _hostcost.OUTSIDE_NS
-    if o is None:
-        o = _hostcost.calibrate()
     inputs: list = []
     cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
-    if (inputs and type(inputs[0][0]) is not _Tensor) or not info.kernel:
-        if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
-            out = run_hidden(info.call, cpu_args, kwargs)
-        else:
-            out = run_payload(info, cpu_args, kwargs)
-        new: list = []
-        result = wrap(out, inputs, new)
-        finish_outputs(info, new, inputs)
-        if not info.kernel and inputs:
-            _note_forward(inputs)
-            # a metadata op costs the device runtime nothing: its whole span is simulator time
-            _host("cut", info.name, info.name, (), (), _tid(), t0, _now(), -o, None, -1, False)
-        return result
+    if not info.kernel or (inputs and type(inputs[0][0]) is not _Tensor):
+        return _no_kernel(info, cpu_args, kwargs, inputs, t0)
     src = call_site(3)  # (stack id, module path)
-    seq, bwd = autograd_position(inputs)
-    tid = _tid()
+    seq, bwd, tid, o = _position(inputs)
     if not info.supported:
         shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
     m0 = t0 - model.cut_ns - model.origin_ns  # modeled_now(t0): before this call's own cut
-    name = info.name
     key, compiled, entry = _note_key(info, inputs)
     out = run_payload(info, cpu_args, kwargs)
-    new = []
+    new: list = []
     result = wrap_result(info, out, inputs, new)
     rt = model.spec().runtime
     compile_real = 0
     if entry is None:  # first use while recording: lower the kernel (the eager compile)
-        t_c = _now()
-        in_payloads = [p for p, _w in inputs]
-        outs = [w._payload for w in new] or ([in_payloads[0]] if info.mutates and inputs else [])
-        lowered = (lower(info, in_payloads, outs), *_describe(in_payloads))
-        tracking.compile_cache[key] = entry = lowered
-        t_l = _now()
-        if compiled:
-            compile_real = t_l - t_c
-            _host("compile", "compile", name, entry[1], entry[2], tid, t_c, t_l,
-                  rt.eager_compile_ns, src, seq, bwd, args={"cache": "miss"})  # fmt: skip
+        entry, compile_real = _compile(info, key, compiled, inputs, new, tid, src, seq, bwd)
     ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
     if _cc_pending:  # an overlapped collective's buffer: the kernel waits for the CC queue
         ready = _cc.ready_after(inputs, ready)
-    # The launch owns the payload compute too: all of it is simulator time, cut from the host.
+    # The launch owns the payload compute too: all of it is simulator time, cut from the host;
+    # so is the wrapper's Python round trip around the span (hostcost.py), which the clock
+    # takes from the gap after the span, where torch returns (capture/clock.py)
     t1 = _now() - compile_real
     cut = model.add_cut(t1 - t0 + o, rt.launch_ns)
-    rec = [LaunchRecord, next(_ids), next(_ids), name, entry, tid, t0, t1, cut, src, seq, bwd,
-           next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
+    rec = [LaunchRecord, next(_ids), next(_ids), info.name, entry, tid, t0, t1, cut, src, seq,
+           bwd, next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
     _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(plan, ready)
     _buf.append(rec)
     return result
+
+
+def _position(inputs: list) -> tuple[int, bool, int, int]:
+    """(sequence number, in backward, thread id, the wrapper's round trip to cut) of a kernel
+    call, in one call on the hot path: autograd_position's rule (a forward op carries the node
+    it made, a backward one the node it runs), with the round trip of an op that records grad
+    where it does (autograd's view tracking of the wrapper costs more: hostcost.py)."""
+    o = _hostcost.OUTSIDE_NS
+    if o is None:
+        o = _hostcost.calibrate()
+    try:
+        tid = _local.tid
+    except AttributeError:
+        tid = _tid()
+    node = _current_node()
+    if node is not None:
+        return node._sequence_nr(), True, tid, o
+    if _grad_enabled():
+        for _p, w in inputs:  # a loop: cheaper than any() over a generator, once per op
+            if w.requires_grad:
+                return _sequence_nr() - 1, False, tid, _hostcost.OUTSIDE_GRAD_NS
+    return -1, False, tid, o
+
+
+def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int):
+    """A metadata op (or any op on fake payloads while tracing): no launch. A metadata op costs
+    the device runtime nothing: its whole span and the wrapper's round trip are simulator time,
+    a clock-only cut."""
+    if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
+        out = run_hidden(info.call, cpu_args, kwargs)
+    else:
+        out = run_payload(info, cpu_args, kwargs)
+    new: list = []
+    result = wrap(out, inputs, new)
+    finish_outputs(info, new, inputs)
+    if not info.kernel and inputs:
+        seq, bwd, tid, o = _position(inputs)
+        if seq >= 0 and not bwd:  # made an autograd node: its backward kernels need its line
+            _note_forward(seq, tid)
+        _host("cut", info.name, info.name, (), (), tid, t0, _now(), -o, None, -1, False)
+    return result
+
+
+def _compile(info, key, compiled: bool, inputs: list, new: list, tid, src, seq, bwd):
+    """Lower a kernel on its first use while recording; (cache entry, real time it took when
+    it is this call's eager compile, else 0)."""
+    t_c = _now()
+    in_payloads = [p for p, _w in inputs]
+    outs = [w._payload for w in new] or ([in_payloads[0]] if info.mutates and inputs else [])
+    entry = (lower(info, in_payloads, outs), *_describe(in_payloads))
+    tracking.compile_cache[key] = entry
+    t_l = _now()
+    if not compiled:
+        return entry, 0
+    _host("compile", "compile", info.name, entry[1], entry[2], tid, t_c, t_l,
+          model.spec().runtime.eager_compile_ns, src, seq, bwd, args={"cache": "miss"})  # fmt: skip
+    return entry, t_l - t_c
 
 
 def _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes):
