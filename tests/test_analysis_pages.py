@@ -145,6 +145,10 @@ def _twins_of_the_timeline(get, p: Profile, name: str) -> None:
         assert twin.pop("name") == name
         model = timeline_page(p, idx, window(p, idx, s, e, 1000))
         assert twin == json.loads(json.dumps(model.to_dict())), (name, query)
+        # a view of every event takes lanes and depths from the index: as a window read would
+        unindexed = dataclasses.replace(idx, event_lane=idx.event_lane[:0])
+        whole = (idx.start_ns, idx.end_ns, 1000)
+        assert window(p, idx, *whole) == window(p, unindexed, *whole), name
         assert twin["window"]["events"] == sum(twin["window"]["rects"]["count"]) > 0
     for q, regex in (("mm", False), ("^aten::", True), ("no such name", False)):
         twin = get(f"/api/p/{name}/search?q={q}&regex={str(regex).lower()}&limit=20")

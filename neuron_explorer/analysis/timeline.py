@@ -106,6 +106,23 @@ def _window_events(profile: Profile, index: TimelineIndex, start_ns: int, end_ns
     return pa.concat_tables(parts)
 
 
+def _lanes_and_depths(
+    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """The events overlapping the window, with each one's lane and depth in the window."""
+    whole = start_ns <= index.start_ns and end_ns >= index.end_ns
+    if whole and len(index.event_lane) == profile.row_count("events"):  # every event is in it
+        t = profile.table("events", columns=["id", "start_ns", "dur_ns", "name", "kind"])
+        return t, index.event_lane.astype(np.int32), index.event_depth.astype(np.int32)
+    t = _window_events(profile, index, start_ns, end_ns)
+    lane = lane_of(t, index)
+    known = lane >= 0  # every event has its lane; a lane the index lacks is not drawn
+    if not known.all():
+        t, lane = t.filter(pa.array(known)), lane[known]
+    depth = depths(t.column("id").to_numpy(), t.column("parent_id").fill_null(-1).to_numpy(), lane)
+    return t, lane, depth
+
+
 def window(
     profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
     max_rects: int = MAX_RECTS, con: Any = None,
@@ -114,13 +131,7 @@ def window(
     (`con`: a DuckDB connection to reuse, else one of its own)."""
     start_ns, end_ns = int(start_ns), int(max(end_ns, start_ns + 1))
     width_px = int(min(max(width_px, 50), 8000))
-    t = _window_events(profile, index, start_ns, end_ns)
-    lane = lane_of(t, index)
-    known = lane >= 0  # every event has its lane; a lane the index lacks is not drawn
-    if not known.all():
-        t, lane = t.filter(pa.array(known)), lane[known]
-    ids = t.column("id").to_numpy()
-    depth = depths(ids, t.column("parent_id").fill_null(-1).to_numpy(), lane)
+    t, lane, depth = _lanes_and_depths(profile, index, start_ns, end_ns)
     start = t.column("start_ns").to_numpy()
     dur = t.column("dur_ns").to_numpy()
     ns_per_px = (end_ns - start_ns) / width_px

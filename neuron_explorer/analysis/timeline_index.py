@@ -10,7 +10,7 @@ columns gives each lane's count, extent and depth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,14 @@ class TimelineIndex:
     end_ns: int
     steps: tuple[dict[str, int], ...]
     fit: tuple[int, int, int] | None = None  # (start, end, events outside) when strays stretch it
+    # each event's lane and nesting depth, in the table's row order: a window over the whole
+    # extent holds every event and its parents, so it reads neither the lane columns nor parents
+    event_lane: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, np.int16), compare=False, repr=False
+    )
+    event_depth: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, np.int8), compare=False, repr=False
+    )
 
     def lane_keys(self) -> dict[tuple[Any, ...], int]:
         """(rank, layer, device, track) -> lane."""
@@ -133,8 +141,9 @@ def build_index(profile: Profile) -> TimelineIndex:
     n_lanes = len(combos)
     ids = ev.column("id").to_numpy()
     parents = ev.column("parent_id").fill_null(-1).to_numpy()
+    depth = depths(ids, parents, lane)
     max_depth = np.zeros(n_lanes, dtype=np.int32)
-    np.maximum.at(max_depth, lane, depths(ids, parents, lane))
+    np.maximum.at(max_depth, lane, depth)
     lanes = pa.table({
         "rank": pa.array([combos[i][0] for i in order], pa.int32()),
         "layer": pa.array([combos[i][1] for i in order], pa.string()),
@@ -156,7 +165,9 @@ def build_index(profile: Profile) -> TimelineIndex:
         {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
         for s in profile.manifest.steps
     )
-    return TimelineIndex(lanes, threshold, long_events, first, end, steps, _fit(start, dur))
+    narrow = np.int16 if n_lanes < 2**15 else np.int32
+    return TimelineIndex(lanes, threshold, long_events, first, end, steps, _fit(start, dur),
+                         lane.astype(narrow), depth.astype(np.int8))  # fmt: skip
 
 
 def _fit(start_ns: np.ndarray, dur_ns: np.ndarray) -> tuple[int, int, int] | None:
