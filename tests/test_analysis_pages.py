@@ -1,7 +1,8 @@
 """The page models of neuron_explorer.analysis on the committed sample captures: each is a
 frozen dataclass whose to_dict() is plain JSON and is what the web's twin returns (plus its
-name and file ids; the timeline and find also on imported tests/data traces); one fact, one function: the summary's top ops are the operator table's,
-and its step statistics are the manifest's steps' (the summary page and the comparison)."""
+name and file ids; the timeline and find also on imported tests/data traces); one fact, one
+function: the summary's top ops are the operator table's, and its step statistics are the
+manifest's steps' (the summary page and the comparison)."""
 
 from __future__ import annotations
 
