@@ -115,15 +115,19 @@ def per_step(ctx: AnalysisContext, windows: pa.Table) -> dict[str, np.ndarray]:
         "comm_overlap_ns": n_comm - (n_kernels - n_comp),
     }
     # idle time inside the union of the first k causes: |W ∩ (U_k ∪ busy)| - |W ∩ busy|
+    # (a cause without spans adds nothing to a union: its merge of every busy span is skipped)
     so_far: list[Spans] = []
     claimed = np.zeros(windows.num_rows, dtype=np.int64)
     for cause in IDLE_CAUSES:
         so_far.append(causes[cause])
-        idle_in = cover(busy, *so_far) - n_busy
+        idle_in = cover(busy, *so_far) - n_busy if len(causes[cause][0]) else claimed
         out[f"idle_{cause}_ns"] = idle_in - claimed
         claimed = idle_in
     out["idle_host_ns"] = step - n_busy - claimed
     # host time in a cause while the device works: |X| + |busy| - |X ∪ busy|
     for cause in ("compile", "fallback", "sync"):
-        out[f"{cause}_overlap_ns"] = cover(causes[cause]) + n_busy - cover(causes[cause], busy)
+        x = causes[cause]
+        out[f"{cause}_overlap_ns"] = (
+            cover(x) + n_busy - cover(x, busy) if len(x[0]) else np.zeros_like(n_busy)
+        )
     return out
