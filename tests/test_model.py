@@ -121,3 +121,20 @@ def test_schema_version_is_in_parquet_metadata(tmp_path):
         w.commit(Manifest(source="kineto", origin_unix_ns=1))
     meta = pq.read_schema(out / "events.parquet").metadata
     assert meta[b"neuron_explorer.schema_version"] == str(SCHEMA_VERSION).encode()
+
+
+def test_a_table_as_one_parquet_file_is_its_own_file_or_its_parts_reencoded():
+    """Profile.parquet (the web's table download): a table in one file is that file; the
+    events of a two-rank job (one file per rank) come back as one file holding every row."""
+    import io
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    p = Profile.open(Path(__file__).resolve().parents[1] / "samples" / "profiles" / "ddp_straggler")
+    assert p.parquet("counters") == p.path / "counters.parquet"
+    data = p.parquet("events")
+    assert isinstance(data, bytes) and (p.path / "events").is_dir()
+    back = pq.read_table(io.BytesIO(data))
+    assert back.num_rows == p.row_count("events") and set(back.column("rank").to_pylist()) == {0, 1}
+    assert back.equals(p.table("events"))
