@@ -54,6 +54,20 @@ def test_a_value_outside_duckdbs_limit_is_stopped_at_the_process_limit():
         worker.close()
 
 
+def test_an_idle_query_process_ends_and_the_next_query_starts_another():
+    profile = Profile.open(GPT)
+    worker = QueryProcess(idle_s=1.0)
+    try:
+        one = {"rss_limit": 1 << 30, "timeout_s": 60, **LIMITS}
+        assert worker.run(profile, "SELECT 1 AS one", **one).to_dict()["rows"] == [[1]]
+        first = worker._proc
+        first.wait(timeout=20)  # it ends on its own
+        assert worker.run(profile, "SELECT 2 AS two", **one).to_dict()["rows"] == [[2]]
+        assert worker._proc is not first
+    finally:
+        worker.close()
+
+
 def test_the_query_process_ends_with_its_server():
     """Killed mid-query, the server leaves no query process behind (it watches its parent)."""
     code = ("import sys, time; from neuron_explorer.model import Profile; "

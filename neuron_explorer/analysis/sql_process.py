@@ -31,6 +31,10 @@ from .sql import QueryResult
 
 POLL_S = 0.01  # how often the parent reads the child's resident memory
 GRACE_S = 2.0  # past the time limit, the child's own interrupt gets this long to land
+# an idle child ends after this long (a server's many SQL threads, or many test apps, do not
+# keep a process each for ever); the parent replaces one idle nearly as long before using it
+IDLE_S = 300.0
+IDLE_MARGIN_S = 10.0
 PAGE = os.sysconf("SC_PAGE_SIZE")
 _HEADER = struct.Struct("<Q")
 
@@ -54,17 +58,23 @@ def _recv(f: IO[bytes]) -> bytes:
 class QueryProcess:
     """One child process that runs queries one at a time (not thread-safe: one per thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_s: float = IDLE_S) -> None:
+        self.idle_s = idle_s
         self._proc: subprocess.Popen[bytes] | None = None
+        self._last = 0.0  # when the child last answered
 
     def _child(self) -> subprocess.Popen[bytes]:
+        idle = time.monotonic() - self._last
+        if self._proc is not None and idle > self.idle_s - min(IDLE_MARGIN_S, self.idle_s / 2):
+            self.close()  # it is about to end on its own: never send it a query
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__],
+                [sys.executable, "-m", __name__, str(self.idle_s)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
+            self._last = time.monotonic()
         return self._proc
 
     def run(self, profile: Profile, sql: str, *, rss_limit: int, **limits: Any) -> QueryResult:
@@ -89,6 +99,7 @@ class QueryProcess:
         except (EOFError, OSError, ValueError):
             self.close()
             raise ExplorerError("query: the query process ended before answering") from None
+        self._last = time.monotonic()
         if "error" in head:
             raise ExplorerError(head["error"])
         with pa.ipc.open_stream(pa.BufferReader(body)) as reader:
@@ -158,7 +169,7 @@ def _orphan_watch(parent: int) -> None:
     os._exit(0)
 
 
-def main() -> None:
+def main(idle_s: float = IDLE_S) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's
     threading.Thread(target=_orphan_watch, args=(os.getppid(),), daemon=True).start()
     # the answers get the pipe to themselves: anything a library prints goes to stderr
@@ -166,6 +177,8 @@ def main() -> None:
     os.dup2(2, 1)
     profiles: dict[str, tuple[float, Profile]] = {}
     while True:
+        if not select.select([stdin], [], [], idle_s)[0]:
+            return  # idle: the parent starts a fresh child when it needs one
         try:
             request = json.loads(_recv(stdin))
         except EOFError:
@@ -181,4 +194,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else IDLE_S)
