@@ -72,27 +72,27 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
     codes = [
         c.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False) for c in col.chunks
     ]
-    return np.concatenate(codes).astype(np.int64), values
+    return np.concatenate(codes), values
 
 
 def lane_rows(t: pa.Table) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Per row of `t` (columns rank, layer, device, track), a code into the returned list of
     distinct (rank, layer, device, track), in no particular order."""
-    rank = t.column("rank").to_numpy().astype(np.int64)
+    rank = t.column("rank").to_numpy()
     if len(rank) == 0:
         return np.zeros(0, dtype=np.int64), []
     r0 = int(rank.min())
     parts: list[tuple[np.ndarray, list[Any]]] = [(rank - r0, list(range(r0, int(rank.max()) + 1)))]
     parts += [_codes(t.column(c)) for c in LANE_COLUMNS]
-    key = parts[0][0]
-    size = len(parts[0][1])
+    size = int(np.prod([len(values) for _, values in parts], dtype=np.float64))
+    wide = np.int64 if size >= 2**31 else np.int32  # int32 when the keys fit: half the memory
+    key = parts[0][0].astype(wide)
     for codes, values in parts[1:]:
-        key = key * len(values) + codes
-        size *= len(values)
+        key = key * len(values) + codes.astype(wide, copy=False)
     if size <= _DENSE_CODES:  # a dense look-up, O(rows); else a sort
         present = np.flatnonzero(np.bincount(key, minlength=size))
-        inverse = np.full(size, -1, dtype=np.int64)
-        inverse[present] = np.arange(len(present))
+        inverse = np.full(size, -1, dtype=np.int32)
+        inverse[present] = np.arange(len(present), dtype=np.int32)
         row_code = inverse[key]
     else:
         present, row_code = np.unique(key, return_inverse=True)

@@ -247,9 +247,9 @@ def _parent_rows(ids: np.ndarray, parents: np.ndarray) -> np.ndarray:
 
     n = len(ids)
     lo, hi = int(ids.min()), int(ids.max())
-    if hi - lo <= 4 * n + (1 << 20):
-        row = np.full(hi - lo + 1, -1, dtype=np.int64)
-        rows = np.arange(n)
+    if hi - lo <= 4 * n + (1 << 20) and n < 2**31:  # rows fit in int32: half the memory
+        row = np.full(hi - lo + 1, -1, dtype=np.int32)
+        rows = np.arange(n, dtype=np.int32)
         row[ids - lo] = rows
         if np.array_equal(row[ids - lo], rows):  # unique ids (else the search below)
             inside = (parents >= 0) & (parents >= lo) & (parents <= hi)
