@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -80,6 +81,10 @@ def test_a_stale_or_damaged_file_is_ignored(imported_profiles, tmp_path):
     t.write_bytes(t.read_bytes()[:-100])
     assert stored.load(Profile.open(a), "lines_table") is None
     assert stored.load(Profile.open(a), "summary") is not None  # the others still hold
+    # a named pipe where a file should be is not opened for reading (it would block)
+    stored.path(Profile.open(a), "devices").unlink()
+    os.mkfifo(stored.path(Profile.open(a), "devices"))
+    assert stored.load(Profile.open(a), "devices") is None
 
 
 def test_the_code_version_covers_the_summary_and_not_the_rules():

@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from functools import cache
@@ -26,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..model.profile import Profile
+from ..model.schema import TABLES
 
 FOLDER = "analysis"
 FORMAT = 1  # bump when the layout of a stored file changes
@@ -33,6 +35,7 @@ FOOTER_BYTES = 64 << 10  # a Parquet file's tail: its footer (row groups, statis
 # the import stores the analysis of profiles this large; below it the server's own cold
 # analysis takes well under a second, and a small import stays as fast as before
 STORE_MIN_EVENTS = 100_000
+MAX_BYTES = 256 << 20  # the 1 GB trace's summary is 6.6 MB
 
 
 def _summary(p: Profile) -> dict[str, Any]:
@@ -126,17 +129,20 @@ def _module_files(mod: Path, names: tuple[str, ...] | list[str] = ()) -> list[Pa
 
 
 def identity(profile: Profile) -> str:
-    """What the stored values were computed from, as one hash. Parquet files are named by their
-    size and footer (not their mtime), so a copied profile keeps its stored analysis."""
+    """What the stored values were computed from, as one hash. The tables' Parquet files are
+    named by their size and footer (not their mtime), so a copied profile keeps its stored
+    analysis; other files (sources/) are not read."""
     root = profile.path
     h = hashlib.sha1(f"{code_version()}\n".encode())
     h.update((root / "manifest.json").read_bytes())
-    for f in sorted(root.rglob("*.parquet")):
+    files = {Path(f) for name in TABLES for f in profile.dataset(name).files}  # the tables only
+    for f in sorted(files):
         size = f.stat().st_size
         with f.open("rb") as fh:
             fh.seek(max(0, size - FOOTER_BYTES))
             tail = fh.read()
-        h.update(f"{f.relative_to(root)}|{size}|{hashlib.sha1(tail).hexdigest()}\n".encode())
+        rel = os.path.relpath(f, root)
+        h.update(f"{rel}|{size}|{hashlib.sha1(tail).hexdigest()}\n".encode())
     return h.hexdigest()
 
 
@@ -148,7 +154,9 @@ def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
     """The stored value of `kind`, or None when it is missing, stale or unreadable. `ident`:
     the profile's identity when the caller has it (it reads every Parquet footer)."""
     try:
-        data = path(profile, kind).read_bytes()
+        data = _read(path(profile, kind))
+        if data is None:
+            return None
         head, _, body = data.partition(b"\n")
         if head.decode("ascii", "replace") != (ident or identity(profile)):
             return None
@@ -161,6 +169,20 @@ def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
     if kind == "summary" and isinstance(value, dict):
         value["profile"] = str(profile.path)  # the one field that names where it is opened
     return value
+
+
+def _read(file: Path) -> bytes | None:
+    """The bytes of a regular file of at most MAX_BYTES; None for anything else (a named pipe
+    would block the reader, and a huge file is no analysis this code wrote)."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:
