@@ -384,3 +384,103 @@ def test_two_ranks_of_one_job_side_by_side(capsys):
     assert main(["diff", f"{SAMPLE_JOB}@rank=0", f"{SAMPLE_JOB}@rank=7"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no rank 7" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_barrier_is_a_collective_its_wait_measured_and_its_transfer_modeled(tmp_path):
+    """`dist.barrier()` (on the CPU's tensor, gloo's own clock) is one collective on the CC
+    lane of each rank: the rank that arrived first waits for the last (measured on the one
+    clock), the transfer is a tiny all-reduce's, and the real gloo time is cut from the host."""
+    from neuron_explorer.backend.costmodel import get_spec
+    from neuron_explorer.backend.costmodel.collectives import collective_cost
+    from neuron_explorer.model import Profile
+
+    out = tmp_path / "run"
+    torchrun(Path(__file__).resolve().parent / "ranks" / "barrier_worker.py", 2, str(out), "1",
+             str(SLEEP_S))  # fmt: skip
+    real = [json.loads((tmp_path / f"run.rank{r}.json").read_text()) for r in (0, 1)]
+    for (in0, out0), (in1, out1) in zip(real[0], real[1], strict=True):
+        assert min(out0, out1) >= max(in0, in1), real  # still a barrier: no rank left early
+    p = Profile.open(out)
+    cost = collective_cost("barrier", 0, 2, get_spec(p.manifest.device_spec["name"]).collectives)
+    rows = (
+        p.duckdb()
+        .execute(
+            "SELECT rank, layer, name, start_ns, dur_ns, args FROM events WHERE kind = 'collective' "
+            "OR (kind = 'runtime' AND name LIKE 'c10d::%') ORDER BY rank, start_ns"
+        )
+        .fetchall()
+    )
+    device = {r: [x for x in rows if x[0] == r and x[1] == "device"] for r in (0, 1)}
+    barriers = {r: [x for x in device[r] if x[2] == "barrier"] for r in (0, 1)}
+    assert len(barriers[0]) == len(barriers[1]) == 2  # one per recorded step
+    for b0, b1 in zip(barriers[0], barriers[1], strict=True):
+        a0, a1 = json.loads(b0[5]), json.loads(b1[5])
+        assert a0["seq"] == a1["seq"] and b0[3] + b0[4] == b1[3] + b1[4]  # ends together
+        assert b0[4] == a0["transfer_ns"] == cost.transfer_ns > 0 and a0["algorithm"] == "tree"
+        # rank 0 waits for the sleeping rank 1 (less what the load took from rank 0 itself)
+        assert a0["wait_ns"] > 0.3 * SLEEP_S * 1e9 and a1["wait_ns"] < 0.2 * SLEEP_S * 1e9
+    assert sum(json.loads(b[5])["wait_ns"] for b in barriers[0]) > 0.6 * 2 * SLEEP_S * 1e9
+    # the numbering goes on: the all-reduce after each barrier is the next collective
+    assert [json.loads(x[5])["seq"] for x in device[0]] == [
+        json.loads(x[5])["seq"] for x in device[1]
+    ]
+    calls = {r: [x for x in rows if x[0] == r and x[2] == "c10d::barrier"] for r in (0, 1)}
+    for c0, c1 in zip(calls[0], calls[1], strict=True):
+        a0, a1 = json.loads(c0[5]), json.loads(c1[5])
+        assert c0[4] >= a0["wait_ns"] + a0["transfer_ns"]  # the host waited for the last rank
+        assert c1[4] < 0.2 * SLEEP_S * 1e9 <= a0["real_ns"]  # gloo's real time is cut
+
+
+FSDP_WORKER = Path(__file__).resolve().parent / "ranks" / "fsdp_overlap_worker.py"
+FSDP_SLEEP_S = 0.05
+
+
+@pytest.mark.slow
+def test_fsdp2_collectives_on_side_streams_overlap_compute_and_equal_gloo(tmp_path):
+    """FSDP2 issues its all-gathers and reduce-scatters with async_op=False on side streams: a
+    side stream maps to the collective queue, so each costs the host one launch, compute
+    launched after it runs while it is still in flight (rank 1 sleeps before the last layer's
+    backward, so rank 0's reduce-scatter waits for it), the kernel that copies an all-gather
+    out starts after it (the stream's event), and training equals FSDP2 over gloo on the CPU."""
+    from neuron_explorer.backend.costmodel import get_spec
+    from neuron_explorer.model import Profile
+
+    runs = {}
+    for mode in ("neuron", "gloo"):
+        torchrun(FSDP_WORKER, 2, mode, str(tmp_path / mode), "1", str(FSDP_SLEEP_S))
+        runs[mode] = [json.loads((tmp_path / f"{mode}.rank{r}.json").read_text()) for r in (0, 1)]
+    assert runs["neuron"] == runs["gloo"]
+    assert runs["gloo"][0]["losses"] != runs["gloo"][1]["losses"]  # each rank its own data
+    p = Profile.open(tmp_path / "neuron")
+    launch = get_spec(p.manifest.device_spec["name"]).runtime.launch_ns
+    rows = (
+        p.duckdb()
+        .execute(
+            "SELECT d.rank, d.step, d.kind, d.name, h.start_ns, h.dur_ns, d.start_ns, "
+            "d.start_ns + d.dur_ns, d.args FROM events d JOIN events h ON h.flow_id = d.flow_id "
+            "AND h.rank = d.rank AND h.layer = 'host' AND h.kind = 'runtime' WHERE d.layer = "
+            "'device' AND d.kind IN ('collective', 'kernel') AND d.step IS NOT NULL ORDER BY h.start_ns"
+        )
+        .fetchall()
+    )
+    for rank in (0, 1):
+        mine = [r for r in rows if r[0] == rank]
+        ccs = [r for r in mine if r[2] == "collective"]
+        assert {r[3] for r in ccs} == {"all_gather", "reduce_scatter"}
+        for c in ccs:  # on a side stream: the host launched it and went on
+            assert json.loads(c[8])["stream"] == "side" and c[5] == launch
+        for c in [r for r in ccs if r[3] == "all_gather"]:
+            after = [r for r in mine if r[4] > c[4] and r[3] == "split_with_sizes_copy"]
+            assert after and after[0][6] >= c[7]  # its copy-out waits for it
+    # compute rank 0 launched after a collective ran before that collective ended: the host
+    # was not held, as it was when FSDP2's collectives blocked it
+    mine = [r for r in rows if r[0] == 0]
+    in_flight = [
+        (c[3], k[3])
+        for c in mine
+        if c[2] == "collective"
+        for k in mine
+        if k[2] == "kernel" and k[3] in ("mm", "threshold_backward") and k[4] > c[4] and k[6] < c[7]
+    ]
+    assert any(name == "reduce_scatter" for name, _ in in_flight), in_flight

@@ -126,10 +126,13 @@ def _totals(both: list[Collective], a: int, b: int) -> tuple[CollectiveKind, ...
     for c in both:
         s = sums.setdefault((c.name, c.rank), [0, 0, 0, 0])
         s[0], s[1], s[2], s[3] = s[0] + 1, s[1] + c.bytes, s[2] + c.wait_ns, s[3] + c.transfer_ns
-    names = sorted({n for n, _ in sums}, key=lambda n: (-sum(sum(sums.get((n, r), [0])[2:])
-                                                             for r in (a, b)), n))  # fmt: skip
-    side = lambda n, r: CollectiveTotals(*sums[(n, r)]) if (n, r) in sums else CollectiveTotals()  # noqa: E731
-    return tuple(CollectiveKind(n, side(n, a), side(n, b)) for n in names)
+    totals = {k: CollectiveTotals(*v) for k, v in sums.items()}
+    none = CollectiveTotals()
+    kinds = [CollectiveKind(n, totals.get((n, a), none), totals.get((n, b), none))
+             for n in {n for n, _ in sums}]  # fmt: skip
+    # the most time in collectives first (wait and transfer, both ranks)
+    busy = lambda k: k.a.wait_ns + k.a.transfer_ns + k.b.wait_ns + k.b.transfer_ns  # noqa: E731
+    return tuple(sorted(kinds, key=lambda k: (-busy(k), k.name)))
 
 
 def _matched(both: list[Collective], a: int, b: int) -> list[CollectiveCall]:

@@ -22,6 +22,7 @@ def _create(opts: Any, backend_options: Any) -> Any:
     collectives.stores[opts.group_id] = opts.store
     _route_fsdp_when_imported()
     collectives.install_wait()
+    _install_barrier()
     return ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
@@ -30,6 +31,29 @@ def store_of(group_name: str) -> Any:
     from neuron_explorer.backend.runtime import collectives
 
     return collectives.stores.get(group_name)
+
+
+def _install_barrier() -> None:
+    """Route `ProcessGroup.barrier` of a neuron group on the CPU (what `dist.barrier()` asks of a
+    gloo group) through runtime/collectives.barrier, which models it (idempotent). A barrier on a
+    neuron tensor (a group bound to a neuron device) reaches the dispatch and is modeled there."""
+    from torch.distributed import ProcessGroup
+
+    from neuron_explorer.backend.runtime import collectives
+
+    if getattr(ProcessGroup.barrier, "_neuron", False):
+        return
+    original = ProcessGroup.barrier
+
+    def barrier(self: Any, *args: Any, **kwargs: Any) -> Any:
+        opts = kwargs.get("opts", args[0] if args else None)
+        device = getattr(opts, "device", None)
+        if collectives.group_store(self) is None or (device is not None and device.type != "cpu"):
+            return original(self, *args, **kwargs)
+        return collectives.barrier(self, lambda: original(self, *args, **kwargs))
+
+    barrier._neuron = True  # type: ignore[attr-defined]
+    ProcessGroup.barrier = barrier  # type: ignore[method-assign]
 
 
 _FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param_group"

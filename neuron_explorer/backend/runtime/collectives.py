@@ -12,9 +12,14 @@ collective ends at one modeled instant on every rank. A collective the program w
 (`dist.all_reduce(t)`, a barrier, a receive) is a host call lasting wait + transfer; one it does
 not wait for (`async_op=True`, DDP's gradient buckets, a send) costs the host a launch, and the
 CC queue runs it while the host launches more compute:
-the overlap of communication with compute. Collectives follow one another on the CC queue, and a
-device sync waits for them too (model.collectives_free_ns). A point-to-point receive waits for
-its sender's arrival only (the pair's store key), not for the whole group.
+the overlap of communication with compute. So does one issued on a side stream (FSDP2's
+all-gathers and reduce-scatters, `async_op=False`): a side stream maps to the CC queue
+(backend/streams.py, runtime/queues.py), the collective starts after the work that stream
+waits for, and the compute queue waits for it only where the program waits for the stream's
+event (`wait_event`, `wait_stream`) or touches its buffers. Collectives follow one another on
+the CC queue, and a device sync waits for them too (model.collectives_free_ns). A
+point-to-point receive waits for its sender's arrival only (the pair's store key), not for the
+whole group.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ import itertools
 import sys
 import time
 import types
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.costmodel import collectives as cc
-from neuron_explorer.backend.runtime import events, model
+from neuron_explorer.backend.runtime import events, model, queues
 from neuron_explorer.backend.runtime.source import call_site
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC_LANE
 
@@ -113,14 +119,31 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     return rewrap(_run_recorded(info, kind, args, host_args, host_kwargs))
 
 
+class _HostCall(NamedTuple):  # what `run` reads of an op: its name and how to call it
+    name: str
+    call: Callable[..., Any]
+
+
+def barrier(group: Any, call: Callable[[], Any]) -> Any:
+    """A barrier of a neuron group on a CPU tensor: `dist.barrier()` gives a gloo group's
+    barrier the CPU's tensor, so it never reaches `__torch_dispatch__`; it runs (`call`) and is
+    modeled here as one on a neuron tensor is: numbered in its group on every rank, its wait
+    for the last rank measured on the one clock, its transfer a tiny all-reduce's."""
+    return run(_HostCall("c10d::barrier", lambda *_: call()), (group.group_name,), {})
+
+
 def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs: dict) -> Any:
     """Run one collective while profiling and record its host call and its device event."""
     t0 = _now()
     src = call_site(4)  # (stack id, module path): the whole stack, as for kernels
     group = _group_of(args)
     # absolute modeled times (real minus this process's cut): comparable between the ranks;
-    # the collective queue (CC) is part of the device, so one collective follows the last
-    arrival = model.origin_ns + max(model.modeled_now(t0), model.device_idle_at())
+    # the collective queue (CC) is part of the device, so one collective follows the last; on
+    # the default stream it follows the compute launched before it, on a side stream the work
+    # that stream waits for
+    side = queues.side
+    after = model.device_idle_at() if side is None else max(side.tail_ns, model.collectives_free_ns)
+    arrival = model.origin_ns + max(model.modeled_now(t0), after)
     name = group.group_name if group is not None else ""
     if kind == cc.P2P:
         blocking = info.name in _RECV  # a receiver needs the data; a sender goes on
@@ -128,7 +151,7 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
         out = info.call(*host_args, **host_kwargs)
         last, where = max(arrival, sender), {"group": name, "peer": _peer(args)}
     else:
-        blocking = kind == cc.BARRIER or _called_synchronously()
+        blocking = side is None and (kind == cc.BARRIER or _called_synchronously())
         out = info.call(*host_args, **host_kwargs)
         if kind != cc.BARRIER:
             _wait_for_work(out)
@@ -143,7 +166,10 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
     drain = arrival - model.origin_ns - model.modeled_now(t0)  # the buffers' kernels first
     wait = max(0, last - arrival)
     model.collectives_free_ns = end = last - model.origin_ns + cost.transfer_ns
-    if not blocking:
+    if side is not None:  # the stream's later work, and whoever waits on it, follow it
+        side.tail_ns = end
+        _hold(host_args, end)
+    elif not blocking:
         _hold(host_args, end)
         _note_async(out, end)
     elif kind == cc.P2P:
@@ -152,16 +178,15 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
         _note_work(out, end)
     host = drain + wait + cost.transfer_ns if blocking else model.spec().runtime.launch_ns
     where["overlapped"] = not blocking
+    if side is not None:
+        where["stream"] = "side"
     _record(info.name, kind, t0, _now(), host, wait, cost, nbytes, size, src, last, where)
     return out
 
 
-# data_ptr of a storage an overlapped collective reads or writes -> when it ends (device ns):
-# a kernel launched on such a buffer starts after that (record.py), and so does every kernel
-# launched after it (key 0, the compute queue's floor), as a CUDA stream waits on the
-# collective's Work in order; entries a later launch has passed are dropped
-pending: dict[int, int] = {}
-_FLOOR = 0  # no storage has data_ptr 0 (a freed one is never held)
+# storages overlapped collectives still use, and the engines' floor (runtime/queues.py)
+pending = queues.pending
+_FLOOR = queues.FLOOR
 
 
 def _hold(a: Any, end: int) -> None:
@@ -184,7 +209,7 @@ def ready_after(inputs: list, ready: int) -> int:
         end = pending.get(p.untyped_storage().data_ptr())
         if end is not None and end > ready:
             ready = end
-    if ready > now:
+    if ready > now and queues.side is None:  # a side stream's kernel holds up no other
         pending[_FLOOR] = ready
     for ptr in [k for k, end in pending.items() if end <= now]:  # later launches are later
         del pending[ptr]
@@ -260,8 +285,8 @@ def _called_synchronously() -> bool:
     """Whether the user's torch.distributed call waits for this collective (`async_op=False`,
     the default): the host blocks until it ends. DDP's bucket all-reduces (issued by its C++
     reducer during backward) and `async_op=True` do not block the host: the collective runs on
-    the device's CC queue while the host goes on launching compute. (FSDP2 calls with
-    async_op=False on side streams: those block, the device having one queue.)"""
+    the device's CC queue while the host goes on launching compute. (Nor does a call on a side
+    stream, whatever its async_op: FSDP2's; `_run_recorded` reads queues.side first.)"""
     f: types.FrameType | None = sys._getframe(3)
     while f is not None:
         if f.f_code.co_filename.endswith(_C10D_FILE) and "async_op" in f.f_locals:

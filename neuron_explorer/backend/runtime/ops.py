@@ -88,6 +88,8 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::repeat", "aten::flip", "aten::roll", "aten::sort", "aten::topk",
         "aten::native_channel_shuffle",
         "aten::upsample_nearest2d", "aten::upsample_nearest2d_backward",
+        # FSDP2's copies into and out of its collectives' flat buffers (torch.distributed.fsdp)
+        "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat",
     )),
     Category("random", "GpSimdE", (
         "aten::normal_", "aten::uniform_", "aten::bernoulli_", "aten::native_dropout",
