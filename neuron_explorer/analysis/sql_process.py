@@ -72,7 +72,7 @@ class QueryProcess:
                 [sys.executable, "-m", __name__, str(self.idle_s)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()},
             )
             self._last = time.monotonic()
         return self._proc
@@ -130,6 +130,14 @@ class QueryProcess:
             for f in (proc.stdin, proc.stdout):
                 if f is not None:
                     f.close()
+
+
+def _import_path() -> str:
+    """PYTHONPATH for the child: this package's folder first, so the child imports the same
+    neuron_explorer as the server even when the server found it through sys.path alone."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rest = os.environ.get("PYTHONPATH")
+    return here + (os.pathsep + rest if rest else "")
 
 
 def _rss(pid: int) -> int:
