@@ -55,7 +55,10 @@ def test_stored_values_equal_computed_ones_on_every_real_trace(imported_profiles
 
 def test_stored_values_equal_computed_ones_on_a_sample_capture(tmp_path):
     shutil.copytree(GPT, tmp_path / "gpt")
+    (tmp_path / "gpt" / "analysis").mkdir()
+    (tmp_path / "gpt" / "analysis" / ".summary.json.x1.tmp").write_text("{")  # a killed write's
     assert_exact(tmp_path / "gpt")
+    assert not list((tmp_path / "gpt" / "analysis").glob(".*"))
     # the summary names the folder it is opened from, not the one it was stored in
     shutil.move(tmp_path / "gpt", tmp_path / "moved")
     moved = Profile.open(tmp_path / "moved")

@@ -189,6 +189,8 @@ def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:
     """Compute and store `kinds` in the profile's folder; the kinds written (none when the
     folder cannot be written: the values are then computed when asked for, as without it)."""
     ident = identity(profile)
+    for left in (profile.path / FOLDER).glob(".*.tmp"):  # from a write that was killed
+        left.unlink(missing_ok=True)
     written = []
     for kind in kinds:
         value = KINDS[kind](profile)
