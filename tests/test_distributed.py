@@ -484,3 +484,36 @@ def test_fsdp2_collectives_on_side_streams_overlap_compute_and_equal_gloo(tmp_pa
         if k[2] == "kernel" and k[3] in ("mm", "threshold_backward") and k[4] > c[4] and k[6] < c[7]
     ]
     assert any(name == "reduce_scatter" for name, _ in in_flight), in_flight
+
+
+def test_a_side_stream_is_a_stream_of_its_own_whose_events_the_engines_wait_for():
+    """torch.neuron.Stream() is not the default stream; while one is current the collectives
+    see it (runtime/queues.side); under the profiler, an event of a side stream carries the
+    stream's tail, and a kernel launched after the default stream waits on it starts no
+    earlier, while one launched before does not wait."""
+    import torch
+
+    from neuron_explorer.backend import events
+    from neuron_explorer.backend.runtime import model, queues
+
+    side, default = torch.neuron.Stream(), torch.neuron.default_stream()
+    assert side != default and torch.neuron.current_stream() is default
+    with torch.neuron.stream(side):
+        assert torch.neuron.current_stream() is side and queues.side is side
+    assert queues.side is None
+    x = torch.ones(64, 64, device="neuron")
+    try:
+        with torch.profiler.profile():
+            events.drain()
+            x @ x
+            side.tail_ns = queues.compute_tail_ns() + 5_000_000  # as a collective on it would
+            event = side.record_event()
+            assert event.device_ns == side.tail_ns
+            default.wait_event(event)
+            x + 1
+            model.schedule_pending()
+        starts = {e.name: e.device_start_ns - model.origin_ns for e in events.drain()
+                  if e.kind == "kernel"}  # fmt: skip
+    finally:
+        queues.pending.pop(queues.FLOOR, None)  # no later test inherits the floor
+    assert starts["mm"] < event.device_ns <= starts["add"]
