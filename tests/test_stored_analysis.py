@@ -90,13 +90,24 @@ def test_a_stale_or_damaged_file_is_ignored(imported_profiles, tmp_path):
     assert stored.load(Profile.open(a), "devices") is None
 
 
-def test_the_code_version_covers_the_summary_and_not_the_rules():
-    files = {f.relative_to(ROOT).as_posix() for f in stored._imported(
-        Path(stored.__file__).resolve(), ROOT / "neuron_explorer")}  # fmt: skip
-    for needed in ("summary", "facts", "breakdown", "context", "operators", "lines", "overview"):
-        assert f"neuron_explorer/analysis/{needed}.py" in files
-    assert "neuron_explorer/model/profile.py" in files
-    assert not any("/rules/" in f or "/web/" in f for f in files)
+def test_each_kinds_code_version_covers_its_code_and_only_it():
+    here = Path(stored.__file__).resolve()
+
+    def closure(kind: str) -> set[str]:
+        files: set[Path] = set()
+        for module in stored.ENTRIES[kind]:
+            files |= stored._imported(here.with_name(f"{module}.py"), ROOT / "neuron_explorer")
+        return {f.relative_to(ROOT).as_posix() for f in files}
+
+    summary = closure("summary")
+    for needed in ("summary", "facts", "breakdown", "context", "operators", "steps", "engines"):
+        assert f"neuron_explorer/analysis/{needed}.py" in summary
+    assert {"neuron_explorer/model/profile.py", "neuron_explorer/vocab/intervals.py"} <= summary
+    assert not any("/rules/" in f or "/web/" in f for f in summary)  # a rule's edit keeps it
+    report = closure("findings_report")
+    assert "neuron_explorer/analysis/rules/launch_bound.py" in report
+    assert "neuron_explorer/analysis/facts.py" in report
+    assert len({stored.code_version(k) for k in stored.KINDS}) == len(stored.KINDS)
 
 
 def test_a_profile_that_cannot_be_written_is_computed_as_before(imported_profiles, tmp_path):
@@ -139,37 +150,43 @@ def test_the_import_stores_a_large_profiles_first_page_and_a_server_serves_it(tm
     assert main(["import", str(trace), "-o", str(with_store), "-q"]) == 0
     assert Profile.open(with_store).manifest.row_counts["events"] >= stored.STORE_MIN_EVENTS
     assert sorted(f.name for f in (with_store / "analysis").iterdir()) == [
-        "devices.json", "lines_table.arrow", "ops_table.arrow", "summary.json"]  # fmt: skip
+        "devices.json", "findings_report.json", "lines_table.arrow", "ops_table.arrow",
+        "summary.json"]  # fmt: skip
     shutil.copytree(with_store, without, ignore=shutil.ignore_patterns("analysis"))
-    pages = {}
+    pages, twins = {}, {}
     for label, prof in (("stored", with_store), ("computed", without)):
         proc, base = _serve(prof, tmp_path / f"cache-{label}")
         try:
             r = httpx.get(f"{base}/api/p/big", timeout=120)
             assert r.status_code == 200, r.text[:300]
             pages[label] = r.json()
+            twins[label] = httpx.get(f"{base}/api/p/big/findings", timeout=300).json()
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    for page in pages.values():
-        page["summary"]["profile"] = None  # the two copies' paths
-        page.pop("analysis_pending"), page.pop("findings"), page.pop("findings_total")
-    assert pages["stored"] == pages["computed"]
+    # a first page with its findings (under LIST_INLINE_EVENTS the computed one has them too)
+    assert not pages["stored"]["analysis_pending"] and pages["stored"]["findings"]
+    for page in (*pages.values(), *twins.values()):
+        page.pop("profile", None)  # the two copies' paths
+        if "summary" in page:
+            page["summary"]["profile"] = None
+    assert pages["stored"] == pages["computed"] and twins["stored"] == twins["computed"]
 
 
 def test_the_first_page_reads_the_stored_analysis(tmp_path):
     from fastapi.testclient import TestClient
 
+    import neuron_explorer.analysis.context as analysis_context
     from neuron_explorer.web.app import create_app
-    from neuron_explorer.web.cache import AnalysisCache
 
     shutil.copytree(GPT, tmp_path / "p" / "gpt")
     stored.write(Profile.open(tmp_path / "p" / "gpt"))
     app = create_app(tmp_path / "p", analysis_cache=tmp_path / "cache")
     r = TestClient(app).get("/api/p/gpt")
     assert r.status_code == 200 and r.json()["summary"]["step_stats"]["count"]
-    # the summary, devices and tables came from the profile's folder, so the server computed
-    # none of them (it caches what it computes); the findings (not stored) it computed
-    cache, profile = AnalysisCache(tmp_path / "cache"), app.state.store.open("gpt")
-    assert cache.path(profile, "findings").is_file()
-    assert not any(cache.path(profile, kind).exists() for kind in stored.KINDS)
+    assert not r.json()["analysis_pending"] and r.json()["findings"]
+    # the summary, findings, devices and tables came from the profile's folder: the server
+    # never decoded the events
+    assert app.state.store.open("gpt") not in analysis_context._CACHE
+    twin = TestClient(app).get("/api/p/gpt/findings").json()
+    assert twin["findings"][0]["title"] == r.json()["findings"][0]["title"]

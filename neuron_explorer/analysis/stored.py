@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tempfile
+import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -64,27 +65,55 @@ def _lines(p: Profile) -> pa.Table:
     return line_table(context(p).cols)
 
 
+def _findings(p: Profile) -> dict[str, Any]:
+    from .runner import findings_report
+
+    return findings_report(p).to_dict()
+
+
 # kind -> how it is computed; a kind ending in `_table` is an Arrow table, the others JSON
 KINDS: dict[str, Callable[[Profile], Any]] = {
     "summary": _summary,
     "devices": _devices,
     "ops_table": _ops,
     "lines_table": _lines,
+    "findings_report": _findings,
 }
+# kind -> the modules (of this package) whose code computes it, with what they import
+ENTRIES = {
+    "summary": ("summary",),
+    "devices": ("overview",),
+    "ops_table": ("context", "operators"),
+    "lines_table": ("context", "lines"),
+    "findings_report": ("runner",),
+}
+PATHS = ("summary", "findings_report")  # their `profile` field names the folder opened
+
+
+_VERSION_LOCK = threading.Lock()  # ast.parse from two threads at once fails (CPython 3.11)
+
+
+def code_version(kind: str) -> str:
+    with _VERSION_LOCK:
+        return _code_version(kind)
 
 
 @cache
-def code_version() -> str:
-    """A hash of the code whose output is stored: this module and every module of the package
-    it imports, directly or not (late imports included), so an upgrade or an edit of any of
-    them makes every stored value stale, and an edit elsewhere (a rule, a page) does not; so
-    does another numpy, pyarrow or DuckDB."""
-    root = Path(__file__).resolve().parent.parent
+def _code_version(kind: str) -> str:
+    """A hash of the code whose output `kind` is: its ENTRIES modules and every module of the
+    package they import, directly or not (late imports included), so an upgrade or an edit of
+    any of them makes it stale, and an edit elsewhere (a rule, for the summary; a page) does
+    not; so does another numpy, pyarrow or DuckDB, or another layout of these files."""
     from importlib.metadata import version
 
+    here = Path(__file__).resolve()
+    root = here.parent.parent
     libraries = " ".join(f"{lib} {version(lib)}" for lib in ("numpy", "pyarrow", "duckdb"))
-    h = hashlib.sha1(f"stored format {FORMAT}\n{libraries}\n".encode())
-    for f in sorted(_imported(Path(__file__).resolve(), root)):
+    h = hashlib.sha1(f"stored format {FORMAT} {kind}\n{libraries}\n".encode())
+    files = {here}  # this file itself (how each kind is computed), not what it imports
+    for module in ENTRIES[kind]:
+        files |= _imported(here.with_name(f"{module}.py"), root)
+    for f in sorted(files):
         h.update(f"{f.relative_to(root)}\n".encode())
         h.update(f.read_bytes())
     return h.hexdigest()
@@ -129,11 +158,12 @@ def _module_files(mod: Path, names: tuple[str, ...] | list[str] = ()) -> list[Pa
 
 
 def identity(profile: Profile) -> str:
-    """What the stored values were computed from, as one hash. The tables' Parquet files are
-    named by their size and footer (not their mtime), so a copied profile keeps its stored
-    analysis; other files (sources/) are not read."""
+    """What the stored values were computed from, as one hash (each file's first line is this
+    with its kind's code_version). The tables' Parquet files are named by their size and
+    footer (not their mtime), so a copied profile keeps its stored analysis; other files
+    (sources/) are not read."""
     root = profile.path
-    h = hashlib.sha1(f"{code_version()}\n".encode())
+    h = hashlib.sha1(b"profile\n")
     h.update((root / "manifest.json").read_bytes())
     files = {Path(f) for name in TABLES for f in profile.dataset(name).files}  # the tables only
     for f in sorted(files):
@@ -158,7 +188,7 @@ def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
         if data is None:
             return None
         head, _, body = data.partition(b"\n")
-        if head.decode("ascii", "replace") != (ident or identity(profile)):
+        if head.decode("ascii", "replace") != _line(kind, ident or identity(profile)):
             return None
         if kind.endswith("_table"):
             with pa.ipc.open_file(pa.BufferReader(body)) as reader:
@@ -166,9 +196,14 @@ def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
         value = json.loads(body)
     except (OSError, ValueError, pa.ArrowException):
         return None
-    if kind == "summary" and isinstance(value, dict):
+    if kind in PATHS and isinstance(value, dict):
         value["profile"] = str(profile.path)  # the one field that names where it is opened
     return value
+
+
+def _line(kind: str, ident: str) -> str:
+    """The first line of a stored file: the profile's identity and the kind's code."""
+    return hashlib.sha1(f"{kind}\n{code_version(kind)}\n{ident}\n".encode()).hexdigest()
 
 
 def _read(file: Path) -> bytes | None:
@@ -194,7 +229,7 @@ def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:
     written = []
     for kind in kinds:
         value = KINDS[kind](profile)
-        if _put(path(profile, kind), ident, value):
+        if _put(path(profile, kind), _line(kind, ident), value):
             written.append(kind)
     return written
 

@@ -51,7 +51,7 @@ class Service:
 
         def make(p: Profile) -> Any:
             if kind in stored.KINDS:  # left in the profile by the import (exact, or ignored)
-                value = stored.load(p, kind, store.derived(name, "stored", stored.identity))
+                value = self._stored(name, p, kind)
                 if value is not None:
                     return value
             identity = store.derived(name, "identity", profile_identity)
@@ -104,10 +104,17 @@ class Service:
         it) with the web's file ids, so the page links evidence lines to the source view."""
 
         def make(p: Profile) -> dict[str, Any]:
-            with self.store.profile_lock(name):
-                return source.with_file_ids(overview.analysis_findings_report(p))
+            doc = self._stored(name, p, "findings_report")  # left by the import, or None
+            if doc is None:
+                with self.store.profile_lock(name):
+                    doc = overview.analysis_findings_report(p)
+            return source.with_file_ids(doc)
 
         return self.persisted(name, "findings", make)
+
+    def _stored(self, name: str, p: Profile, kind: str) -> Any:
+        """What the import left in the profile's analysis/ folder, None if missing or stale."""
+        return stored.load(p, kind, self.store.derived(name, "stored", stored.identity))
 
     def findings(self, name: str) -> list[dict[str, Any]] | None:
         return self.findings_report(name)["findings"]
@@ -153,6 +160,8 @@ class Service:
         events = int(p.manifest.row_counts.get("events") or 0)
         if self.store.has(name, "findings") or (inline and events <= LIST_INLINE_EVENTS):
             return True, self.findings(name)
+        if self._stored(name, p, "findings_report") is not None:
+            return True, self.findings(name)  # the import's, read into memory
         identity = self.store.derived(name, "identity", profile_identity)
         if self.disk.load(p, "findings", identity) is not None:
             return True, self.findings(name)  # read back into memory
