@@ -84,6 +84,10 @@ def test_spark_sql_finds_the_straggler_analyze_finds(job, spark):
     assert min(steps, key=lambda r: r["wait_ns"])["rank"] == SLOW_RANK
     skew = spark.sql(q["collective_skew"]).collect()
     assert skew and skew[0]["last_rank_to_arrive"] == SLOW_RANK
+    # the web's ranks page opens on a rank that waited against the one it waited for
+    from neuron_explorer.analysis.rank_compare import default_pair
+
+    assert default_pair(Profile.open(profile))[1] == SLOW_RANK
 
 
 def test_duckdb_reads_the_partitions_with_hive_partitioning(job):

@@ -95,6 +95,25 @@ class RankPair(PageModel):
     device_time_modeled: bool
 
 
+def default_pair(profile: Profile) -> tuple[int, int]:
+    """The two ranks to show first: the one that waited longest in collectives (for the others)
+    against the one that waited least (the one they waited for: a straggler); the first two
+    ranks when no rank waited. A profile of fewer than two ranks has no pair (ValueError)."""
+    ranks = list(profile.manifest.ranks)
+    if len(ranks) < 2:
+        raise ValueError(f"{profile.name} holds {len(ranks)} rank")
+    ctx = context(profile)
+    with ctx.lock:
+        waits = dict.fromkeys(ranks, 0)
+        for c in collectives(ctx):
+            waits[c.rank] = waits.get(c.rank, 0) + c.wait_ns
+    most = max(ranks, key=lambda r: (waits[r], -r))
+    least = min(ranks, key=lambda r: (waits[r], r))
+    if most == least or waits[most] == 0:
+        return ranks[0], ranks[1]
+    return most, least
+
+
 def rank_pair(profile: Profile, a: int, b: int, comparison: Comparison | None = None) -> RankPair:
     """Ranks `a` and `b` of a job's profile side by side (`comparison`: compare_ranks's, when
     the caller has it); a BadInputError names the profile if it lacks either rank."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Query
 
-from neuron_explorer.analysis.rank_compare import rank_pair
+from neuron_explorer.analysis.rank_compare import default_pair, rank_pair
 
 from ..pages import Api, Page, Shell
 from ..store import NotFound
@@ -21,13 +21,16 @@ if TYPE_CHECKING:
 def api_ranks(
     svc: Service, name: str, a: int | None = Query(None, ge=0), b: int | None = Query(None, ge=0)
 ) -> dict[str, Any]:
-    """Rank `b` against rank `a` (the first two ranks unless given) as `pair`, which is null for
-    a profile of one rank; 404 for a rank the profile does not hold."""
+    """Rank `b` against rank `a` as `pair`, which is null for a profile of one rank; without
+    them, the rank that waited longest against the one it waited for (rank_compare.default_pair);
+    404 for a rank the profile does not hold."""
     ranks = list(svc.store.open(name).manifest.ranks)
     if len(ranks) < 2:
         return {"name": name, "ranks": ranks, "pair": None}
-    a = ranks[0] if a is None else a
-    b = next(r for r in ranks if r != a) if b is None else b
+    if a is None or b is None:
+        first, second = svc.persisted(name, "rank_default_pair", lambda p: list(default_pair(p)))
+        a = first if a is None else a
+        b = next(r for r in (second, first, *ranks) if r != a) if b is None else b
     for r in (a, b):
         if r not in ranks:
             raise NotFound(f"{name} has no rank {r} (ranks {ranks})")
