@@ -121,30 +121,37 @@ def _code_version(kind: str) -> str:
 
 def _imported(start: Path, root: Path) -> set[Path]:
     """The package's source files that `start` imports, transitively (by reading them)."""
-    import ast
-
     seen, todo = set(), [start]
     while todo:
         f = todo.pop()
-        if f in seen:
-            continue
-        seen.add(f)
-        pkg = f.parent
-        for node in ast.walk(ast.parse(f.read_bytes())):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                base = pkg.parents[node.level - 2] if node.level > 1 else pkg
-                names = [a.name for a in node.names]
-                if node.module is None:  # `from . import facts`: the modules named only
-                    todo += [f for n in names for f in _module_files(base / n)]
-                else:
-                    todo += _module_files(base.joinpath(*node.module.split(".")), names)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
-                    node.module or ""]  # fmt: skip
-                for name in names:
-                    if name.split(".")[0] == root.name:
-                        todo += _module_files(root.parent.joinpath(*name.split(".")))
+        if f not in seen:
+            seen.add(f)
+            todo += _direct_imports(f, root)
     return seen
+
+
+@cache
+def _direct_imports(f: Path, root: Path) -> tuple[Path, ...]:
+    """The package's files that the source file `f` imports itself (each file parsed once for
+    every kind: the first page pays this once per server)."""
+    import ast
+
+    pkg, out = f.parent, []
+    for node in ast.walk(ast.parse(f.read_bytes())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = pkg.parents[node.level - 2] if node.level > 1 else pkg
+            names = [a.name for a in node.names]
+            if node.module is None:  # `from . import facts`: the modules named only
+                out += [m for n in names for m in _module_files(base / n)]
+            else:
+                out += _module_files(base.joinpath(*node.module.split(".")), names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
+                node.module or ""]  # fmt: skip
+            for name in names:
+                if name.split(".")[0] == root.name:
+                    out += _module_files(root.parent.joinpath(*name.split(".")))
+    return tuple(out)
 
 
 def _module_files(mod: Path, names: tuple[str, ...] | list[str] = ()) -> list[Path]:
