@@ -26,3 +26,25 @@ def test_find_with_the_decoded_names_equals_the_sql_path(name, q, regex):
     assert _decoded(fresh) is not None
     assert search(fresh, q, regex, 50, con) == plain
     assert plain.total >= len(plain.matches) and plain.truncated == (plain.total > 50)
+
+
+@pytest.mark.parametrize(("q", "regex"), [("mm", False), ("^aten::(add|mul)", True)])
+def test_find_file_by_file_reads_only_the_row_groups_of_the_first_matches(tmp_path, q, regex):
+    """Without decoded names the find reads the match columns only from the row groups that
+    hold each rank's first matches: on the two-rank sample (a file per rank), and on a copy
+    of the one-rank capture rewritten in row groups of 97 rows, it answers what SQL answers."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    small = tmp_path / "gpt_train"
+    shutil.copytree(sample("gpt_train").path, small)
+    events = pq.read_table(small / "events.parquet")
+    pq.write_table(events, small / "events.parquet", row_group_size=97)
+    assert pq.ParquetFile(small / "events.parquet").num_row_groups > 10
+    for path in (small, sample("ddp_straggler").path):
+        p = Profile.open(path)
+        for limit in (7, 1000):  # fewer than one rank's matches, and all of them
+            found = search(p, q, regex, limit)
+            assert found == search_sql(p.duckdb(), q, regex, limit), (path.name, limit)
+            assert found.total > limit or limit == 1000

@@ -118,15 +118,24 @@ def search(
         finally:
             con.unregister("_search_names")
 
-    index, values, start, ids = _columns(profile)
-    hit = np.zeros(len(values) + 1, dtype=bool)  # the last slot: NULL names (code -1)
-    codes = pc.index_in(pa.array(_duckdb_errors(lambda: matched(values)), values.type), values)
-    hit[codes.fill_null(len(values)).to_numpy(zero_copy_only=False)] = True
-    rows = np.flatnonzero(hit[index])
-    start, ids = start[rows], ids[rows]
-    names = [values[int(c)].as_py() for c in np.unique(index[rows])]  # used names only
+    def hits_of(values: pa.Array) -> np.ndarray:
+        """Per code into `values`, whether its name matches; the last slot (code -1) no."""
+        hit = np.zeros(len(values) + 1, dtype=bool)
+        found = pa.array(_duckdb_errors(lambda: matched(values)), values.type)
+        hit[pc.index_in(found, values).fill_null(len(values)).to_numpy(zero_copy_only=False)] = True
+        return hit
+
+    cols = _decoded(profile)
+    if cols is None:
+        total, names, matches = _by_files(profile, hits_of, limit)
+        return _result(q, regex, total, matches, names)
+    index, distinct = cols.codes("name")
+    values = pa.array(distinct, pa.string())
+    rows = np.flatnonzero(hits_of(values)[index])
+    start, ids = cols.ints("start_ns")[rows], cols.ints("id")[rows]
+    used = [values[int(c)].as_py() for c in np.unique(index[rows])]  # used names only
     first = ids[np.lexsort((ids, start))[:limit]]  # time order, then id, as search_sql
-    return _result(q, regex, len(rows), _events(profile, first), names)
+    return _result(q, regex, len(rows), _events(profile, first), used)
 
 
 def _decoded(profile: Profile) -> Any:
@@ -138,20 +147,45 @@ def _decoded(profile: Profile) -> Any:
     return ctx.cols if "events" in vars(ctx) else None  # a cached_property once computed
 
 
-def _columns(profile: Profile) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray]:
-    """Per event: a code into the distinct names (-1: no name), those names, start_ns and id."""
-    cols = _decoded(profile)
-    if cols is not None:
-        index, distinct = cols.codes("name")
-        return index, pa.array(distinct, pa.string()), cols.ints("start_ns"), cols.ints("id")
-    t = profile.table("events", columns=["id", "name", "start_ns"])
-    col = t.column("name")
+def _name_codes(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Per row, a code into the returned distinct names (-1: no name)."""
     col = (
         col.unify_dictionaries() if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
     )
     chunks = col.chunks or [pa.array([], pa.dictionary(pa.int32(), pa.string()))]
     index = np.concatenate([c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in chunks])
-    return index, chunks[0].dictionary, t.column("start_ns").to_numpy(), t.column("id").to_numpy()
+    return index, chunks[0].dictionary
+
+
+def _by_files(profile: Profile, hits_of, limit: int) -> tuple[int, set[str], list[dict]]:
+    """(total, names matched, first `limit` matches) without the decoded columns, file by file.
+    Each events file is in (rank, start_ns, id) order (docs/format.md), so a rank's first
+    `limit` matches in the file are its first in time: the rank and name columns are read
+    whole (to count and name every match), the match columns only from the row groups that
+    hold those first matches (0.4 -> 0.1 s CPU on 3.9M events: start_ns and id are not read)."""
+    import pyarrow.parquet as pq
+
+    total, names, found = 0, set[str](), list[dict[str, Any]]()
+    for fragment in profile.dataset("events").get_fragments():
+        f = pq.ParquetFile(fragment.path)
+        t = f.read(columns=["rank", "name"])
+        index, values = _name_codes(t.column("name"))
+        rows = np.flatnonzero(hits_of(values)[index])
+        total += len(rows)
+        names.update(values[int(c)].as_py() for c in np.unique(index[rows]))
+        if not len(rows):
+            continue
+        rank = t.column("rank").to_numpy()[rows]
+        first = np.concatenate([rows[rank == r][:limit] for r in np.unique(rank)])
+        sizes = np.array([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
+        ends = np.cumsum(sizes)
+        group = np.searchsorted(ends, first, side="right")  # the row group of each
+        groups = np.unique(group)
+        part = f.read_row_groups(groups.tolist(), columns=MATCH_COLUMNS)
+        before = np.concatenate([[0], np.cumsum(sizes[groups])[:-1]])  # rows read before each
+        at = np.searchsorted(groups, group)
+        found += part.take(pa.array(first - (ends - sizes)[group] + before[at])).to_pylist()
+    return total, names, sorted(found, key=lambda r: (r["start_ns"], r["id"]))[:limit]
 
 
 def _events(profile: Profile, ids: np.ndarray) -> list[dict[str, Any]]:
