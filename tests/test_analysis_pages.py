@@ -178,3 +178,22 @@ def test_timeline_and_find_are_the_web_twins_on_imported_traces(imported_profile
 
     for name in ("alexnet", "nccl", "cpu_mlp"):
         _twins_of_the_timeline(get, Profile.open(imported_profiles[name]), name)
+
+
+def test_the_profile_list_rows_are_the_page_models(sample_json, served_samples):
+    """Each row of /api/profiles is analysis.overview.profile_row plus the server's state;
+    its `steps` is the summary page's step statistics without per_step."""
+    from neuron_explorer.analysis.overview import devices, profile_row
+
+    listed = sample_json("/api/profiles")
+    rows = {r["name"]: r for r in listed["profiles"]}
+    assert len(rows) == len(list(served_samples.iterdir()))
+    for name, row in rows.items():
+        p = Profile.open(served_samples / name)
+        pending = row.pop("analysis_pending")  # the list analyses for at most 1 s in all
+        model = profile_row(name, p, devices(p), None).to_dict()  # top_finding: None
+        top, row["top_finding"] = row["top_finding"], None
+        assert row == json.loads(json.dumps(model)), name
+        assert (top is None) if pending else top["title"]  # the server's first finding
+        steps = json.loads(json.dumps(profile_steps(p).to_dict()))
+        assert row["steps"] == {**steps, "per_step": []} and row["steps"]["count"] > 0
