@@ -204,6 +204,8 @@ def record_host(kind: str, name: str, op: str, shapes: tuple, dtypes: tuple, tid
     """Record one host call and advance the one clock by its cut; returns its event id."""
     eid = next(_ids)
     cut = model.add_cut(t1 - t0, cost)
+    if t1 > model.last_end_ns:  # a hand-off window is recorded after later calls
+        model.last_end_ns = t1
     _buf.append(
         (HostRecord, eid, kind, name, op, shapes, dtypes, tid, t0, t1, cost, cut, site, seq, bwd,
          flow, args)

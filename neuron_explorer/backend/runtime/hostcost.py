@@ -36,7 +36,7 @@ from torch.autograd import profiler as _prof
 
 OUTSIDE_NS: int | None = None  # set by calibrate(); None until the first recorded op
 OUTSIDE_GRAD_NS = 0  # the same for an op that records grad (an input requires grad)
-ROUNDS, CALLS = 7, 40
+ROUNDS, CALLS = 15, 20
 _lock = threading.Lock()
 
 
@@ -54,15 +54,19 @@ def calibrate() -> int:
     return OUTSIDE_NS
 
 
-def _per_call(fn) -> int:
-    best = None
+def _per_call(*fns) -> list[int]:
+    """Each function's time per call, the smallest of ROUNDS rounds; the rounds take turns, so
+    each figure's quietest round is drawn from the whole calibration, not one burst of it."""
+    best: list[int | None] = [None] * len(fns)
     for _ in range(ROUNDS):
-        t = time.perf_counter_ns()
-        for _ in range(CALLS):
-            fn()
-        dt = (time.perf_counter_ns() - t) // CALLS
-        best = dt if best is None else min(best, dt)
-    return best or 0
+        for k, fn in enumerate(fns):
+            t = time.perf_counter_ns()
+            for _ in range(CALLS):
+                fn()
+            dt = (time.perf_counter_ns() - t) // CALLS
+            b = best[k]
+            best[k] = dt if b is None else min(b, dt)
+    return [b or 0 for b in best]
 
 
 # The dispatcher's thread-local key sets as user code sees them (this module is imported when
@@ -84,14 +88,16 @@ def _measure() -> tuple[int, int]:
             torch.inference_mode(False),
             torch.enable_grad(),
         ):
-            plain, grad = _outside(False), _outside(True)
+            # both variants in the same rounds, so a burst of load falls on both alike
+            t = _per_call(*_probes(False), *_probes(True))
     finally:
         _prof._is_profiler_enabled = recording
-    return plain, max(plain, grad)
+    plain = max(0, t[0] - t[1] - t[2])
+    return plain, max(plain, t[3] - t[4] - t[5])
 
 
-def _outside(requires_grad: bool) -> int:
-    """A neuron `view` minus the time inside the runtime's dispatch minus the CPU `view`."""
+def _probes(requires_grad: bool) -> tuple:
+    """A neuron `view`, the time inside the runtime's dispatch for it, and the CPU `view`."""
     # the op path below this module: tensor.py holds the runtime's dispatch bound at
     # registration, so measuring it needs no import of the dispatch module above
     from neuron_explorer.backend import tensor
@@ -102,6 +108,8 @@ def _outside(requires_grad: bool) -> int:
     cpu = torch.zeros(4, 4, requires_grad=requires_grad)
     dev = NeuronTensor(cpu.detach().clone())  # not memory-tracked: no memory event
     dev.requires_grad_(requires_grad)
-    whole = _per_call(lambda: dev.view(shape))
-    inside = _per_call(lambda: tensor._dispatch(view, (dev, shape), {}))
-    return max(0, whole - inside - _per_call(lambda: cpu.view(shape)))
+    return (
+        lambda: dev.view(shape),
+        lambda: tensor._dispatch(view, (dev, shape), {}),
+        lambda: cpu.view(shape),
+    )

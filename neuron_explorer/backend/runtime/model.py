@@ -13,6 +13,8 @@ from typing import Any
 
 origin_ns = time.time_ns()  # device-clock zero; device times are stored as origin_ns + t
 cut_ns = 0  # real backend time minus modeled host cost, summed over runtime calls so far
+# real end of the latest recorded call: the round trip cut before the next op fits in the gap
+last_end_ns = 0
 _timeline: Any = None
 # device-relative ns when the collective queue (CC) finishes what runtime/collectives.py put on
 # it: collectives overlap compute, and a sync waits for both

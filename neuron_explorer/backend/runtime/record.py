@@ -137,27 +137,30 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     if not info.kernel or (inputs and type(inputs[0][0]) is not _Tensor):
         return _no_kernel(info, cpu_args, kwargs, inputs, t0)
     src = call_site(3)  # (stack id, module path)
-    seq, bwd, tid, o = _position(inputs)
+    seq, bwd, tid, o = _position(inputs, t0)
     if not info.supported:
         shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
+    # the wrapper's Python round trip (hostcost.py) is simulator time too, cut before the span:
+    # torch boxes the arguments and calls __torch_dispatch__ before it (capture/clock.py takes
+    # it from the gap before the call), so the op's host event keeps what the CPU's would
+    model.add_cut(o, 0)
     m0 = t0 - model.cut_ns - model.origin_ns  # modeled_now(t0): before this call's own cut
     key, compiled, entry = _note_key(info, inputs)
     out = run_payload(info, cpu_args, kwargs)
     new: list = []
     result = wrap_result(info, out, inputs, new)
-    rt = model.spec().runtime
+    rt = (model._spec or model.spec()).runtime  # the set spec without a call, once set
     compile_real = 0
     if entry is None:  # first use while recording: lower the kernel (the eager compile)
         entry, compile_real = _compile(info, key, compiled, inputs, new, tid, src, seq, bwd)
     ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
     if _cc_pending:  # an overlapped collective's buffer: the kernel waits for the CC queue
         ready = _cc.ready_after(inputs, ready)
-    # The launch owns the payload compute too: all of it is simulator time, cut from the host;
-    # so is the wrapper's Python round trip around the span (hostcost.py), which the clock
-    # takes from the gap after the span, where torch returns (capture/clock.py)
+    # The launch owns the payload compute too: all of it is simulator time, cut from the host.
     t1 = _now() - compile_real
-    cut = model.add_cut(t1 - t0 + o, rt.launch_ns)
+    cut = model.add_cut(t1 - t0, rt.launch_ns)
+    model.last_end_ns = t1
     rec = [LaunchRecord, next(_ids), next(_ids), info.name, entry, tid, t0, t1, cut, src, seq,
            bwd, next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
     _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(plan, ready)
@@ -165,11 +168,13 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     return result
 
 
-def _position(inputs: list) -> tuple[int, bool, int, int]:
-    """(sequence number, in backward, thread id, the wrapper's round trip to cut) of a kernel
-    call, in one call on the hot path: autograd_position's rule (a forward op carries the node
-    it made, a backward one the node it runs), with the round trip of an op that records grad
-    where it does (autograd's view tracking of the wrapper costs more: hostcost.py)."""
+def _position(inputs: list, t0: int) -> tuple[int, bool, int, int]:
+    """(sequence number, in backward, thread id, the wrapper's round trip to cut) of a recorded
+    op, in one call on the hot path: autograd_position's rule (a forward op carries the node it
+    made, a backward one the node it runs); the round trip of an op that records grad where it
+    does (autograd's view tracking of the wrapper costs more: hostcost.py), never more than the
+    real time since the last recorded call ended, in which it happened (capture/clock.py can
+    take no more, and the runtime's clock must agree with it)."""
     o = _hostcost.OUTSIDE_NS
     if o is None:
         o = _hostcost.calibrate()
@@ -177,20 +182,23 @@ def _position(inputs: list) -> tuple[int, bool, int, int]:
         tid = _local.tid
     except AttributeError:
         tid = _tid()
+    seq, bwd = -1, False
     node = _current_node()
     if node is not None:
-        return node._sequence_nr(), True, tid, o
-    if _grad_enabled():
+        seq, bwd = node._sequence_nr(), True
+    elif _grad_enabled():
         for _p, w in inputs:  # a loop: cheaper than any() over a generator, once per op
             if w.requires_grad:
-                return _sequence_nr() - 1, False, tid, _hostcost.OUTSIDE_GRAD_NS
-    return -1, False, tid, o
+                seq, o = _sequence_nr() - 1, _hostcost.OUTSIDE_GRAD_NS
+                break
+    gap = t0 - model.last_end_ns
+    return seq, bwd, tid, (o if gap >= o else max(gap, 0))
 
 
 def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int):
     """A metadata op (or any op on fake payloads while tracing): no launch. A metadata op costs
-    the device runtime nothing: its whole span and the wrapper's round trip are simulator time,
-    a clock-only cut."""
+    the device runtime nothing: its whole span and the wrapper's round trip before it are
+    simulator time, a clock-only cut."""
     if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
         out = run_hidden(info.call, cpu_args, kwargs)
     else:
@@ -199,10 +207,11 @@ def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int):
     result = wrap(out, inputs, new)
     finish_outputs(info, new, inputs)
     if not info.kernel and inputs:
-        seq, bwd, tid, o = _position(inputs)
+        seq, bwd, tid, o = _position(inputs, t0)
+        model.add_cut(o, 0)  # the round trip, before the span (as a launch's)
         if seq >= 0 and not bwd:  # made an autograd node: its backward kernels need its line
             _note_forward(seq, tid)
-        _host("cut", info.name, info.name, (), (), tid, t0, _now(), -o, None, -1, False)
+        _host("cut", info.name, info.name, (), (), tid, t0, _now(), 0, None, -1, False)
     return result
 
 
