@@ -151,6 +151,9 @@ def _twins_of_the_timeline(get, p: Profile, name: str) -> None:
         whole = (idx.start_ns, idx.end_ns, 1000)
         assert window(p, idx, *whole) == window(p, unindexed, *whole), name
         assert twin["window"]["events"] == sum(twin["window"]["rects"]["count"]) > 0
+        url = f"/api/p/{name}/timeline?width_px=1000&window_only=true" + query.format(s=s, e=e)
+        keep = ("device_time_modeled", "window")  # a zoom's answer: the window alone
+        assert get(url) == {"name": name, **{k: twin[k] for k in keep}}, (name, query)
     for q, regex in (("mm", False), ("^aten::", True), ("no such name", False)):
         twin = get(f"/api/p/{name}/search?q={q}&regex={str(regex).lower()}&limit=20")
         assert twin.pop("name") == name

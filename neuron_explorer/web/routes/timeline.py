@@ -22,6 +22,7 @@ def api_timeline(
     start_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
     end_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
     width_px: int = 1500,
+    window_only: bool = False,
 ) -> dict[str, Any]:
     store = svc.store
     p = store.open(name)
@@ -35,7 +36,7 @@ def api_timeline(
                             lambda _: timeline.window(p, store.connection(name), idx, s, e, width_px))  # fmt: skip
     else:
         win = timeline.window(p, store.connection(name), idx, s, e, width_px)
-    return timeline.page(name, p, idx, win)
+    return timeline.page(name, p, idx, win, window_only)
 
 
 def api_event(svc: Service, name: str, event_id: int) -> dict[str, Any]:

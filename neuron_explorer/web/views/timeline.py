@@ -33,6 +33,10 @@ def window(
     return _timeline.window(profile, index, start_ns, end_ns, width_px, max_rects, con=con)
 
 
-def page(name: str, profile: Profile, index: TimelineIndex, win: TimelineWindow) -> dict[str, Any]:
-    """The timeline's JSON twin: analysis.timeline.timeline_page plus the profile's name."""
-    return {"name": name, **_timeline.timeline_page(profile, index, win).to_dict()}
+def page(
+    name: str, profile: Profile, index: TimelineIndex, win: TimelineWindow, window_only: bool
+) -> dict[str, Any]:
+    """The timeline's JSON twin: analysis.timeline.timeline_page plus the profile's name (only
+    its window with `window_only`)."""
+    model = _timeline.timeline_page(profile, index, win)
+    return {"name": name, **(model.window_only() if window_only else model.to_dict())}

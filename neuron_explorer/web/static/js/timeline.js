@@ -30,7 +30,7 @@ async function fetchWindow() {
   const [s, e] = state.view.map((t) => Math.round(Math.max(-URL_NS, Math.min(URL_NS, t))));
   const width = Math.max(100, canvas.clientWidth - GUTTER);
   const t0 = performance.now();
-  const [d, counters] = await Promise.all([api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}`),
+  const [d, counters] = await Promise.all([api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}&window_only=true`),
     fetchCounters(s, e, width).catch(() => null)]);
   if (id !== state.reqId) return;
   state.counters = counters;
