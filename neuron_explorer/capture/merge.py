@@ -112,9 +112,10 @@ def merge(
     # garbage-collector pauses outside the backend's calls: simulator time, cut, no event
     # and metadata ops' spans ("cut"): no runtime cost, so all of it is simulator time
     pauses = [e for e in runtime if e.kind in ("gc", "cut") and e.host_start_ns is not None]
-    # what torch recorded inside a cut is the simulator's too (a factory's CPU payload, the
-    # host-cost calibration's views: runtime/hostcost.py)
-    cuts = [e for e in pauses if e.kind == "cut"]
+    # what torch recorded inside an op's cut is the simulator's too (a factory's CPU payload,
+    # the host-cost calibration's views: runtime/hostcost.py); not an autograd hand-off's
+    # (no op), which is a wait of the caller's
+    cuts = [e for e in pauses if e.kind == "cut" and e.op_name]
     host = drop_simulator_events(host, [*calls, *cuts], origin_unix_ns)
 
     # The runtime's modeled clock is real time minus every cut since the process started;
