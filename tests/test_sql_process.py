@@ -5,6 +5,7 @@ equal the in-process ones, and a real server stays up and small under it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -126,3 +127,32 @@ def _peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "neuron_explorer", *args], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_query_command_runs_in_a_bounded_process_too():
+    """`neuron-explorer query` goes through the same watched child: a huge value is one line
+    and exit 2 at --memory, and its answers are the in-process ones (the CLI never holds them)."""
+    t0 = time.monotonic()
+    done = _cli("query", str(GPT), HUGE_STRING, "--memory", "512")
+    assert done.returncode == 2 and done.stdout == "", done
+    assert (
+        done.stderr.endswith(
+            "query: stopped: it needed more than 512 MB of memory (the limit of one query)\n"
+        )
+        and done.stderr.count("\n") == 1
+    ), done.stderr
+    assert time.monotonic() - t0 < 60
+    q = "SELECT kind, count(*) AS n, sum(dur_ns) AS ns FROM events GROUP BY kind ORDER BY kind"
+    done = _cli("query", str(GPT), q, "--json")
+    want = run_query(Profile.open(GPT), q).to_dict()
+    got = json.loads(done.stdout)
+    assert done.returncode == 0 and got["rows"] == want["rows"] and got["types"] == want["types"]
+    done = _cli("query", str(GPT), "SELEC 1")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "query: Parser Error: syntax error" in done.stderr
