@@ -25,6 +25,7 @@ from neuron_explorer.analysis.operators import operator_table
 from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
 from neuron_explorer.web.app import create_app
+from neuron_explorer.web.service import FIRST_VIEW_PX
 from neuron_explorer.web.views import source as source_view
 from neuron_explorer.web.views import sql as sql_view
 
@@ -328,6 +329,16 @@ def test_requests_during_the_background_warm_up(root, tmp_path):
         warm.start()
         assert TestClient(app).get("/api/profiles").status_code == 200
         warm.join()
+    # the warm-up left the timeline's first view (whole profile, default width) computed: the
+    # first visit's request is answered from it, and it is the view the route computes
+    svc = app.state.service
+    (name,) = svc.store.names()
+    assert svc.store.has(name, f"timeline-all-{FIRST_VIEW_PX}")
+    doc = get(TestClient(app), f"/api/p/{name}/timeline")
+    idx = svc.index(name)
+    s, e = timeline.first_view(idx)
+    fresh = timeline.window(Profile.open(svc.store.path(name)), idx, s, e, FIRST_VIEW_PX)
+    assert doc["window"] == json.loads(json.dumps(fresh.to_dict())) and doc["window"]["events"] > 0
 
 
 def _serve(args, env):

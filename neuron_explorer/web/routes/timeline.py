@@ -31,9 +31,7 @@ def api_timeline(
     s = first[0] if start_ns is None else start_ns
     e = first[1] if end_ns is None else end_ns
     if start_ns is None and end_ns is None:  # the first view of every visit: computed once
-        width_px = min(8000, max(250, round(width_px / 250) * 250))  # a few cached widths
-        win = store.derived(name, f"timeline-all-{width_px}",
-                            lambda _: timeline.window(p, store.connection(name), idx, s, e, width_px))  # fmt: skip
+        win = svc.first_window(name, width_px)
     else:
         win = timeline.window(p, store.connection(name), idx, s, e, width_px)
     return timeline.page(name, p, idx, win, window_only)
