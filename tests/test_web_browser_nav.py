@@ -179,6 +179,8 @@ def test_compare_stacks_the_same_step_of_both_on_one_scale(server, page):  # noq
     for n in ("base", "test"):  # each drawn from its own step's start, over the same span
         s = steps[n][0]["start_ns"]
         assert any(f"/p/{n}/timeline?start_ns={s}&end_ns={s + span}&" in u for u in asked), asked
+    # a window asks for its rects only: the lanes and steps came with the first view
+    assert asked and all(u.endswith("&window_only=true") for u in asked), asked
     with page.expect_response(lambda r: "/p/test/timeline?start_ns=" in r.url):
         page.click("#cmp-tl-in")
     page.wait_for_function(

@@ -69,7 +69,8 @@ function fetchBoth(st, delay = 60) {
     const wins = await Promise.all(st.sides.map((s) => {
       const w = Math.max(100, s.canvas.parentElement.clientWidth - GUTTER - 4);
       const s0 = Math.round(viewStart(st, s));
-      return api(`/p/${enc(s.name)}/timeline?start_ns=${s0}&end_ns=${s0 + Math.round(st.span)}&width_px=${w}`);
+      // the lanes and steps came with the first view: a window asks for its rects only
+      return api(`/p/${enc(s.name)}/timeline?start_ns=${s0}&end_ns=${s0 + Math.round(st.span)}&width_px=${w}&window_only=true`);
     }));
     if (id !== st.req) return;
     st.sides.forEach((s, i) => { s.win = wins[i].window; draw(st, s, i); });
