@@ -92,8 +92,10 @@ def test_the_ranks_twin_puts_each_collective_of_both_ranks_side_by_side(server, 
     assert httpx.get(f"{server}/api/p/one/ranks").json() == {
         "name": "one",
         "ranks": [0],
+        "device_time_modeled": True,  # a neuron capture: the page shows the badge
         "pair": None,
     }
+    assert doc["device_time_modeled"] is True and pair["device_time_modeled"] is True
 
 
 @pytest.mark.browser
@@ -134,5 +136,7 @@ def test_the_ranks_page_shows_the_straggler_and_both_timelines_on_one_clock(serv
     assert "a=1&b=0" in page.url
     assert "rank 1 waited for rank 0" not in page.locator("#rank-calls").inner_text()
     assert "rank 0 waited for rank 1" in page.locator("#rank-calls").inner_text()
+    assert page.locator("#modeled-badge").is_visible()  # a neuron capture's device times
     _open(page, f"{server}/p/one/ranks", "ranks-one-rank", "#one-rank")
+    assert page.locator("#modeled-badge").is_visible()  # one rank, no pair: still modeled
     assert page.errors == [], page.errors

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Query
 
+from neuron_explorer.analysis.page import is_modeled
 from neuron_explorer.analysis.rank_compare import default_pair, rank_pair
 
 from ..pages import Api, Page, Shell
@@ -24,9 +25,12 @@ def api_ranks(
     """Rank `b` against rank `a` as `pair`, which is null for a profile of one rank; without
     them, the rank that waited longest against the one it waited for (rank_compare.default_pair);
     404 for a rank the profile does not hold."""
-    ranks = list(svc.store.open(name).manifest.ranks)
+    p = svc.store.open(name)
+    ranks = list(p.manifest.ranks)
+    # the page's badge, shown for a neuron profile of one rank too (which has no pair)
+    head = {"name": name, "ranks": ranks, "device_time_modeled": is_modeled(p)}
     if len(ranks) < 2:
-        return {"name": name, "ranks": ranks, "pair": None}
+        return {**head, "pair": None}
     if a is None or b is None:
         first, second = svc.persisted(name, "rank_default_pair", lambda p: list(default_pair(p)))
         a = first if a is None else a
@@ -36,7 +40,7 @@ def api_ranks(
             raise NotFound(f"{name} has no rank {r} (ranks {ranks})")
     pair = svc.persisted(name, f"rank_pair_{a}_{b}",
                          lambda p: with_file_ids(rank_pair(p, a, b).to_dict()))  # fmt: skip
-    return {"name": name, "ranks": ranks, "pair": pair}
+    return {**head, "pair": pair}
 
 
 PAGES = (

@@ -25,10 +25,10 @@ function waitedFor(r, a, b) {
 
 run(async () => {
   const doc = await api(`/p/${enc(profile)}/ranks${qs("a") !== null && qs("b") !== null ? `?a=${enc(qs("a"))}&b=${enc(qs("b"))}` : ""}`);
+  setModeled(doc.device_time_modeled);  // a neuron profile of one rank has the badge too
   const d = doc.pair;
   if (!d) return mount(h("h1", {}, "Ranks side by side"), h("p", { class: "note", id: "one-rank" },
     `${profile} holds one rank (${doc.ranks.join(", ") || "none"}): there is nothing to put side by side.`));
-  setModeled(d.device_time_modeled);
   const c = d.comparison, none = { count: 0, mean_ns: null };
   const sa = c.steps.a || none, sb = c.steps.b || none;
   const total = (s, k) => d.collectives.reduce((acc, x) => acc + x[s][k], 0);
