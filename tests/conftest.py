@@ -106,3 +106,13 @@ def sample_json(served_samples: Path, tmp_path_factory: pytest.TempPathFactory):
         return r.json()
 
     return get
+
+
+def without_file_ids(doc: object) -> object:
+    """`doc` without the web's one decoration (a file id beside each source path), to compare
+    a web document with the CLI's or the page model's."""
+    if isinstance(doc, dict):
+        return {k: without_file_ids(v) for k, v in doc.items() if k != "file_id"}
+    if isinstance(doc, list):
+        return [without_file_ids(v) for v in doc]
+    return doc

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import without_file_ids
 
 from neuron_explorer.analysis import summarize
 from neuron_explorer.analysis.hotspots import lines_page, modules_page
@@ -93,14 +94,6 @@ def test_summary_page_is_the_web_twin(sample_json, served_samples, name):
     assert without_file_ids(twin) == doc
     assert twin["steps"]["count"] == len(p.manifest.steps) and twin["findings_total"] == len(found)
     assert all(r["file_id"] == file_id(r["file"]) for r in twin["top_lines"])
-
-
-def without_file_ids(doc):
-    if isinstance(doc, dict):
-        return {k: without_file_ids(v) for k, v in doc.items() if k != "file_id"}
-    if isinstance(doc, list):
-        return [without_file_ids(v) for v in doc]
-    return doc
 
 
 def line_table_of(p: Profile):

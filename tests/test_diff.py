@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import without_file_ids
 
 from neuron_explorer.cli import main
 
@@ -34,15 +35,6 @@ def run_cli(*argv: str, columns: int | None = None) -> tuple[int, str, str]:
         if saved is not None:
             os.environ["COLUMNS"] = saved
     return code, out.getvalue(), err.getvalue()
-
-
-def without_file_ids(doc):
-    """`doc` without the web's one decoration (a file id beside each source path)."""
-    if isinstance(doc, dict):
-        return {k: without_file_ids(v) for k, v in doc.items() if k != "file_id"}
-    if isinstance(doc, list):
-        return [without_file_ids(v) for v in doc]
-    return doc
 
 
 @pytest.fixture(scope="module")
