@@ -331,6 +331,20 @@ def test_sql_cannot_reach_files(mcp):
     assert not Path("/tmp/h6_out.csv").exists()
 
 
+@pytest.mark.slow  # the query process grows to its 1 GB limit before it is stopped
+def test_sql_memory_is_bounded_as_the_webs(mcp):
+    """The sql tool goes through the web's SQL route, so through its watched query process: a
+    value DuckDB builds outside its own limit is one line, and the next query is answered."""
+    from neuron_explorer.web.views import sql as sql_view
+
+    is_error, text = mcp("sql", profile=NEURON, query="SELECT strlen(repeat('x', 600000000)) AS n")
+    assert is_error and "\n" not in text.strip(), text[:300]
+    assert (f"stopped: it needed more than {sql_view.QUERY_RSS >> 20} MB of memory" in text
+            or "stopped after the time limit" in text), text[:300]  # fmt: skip
+    after = ok(mcp("sql", profile=NEURON, query="SELECT 1 AS one"))
+    assert rows_of(after["result"]) == [{"one": 1}]
+
+
 def test_answers_are_bounded(mcp):
     from neuron_explorer.agents.bound import MAX_CHARS
 
