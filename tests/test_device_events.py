@@ -257,3 +257,27 @@ def test_every_raw_record_holds_exactly_the_fields_of_its_declared_layout():
     launches = [e for e in events if e.kind == "runtime" and e.name == "launch"]
     assert len(launches) == sum(r[0] is ev_mod.LaunchRecord for r in raw)
     assert {e.kind for e in events} >= {"compile", "runtime", "kernel", "sync", "memory", "forward"}
+
+
+def test_a_launch_accounts_its_span_as_model_add_cut_does():
+    """The hot path (record.dispatch_recorded) adds a launch's span less its modeled cost to the
+    running cut without calling model.add_cut: the cut it records and the one it leaves must be
+    add_cut's, replayed from the record's own fields."""
+    x, y = torch.zeros(16, device="neuron"), torch.ones(16, device="neuron")
+    backend.events.clear()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        x.add_(y)
+        x.add_(y)  # a compile cache hit: the hot path itself
+        raw = ev_mod._buf[-1]
+        after = model.cut_ns
+    assert raw[0] is ev_mod.LaunchRecord
+    rec = ev_mod.LaunchRecord._make(raw[1:])
+    assert rec.t1 > rec.t0 and rec.cost > 0
+    saved = model.cut_ns
+    try:
+        model.cut_ns = rec.cut
+        assert model.add_cut(rec.t1 - rec.t0, rec.cost) == rec.cut
+        assert model.cut_ns == after
+    finally:
+        model.cut_ns = saved
+    backend.events.clear()

@@ -144,8 +144,8 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     # the wrapper's Python round trip (hostcost.py) is simulator time too, cut before the span:
     # torch boxes the arguments and calls __torch_dispatch__ before it (capture/clock.py takes
     # it from the gap before the call), so the op's host event keeps what the CPU's would
-    model.cut_ns += o  # add_cut(o, 0) without a call: the hot path
-    m0 = t0 - model.cut_ns - model.origin_ns  # modeled_now(t0): before this call's own cut
+    c = model.cut_ns = model.cut_ns + o  # add_cut(o, 0) without a call: the hot path
+    m0 = t0 - c - model.origin_ns  # modeled_now(t0): before this call's own cut
     key, compiled, entry = _note_key(info, inputs)
     out = run_payload(info, cpu_args, kwargs)
     new: list = []
@@ -154,15 +154,17 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     compile_real = 0
     if entry is None:  # first use while recording: lower the kernel (the eager compile)
         entry, compile_real = _compile(info, key, compiled, inputs, new, tid, src, seq, bwd)
-    ready = m0 + rt.launch_ns + (rt.eager_compile_ns if compiled else 0)
+    launch = rt.launch_ns
+    ready = m0 + launch + (rt.eager_compile_ns if compiled else 0)
     if _cc_pending:  # an overlapped collective's buffer: the kernel waits for the CC queue
         ready = _cc.ready_after(inputs, ready)
     # The launch owns the payload compute too: all of it is simulator time, cut from the host.
     t1 = _now() - compile_real
-    cut = model.add_cut(t1 - t0, rt.launch_ns)
+    cut = model.cut_ns  # model.add_cut(t1 - t0, launch) without a call (test_device_events)
+    model.cut_ns = cut + (t1 - t0) - launch
     model.last_end_ns = t1
     rec = [LaunchRecord, next(_ids), next(_ids), info.name, entry, tid, t0, t1, cut, src, seq,
-           bwd, next(_flows), rt.launch_ns, entry[0], ready, None]  # fmt: skip
+           bwd, next(_flows), launch, entry[0], ready, None]  # fmt: skip
     _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(plan, ready)
     _buf.append(rec)
     return result
@@ -208,7 +210,7 @@ def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int):
     finish_outputs(info, new, inputs)
     if not info.kernel and inputs:
         seq, bwd, tid, o = _position(inputs, t0)
-        model.add_cut(o, 0)  # the round trip, before the span (as a launch's)
+        model.cut_ns += o  # add_cut(o, 0): the round trip, before the span (as a launch's)
         if seq >= 0 and not bwd:  # made an autograd node: its backward kernels need its line
             _note_forward(seq, tid)
         _host("cut", info.name, info.name, (), (), tid, t0, _now(), 0, None, -1, False)
