@@ -144,6 +144,8 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     # the wrapper's Python round trip (hostcost.py) is simulator time too, cut before the span:
     # torch boxes the arguments and calls __torch_dispatch__ before it (capture/clock.py takes
     # it from the gap before the call), so the op's host event keeps what the CPU's would
+    if info.mutates:  # returns its input's wrapper: the short round trip (hostcost.refit)
+        o = min(o, _hostcost.LOOP_NS)
     c = model.cut_ns = model.cut_ns + o  # add_cut(o, 0) without a call: the hot path
     m0 = t0 - c - model.origin_ns  # modeled_now(t0): before this call's own cut
     key, compiled, entry = _note_key(info, inputs)
@@ -194,6 +196,10 @@ def _position(inputs: list, t0: int) -> tuple[int, bool, int, int]:
                 seq, o = _sequence_nr() - 1, _hostcost.OUTSIDE_GRAD_NS
                 break
     gap = t0 - model.last_end_ns
+    if bwd or seq < 0:  # records no grad: the plain round trip's in-model sample (refit)
+        _hostcost.GAPS.append(gap)
+        if len(_hostcost.GAPS) >= _hostcost.BATCH:
+            _hostcost.refit()
     return seq, bwd, tid, (o if gap >= o else max(gap, 0))
 
 
