@@ -281,3 +281,27 @@ def test_a_launch_accounts_its_span_as_model_add_cut_does():
     finally:
         model.cut_ns = saved
     backend.events.clear()
+
+
+def test_in_place_results_are_the_same_recorded_or_not():
+    """The recorded launch returns a plain in-place op's input wrapper without calling
+    payload.wrap_result (record.dispatch_recorded); the unrecorded path calls it. Both must give
+    the same wrapper, values and float64 rounding, and an out= op's restride, either way."""
+
+    def run():
+        x, y = torch.zeros(8, device="neuron"), torch.full((8,), 0.5, device="neuron")
+        d, e = (
+            torch.zeros(8, dtype=torch.float64, device="neuron"),
+            torch.full((8,), 1 / 3, dtype=torch.float64, device="neuron"),
+        )
+        out = torch.empty(2, device="neuron")
+        got = [x.add_(y) is x, d.add_(e) is d, torch.add(x, y, out=out) is out]
+        return got, x.cpu(), d.cpu(), out.shape, out.cpu()
+
+    plain = run()
+    recorded, _events = _record(run)
+    assert plain[0] == recorded[0] == [True, True, True]
+    assert torch.equal(plain[1], recorded[1]) and plain[1][0].item() == 0.5
+    assert torch.equal(plain[2], recorded[2])
+    assert recorded[2][0].item() == torch.tensor(1 / 3, dtype=torch.float32).item()
+    assert plain[3] == recorded[3] == (8,) and torch.equal(plain[4], recorded[4])

@@ -44,6 +44,7 @@ _ids = events._ids
 _flows = events._flows
 _note_key = tracking.note_key  # (key, compiles now, cache entry) of one kernel call
 _host = events.record_host  # one host call, the clock advanced by its cut
+_gaps = _hostcost.GAPS  # the refit's samples (cleared, never rebound): read without a lookup
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -144,14 +145,17 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     # the wrapper's Python round trip (hostcost.py) is simulator time too, cut before the span:
     # torch boxes the arguments and calls __torch_dispatch__ before it (capture/clock.py takes
     # it from the gap before the call), so the op's host event keeps what the CPU's would
-    if info.mutates:  # returns its input's wrapper: the short round trip (hostcost.refit)
-        o = min(o, _hostcost.LOOP_NS)
+    if info.mutates and o > _hostcost.LOOP_NS:  # returns its input's wrapper: the short
+        o = _hostcost.LOOP_NS  # round trip (hostcost.refit); min() without a call
     c = model.cut_ns = model.cut_ns + o  # add_cut(o, 0) without a call: the hot path
     m0 = t0 - c - model.origin_ns  # modeled_now(t0): before this call's own cut
     key, compiled, entry = _note_key(info, inputs)
     out = run_payload(info, cpu_args, kwargs)
     new: list = []
-    result = wrap_result(info, out, inputs, new)
+    if inputs and out is inputs[0][0] and not info.restrides and out.dtype is not _F64:
+        result = inputs[0][1]  # wrap_result's plain in-place case without a call (add_, mul_)
+    else:
+        result = wrap_result(info, out, inputs, new)
     rt = (model._spec or model.spec()).runtime  # the set spec without a call, once set
     compile_real = 0
     if entry is None:  # first use while recording: lower the kernel (the eager compile)
@@ -197,8 +201,8 @@ def _position(inputs: list, t0: int) -> tuple[int, bool, int, int]:
                 break
     gap = t0 - model.last_end_ns
     if bwd or seq < 0:  # records no grad: the plain round trip's in-model sample (refit)
-        _hostcost.GAPS.append(gap)
-        if len(_hostcost.GAPS) >= _hostcost.BATCH:
+        _gaps.append(gap)
+        if len(_gaps) >= _hostcost.BATCH:
             _hostcost.refit()
     return seq, bwd, tid, (o if gap >= o else max(gap, 0))
 

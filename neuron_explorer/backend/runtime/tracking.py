@@ -17,12 +17,15 @@ _f64_warned = False
 compile_cache: dict[tuple, object] = {}
 stats = {"eager_compiles": 0, "eager_cache_hits": 0}
 _MISSING = object()
+# bound once: note_key runs on every kernel call (these containers are cleared, never rebound)
+_executed_add = executed.add
+_cache_get = compile_cache.get
 
 
 def note_key(info, inputs: list) -> tuple[tuple, bool, Any]:
     """Count one kernel call: its cache key (op, then each input's shape and dtype), True when
     that key compiles now, and its cache entry (None until lowered)."""
-    executed.add(info.name)
+    _executed_add(info.name)
     n = len(inputs)  # the usual one and two inputs without building a list (once per op)
     if n == 1:
         p = inputs[0][0]
@@ -36,7 +39,7 @@ def note_key(info, inputs: list) -> tuple[tuple, bool, Any]:
             parts.append(p.shape)
             parts.append(p.dtype)
         key = tuple(parts)
-    entry = compile_cache.get(key, _MISSING)
+    entry = _cache_get(key, _MISSING)
     if entry is not _MISSING:
         stats["eager_cache_hits"] += 1
         return key, False, entry
