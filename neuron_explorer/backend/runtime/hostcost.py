@@ -34,6 +34,7 @@ import time
 
 import torch
 from torch.autograd import profiler as _prof
+from torch.utils._python_dispatch import _disable_current_modes
 
 OUTSIDE_NS: int | None = None  # set by calibrate(); None until the first recorded op
 OUTSIDE_GRAD_NS = 0  # the same for an op that records grad (an input requires grad)
@@ -122,6 +123,9 @@ def _measure() -> tuple[int, int]:
     _prof._is_profiler_enabled = False  # the unrecorded path: no runtime events
     try:
         with (
+            # the first recorded op may come while dynamo traces with fake tensors (a compiled
+            # model under the profiler): the probes are real tensors, measured outside any mode
+            _disable_current_modes(),
             torch._C._ForceDispatchKeyGuard(*_USER_KEYS),
             torch.inference_mode(False),
             torch.enable_grad(),
