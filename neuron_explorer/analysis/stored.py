@@ -194,14 +194,8 @@ def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
         data = _read(path(profile, kind))
         if data is None:
             return None
-        head, _, body = data.partition(b"\n")
-        if head.decode("ascii", "replace") != _line(kind, ident or identity(profile)):
-            return None
-        if kind.endswith("_table"):
-            with pa.ipc.open_file(pa.BufferReader(body)) as reader:
-                return reader.read_all()
-        value = json.loads(body)
-    except (OSError, ValueError, pa.ArrowException):
+        value = decode(data, _line(kind, ident or identity(profile)), kind.endswith("_table"))
+    except OSError:
         return None
     if kind in PATHS and isinstance(value, dict):
         value["profile"] = str(profile.path)  # the one field that names where it is opened
@@ -242,6 +236,13 @@ def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:
 
 
 def _put(target: Path, ident: str, value: Any) -> bool:
+    # as readable as the profile's other files (mkstemp makes 0600)
+    return put(target, encode(ident, value), mode=0o644, parents=False)
+
+
+def encode(ident: str, value: Any) -> bytes:
+    """An entry: its identity line, then an Arrow table as an IPC file or a value as JSON (the
+    layout of this folder's files and of the web's own cache, web/cache.py)."""
     if isinstance(value, pa.Table):
         buf = io.BytesIO()
         with pa.ipc.new_file(buf, value.schema) as writer:
@@ -249,13 +250,35 @@ def _put(target: Path, ident: str, value: Any) -> bool:
         body = buf.getvalue()
     else:
         body = json.dumps(value, separators=(",", ":")).encode()
+    return ident.encode("ascii") + b"\n" + body
+
+
+def decode(data: bytes, ident: str, arrow: bool) -> Any | None:
+    """The value of an entry written by `encode`; None when its identity is not `ident` or its
+    body cannot be read."""
+    head, _, body = data.partition(b"\n")
+    if head.decode("ascii", "replace") != ident:
+        return None
     try:
-        target.parent.mkdir(exist_ok=True)
+        if arrow:
+            with pa.ipc.open_file(pa.BufferReader(body)) as reader:
+                return reader.read_all()
+        return json.loads(body)
+    except (ValueError, pa.ArrowException):
+        return None
+
+
+def put(target: Path, data: bytes, mode: int | None = None, parents: bool = True) -> bool:
+    """Write `data` to `target` atomically (a temporary name, then a rename); False when it
+    cannot be written (the value is computed when asked for, as without it)."""
+    try:
+        target.parent.mkdir(parents=parents, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
-            os.chmod(tmp, 0o644)  # as readable as the profile's other files (mkstemp: 0600)
+            if mode is not None:
+                os.chmod(tmp, mode)
             with os.fdopen(fd, "wb") as f:
-                f.write(ident.encode("ascii") + b"\n" + body)
+                f.write(data)
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -11,16 +11,11 @@ cannot be read, is ignored and replaced. Files are written to a temporary name, 
 from __future__ import annotations
 
 import hashlib
-import io
-import json
-import os
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
+from neuron_explorer.analysis.stored import decode, encode, put
 from neuron_explorer.model.profile import Profile
 
 FORMAT = 1  # bump when the layout of an entry changes
@@ -74,37 +69,9 @@ class AnalysisCache:
             data = path.read_bytes()
         except OSError:
             return None
-        head, _, body = data.partition(b"\n")
-        if head.decode("ascii", "replace") != identity:
-            return None
-        try:
-            if path.suffix == ".arrow":
-                with pa.ipc.open_file(pa.BufferReader(body)) as reader:
-                    return reader.read_all()
-            return json.loads(body)
-        except (ValueError, pa.ArrowException):
-            return None
+        return decode(data, identity, path.suffix == ".arrow")
 
     def store(self, profile: Profile, kind: str, identity: str, value: Any) -> None:
         """Write an entry atomically; a cache that cannot be written is skipped silently (the
         value was computed and is served anyway)."""
-        path = self.path(profile, kind)
-        if isinstance(value, pa.Table):
-            buf = io.BytesIO()
-            with pa.ipc.new_file(buf, value.schema) as writer:
-                writer.write_table(value)
-            body = buf.getvalue()
-        else:
-            body = json.dumps(value, separators=(",", ":")).encode()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(identity.encode("ascii") + b"\n" + body)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        except OSError:
-            return
+        put(self.path(profile, kind), encode(identity, value))
