@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -116,3 +121,26 @@ def without_file_ids(doc: object) -> object:
     if isinstance(doc, list):
         return [without_file_ids(v) for v in doc]
     return doc
+
+
+@contextmanager
+def uvicorn_server(app: object) -> Iterator[str]:
+    """A real uvicorn serving `app` on 127.0.0.1 at a free port, in a thread: its base URL;
+    stopped when the block ends."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)

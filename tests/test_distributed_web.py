@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from conftest import uvicorn_server
 from test_web_browser import _open, browser, context, page  # noqa: F401 - fixtures
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "profiles"
@@ -30,24 +28,10 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(root, tmp_path_factory):
-    import uvicorn
-
     from neuron_explorer.web.app import create_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = create_app(root, analysis_cache=tmp_path_factory.mktemp("cache"))
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_server(create_app(root, analysis_cache=tmp_path_factory.mktemp("cache"))) as url:
+        yield url
 
 
 @pytest.mark.slow  # both ranks' analysis: seconds

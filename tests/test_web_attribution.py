@@ -5,11 +5,9 @@ with its self and total device time), from that line back to its kernels; the mo
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 
 import pytest
+from conftest import uvicorn_server
 from test_attribution import _captured_once
 from test_web_browser import ARGS, CHROMIUM
 
@@ -20,8 +18,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    import uvicorn
-
     from neuron_explorer.web.app import create_app
 
     tmp = tmp_path_factory.mktemp("attribution-web")
@@ -30,20 +26,8 @@ def served(tmp_path_factory):
     root = tmp / "profiles"
     root.mkdir()
     shutil.copytree(captured.path, root / "gpt2")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = create_app(root, analysis_cache=tmp / "cache")
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", Profile.open(root / "gpt2")
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_server(create_app(root, analysis_cache=tmp / "cache")) as url:
+        yield url, Profile.open(root / "gpt2")
 
 
 @pytest.fixture(scope="module")

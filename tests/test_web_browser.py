@@ -5,12 +5,10 @@ Screenshots of each page go to screenshots/ (git-ignored)."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from conftest import uvicorn_server
 from test_web_support import XSS_OP, build_root
 
 pytestmark = pytest.mark.browser
@@ -22,31 +20,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, imported_profiles):
-    import uvicorn
-
     from neuron_explorer.web.app import create_app
 
     root = build_root(tmp_path_factory.mktemp("webui"), imported_profiles)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(
-        uvicorn.Config(
-            create_app(root, analysis_cache=tmp_path_factory.mktemp("analysis-cache")),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-        )
-    )
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    app = create_app(root, analysis_cache=tmp_path_factory.mktemp("analysis-cache"))
+    with uvicorn_server(app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
