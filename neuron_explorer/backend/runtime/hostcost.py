@@ -48,7 +48,8 @@ ROUNDS, CALLS = 15, 20
 # An in-place op returns its input's wrapper, no new one: its round trip is the short one
 # (GPT-2's add_: 7 us outside its span against a view's 18), so it cuts at most LOOP_NS.
 BATCH, PERCENTILE = 256, 10
-GAPS: list[int] = []  # gaps before recorded ops that record no grad, since the last refit
+GAPS: list[int] = []  # gaps before ops recording no grad since the last refit (cleared, never
+# rebound: record.py binds it once)
 LOOP_NS = LOOP_GRAD_NS = CPU_NS = 0  # the calibration loop's figures
 _lock = threading.Lock()
 
