@@ -5,6 +5,7 @@ and on the CPU, fp32 and bf16 steps alternating on one model).
     .venv/bin/python benchmarks/zoo_bench.py                 # every zoo model, 10 steps each
     .venv/bin/python benchmarks/zoo_bench.py --models gpt2 llama --steps 10
     .venv/bin/python benchmarks/zoo_bench.py --only-bf16     # the autocast comparison alone
+    NEURON_PYTHON_AUTOCAST=1 .venv/bin/python benchmarks/zoo_bench.py --only-bf16  # Python kernels
 
 A step is forward, backward and AdamW; the figure is the best of `--steps` steps after two
 warm-up steps (the eager compiles), in process CPU time with one torch thread unless
@@ -153,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         CLOCK = time.process_time
     print(f"clock: {args.clock}")
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.2f}, "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}\n")  # fmt: skip
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}")  # fmt: skip
+    from neuron_explorer.backend.runtime import autocast
+
+    # NEURON_PYTHON_AUTOCAST=1 runs the Python kernels: the A/B of the C++ ones
+    print(f"autocast kernels: {autocast.kind}\n")
     for device in ("cpu", "neuron"):  # first use of the CPU kernels, transformers and the device
         step_ms(ZOO["gpt2"], device, 1)
     if not args.only_bf16:

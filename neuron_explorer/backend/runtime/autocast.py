@@ -1,7 +1,17 @@
 """`torch.autocast(device_type="neuron")`: matmul-like ops in the autocast dtype (bf16 default),
-numerically sensitive ones in float32, everything else untouched (as on CUDA)."""
+numerically sensitive ones in float32, everything else untouched (as on CUDA).
+
+The kernels are C++ (autocast.cpp, built and cached like guard.cpp): a Python kernel costs a
+round trip per autocast op and gets no weight-cast cache. Without a compiler, or with
+NEURON_PYTHON_AUTOCAST=1, the Python kernel below runs instead, with the same lists and rule.
+"""
 
 from __future__ import annotations
+
+import ctypes
+import os
+import warnings
+from pathlib import Path
 
 import torch
 
@@ -24,7 +34,8 @@ _Exclude = torch._C._ExcludeDispatchKeyGuard
 _Tensor = torch.Tensor
 _autocast_dtype = torch.get_autocast_dtype
 _SEQ = (list, tuple)
-_libs: list[torch.library.Library] = []
+_libs: list = []  # the fallthrough, then the C++ library or the Python kernels' Library
+kind = "none"  # "native" once autocast.cpp's kernels are registered, else "python"
 
 
 def _cast(a, dtype: torch.dtype):
@@ -64,19 +75,61 @@ def _kernel(op: torch._ops.OpOverload, fixed_dtype: torch.dtype | None):
     return run
 
 
+def _overloads() -> list[tuple[str, torch._ops.OpOverload, torch.dtype | None]]:
+    """(name, op, fixed dtype) for every functional overload of the two lists. Out= overloads
+    fall through, as on CUDA: casting their `out` would write the result into a copy."""
+    found = []
+    for names, dtype in ((LOWER_PRECISION, None), (FLOAT32, torch.float32)):
+        for name in names:
+            packet = getattr(torch.ops.aten, name, None)
+            for overload in packet.overloads() if packet is not None else ():
+                op = getattr(packet, overload)
+                if not op._schema.is_mutable:
+                    found.append(
+                        (name if overload == "default" else f"{name}.{overload}", op, dtype)
+                    )
+    return found
+
+
+def _register_native(ops) -> None:
+    from neuron_explorer.backend.runtime import guard
+
+    source = Path(__file__).with_name("autocast.cpp")
+    path = guard._library_path(source, "neuron_autocast")
+    if not path.exists():
+        guard.build(path, source)
+    lib = ctypes.CDLL(str(path))
+    names = (ctypes.c_char_p * len(ops))(*(name.encode() for name, _, _ in ops))
+    fp32 = (ctypes.c_int * len(ops))(*(int(dtype is not None) for _, _, dtype in ops))
+    lib.neuron_autocast_error.restype = ctypes.c_char_p
+    if lib.neuron_autocast_register(names, fp32, len(ops)) != 0:
+        raise RuntimeError(lib.neuron_autocast_error().decode())
+    _libs.append(lib)
+
+
 def register() -> None:
     """Fall through AutocastPrivateUse1 for every op, except the two casting lists."""
+    global kind
     if _libs:
         return
     every = torch.library.Library("_", "IMPL")
     every.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
+    _libs.append(every)
+    ops = _overloads()
+    if os.environ.get("NEURON_PYTHON_AUTOCAST") != "1":
+        try:
+            _register_native(ops)
+            kind = "native"
+            return
+        except Exception as exc:  # noqa: BLE001 - the Python kernels still work
+            warnings.warn(
+                f"neuron: autocast runs Python kernels ({exc}): slower, no weight-cast "
+                "cache (install g++)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     lib = torch.library.Library("aten", "IMPL")
-    for names, dtype in ((LOWER_PRECISION, None), (FLOAT32, torch.float32)):
-        for name in names:
-            packet = getattr(torch.ops.aten, name, None)
-            if packet is None:
-                continue
-            for overload in packet.overloads():
-                lib.impl(f"{name}.{overload}" if overload != "default" else name,
-                         _kernel(getattr(packet, overload), dtype), "AutocastPrivateUse1")  # fmt: skip
-    _libs.extend([every, lib])
+    for name, op, dtype in ops:
+        lib.impl(name, _kernel(op, dtype), "AutocastPrivateUse1")
+    _libs.append(lib)
+    kind = "python"

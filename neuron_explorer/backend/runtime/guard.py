@@ -73,15 +73,15 @@ def cache_dir() -> Path:
     return Path(root) / "neuron-explorer"
 
 
-def _library_path() -> Path:
-    source = _SOURCE.read_bytes()
+def _library_path(source: Path = _SOURCE, stem: str = "neuron_guard") -> Path:
+    """Where the library built from `source` is cached (autocast.py builds autocast.cpp too)."""
     tag = f"{torch.__version__}|{sys.version_info[:2]}|{torch._C._GLIBCXX_USE_CXX11_ABI}"
-    digest = hashlib.sha256(source + tag.encode()).hexdigest()[:16]
-    return cache_dir() / f"neuron_guard_{digest}.so"
+    digest = hashlib.sha256(source.read_bytes() + tag.encode()).hexdigest()[:16]
+    return cache_dir() / f"{stem}_{digest}.so"
 
 
-def build(path: Path) -> None:
-    """Compile guard.cpp into `path` (atomically: a temp file, then rename)."""
+def build(path: Path, source: Path = _SOURCE) -> None:
+    """Compile `source` (guard.cpp) into `path` (atomically: a temp file, then rename)."""
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no C++ compiler (g++) found")
@@ -92,14 +92,14 @@ def build(path: Path) -> None:
     cmd = [
         compiler, "-O1", "-std=c++17", "-shared", "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-        f"-I{torch_dir / 'include'}", str(_SOURCE), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
+        f"-I{torch_dir / 'include'}", str(source), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
         f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", tmp,
     ]  # fmt: skip
     try:
         subprocess.run(cmd, check=True, capture_output=True, timeout=300)
         os.replace(tmp, path)
     except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"building the C++ guard failed: {exc.stderr.decode()[-500:]}") from exc
+        raise RuntimeError(f"building {source.name} failed: {exc.stderr.decode()[-500:]}") from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
