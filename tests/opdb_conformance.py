@@ -58,11 +58,6 @@ DOCUMENTED: dict[str, str] = {
     # not the device's: torch.equal has no complex32 kernel on the CPU to compare with
     "chalf": "harness: the CPU cannot compare complex32 (torch.equal)",
 }  # fmt: skip
-# PyTorch's autograd formulas take a different (composite-compliant) branch for any tensor
-# subclass or under any dispatch mode (FunctionsManual.cpp, `isTensorSubclassLike`): a
-# wrapper device gets the same formula as the CPU under a no-op TorchDispatchMode, bit for bit
-# (tests/test_opdb.py checks it), which rounds differently from the CPU's plain branch.
-_SUBCLASS = "autograd's tensor-subclass formula: equal to the CPU under a dispatch mode"
 _F64_ACC = "backward accumulates in float64 (the CPU's accumulate type), computed as float32"
 _F64_OPERAND = "a float64 operand (mixed with complex64): computed as float32"
 _GELSY = "the CPU is nondeterministic: gelsy gets an uninitialised pivot array (at::empty)"
@@ -79,7 +74,6 @@ DOCUMENTED.update(
             ],
             _BF16_CONVT,
         ),
-        **dict.fromkeys(["cumprod", "masked_fill", "prod", "masked.prod"], _SUBCLASS),
         "renorm": _F64_ACC,
         "nn.functional.l1_loss": _F64_OPERAND,
         **dict.fromkeys(["linalg.lstsq", "linalg.lstsq.grad_oriented"], _GELSY),
@@ -96,7 +90,11 @@ FIXED_SINCE = {
     "index_put": "fixed since: index_put accepts CPU index tensors",
     "nn.functional.mish": "fixed since: mish_backward runs whole on the device",
     **dict.fromkeys(["linalg.pinv", "linalg.pinv.singular", "pinverse"], _MATH_BITS),
-}
+    # autograd's formulas took their tensor-subclass branch (`isTensorSubclassLike`) on the
+    # wrapper device; the CPU's plain branch is its own kernel now (runtime/grad_formulas.py)
+    **dict.fromkeys(["cumprod", "masked_fill", "prod", "masked.prod"],
+                    "fixed since: autograd's CPU formula on the device (grad_formulas.py)"),
+}  # fmt: skip
 OP_SECONDS = 300  # one op and dtype, all its samples: past this the rest are not run
 STALL_SECONDS = 2 * OP_SECONDS  # a worker silent this long is stuck in C code: killed
 
@@ -264,29 +262,13 @@ def _run(op, s: _Sample):
     return op(s.input, *s.args, **s.kwargs)
 
 
-def _no_op_mode():
-    """A TorchDispatchMode that only runs each op: the CPU as autograd sees a tensor subclass."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class NoOp(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    return NoOp()
-
-
-def check_sample(op, sample, index: int, cpu_under_mode: bool = False) -> dict:
-    """Forward and backward of one sample on the CPU and on the device; `cpu_under_mode` runs
-    the CPU side under a no-op dispatch mode (autograd's tensor-subclass branches)."""
-    import contextlib
-
-    mode = _no_op_mode if cpu_under_mode else contextlib.nullcontext
+def check_sample(op, sample, index: int) -> dict:
+    """Forward and backward of one sample on the CPU and on the device."""
     cpu = _Sample(*(_copy(v, True) for v in (sample.input, sample.args, sample.kwargs)))
     dev = _Sample(*(_copy(v, False) for v in (sample.input, sample.args, sample.kwargs)))
     res: dict = {}
     try:
-        with mode():
-            cpu_out = _run(op, cpu)
+        cpu_out = _run(op, cpu)
     except Exception as e:  # the CPU refuses the sample: the device must refuse it too
         cpu_out, cpu_err = None, e
     else:
@@ -312,8 +294,7 @@ def check_sample(op, sample, index: int, cpu_under_mode: bool = False) -> dict:
         return res
     d_outs, d_ins = _grad_pairs(dev_out, dev, process)
     try:
-        with mode():
-            c_grads = _backward(c_outs, c_ins, index, "cpu")
+        c_grads = _backward(c_outs, c_ins, index, "cpu")
     except Exception:
         return res  # the CPU has no backward for this sample either
     try:

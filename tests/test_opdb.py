@@ -58,36 +58,20 @@ def test_a_crash_in_an_op_is_recorded_and_the_sweep_goes_on(monkeypatch):
     assert by_op["neg"]["counts"]["fwd"].get("equal", 0) >= 1 and _not_equal([by_op["neg"]]) == []
 
 
-SUBCLASS_OPS = [op for op, why in oc.DOCUMENTED.items() if why == oc._SUBCLASS]
-# the (op, dtype) pairs that differ from the plain CPU, a few by default, every one in the sweep
-_SUBCLASS_CASES = [("masked_fill", "float32"), ("prod", "float32"), ("cumprod", "complex64")]
-_SUBCLASS_SWEEP = [
-    (op, dt) for op in SUBCLASS_OPS for dt in oc.DTYPES if (op, dt) not in _SUBCLASS_CASES
-]
+# autograd formulas that torch branches on `isTensorSubclassLike`: on the wrapper device they
+# took the subclass branch and rounded differently; now the CPU's (runtime/grad_formulas.py)
+CPU_FORMULA_OPS = ["prod", "cumprod", "masked_fill", "masked.prod"]
 
 
-@pytest.mark.slow  # op_db in this process: its import, then the op's samples twice on the CPU
-@pytest.mark.parametrize(
-    "name,dtype",
-    _SUBCLASS_CASES + [pytest.param(*c, marks=pytest.mark.sweep) for c in _SUBCLASS_SWEEP],
-)
-def test_subclass_formula_ops_equal_the_cpu_under_a_dispatch_mode(name, dtype):
-    # the documented reason for these ops: autograd's isTensorSubclassLike branch. Under a
-    # no-op dispatch mode the CPU takes the same branch, and then every sample is bitwise equal;
-    # without it some are not (so the reason is the whole difference, and still real)
-    import torch
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    op = next(op for op in op_db if oc.op_id(op) == name)
-    samples = op.sample_inputs("neuron", getattr(torch, dtype), requires_grad=True)
-    plain_differs = 0
-    for i, sample in enumerate(samples):
-        res = oc.check_sample(op, sample, i, cpu_under_mode=True)
-        assert {v for v, _d, _w in res.values()} <= {"equal", "both_error"}, (i, res)
-        plain = oc.check_sample(op, sample, i)
-        plain_differs += any(v != "equal" for v, _d, _w in plain.values())
-    if (name, dtype) in _SUBCLASS_CASES:
-        assert plain_differs >= 1
+@pytest.mark.slow  # one worker process: op_db's import, then ~130 samples of each op, 3 dtypes
+def test_ops_with_the_cpus_autograd_formulas_equal_the_cpu_on_every_sample():
+    records = oc.sweep(CPU_FORMULA_OPS, list(oc.DTYPES), chunk=len(CPU_FORMULA_OPS),
+                       max_samples=None)  # fmt: skip
+    assert [r for r in records if r.get("status")] == []
+    assert {r["op"] for r in records} == set(CPU_FORMULA_OPS)
+    rates = oc.summarize(records)["rates"]
+    assert all(rates[f"{dt} bwd"]["samples"] > 100 for dt in oc.DTYPES)
+    assert _not_equal(records) == []  # bitwise, forward and backward
 
 
 def test_documented_differences_are_in_the_docs():

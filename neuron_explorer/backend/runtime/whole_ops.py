@@ -37,6 +37,9 @@ def register() -> None:
         lib = torch.library.Library("aten", "IMPL")
         for name in WHOLE_OPS:
             lib.impl(name, _through_dispatch(name), "PrivateUse1")
+        from neuron_explorer.backend.runtime import grad_formulas
+
+        grad_formulas.register(lib)  # autograd's CPU branches (prod, masked_fill, cumprod)
         _lib = lib
 
 
