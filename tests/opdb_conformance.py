@@ -58,12 +58,13 @@ DOCUMENTED: dict[str, str] = {
     # not the device's: torch.equal has no complex32 kernel on the CPU to compare with
     "chalf": "harness: the CPU cannot compare complex32 (torch.equal)",
 }  # fmt: skip
-_F64_ACC = "backward accumulates in float64 (the CPU's accumulate type), computed as float32"
 _F64_OPERAND = "a float64 operand (mixed with complex64): computed as float32"
 _GELSY = "the CPU is nondeterministic: gelsy gets an uninitialised pivot array (at::empty)"
 # the CPU's bf16 transposed conv (SlowTranspose) adds each overlapping kernel tap into a bf16
-# output (col2im), a rounding per tap; the device rounds once (tests/test_device_porting.py)
-_BF16_CONVT = "bf16 conv_transpose: the CPU rounds per overlapping tap (col2im), the device once"
+# output (col2im), a rounding per tap; the device rounds once (tests/test_device_porting.py):
+# issue 11 item 6's rule for every bf16 matmul-class op, though conv_transpose is not in its list
+_BF16_CONVT = ("bf16 matmul-class (item 6's rule): fp32 accumulation, one rounding (PSUM); "
+               "the CPU rounds per overlapping tap (col2im)")  # fmt: skip
 DOCUMENTED.update(
     {
         **dict.fromkeys(
@@ -74,7 +75,6 @@ DOCUMENTED.update(
             ],
             _BF16_CONVT,
         ),
-        "renorm": _F64_ACC,
         "nn.functional.l1_loss": _F64_OPERAND,
         **dict.fromkeys(["linalg.lstsq", "linalg.lstsq.grad_oriented"], _GELSY),
     }
@@ -94,6 +94,7 @@ FIXED_SINCE = {
     # wrapper device; the CPU's plain branch is its own kernel now (runtime/grad_formulas.py)
     **dict.fromkeys(["cumprod", "masked_fill", "prod", "masked.prod"],
                     "fixed since: autograd's CPU formula on the device (grad_formulas.py)"),
+    "renorm": "fixed since: its float64 backward is one host op (grad_formulas.py)",
 }  # fmt: skip
 OP_SECONDS = 300  # one op and dtype, all its samples: past this the rest are not run
 STALL_SECONDS = 2 * OP_SECONDS  # a worker silent this long is stuck in C code: killed

@@ -114,3 +114,35 @@ def test_compiled_gradients_trace_the_subclass_branch_and_match_the_cpu():
     dev = _grads(lambda x, v: compiled(x, v, mask.to("neuron")), [x, v], "neuron")
     for c, d in zip(cpu, dev, strict=True):
         torch.testing.assert_close(d, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.complex64])
+@pytest.mark.parametrize("p", [0.5, 1, 2, 3.5, float("inf")])
+def test_renorm_gradient_is_the_cpus_float64_formula_computed_once(p, dtype):
+    # the CPU reduces and computes renorm's gradient in float64 (float32's accumulate type);
+    # device ops would round each float64 step to float32: one host op gives the CPU's bits
+    x = (torch.randn(4, 6, generator=torch.Generator().manual_seed(5)) * 2).to(dtype)
+    x.view(-1)[3] = 0
+    x.requires_grad_()
+    for dim in (0, 1, -1):
+        cpu = _grads(lambda t, d=dim: torch.renorm(t, p, d, 1.5), [x], "cpu")
+        dev = _grads(lambda t, d=dim: torch.renorm(t, p, d, 1.5), [x], "neuron")
+        assert (cpu[0].isnan() == dev[0].isnan()).all()  # NaN where the CPU's is (p=inf)
+        assert torch.equal(cpu[0].nan_to_num(), dev[0].nan_to_num()), (dim, cpu[0] - dev[0])
+
+
+def test_renorm_second_order_gradient_runs_on_device_ops_within_float32():
+    x = (torch.randn(4, 6, generator=torch.Generator().manual_seed(6)) * 2).requires_grad_()
+    cpu = _grads(lambda t: torch.renorm(t, 2, 1, 1.5), [x], "cpu", create_graph=True)
+    dev = _grads(lambda t: torch.renorm(t, 2, 1, 1.5), [x], "neuron", create_graph=True)
+    for c, d in zip(cpu, dev, strict=True):
+        torch.testing.assert_close(d, c)
+
+
+@pytest.mark.slow  # torch.compile: the traced backward graph holds the one host op
+def test_compiled_renorm_gradient_is_the_cpus():
+    x = (torch.randn(4, 6, generator=torch.Generator().manual_seed(7)) * 2).requires_grad_()
+    compiled = torch.compile(lambda t: torch.renorm(t, 2, 0, 1.5), backend="neuron", dynamic=False)
+    cpu = _grads(lambda t: torch.renorm(t, 2, 0, 1.5), [x], "cpu")
+    dev = _grads(compiled, [x], "neuron")
+    assert torch.equal(cpu[0], dev[0])

@@ -59,8 +59,9 @@ def test_a_crash_in_an_op_is_recorded_and_the_sweep_goes_on(monkeypatch):
 
 
 # autograd formulas that torch branches on `isTensorSubclassLike`: on the wrapper device they
-# took the subclass branch and rounded differently; now the CPU's (runtime/grad_formulas.py)
-CPU_FORMULA_OPS = ["prod", "cumprod", "masked_fill", "masked.prod"]
+# took the subclass branch and rounded differently; and renorm's, in float64 on the CPU: now
+# the CPU's own (runtime/grad_formulas.py)
+CPU_FORMULA_OPS = ["prod", "cumprod", "masked_fill", "masked.prod", "renorm"]
 
 
 @pytest.mark.slow  # one worker process: op_db's import, then ~130 samples of each op, 3 dtypes

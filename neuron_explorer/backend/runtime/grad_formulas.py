@@ -14,7 +14,13 @@ so the gradients are the CPU's bit for bit (docs/device.md, "Op conformance"):
   not `where(mask, grad, 0).sum()` (`masked_fill_backward`);
 - **cumprod_backward** (an aten op whose composite kernel holds the branch): the reversed
   cumsum over the input where no input is zero, and the O(n) masked form where one is and no
-  higher-order gradient is asked.
+  higher-order gradient is asked;
+- **renorm**: its gradient reduces and computes in float64 on the CPU (the accumulate type of
+  float32), which device ops would round to float32 at each step; it is one host op instead
+  (`neuron_explorer::renorm_backward`, a CPU fallback as renorm itself is), the CPU's formula.
+
+The autograd nodes are named as the forward ops (`ProdBackward`, `MaskedFillBackward`,
+`RenormBackward`; torch's own are `ProdBackward0`, ...).
 
 The branch points (a count of zeros) read the data, as on the CPU. While tracing (fake tensors
 under torch.compile, or any dispatch mode) the CPU takes the subclass branch itself, which
@@ -22,6 +28,8 @@ reads no data: so do these kernels then.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
@@ -91,7 +99,7 @@ def _prod_dim_backward(grad, inp, result, dim: int, keepdim: bool):
     return _safe_zeros(grad, inp, dim)
 
 
-class _Prod(torch.autograd.Function):
+class Prod(torch.autograd.Function):
     @staticmethod
     def forward(keyset, func, kwargs, x, *args):  # type: ignore[override]
         return func.redispatch(keyset & _BELOW_AUTOGRAD, x, *args, **kwargs)
@@ -117,7 +125,7 @@ def _prod_kernel(func):
     def kernel(keyset, x, *args, **kwargs):
         if not (torch.is_grad_enabled() and x.requires_grad):
             return func.redispatch(keyset & _BELOW_AUTOGRAD, x, *args, **kwargs)
-        return _Prod.apply(keyset, func, kwargs, x, *args)
+        return Prod.apply(keyset, func, kwargs, x, *args)
 
     return kernel
 
@@ -125,7 +133,7 @@ def _prod_kernel(func):
 # ---- masked_fill with a tensor value ------------------------------------------------------
 
 
-class _MaskedFill(torch.autograd.Function):
+class MaskedFill(torch.autograd.Function):
     @staticmethod
     def forward(keyset, x, mask, value):  # type: ignore[override]
         return _aten.masked_fill.Tensor.redispatch(keyset & _BELOW_AUTOGRAD, x, mask, value)
@@ -150,7 +158,7 @@ class _MaskedFill(torch.autograd.Function):
 def _masked_fill_kernel(keyset, x, mask, value):
     if not (torch.is_grad_enabled() and (x.requires_grad or value.requires_grad)):
         return _aten.masked_fill.Tensor.redispatch(keyset & _BELOW_AUTOGRAD, x, mask, value)
-    return _MaskedFill.apply(keyset, x, mask, value)
+    return MaskedFill.apply(keyset, x, mask, value)
 
 
 # ---- cumprod_backward ---------------------------------------------------------------------
@@ -203,9 +211,104 @@ def _cumprod_backward_zeros(grad, input_conj, output_conj, w, is_zero, dim: int)
     return torch.where(first_zero_mask, at_zero.expand_as(grad_input), grad_input)
 
 
+# ---- renorm ------------------------------------------------------------------------------
+
+
+# the CPU's accumulate type (at::toAccumulateType on the CPU), which renorm_backward reduces in
+_CPU_ACC = {
+    torch.float32: torch.float64, torch.bfloat16: torch.float32, torch.float16: torch.float32,
+    torch.float64: torch.float64, torch.complex64: torch.complex128,
+    torch.complex128: torch.complex128,
+}  # fmt: skip
+
+
+@torch.library.custom_op("neuron_explorer::renorm_backward", mutates_args=())
+def renorm_backward(grad: _Tensor, x: _Tensor, p: float, dim: int, maxnorm: float) -> _Tensor:
+    """FunctionsManual.cpp's renorm_backward, on the host: its norm, sums and arithmetic in the
+    CPU's accumulate type (float64 for float32), rounded once to the gradient's dtype. Device ops
+    would round each float64 step to float32 (the device computes float64 as float32), so the
+    whole gradient is one host computation, a CPU fallback as renorm's forward is."""
+    n = x.dim()
+    dim = dim % n
+    dims = [d for d in range(n) if d != dim]
+    acc = _CPU_ACC[x.dtype]
+    norm = torch.linalg.vector_norm(x, p, dims, keepdim=True, dtype=acc)
+    real_acc = acc.to_real()
+    grad_output = x.conj() * grad
+    if real_acc != acc:  # the norm is real, so its gradient's input is too
+        grad_output = grad_output.real
+    grad_output = grad_output.sum(dims, keepdim=True, dtype=real_acc)
+    nb = _norm_backward(grad_output, x, p, norm, dims)
+    invnorm = (norm + 1e-7).reciprocal()
+    grad_norm = maxnorm * invnorm * (grad - invnorm * nb)
+    return torch.where(norm > maxnorm, grad_norm.to(grad.dtype), grad)
+
+
+def _norm_backward(grad, x, p: float, norm, dims):
+    """FunctionsManual.cpp's norm_backward with keepdim (renorm's p > 0), in-place steps kept."""
+    if p == 1.0:
+        return x.sgn() * grad
+    if p == 2.0:
+        return grad * (x / norm).masked_fill_(norm == 0, 0)
+    if math.isinf(p):
+        x_abs = x.abs()
+        mask = x_abs.eq(norm).logical_or(x_abs.isnan())
+        return x.sgn() * ((grad / mask.sum(dims, True)) * mask)
+    if p < 1.0:
+        scaled = x.sgn() * x.abs().pow_(p - 1).masked_fill_(x == 0, 0)
+        return scaled * grad * norm.pow(1 - p)
+    scaled = x.sgn() * x.abs().pow_(p - 1) if p < 2.0 else x * x.abs().pow_(p - 2)
+    scale_v = grad / norm.pow(p - 1)
+    scale_v.masked_fill_(norm == 0, 0)
+    return scaled * scale_v
+
+
+@renorm_backward.register_fake
+def _(grad, x, p, dim, maxnorm):
+    return torch.empty_like(grad)
+
+
+def _renorm_by_ops(grad, x, p, dim: int, maxnorm):
+    """renorm's gradient as device ops that autograd differentiates again (a second-order
+    gradient): of `x * maxnorm / (norm + 1e-7)` where the norm exceeds maxnorm, the function
+    renorm_backward differentiates (in float32: the device computes float64 as float32)."""
+    dims = [d for d in range(x.dim()) if d != dim % x.dim()]
+    norm = torch.linalg.vector_norm(x, p, dims, keepdim=True)
+    out = x * torch.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
+    return torch.autograd.grad(out, x, grad, create_graph=True)[0]
+
+
+class Renorm(torch.autograd.Function):
+    @staticmethod
+    def forward(keyset, x, p, dim, maxnorm):  # type: ignore[override]
+        return _aten.renorm.default.redispatch(keyset & _BELOW_AUTOGRAD, x, p, dim, maxnorm)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.args = inputs[2:]
+        ctx.save_for_backward(inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        p, dim, maxnorm = ctx.args
+        if torch.is_grad_enabled():  # create_graph: a gradient autograd can differentiate
+            g = _renorm_by_ops(grad, x, p, dim, maxnorm)
+        else:  # one host op, also in a traced backward graph (its fake kernel gives the shape)
+            g = renorm_backward(grad, x, float(p), dim, float(maxnorm))
+        return None, g, None, None, None
+
+
+def _renorm_kernel(keyset, x, p, dim, maxnorm):
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return _aten.renorm.default.redispatch(keyset & _BELOW_AUTOGRAD, x, p, dim, maxnorm)
+    return Renorm.apply(keyset, x, p, dim, maxnorm)
+
+
 def register(lib: torch.library.Library) -> None:
     """Install the kernels on AutogradPrivateUse1 in `lib` (an aten IMPL library)."""
     for name, func in (("prod", _aten.prod.default), ("prod.dim_int", _aten.prod.dim_int)):
         lib.impl(name, _prod_kernel(func), "AutogradPrivateUse1", with_keyset=True)
     lib.impl("masked_fill.Tensor", _masked_fill_kernel, "AutogradPrivateUse1", with_keyset=True)
     lib.impl("cumprod_backward", cumprod_backward, "AutogradPrivateUse1")
+    lib.impl("renorm", _renorm_kernel, "AutogradPrivateUse1", with_keyset=True)
