@@ -146,3 +146,27 @@ def test_compiled_renorm_gradient_is_the_cpus():
     cpu = _grads(lambda t: torch.renorm(t, 2, 0, 1.5), [x], "cpu")
     dev = _grads(compiled, [x], "neuron")
     assert torch.equal(cpu[0], dev[0])
+
+
+def test_torch_func_transforms_and_forward_ad_take_torchs_own_autograd():
+    # the Functions define no vmap rule or jvp: under torch.func and forward-mode AD torch's own
+    # kernels run (the CPU takes the subclass branch there too), with the CPU's numbers
+    from torch.autograd import forward_ad
+    from torch.func import grad, jacfwd, jacrev, jvp, vmap
+
+    x = torch.tensor([1.0, 2.0, 3.0, 0.5])
+    cases = {
+        "grad": lambda t: grad(lambda u: u.prod() + u.masked_fill(u > 2, u[0]).sum())(t),
+        "vmap": lambda t: vmap(lambda u: u.prod())(t.view(2, 2)),
+        "jvp": lambda t: jvp(lambda u: u.cumprod(0), (t,), (torch.ones_like(t),))[1],
+        "jacrev": lambda t: jacrev(lambda u: u.cumprod(0))(t),
+        "jacfwd": lambda t: jacfwd(lambda u: u.prod(0))(t),
+    }
+    for name, fn in cases.items():
+        assert torch.equal(fn(x.to("neuron")).cpu(), fn(x)), name
+    renorm = grad(lambda u: torch.renorm(u.view(2, 2), 2, 0, 1.0).sum())
+    torch.testing.assert_close(renorm(x.to("neuron")).cpu(), renorm(x))
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(x.to("neuron"), torch.ones(4).to("neuron"))
+        tangent = forward_ad.unpack_dual(dual.prod()).tangent
+    assert tangent.item() == 11.5  # sum over i of the product of the others

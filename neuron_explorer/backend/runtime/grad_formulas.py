@@ -22,9 +22,10 @@ so the gradients are the CPU's bit for bit (docs/device.md, "Op conformance"):
 The autograd nodes are named as the forward ops (`ProdBackward`, `MaskedFillBackward`,
 `RenormBackward`; torch's own are `ProdBackward0`, ...).
 
-The branch points (a count of zeros) read the data, as on the CPU. While tracing (fake tensors
-under torch.compile, or any dispatch mode) the CPU takes the subclass branch itself, which
-reads no data: so do these kernels then.
+The branch points (a count of zeros) read the data, as on the CPU. Where the CPU itself takes
+the subclass branch (fake tensors under torch.compile, any dispatch mode, torch.func's wrapped
+tensors) and under forward-mode AD, torch's own autograd kernel runs, reached past these by a
+redispatch to AutogradOther (renorm keeps its one host op in a traced graph: no data read).
 """
 
 from __future__ import annotations
@@ -32,13 +33,24 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd import forward_ad
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from neuron_explorer.backend.tensor import NeuronTensor
 
 _aten = torch.ops.aten
 _BELOW_AUTOGRAD = torch._C._after_autograd_keyset
+# torch's own autograd kernel for an op (VariableType, registered for every Autograd key): a
+# redispatch to AutogradOther reaches it past the AutogradPrivateUse1 kernels here
+_AUTOGRAD_OTHER = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradOther)
 _Tensor = torch.Tensor
+
+
+def _torchs_autograd() -> bool:
+    """Where torch's own autograd runs instead: under torch.func transforms and forward-mode AD
+    (the Functions here have no vmap rule or jvp, and the CPU takes the subclass branch there
+    too: functorch's tensors are subclass-like)."""
+    return torch._C._are_functorch_transforms_active() or forward_ad._current_level >= 0
 
 
 def _plain(*tensors) -> bool:
@@ -123,6 +135,8 @@ class Prod(torch.autograd.Function):
 
 def _prod_kernel(func):
     def kernel(keyset, x, *args, **kwargs):
+        if _torchs_autograd() or not _plain(x):  # traced: the subclass branch, torch's own
+            return func.redispatch((keyset & _BELOW_AUTOGRAD) | _AUTOGRAD_OTHER, x, *args, **kwargs)
         if not (torch.is_grad_enabled() and x.requires_grad):
             return func.redispatch(keyset & _BELOW_AUTOGRAD, x, *args, **kwargs)
         return Prod.apply(keyset, func, kwargs, x, *args)
@@ -156,6 +170,9 @@ class MaskedFill(torch.autograd.Function):
 
 
 def _masked_fill_kernel(keyset, x, mask, value):
+    if _torchs_autograd() or not _plain(x, mask, value):
+        native = (keyset & _BELOW_AUTOGRAD) | _AUTOGRAD_OTHER
+        return _aten.masked_fill.Tensor.redispatch(native, x, mask, value)
     if not (torch.is_grad_enabled() and (x.requires_grad or value.requires_grad)):
         return _aten.masked_fill.Tensor.redispatch(keyset & _BELOW_AUTOGRAD, x, mask, value)
     return MaskedFill.apply(keyset, x, mask, value)
@@ -176,7 +193,7 @@ def cumprod_backward(grad, inp, dim: int, output):
     dim = dim % inp.dim()
     if inp.shape[dim] == 1:
         return grad
-    if not _plain(inp, grad, output):
+    if _torchs_autograd() or not _plain(inp, grad, output):
         return _aten.cumprod_backward.default.decompose(grad, inp, dim, output)
     input_conj, output_conj = inp.conj(), output.conj()
     w = output_conj * grad
@@ -300,6 +317,9 @@ class Renorm(torch.autograd.Function):
 
 
 def _renorm_kernel(keyset, x, p, dim, maxnorm):
+    if _torchs_autograd():
+        native = (keyset & _BELOW_AUTOGRAD) | _AUTOGRAD_OTHER
+        return _aten.renorm.default.redispatch(native, x, p, dim, maxnorm)
     if not (torch.is_grad_enabled() and x.requires_grad):
         return _aten.renorm.default.redispatch(keyset & _BELOW_AUTOGRAD, x, p, dim, maxnorm)
     return Renorm.apply(keyset, x, p, dim, maxnorm)
