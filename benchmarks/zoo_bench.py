@@ -121,20 +121,27 @@ def autocast_ab(model: ZooModel, device: str, steps: int, n: int = 2) -> dict[bo
     return times
 
 
-def bf16_table(steps: int) -> None:
+def bf16_table(steps: int, models: list[str]) -> None:
     print("\n| model | device fp32 ms | device bf16 ms | device bf16 / fp32 | "
           "CPU fp32 ms | CPU bf16 ms | CPU bf16 / fp32 |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    for model in (ZOO["gpt2"], wide_gpt2()):
+    for model in [{"gpt2": ZOO["gpt2"], "gpt2-wide": wide_gpt2()}[m] for m in models]:
         cells = []
         for device in ("neuron", "cpu"):
             t = autocast_ab(model, device, steps)
             fp32, bf16 = sorted(t[False]), sorted(t[True])
             mid = len(fp32) // 2
+            # each round's bf16 step over its fp32 neighbour: load that drifts over the run
+            # hits both steps of a round alike
+            paired = sorted(b / f for f, b in zip(t[False], t[True], strict=True))[mid]
             cells.append(f"{fp32[0]:.1f} / {fp32[mid]:.1f} | {bf16[0]:.1f} / {bf16[mid]:.1f} | "
-                         f"{bf16[0] / fp32[0]:.2f}x / {bf16[mid] / fp32[mid]:.2f}x")  # fmt: skip
+                         f"{bf16[0] / fp32[0]:.2f}x / {bf16[mid] / fp32[mid]:.2f}x / "
+                         f"{paired:.2f}x")  # fmt: skip
         print(f"| {model.name} | {cells[0]} | {cells[1]} |", flush=True)
-    print("\n(each cell: best / median step; fp32 and bf16 steps alternate on one model)")
+    print(
+        "\n(each cell: best / median step, and for the ratio the median of each round's "
+        "bf16 / fp32; fp32 and bf16 steps alternate on one model)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="*", default=list(ZOO), choices=list(ZOO))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--only-bf16", action="store_true")
+    parser.add_argument("--bf16-models", nargs="*", default=["gpt2", "gpt2-wide"],
+                        choices=["gpt2", "gpt2-wide"])  # fmt: skip
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="cpu (default): process CPU time (the autograd device thread "
                         "too), torch on one thread, steady on a loaded machine; wall: wall "
@@ -163,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         step_ms(ZOO["gpt2"], device, 1)
     if not args.only_bf16:
         zoo_table(args.models, args.steps)
-    bf16_table(args.steps)
+    bf16_table(args.steps, args.bf16_models)
     print(f"\nload at the end {os.getloadavg()[0]:.2f}")
     return 0
 

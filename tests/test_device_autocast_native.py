@@ -21,7 +21,10 @@ from neuron_explorer.backend.runtime import autocast
 
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 ROOT = Path(__file__).resolve().parents[1]
-NATIVE = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+NATIVE = pytest.mark.skipif(
+    shutil.which("g++") is None or os.environ.get("NEURON_PYTHON_AUTOCAST") == "1",
+    reason="no C++ compiler, or the Python kernels asked for",
+)
 
 
 def _rand(*shape, dtype=F32, device="neuron"):
@@ -151,20 +154,33 @@ def test_a_weight_is_cast_once_per_autocast_region():
     assert torch.equal(w.grad.cpu(), ref.grad)
 
 
-def test_autocast_casts_are_kernels_under_the_profiler():
+def _cpu_casts(mode, x, w) -> int:
+    """CPU autocast's `_to_copy` count for three F.linear(x, w) under `mode`."""
+    with mode(), torch.profiler.profile() as prof:
+        with torch.autocast("cpu", dtype=BF16):
+            for _ in range(3):
+                F.linear(x, w)
+    return sum(1 for e in prof.events() if e.name == "aten::_to_copy")
+
+
+@NATIVE
+@pytest.mark.parametrize("mode", [torch.enable_grad, torch.no_grad, torch.inference_mode])
+def test_autocast_casts_are_kernels_under_the_profiler_as_many_as_on_the_cpu(mode):
+    """Training and no_grad (generate()'s mode) cast the weight once a region, as the CPU's
+    cache does; inference_mode casts it every time, as the CPU does."""
     w = torch.nn.Parameter(_rand(8, 6))
     x = _rand(4, 6)
     with torch.autocast("neuron", dtype=BF16):
         F.linear(x, w)  # compiled before recording
     backend.events.clear()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+    with mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         with torch.autocast("neuron", dtype=BF16):
-            F.linear(x, w)
-            F.linear(x, w)
+            for _ in range(3):
+                F.linear(x, w)
     events = backend.events.drain()
     casts = [e for e in events if e.kind == "kernel" and e.op_name == "aten::_to_copy"]
-    # x twice, w once where the C++ kernels cache it (twice with the Python kernels)
-    assert len(casts) == (3 if autocast.kind == "native" else 4)
+    assert len(casts) == _cpu_casts(mode, x.cpu(), torch.nn.Parameter(w.detach().cpu()))
+    assert len(casts) == (6 if mode is torch.inference_mode else 4)  # x three times, then w
     assert all(e.device_dur_ns > 0 for e in casts)
 
 
