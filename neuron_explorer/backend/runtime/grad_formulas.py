@@ -170,12 +170,13 @@ class MaskedFill(torch.autograd.Function):
 
 
 def _masked_fill_kernel(keyset, x, mask, value):
-    if _torchs_autograd() or not _plain(x, mask, value):
-        native = (keyset & _BELOW_AUTOGRAD) | _AUTOGRAD_OTHER
-        return _aten.masked_fill.Tensor.redispatch(native, x, mask, value)
-    if not (torch.is_grad_enabled() and (x.requires_grad or value.requires_grad)):
-        return _aten.masked_fill.Tensor.redispatch(keyset & _BELOW_AUTOGRAD, x, mask, value)
-    return MaskedFill.apply(keyset, x, mask, value)
+    # only the value's gradient differs: otherwise torch's own kernel (a C++ node, ~0.3 ms less
+    # a step than a Python Function's)
+    if (torch.is_grad_enabled() and value.requires_grad and not _torchs_autograd()
+            and _plain(x, mask, value)):  # fmt: skip
+        return MaskedFill.apply(keyset, x, mask, value)
+    native = (keyset & _BELOW_AUTOGRAD) | _AUTOGRAD_OTHER
+    return _aten.masked_fill.Tensor.redispatch(native, x, mask, value)
 
 
 # ---- cumprod_backward ---------------------------------------------------------------------
