@@ -6,6 +6,7 @@ and on the CPU, fp32 and bf16 steps alternating on one model).
     .venv/bin/python benchmarks/zoo_bench.py --models gpt2 llama --steps 10
     .venv/bin/python benchmarks/zoo_bench.py --only-bf16     # the autocast comparison alone
     NEURON_PYTHON_AUTOCAST=1 .venv/bin/python benchmarks/zoo_bench.py --only-bf16  # Python kernels
+    .venv/bin/python benchmarks/zoo_bench.py --only-bf16 --bf16-models gpt2 --kernels-ab
 
 A step is forward, backward and AdamW; the figure is the best of `--steps` steps after two
 warm-up steps (the eager compiles), in process CPU time with one torch thread unless
@@ -144,6 +145,48 @@ def bf16_table(steps: int, models: list[str]) -> None:
     )
 
 
+def kernels_ab(steps: int) -> None:
+    """Tiny GPT-2 bf16 steps in one process, autocast.cpp's kernels against the Python kernels
+    (registered over them for one step, then dropped, which restores the C++ ones),
+    alternating, order swapped each round."""
+    from neuron_explorer.backend.runtime import autocast
+
+    if autocast.kind != "native":
+        print("\nkernels A/B: the C++ autocast kernels are not loaded")
+        return
+    ops = autocast._overloads()
+    model = ZOO["gpt2"]
+    torch.manual_seed(0)
+    net = model.build().to("neuron").train()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    batch = on(model.batch(2), "neuron")
+
+    def step(python: bool) -> float:
+        lib = torch.library.Library("aten", "IMPL")  # dropped on return
+        for name, op, dtype in ops if python else ():
+            lib.impl(name, autocast._kernel(op, dtype), "AutocastPrivateUse1")
+        t0 = CLOCK()
+        with torch.autocast(device_type="neuron", dtype=torch.bfloat16):
+            loss = net(**batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        return (CLOCK() - t0) * 1e3
+
+    for python in (False, True, False, True):
+        step(python)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(steps):
+        for python in (False, True) if i % 2 else (True, False):
+            times[python].append(step(python))
+    mid = steps // 2
+    paired = sorted(p / c for c, p in zip(times[False], times[True], strict=True))[mid]
+    c, p = sorted(times[False]), sorted(times[True])
+    print(f"\nkernels A/B (tiny GPT-2 bf16 step, best / median): C++ {c[0]:.1f} / {c[mid]:.1f} ms, "
+          f"Python {p[0]:.1f} / {p[mid]:.1f} ms, each round's Python / C++ {paired:.3f}x")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=list(ZOO), choices=list(ZOO))
@@ -151,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-bf16", action="store_true")
     parser.add_argument("--bf16-models", nargs="*", default=["gpt2", "gpt2-wide"],
                         choices=["gpt2", "gpt2-wide"])  # fmt: skip
+    parser.add_argument("--kernels-ab", action="store_true",
+                        help="also time bf16 steps with the C++ against the Python autocast "
+                        "kernels in one process")  # fmt: skip
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="cpu (default): process CPU time (the autograd device thread "
                         "too), torch on one thread, steady on a loaded machine; wall: wall "
@@ -173,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only_bf16:
         zoo_table(args.models, args.steps)
     bf16_table(args.steps, args.bf16_models)
+    if args.kernels_ab:
+        kernels_ab(args.steps)
     print(f"\nload at the end {os.getloadavg()[0]:.2f}")
     return 0
 
