@@ -49,7 +49,9 @@ def test_every_allocation_lands_inside_the_op_that_made_it(tmp_path):
     grew = ts[delta > 0]
     assert len(grew) >= 8  # two steps of forward and backward outputs
     start, end = ops["start_ns"], ops["end_ns"]
-    inside = np.array([((start <= t) & (t < end)).any() for t in grew])
+    # at its end at the latest: what the op's return does (after the runtime's span, inside
+    # torch's record of the op) is cut to an instant there (runtime/hostcost.py)
+    inside = np.array([((start <= t) & (t <= end)).any() for t in grew])
     assert inside.all(), grew[~inside].tolist()
     # frees may come between ops (a Python reference dropped), never before the window began
     assert ts.min() >= 0 and (np.diff(samples["ts_ns"]) >= 0).all()

@@ -30,7 +30,10 @@ def register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
         torch._register_device_module("neuron", device_module)
         guard.install()
-        from neuron_explorer.backend.runtime import dispatch
+        from neuron_explorer.backend.runtime import dispatch, events, hostcost
+
+        hostcost.NATIVE = guard.native  # the exact round trip's clock, none with the Python guard
+        events.ON_DRAIN.append(hostcost.pause)  # a drained capture: its record callback goes off
 
         tensor.set_device_object(torch.device("neuron", 0), dispatch.dispatch, dispatch.record_sync)
         from neuron_explorer.backend.runtime import factories

@@ -5,12 +5,14 @@ modeled host cost), summed over every runtime call so far; its modeled clock is 
 and device work is placed on that clock. Each recorded call gives its real span [start, end],
 the total before it (`cut_before_ns`) and its modeled cost, hence two anchor points:
 start -> start - cut_before and end -> start - cut_before + model_ns. When the running cut grew
-by more than the call's own real-minus-modeled time before the next call (the next op's wrapper
-round trip: the runtime accounts it before that op's span, runtime/record.py), a third anchor
-takes that much real time right after the span, up to the next call, to the same modeled
-instant: the real time just before the next span, where torch boxes that op's arguments into
-Python, so each op's event keeps what the CPU's would instead of the round trip being spread
-thin over whatever user code runs between the two.
+by more than the call's own real-minus-modeled time before the next call (the op's return:
+the result's unboxing and autograd's bookkeeping up to the end of torch's record of the op,
+measured exactly with the C++ guard, or the calibrated round trip with the Python guard;
+runtime/hostcost.py, accounted before the next op's span), a third anchor takes that much
+real time right after the span, up to the next call, to the same modeled instant, so each
+op's event keeps its modeled cost instead of the round trip being spread thin over whatever
+user code runs between the two. (With the C++ guard a call's span itself starts where torch's
+record of the op starts, so the argument boxing before `__torch_dispatch__` is inside it.)
 
 Algorithm: collect the anchors of all calls in the window, sort them by real time, force the
 modeled values to be non-decreasing (a call nested in or overlapping another), and map any real
@@ -89,9 +91,9 @@ class HostClock:
 
 def _cut_after(call: Call, nxt: Call) -> int:
     """Real time cut after `call` beyond its span: the running cut grew by more than the
-    call's own real-minus-modeled time (the next op's wrapper round trip, runtime/hostcost.py,
-    accounted before its span). Bounded by the gap to the next call; 0 when the two overlap
-    (calls on two threads)."""
+    call's own real-minus-modeled time (the op's return, runtime/hostcost.py, accounted before
+    the next span). Bounded by the gap to the next call; 0 when the two overlap (calls on two
+    threads)."""
     own = (call.end_ns - call.start_ns) - max(call.model_ns, 0)
     extra = (nxt.cut_before_ns - call.cut_before_ns) - own
     gap = nxt.start_ns - call.end_ns

@@ -213,6 +213,9 @@ def record_host(kind: str, name: str, op: str, shapes: tuple, dtypes: tuple, tid
     return eid
 
 
+ON_DRAIN: list = []  # called by drain() and clear(): the capture is over (hostcost.pause)
+
+
 def pending() -> int:
     """Raw records waiting to be drained (kernels count once)."""
     return len(_buf)
@@ -220,12 +223,16 @@ def pending() -> int:
 
 def clear() -> None:
     """Drop everything recorded so far."""
+    for hook in ON_DRAIN:  # as drain() does
+        hook()
     with _lock:
         _buf.clear()
 
 
 def drain() -> list[RuntimeEvent]:
     """Return the events recorded since the last drain, oldest first, and forget them."""
+    for hook in ON_DRAIN:  # hostcost.pause: the round trip's record callback goes off
+        hook()
     with _lock:
         model.schedule_pending()
         raw = _buf[:]

@@ -12,50 +12,61 @@ _lib: torch.library.Library | None = None
 _now = time.time_ns
 
 
-def _start() -> int:
-    """The real time a factory began, while a profiler records (0 otherwise)."""
-    return _now() if _prof._is_profiler_enabled else 0
+def _start() -> tuple[int, int]:
+    """(the real time a factory began, the round trip to cut before it) while a profiler
+    records, else (0, 0). Read before the payload's own CPU op opens a record function: with
+    the C++ guard the factory's span starts at its record's start (hostcost.round_trip)."""
+    if not _prof._is_profiler_enabled:
+        return 0, 0
+    from neuron_explorer.backend.runtime import hostcost
+
+    o, t0 = hostcost.round_trip(_now())
+    return t0, o
 
 
-def _made(name: str, payload: torch.Tensor, t0: int):
+def _made(name: str, payload: torch.Tensor, start: tuple[int, int]):
     """The neuron tensor of a factory's payload. While recording, the factory's Python span is
     simulator time, cut like a metadata op's (a real device's allocator answers from its cache):
-    `empty` took 57 us of a GPT-2 step's modeled host clock against 1 us on the CPU. Unlike an
-    op's, no calibrated round trip is cut with it: torch calls a factory from C++, without the
-    Python argument parsing that hostcost.py's calibration (a Python `view` call) includes, so
-    cutting that much would take real time from the ops around it."""
-    from neuron_explorer.backend.runtime import events
+    `empty` took 57 us of a GPT-2 step's modeled host clock against 1 us on the CPU. With the
+    C++ guard its exact round trip (the dispatcher's call into our Python impl and back) is cut
+    too, and it keeps a metadata op's documented host cost (spec.py); with the Python guard no
+    calibrated round trip is cut with it: torch calls a factory from C++, without the Python
+    argument parsing that hostcost.py's calibration (a Python `view` call) includes."""
+    from neuron_explorer.backend.runtime import events, hostcost, model
     from neuron_explorer.backend.tensor import new_tensor
 
     w = new_tensor(name, payload)
+    t0, o = start
     if t0:
-        events.record_host("cut", name, name, (), (), events.native_tid(), t0, _now(), 0, None,
-                           -1, False)  # fmt: skip
+        model.cut_ns += o  # add_cut(o, 0): the round trip before the span, as an op's
+        cost = model.spec().runtime.metadata_ns if hostcost.EXACT else 0
+        events.record_host("cut", name, name, (), (), events.native_tid(), t0, _now(), cost,
+                           None, -1, False)  # fmt: skip
     return w
 
 
 def _empty_memory_format(
     size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
 ):
-    t0 = _start()
+    start = _start()
     payload = torch.empty(
         size, dtype=dtype, layout=layout, device="cpu", memory_format=memory_format
     )
-    return _made("aten::empty.memory_format", payload, t0)
+    return _made("aten::empty.memory_format", payload, start)
 
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    t0 = _start()
+    start = _start()
     payload = torch.empty_strided(size, stride, dtype=dtype, layout=layout, device="cpu")
-    return _made("aten::empty_strided", payload, t0)
+    return _made("aten::empty_strided", payload, start)
 
 
 def _efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     # forward-mode AD (torch.func.jvp, hessian) asks for a zero tensor it never writes; real
     # zeros give the same numbers
-    t0 = _start()
+    start = _start()
     payload = torch.zeros(size, dtype=dtype, layout=layout, device="cpu")
-    return _made("aten::_efficientzerotensor", payload, t0)
+    return _made("aten::_efficientzerotensor", payload, start)
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:

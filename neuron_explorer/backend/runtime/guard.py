@@ -26,6 +26,7 @@ import torch
 _SOURCE = Path(__file__).with_name("guard.cpp")
 _keep: list = []  # the hooks, guard and ctypes callback must outlive every use
 kind = "none"  # "native" once the C++ guard is loaded, else "python"
+native: ctypes.CDLL | None = None  # the C++ library once loaded (hostcost.py reads its clock)
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -121,7 +122,11 @@ def _load_native() -> None:
     lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     callback = ctypes.CFUNCTYPE(None)(_on_sync)
     lib.neuron_set_sync_callback(callback)
+    lib.neuron_round_trip_slot.restype = ctypes.c_void_p
+    lib.neuron_round_trip.argtypes = [ctypes.c_int]
     _keep.extend([lib, callback])
+    global native
+    native = lib
 
 
 def install() -> str:

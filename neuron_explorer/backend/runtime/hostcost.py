@@ -4,7 +4,9 @@ The recorded span of an op starts at `dispatch.dispatch` and ends when the runti
 Around it, torch does work for every Python tensor subclass that a real device's C++ backend
 never pays: boxing the arguments into Python objects, calling `__torch_dispatch__`, unboxing
 the result into the wrapper (issue 14 saw view ops at 30-42 us on the modeled host timeline
-against about 6 us on the plain CPU). Python cannot time that round trip per op, so it is
+against about 6 us on the plain CPU). With the C++ guard it is measured exactly, per op, from
+torch's own record of each op (below: `exact`). Without it (the Python guard, no compiler)
+Python cannot time that round trip per op, so it is
 measured once per process, the first time an op is recorded: a metadata op (`view`) on a small
 neuron tensor, minus the time inside `dispatch.dispatch` for the same call, minus the same op
 on its CPU payload. Each recorded op's span is then taken to start that much earlier, and cut
@@ -29,6 +31,7 @@ cut: the cut never exceeds a quiet machine's overhead).
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 
@@ -52,6 +55,99 @@ GAPS: list[int] = []  # gaps before ops recording no grad since the last refit (
 # rebound: record.py binds it once)
 LOOP_NS = LOOP_GRAD_NS = CPU_NS = 0  # the calibration loop's figures
 _lock = threading.Lock()
+
+
+# The exact round trip (runtime/guard.cpp, when the C++ guard is loaded): per thread, the start
+# of the latest FUNCTION record function (torch opens one per dispatcher call while a profiler
+# records, before autograd and the subclass's Python dispatch) and the end of the one record
+# the runtime watches (the previous op's). Each recorded op then cuts exactly its own round
+# trip: its span starts at its record's start, not at t0 (autograd, the argument boxing, the
+# dispatch into Python are cut with the span), and the previous op's record end minus that
+# op's return (the result's unboxing, autograd's view tracking) is cut right after that op's
+# span. No calibration, no refit, no dependence on load; the Python guard (no compiler) keeps
+# the calibrated figures above.
+START, START_ID, WATCH, WATCH_END = range(4)  # the fields of one thread's slots
+NATIVE: ctypes.CDLL | None = None  # guard.native, set at registration (_registration.py)
+EXACT = False  # the exact round trip is measured (the C++ guard is loaded)
+ON = False  # its record-function callback is on (a capture's first op to the drain)
+THREAD = threading.local()  # .rt: this thread's slots (ctypes int64 array) or None
+
+
+def thread_slots():
+    """This thread's round-trip slots (ctypes array of 4 int64 at the C++ thread_local), or None
+    with the Python guard; turns the callback on. Stored in THREAD.rt (read once per op)."""
+    global EXACT
+    lib = NATIVE
+    rt = None
+    if lib is not None:
+        rt = (ctypes.c_int64 * 4).from_address(lib.neuron_round_trip_slot())
+        EXACT = True
+        if not ON:  # else on already: autograd's device thread has it with the caller's state
+            resume(rt)
+    THREAD.rt = rt
+    return rt
+
+
+def resume(rt=None) -> None:
+    """Turn the record-function callback on, on this thread (the first recorded op of a
+    capture: added after the profiler's own, it runs after it; autograd's device thread gets
+    it with the caller's thread-local state)."""
+    global ON
+    if NATIVE is not None:
+        NATIVE.neuron_round_trip(1)  # added anew on this thread: after the profiler's
+        ON = True
+        if rt is not None:
+            rt[WATCH] = 0  # a record left watched when the callback went off never ends
+
+
+def pause() -> None:
+    """Turn it off (the runtime's events are drained or cleared: the capture is over), so
+    unrecorded ops build no record functions and the next capture adds it after its
+    profiler's."""
+    global ON
+    if NATIVE is not None and ON:
+        NATIVE.neuron_round_trip(0)
+        ON = False
+
+
+def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
+    """(the previous op's return to cut, where this op's span starts) for the runtime call
+    entered at t0; watches this op's record. The span starts at its record's start (torch's
+    dispatcher entry: autograd, the argument boxing and the call into Python are inside it,
+    cut with the span); the previous op's return is its record's end minus last_end (its
+    span's end), cut right after that span (capture/clock.py). A record begun before the last
+    call ended is not this op's (the op came by redispatch, a thread's first op, a capture's
+    first): the span starts at t0. An op entered while the previous op's record is still open
+    runs inside it (autograd saving a result calls `detach` on it): all the real time since
+    the previous span is that op's return, cut, and the enclosing record stays watched.
+    record.py's _position inlines this."""
+    s = rt[START]
+    if not (last_end < s <= t0):
+        if not s:  # this thread's first, or a newer profiler's callback runs after ours
+            resume(rt)
+        s = t0
+    if rt[WATCH] and last_end:
+        return s - last_end, s
+    e = rt[WATCH_END]
+    if s != t0:
+        rt[WATCH] = rt[START_ID]
+    return (e - last_end if last_end < e <= s else 0), s
+
+
+def round_trip(t0: int) -> tuple[int, int]:
+    """exact() for a call off record.py's hot path (a factory: torch calls our Python impl from
+    its C++ dispatcher, under the factory's own record); (0, t0) with the Python guard."""
+    from neuron_explorer.backend.runtime import model
+
+    try:
+        rt = THREAD.rt
+    except AttributeError:
+        rt = thread_slots()
+    if rt is None:
+        return 0, t0
+    if not ON:
+        resume(rt)
+    return exact(rt, t0, model.last_end_ns)
 
 
 def outside_ns() -> int:

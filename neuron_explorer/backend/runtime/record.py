@@ -45,6 +45,7 @@ _flows = events._flows
 _note_key = tracking.note_key  # (key, compiles now, cache entry) of one kernel call
 _host = events.record_host  # one host call, the clock advanced by its cut
 _gaps = _hostcost.GAPS  # the refit's samples (cleared, never rebound): read without a lookup
+_rt_local = _hostcost.THREAD  # .rt: this thread's exact round-trip slots (hostcost.py)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -138,15 +139,14 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     if not info.kernel or (inputs and type(inputs[0][0]) is not _Tensor):
         return _no_kernel(info, cpu_args, kwargs, inputs, t0)
     src = call_site(3)  # (stack id, module path)
-    seq, bwd, tid, o = _position(inputs, t0)
+    seq, bwd, tid, o, t0 = _position(inputs, t0, info.mutates)
     if not info.supported:
+        model.cut_ns += o  # its round trip, as a launch's: the fallback's sync starts at t0
         shapes, dtypes = _describe([p for p, _w in inputs])
         return _fallback(info, cpu_args, kwargs, inputs, t0, src, seq, bwd, tid, shapes, dtypes)
-    # the wrapper's Python round trip (hostcost.py) is simulator time too, cut before the span:
-    # torch boxes the arguments and calls __torch_dispatch__ before it (capture/clock.py takes
-    # it from the gap before the call), so the op's host event keeps what the CPU's would
-    if info.mutates and o > _hostcost.LOOP_NS:  # returns its input's wrapper: the short
-        o = _hostcost.LOOP_NS  # round trip (hostcost.refit); min() without a call
+    # the wrapper's round trip (hostcost.py) is simulator time too: measured exactly, the span
+    # starts at the op's record and `o` is the previous op's return; calibrated, `o` stands
+    # for both; either way cut before the span (capture/clock.py: right after the last call)
     c = model.cut_ns = model.cut_ns + o  # add_cut(o, 0) without a call: the hot path
     m0 = t0 - c - model.origin_ns  # modeled_now(t0): before this call's own cut
     key, compiled, entry = _note_key(info, inputs)
@@ -168,7 +168,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     t1 = _now() - compile_real
     cut = model.cut_ns  # model.add_cut(t1 - t0, launch) without a call (test_device_events)
     model.cut_ns = cut + (t1 - t0) - launch
-    model.last_end_ns = t1
+    model.last_end_ns = t1 + compile_real  # the real end: the next op's cut starts there
     rec = [LaunchRecord, next(_ids), next(_ids), info.name, entry, tid, t0, t1, cut, src, seq,
            bwd, next(_flows), launch, entry[0], ready, None]  # fmt: skip
     _pending.append(rec)  # placed by model.schedule_pending: rec[-1] = place(plan, ready)
@@ -176,20 +176,24 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     return result
 
 
-def _position(inputs: list, t0: int) -> tuple[int, bool, int, int]:
-    """(sequence number, in backward, thread id, the wrapper's round trip to cut) of a recorded
-    op, in one call on the hot path: autograd_position's rule (a forward op carries the node it
-    made, a backward one the node it runs); the round trip of an op that records grad where it
-    does (autograd's view tracking of the wrapper costs more: hostcost.py), never more than the
-    real time since the last recorded call ended, in which it happened (capture/clock.py can
-    take no more, and the runtime's clock must agree with it)."""
-    o = _hostcost.OUTSIDE_NS
-    if o is None:
-        o = _hostcost.calibrate()
+def _position(inputs: list, t0: int, mutates: bool) -> tuple[int, bool, int, int, int]:
+    """(sequence number, in backward, thread id, the wrapper's round trip to cut before the
+    span, the span's start) of a recorded op, in one call on the hot path: autograd_position's
+    rule (a forward op carries the node it made, a backward one the node it runs). With the
+    C++ guard (hostcost.exact, inlined) the span starts where torch's record of the op does,
+    and the round trip cut before it is the previous op's return; else the span starts at t0
+    and the round trip is the calibrated one: that of an op recording grad where it does
+    (autograd's view tracking of the wrapper costs more: hostcost.py), an in-place op's at most
+    the loop's, never more than the real time since the last recorded call ended, in which it
+    happened (capture/clock.py can take no more)."""
     try:
         tid = _local.tid
     except AttributeError:
         tid = _tid()
+    try:
+        rt = _rt_local.rt
+    except AttributeError:
+        rt = _hostcost.thread_slots()
     seq, bwd = -1, False
     node = _current_node()
     if node is not None:
@@ -197,20 +201,49 @@ def _position(inputs: list, t0: int) -> tuple[int, bool, int, int]:
     elif _grad_enabled():
         for _p, w in inputs:  # a loop: cheaper than any() over a generator, once per op
             if w.requires_grad:
-                seq, o = _sequence_nr() - 1, _hostcost.OUTSIDE_GRAD_NS
+                seq = _sequence_nr() - 1
                 break
-    gap = t0 - model.last_end_ns
-    if bwd or seq < 0:  # records no grad: the plain round trip's in-model sample (refit)
+    last = model.last_end_ns
+    if rt is not None:  # exact (hostcost.exact, inlined): from torch's own records
+        if not _hostcost.ON:
+            _hostcost.resume(rt)
+        s = rt[0]
+        if not (last < s <= t0):  # no record of its own (called by redispatch): from t0
+            if not s:  # this thread's first, or our callback runs before a newer profiler's
+                _hostcost.resume(rt)
+            s = t0
+        if rt[2] and last:  # inside the previous op's record (autograd saving its result): all cut
+            return seq, bwd, tid, s - last, s
+        e = rt[3]
+        if s != t0:
+            rt[2] = rt[1]  # watch this op's record: its end is the next op's post
+        return seq, bwd, tid, (e - last if last < e <= s else 0), s
+    return seq, bwd, tid, _calibrated(t0 - last, seq >= 0 and not bwd, mutates), t0
+
+
+def _calibrated(gap: int, grad: bool, mutates: bool) -> int:
+    """The calibrated round trip (the Python guard: no exact one), capped by the gap."""
+    o = _hostcost.OUTSIDE_NS
+    if o is None:
+        o = _hostcost.calibrate()
+    if grad:
+        o = _hostcost.OUTSIDE_GRAD_NS
+    else:  # records no grad: the plain round trip's in-model sample (refit)
         _gaps.append(gap)
         if len(_gaps) >= _hostcost.BATCH:
             _hostcost.refit()
-    return seq, bwd, tid, (o if gap >= o else max(gap, 0))
+    if mutates and o > _hostcost.LOOP_NS:  # returns its input's wrapper: the short round trip
+        o = _hostcost.LOOP_NS
+    return o if gap >= o else max(gap, 0)
 
 
 def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int):
     """A metadata op (or any op on fake payloads while tracing): no launch. A metadata op costs
     the device runtime nothing: its whole span and the wrapper's round trip before it are
     simulator time, a clock-only cut."""
+    meta = not info.kernel and inputs
+    if meta:  # before the payload's own CPU op opens a record function (hostcost.exact)
+        seq, bwd, tid, o, t0 = _position(inputs, t0, False)
     if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
         out = run_hidden(info.call, cpu_args, kwargs)
     else:
@@ -218,12 +251,14 @@ def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int):
     new: list = []
     result = wrap(out, inputs, new)
     finish_outputs(info, new, inputs)
-    if not info.kernel and inputs:
-        seq, bwd, tid, o = _position(inputs, t0)
+    if meta:
         model.cut_ns += o  # add_cut(o, 0): the round trip, before the span (as a launch's)
         if seq >= 0 and not bwd:  # made an autograd node: its backward kernels need its line
             _note_forward(seq, tid)
-        _host("cut", info.name, info.name, (), (), tid, t0, _now(), 0, None, -1, False)
+        # measured exactly, the round trip is all cut: the op keeps the documented host cost
+        # of a metadata op (spec.py); calibrated, the CPU's own view was left uncut instead
+        cost = (model._spec or model.spec()).runtime.metadata_ns if _hostcost.EXACT else 0
+        _host("cut", info.name, info.name, (), (), tid, t0, _now(), cost, None, -1, False)
     return result
 
 
@@ -291,7 +326,11 @@ class host_call:
 
     def __enter__(self):
         if _prof._is_profiler_enabled:
-            self.t0 = _now()
+            t0 = _now()
+            if self.op:  # an aten op's (a copy, .item()): its record's round trip is cut too
+                o, t0 = _hostcost.round_trip(t0)
+                model.cut_ns += o  # add_cut(o, 0): the previous op's return, before the span
+            self.t0 = t0
             self.src = call_site(2)
         return self
 
