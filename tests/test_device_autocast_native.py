@@ -2,7 +2,7 @@
 they replace (runtime/autocast.py, the fallback without a compiler or with
 NEURON_PYTHON_AUTOCAST=1): the same lists and cast rule, bitwise the same values, on single ops
 with mixed operands and on real tiny GPT-2 and Llama autocast training; torch's weight-cast
-cache; nesting and enabled=False; casts still kernels under the profiler."""
+cache (generate() included); nesting and enabled=False; casts still kernels under the profiler."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from zoo_models import ZOO, built, inputs, on
 
 from neuron_explorer import backend
 from neuron_explorer.backend.runtime import autocast
@@ -182,6 +183,38 @@ def test_autocast_casts_are_kernels_under_the_profiler_as_many_as_on_the_cpu(mod
     assert len(casts) == _cpu_casts(mode, x.cpu(), torch.nn.Parameter(w.detach().cpu()))
     assert len(casts) == (6 if mode is torch.inference_mode else 4)  # x three times, then w
     assert all(e.device_dur_ns > 0 for e in casts)
+
+
+def _generate_casts(net, batch) -> tuple[torch.Tensor, int]:
+    """GPT-2 generate() of 4 tokens under bf16 autocast, profiled: the tokens and the casts."""
+    backend.events.clear()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        with torch.autocast("neuron", dtype=BF16):
+            out = net.generate(**batch, max_new_tokens=4, do_sample=False)
+    events = backend.events.drain()
+    return out.cpu(), sum(1 for e in events if e.kind == "kernel" and e.op_name == "aten::_to_copy")
+
+
+@NATIVE
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Warning only once for all operators")  # the override
+def test_generate_under_autocast_casts_each_weight_once_with_the_same_tokens():
+    """generate() runs under no_grad, where torch's cache keeps each weight's cast for the
+    region: the C++ kernels cast fewer times than the Python ones (registered over them for
+    one call, then dropped), and the tokens are the same."""
+    net = built(ZOO["gpt2"], "neuron")
+    batch = on(inputs(ZOO["gpt2"]), "neuron")
+    _generate_casts(net, batch)  # compiled before recording
+    native_tokens, native_casts = _generate_casts(net, batch)
+    lib = torch.library.Library("aten", "IMPL")
+    for name, op, dtype in autocast._overloads():
+        lib.impl(name, autocast._kernel(op, dtype), "AutocastPrivateUse1")
+    python_tokens, python_casts = _generate_casts(net, batch)
+    lib._destroy()
+    assert torch.equal(native_tokens, python_tokens)
+    # each of the 3 tokens after the first recasts, with the Python kernels, the 2 layers' four
+    # Conv1D (addmm) weights and biases and lm_head's (tied) weight: 17 casts
+    assert python_casts - native_casts == 3 * (2 * 4 * 2 + 1)
 
 
 _TRAIN = """
