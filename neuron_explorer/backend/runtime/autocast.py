@@ -1,5 +1,6 @@
-"""`torch.autocast(device_type="neuron")`: matmul-like ops in the autocast dtype (bf16 default),
-numerically sensitive ones in float32, everything else untouched (as on CUDA).
+"""`torch.autocast(device_type="neuron")`: matmul-like ops in the autocast dtype (pass
+dtype=torch.bfloat16: without one torch 2.13 takes float16 for PrivateUse1), numerically
+sensitive ones in float32, everything else untouched (as on CUDA).
 
 The kernels are C++ (autocast.cpp, built and cached like guard.cpp): a Python kernel costs a
 round trip per autocast op and gets no weight-cast cache. Without a compiler, or with
