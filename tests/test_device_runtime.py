@@ -396,3 +396,30 @@ def test_each_op_keeps_its_documented_host_cost_and_its_round_trip_is_cut_exactl
         assert n >= 12, name
         # the only real time left: torch's profiler callback around ours (under a microsecond)
         assert cost * 0.8 <= dur <= cost + 1_500, (name, dur)
+
+
+@needs_native_guard
+@pytest.mark.parametrize("cleared", [True, False])
+def test_a_capture_after_an_undrained_one_starts_no_span_before_its_op(cleared):
+    # a capture that ends without a drain leaves the record callback on: the unrecorded ops
+    # after it still write record starts, which the next capture's first op must not take
+    from neuron_explorer.backend.runtime import events
+
+    x = torch.randn(8, 8, device="neuron")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        x.view(-1)  # recorded, never drained
+    for _ in range(3):
+        x + 1  # unrecorded
+        x.view(-1)
+    if cleared:
+        events.clear()
+    t_before = time.time_ns()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        x @ x
+        x.view(-1)
+    drained = events.drain()
+    calls = [
+        e for e in drained if e.kind in ("runtime", "cut") and e.host_start_ns > t_before - 10**9
+    ]
+    assert [e.op_name for e in calls][-2:] == ["aten::mm", "aten::view"]
+    assert all(t_before <= e.host_start_ns <= e.host_end_ns for e in calls[-2:])

@@ -96,7 +96,8 @@ def resume(rt=None) -> None:
     if NATIVE is not None:
         NATIVE.neuron_round_trip(1)  # added anew on this thread: after the profiler's
         ON = True
-        if rt is not None:
+        if rt is not None:  # what the slots hold is from before: no record of this capture
+            rt[START] = 0  # (unrecorded ops after an undrained capture still wrote starts)
             rt[WATCH] = 0  # a record left watched when the callback went off never ends
 
 
