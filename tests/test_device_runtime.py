@@ -167,9 +167,11 @@ def test_indexing_with_a_cpu_index_tensor_trains_as_on_the_cpu():
 def calibrated(monkeypatch):
     """This thread takes the Python guard's path (no C++ guard: no exact round trip), the one
     hostcost.thread_slots() gives where g++ is missing: the calibrated round trip."""
-    from neuron_explorer.backend.runtime import hostcost
+    from neuron_explorer.backend.runtime import events, hostcost
 
     monkeypatch.setattr(hostcost.THREAD, "rt", None, raising=False)
+    # the recorded path reads the slots from its per-thread state (record._thread_state)
+    monkeypatch.setattr(events._thread, "state", [events.native_tid(), -1, None], raising=False)
     monkeypatch.setattr(hostcost, "EXACT", False)
 
 

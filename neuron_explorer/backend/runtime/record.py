@@ -45,7 +45,6 @@ _flows = events._flows
 _note_key = tracking.note_key  # (key, compiles now, cache entry) of one kernel call
 _host = events.record_host  # one host call, the clock advanced by its cut
 _gaps = _hostcost.GAPS  # the refit's samples (cleared, never rebound): read without a lookup
-_rt_local = _hostcost.THREAD  # .rt: this thread's exact round-trip slots (hostcost.py)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -132,14 +131,63 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
 
     A kernel launch is one raw record, the kernel and its launching call together (`drain`
     makes the two events of it): record time only takes what cannot wait, the clock readings,
-    the user line, the autograd position and the running cut.
+    the user line, the autograd position and the running cut. The op's position (below) is
+    taken once, here, for launches, metadata ops and fallbacks alike: every statement on this
+    path is paid by every recorded op (issue 16: a Python call costs 300-500 instructions).
     """
     inputs: list = []
     cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
-    if not info.kernel or (inputs and type(inputs[0][0]) is not _Tensor):
-        return _no_kernel(info, cpu_args, kwargs, inputs, t0)
+    if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads: no launch
+        return _traced(info, cpu_args, kwargs, inputs)
+    kernel = info.kernel
+    if not kernel and not inputs:  # a metadata op of no tensor: nothing to record
+        return _no_kernel(info, cpu_args, kwargs, inputs, t0, None)
+    # The position: (sequence number, in backward, thread id, round trip to cut, span start).
+    # A forward op carries the autograd node it made, a backward one the node it runs.
+    try:
+        st = _local.state  # this thread's [native tid, sequence number seen, round-trip slots]
+    except AttributeError:
+        st = _thread_state()
+    seq, bwd = -1, False
+    node = _current_node()
+    if node is not None:
+        seq, bwd = node._sequence_nr(), True
+    elif _grad_enabled():
+        # An op that records grad made its node before this call (autograd's kernel runs
+        # first, and every Node takes the next sequence number): the number unchanged since
+        # this thread's last recorded op means no node, exactly, and no input's requires_grad
+        # needs reading (a property read on a wrapper subclass costs ~1.5k instructions)
+        n = _sequence_nr()
+        if n != st[1]:
+            st[1] = n
+            for _p, w in inputs:
+                if w.requires_grad:
+                    seq = n - 1
+                    break
+    last = model.last_end_ns
+    rt = st[2]
+    if rt is not None:  # the exact round trip from torch's own records (hostcost.exact)
+        if not _hostcost.ON:
+            _hostcost.resume(rt)
+        s = rt[0]  # START
+        if not (last < s <= t0):  # no record of its own (called by redispatch): from t0
+            if not s:  # this thread's first, or our callback runs before a newer profiler's
+                _hostcost.resume(rt)
+            s = t0
+        if rt[2] and last:  # WATCH: inside the previous op's record (autograd saving its
+            o = s - last  # result): all the time since that op's span is its return, cut
+        else:
+            e = rt[3]  # WATCH_END
+            if s != t0:
+                rt[2] = rt[1]  # watch this op's record: its end is the next op's return
+            o = e - last if last < e <= s else 0
+        t0 = s
+    else:
+        o = _calibrated(t0 - last, seq >= 0 and not bwd, kernel and info.mutates)
+    if not kernel:
+        return _no_kernel(info, cpu_args, kwargs, inputs, t0, (seq, bwd, st[0], o))
     src = call_site(3)  # (stack id, module path)
-    seq, bwd, tid, o, t0 = _position(inputs, t0, info.mutates)
+    tid = st[0]
     if not info.supported:
         model.cut_ns += o  # its round trip, as a launch's: the fallback's sync starts at t0
         shapes, dtypes = _describe([p for p, _w in inputs])
@@ -176,49 +224,12 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     return result
 
 
-def _position(inputs: list, t0: int, mutates: bool) -> tuple[int, bool, int, int, int]:
-    """(sequence number, in backward, thread id, the wrapper's round trip to cut before the
-    span, the span's start) of a recorded op, in one call on the hot path: autograd_position's
-    rule (a forward op carries the node it made, a backward one the node it runs). With the
-    C++ guard (hostcost.exact, inlined) the span starts where torch's record of the op does,
-    and the round trip cut before it is the previous op's return; else the span starts at t0
-    and the round trip is the calibrated one: that of an op recording grad where it does
-    (autograd's view tracking of the wrapper costs more: hostcost.py), an in-place op's at most
-    the loop's, never more than the real time since the last recorded call ended, in which it
-    happened (capture/clock.py can take no more)."""
-    try:
-        tid = _local.tid
-    except AttributeError:
-        tid = _tid()
-    try:
-        rt = _rt_local.rt
-    except AttributeError:
-        rt = _hostcost.thread_slots()
-    seq, bwd = -1, False
-    node = _current_node()
-    if node is not None:
-        seq, bwd = node._sequence_nr(), True
-    elif _grad_enabled():
-        for _p, w in inputs:  # a loop: cheaper than any() over a generator, once per op
-            if w.requires_grad:
-                seq = _sequence_nr() - 1
-                break
-    last = model.last_end_ns
-    if rt is not None:  # exact (hostcost.exact, inlined): from torch's own records
-        if not _hostcost.ON:
-            _hostcost.resume(rt)
-        s = rt[0]
-        if not (last < s <= t0):  # no record of its own (called by redispatch): from t0
-            if not s:  # this thread's first, or our callback runs before a newer profiler's
-                _hostcost.resume(rt)
-            s = t0
-        if rt[2] and last:  # inside the previous op's record (autograd saving its result): all cut
-            return seq, bwd, tid, s - last, s
-        e = rt[3]
-        if s != t0:
-            rt[2] = rt[1]  # watch this op's record: its end is the next op's post
-        return seq, bwd, tid, (e - last if last < e <= s else 0), s
-    return seq, bwd, tid, _calibrated(t0 - last, seq >= 0 and not bwd, mutates), t0
+def _thread_state() -> list:
+    """This thread's [native tid, autograd sequence number last seen, round-trip slots or
+    None], made on its first recorded op and read once per op after (a threading.local
+    attribute costs ~500 instructions a read)."""
+    st = _local.state = [_tid(), -1, _hostcost.thread_slots()]
+    return st
 
 
 def _calibrated(gap: int, grad: bool, mutates: bool) -> int:
@@ -237,21 +248,26 @@ def _calibrated(gap: int, grad: bool, mutates: bool) -> int:
     return o if gap >= o else max(gap, 0)
 
 
-def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int):
-    """A metadata op (or any op on fake payloads while tracing): no launch. A metadata op costs
-    the device runtime nothing: its whole span and the wrapper's round trip before it are
-    simulator time, a clock-only cut."""
-    meta = not info.kernel and inputs
-    if meta:  # before the payload's own CPU op opens a record function (hostcost.exact)
-        seq, bwd, tid, o, t0 = _position(inputs, t0, False)
-    if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads
-        out = run_hidden(info.call, cpu_args, kwargs)
-    else:
-        out = run_payload(info, cpu_args, kwargs)
+def _traced(info, cpu_args, kwargs, inputs: list):
+    """An op on fake payloads while torch.compile traces: no launch, nothing recorded."""
+    out = run_hidden(info.call, cpu_args, kwargs)
     new: list = []
     result = wrap(out, inputs, new)
     finish_outputs(info, new, inputs)
-    if meta:
+    return result
+
+
+def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int, position):
+    """A metadata op: no launch. A metadata op costs the device runtime nothing: its whole span
+    and the wrapper's round trip before it are simulator time, a clock-only cut. `position` is
+    dispatch_recorded's (seq, bwd, tid, round trip), taken before the payload's own CPU op
+    opens a record function (hostcost.exact); None for an op of no tensor."""
+    out = run_payload(info, cpu_args, kwargs)
+    new: list = []
+    result = wrap(out, inputs, new)
+    finish_outputs(info, new, inputs)
+    if position is not None:
+        seq, bwd, tid, o = position
         model.cut_ns += o  # add_cut(o, 0): the round trip, before the span (as a launch's)
         if seq >= 0 and not bwd:  # made an autograd node: its backward kernels need its line
             _note_forward(seq, tid)
