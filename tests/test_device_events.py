@@ -305,3 +305,35 @@ def test_in_place_results_are_the_same_recorded_or_not():
     assert torch.equal(plain[2], recorded[2])
     assert recorded[2][0].item() == torch.tensor(1 / 3, dtype=torch.float32).item()
     assert plain[3] == recorded[3] == (8,) and torch.equal(plain[4], recorded[4])
+
+
+def test_each_op_carries_its_own_autograd_node_however_ops_without_one_interleave():
+    # record.dispatch_recorded reads no input's requires_grad when the autograd sequence number
+    # has not moved since the thread's last recorded op: a node made elsewhere in between (a
+    # CPU op recording grad) must not be taken for the next op's, nor hide one op's own node
+    w = torch.randn(8, device="neuron", requires_grad=True)
+    plain = torch.randn(8, device="neuron")
+    cpu = torch.randn(8, requires_grad=True)
+
+    def step():
+        a = w * 2  # records grad: its own node
+        b = plain + 1  # none
+        c = cpu * 3  # a CPU node in between
+        d = plain - 1  # still none, though the number moved
+        e = w.exp()  # right after the CPU node: its own
+        f = plain.neg()
+        (a.sum() + e.sum() + c.sum()).backward()
+        return b, d, f
+
+    _, events = _record(step)
+    fwd: dict = {}
+    for e in events:  # the first of each op: the sums and their add come after
+        if e.kind == "runtime" and not e.is_backward:
+            fwd.setdefault(e.op_name, e)
+    assert fwd["aten::add"].seq_nr == fwd["aten::sub"].seq_nr == fwd["aten::neg"].seq_nr == -1
+    mul, exp = fwd["aten::mul"].seq_nr, fwd["aten::exp"].seq_nr
+    assert mul >= 0 and exp > mul + 1  # the CPU op's node and the sum's come between them
+    bwd = [e for e in events if e.kind == "runtime" and e.is_backward]
+    # backward kernels run the nodes of the forward ops (capture gives them their lines)
+    assert {mul, exp} <= {e.seq_nr for e in bwd}
+    assert fwd["aten::mul"].src_func == fwd["aten::exp"].src_func == "step"
