@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from neuron_explorer import backend
+from neuron_explorer.backend.tensor import wrap
 
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 CASTS = [(F32, BF16), (BF16, F32), (F32, F16), (F16, BF16), (torch.int64, F32), (F32, torch.int32)]
@@ -101,3 +102,36 @@ def test_a_cast_under_the_profiler_is_a_kernel_with_its_modeled_cost():
     assert len(casts) == 3  # the explicit one, then autocast's of both mm operands
     assert all(e.device_dur_ns > 0 for e in casts)
     assert y.dtype == z.dtype == BF16
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides"),
+    [((1, 4), (1, 1)), ((4, 1), (1, 7)), ((0, 3), (1, 1)), ((2, 1, 3), (3, 9, 1)), ((), ())],
+    ids=str,
+)
+def test_a_cast_keeps_the_strides_of_size_0_and_1_dimensions(shape, strides):
+    # is_contiguous ignores those dimensions' strides: a wrapper built without strides would
+    # get the row-major ones and differ from the CPU's
+    x = torch.empty_strided(shape, strides).copy_(torch.arange(float(max(1, len(shape)))).sum())
+    for dst in (BF16, F16):
+        ref, out = x.to(dst), wrap(x).to(dst)
+        assert out.stride() == ref.stride() and out.shape == ref.shape
+        assert torch.equal(out.cpu(), ref)
+    w = wrap(x)
+    assert w.stride() == x.stride() and w.storage_offset() == 0
+
+
+def test_a_wrapper_keeps_offset_grad_and_inference_like_its_payload():
+    x = torch.arange(24.0).reshape(4, 6)
+    for view in (x[1:], x[:, 2:], x.t(), x[1:, 1:].t()):
+        w = wrap(view)
+        assert (w.stride(), w.storage_offset(), w.shape) == (
+            view.stride(),
+            view.storage_offset(),
+            view.shape,
+        )
+    leaf = torch.randn(3, 4, device="neuron", requires_grad=True)
+    assert leaf.requires_grad and leaf.is_leaf and leaf.stride() == (4, 1)
+    with torch.inference_mode():
+        cast = leaf.detach().to(BF16)
+        assert cast.is_inference() and cast.stride() == (4, 1)

@@ -19,6 +19,7 @@ _NO_KWARGS: dict = {}
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _DATA: Any = torch._C.TensorBase.data  # the C++ getset descriptor of Tensor.data (not in the stubs)
 _STRIDED = torch.strided
+_Tensor = torch.Tensor
 
 
 def _unbound(*args: Any) -> Any:
@@ -50,6 +51,28 @@ def _mirror_math_bits(wrapper: torch.Tensor, payload: torch.Tensor) -> None:
         torch._C._set_neg(wrapper, True)
 
 
+def _make(cls: type, payload: torch.Tensor, requires_grad: bool) -> Any:
+    """The wrapper for `payload` with the fewest keywords that describe it: argument parsing
+    is most of `_make_wrapper_subclass`'s cost (callgrind: the strides keyword ~2.9k
+    instructions, requires_grad ~0.3k); the defaults make the same wrapper. Without strides it
+    gets the row-major ones, exactly the payload's where that is a contiguous plain tensor with
+    no dimension of size 0 or 1 (`is_contiguous` ignores those dimensions' strides, which can
+    then be anything). Plain tensors only: a fake payload's symbolic sizes would add guards."""
+    shape = payload.shape
+    offset = payload.storage_offset()
+    if offset:
+        return _make_wrapper(cls, shape, strides=payload.stride(), storage_offset=offset,
+                             dtype=payload.dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+    if type(payload) is _Tensor and payload.is_contiguous() and 1 not in shape and 0 not in shape:
+        if requires_grad:
+            return _make_wrapper(cls, shape, dtype=payload.dtype, device=DEVICE, requires_grad=True)
+        return _make_wrapper(cls, shape, dtype=payload.dtype, device=DEVICE)
+    if requires_grad:
+        return _make_wrapper(cls, shape, strides=payload.stride(), dtype=payload.dtype,
+                             device=DEVICE, requires_grad=True)  # fmt: skip
+    return _make_wrapper(cls, shape, strides=payload.stride(), dtype=payload.dtype, device=DEVICE)
+
+
 class NeuronTensor(torch.Tensor):
     """A tensor on the modeled neuron device; `_payload` is the CPU tensor that holds its data."""
 
@@ -57,17 +80,10 @@ class NeuronTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, payload: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
-        # fewest keywords that describe the payload: argument parsing is most of the cost
         try:
             if payload.layout is not _STRIDED:
                 raise RuntimeError("sparse")
-            offset = payload.storage_offset()
-            if offset:
-                t = _make_wrapper(cls, payload.shape, strides=payload.stride(), storage_offset=offset,
-                                  dtype=payload.dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
-            else:
-                t = _make_wrapper(cls, payload.shape, strides=payload.stride(), dtype=payload.dtype,
-                                  device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+            t = _make(cls, payload, requires_grad)
         except (NotImplementedError, RuntimeError):  # no strided storage: sparse or nested
             from neuron_explorer.backend.runtime.unsupported import error_for
 
@@ -182,3 +198,13 @@ def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:
 def wrap(payload: torch.Tensor) -> NeuronTensor:
     """Wrap a CPU tensor as a neuron tensor without copying."""
     return NeuronTensor(payload)
+
+
+def fresh(payload: torch.Tensor) -> NeuronTensor:
+    """The wrapper of a payload a device op just allocated as a plain CPU tensor (a cast's
+    result): strided, no conjugate or negative bit, made in the current inference mode, so
+    `NeuronTensor(payload)`'s checks have nothing to find; skipping them and the type call
+    (`__new__` and `__init__` through Python) saves ~4k instructions a wrapper."""
+    t = _make(NeuronTensor, payload, False)
+    t._payload = payload
+    return t
