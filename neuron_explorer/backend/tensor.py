@@ -57,26 +57,36 @@ def _make(cls: type, payload: torch.Tensor, requires_grad: bool) -> Any:
     instructions, requires_grad ~0.3k); the defaults make the same wrapper. Without strides it
     gets the row-major ones, exactly the payload's where that is a contiguous plain tensor with
     no dimension of size 0 or 1 (`is_contiguous` ignores those dimensions' strides, which can
-    then be anything). Plain tensors only: a fake payload's symbolic sizes would add guards."""
+    then be anything). Plain tensors only: a fake payload's symbolic sizes would add guards.
+    The wrapper keeps `_meta`, its payload's (shape, dtype), read here once."""
     shape = payload.shape
+    dtype = payload.dtype
     offset = payload.storage_offset()
     if offset:
-        return _make_wrapper(cls, shape, strides=payload.stride(), storage_offset=offset,
-                             dtype=payload.dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
-    if type(payload) is _Tensor and payload.is_contiguous() and 1 not in shape and 0 not in shape:
+        t = _make_wrapper(cls, shape, strides=payload.stride(), storage_offset=offset,
+                          dtype=dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
+    elif type(payload) is _Tensor and payload.is_contiguous() and 1 not in shape and 0 not in shape:
         if requires_grad:
-            return _make_wrapper(cls, shape, dtype=payload.dtype, device=DEVICE, requires_grad=True)
-        return _make_wrapper(cls, shape, dtype=payload.dtype, device=DEVICE)
-    if requires_grad:
-        return _make_wrapper(cls, shape, strides=payload.stride(), dtype=payload.dtype,
-                             device=DEVICE, requires_grad=True)  # fmt: skip
-    return _make_wrapper(cls, shape, strides=payload.stride(), dtype=payload.dtype, device=DEVICE)
+            t = _make_wrapper(cls, shape, dtype=dtype, device=DEVICE, requires_grad=True)
+        else:
+            t = _make_wrapper(cls, shape, dtype=dtype, device=DEVICE)
+    elif requires_grad:
+        t = _make_wrapper(cls, shape, strides=payload.stride(), dtype=dtype, device=DEVICE,
+                          requires_grad=True)  # fmt: skip
+    else:
+        t = _make_wrapper(cls, shape, strides=payload.stride(), dtype=dtype, device=DEVICE)
+    t._meta = (shape, dtype)
+    return t
 
 
 class NeuronTensor(torch.Tensor):
     """A tensor on the modeled neuron device; `_payload` is the CPU tensor that holds its data."""
 
     _payload: torch.Tensor
+    # (shape, dtype) of `_payload`, set wherever `_payload` is: the eager compile cache's key
+    # part (tracking.note_key), read from the instance's dict where a property read on this
+    # subclass costs ~1.5k instructions and a payload's shape ~0.7k
+    _meta: tuple
 
     @staticmethod
     def __new__(cls, payload: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
@@ -115,6 +125,7 @@ class NeuronTensor(torch.Tensor):
             )
         _DATA.__set__(self, new)
         self._payload = new._payload
+        self._meta = new._meta
 
     # Traceable-subclass protocol: torch.compile (AOTAutograd) traces through to the payload.
     def __tensor_flatten__(self) -> tuple[list[str], None]:
@@ -185,6 +196,7 @@ def refresh(wrapper: NeuronTensor) -> None:
     ):
         _DATA.__set__(wrapper, NeuronTensor(p))
         wrapper._payload = p
+        wrapper._meta = (p.shape, p.dtype)
 
 
 def new_tensor(name: str, payload: torch.Tensor) -> NeuronTensor:

@@ -64,11 +64,12 @@ def call_site(depth: int = 2) -> tuple[int, str | None]:
     f: FrameType | None = frame
     while f is not None:
         code = f.f_code
-        s = scope.get(id(code))
+        c = id(code)  # once: a builtin call per frame, on every recorded op's whole stack
+        s = scope.get(c)
         if s is None:
             s = _learn(code)
         if s:
-            add(id(code))
+            add(c)
             # the instruction offset, not f_lineno: CPython computes a line by scanning the
             # code's line table (microseconds in a long function such as Module._call_impl);
             # the line is read once, when a new stack is interned

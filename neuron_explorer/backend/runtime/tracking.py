@@ -23,22 +23,17 @@ _cache_get = compile_cache.get
 
 
 def note_key(info, inputs: list) -> tuple[tuple, bool, Any]:
-    """Count one kernel call: its cache key (op, then each input's shape and dtype), True when
-    that key compiles now, and its cache entry (None until lowered)."""
+    """Count one kernel call: its cache key (op, then each input's shape and dtype, as its
+    wrapper keeps them: NeuronTensor._meta), True when that key compiles now, and its cache
+    entry (None until lowered)."""
     _executed_add(info.name)
     n = len(inputs)  # the usual one and two inputs without building a list (once per op)
     if n == 1:
-        p = inputs[0][0]
-        key: tuple = (info, p.shape, p.dtype)
+        key: tuple = (info, inputs[0][1]._meta)
     elif n == 2:
-        p, q = inputs[0][0], inputs[1][0]
-        key = (info, p.shape, p.dtype, q.shape, q.dtype)
+        key = (info, inputs[0][1]._meta, inputs[1][1]._meta)
     else:
-        parts = [info]
-        for p, _w in inputs:
-            parts.append(p.shape)
-            parts.append(p.dtype)
-        key = tuple(parts)
+        key = (info, *[w._meta for _p, w in inputs])
     entry = _cache_get(key, _MISSING)
     if entry is not _MISSING:
         stats["eager_cache_hits"] += 1
