@@ -62,6 +62,7 @@ def _make(cls: type, payload: torch.Tensor, requires_grad: bool) -> Any:
     shape = payload.shape
     dtype = payload.dtype
     offset = payload.storage_offset()
+    t: Any
     if offset:
         t = _make_wrapper(cls, shape, strides=payload.stride(), storage_offset=offset,
                           dtype=dtype, device=DEVICE, requires_grad=requires_grad)  # fmt: skip
