@@ -22,6 +22,7 @@ _Tensor = torch.Tensor
 _F64 = torch.float64
 _CPU = torch.device("cpu")
 _SEQ = (list, tuple)
+_TENSOR_OR_NONE = (_Tensor, type(None))  # built once: `_Tensor | None` makes a union per call
 _inference_enabled = torch.is_inference_mode_enabled
 _enable_rf = torch._C._autograd._enable_record_function
 _modes = torch._C._len_torch_dispatch_stack
@@ -47,7 +48,7 @@ def _unwrap(a, inputs: list, info):
             # a fake tensor on the device, not a wrapper; its value belongs beside the payloads
             return a.to(_CPU)
         return a
-    if type(a) in _SEQ and a and isinstance(a[0], _Tensor | None):
+    if type(a) in _SEQ and a and isinstance(a[0], _TENSOR_OR_NONE):
         return type(a)(_unwrap(x, inputs, info) for x in a)
     return a
 

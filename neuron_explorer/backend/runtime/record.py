@@ -138,10 +138,10 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     inputs: list = []
     cpu_args, kwargs = unwrap_all(args, kwargs, inputs, info)
     if inputs and type(inputs[0][0]) is not _Tensor:  # tracing with fake payloads: no launch
-        return _traced(info, cpu_args, kwargs, inputs)
+        return _unrecorded(info, run_hidden(info.call, cpu_args, kwargs), inputs)
     kernel = info.kernel
     if not kernel and not inputs:  # a metadata op of no tensor: nothing to record
-        return _no_kernel(info, cpu_args, kwargs, inputs, t0, None)
+        return _unrecorded(info, run_payload(info, cpu_args, kwargs), inputs)
     # The position: (sequence number, in backward, thread id, round trip to cut, span start).
     # A forward op carries the autograd node it made, a backward one the node it runs.
     try:
@@ -185,7 +185,22 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     else:
         o = _calibrated(t0 - last, seq >= 0 and not bwd, kernel and info.mutates)
     if not kernel:
-        return _no_kernel(info, cpu_args, kwargs, inputs, t0, (seq, bwd, st[0], o))
+        # A metadata op: no launch, it costs the device runtime nothing. Its span and the
+        # round trip before it are simulator time, a clock-only cut; the position above was
+        # taken before its payload op opens a record function (hostcost.exact)
+        out = run_payload(info, cpu_args, kwargs)
+        new: list = []
+        result = wrap(out, inputs, new)
+        if info.restrides:  # all finish_outputs does for an op with no kernel: refresh
+            finish_outputs(info, new, inputs)
+        model.cut_ns += o  # add_cut(o, 0): the round trip, before the span (as a launch's)
+        if seq >= 0 and not bwd:  # made an autograd node: its backward kernels need its line
+            _note_forward(seq, st[0])
+        # measured exactly, the round trip is all cut: the op keeps the documented host cost
+        # of a metadata op (spec.py); calibrated, the CPU's own view was left uncut instead
+        cost = (model._spec or model.spec()).runtime.metadata_ns if _hostcost.EXACT else 0
+        _host("cut", info.name, info.name, (), (), st[0], t0, _now(), cost, None, -1, False)
+        return result
     src = call_site(3)  # (stack id, module path)
     tid = st[0]
     if not info.supported:
@@ -199,7 +214,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
     m0 = t0 - c - model.origin_ns  # modeled_now(t0): before this call's own cut
     key, compiled, entry = _note_key(info, inputs)
     out = run_payload(info, cpu_args, kwargs)
-    new: list = []
+    new = []
     if inputs and out is inputs[0][0] and not info.restrides and out.dtype is not _F64:
         result = inputs[0][1]  # wrap_result's plain in-place case without a call (add_, mul_)
     else:
@@ -248,33 +263,12 @@ def _calibrated(gap: int, grad: bool, mutates: bool) -> int:
     return o if gap >= o else max(gap, 0)
 
 
-def _traced(info, cpu_args, kwargs, inputs: list):
-    """An op on fake payloads while torch.compile traces: no launch, nothing recorded."""
-    out = run_hidden(info.call, cpu_args, kwargs)
+def _unrecorded(info, out, inputs: list):
+    """A payload result wrapped and accounted, nothing recorded: an op on fake payloads while
+    torch.compile traces, a metadata op of no tensor."""
     new: list = []
     result = wrap(out, inputs, new)
     finish_outputs(info, new, inputs)
-    return result
-
-
-def _no_kernel(info, cpu_args, kwargs, inputs: list, t0: int, position):
-    """A metadata op: no launch. A metadata op costs the device runtime nothing: its whole span
-    and the wrapper's round trip before it are simulator time, a clock-only cut. `position` is
-    dispatch_recorded's (seq, bwd, tid, round trip), taken before the payload's own CPU op
-    opens a record function (hostcost.exact); None for an op of no tensor."""
-    out = run_payload(info, cpu_args, kwargs)
-    new: list = []
-    result = wrap(out, inputs, new)
-    finish_outputs(info, new, inputs)
-    if position is not None:
-        seq, bwd, tid, o = position
-        model.cut_ns += o  # add_cut(o, 0): the round trip, before the span (as a launch's)
-        if seq >= 0 and not bwd:  # made an autograd node: its backward kernels need its line
-            _note_forward(seq, tid)
-        # measured exactly, the round trip is all cut: the op keeps the documented host cost
-        # of a metadata op (spec.py); calibrated, the CPU's own view was left uncut instead
-        cost = (model._spec or model.spec()).runtime.metadata_ns if _hostcost.EXACT else 0
-        _host("cut", info.name, info.name, (), (), tid, t0, _now(), cost, None, -1, False)
     return result
 
 
