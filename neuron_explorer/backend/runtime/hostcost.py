@@ -45,7 +45,7 @@ ROUNDS, CALLS = 15, 20
 # The loop's figures are a floor: in a real model the round trip is larger than the loop's
 # (GPT-2: a view's 16-18 us outside its span against 7-9 us, benchmarks/README.md), so the
 # runtime also samples, per recorded op that records no grad, the real gap since the last call
-# ended (record.py's _position: GAPS), and every BATCH gaps refit() raises OUTSIDE_NS to the
+# ended (record.py's _calibrated: GAPS), and every BATCH gaps refit() raises OUTSIDE_NS to the
 # sample's low percentile minus what the plain CPU pays around a trivial op (CPU_NS, the
 # calibrated CPU view), and OUTSIDE_GRAD_NS by as much (autograd's extra stays the loop's).
 # An in-place op returns its input's wrapper, no new one: its round trip is the short one
@@ -121,7 +121,7 @@ def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
     first): the span starts at t0. An op entered while the previous op's record is still open
     runs inside it (autograd saving a result calls `detach` on it): all the real time since
     the previous span is that op's return, cut, and the enclosing record stays watched.
-    record.py's _position inlines this."""
+    record.dispatch_recorded inlines this."""
     s = rt[START]
     if not (last_end < s <= t0):
         if not s:  # this thread's first, or a newer profiler's callback runs after ours

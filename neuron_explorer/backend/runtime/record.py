@@ -165,21 +165,21 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
                     seq = n - 1
                     break
     last = model.last_end_ns
-    rt = st[2]
-    if rt is not None:  # the exact round trip from torch's own records (hostcost.exact)
+    slots = st[2]
+    if slots is not None:  # the exact round trip from torch's own records (hostcost.exact)
         if not _hostcost.ON:
-            _hostcost.resume(rt)
-        s = rt[0]  # START
+            _hostcost.resume(slots)
+        s = slots[0]  # START
         if not (last < s <= t0):  # no record of its own (called by redispatch): from t0
             if not s:  # this thread's first, or our callback runs before a newer profiler's
-                _hostcost.resume(rt)
+                _hostcost.resume(slots)
             s = t0
-        if rt[2] and last:  # WATCH: inside the previous op's record (autograd saving its
+        if slots[2] and last:  # WATCH: inside the previous op's record (autograd saving its
             o = s - last  # result): all the time since that op's span is its return, cut
         else:
-            e = rt[3]  # WATCH_END
+            e = slots[3]  # WATCH_END
             if s != t0:
-                rt[2] = rt[1]  # watch this op's record: its end is the next op's return
+                slots[2] = slots[1]  # watch this op's record: its end is the next op's return
             o = e - last if last < e <= s else 0
         t0 = s
     else:
