@@ -128,8 +128,8 @@ def empty_cache() -> None:
     """Nothing is cached: payload memory is freed when the last tensor goes."""
 
 
-# Autocast: bf16 by default, like an accelerator (torch.amp reads these hooks).
-_autocast_dtype = torch.bfloat16
+# Autocast (torch.amp reads these hooks). Without a dtype, `torch.autocast("neuron")` takes
+# torch 2.13's default for PrivateUse1, float16: pass dtype=torch.bfloat16, Trainium's type.
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
