@@ -401,6 +401,69 @@ def test_each_op_keeps_its_documented_host_cost_and_its_round_trip_is_cut_exactl
 
 
 @needs_native_guard
+def test_the_wrappers_frees_between_ops_keep_only_the_modeled_free(tmp_path):
+    # a wrapper's free (the subclass instance, its payload, the memory accounting's weak
+    # reference: several microseconds) is simulator time where a real device's tensor costs
+    # the CPU's free: between two ops, 2,000 frees keep free_ns each on the modeled host clock
+    import neuron_explorer
+    from neuron_explorer.backend.runtime import hostcost, model
+    from neuron_explorer.model.profile import Profile
+
+    assert hostcost.FREES
+    n, free_ns = 2000, model.spec().runtime.free_ns
+    x = torch.randn(16, device="neuron")
+    kept: list = []
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
+                                on_trace_ready=neuron_explorer.trace_handler(tmp_path / "p")) as prof:  # fmt: skip
+        for _ in range(2):
+            xs = [x + 1 for _ in range(n)]  # each its own storage
+            kept.append(x.mul(2))
+            t0 = time.time_ns()
+            xs.clear()
+            real = time.time_ns() - t0
+            kept.append(x.mul(3))
+            prof.step()
+    con = Profile.open(tmp_path / "p").duckdb()
+    (a_end, b_start), *_ = con.execute(
+        "SELECT lag(start_ns + dur_ns) OVER (ORDER BY start_ns), start_ns FROM events "
+        "WHERE layer = 'host' AND kind = 'op' AND name = 'aten::mul' QUALIFY lag(start_ns) "
+        "OVER (ORDER BY start_ns) IS NOT NULL"
+    ).fetchall()
+    gap = b_start - a_end
+    assert real > 2 * n * free_ns  # the wrapper's frees: 2.4-5 us each here
+    # each free keeps the modeled free; the list's own loop and the clock readings stay real
+    assert 0.9 * n * free_ns <= gap <= n * free_ns + 0.25 * real, (gap, real)
+
+
+@needs_native_guard
+def test_timed_frees_leave_class_assignment_and_subclasses_working():
+    # the frees are timed from the wrapper type's tp_finalize to the end of torch's base
+    # type's tp_dealloc: the slots CPython compares when a tensor's __class__ is assigned
+    # (Module.to swaps a CPU Parameter with a neuron tensor) stay as they were, and a subclass
+    # of the wrapper is freed once, its type's references kept
+    import sys
+    import weakref
+
+    from neuron_explorer.backend.tensor import NeuronTensor
+
+    class Sub(NeuronTensor):
+        pass
+
+    refs = sys.getrefcount(Sub)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        torch.ones(2, device="neuron").add(1)  # a recorded op: frees are timed from here
+        lin = torch.nn.Linear(3, 3).to("neuron")
+        assert type(lin.weight) is NeuronTensor and isinstance(lin.weight, torch.nn.Parameter)
+        subs = [Sub(torch.ones(2)) for _ in range(50)]
+        gone: list = []
+        watch = [weakref.ref(t, gone.append) for t in subs]
+        del subs
+    assert len(gone) == len(watch) and sys.getrefcount(Sub) == refs
+    assert torch.equal(lin(torch.ones(3, device="neuron")).cpu(), lin.cpu()(torch.ones(3)))
+
+
+@needs_native_guard
 @pytest.mark.parametrize("cleared", [True, False])
 def test_a_capture_after_an_undrained_one_starts_no_span_before_its_op(cleared):
     # a capture that ends without a drain leaves the record callback on: the unrecorded ops

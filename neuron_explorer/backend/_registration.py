@@ -33,6 +33,7 @@ def register() -> None:
         from neuron_explorer.backend.runtime import dispatch, events, hostcost
 
         hostcost.NATIVE = guard.native  # the exact round trip's clock, none with the Python guard
+        hostcost.FREES = guard.watch_frees(tensor.NeuronTensor)  # the wrapper's frees, timed
         events.ON_DRAIN.append(hostcost.pause)  # a drained capture: its record callback goes off
 
         tensor.set_device_object(torch.device("neuron", 0), dispatch.dispatch, dispatch.record_sync)

@@ -34,6 +34,7 @@ class RuntimeSpec:
     d2h_bytes_per_s: float  # device-to-host copy bandwidth (PCIe)
     sync_ns: int  # fixed cost of a host wait on the device, on top of the wait itself
     metadata_ns: int  # host cost of a metadata op (view, reshape, t): no device work at all
+    free_ns: int  # host cost of freeing one tensor (its last reference dropped)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ import types
 
 from torch.autograd import profiler as _prof
 
+from neuron_explorer.backend.runtime import hostcost
+
 _BACKEND_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _now = time.time_ns
 _start = 0  # real start of the collection being timed; 0 when none is
@@ -48,8 +50,12 @@ def _on_gc(phase: str, info: dict) -> None:
     global _start
     if phase == "start":
         _start = _now() if _prof._is_profiler_enabled and not _inside_backend() else 0
+        if _start and hostcost.FREES:  # the wrapper frees inside it are inside its pause
+            hostcost.NATIVE.neuron_gc(1)  # type: ignore[union-attr]
     elif _start:
         t0, _start = _start, 0
+        if hostcost.FREES:
+            hostcost.NATIVE.neuron_gc(0)  # type: ignore[union-attr]
         from neuron_explorer.backend.runtime import events
 
         events.record_host("gc", "python gc", "", (), (), threading.get_native_id(), t0, _now(),

@@ -82,8 +82,10 @@ struct RoundTrip {
   int64_t start_id;   // that record's address: the value Python copies into `watch`
   int64_t watch;      // the record whose end is wanted (0: none)
   int64_t watch_end;  // when it ended
+  int64_t free_cut;   // wrapper frees outside every record since Python last took it (below)
+  int64_t depth;      // FUNCTION records open on this thread (0: between ops)
 };
-thread_local RoundTrip t_round_trip{0, 0, 0, 0};
+thread_local RoundTrip t_round_trip{0, 0, 0, 0, 0, 0};
 // this thread's callback (a thread-local one, as the profiler's: autograd's device thread gets
 // both with the caller's thread-local state); added after the profiler's, it runs after it,
 // so torch's event of an op starts before the runtime's span and holds its launch
@@ -97,12 +99,38 @@ inline int64_t realtime_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
+// The free of a wrapper (issue 14): a neuron tensor's Python object is a subclass instance
+// holding a CPU payload, whose storage the runtime's memory accounting watches (memory.py), so
+// its free costs several microseconds where a real device's tensor, a plain C++ tensor, costs
+// the CPU's own free. Most frees happen between ops (autograd's engine dropping grads, the
+// model's temporaries, zero_grad), outside every recorded span. While a capture records, each
+// outermost free of a wrapper that starts with no FUNCTION record open on its thread is timed,
+// and what it took beyond `g_free_ns` (the modeled free, spec.py) is added to this thread's
+// `free_cut`; the runtime cuts it before the next op's span (record.py), as the previous op's
+// return. Frees inside a record are inside a span or a round trip, cut already; frees inside
+// a garbage collection are inside its pause (gcpause.py).
+//
+// Timed from the wrapper type's tp_finalize (CPython's subtype_dealloc calls it first, before
+// the weak references, the instance dict with the payload, and the base's dealloc) to the end
+// of torch's base type's tp_dealloc (subtype_dealloc calls it last), matched by the object's
+// address. Neither slot is one CPython compares when a tensor's __class__ is assigned
+// (torch.utils.swap_tensors in Module.to); the wrapper type's own tp_dealloc is (guard.py).
+using Dealloc = void (*)(void*);
+Dealloc g_base_dealloc = nullptr;  // torch's base tensor type's own tp_dealloc
+int64_t g_free_ns = 0;
+bool g_cut_frees = false;  // a capture records (the round-trip callback is on)
+bool g_gc = false;         // a garbage collection runs (set by gcpause.py)
+constexpr int64_t kStaleNs = 10000000;  // a free begun this long ago was not one (resurrected)
+thread_local void* t_freeing = nullptr;  // the wrapper whose free is being timed
+thread_local int64_t t_free_start = 0;
+
 std::unique_ptr<at::ObserverContext> on_record_start(const at::RecordFunction& fn) {
   // torch's own record around the call into a subclass's __torch_dispatch__ opens inside the
   // op's (after autograd and the boxing): the op's record is the one wanted
+  RoundTrip& rt = t_round_trip;
+  ++rt.depth;  // every record's end comes back through on_record_end
   const char* name = fn.name();
   if (name[0] == 'P' && std::strcmp(name, "PythonSubclass") == 0) return nullptr;
-  RoundTrip& rt = t_round_trip;
   // a profiler started after ours was added runs after ours: its event would start after the
   // runtime's span. Then record no start (0): the runtime adds ours anew (hostcost.resume)
   const auto& tls = at::get_record_function_tls_().sorted_tls_callbacks_;
@@ -119,6 +147,7 @@ std::unique_ptr<at::ObserverContext> on_record_start(const at::RecordFunction& f
 
 void on_record_end(const at::RecordFunction& fn, at::ObserverContext*) {
   RoundTrip& rt = t_round_trip;
+  if (rt.depth > 0) --rt.depth;  // a record opened before the callback was added has no start
   if (rt.watch == reinterpret_cast<int64_t>(&fn)) {
     rt.watch_end = realtime_ns();
     rt.watch = 0;
@@ -133,6 +162,8 @@ extern "C" int64_t* neuron_round_trip_slot() { return &t_round_trip.start; }
 // after the profiler's callbacks of this capture) or off (the capture is drained): registered,
 // it makes every dispatcher call build a RecordFunction, which the unrecorded path must not pay.
 extern "C" void neuron_round_trip(int on) {
+  g_cut_frees = on != 0;
+  t_round_trip.depth = 0;
   if (t_round_trip_cb != 0) {
     at::removeCallback(t_round_trip_cb);
     t_round_trip_cb = 0;
@@ -146,3 +177,38 @@ extern "C" void neuron_round_trip(int on) {
             .scopes({at::RecordScope::FUNCTION}));
   }
 }
+
+// The wrapper type's tp_finalize: a free begins (the GIL is held).
+extern "C" void neuron_free_begins(void* obj) {
+  if (!g_cut_frees || g_gc || t_round_trip.depth > 0) return;
+  const int64_t now = realtime_ns();
+  if (t_freeing != nullptr && now - t_free_start < kStaleNs) return;  // nested in another free
+  t_freeing = obj;
+  t_free_start = now;
+}
+
+// torch's base tensor type's tp_dealloc: every tensor's free ends here, a wrapper's too.
+extern "C" void neuron_free_ends(void* obj) {
+  g_base_dealloc(obj);
+  if (obj != t_freeing) return;
+  t_freeing = nullptr;
+  const int64_t spent = realtime_ns() - t_free_start - g_free_ns;
+  if (spent > 0) t_round_trip.free_cut += spent;
+}
+
+// Time the frees of a wrapper type: `finalize` is the address of its tp_finalize slot (empty),
+// `base_dealloc` that of torch's base tensor type's tp_dealloc slot (guard.py checked both).
+extern "C" void neuron_watch_frees(void* finalize, void* base_dealloc) {
+  void** fin = static_cast<void**>(finalize);
+  void** base = static_cast<void**>(base_dealloc);
+  if (*base == reinterpret_cast<void*>(&neuron_free_ends)) return;
+  g_base_dealloc = reinterpret_cast<Dealloc>(*base);
+  *base = reinterpret_cast<void*>(&neuron_free_ends);
+  *fin = reinterpret_cast<void*>(&neuron_free_begins);
+}
+
+// The modeled host cost of one free (spec.py's free_ns), set when a capture starts.
+extern "C" void neuron_free_cost(int64_t ns) { g_free_ns = ns; }
+
+// A garbage collection starts (1) or ends (0): frees inside it are inside its own pause.
+extern "C" void neuron_gc(int running) { g_gc = running != 0; }

@@ -124,9 +124,44 @@ def _load_native() -> None:
     lib.neuron_set_sync_callback(callback)
     lib.neuron_round_trip_slot.restype = ctypes.c_void_p
     lib.neuron_round_trip.argtypes = [ctypes.c_int]
+    lib.neuron_watch_frees.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.neuron_free_cost.argtypes = [ctypes.c_int64]
+    lib.neuron_gc.argtypes = [ctypes.c_int]
     _keep.extend([lib, callback])
     global native
     native = lib
+
+
+# Where CPython 3.11-3.13 (not free-threaded, no Py_TRACE_REFS) keep a type object's fields,
+# in words: tp_name, tp_basicsize, tp_itemsize, tp_dealloc, tp_weaklistoffset, tp_dictoffset,
+# tp_finalize (checked against what Python reports before anything is written)
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+_NAME, _BASICSIZE, _ITEMSIZE, _DEALLOC, _WEAKLIST, _DICT, _FINALIZE = 3, 4, 5, 6, 26, 36, 49
+
+
+def watch_frees(cls: type) -> bool:
+    """Time the frees of `cls`'s instances (guard.cpp: from its tp_finalize, which must be
+    empty, to the end of torch's base tensor type's tp_dealloc); True when done. Only where
+    both type objects have the layout checked here, else False and frees stay on the host clock
+    (docs/device.md)."""
+    lib = native
+    base = torch._C.TensorBase
+    if lib is None or not all(map(_layout_is_known, (cls, base))):
+        return False
+    if ctypes.c_void_p.from_address(id(cls) + _FINALIZE * _WORD).value is not None:
+        return False  # a finalizer of its own (a __del__): not ours to replace
+    lib.neuron_watch_frees(id(cls) + _FINALIZE * _WORD, id(base) + _DEALLOC * _WORD)
+    return True
+
+
+def _layout_is_known(t: type) -> bool:
+    def word(k: int) -> int:
+        return ctypes.c_ssize_t.from_address(id(t) + k * _WORD).value
+
+    name = ctypes.c_char_p.from_address(id(t) + _NAME * _WORD).value or b""
+    return (name.rsplit(b".", 1)[-1] == t.__name__.encode()
+            and (word(_BASICSIZE), word(_ITEMSIZE)) == (t.__basicsize__, t.__itemsize__)
+            and (word(_WEAKLIST), word(_DICT)) == (t.__weakrefoffset__, t.__dictoffset__))  # fmt: skip
 
 
 def install() -> str:

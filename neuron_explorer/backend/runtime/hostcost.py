@@ -66,8 +66,13 @@ _lock = threading.Lock()
 # op's return (the result's unboxing, autograd's view tracking) is cut right after that op's
 # span. No calibration, no refit, no dependence on load; the Python guard (no compiler) keeps
 # the calibrated figures above.
-START, START_ID, WATCH, WATCH_END = range(4)  # the fields of one thread's slots
+# The same slots hold this thread's FREE: what the wrapper's frees outside every record took
+# beyond the modeled free since the last op (guard.cpp's timed tp_dealloc), cut with that op's
+# return.
+START, START_ID, WATCH, WATCH_END, FREE = range(5)  # the fields Python reads of one thread's
+SLOTS = 6  # slots (the sixth, the open records, is guard.cpp's own)
 NATIVE: ctypes.CDLL | None = None  # guard.native, set at registration (_registration.py)
+FREES = False  # the wrapper's frees are timed (guard.watch_frees, at registration)
 EXACT = False  # the exact round trip is measured (the C++ guard is loaded)
 ON = False  # its record-function callback is on (a capture's first op to the drain)
 THREAD = threading.local()  # .rt: this thread's slots (ctypes int64 array) or None
@@ -80,7 +85,7 @@ def thread_slots():
     lib = NATIVE
     rt = None
     if lib is not None:
-        rt = (ctypes.c_int64 * 4).from_address(lib.neuron_round_trip_slot())
+        rt = (ctypes.c_int64 * SLOTS).from_address(lib.neuron_round_trip_slot())
         EXACT = True
         if not ON:  # else on already: autograd's device thread has it with the caller's state
             resume(rt)
@@ -94,11 +99,16 @@ def resume(rt=None) -> None:
     it with the caller's thread-local state)."""
     global ON
     if NATIVE is not None:
+        if FREES and not ON:
+            from neuron_explorer.backend.runtime import model
+
+            NATIVE.neuron_free_cost(model.spec().runtime.free_ns)
         NATIVE.neuron_round_trip(1)  # added anew on this thread: after the profiler's
         ON = True
         if rt is not None:  # what the slots hold is from before: no record of this capture
             rt[START] = 0  # (unrecorded ops after an undrained capture still wrote starts)
             rt[WATCH] = 0  # a record left watched when the callback went off never ends
+            rt[FREE] = 0  # frees before this capture's first op
 
 
 def pause() -> None:
@@ -132,7 +142,12 @@ def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
     e = rt[WATCH_END]
     if s != t0:
         rt[WATCH] = rt[START_ID]
-    return (e - last_end if last_end < e <= s else 0), s
+    o = e - last_end if last_end < e <= s else 0
+    f = rt[FREE]
+    if f:  # the frees since the previous op: cut with its return, never beyond this op's start
+        rt[FREE] = 0
+        o = min(o + f, s - last_end) if last_end else o
+    return o, s
 
 
 def round_trip(t0: int) -> tuple[int, int]:

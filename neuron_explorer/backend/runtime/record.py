@@ -181,6 +181,10 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
             if s != t0:
                 slots[2] = slots[1]  # watch this op's record: its end is the next op's return
             o = e - last if last < e <= s else 0
+            f = slots[4]  # FREE: the wrapper's frees since the previous op, cut with its return
+            if f:
+                slots[4] = 0
+                o = min(o + f, s - last) if last else o
         t0 = s
     else:
         o = _calibrated(t0 - last, seq >= 0 and not bwd, kernel and info.mutates)
