@@ -464,6 +464,43 @@ def test_timed_frees_leave_class_assignment_and_subclasses_working():
 
 
 @needs_native_guard
+def test_torchs_lookups_by_c_name_on_a_wrapper_answer_as_the_generic_lookup_does():
+    # the wrapper type's tp_getattr (guard.cpp) answers torch's two lookups of every op and
+    # property read without the generic lookup; any other name, and a subclass, as before
+    import ctypes
+    import sys
+
+    from neuron_explorer.backend.tensor import NeuronTensor
+
+    assert backend.runtime.guard.fast_attributes
+    get = ctypes.pythonapi.PyObject_GetAttrString  # the C-string lookup, as torch's
+    get.restype, get.argtypes = ctypes.py_object, [ctypes.py_object, ctypes.c_char_p]
+    x = torch.ones(3, device="neuron")
+    disabled = torch._C._disabled_torch_function_impl
+    refs = sys.getrefcount(disabled)
+    for _ in range(1000):
+        assert get(x, b"__torch_function__") is disabled
+        x.shape, x.dtype, x + x  # torch's own lookups of both names
+    assert sys.getrefcount(disabled) == refs  # each answer a new reference, dropped
+    assert get(x, b"__torch_dispatch__") == NeuronTensor.__torch_dispatch__
+    assert get(x, b"_payload") is x._payload and get(x, b"__class__") is NeuronTensor
+    for missing in (b"__torch_fn", b"no_such_attribute"):
+        with pytest.raises(AttributeError):
+            get(x, missing)
+
+    seen: list = []
+
+    class Sub(NeuronTensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(func.__name__)
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+
+    assert torch.equal((Sub(torch.ones(2)) + 1).cpu(), torch.full((2,), 2.0)) and seen == ["add"]
+
+
+@needs_native_guard
 @pytest.mark.parametrize("cleared", [True, False])
 def test_a_capture_after_an_undrained_one_starts_no_span_before_its_op(cleared):
     # a capture that ends without a drain leaves the record callback on: the unrecorded ops

@@ -212,3 +212,57 @@ extern "C" void neuron_free_cost(int64_t ns) { g_free_ns = ns; }
 
 // A garbage collection starts (1) or ends (0): frees inside it are inside its own pause.
 extern "C" void neuron_gc(int running) { g_gc = running != 0; }
+
+// torch asks a Python subclass for `__torch_function__` (every torch call and property read with
+// a wrapper argument) and `__torch_dispatch__` (every op it dispatches into Python, twice) by
+// name: PyObject_FastGetAttrString makes an interned string from the C name and runs the
+// generic attribute lookup, which binds the classmethod anew each time (~0.6-0.8k
+// instructions a lookup; issue 14: outside the runtime's spans these stay on the host clock,
+// issue 16: inside they are the op path's). It calls the type's tp_getattr, the C-string slot,
+// when there is one, as CPython's PyObject_GetAttrString does; CPython's own attribute access
+// uses tp_getattro, and __class__ assignment compares neither. So the wrapper type's tp_getattr
+// (guard.py puts ours there) answers those two names for an instance of exactly that type with
+// the objects the generic lookup finds (the class's disabled __torch_function__, its
+// __torch_dispatch__ bound to it: guard.py hands them over and keeps them), and any other name,
+// or any other type, through the type's own tp_getattro, as CPython would.
+namespace {
+using GetAttro = void* (*)(void*, void*);
+using Intern = void* (*)(const char*);
+using DecRef = void (*)(void*);
+void* g_attr_type = nullptr;      // the wrapper type
+void* g_torch_function = nullptr;  // what its __torch_function__ is
+void* g_torch_dispatch = nullptr;  // its __torch_dispatch__, bound to it
+Intern g_intern = nullptr;         // PyUnicode_InternFromString
+DecRef g_decref = nullptr;         // Py_DecRef
+constexpr int kGetAttroWord = 18;  // tp_getattro's place in a type object (guard.py checks it)
+
+inline void* new_ref(void* o) {
+  ++*static_cast<intptr_t*>(o);  // Py_INCREF of an object that is not immortal
+  return o;
+}
+}  // namespace
+
+extern "C" void* neuron_getattr(void* obj, char* name) {
+  void* type = *(static_cast<void**>(obj) + 1);  // Py_TYPE
+  if (type == g_attr_type && name[0] == '_' && name[1] == '_' && name[2] == 't') {
+    if (std::strcmp(name, "__torch_function__") == 0) return new_ref(g_torch_function);
+    if (std::strcmp(name, "__torch_dispatch__") == 0) return new_ref(g_torch_dispatch);
+  }
+  void* key = g_intern(name);
+  if (key == nullptr) return nullptr;
+  auto getattro = *reinterpret_cast<GetAttro*>(static_cast<void**>(type) + kGetAttroWord);
+  void* found = getattro(obj, key);
+  g_decref(key);
+  return found;
+}
+
+// Answer the two names for `type` (its tp_getattr slot is at `slot`, empty; guard.py checked).
+extern "C" void neuron_fast_attrs(void* type, void* slot, void* torch_function,
+                                  void* torch_dispatch, void* intern, void* decref) {
+  g_attr_type = type;
+  g_torch_function = torch_function;
+  g_torch_dispatch = torch_dispatch;
+  g_intern = reinterpret_cast<Intern>(intern);
+  g_decref = reinterpret_cast<DecRef>(decref);
+  *static_cast<void**>(slot) = reinterpret_cast<void*>(&neuron_getattr);
+}

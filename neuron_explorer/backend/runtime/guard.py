@@ -27,6 +27,7 @@ _SOURCE = Path(__file__).with_name("guard.cpp")
 _keep: list = []  # the hooks, guard and ctypes callback must outlive every use
 kind = "none"  # "native" once the C++ guard is loaded, else "python"
 native: ctypes.CDLL | None = None  # the C++ library once loaded (hostcost.py reads its clock)
+fast_attributes = False  # torch's two lookups on the wrapper answered in C (fast_attrs)
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -127,6 +128,7 @@ def _load_native() -> None:
     lib.neuron_watch_frees.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.neuron_free_cost.argtypes = [ctypes.c_int64]
     lib.neuron_gc.argtypes = [ctypes.c_int]
+    lib.neuron_fast_attrs.argtypes = [ctypes.c_void_p] * 6
     _keep.extend([lib, callback])
     global native
     native = lib
@@ -137,6 +139,7 @@ def _load_native() -> None:
 # tp_finalize (checked against what Python reports before anything is written)
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _NAME, _BASICSIZE, _ITEMSIZE, _DEALLOC, _WEAKLIST, _DICT, _FINALIZE = 3, 4, 5, 6, 26, 36, 49
+_GETATTR, _GETATTRO = 8, 18  # tp_getattr (by C string), tp_getattro (guard.cpp reads it too)
 
 
 def watch_frees(cls: type) -> bool:
@@ -151,6 +154,32 @@ def watch_frees(cls: type) -> bool:
     if ctypes.c_void_p.from_address(id(cls) + _FINALIZE * _WORD).value is not None:
         return False  # a finalizer of its own (a __del__): not ours to replace
     lib.neuron_watch_frees(id(cls) + _FINALIZE * _WORD, id(base) + _DEALLOC * _WORD)
+    return True
+
+
+def fast_attrs(cls: type) -> bool:
+    """Let torch's lookups of `__torch_function__` and `__torch_dispatch__` on `cls`'s instances
+    skip the generic attribute lookup (guard.cpp `neuron_getattr`, in `cls`'s empty tp_getattr
+    slot); True when done, under the same layout check as watch_frees."""
+    lib = native
+    if lib is None or not _layout_is_known(cls):
+        return False
+    slot = id(cls) + _GETATTR * _WORD
+    generic = ctypes.cast(ctypes.pythonapi.PyObject_GenericGetAttr, ctypes.c_void_p).value
+    if (ctypes.c_void_p.from_address(slot).value is not None
+            or ctypes.c_void_p.from_address(id(cls) + _GETATTRO * _WORD).value != generic):  # fmt: skip
+        return False  # an attribute hook of its own (__getattr__): not ours to bypass
+    torch_function = cls.__dict__.get("__torch_function__")
+    if torch_function is not torch._C._disabled_torch_function_impl:
+        return False
+    dispatch = getattr(cls, "__torch_dispatch__")  # noqa: B009 - bound to cls, as the generic lookup binds it
+    _keep.extend([torch_function, dispatch])
+    api = ctypes.pythonapi
+    lib.neuron_fast_attrs(id(cls), slot, id(torch_function), id(dispatch),
+                          ctypes.cast(api.PyUnicode_InternFromString, ctypes.c_void_p).value,
+                          ctypes.cast(api.Py_DecRef, ctypes.c_void_p).value)  # fmt: skip
+    global fast_attributes
+    fast_attributes = True
     return True
 
 
