@@ -84,8 +84,10 @@ struct RoundTrip {
   int64_t watch_end;  // when it ended
   int64_t free_cut;   // wrapper frees outside every record since Python last took it (below)
   int64_t depth;      // FUNCTION records open on this thread (0: between ops)
+  int64_t capture;    // the capture free_cut belongs to (g_capture when it was last added to)
 };
-thread_local RoundTrip t_round_trip{0, 0, 0, 0, 0, 0};
+thread_local RoundTrip t_round_trip{0, 0, 0, 0, 0, 0, 0};
+int64_t g_capture = 0;  // captures ended so far: a thread's frees after one are not the next's
 // this thread's callback (a thread-local one, as the profiler's: autograd's device thread gets
 // both with the caller's thread-local state); added after the profiler's, it runs after it,
 // so torch's event of an op starts before the runtime's span and holds its launch
@@ -114,7 +116,8 @@ inline int64_t realtime_ns() {
 // the weak references, the instance dict with the payload, and the base's dealloc) to the end
 // of torch's base type's tp_dealloc (subtype_dealloc calls it last), matched by the object's
 // address. Neither slot is one CPython compares when a tensor's __class__ is assigned
-// (torch.utils.swap_tensors in Module.to); the wrapper type's own tp_dealloc is (guard.py).
+// (torch.utils.swap_tensors in Module.to); the wrapper type's own tp_dealloc is: timing there
+// made `Module.to("neuron")` fail with "object layout differs".
 using Dealloc = void (*)(void*);
 Dealloc g_base_dealloc = nullptr;  // torch's base tensor type's own tp_dealloc
 int64_t g_free_ns = 0;
@@ -129,6 +132,10 @@ std::unique_ptr<at::ObserverContext> on_record_start(const at::RecordFunction& f
   // op's (after autograd and the boxing): the op's record is the one wanted
   RoundTrip& rt = t_round_trip;
   ++rt.depth;  // every record's end comes back through on_record_end
+  if (rt.capture != g_capture) {  // this thread's first op since a capture ended
+    rt.free_cut = 0;
+    rt.capture = g_capture;
+  }
   const char* name = fn.name();
   if (name[0] == 'P' && std::strcmp(name, "PythonSubclass") == 0) return nullptr;
   // a profiler started after ours was added runs after ours: its event would start after the
@@ -162,6 +169,7 @@ extern "C" int64_t* neuron_round_trip_slot() { return &t_round_trip.start; }
 // after the profiler's callbacks of this capture) or off (the capture is drained): registered,
 // it makes every dispatcher call build a RecordFunction, which the unrecorded path must not pay.
 extern "C" void neuron_round_trip(int on) {
+  if (!on && g_cut_frees) ++g_capture;  // a capture ends: what threads summed since is stale
   g_cut_frees = on != 0;
   t_round_trip.depth = 0;
   if (t_round_trip_cb != 0) {
@@ -193,7 +201,13 @@ extern "C" void neuron_free_ends(void* obj) {
   if (obj != t_freeing) return;
   t_freeing = nullptr;
   const int64_t spent = realtime_ns() - t_free_start - g_free_ns;
-  if (spent > 0) t_round_trip.free_cut += spent;
+  if (spent <= 0) return;
+  RoundTrip& rt = t_round_trip;
+  if (rt.capture != g_capture) {
+    rt.free_cut = 0;
+    rt.capture = g_capture;
+  }
+  rt.free_cut += spent;
 }
 
 // Time the frees of a wrapper type: `finalize` is the address of its tp_finalize slot (empty),

@@ -67,10 +67,10 @@ _lock = threading.Lock()
 # span. No calibration, no refit, no dependence on load; the Python guard (no compiler) keeps
 # the calibrated figures above.
 # The same slots hold this thread's FREE: what the wrapper's frees outside every record took
-# beyond the modeled free since the last op (guard.cpp's timed tp_dealloc), cut with that op's
-# return.
+# beyond the modeled free since the last op (guard.cpp times each from the wrapper type's
+# tp_finalize to the end of torch's base tp_dealloc), cut with that op's return.
 START, START_ID, WATCH, WATCH_END, FREE = range(5)  # the fields Python reads of one thread's
-SLOTS = 6  # slots (the sixth, the open records, is guard.cpp's own)
+SLOTS = 6  # slots (the sixth, the open records, is guard.cpp's own, as is a seventh not mapped)
 NATIVE: ctypes.CDLL | None = None  # guard.native, set at registration (_registration.py)
 FREES = False  # the wrapper's frees are timed (guard.watch_frees, at registration)
 EXACT = False  # the exact round trip is measured (the C++ guard is loaded)
