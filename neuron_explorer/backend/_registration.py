@@ -34,10 +34,11 @@ def register() -> None:
 
         hostcost.NATIVE = guard.native  # the exact round trip's clock, none with the Python guard
         hostcost.FREES = guard.watch_frees(tensor.NeuronTensor)  # the wrapper's frees, timed
-        guard.fast_attrs(tensor.NeuronTensor)  # torch's lookups of its two dunders, in C
         events.ON_DRAIN.append(hostcost.pause)  # a drained capture: its record callback goes off
 
-        tensor.set_device_object(torch.device("neuron", 0), dispatch.dispatch, dispatch.record_sync)
+        tensor.set_device_object(torch.device("neuron", 0), dispatch.dispatch, dispatch.record_sync,
+                                 dispatch.torch_dispatch)  # fmt: skip
+        guard.fast_attrs(tensor.NeuronTensor)  # torch's lookups of its two dunders, in C
         from neuron_explorer.backend.runtime import factories
 
         factories.register_library_impls()

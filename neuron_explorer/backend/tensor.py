@@ -32,12 +32,17 @@ _dispatch: Any = _unbound
 _on_print: Any = _unbound
 
 
-def set_device_object(device: torch.device, dispatch: Any, on_print: Any) -> None:
+def set_device_object(device: torch.device, dispatch: Any, on_print: Any,
+                      torch_dispatch: Any = None) -> None:  # fmt: skip
     """Called once the backend is renamed, so wrappers report `neuron:0` and their ops reach
-    the runtime's `dispatch(func, args, kwargs)`; `on_print(name, tensor)` records the sync."""
+    the runtime's `dispatch(func, args, kwargs)`; `on_print(name, tensor)` records the sync.
+    `torch_dispatch`, the runtime's own `__torch_dispatch__(cls, func, types, args, kwargs)`,
+    becomes the class's: torch then calls the runtime with no frame of ours in between."""
     global DEVICE, _dispatch, _on_print
     DEVICE = device
     _dispatch, _on_print = dispatch, on_print
+    if torch_dispatch is not None:
+        NeuronTensor.__torch_dispatch__ = classmethod(torch_dispatch)  # type: ignore[assignment]
 
 
 def _mirror_math_bits(wrapper: torch.Tensor, payload: torch.Tensor) -> None:

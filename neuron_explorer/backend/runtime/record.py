@@ -85,7 +85,7 @@ def _note_forward(seq: int, tid: int) -> None:
     """A metadata op that made autograd node `seq`: remember its user line by the node's
     number, for the backward kernels that node launches (they have no forward kernel to
     inherit from)."""
-    site = call_site(5)  # (stack id, module): what its backward kernels inherit
+    site = call_site(4)  # (stack id, module): what its backward kernels inherit
     if site[0] >= 0:
         _buf.append((ForwardRecord, next(_ids), tid, _now(), model.cut_ns, seq, site))
 
