@@ -61,7 +61,12 @@ def unwrap_all(args: tuple, kwargs: dict, inputs: list, info) -> tuple[list, dic
             p = a._payload
             inputs.append((p, a))
             cpu_args.append(p)
-        elif isinstance(a, _Tensor) or type(a) in _SEQ:
+        elif type(a) in _SEQ:  # sizes (view, reshape, expand) stay, with no call; tensors
+            # (cat, stack) are unwrapped: by the first element, as _unwrap decides
+            cpu_args.append(
+                _unwrap(a, inputs, info) if a and isinstance(a[0], _TENSOR_OR_NONE) else a
+            )
+        elif isinstance(a, _Tensor):
             cpu_args.append(_unwrap(a, inputs, info))
         else:
             cpu_args.append(a)
