@@ -136,9 +136,11 @@ def _load_native() -> None:
 
 # Where CPython 3.11-3.13 (not free-threaded, no Py_TRACE_REFS) keep a type object's fields,
 # in words: tp_name, tp_basicsize, tp_itemsize, tp_dealloc, tp_weaklistoffset, tp_dictoffset,
-# tp_finalize (checked against what Python reports before anything is written)
+# tp_free, tp_finalize (all but the two slots written checked against what Python reports, or
+# for tp_free against CPython's own function, before anything is written)
 _WORD = ctypes.sizeof(ctypes.c_void_p)
-_NAME, _BASICSIZE, _ITEMSIZE, _DEALLOC, _WEAKLIST, _DICT, _FINALIZE = 3, 4, 5, 6, 26, 36, 49
+_NAME, _BASICSIZE, _ITEMSIZE, _DEALLOC, _WEAKLIST, _DICT, _FREE, _FINALIZE = (
+    3, 4, 5, 6, 26, 36, 40, 49)  # fmt: skip
 _GETATTR, _GETATTRO = 8, 18  # tp_getattr (by C string), tp_getattro (guard.cpp reads it too)
 
 
@@ -188,9 +190,11 @@ def _layout_is_known(t: type) -> bool:
         return ctypes.c_ssize_t.from_address(id(t) + k * _WORD).value
 
     name = ctypes.c_char_p.from_address(id(t) + _NAME * _WORD).value or b""
+    gc_del = ctypes.cast(ctypes.pythonapi.PyObject_GC_Del, ctypes.c_void_p).value
     return (name.rsplit(b".", 1)[-1] == t.__name__.encode()
             and (word(_BASICSIZE), word(_ITEMSIZE)) == (t.__basicsize__, t.__itemsize__)
-            and (word(_WEAKLIST), word(_DICT)) == (t.__weakrefoffset__, t.__dictoffset__))  # fmt: skip
+            and (word(_WEAKLIST), word(_DICT)) == (t.__weakrefoffset__, t.__dictoffset__)
+            and ctypes.c_void_p.from_address(id(t) + _FREE * _WORD).value == gc_del)  # fmt: skip
 
 
 def install() -> str:
