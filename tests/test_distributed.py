@@ -26,18 +26,38 @@ def free_port() -> int:
 def torchrun(
     script: Path, nproc: int, *args: str, timeout: int = 240, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run `script` under torchrun on 127.0.0.1 (a free port), one CPU thread per rank."""
+    """Run `script` under torchrun on 127.0.0.1 (a free port), one CPU thread per rank. A rank
+    that dies of a signal prints its threads' Python stacks (faulthandler) and, for a C++
+    terminate, torch's C++ backtrace (TORCH_CUSTOM_TERMINATE): both go in the failure's text."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+        "PYTHONFAULTHANDLER": "1",
+        "TORCH_CUSTOM_TERMINATE": "1",
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
            "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), *args]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.returncode == 0, failure_report(r)
     return r
+
+
+def failure_report(r: subprocess.CompletedProcess) -> str:
+    """What a failed torchrun printed that says why: each rank's fatal-error dump and C++
+    backtrace (which the launcher's own report would push out of a plain tail), then the tail."""
+    dumps = [r.stderr[i : i + 3000] for i in _starts(r.stderr, "Fatal Python error")]
+    dumps += [r.stdout[i : i + 3000] for i in _starts(r.stdout, "Unhandled exception caught")]
+    return "\n".join([*dumps[:4], "--- stderr tail ---", r.stderr[-3000:]])
+
+
+def _starts(text: str, marker: str) -> list[int]:
+    out, i = [], text.find(marker)
+    while i >= 0:
+        out.append(i)
+        i = text.find(marker, i + 1)
+    return out
 
 
 def results(mode: str, nproc: int, tmp: Path) -> list[dict]:
@@ -248,9 +268,10 @@ def test_capture_of_a_torchrun_launch_writes_one_profile_of_every_rank(tmp_path)
     cmd = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), "--", "torchrun",
            "--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
            str(sample), "--steps", "6"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
+           "TORCH_CUSTOM_TERMINATE": "1"}  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, failure_report(r)
     p = Profile.open(out)
     assert p.manifest.ranks == (0, 1) and p.manifest.extra["world_size"] == 2
     assert {s.rank for s in p.manifest.steps} == {0, 1}
