@@ -207,9 +207,13 @@ def main() -> int:
         n = [r["op_ns"][op] for r in dev if op in r["op_ns"]]
         if c and n:
             views[op] = (statistics.median(c) / 1e3, statistics.median(n) / 1e3)
+    from neuron_explorer.backend.runtime import model
+
+    rt = model.spec().runtime  # the host costs the neuron rounds were modeled with
+    host = {name: getattr(rt, name) for name in ("launch_ns", "metadata_ns", "free_ns")}
     result = {"load": os.getloadavg()[0], "cpu_step_ms": t / 1e6, "cpu_kernel_ms": k / 1e6,
               "cpu_framework_ms": (t - k) / 1e6, "neuron_modeled_host_step_ms": m / 1e6,
-              "ratio": m / (t - k), "view_op_us_cpu_vs_neuron": views,
+              "ratio": m / (t - k), "view_op_us_cpu_vs_neuron": views, "host_costs_ns": host,
               "rounds_ms": {"cpu": [r["step_ns"] / 1e6 for r in cpu],
                             "neuron": [r["step_ns"] / 1e6 for r in dev]}}  # fmt: skip
     if a.json:
@@ -218,6 +222,7 @@ def main() -> int:
     print(f"load {result['load']:.1f}; plain CPU step {t / 1e6:.2f} ms, kernels {k / 1e6:.2f} ms, "
           f"framework {(t - k) / 1e6:.2f} ms; neuron modeled host step {m / 1e6:.2f} ms "
           f"= {result['ratio']:.2f}x the CPU framework time (goal 0.75-1.25)")  # fmt: skip
+    print("  host costs (ns, runtime/hostcal.py):", host)
     print(
         "  rounds (ms): CPU",
         [round(x, 1) for x in result["rounds_ms"]["cpu"]],

@@ -4,6 +4,7 @@ the user's line, and what a run that dies inside an op leaves in its profile (is
 from __future__ import annotations
 
 import inspect
+import os
 import time
 import warnings
 
@@ -398,6 +399,40 @@ def test_each_op_keeps_its_documented_host_cost_and_its_round_trip_is_cut_exactl
         assert n >= 12, name
         # the only real time left: torch's profiler callback around ours (under a microsecond)
         assert cost * 0.8 <= dur <= cost + 1_500, (name, dur)
+
+
+def test_the_host_costs_are_measured_on_this_host_and_written_in_the_profile(tmp_path):
+    # launch, metadata and free costs are the plain CPU's own on this host (runtime/hostcal.py),
+    # what the profile's manifest records; NEURON_HOST_COSTS=spec keeps the spec's figures
+    import subprocess
+    import sys
+
+    from neuron_explorer.backend.costmodel import get_spec
+    from neuron_explorer.backend.runtime import model
+    from neuron_explorer.model.profile import Profile
+
+    _exact_capture(tmp_path / "p")
+    rt, documented = model.spec().runtime, get_spec().runtime
+    spec = Profile.open(tmp_path / "p").manifest.device_spec
+    sources = spec["sources"]
+    for name in ("launch_ns", "metadata_ns", "free_ns"):
+        assert spec["runtime"][name] == getattr(rt, name)
+        assert sources[f"runtime.{name}"].startswith("MEASURED on this host"), name
+        assert getattr(documented, name) // 10 <= getattr(rt, name) <= 2 * getattr(documented, name)
+    assert rt.launch_ns != documented.launch_ns or rt.metadata_ns != documented.metadata_ns
+    assert spec["runtime"]["sync_ns"] == documented.sync_ns  # the device's own figures stay
+    assert sources["runtime.sync_ns"].startswith("ASSUMPTION")
+    code = (
+        "import torch, neuron_explorer.backend\n"
+        "from neuron_explorer.backend.costmodel import get_spec\n"
+        "from neuron_explorer.backend.runtime import model\n"
+        "assert model.spec() == get_spec(), model.spec().runtime\n"
+        "print(model.spec().runtime.launch_ns, model.spec().runtime.metadata_ns)\n"
+    )
+    env = {**os.environ, "NEURON_HOST_COSTS": "spec"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [str(documented.launch_ns), str(documented.metadata_ns)]
 
 
 @needs_native_guard

@@ -319,13 +319,12 @@ def test_an_async_all_reduce_runs_under_compute_and_blocks_only_its_consumer(tmp
     matmul runs, a kernel reading the reduced buffer waits for the all-reduce's end, and the
     per-rank table's overlap is HTA's comm/compute overlap figure on this profile."""
     from neuron_explorer.analysis.summary import summarize
-    from neuron_explorer.backend.costmodel import get_spec
     from neuron_explorer.model import Profile
 
     out = tmp_path / "run"
     torchrun(Path(__file__).resolve().parent / "ranks" / "overlap_worker.py", 2, str(out))
     p = Profile.open(out)
-    launch = get_spec(p.manifest.device_spec["name"]).runtime.launch_ns
+    launch = {int(r): c["launch_ns"] for r, c in p.manifest.extra["host_costs_ns"].items()}
     con = p.duckdb()
     rows = con.execute(
         "SELECT rank, step, layer, kind, name, start_ns, dur_ns, shapes, args FROM events "
@@ -341,8 +340,8 @@ def test_an_async_all_reduce_runs_under_compute_and_blocks_only_its_consumer(tmp
         calls = [r for r in mine if r[3] == "runtime"]
         (async_call,) = [r for r in calls if json.loads(r[8])["bytes"] == big]
         args = json.loads(async_call[8])
-        assert args["overlapped"] and async_call[6] == launch  # the host only launched it
-        assert args["transfer_ns"] > 3 * launch
+        assert args["overlapped"] and async_call[6] == launch[rank]  # the host only launched it
+        assert args["transfer_ns"] > 3 * launch[rank]
         blocking = [r for r in calls if not json.loads(r[8])["overlapped"]]
         assert len(blocking) == 2  # the step's first all-reduce and the last one
         assert all(r[6] >= json.loads(r[8])["transfer_ns"] for r in blocking)
@@ -466,7 +465,6 @@ def test_fsdp2_collectives_on_side_streams_overlap_compute_and_equal_gloo(tmp_pa
     launched after it runs while it is still in flight (rank 1 sleeps before the last layer's
     backward, so rank 0's reduce-scatter waits for it), the kernel that copies an all-gather
     out starts after it (the stream's event), and training equals FSDP2 over gloo on the CPU."""
-    from neuron_explorer.backend.costmodel import get_spec
     from neuron_explorer.model import Profile
 
     runs = {}
@@ -476,7 +474,7 @@ def test_fsdp2_collectives_on_side_streams_overlap_compute_and_equal_gloo(tmp_pa
     assert runs["neuron"] == runs["gloo"]
     assert runs["gloo"][0]["losses"] != runs["gloo"][1]["losses"]  # each rank its own data
     p = Profile.open(tmp_path / "neuron")
-    launch = get_spec(p.manifest.device_spec["name"]).runtime.launch_ns
+    launch = {int(r): c["launch_ns"] for r, c in p.manifest.extra["host_costs_ns"].items()}
     rows = (
         p.duckdb()
         .execute(
@@ -492,7 +490,7 @@ def test_fsdp2_collectives_on_side_streams_overlap_compute_and_equal_gloo(tmp_pa
         ccs = [r for r in mine if r[2] == "collective"]
         assert {r[3] for r in ccs} == {"all_gather", "reduce_scatter"}
         for c in ccs:  # on a side stream: the host launched it and went on
-            assert json.loads(c[8])["stream"] == "side" and c[5] == launch
+            assert json.loads(c[8])["stream"] == "side" and c[5] == launch[rank]
         for c in [r for r in ccs if r[3] == "all_gather"]:
             after = [r for r in mine if r[4] > c[4] and r[3] == "split_with_sizes_copy"]
             assert after and after[0][6] >= c[7]  # its copy-out waits for it

@@ -60,10 +60,12 @@ def _runtime_module() -> Any | None:
 
 
 def _device_spec() -> dict[str, Any] | None:
+    """The spec the runtime modeled the capture with: the chip's, its host costs as measured
+    in this process (runtime/hostcal.py)."""
     try:
-        from neuron_explorer.backend.costmodel import get_spec
+        from neuron_explorer.backend.runtime import model
 
-        return get_spec().to_dict()
+        return model.spec().to_dict()
     except Exception:  # noqa: BLE001 - a missing or broken cost model leaves the spec out
         return None
 

@@ -98,6 +98,12 @@ def _write(
         "missing_ranks": sorted(set(range(world)) - set(ranks)),
         "clock_offsets_ns": {str(r): o for r, o in zip(ranks, offsets, strict=True)},
     }
+    # each rank's host costs, as its own process measured them (device_spec is the first's)
+    host_costs = {
+        str(r): _host_costs(p.manifest.device_spec) for r, p in zip(ranks, profiles, strict=True)
+    }
+    if any(host_costs.values()):
+        extra["host_costs_ns"] = host_costs
     with ProfileWriter(out, overwrite=True) as writer:
         writer.write_events(_concat(events).sort_by([("rank", "ascending"),
                                                      ("start_ns", "ascending"),
@@ -154,6 +160,12 @@ def _base(p: Profile) -> int:
 def _set(table: pa.Table, name: str, values: Any) -> pa.Table:
     i = table.schema.get_field_index(name)
     return table.set_column(i, table.schema.field(i), values.cast(table.schema.field(i).type))
+
+
+def _host_costs(spec: dict[str, Any] | None) -> dict[str, int]:
+    """The per-op host costs a capture's spec was modeled with (runtime/hostcal.py), if any."""
+    runtime = (spec or {}).get("runtime") or {}
+    return {k: runtime[k] for k in ("launch_ns", "metadata_ns", "free_ns") if k in runtime}
 
 
 def _span(table: pa.Table, name: str) -> int:

@@ -63,6 +63,9 @@ _GIB = 1 << 30
 
 # Host-side runtime costs are not published per call; the same estimates serve every chip except
 # PCIe bandwidth (Gen4 on trn1, Gen5 on trn2/trn3, both at a practical ~40% of the link).
+# launch_ns, metadata_ns and free_ns are the host's own work: the runtime measures them on the
+# host running the program (backend/runtime/hostcal.py) and these figures are its fallback
+# (NEURON_HOST_COSTS=spec); the rest are the device's and stay as written.
 _RUNTIME_SOURCES = (
     # the HOST's cost of launching one already-compiled kernel. AWS publishes no per-call
     # figure; its runtime docs say the host only prepares and enqueues a request when

@@ -28,12 +28,14 @@ _pending: list[list] = []
 
 
 def spec() -> Any:
-    """The active DeviceSpec (NEURON_DEVICE_SPEC, default trn2; `backend.set_device_spec`)."""
+    """The active DeviceSpec (NEURON_DEVICE_SPEC, default trn2; `backend.set_device_spec`), its
+    host costs measured on this host (runtime/hostcal.py)."""
     global _spec
     if _spec is None:
         from neuron_explorer.backend.costmodel import get_spec
+        from neuron_explorer.backend.runtime.hostcal import with_host_costs
 
-        _spec = get_spec()
+        _spec = with_host_costs(get_spec())
     return _spec
 
 
@@ -58,10 +60,11 @@ def set_spec(name: str) -> None:
     """Switch the modeled chip (trn1 | trn2 | trn3); the device timeline starts over."""
     global _spec, _timeline
     from neuron_explorer.backend.costmodel import get_spec, set_default_spec
+    from neuron_explorer.backend.runtime.hostcal import with_host_costs
 
     schedule_pending()  # launched kernels run on the chip they were lowered for
     set_default_spec(name)
-    _spec, _timeline = get_spec(), None
+    _spec, _timeline = with_host_costs(get_spec()), None
     from neuron_explorer.backend.runtime import tracking
 
     tracking.compile_cache.clear()  # kernels were lowered for the previous chip
