@@ -422,6 +422,16 @@ def test_the_host_costs_are_measured_on_this_host_and_written_in_the_profile(tmp
     assert rt.launch_ns != documented.launch_ns or rt.metadata_ns != documented.metadata_ns
     assert spec["runtime"]["sync_ns"] == documented.sync_ns  # the device's own figures stay
     assert sources["runtime.sync_ns"].startswith("ASSUMPTION")
+    # the probes are plain CPU ops that a recording profiler never sees, even under a mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from neuron_explorer.backend.runtime import hostcal
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with FakeTensorMode():
+            again = hostcal.measure()
+    assert not [e.name for e in prof.events() if e.name.startswith("aten::")]
+    assert all(isinstance(v, int) and v > 0 for v in again.values()), again
     code = (
         "import torch, neuron_explorer.backend\n"
         "from neuron_explorer.backend.costmodel import get_spec\n"

@@ -64,18 +64,20 @@ def with_host_costs(spec: Any) -> Any:
 def measure() -> dict[str, int]:
     """ns per call of each probe on the plain CPU (see the module's docstring)."""
     import torch
+    from torch.utils._python_dispatch import _disable_current_modes
 
     recording = torch.autograd._profiler_enabled()
     if recording:
         torch._C._autograd._enable_record_function(False)
-    try:
-        a, b, x = torch.empty(0), torch.empty(0), torch.empty(4, 4)
-        loop = _per_call(lambda: None)
-        return {
-            "launch_ns": round(_per_call(lambda: a + b) - loop),
-            "metadata_ns": round(_per_call(lambda: x.view(16)) - loop),
-            "free_ns": round(_per_free()),
-        }
+    try:  # plain CPU tensors even under a dispatch or function mode (a compile's fake tensors)
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            a, b, x = torch.empty(0), torch.empty(0), torch.empty(4, 4)
+            loop = _per_call(lambda: None)
+            return {
+                "launch_ns": round(_per_call(lambda: a + b) - loop),
+                "metadata_ns": round(_per_call(lambda: x.view(16)) - loop),
+                "free_ns": round(_per_free()),
+            }
     finally:
         if recording:
             torch._C._autograd._enable_record_function(True)
