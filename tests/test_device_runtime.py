@@ -418,8 +418,8 @@ def test_the_host_costs_are_measured_on_this_host_and_written_in_the_profile(tmp
     for name in ("launch_ns", "metadata_ns", "free_ns"):
         assert spec["runtime"][name] == getattr(rt, name)
         assert sources[f"runtime.{name}"].startswith("MEASURED on this host"), name
-        assert getattr(documented, name) // 10 <= getattr(rt, name) <= 2 * getattr(documented, name)
     assert rt.launch_ns != documented.launch_ns or rt.metadata_ns != documented.metadata_ns
+    assert 0 < rt.free_ns < rt.launch_ns  # dropping a small tensor costs less than a dispatch
     assert spec["runtime"]["sync_ns"] == documented.sync_ns  # the device's own figures stay
     assert sources["runtime.sync_ns"].startswith("ASSUMPTION")
     # the probes are plain CPU ops that a recording profiler never sees, even under a mode
