@@ -301,16 +301,31 @@ def test_kernels_queue_behind_busy_engines_and_drain():
     a_pe_end = max(i.start_ns + i.dur_ns for i in a.instrs if i.engine == "TensorE")
     assert min(i.start_ns for i in b.instrs if i.engine == "TensorE") >= a_pe_end
     assert tl.drain_ns() == max(a.end_ns, b.end_ns)
+    assert b.start_ns == a.end_ns and b.dur_ns == a.dur_ns  # one kernel at a time, as the runtime
     late = tl.submit(lower_op("aten::relu", [T(8)], [T(8)], spec), ready_ns=10**12)
     assert late.start_ns == 10**12 and tl.drain_ns() == late.end_ns
 
 
+def test_a_kernels_modeled_time_does_not_depend_on_when_the_host_launched_it():
+    # the host's speed moves launch times; the kernels' durations and their sum must not move
+    spec = get_spec()
+    plans = [mm(512, 256, 384, "float32", spec), lower_op("aten::gelu", [T(512, 384)], [T(512, 384)], spec),
+             lower_op("aten::sum", [T(512, 384)], [T()], spec)] * 4  # fmt: skip
+    durations = []
+    for gap in (0, 300, 5_000, 10**6):
+        tl = DeviceTimeline(spec)
+        durations.append([tl.submit(p, ready_ns=i * gap).dur_ns for i, p in enumerate(plans)])
+    assert all(d == durations[0] for d in durations)
+
+
 def _reference_schedule(plans_and_ready, spec):
-    """The timeline's rule written plainly: each instruction starts when its queue is free, its
+    """The timeline's rule written plainly: a kernel is ready at its launch or when the previous
+    kernel has ended, whichever is later; each instruction starts when its queue is free, its
     dependencies are done and its kernel is ready; DMA queues rotate per kernel."""
     free: dict = {}
     rot, out = 0, []
-    for plan, ready in plans_and_ready:
+    for plan, launched in plans_and_ready:
+        ready = max(launched, *free.values()) if free else launched
         ends: list[int] = []
         starts = []
         for ins in plan.instrs:

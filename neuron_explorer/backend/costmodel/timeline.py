@@ -77,8 +77,11 @@ class KernelRun:
 
 
 class DeviceTimeline:
-    """Schedules kernels on one NeuronCore: each engine and DMA queue runs its instructions in
-    issue order, each instruction starting once its queue is free and its dependencies are done.
+    """Schedules kernels on one NeuronCore. Kernels run one at a time in launch order, as the
+    Neuron runtime executes one NEFF at a time on a core: a kernel starts once it is launched
+    and the previous one has ended, so its duration is its own schedule whatever the host's
+    speed. Inside a kernel each engine and DMA queue runs its instructions in issue order, each
+    starting once its queue is free and its dependencies are done.
     """
 
     def __init__(self, spec: DeviceSpec | None = None) -> None:
@@ -95,18 +98,21 @@ class DeviceTimeline:
     def place(
         self, plan: KernelPlan, ready: int
     ) -> tuple[int, int, tuple[int, ...], int, int, int]:
-        """Schedule `plan` at int `ready`; returns the KernelRun fields after the plan (first
-        start, last end, start offsets, queue offset, DMA queues, shift), cheaper to keep than a
-        KernelRun."""
+        """Schedule `plan` at int `ready` or once the previous kernel has ended, whichever is
+        later; returns the KernelRun fields after the plan (first start, last end, start
+        offsets, queue offset, DMA queues, shift), cheaper to keep than a KernelRun."""
         nq, rot = self._nq, self._rotation
+        if ready < self._horizon:
+            ready = self._horizon
         if not plan.sched:
             return ready, ready, (), 0, nq, 0
         free = self._free
         base = len(ENGINES)
         self._rotation = (rot + plan.dma_queues_used) % nq
-        if ready >= self._horizon and plan.dma_queues_used <= nq:
-            # Fast path: the device is idle by `ready` (as in a launch-bound step), so the plan
-            # runs exactly at its idle schedule shifted to `ready`.
+        if plan.dma_queues_used <= nq:
+            # The device is idle by `ready`, so the plan runs exactly at its idle schedule
+            # shifted to `ready` (a plan that needs more DMA queues than the chip has takes
+            # the loop below).
             rel, last, first, final = plan.idle_schedule
             updates = plan.idle_updates.get((rot, nq))
             if updates is None:
