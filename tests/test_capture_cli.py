@@ -175,6 +175,37 @@ prof.export_chrome_trace("after.json.gz")
     assert addmm.fetchone()[0] == 1  # the script's block, recorded once, in both
 
 
+def test_a_script_with_tensorboard_trace_handler_runs_and_writes_its_traces(tmp_path, monkeypatch):
+    # torch's handler calls export_chrome_trace(path, use_python_export=...): the script's own
+    # traces are written beside ours and the run ends well (issue 28)
+    script = _script(
+        tmp_path,
+        TRAIN
+        + """
+with torch.profiler.profile(
+    schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
+    on_trace_ready=torch.profiler.tensorboard_trace_handler("tb", worker_name="w0"),
+) as prof:
+    for _ in range(5):
+        model(torch.randn(16, 8)).sum().backward()
+        prof.step()
+with torch.profiler.profile() as after:
+    model(torch.randn(16, 8)).sum().backward()
+after.export_chrome_trace("after.json", use_python_export=False)
+""",
+    )
+    out = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    result = run_captured(["python", str(script), "0"], out, Schedule(1, 1, 3))
+    assert result.exit_code == 0
+    (trace,) = (tmp_path / "tb").glob("w0.*.pt.trace.json")
+    assert "ProfilerStep#3" in {e["name"] for e in json.loads(trace.read_text())["traceEvents"]}
+    assert "aten::addmm" in {
+        e["name"] for e in json.loads((tmp_path / "after.json").read_text())["traceEvents"]
+    }
+    assert _steps(out) == [2, 3]
+
+
 def test_a_run_shorter_than_the_schedule_keeps_its_first_step(tmp_path):
     script = _script(tmp_path, TRAIN)
     out = tmp_path / "run"

@@ -75,9 +75,10 @@ def script_profiler_class(controller: Any, base: type) -> type:
                 if raw is not None:
                     controller.write_script_cycle(raw)
 
-        def export_chrome_trace(self, path: str) -> Any:
+        def export_chrome_trace(self, path: str, use_python_export: bool = False) -> Any:
+            # torch 2.13's tensorboard_trace_handler passes use_python_export by keyword
             if self._saved_trace is None:
-                return super().export_chrome_trace(path)
+                return super().export_chrome_trace(path, use_python_export=use_python_export)
             copy_trace(self._saved_trace, path)
             return None
 
