@@ -309,3 +309,39 @@ def test_python_dash_m_runs_a_module_from_the_working_directory(tmp_path, monkey
     assert result.exit_code == 0
     assert "module ran as __main__" in capsys.readouterr().out
     assert _steps(out) == [2, 3]
+
+
+def _venv(where: Path, with_us: bool) -> Path:
+    """A second virtual environment; `with_us` makes this one's packages and the checkout
+    importable in it (a .pth file), as an install of neuron-explorer there would."""
+    import site
+    import venv
+
+    venv.create(where, with_pip=False)
+    (pkgs,) = where.glob("lib/python3*/site-packages")
+    if with_us:
+        (pkgs / "ours.pth").write_text(f"{ROOT}\n" + "\n".join(site.getsitepackages()) + "\n")
+    return where / "bin" / "python"
+
+
+@pytest.mark.slow  # a second venv and a captured subprocess: ~10 s
+def test_an_interpreter_named_by_path_runs_the_script(tmp_path):
+    # `capture -- /other/env/bin/python script.py` runs under that interpreter, as the same
+    # command without capture would, not under neuron-explorer's own (issue 28)
+    other = _venv(tmp_path / "env", with_us=True)
+    script = _script(tmp_path, TRAIN + "print('prefix', sys.prefix)\n")
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(out), "--", str(other), str(script), "5"],
+        cwd=tmp_path, env=CPU_ENV, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"prefix {tmp_path / 'env'}" in proc.stdout
+    assert _steps(out) == [2, 3, 4]
+    bare = _venv(tmp_path / "bare", with_us=False)
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(tmp_path / "r2"), "--", str(bare), str(script)],
+        cwd=tmp_path, env=CPU_ENV, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{bare}: neuron_explorer is not installed" in proc.stderr

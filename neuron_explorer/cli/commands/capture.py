@@ -40,11 +40,18 @@ def run(args: argparse.Namespace) -> int:
         )
     from ...capture import torchrun
 
+    schedule_args = [f"--wait={args.wait}", f"--warmup={args.warmup}",
+                     f"--active={args.active}", f"--repeat={args.repeat}"]  # fmt: skip
+    other = _other_python(command)
+    if other is not None:  # the script runs under the interpreter it names, as without capture
+        import subprocess
+
+        out = ["-o", str(Path(args.output).resolve())]
+        again = [other, "-m", "neuron_explorer", NAME, *out, *schedule_args, "--", *command[1:]]
+        return subprocess.call(again)
     if torchrun.is_launch(command):  # every rank captures itself; one profile for the job
         import subprocess
 
-        schedule_args = [f"--wait={args.wait}", f"--warmup={args.warmup}",
-                         f"--active={args.active}", f"--repeat={args.repeat}"]  # fmt: skip
         out = ["-o", str(Path(args.output).resolve())]
         return subprocess.call(torchrun.rewrite(command, [*out, *schedule_args]))
     from ...capture.runner import Schedule, run_captured
@@ -54,3 +61,36 @@ def run(args: argparse.Namespace) -> int:
     if not result.profiles:
         print("neuron-explorer: nothing was recorded (no profile written)", file=sys.stderr)
     return result.exit_code
+
+
+def _other_python(command: list[str]) -> str | None:
+    """The interpreter a command names by path (`/opt/env/bin/python script.py`) when it is not
+    this one's environment; None for a bare `python` (run here, as before) or a script."""
+    import os
+    import subprocess
+
+    from ...errors import ExplorerError
+
+    first = command[0] if command else ""
+    if os.sep not in first or not Path(first).name.startswith("python") or first.endswith(".py"):
+        return None
+    if not (os.path.isfile(first) and os.access(first, os.X_OK)):
+        raise ExplorerError(f"{first}: no such interpreter")
+    if os.path.abspath(first) == os.path.abspath(sys.executable):
+        return None
+    probe = "import sys, importlib.util as u; print(sys.prefix); print(bool(u.find_spec('neuron_explorer')))"
+    try:
+        found = subprocess.run([first, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ExplorerError(f"{first}: cannot run this interpreter ({e})") from None
+    lines = found.stdout.split()
+    if found.returncode != 0 or len(lines) != 2:
+        raise ExplorerError(f"{first}: cannot run this interpreter (exit {found.returncode})")
+    if os.path.realpath(lines[0]) == os.path.realpath(sys.prefix):
+        return None
+    if lines[1] != "True":
+        raise ExplorerError(
+            f"{first}: neuron_explorer is not installed for this interpreter "
+            "(install it there, or name this one)"
+        )
+    return first
