@@ -38,6 +38,38 @@ def test_inference_mode_to_with_the_tensors_own_device_keeps_one_wrapper():
         torch.testing.assert_close(host, t.cpu().half())
 
 
+def test_a_module_moves_to_the_device_inside_inference_mode():
+    # torch asks _has_compatible_shallow_copy_type(cpu param, neuron param) there (issue 28)
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 4), nn.LayerNorm(4)), torch.randn(2, 8)
+    with torch.inference_mode():
+        want = model(x)
+        moved = copy.deepcopy(model).to("neuron")
+        assert all(p.device.type == "neuron" for p in moved.parameters())
+        torch.testing.assert_close(moved(x.to("neuron")).cpu(), want, rtol=0, atol=0)
+
+
+def test_a_tensor_built_from_0_dim_device_tensors_reads_each_like_item(tmp_path):
+    # torch.tensor([a.max(), a.min()], device=a.device) (Qwen2-VL) reads each element with the
+    # Python key excluded: the read reaches the backend key, and is a sync like .item()
+    import neuron_explorer
+    from neuron_explorer.model import Profile
+
+    a = torch.randn(16)
+    d = a.to("neuron")
+    with neuron_explorer.profile(tmp_path / "p", wait=0, warmup=0, active=1) as prof:
+        t = torch.tensor([d.max(), d.min()], device=d.device)
+        prof.step()
+    assert t.device.type == "neuron"
+    torch.testing.assert_close(t.cpu(), torch.tensor([a.max(), a.min()]), rtol=0, atol=0)
+    syncs = (
+        Profile.open(tmp_path / "p")
+        .duckdb()
+        .execute("SELECT count(*) FROM events WHERE kind = 'sync' AND name = '.item()'")
+    )
+    assert syncs.fetchone()[0] == 2
+
+
 def test_inference_mode_decomposes_composite_ops_instead_of_falling_back():
     x = torch.randn(2, 5, 8)
     ln = nn.LayerNorm(8)

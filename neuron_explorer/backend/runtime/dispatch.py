@@ -325,7 +325,11 @@ def _query(info: OpInfo, args, kwargs):
     `_has_compatible_shallow_copy_type`), answered on the payloads and never recorded: it is no
     runtime call, and the refresh of a restrided output asks it from inside a launch, whose
     span holds it already (recorded, its span and round trip were cut twice, and the host clock
-    stalled over the ops after: an `aten::add` after `arange` came out 0 us long)."""
+    stalled over the ops after: an `aten::add` after `arange` came out 0 us long). A CPU
+    tensor and a wrapper are never compatible: torch answers so in C++ outside
+    inference_mode, and `module.to("neuron")` inside it asks here (issue 28)."""
+    if sum(isinstance(a, NeuronTensor) for a in args[:2]) == 1:
+        return False
     cpu_args, kwargs = unwrap_all(args, kwargs, [], info)
     return info.call(*cpu_args, **kwargs)
 

@@ -75,6 +75,14 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
     return copy_between(dst, src)
 
 
+def _local_scalar_dense(t: torch.Tensor):
+    # torch.tensor([a.max(), a.min()]) reads each 0-dim element with the Python key excluded
+    # (tensor_new.cpp), so the read reaches the backend key: it is the same sync as .item()
+    from neuron_explorer.backend.runtime.dispatch import dispatch
+
+    return dispatch(torch.ops.aten._local_scalar_dense.default, (t,), {})
+
+
 def register_library_impls() -> None:
     """Install the PrivateUse1 kernels once per process (the Library must stay alive)."""
     global _lib
@@ -85,6 +93,7 @@ def register_library_impls() -> None:
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     lib.impl("_copy_from", _copy_from, "PrivateUse1")
     lib.impl("_efficientzerotensor", _efficientzerotensor, "PrivateUse1")
+    lib.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
     from neuron_explorer.backend.runtime import composites, unsupported
 
     composites.register(lib)
