@@ -115,6 +115,24 @@ def test_factories_on_the_device_inside_a_graph_compile_and_stay_beside_the_payl
     assert graphs and "_to_copy" not in graphs[0] and "neuron" not in graphs[0]
 
 
+def test_a_graph_whose_outputs_only_device_factories_make_returns_device_tensors():
+    # the factories run beside the payloads (on the CPU); their results still leave the graph
+    # on the device, profiled or not (issue 28)
+    def made_here(x):
+        return torch.arange(4, device="neuron") + 1, torch.ones(3, device="neuron") * 2, x + 1
+
+    torch._dynamo.reset()
+    compiled = torch.compile(made_here, backend="neuron", dynamic=False)
+    x = torch.randn(2)
+    for profiling in (False, True):
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        with prof if profiling else contextlib.nullcontext():
+            outs = compiled(x.to("neuron"))
+        assert [o.device.type for o in outs] == ["neuron"] * 3
+        for got, want in zip(outs, made_here(x.to("neuron")), strict=True):
+            assert torch.equal(got.cpu(), want.cpu())
+
+
 def test_a_batch_change_under_automatic_dynamic_shapes_is_a_recompile():
     torch._dynamo.reset()
     backend.reset_compile_stats()

@@ -143,6 +143,13 @@ class DeviceProgram:
     ) -> None:  # fmt: skip
         self.gm, self.name, self.kernels = gm, name, kernels
         self.graph_id, self.backward = graph_id, backward
+        self._device_outputs = _device_outputs(gm)
+
+    def _run(self, args: list) -> Any:
+        out = self.gm(*args)
+        if self._device_outputs:  # made only by device factories, which run on the CPU here
+            out = _on_device(out, self._device_outputs)
+        return out
 
     def _launch_site(self) -> tuple[int, str | None]:
         if self.backward:
@@ -155,10 +162,10 @@ class DeviceProgram:
 
     def __call__(self, args: list) -> Any:
         if not _prof._is_profiler_enabled:
-            return self.gm(*args)
+            return self._run(args)
         t0 = time.time_ns()
         m0 = model.modeled_now(t0)
-        out = _rec.run_hidden(self.gm, args, {})
+        out = _rec.run_hidden(self._run, (args,), {})
         rt = model.spec().runtime
         flow = events.next_flow()
         tid = threading.get_native_id()
@@ -173,6 +180,35 @@ class DeviceProgram:
         _rec._host("runtime", "launch", self.name, (), (), tid, t0, t1, rt.launch_ns,
                    launch, seq, bwd, flow, args={"kernels": len(self.kernels)})  # fmt: skip
         return out
+
+
+def _device_outputs(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Positions of the graph's outputs that belong on the device: a CPU tensor there is a
+    device factory's result, which to_payload_devices made beside the payloads."""
+    (out,) = (n for n in gm.graph.nodes if n.op == "output")
+    results = out.args[0] if isinstance(out.args[0], (list, tuple)) else (out.args[0],)
+    return frozenset(
+        i
+        for i, r in enumerate(results)
+        if isinstance(r, torch.fx.Node)
+        and isinstance(r.meta.get("val"), torch.Tensor)
+        and r.meta["val"].device.type == "neuron"
+    )
+
+
+def _on_device(out: Any, where: frozenset[int]) -> Any:
+    from neuron_explorer.backend.runtime import memory
+    from neuron_explorer.backend.tensor import NeuronTensor, fresh
+
+    def place(i: int, t: Any) -> Any:
+        if i in where and isinstance(t, torch.Tensor) and not isinstance(t, NeuronTensor):
+            memory.track(t)
+            return fresh(t)
+        return t
+
+    if isinstance(out, (list, tuple)):
+        return type(out)(place(i, t) for i, t in enumerate(out))
+    return place(0, out)
 
 
 def _compile(kind: str, graph_id: str):
