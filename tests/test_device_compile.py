@@ -133,6 +133,19 @@ def test_a_graph_whose_outputs_only_device_factories_make_returns_device_tensors
             assert torch.equal(got.cpu(), want.cpu())
 
 
+def test_attention_under_automatic_dynamic_shapes_compiles_every_batch_size():
+    # model.compile()'s default turns the batch symbolic at the second size; the CPU kernel
+    # choice of SDPA read those sizes as integers and the third size failed (issue 28)
+    def attend(q):
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(attend, backend="neuron")  # dynamic=None
+    for batch in (2, 3, 4):
+        q = torch.randn(batch, 2, 8, 16)
+        torch.testing.assert_close(compiled(q.to("neuron")).cpu(), attend(q))
+
+
 def test_a_batch_change_under_automatic_dynamic_shapes_is_a_recompile():
     torch._dynamo.reset()
     backend.reset_compile_stats()

@@ -24,9 +24,15 @@ _aten = torch.ops.aten
 _FLASH = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
 
 
+def _hints(sizes) -> list[int]:
+    # a symbolic size (dynamic shapes) by the value it was traced with: the choice reads only
+    # metadata, and guarding on the size would make the graph static again
+    return [s if isinstance(s, int) else (s.node.hint or 1) for s in sizes]
+
+
 def _cpu_twin(t: torch.Tensor) -> torch.Tensor:
     """An empty CPU tensor with `t`'s metadata: what the CPU's kernel choice looks at."""
-    twin = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+    twin = torch.empty_strided(_hints(t.shape), _hints(t.stride()), dtype=t.dtype, device="cpu")
     return twin.requires_grad_(t.requires_grad) if t.is_floating_point() else twin
 
 
