@@ -361,3 +361,51 @@ def test_in_place_restrides_keep_the_wrapper_in_step_while_profiling():
     backend.events.clear()
     assert t.shape == t._payload.shape == (3, 2) and t.stride() == t._payload.stride()
     assert out.shape == (2, 5, 4) and out.stride() == out._payload.stride()
+
+
+def _device_work(dev: str, gn: nn.Module, lin: nn.Module, x0, lp0) -> tuple:
+    x = x0.to(dev, copy=True).requires_grad_()
+    lp = lp0.to(dev, copy=True).requires_grad_()
+    y = gn(x)
+    z = F.logsigmoid(y).sum() + F.softplus(y, beta=2).sum() + lin(y).sum()
+    hot = torch.zeros(3, 5, device=dev).scatter_(1, torch.tensor([[0], [2], [4]], device=dev), 1.0)
+    picked = torch.zeros(3, 5, device=dev).masked_scatter(
+        hot.bool(), torch.arange(15.0, device=dev).view(3, 5)
+    )
+    targets = torch.tensor([[1, 2, 2], [1, 3, 4]], device=dev)
+    ctc = F.ctc_loss(lp, targets, (12, 12), (3, 2))
+    (z + ctc + (hot + torch.eye(5, device=dev)[:3] + picked).sum()).backward()
+    return z.detach().cpu(), ctc.detach().cpu(), x.grad.cpu(), lp.grad.cpu(), picked.cpu()
+
+
+def test_common_ops_that_are_device_work_on_trainium_run_as_device_kernels(tmp_path):
+    # group norm (16-20% of a diffusion UNet step), scatter_, eye, log_sigmoid, softplus's
+    # backward, masked_scatter, weight norm and CTC fell back to the host (issue 28)
+    import neuron_explorer
+    from neuron_explorer.model import Profile
+
+    torch.manual_seed(0)
+    gn, lin = nn.GroupNorm(2, 8), nn.Linear(6, 3)
+    x0, lp0 = torch.randn(4, 8, 6, 6), torch.randn(12, 2, 5).log_softmax(2)
+    want = _device_work("cpu", copy.deepcopy(gn), nn.utils.weight_norm(copy.deepcopy(lin)), x0, lp0)
+    on_device = (
+        copy.deepcopy(gn).to("neuron"),
+        nn.utils.weight_norm(copy.deepcopy(lin).to("neuron")),
+    )
+    with neuron_explorer.profile(tmp_path / "p", wait=0, warmup=0, active=1) as prof:
+        got = _device_work("neuron", *on_device, x0, lp0)
+        prof.step()
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    db = Profile.open(tmp_path / "p").duckdb()
+    assert db.execute("SELECT count(*) FROM events WHERE kind = 'fallback'").fetchone()[0] == 0
+    kernels = {
+        r[0]
+        for r in db.execute("SELECT DISTINCT op_name FROM events WHERE kind = 'kernel'").fetchall()
+    }
+    assert kernels >= {
+        "aten::native_group_norm", "aten::native_group_norm_backward", "aten::scatter_",
+        "aten::eye", "aten::log_sigmoid_forward", "aten::log_sigmoid_backward",
+        "aten::softplus_backward", "aten::masked_scatter", "aten::_weight_norm_interface",
+        "aten::_ctc_loss", "aten::_ctc_loss_backward",
+    }  # fmt: skip

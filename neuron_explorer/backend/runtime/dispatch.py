@@ -65,10 +65,11 @@ class OpInfo:
             not self.kernel or any(a.is_out for a in schema.arguments)
         )
         # CPU index tensors are allowed, as on CUDA: indexing, and index_put, which the
-        # backward of x[cpu_index] runs
+        # backward of x[cpu_index] runs; CTC's lengths, which CUDA's cuDNN path takes on the CPU
         self.allows_cpu = self.name in ("aten::copy_", "aten::index", "aten::index_put",
                                         "aten::index_put_", "aten::_index_put_impl_",
-                                        "aten::_to_copy")  # fmt: skip
+                                        "aten::_to_copy", "aten::_ctc_loss",
+                                        "aten::_ctc_loss_backward")  # fmt: skip
         self.special = _SPECIAL.get(self.name)
         if unsupported.is_sparse_constructor(self.name):
             self.special = unsupported.refuse_sparse

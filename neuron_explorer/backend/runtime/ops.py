@@ -60,8 +60,8 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax",
         "aten::_log_softmax_backward_data", "aten::_safe_softmax", "aten::logsumexp",
         "aten::elu", "aten::elu_backward", "aten::hardswish", "aten::mish", "aten::mish_backward",
-        "aten::glu",
-        "aten::atan2", "aten::_foreach_exp",
+        "aten::glu", "aten::log_sigmoid_forward", "aten::log_sigmoid_backward",
+        "aten::softplus_backward", "aten::atan2", "aten::_foreach_exp",
     )),
     Category("reduction", "VectorE", (
         "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min",
@@ -76,7 +76,9 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::nll_loss2d_backward", "aten::binary_cross_entropy_with_logits", "aten::max_pool2d_with_indices",
         "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d",
         "aten::avg_pool2d_backward", "aten::_adaptive_avg_pool2d",
-        "aten::_adaptive_avg_pool2d_backward", "aten::histc",
+        "aten::_adaptive_avg_pool2d_backward", "aten::histc", "aten::native_group_norm",
+        "aten::native_group_norm_backward", "aten::_weight_norm_interface",
+        "aten::_weight_norm_interface_backward", "aten::_ctc_loss", "aten::_ctc_loss_backward",
     )),
     Category("gather/scatter", "GpSimdE", (
         "aten::index", "aten::index_select", "aten::gather", "aten::scatter",
@@ -86,7 +88,8 @@ CATEGORIES: tuple[Category, ...] = (
         "aten::tril", "aten::triu", "aten::one_hot", "aten::constant_pad_nd",
         "aten::select_backward", "aten::slice_backward", "aten::_unsafe_index",
         "aten::repeat", "aten::flip", "aten::roll", "aten::sort", "aten::topk",
-        "aten::native_channel_shuffle",
+        "aten::native_channel_shuffle", "aten::scatter_", "aten::masked_scatter",
+        "aten::masked_scatter_", "aten::eye",
         "aten::upsample_nearest2d", "aten::upsample_nearest2d_backward",
         # FSDP2's copies into and out of its collectives' flat buffers (torch.distributed.fsdp)
         "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat",
