@@ -570,3 +570,25 @@ def test_a_capture_after_an_undrained_one_starts_no_span_before_its_op(cleared):
     ]
     assert [e.op_name for e in calls][-2:] == ["aten::mm", "aten::view"]
     assert all(t_before <= e.host_start_ns <= e.host_end_ns for e in calls[-2:])
+
+
+@pytest.mark.skipif(backend.runtime.guard.kind != "native", reason="needs the C++ guard")
+def test_torch_accelerator_memory_api_reads_the_devices_accounting():
+    # torch.accelerator's memory functions read the device type's DeviceAllocator (guard.cpp):
+    # they hit an internal assert before; now they give torch.neuron's figures (issue 28)
+    torch.accelerator.reset_peak_memory_stats()
+    base = torch.accelerator.memory_allocated()
+    assert base == torch.neuron.memory_allocated()
+    x = torch.empty(1000, device="neuron")  # 4,000 bytes
+    y = torch.empty(500, device="neuron")
+    assert torch.accelerator.memory_allocated() == base + 6000
+    del y
+    assert torch.accelerator.memory_allocated() == base + 4000
+    assert torch.accelerator.max_memory_allocated() == base + 6000
+    stats = torch.accelerator.memory_stats()
+    assert stats["allocated_bytes.all.current"] == base + 4000
+    assert stats["allocated_bytes.all.peak"] == base + 6000
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == base + 4000
+    assert torch.neuron.max_memory_allocated() == base + 4000
+    del x

@@ -5,6 +5,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <time.h>
@@ -65,6 +66,61 @@ Registrar registrar;
 }  // namespace
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
+
+// torch.accelerator's memory API (memory_allocated, max_memory_allocated, memory_stats,
+// reset_peak_memory_stats) reads the device type's DeviceAllocator. The payloads are host
+// memory, so allocating stays with the allocator registered before this one; the figures are
+// the device's own accounting (runtime/memory.py), read through a Python callback.
+using MemoryStats = void (*)(int64_t* allocated_and_peak);
+using ResetPeak = void (*)();
+MemoryStats g_memory_stats = nullptr;
+ResetPeak g_reset_peak = nullptr;
+
+namespace {
+struct NeuronAllocator final : public c10::DeviceAllocator {
+  c10::Allocator* base = nullptr;  // what allocated for PrivateUse1 before us
+
+  c10::Allocator* inner() const { return base ? base : c10::GetCPUAllocator(); }
+  c10::DataPtr allocate(size_t n) override { return inner()->allocate(n); }
+  c10::DeleterFnPtr raw_deleter() const override { return inner()->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    inner()->copy_data(dest, src, count);
+  }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}  // nothing cached: host memory
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex) override {
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    int64_t figures[2] = {0, 0};
+    if (g_memory_stats) g_memory_stats(figures);
+    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                        &stats.requested_bytes}) {
+      (*bytes)[all].current = figures[0];
+      (*bytes)[all].peak = figures[1];
+    }
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetPeakStats(c10::DeviceIndex) override {
+    if (g_reset_peak) g_reset_peak();
+  }
+};
+
+NeuronAllocator* install_allocator() {
+  static NeuronAllocator allocator;
+  auto* current = c10::GetAllocator(c10::DeviceType::PrivateUse1);
+  if (current != &allocator) allocator.base = current;
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator, /*priority=*/255);
+  return &allocator;
+}
+NeuronAllocator* g_allocator = install_allocator();
+}  // namespace
+
+extern "C" void neuron_set_memory_callbacks(MemoryStats stats, ResetPeak reset) {
+  g_memory_stats = stats;
+  g_reset_peak = reset;
+}
 
 extern "C" void neuron_set_sync_callback(SyncCallback cb) { g_sync = cb; }
 

@@ -116,6 +116,25 @@ def _on_sync() -> None:
         pass
 
 
+def _memory_stats(out) -> None:
+    """torch.accelerator's memory figures (guard.cpp's DeviceAllocator): allocated, peak."""
+    try:
+        from neuron_explorer.backend.runtime import memory
+
+        out[0], out[1] = memory.allocated(), memory.peak()
+    except Exception:  # noqa: BLE001 - never raise across the C boundary
+        pass
+
+
+def _reset_peak() -> None:
+    try:
+        from neuron_explorer.backend.runtime import memory
+
+        memory.reset_peak()
+    except Exception:  # noqa: BLE001 - never raise across the C boundary
+        pass
+
+
 def _load_native() -> None:
     path = _library_path()
     if not path.exists():
@@ -129,7 +148,10 @@ def _load_native() -> None:
     lib.neuron_free_cost.argtypes = [ctypes.c_int64]
     lib.neuron_gc.argtypes = [ctypes.c_int]
     lib.neuron_fast_attrs.argtypes = [ctypes.c_void_p] * 6
-    _keep.extend([lib, callback])
+    stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))(_memory_stats)
+    reset = ctypes.CFUNCTYPE(None)(_reset_peak)
+    lib.neuron_set_memory_callbacks(stats, reset)
+    _keep.extend([lib, callback, stats, reset])
     global native
     native = lib
 
