@@ -538,3 +538,34 @@ def test_a_side_stream_is_a_stream_of_its_own_whose_events_the_engines_wait_for(
     finally:
         queues.pending.pop(queues.FLOOR, None)  # no later test inherits the floor
     assert starts["mm"] < event.device_ns <= starts["add"]
+
+
+def test_a_neuron_stream_is_a_torch_stream_that_torchs_own_apis_take():
+    # torch.accelerator.set_stream, tensor.record_stream and torch.Stream(device="neuron")
+    # work with torch.neuron's streams, and both sides agree on the current one (issue 28)
+    import torch
+
+    from neuron_explorer.backend.runtime import guard, queues
+
+    if guard.kind != "native":
+        pytest.skip("torch's current stream is the C++ guard's")
+
+    side, default = torch.neuron.Stream(), torch.neuron.default_stream()
+    assert isinstance(side, torch.Stream) and side.device == torch.device("neuron", 0)
+    assert side.stream_id != default.stream_id == 0
+    torch.accelerator.set_stream(side)
+    try:
+        assert torch.neuron.current_stream() is side and queues.side is side
+        assert torch.accelerator.current_stream().stream_id == side.stream_id
+    finally:
+        torch.accelerator.set_stream(default)
+    assert torch.neuron.current_stream() is default and queues.side is None
+    made_by_torch = torch.Stream(device="neuron")
+    with torch.neuron.stream(made_by_torch):
+        assert torch.neuron.current_stream().stream_id == made_by_torch.stream_id
+        assert torch.accelerator.current_stream().stream_id == made_by_torch.stream_id
+        assert queues.side is torch.neuron.current_stream()
+    assert torch.accelerator.current_stream().stream_id == 0 and queues.side is None
+    x = torch.ones(3, device="neuron")
+    x.record_stream(side)
+    assert torch.equal((x + 1).cpu(), torch.full((3,), 2.0))

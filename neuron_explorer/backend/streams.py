@@ -11,12 +11,20 @@ modeled clock. While a profiler records, an event takes its stream's tail, and `
 `wait_stream` order the waiting stream after it: on the default stream, every kernel launched
 later starts no earlier (runtime/queues.py); on a side stream, its next collective does.
 Events also keep the host time they were recorded at, so `elapsed_time` works.
+
+A `Stream` is a `torch.Stream` (of device type neuron, an id of its own), so torch's own APIs
+take it: `torch.accelerator.set_stream`, `tensor.record_stream`, `torch.Stream` arguments.
+With the C++ guard, torch's current stream and this module's are the same: a stream made
+current here is made current there, and one torch makes current (torch.accelerator.set_stream)
+is told to `became_current`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,30 +33,38 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import queues
 
+_PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, the neuron device's type
+_ids = itertools.count(1)  # 0 is the default stream's id, as in c10
+_by_id: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
 
-class Stream:
+
+class Stream(torch.Stream):
     """A neuron stream (the default one: the engines' queue; any other maps to the collective
     queue), whatever its priority."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, *, stream_id: int | None = None,
+                **_: Any) -> Stream:  # fmt: skip
+        sid = next(_ids) if stream_id is None else stream_id
+        return super().__new__(cls, stream_id=sid, device_index=0, device_type=_PRIVATEUSE1)
 
     def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
         self.priority = priority
         self.tail_ns = 0  # device ns when the work issued on this side stream ends
+        _by_id[self.stream_id] = self
 
-    @property
-    def device(self) -> torch.device:  # made when asked: "neuron" exists only once registered
-        return torch.device("neuron", 0)
-
-    def wait_event(self, event: Event) -> None:
+    # torch.neuron's events carry the modeled device time, as torch.cuda's streams take
+    # torch.cuda's events
+    def wait_event(self, event: Event) -> None:  # type: ignore[override]
         """Work issued on this stream from now on waits for `event` on the modeled device (the
         host has nothing to wait for: the op that recorded it has run)."""
         _order_after(self, event.device_ns)
 
-    def wait_stream(self, stream: Stream) -> None:
+    def wait_stream(self, stream: torch.Stream) -> None:
         """Work issued on this stream from now on waits for the work issued on `stream`."""
         if _prof._is_profiler_enabled:
-            _order_after(self, tail_ns(stream))
+            _order_after(self, tail_ns(_ours(stream)))
 
-    def record_event(self, event: Event | None = None) -> Event:
+    def record_event(self, event: Event | None = None) -> Event:  # type: ignore[override]
         event = event if event is not None else Event()
         event.record(self)
         return event
@@ -91,7 +107,7 @@ class Event:
         return (end_event._ns - self._ns) / 1e6
 
 
-_default = Stream()
+_default = Stream(stream_id=0)
 _current = _default
 
 
@@ -126,27 +142,52 @@ def _order_after(stream_: Stream, device_ns: int) -> None:
         stream_.tail_ns = max(stream_.tail_ns, device_ns)
 
 
-def set_stream(stream_: Stream) -> None:
+def _ours(stream_: torch.Stream) -> Stream:
+    """This module's Stream for a torch.Stream of the device (one torch made: its own id)."""
+    if isinstance(stream_, Stream):
+        return stream_
+    if stream_.device_type != _PRIVATEUSE1:
+        raise ValueError(f"neuron: {stream_} is not a stream of the neuron device")
+    found = _by_id.get(stream_.stream_id)
+    return found if found is not None else Stream(stream_id=stream_.stream_id)
+
+
+def _tell_torch(stream_: Stream) -> None:
+    from neuron_explorer.backend.runtime import guard
+
+    if guard.native is not None:
+        guard.native.neuron_set_current_stream(stream_.stream_id)
+
+
+def _make_current(stream_: Stream) -> None:
     global _current
     _leave(_current)
     _current = stream_
     queues.side = side_stream()
 
 
+def became_current(stream_id: int) -> None:
+    """torch made the stream `stream_id` current (torch.accelerator.set_stream, a guard)."""
+    found = _by_id.get(stream_id)
+    _make_current(found if found is not None else Stream(stream_id=stream_id))
+
+
+def set_stream(stream_: torch.Stream) -> None:
+    ours = _ours(stream_)
+    _make_current(ours)
+    _tell_torch(ours)
+
+
 @contextlib.contextmanager
-def stream(stream_: Stream | None) -> Iterator[None]:
+def stream(stream_: torch.Stream | None) -> Iterator[None]:
     """Make `stream_` current inside the block (None keeps the current one)."""
-    global _current
     before = _current
     if stream_ is not None:
-        _current = stream_
-        queues.side = side_stream()
+        set_stream(stream_)
     try:
         yield
     finally:
-        _leave(_current)
-        _current = before
-        queues.side = side_stream()
+        set_stream(before)
 
 
 def _leave(stream_: Stream) -> None:

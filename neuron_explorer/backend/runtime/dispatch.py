@@ -335,9 +335,16 @@ def _query(info: OpInfo, args, kwargs):
     return info.call(*cpu_args, **kwargs)
 
 
+def _record_stream(info: OpInfo, args, kwargs) -> None:
+    """tensor.record_stream(s): nothing to keep, as the payload's memory is freed only with the
+    wrapper, after every queue has run (the device runs kernels in launch order)."""
+    return None
+
+
 _SPECIAL = {
     **dict.fromkeys(("aten::" + n for n in _composites.COMPOSITES), _composites.special),
     "aten::_has_compatible_shallow_copy_type": _query,
+    "aten::record_stream": _record_stream,
     "aten::to": _decomposed,
     "aten::copy_": _copy_,
     "aten::_to_copy": _to_copy,

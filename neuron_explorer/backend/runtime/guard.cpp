@@ -10,11 +10,20 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <time.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace {
 using SyncCallback = void (*)();
 SyncCallback g_sync = nullptr;
+// Streams: torch.neuron.Stream is a torch.Stream (backend/streams.py keeps what each stream
+// means on the modeled device). The current stream is per thread, as CUDA's; a change made
+// through torch (torch.accelerator.set_stream, a StreamGuard) is told to Python, which keeps
+// the modeled queues. Ids from here start far above the ones streams.py gives out.
+using StreamCallback = void (*)(int64_t);
+StreamCallback g_stream_changed = nullptr;
+thread_local c10::StreamId t_stream = 0;
+std::atomic<c10::StreamId> g_next_stream{c10::StreamId(1) << 40};
 
 struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
@@ -23,11 +32,22 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void setDevice(c10::Device d) const override {}
   void uncheckedSetDevice(c10::Device d) const noexcept override {}
   c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::UNSAFE, getDevice(), t_stream);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::DEFAULT, getDevice());
   }
-  c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
-  c10::Stream getNewStream(c10::Device d, int priority) const override { return getStream(d); }
-  c10::Stream exchangeStream(c10::Stream s) const override { return getStream(s.device()); }
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    return c10::Stream(c10::Stream::UNSAFE, getDevice(), g_next_stream++);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    c10::Stream before = getStream(s.device());
+    if (s.id() != t_stream) {
+      t_stream = s.id();
+      if (g_stream_changed) g_stream_changed(s.id());
+    }
+    return before;
+  }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
   bool queryStream(const c10::Stream& s) const override { return true; }
   void synchronizeStream(const c10::Stream& s) const override {}
@@ -123,6 +143,11 @@ extern "C" void neuron_set_memory_callbacks(MemoryStats stats, ResetPeak reset) 
 }
 
 extern "C" void neuron_set_sync_callback(SyncCallback cb) { g_sync = cb; }
+
+extern "C" void neuron_set_stream_callback(StreamCallback cb) { g_stream_changed = cb; }
+
+// streams.py made `id` current on this thread itself: torch's view follows, with no callback
+extern "C" void neuron_set_current_stream(int64_t id) { t_stream = id; }
 
 // The round trip of each recorded op, exactly (issue 14; runtime/hostcost.py reads it). While
 // a profiler records, torch opens a RecordFunction for every dispatcher call, before autograd

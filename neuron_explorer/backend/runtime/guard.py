@@ -116,6 +116,16 @@ def _on_sync() -> None:
         pass
 
 
+def _stream_changed(stream_id: int) -> None:
+    """torch made another stream current (torch.accelerator.set_stream, a StreamGuard)."""
+    try:
+        from neuron_explorer.backend import streams
+
+        streams.became_current(stream_id)
+    except Exception:  # noqa: BLE001 - never raise across the C boundary
+        pass
+
+
 def _memory_stats(out) -> None:
     """torch.accelerator's memory figures (guard.cpp's DeviceAllocator): allocated, peak."""
     try:
@@ -148,10 +158,13 @@ def _load_native() -> None:
     lib.neuron_free_cost.argtypes = [ctypes.c_int64]
     lib.neuron_gc.argtypes = [ctypes.c_int]
     lib.neuron_fast_attrs.argtypes = [ctypes.c_void_p] * 6
+    changed = ctypes.CFUNCTYPE(None, ctypes.c_int64)(_stream_changed)
+    lib.neuron_set_stream_callback(changed)
+    lib.neuron_set_current_stream.argtypes = [ctypes.c_int64]
     stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))(_memory_stats)
     reset = ctypes.CFUNCTYPE(None)(_reset_peak)
     lib.neuron_set_memory_callbacks(stats, reset)
-    _keep.extend([lib, callback, stats, reset])
+    _keep.extend([lib, callback, changed, stats, reset])
     global native
     native = lib
 
