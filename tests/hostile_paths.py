@@ -70,6 +70,8 @@ PROFILES = {
     "sources-to-root": "sources/ is a link to /; the profile names /etc/passwd and /proc/self/environ",
     "sources-out": "sources/ is a link to a folder outside holding secret.py",
     "source-file-out": "sources/secret.py is a link to a file outside",
+    "source-fifo": "sources/secret.py is a named pipe (opening it to read blocks)",
+    "source-huge": "sources/secret.py is a 9 MB file (past what the server reads)",
     "events-out": "events.parquet is a link to a table outside whose op names hold TOKEN",
     "events-dir-out": "events/ (a dataset folder) is a link to a folder outside",
     "stacks-out": "stacks.parquet is a link to a table outside",
@@ -107,6 +109,13 @@ def make(base: Path) -> Hostile:
     shutil.copytree(plain, served / "source-file-out")
     (served / "source-file-out" / "sources").mkdir(exist_ok=True)
     os.symlink(outside / "secret.py", served / "source-file-out" / "sources" / "secret.py")
+
+    for name in ("source-fifo", "source-huge"):
+        shutil.copytree(plain, served / name)
+        (served / name / "sources").mkdir(exist_ok=True)
+    os.mkfifo(served / "source-fifo" / "sources" / "secret.py")
+    with open(served / "source-huge" / "sources" / "secret.py", "wb") as f:
+        f.truncate(9 << 20)  # sparse: no disk written
 
     # tables and the manifest linked out: the targets are real tables holding TOKEN
     tokened = trace(work / "tokened.pt.trace.json", ["train.py(4): step"], [f"aten::{TOKEN}"])

@@ -126,7 +126,8 @@ def test_a_raw_trace_naming_a_huge_line_is_served_bounded(hostile, server_home, 
 def test_nothing_is_read_through_a_link_out_of_a_profile(server, hostile):
     """Every route of every hostile profile: no answer carries the planted token (in secret.py
     outside, in the tables and manifest the links point to, in the server's environment) or a
-    line of /etc/passwd; a profile that links a table or its manifest out is listed with why."""
+    line of /etc/passwd; a profile that links a table or its manifest out is listed with why; a
+    named pipe or a huge file in sources/ is not read (the pipe would block its request)."""
     base, proc = server
     with httpx.Client(timeout=120) as c:
         listed = {r["name"]: r for r in c.get(f"{base}/api/profiles").json()["profiles"]}
@@ -145,7 +146,13 @@ def test_nothing_is_read_through_a_link_out_of_a_profile(server, hostile):
                 if name in LINKED_OUT and r.status_code not in (404, 500):
                     served.append(url)
         assert leaks == [] and served == []
-        for name in ("sources-to-root", "sources-out", "source-file-out"):
+        for name in (
+            "sources-to-root",
+            "sources-out",
+            "source-file-out",
+            "source-fifo",
+            "source-huge",
+        ):
             files = c.get(f"{base}/api/p/{name}/source").json()["model_files"]
             assert {f["file"] for f in files} >= {"/etc/passwd", "/proc/self/environ", "/secret.py"}
             assert not any(f["has_source"] for f in files), (name, files)

@@ -147,7 +147,7 @@ def files_of(lines: pa.Table, profile: Profile) -> list[dict[str, Any]]:
         f["lines"] += 1
     out = sorted(files.values(), key=lambda f: -(f["host_ns"] + f["device_ns"]))
     for f in out:
-        f["has_source"] = read_source(profile, f["file"]) is not None
+        f["has_source"] = profile.source_path(f["file"]) is not None  # not read: a stat
     return out
 
 
@@ -167,7 +167,7 @@ def model_files(model: pa.Table, profile: Profile) -> list[dict[str, Any]]:
         f["lines"] += 1
     out = sorted(files.values(), key=lambda f: (-f["self_ns"], -f["total_ns"]))
     for f in out:
-        f["has_source"] = read_source(profile, f["file"]) is not None
+        f["has_source"] = profile.source_path(f["file"]) is not None  # not read: a stat
     return out
 
 

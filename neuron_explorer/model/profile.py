@@ -152,19 +152,27 @@ class Profile:
             con.register(name, self.dataset(name))
         return con
 
-    def source_text(self, file: str) -> str | None:
-        """The text of a user source file as kept in sources/, or None: read only from inside
-        this profile's own sources/ folder (each path component resolved first, so neither a
-        link in it nor a sources/ that is itself a link leads out), only a regular file, and
-        at most MAX_SOURCE_READ_BYTES of it."""
+    def source_path(self, file: str) -> Path | None:
+        """Where the text of a user source file is kept, or None: only inside this profile's
+        own sources/ folder (each path component resolved first, so neither a link in it nor a
+        sources/ that is itself a link leads out), only a regular file of at most
+        MAX_SOURCE_READ_BYTES."""
         fence = self.path.resolve() / SOURCES
         try:
             real = (fence / source_relpath(file)).resolve(strict=True)
+            st = real.stat()
         except (OSError, RuntimeError, ValueError):
             return None
-        if not real.is_relative_to(fence):
+        if not real.is_relative_to(fence) or not stat.S_ISREG(st.st_mode):
             return None
-        try:  # O_NONBLOCK: a named pipe planted in sources/ must not hang the reader
+        return real if st.st_size <= MAX_SOURCE_READ_BYTES else None
+
+    def source_text(self, file: str) -> str | None:
+        """The text of a user source file as kept in sources/ (source_path), or None."""
+        real = self.source_path(file)
+        if real is None:
+            return None
+        try:  # O_NONBLOCK: a named pipe swapped in since must not hang the reader
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except (OSError, ValueError):
             return None
