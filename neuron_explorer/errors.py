@@ -16,3 +16,12 @@ class BadInputError(ExplorerError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+def private(text: str) -> str:
+    """`text` with the user's home folder shown as `~`: messages a server sends (a DuckDB
+    error, a path in a served folder) must not tell a visitor who runs it or where."""
+    import re
+
+    home = str(Path.home()).rstrip("/")
+    return re.sub(re.escape(home) + r"(?![\w.-])", "~", text) if len(home) > 1 else text

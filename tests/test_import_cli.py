@@ -114,7 +114,7 @@ def test_duplicate_ranks_are_refused(tmp_path, capsys):
 def test_console_script_imports_the_sample(tmp_path):
     out = tmp_path / "demo"
     run = subprocess.run(
-        [str(EXE), "import", str(SAMPLE_TRACE), "-o", str(out)],
+        [str(EXE), "import", str(SAMPLE_TRACE), "-o", str(out), "--source-root", "samples"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -125,7 +125,7 @@ def test_console_script_imports_the_sample(tmp_path):
     p = Profile.open(out)
     assert p.manifest.source == "kineto" and p.row_count("events") > 1000
     assert len(p.manifest.steps) == 3
-    # the sample's own script is found beside it and kept
+    # the sample's own script, in the root named (samples/, above the trace's folder), is kept
     assert p.source_text("record_trace.py") == (ROOT / "samples" / "record_trace.py").read_text()
     bad = subprocess.run(
         [str(EXE), "import", str(tmp_path / "nope.json"), "-o", str(tmp_path / "x")],

@@ -1,5 +1,5 @@
 """A hostile trace cannot copy local files into a profile (issue 17): its frame names choose
-the files, so only Python sources under the trace's own roots or the given --source-roots are
+the files, so only Python sources under the trace's own folder or the given --source-roots are
 kept, never a path out of them, and the profile says which files it skipped."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_a_hostile_trace_copies_only_python_sources_under_its_roots(tmp_path):
     (project / "notes.txt").write_text("not code\n")
     os.symlink(home / "settings.py", project / "link.py")  # inside by name, outside for real
     frames = [
-        "train.py(2): main",  # relative: found beside the traces/ folder
+        "train.py(2): main",  # relative: beside the traces/ folder, kept once it is a root
         f"{home / '.ssh' / 'id_rsa'}(1): f",  # absolute, outside, not Python
         f"{home / 'settings.py'}(1): f",  # absolute, outside
         "../settings.py(1): g",  # climbs out of a root
@@ -52,9 +52,16 @@ def test_a_hostile_trace_copies_only_python_sources_under_its_roots(tmp_path):
         "/etc/hostname(1): f",
     ]
     trace = _trace(project / "traces" / "run.pt.trace.json", frames)
+    # only the trace's own folder: not the project above it (issue 29: a trace saved in
+    # ~/Downloads would expose every Python file of the home folder)
+    alone = import_traces([trace], tmp_path / "alone")
+    assert not (alone / "sources").exists()
+    assert {s["file"]: s["reason"] for s in Profile.open(alone).manifest.extra["sources_skipped"]}[
+        "train.py"
+    ] == "not found"
     out = tmp_path / "profile"
-    run = subprocess.run([*CLI, "import", str(trace), "-o", str(out)], capture_output=True,
-                         text=True, timeout=120, cwd=home)  # fmt: skip
+    run = subprocess.run([*CLI, "import", str(trace), "-o", str(out), "--source-root", str(project)],
+                         capture_output=True, text=True, timeout=120, cwd=home)  # fmt: skip
     assert run.returncode == 0, run.stderr
     p = Profile.open(out)
     kept = sorted(str(f.relative_to(out / "sources")) for f in (out / "sources").rglob("*")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,15 +106,16 @@ def build_server(root: str | Path, analysis_cache: str | Path | None = None):  #
     return server
 
 
-def serve_stdio(path: str | Path) -> int:
-    """Serve PATH (a profile, a folder of profiles or raw traces) over stdio until the client
-    closes the connection."""
+def serve_stdio(path: str | Path, source_roots: Sequence[Path] = ()) -> int:
+    """Serve PATH (a profile, a folder of profiles or raw traces, keeping their sources from
+    their own folder and `source_roots` only) over stdio until the client closes the
+    connection."""
     import contextlib
     import sys
 
     from neuron_explorer.web import resolve_root
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's wire: keep it clean
-        server = build_server(resolve_root(path))
+        server = build_server(resolve_root(path, source_roots))
     server.run("stdio")
     return 0

@@ -178,9 +178,11 @@ class ProfileTools:
     ) -> dict[str, Any]:
         name, fid = self._name(profile), segment(self.api.file_id(file))
         detail = await self.api.get(f"p/{name}/source/{fid}/lines/{int(line)}")
-        listing = await self.api.get(f"p/{name}/source/{fid}")
         k = min(max(int(context), 0), MAX_CONTEXT_LINES)
-        near = [r for r in listing["lines"] if abs(r["line"] - int(line)) <= k]
+        # only the window: a listing never runs to a line number the profile merely claims
+        around = min(max(1, int(line)), 2**31 - 1)
+        listing = await self.api.get(f"p/{name}/source/{fid}", around=around, context=k)
+        near = listing["lines"]
         return {**detail, "has_source": listing["has_source"],
                 "device_time_modeled": listing["device_time_modeled"],
                 "this_line": next((r for r in near if r["line"] == int(line)), None),

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..model.io import SOURCES, source_relpath
 from ..model.profile import Profile
 from . import hotspots
 from .columns import Columns, find_rows, group_sum, groups
@@ -118,15 +117,9 @@ def _line_key(line: np.ndarray, has_line: np.ndarray) -> np.ndarray:
 
 
 def read_source(profile: Profile, path: str) -> str | None:
-    """The kept text of `path`, refusing anything that resolves outside the profile's sources/."""
-    base = (profile.path / SOURCES).resolve()
-    target = (base / source_relpath(path)).resolve()
-    if not target.is_relative_to(base) or not target.is_file():
-        return None
-    try:
-        return target.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+    """The kept text of `path` (Profile.source_text: only from inside the profile's sources/
+    folder, never through a link out of it, at most MAX_SOURCE_READ_BYTES)."""
+    return profile.source_text(path)
 
 
 def model_line_table(profile: Profile, con=None, level: str = "model") -> pa.Table:
@@ -154,7 +147,7 @@ def files_of(lines: pa.Table, profile: Profile) -> list[dict[str, Any]]:
         f["lines"] += 1
     out = sorted(files.values(), key=lambda f: -(f["host_ns"] + f["device_ns"]))
     for f in out:
-        f["has_source"] = read_source(profile, f["file"]) is not None
+        f["has_source"] = profile.source_path(f["file"]) is not None  # not read: a stat
     return out
 
 
@@ -174,7 +167,7 @@ def model_files(model: pa.Table, profile: Profile) -> list[dict[str, Any]]:
         f["lines"] += 1
     out = sorted(files.values(), key=lambda f: (-f["self_ns"], -f["total_ns"]))
     for f in out:
-        f["has_source"] = read_source(profile, f["file"]) is not None
+        f["has_source"] = profile.source_path(f["file"]) is not None  # not read: a stat
     return out
 
 
@@ -210,7 +203,9 @@ def source_page(
 @dataclass(frozen=True)
 class SourceFile(PageModel):
     """One file's code, line by line, with host and device time, ops and launches (the line
-    table) and device self and total time (the model line table)."""
+    table) and device self and total time (the model line table). The lines are those of the
+    kept text, plus the lines the tables name beyond it (at most MAX_NAMED_ONLY_LINES, the
+    rest counted in `lines_omitted`); with `around`, only those within `context` of it."""
 
     file: str
     name: str
@@ -219,12 +214,25 @@ class SourceFile(PageModel):
     max_ns: int
     max_total_ns: int
     lines: tuple[dict[str, Any], ...]
+    lines_omitted: int = 0
+
+
+# A profile names its lines itself: a listing never fills the gap up to a line number it claims
+# (2**31 - 1 rows would take the server's memory), only the file's own lines and the named ones.
+MAX_NAMED_ONLY_LINES = 2000
+MAX_CONTEXT_LINES = 500
 
 
 def source_file(
-    profile: Profile, lines: pa.Table, path: str, model: pa.Table | None = None
+    profile: Profile,
+    lines: pa.Table,
+    path: str,
+    model: pa.Table | None = None,
+    around: int | None = None,
+    context: int = 50,
 ) -> SourceFile:
-    """The annotated listing of `path` (a file named by the line or model line table)."""
+    """The annotated listing of `path` (a file named by the line or model line table), or of
+    the lines within `context` (at most MAX_CONTEXT_LINES) of line `around`."""
     stats = {r["line"]: r for r in lines.filter(pc.equal(lines.column("file"), path)).to_pylist()}
     work: dict[int, dict[str, Any]] = {}
     if model is not None:
@@ -232,9 +240,16 @@ def source_file(
         work = {r["line"]: r for r in chosen.to_pylist()}
     text = read_source(profile, path)
     code = text.splitlines() if text is not None else []
-    n = max([len(code), *[k for k in stats if k], *[k for k in work if k]], default=0)
+    first, last = 1, len(code)
+    if around is not None:
+        k = min(max(context, 0), MAX_CONTEXT_LINES)
+        first, last = max(1, around - k), min(len(code), around + k)
+    named = sorted({k for k in (*stats, *work) if k is not None and k > len(code)})
+    if around is not None:
+        named = [k for k in named if abs(k - around) <= min(max(context, 0), MAX_CONTEXT_LINES)]
+    omitted = max(0, len(named) - MAX_NAMED_ONLY_LINES)
     rows = []
-    for i in range(1, n + 1):
+    for i in [*range(first, last + 1), *named[:MAX_NAMED_ONLY_LINES]]:
         s, w = stats.get(i, {}), work.get(i, {})
         rows.append({
             "line": i, "code": code[i - 1] if i <= len(code) else None,
@@ -247,6 +262,7 @@ def source_file(
         device_time_modeled=is_modeled(profile),
         max_ns=max((r["host_ns"] + r["device_ns"] for r in rows), default=0),
         max_total_ns=max((r["total_ns"] for r in rows), default=0), lines=tuple(rows),
+        lines_omitted=omitted,
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import ExplorerError
+from ..errors import ExplorerError, private
 from ..model.profile import Profile
 from ..model.schema import TABLES
 
@@ -24,6 +24,7 @@ BATCH_ROWS = 2048
 # (read_text('.tmp/...')) even with external access off; no temp directory means no spills at
 # all: a query over the memory limit fails instead of writing hundreds of MB to disk.
 NO_SPILLS = "SET temp_directory = ''"
+NO_HOME = "/nonexistent"  # not a folder of this machine's users
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,10 @@ def read_only_connection(profile: Profile, memory_limit: str = MEMORY_LIMIT):
     con.execute("SET enable_progress_bar = false").fetchall()  # never print into a server's log
     con.execute(f"SET memory_limit = '{memory_limit}'").fetchall()
     con.execute(f"SET threads = {QUERY_THREADS}").fetchall()
+    # DuckDB's own folders default to the server user's home, which settings and errors show
+    for setting in ("home_directory", "extension_directory", "secret_directory"):
+        con.execute(f"SET {setting} = '{NO_HOME}'").fetchall()
+    con.execute("SET allow_persistent_secrets = false").fetchall()
     con.execute("SET enable_external_access = false").fetchall()
     con.execute("SET lock_configuration = true").fetchall()
     return con
@@ -177,4 +182,4 @@ def _fit(batch: pa.RecordBatch, budget: int) -> pa.RecordBatch:
 
 
 def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [e.__class__.__name__])[0]
+    return private((str(e).strip().splitlines() or [e.__class__.__name__])[0])

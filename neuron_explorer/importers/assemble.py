@@ -171,15 +171,16 @@ def _copy_sources(
     writer: ProfileWriter, files: Sequence[FileData], source_roots: Sequence[Path]
 ) -> dict:
     """Keep the text of each user or model file named by a stack: only Python sources under
-    the given roots or the trace's own (its directory and the one above it, where a project's
-    traces/ folder sits beside its code), never a path out of them (a trace is untrusted
-    input, see capture/sources.py). Returns the manifest's record of what was skipped."""
+    the given roots or the trace's own directory, never a path out of them (a trace is
+    untrusted input, see capture/sources.py; not the folder above the trace either: a trace
+    saved in ~/Downloads would expose every Python file of the home folder). Returns the
+    manifest's record of what was skipped."""
     from .sources import Selection, select
 
     done = Selection()
     for f in files:
         here = f.path.resolve().parent
-        chosen = select(sorted(f.user_files), [*source_roots, here, here.parent])
+        chosen = select(sorted(f.user_files), [*source_roots, here])
         for name, text in chosen.kept:
             writer.add_source(name, text)
         done.kept += chosen.kept

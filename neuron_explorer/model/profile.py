@@ -4,6 +4,8 @@ nothing loads all events into Python objects."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,10 @@ from .schema import ADDED_IN, FORMAT, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
     import duckdb
+
+
+# A kept source is at most 1 MB (importers/sources.py); a profile from elsewhere may hold more.
+MAX_SOURCE_READ_BYTES = 8 << 20
 
 
 def is_profile(path: str | Path) -> bool:
@@ -146,13 +152,38 @@ class Profile:
             con.register(name, self.dataset(name))
         return con
 
-    def source_text(self, file: str) -> str | None:
-        """The text of a user source file as kept in sources/, or None."""
-        p = self.path / SOURCES / source_relpath(file)
+    def source_path(self, file: str) -> Path | None:
+        """Where the text of a user source file is kept, or None: only inside this profile's
+        own sources/ folder (each path component resolved first, so neither a link in it nor a
+        sources/ that is itself a link leads out), only a regular file of at most
+        MAX_SOURCE_READ_BYTES."""
+        fence = self.path.resolve() / SOURCES
         try:
-            return p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            real = (fence / source_relpath(file)).resolve(strict=True)
+            st = real.stat()
+        except (OSError, RuntimeError, ValueError):
             return None
+        if not real.is_relative_to(fence) or not stat.S_ISREG(st.st_mode):
+            return None
+        return real if st.st_size <= MAX_SOURCE_READ_BYTES else None
+
+    def source_text(self, file: str) -> str | None:
+        """The text of a user source file as kept in sources/ (source_path), or None."""
+        real = self.source_path(file)
+        if real is None:
+            return None
+        try:  # O_NONBLOCK: a named pipe swapped in since must not hang the reader
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except (OSError, ValueError):
+            return None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_READ_BYTES:
+                return None
+            try:
+                return f.read(MAX_SOURCE_READ_BYTES + 1).decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                return None
 
     def __repr__(self) -> str:
         return f"Profile({str(self.path)!r}, source={self.manifest.source!r})"

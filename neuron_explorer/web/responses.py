@@ -8,7 +8,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from neuron_explorer.errors import BadInputError, ExplorerError
+from neuron_explorer.errors import BadInputError, ExplorerError, private
 
 from .pages import render_error
 from .store import NotFound
@@ -29,9 +29,10 @@ def install_error_handlers(app: FastAPI) -> None:
             status = 500
         if isinstance(exc, sql.Busy):
             status = 503
+        msg = _shown(request, str(exc))
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": str(exc)}, status_code=status)
-        return HTMLResponse(render_error(str(exc)), status_code=status)
+            return JSONResponse({"error": msg}, status_code=status)
+        return HTMLResponse(render_error(msg), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -48,9 +49,16 @@ def install_error_handlers(app: FastAPI) -> None:
     def _unexpected(request: Request, exc: Exception) -> Response:
         # a table that turns out unreadable mid-query, or a bug: one failed request, not a crash
         msg = f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        msg = _shown(request, msg)
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": msg}, status_code=500)
         return HTMLResponse(render_error(msg), status_code=500)
+
+
+def _shown(request: Request, msg: str) -> str:
+    """No path of the server's machine in an error (the served folder, the home folder)."""
+    store = getattr(request.app.state, "store", None)
+    return store.shown(msg) if store is not None else private(msg)
 
 
 def attachment(filename: str) -> dict[str, str]:

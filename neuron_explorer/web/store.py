@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_explorer.analysis.sql import NO_SPILLS
-from neuron_explorer.errors import BadInputError, ExplorerError
+from neuron_explorer.errors import BadInputError, ExplorerError, private
 from neuron_explorer.model import Profile
 from neuron_explorer.model.profile import is_profile
 
@@ -54,6 +54,11 @@ class ProfileStore:
         self._local = threading.local()
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._profile_locks: dict[str, threading.Lock] = {}
+
+    def shown(self, text: str) -> str:
+        """`text` (an error message) as a visitor may read it: paths in the served folder by
+        their names in it, the home folder as `~` (errors.private)."""
+        return private(text.replace(f"{self.root}/", "").replace(str(self.root), "."))
 
     def names(self) -> list[str]:
         """Names of the profile directories that can be served, sorted."""
@@ -183,9 +188,15 @@ def _check_tables(profile: Profile) -> None:
 
 
 def _only_regular_files(path: Path) -> None:
-    """Refuse a profile whose manifest or tables are not plain files: opening a named pipe
-    blocks until someone writes to it, which would hang every request that lists profiles."""
-    for dirpath, dirnames, filenames in os.walk(path):
+    """Refuse a profile whose manifest or tables are not plain files (opening a named pipe
+    blocks until someone writes to it, which would hang every request that lists profiles),
+    or that holds a symbolic link leading out of its own folder: profiles arrive as tarballs,
+    which keep links, and the served folder is a fence for every file the server opens."""
+    fence = path.resolve()
+    for dirpath, dirnames, filenames in os.walk(path):  # links to folders are not entered
+        for n in (*dirnames, *filenames):
+            if not (n == "sources" and Path(dirpath) == path):
+                _inside_fence(Path(dirpath) / n, fence)
         for f in filenames:
             if f == "manifest.json" or f.endswith(".parquet"):
                 file = Path(dirpath) / f
@@ -195,4 +206,17 @@ def _only_regular_files(path: Path) -> None:
                     raise BadInputError(file, f"cannot read ({e.strerror or e})") from None
                 if not regular:
                     raise BadInputError(file, "not a regular file (a named pipe or a device?)")
-        dirnames[:] = [d for d in dirnames if d != "sources"]  # source text is read by id
+        # source text is read by id, each read fenced itself (Profile.source_text)
+        dirnames[:] = [d for d in dirnames if d != "sources"]
+
+
+def _inside_fence(entry: Path, fence: Path) -> None:
+    """Refuse a link whose target, every component resolved, is not inside `fence`."""
+    if not entry.is_symlink():
+        return
+    try:
+        target = entry.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise BadInputError(entry, "a broken or looping symbolic link") from None
+    if not target.is_relative_to(fence):
+        raise BadInputError(entry, "a symbolic link out of the profile's folder (not followed)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 NAME = "mcp"
 HELP = (
@@ -15,6 +16,9 @@ HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", nargs="?", default=".",
                         help="a profile, a directory of profiles, or a .json(.gz) trace (default .)")  # fmt: skip
+    parser.add_argument("--source-root", action="append", type=Path, default=[], metavar="DIR",
+                        help="for a raw trace: where else to look for the source files its stacks "
+                        "name (repeatable; the trace's own directory is always searched)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,4 +32,4 @@ def run(args: argparse.Namespace) -> int:
         raise ExplorerError(
             f"mcp: the MCP SDK is not installed ({e}); pip install mcp==2.3.0"
         ) from None
-    return serve_stdio(args.path)
+    return serve_stdio(args.path, args.source_root)

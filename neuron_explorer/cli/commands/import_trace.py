@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="DIR",
         help="where to look for the source files named by the trace's Python stacks "
-        "(repeatable; the current directory and the trace's directory are always searched)",
+        "(repeatable; the trace's own directory is always searched, nothing else)",
     )
     parser.add_argument(
         "--mixed-runs",

@@ -27,14 +27,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)"
     )
     parser.add_argument("--open", action="store_true", help="open the UI in a web browser")
+    parser.add_argument("--source-root", action="append", type=Path, default=[], metavar="DIR",
+                        help="for a raw trace: where else to look for the source files its stacks "
+                        "name (repeatable; the trace's own directory is always searched)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    return serve(args.path, host=args.host, port=args.port, open_browser=args.open)
+    return serve(args.path, host=args.host, port=args.port, open_browser=args.open,
+                 source_roots=args.source_root)  # fmt: skip
 
 
 def serve(
-    path: str | Path, host: str = "127.0.0.1", port: int = 8765, open_browser: bool = False
+    path: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    open_browser: bool = False,
+    source_roots: list[Path] | None = None,
 ) -> int:
     """Serve PATH until interrupted; prints the URL and warns when not bound to loopback."""
     import socket
@@ -45,7 +53,7 @@ def serve(
 
     from ..app import create_app
 
-    root = resolve_root(path)
+    root = resolve_root(path, source_roots or ())
     loopback = host in LOOPBACK
     app = create_app(
         root, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None

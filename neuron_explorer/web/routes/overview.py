@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from neuron_explorer.errors import private
+
 from ..pages import Api, Page, Shell
 from ..views import overview
 
@@ -13,7 +15,9 @@ if TYPE_CHECKING:
 
 def api_profiles(svc: Service) -> dict[str, Any]:
     rows, skipped = svc.profile_rows()
-    return {"root": str(svc.store.root), "profiles": rows, "skipped": skipped}
+    # a row's error names its file by its path in the served folder, never the machine's
+    rows = [{**r, "error": svc.store.shown(r["error"])} if r.get("error") else r for r in rows]
+    return {"root": private(str(svc.store.root)), "profiles": rows, "skipped": skipped}
 
 
 def api_summary(svc: Service, name: str) -> dict[str, Any]:

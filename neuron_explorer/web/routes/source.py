@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Query
 
+from neuron_explorer.analysis.lines import MAX_CONTEXT_LINES
+
 from ..pages import Api, Page, Shell
 from ..views import overview, source
 
@@ -23,12 +25,16 @@ def api_source(svc: Service, name: str, level: str = LEVEL) -> dict[str, Any]:
                                                level)}  # fmt: skip
 
 
-def api_source_file(svc: Service, name: str, file_id: str, level: str = LEVEL) -> dict[str, Any]:
+def api_source_file(
+    svc: Service, name: str, file_id: str, level: str = LEVEL,
+    around: int | None = Query(None, ge=1, le=2**31 - 1),
+    context: int = Query(50, ge=0, le=MAX_CONTEXT_LINES),
+) -> dict[str, Any]:  # fmt: skip
     p = svc.store.open(name)
     path = svc.source_file(name, file_id)
     return {"name": name, "level": level,
             **source.file_json(p, svc.lines(name), path, overview.is_modeled(p),
-                               svc.model_lines(name, level))}  # fmt: skip
+                               svc.model_lines(name, level), around, context)}  # fmt: skip
 
 
 def api_source_line(svc: Service, name: str, file_id: str, line: int) -> dict[str, Any]:

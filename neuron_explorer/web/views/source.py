@@ -70,9 +70,15 @@ def top_model_lines(model: pa.Table, n: int = _lines.TOP_LINES) -> list[dict[str
 
 
 def file_json(
-    profile: Profile, lines: pa.Table, path: str, modeled: bool, model: pa.Table | None = None
+    profile: Profile,
+    lines: pa.Table,
+    path: str,
+    modeled: bool,
+    model: pa.Table | None = None,
+    around: int | None = None,
+    context: int = 50,
 ) -> dict[str, Any]:
-    return with_file_ids(_lines.source_file(profile, lines, path, model).to_dict())
+    return with_file_ids(_lines.source_file(profile, lines, path, model, around, context).to_dict())
 
 
 def line_detail(con, path: str, line: int) -> dict[str, Any]:

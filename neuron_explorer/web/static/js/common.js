@@ -177,12 +177,22 @@ export function plot(el, data, layout = {}) {
     xaxis: { gridcolor: "#eef0f3", zerolinecolor: "#d6dae0" }, yaxis: { gridcolor: "#eef0f3", zerolinecolor: "#d6dae0" },
     legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }, hoverlabel: { font: { family: PLOT_FONT.family } },
   };
-  const merged = { ...base, ...layout, xaxis: { ...base.xaxis, ...(layout.xaxis || {}) }, yaxis: { ...base.yaxis, ...(layout.yaxis || {}) } };
+  const merged = { ...base, ...layout, xaxis: escapeTitle({ ...base.xaxis, ...(layout.xaxis || {}) }), yaxis: escapeTitle({ ...base.yaxis, ...(layout.yaxis || {}) }) };
+  if (merged.title) merged.title = escapeTitle({ title: merged.title }).title;
   return window.Plotly.newPlot(el, data.map(escapeTrace), merged, { displaylogo: false, responsive: true });
 }
 
+// Titles are drawn as HTML too, and may carry what a profile names (a counter's unit).
+function escapeTitle(part) {
+  const t = part.title;
+  if (typeof t === "string") return { ...part, title: plotText(t) };
+  if (t && typeof t.text === "string") return { ...part, title: { ...t, text: plotText(t.text) } };
+  return part;
+}
+
 // Every string of a trace that plotly may render (categories, labels, legend names, hover
-// text) is escaped; templates (hovertemplate) are ours and keep their markup.
+// text) is escaped; templates (hovertemplate) are ours and keep their markup: a profile's
+// string put into one is escaped with plotText where it is put in.
 const PLOT_TEXT_KEYS = ["x", "y", "text", "hovertext", "name", "labels", "parents"];
 function escapeTrace(trace) {
   const out = { ...trace };

@@ -1,7 +1,7 @@
 // Memory over time: every counter of the profile on one chart (each bucket's maximum, so the
 // peak is drawn as it was), the peak of memory_allocated, and what was held at the peak by op
 // and by source line (the baseline held when the step began, plus the step's own growth).
-import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile, plotText } from "./common.js";
 
 const fmtVal = (unit) => (v) => (unit === "bytes" ? fmtBytes(v) : v === null || v === undefined ? "–" : String(v));
 
@@ -50,7 +50,8 @@ run(async () => {
   mount(...parts);
   const traces = d.counters.map((c) => ({
     type: "scatter", mode: "lines", name: `${c.track} ${c.name}`, x: c.ts_ns.map((t) => t / 1e6), y: c.max, line: { width: 1.5, shape: "hv" },
-    hovertemplate: `%{x:.3f} ms: %{y:.4s}${c.unit === "bytes" ? "B" : ""}<extra>${c.unit}</extra>`,
+    // the unit comes from the profile: escaped, as plotly renders templates as HTML
+    hovertemplate: `%{x:.3f} ms: %{y:.4s}${c.unit === "bytes" ? "B" : ""}<extra>${plotText(c.unit)}</extra>`,
   }));
   if (pk) traces.push({ type: "scatter", mode: "markers", name: "peak", x: [pk.ts_ns / 1e6], y: [pk.value], marker: { size: 10, color: "#dc2626", symbol: "diamond" }, hoverinfo: "skip" });
   plot(chart, traces, { xaxis: { title: { text: "time (ms)" } }, yaxis: { title: { text: pk ? pk.unit : "" } }, margin: { l: 70, r: 10, t: 30, b: 50 } });

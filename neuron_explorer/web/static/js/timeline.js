@@ -2,7 +2,7 @@
 // Wheel or W/S zooms around the pointer, drag or A/D pans; each change asks the server for the
 // new window. Canvas text is drawn with fillText, so names are never parsed as HTML. Drawing is
 // timeline_draw.js, find timeline_find.js, the side panels timeline_panels.js.
-import { api, h, mount, run, fmtNs, fmtNum, enc, section, setModeled, profile, qs } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtNum, enc, section, setModeled, profile, qs, clean } from "./common.js";
 import { Overview, COLOR_MODES } from "./timeline_overview.js";
 import { eventPanel, spanPanel } from "./timeline_panels.js";
 import { GUTTER, ROW, PIN_W, state, dom, draw, xOf, groupOf, hitAt } from "./timeline_draw.js";
@@ -199,7 +199,7 @@ function wire() {
     const i = inside ? hitAt(e.clientX - r.left, e.clientY - r.top) : -1;
     if (i < 0) { tip.hidden = true; return; }
     const rr = state.win.rects;
-    tip.textContent = `${state.win.names[rr.name[i]]} · ${rr.kind[i]} · ${fmtNs(rr.dur_ns[i])}` + (rr.count[i] > 1 ? ` · ${rr.count[i]} events merged (click to zoom)` : "");
+    tip.textContent = clean(`${state.win.names[rr.name[i]]} · ${rr.kind[i]} · ${fmtNs(rr.dur_ns[i])}` + (rr.count[i] > 1 ? ` · ${rr.count[i]} events merged (click to zoom)` : ""));
     tip.style.left = e.clientX + 12 + "px"; tip.style.top = e.clientY + 14 + "px"; tip.hidden = false;
   });
   window.addEventListener("keydown", (e) => {
