@@ -491,6 +491,23 @@ def test_launch_bound_advice_follows_what_the_profile_shows_works():
     assert "torch.compile works for this model" in f.fix and "explain" not in f.fix
     assert "unfused-optimizer" in f.fix and "foreach=True" in f.fix  # the fix without compiling
     assert get_rule("unfused-optimizer").evaluate(profile)
+    # a compiled graph's kernels are one launch: its entry line (this file's call of the model)
+    # launches once a forward and once a backward per step, not once per kernel
+    con = profile.duckdb()
+    graph_flows = con.execute(
+        "SELECT count(DISTINCT flow_id) FROM events WHERE layer = 'device' AND kind = 'kernel'"
+        " AND op_name LIKE 'neuron_graph_%'"
+    ).fetchone()[0]
+    assert m["launches"] == m["kernels"] - m["graph_kernels"] + graph_flows < m["kernels"]
+    import linecache
+
+    (entry,) = [h for h in f.evidence.source_lines
+                if h.file == __file__ and "compiled(x)" in linecache.getline(h.file, h.line)]  # fmt: skip
+    at_entry = con.execute(
+        "SELECT count(*), count(DISTINCT flow_id) FROM events WHERE layer = 'device'"
+        f" AND kind = 'kernel' AND src_file = '{entry.file}' AND src_line = {entry.line}"
+    ).fetchone()
+    assert entry.count == at_entry[1] < at_entry[0]  # launches, fewer than the kernels there
     # the other fixes are offered in every case
     for fix in (eager.fix, f.fix):
         assert "larger batch" in fix and "fewer small ops" in fix
