@@ -3,6 +3,7 @@ capture of the situation: module paths under torch.compile, ..."""
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -86,3 +87,90 @@ def test_compiled_kernels_name_modules_as_eager_does_whatever_the_model_is_calle
     }.items():
         assert {"model.h.0", "model.ln"} <= found, (name, found)
         assert not any(m.startswith(("L.", "G.", "h.", "ln")) for m in found), (name, found)
+
+
+# memory-bound-op: the fp32 ridge for fp32 matmuls ---------------------------------------------
+
+
+def test_fp32_matmuls_above_the_fp32_ridge_are_not_memory_bound():
+    # 512-wide fp32 matmuls do ~85 FLOP per HBM byte: under the bf16 ridge (217 FLOP/B) but
+    # over the fp32 one (54: TensorE runs fp32 at a quarter of the bf16 rate), so compute-bound
+    import torch
+    from torch import nn
+
+    from neuron_explorer.analysis import get_rule
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Linear(512, 512) for _ in range(3))).to("neuron")
+    x = torch.randn(512, 512).to("neuron")
+    p = capture(lambda: model(x).sum().backward())
+    spec = p.manifest.spec
+    ridge32 = spec.peak_flops_fp32 / spec.memory_bytes_per_s
+    mm = p.duckdb().execute(
+        """SELECT sum(dur_ns), min(flops / (bytes_read + bytes_written)) FROM events
+        WHERE layer = 'device' AND kind = 'kernel' AND op_name IN ('aten::mm', 'aten::addmm')"""
+    ).fetchone()
+    kernels = p.duckdb().execute(
+        "SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND kind = 'kernel'"
+    ).fetchone()[0]
+    assert mm[0] > 0.8 * kernels and ridge32 < mm[1] < spec.machine_balance  # the situation
+    assert get_rule("memory-bound-op").evaluate(p) == []
+
+
+def capture_steps(step: Callable[[], None], n: int = 3) -> Profile:
+    """`step()` run 2 + n times on the neuron device, the last n recorded as steps."""
+    import neuron_explorer
+
+    out = Path(tempfile.mkdtemp(prefix="wrong-")) / "profile"
+    with neuron_explorer.profile(out, wait=1, warmup=1, active=n) as prof:
+        for _ in range(2 + n):
+            step()
+            prof.step()
+    return Profile.open(out)
+
+
+@functools.cache
+def small_mlp_training() -> Profile:
+    """A 4-layer, 64-wide MLP with LayerNorms trained with AdamW (per parameter, the neuron
+    device's default): its biases and norm weights are a few hundred bytes each."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    layers = [m for _ in range(4) for m in (nn.Linear(64, 64), nn.LayerNorm(64))]
+    model = nn.Sequential(*layers).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(16, 64).to("neuron")
+
+    def step() -> None:
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return capture_steps(step)
+
+
+# small-dma: whose transfers, and what they cost ------------------------------------------------
+
+
+def test_small_dma_names_the_optimizers_and_kernels_own_transfers_and_claims_device_time():
+    from neuron_explorer.analysis import get_rule
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.analysis.rule import device_busy_ns
+
+    p = small_mlp_training()
+    con = p.duckdb()
+    # the situation: every transfer is a kernel's own (no host copy makes one), on parallel
+    # queues, so their durations added up exceed the time they occupy the device
+    orphans = "SELECT count(*) FROM events WHERE kind = 'dma' AND parent_id IS NULL"
+    assert con.execute(orphans).fetchone()[0] == 0
+    (f,) = get_rule("small-dma").evaluate(p)
+    m = f.evidence.metrics
+    assert m["host_copies_ns"] == 0 and m["optimizer_ns"] > m["kernels_ns"] > 0
+    assert m["optimizer_ns"] + m["kernels_ns"] + m["compiled_ns"] == m["small_dma_ns"]
+    assert "torch.cat" not in f.fix and "optimizer" in f.fix  # no host copies to batch
+    ctx = context(p)
+    with ctx.lock:
+        busy = device_busy_ns(ctx)
+    assert m["device_busy_ns"] == busy and m["exposed_ns"] < m["small_dma_ns"]
+    assert 0 < f.saving_ns <= m["exposed_ns"] <= busy

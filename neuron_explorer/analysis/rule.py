@@ -214,3 +214,14 @@ def torch_compile_trace_ns(ctx: AnalysisContext, *, around_recompiles: bool) -> 
                AND c.start_ns + c.dur_ns <= sel.e), 0) AS ns""",
     )
     return max(int(row.get("ns") or 0), 0)
+
+
+def device_busy_ns(ctx: AnalysisContext) -> int:
+    """The time the device works in the steps (any work, overlaps counted once): the most a
+    device-side fix can give back, whatever the per-event durations add up to."""
+    b = ctx.breakdown
+    total = 0
+    for dur, idle in zip(b["dur_ns"].to_pylist(), b["device_idle_ns"].to_pylist(), strict=True):
+        if idle is not None:
+            total += max(int(dur) - int(idle), 0)
+    return total
