@@ -174,3 +174,39 @@ def test_small_dma_names_the_optimizers_and_kernels_own_transfers_and_claims_dev
         busy = device_busy_ns(ctx)
     assert m["device_busy_ns"] == busy and m["exposed_ns"] < m["small_dma_ns"]
     assert 0 < f.saving_ns <= m["exposed_ns"] <= busy
+
+
+# step-time-outliers: a slow step that runs the same work -----------------------------------------
+
+
+def test_a_step_slowed_by_the_host_alone_is_not_an_outlier():
+    # the middle recorded step stalls 200 ms outside any recorded call (the host busy with
+    # something else: another process, the OS), running the same ops as the other steps:
+    # nothing in the script to move, so no finding (before: "move checkpointing, evaluation
+    # or logging off the step path" for a script that does none)
+    import time
+
+    import torch
+    from torch import nn
+
+    from neuron_explorer.analysis import get_rule
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to("neuron")
+    x = torch.randn(8, 16).to("neuron")
+    calls = iter(range(10))
+
+    def step() -> None:
+        model(x).pow(2).mean().backward()
+        if next(calls) == 3:
+            time.sleep(0.2)
+
+    p = capture_steps(step)
+    steps = p.duckdb().execute(
+        """SELECT s.step, s.dur_ns, (SELECT count(*) FROM events e WHERE e.step = s.step
+                                     AND e.layer = 'host' AND e.kind = 'op') AS ops
+        FROM events s WHERE s.kind = 'step' ORDER BY s.dur_ns"""
+    ).fetchall()
+    assert steps[-1][1] > 2 * steps[1][1]  # the situation: one step far over the median...
+    assert len({ops for _, _, ops in steps}) == 1  # ...running the same ops
+    assert get_rule("step-time-outliers").evaluate(p) == []
