@@ -48,7 +48,9 @@ class LaunchBound(Rule[Bound]):
     more specific rules report that), and the median kernel duration of the rank. A step is
     launch-bound when it has at least MIN_KERNELS_PER_STEP kernels, a median kernel under
     TINY_KERNEL_NS and that idle time is at least MIN_IDLE_SHARE of the step. The saving
-    assumed is RECOVERABLE_SHARE of the idle time in those steps.
+    assumed is RECOVERABLE_SHARE of the idle time in those steps. The title and evidence
+    count launches, not kernels: a program's kernels share its launch's flow, so a compiled
+    graph counts once (its entry line is cited with its launches).
     Fix: conditional on what the profile shows works for the model (analysis/compiled.py):
     with a compiled step and no recompiles, compile what still runs eagerly (and name the
     graph breaks when a step runs several graphs); with recompiles, fix the shapes first;
