@@ -130,7 +130,7 @@ def test_a_run_that_dies_in_an_op_says_so_in_its_profile_and_summary(tmp_path, c
     # analyze, what a new user runs first, says it too, in its text and its JSON
     assert main(["analyze", str(tmp_path / "p")]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert f"Run ended early by RuntimeError: mat1 and mat2 shapes cannot be multiplied" in text
+    assert "Run ended early by RuntimeError: mat1 and mat2 shapes cannot be multiplied" in text
     assert main(["analyze", "--json", str(tmp_path / "p")]) == 0
     assert json.loads(capsys.readouterr().out)["run_ended"] == ended
 

@@ -106,13 +106,19 @@ def test_fp32_matmuls_above_the_fp32_ridge_are_not_memory_bound():
     p = capture(lambda: model(x).sum().backward())
     spec = p.manifest.spec
     ridge32 = spec.peak_flops_fp32 / spec.memory_bytes_per_s
-    mm = p.duckdb().execute(
-        """SELECT sum(dur_ns), min(flops / (bytes_read + bytes_written)) FROM events
+    mm = (
+        p.duckdb()
+        .execute(
+            """SELECT sum(dur_ns), min(flops / (bytes_read + bytes_written)) FROM events
         WHERE layer = 'device' AND kind = 'kernel' AND op_name IN ('aten::mm', 'aten::addmm')"""
-    ).fetchone()
-    kernels = p.duckdb().execute(
-        "SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND kind = 'kernel'"
-    ).fetchone()[0]
+        )
+        .fetchone()
+    )
+    kernels = (
+        p.duckdb()
+        .execute("SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND kind = 'kernel'")
+        .fetchone()[0]
+    )
     assert mm[0] > 0.8 * kernels and ridge32 < mm[1] < spec.machine_balance  # the situation
     assert get_rule("memory-bound-op").evaluate(p) == []
 
@@ -202,11 +208,15 @@ def test_a_step_slowed_by_the_host_alone_is_not_an_outlier():
             time.sleep(0.2)
 
     p = capture_steps(step)
-    steps = p.duckdb().execute(
-        """SELECT s.step, s.dur_ns, (SELECT count(*) FROM events e WHERE e.step = s.step
+    steps = (
+        p.duckdb()
+        .execute(
+            """SELECT s.step, s.dur_ns, (SELECT count(*) FROM events e WHERE e.step = s.step
                                      AND e.layer = 'host' AND e.kind = 'op') AS ops
         FROM events s WHERE s.kind = 'step' ORDER BY s.dur_ns"""
-    ).fetchall()
+        )
+        .fetchall()
+    )
     assert steps[-1][1] > 2 * steps[1][1]  # the situation: one step far over the median...
     assert len({ops for _, _, ops in steps}) == 1  # ...running the same ops
     assert get_rule("step-time-outliers").evaluate(p) == []

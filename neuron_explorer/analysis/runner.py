@@ -6,8 +6,8 @@ findings twin)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ExplorerError
 from ..model.profile import Profile

@@ -34,10 +34,10 @@ class Roofline:
     def claimable_ns(self) -> float:
         """The memory-bound time a fix reaches, within the device's busy time (kernels that
         overlap count their share of it once)."""
-        ns = self.eager_ns + self.compiled_fp32_ns
+        ns = float(self.eager_ns + self.compiled_fp32_ns)
         if self.kernel_ns > self.busy_ns > 0:
-            ns = ns * self.busy_ns / self.kernel_ns
-        return float(ns)
+            ns *= self.busy_ns / self.kernel_ns
+        return ns
 
 
 class MemoryBoundOp(Rule[Roofline]):
@@ -130,9 +130,7 @@ class MemoryBoundOp(Rule[Roofline]):
         ns, total = facts.bound_ns, facts.kernel_ns
         b16, b32 = facts.balance, facts.balance_fp32
         compiled = ns - facts.eager_ns
-        where = (
-            f"; {fmt_ms(compiled)} of it in compiled graphs, already fused" if compiled else ""
-        )
+        where = f"; {fmt_ms(compiled)} of it in compiled graphs, already fused" if compiled else ""
         saving = self.FUSION_SAVING * facts.eager_ns + self.BF16_SAVING * facts.compiled_fp32_ns
         claimable = facts.eager_ns + facts.compiled_fp32_ns
         if claimable:
@@ -146,7 +144,9 @@ class MemoryBoundOp(Rule[Roofline]):
                 f"{fmt_ms(total)} kernel time{where}: HBM bandwidth, not TensorE, limits them."
             ),
             saving_ns=saving,
-            fix=self.fix if facts.eager_ns else (
+            fix=self.fix
+            if facts.eager_ns
+            else (
                 "These kernels are compiled graphs, already fused: use bf16 activations "
                 "(torch.autocast, or the model in bf16) to halve the bytes they move."
             ),  # fmt: skip

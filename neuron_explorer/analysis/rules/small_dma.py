@@ -192,8 +192,11 @@ def _by_source(ctx: AnalysisContext, table: str, where: str) -> tuple[tuple[str,
                           WHEN l.op_id IN (SELECT id FROM optimizer_ops) THEN 'optimizer'
                           ELSE 'kernels' END AS source
                    FROM s LEFT JOIN l USING (flow_id))
-        SELECT {", ".join(f"coalesce(sum(dur_ns) FILTER (WHERE source = '{s}'), 0) AS {s}"
-                          for s in SOURCES)}
+        SELECT {
+            ", ".join(
+                f"coalesce(sum(dur_ns) FILTER (WHERE source = '{s}'), 0) AS {s}" for s in SOURCES
+            )
+        }
         FROM x"""  # fmt: skip
     )
     return tuple((s, int(row.get(s) or 0)) for s in SOURCES)
