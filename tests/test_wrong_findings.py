@@ -212,11 +212,11 @@ def test_a_step_slowed_by_the_host_alone_is_not_an_outlier():
         p.duckdb()
         .execute(
             """SELECT s.step, s.dur_ns, (SELECT count(*) FROM events e WHERE e.step = s.step
-                                     AND e.layer = 'host' AND e.kind = 'op') AS ops
+                                     AND e.layer = 'device' AND e.kind = 'kernel') AS kernels
         FROM events s WHERE s.kind = 'step' ORDER BY s.dur_ns"""
         )
         .fetchall()
     )
     assert steps[-1][1] > 2 * steps[1][1]  # the situation: one step far over the median...
-    assert len({ops for _, _, ops in steps}) == 1  # ...running the same ops
+    assert len({kernels for _, _, kernels in steps}) == 1  # ...running the same work
     assert get_rule("step-time-outliers").evaluate(p) == []
