@@ -103,6 +103,8 @@ class Rule(Generic[FactsT]):
 
     def finding(self, total_step_ns: int, draft: Draft) -> Finding:
         saving = max(int(draft.saving_ns), 0)
+        if total_step_ns > 0:  # a fix gives back at most the steps' time
+            saving = min(saving, total_step_ns)
         share = min(saving / total_step_ns, 1.0) if total_step_ns > 0 else 0.0
         return Finding(
             rule=self.id,
