@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -124,9 +124,8 @@ class SmallDma(Rule[Transfers]):
         )
         if not self.gate(facts):
             return facts
-        return Transfers(**{**facts.__dict__, "exposed_ns": _exposed_ns(ctx, limit),
-                            "busy_ns": device_busy_ns(ctx),
-                            "by_source": _by_source(ctx, table, facts.where)})  # fmt: skip
+        return replace(facts, exposed_ns=_exposed_ns(ctx, limit), busy_ns=device_busy_ns(ctx),
+                       by_source=_by_source(ctx, table, facts.where))  # fmt: skip
 
     def gate(self, facts: Transfers) -> bool:
         k = facts.small
