@@ -129,6 +129,21 @@ def test_optimizer_step_spans_end_with_the_update_not_the_recording(tmp_path):
     assert con.execute(marker).fetchone()[0] == 0  # the profiler's own stop is not work
 
 
+def test_an_optimizer_step_that_records_no_op_ends_with_its_step(tmp_path):
+    # no gradients (no backward): step() runs no op, so the span has no child to end with
+    script = _script(tmp_path, TRAIN.replace("    loss.backward()\n", ""))
+    out = tmp_path / "run"
+    run_captured(["python", str(script), "8"], out, Schedule(1, 1, 3))
+    con = Profile.open(out).duckdb()
+    spans = con.execute(
+        """SELECT o.step, o.start_ns + o.dur_ns <= s.start_ns + s.dur_ns,
+                  (SELECT count(*) FROM events c WHERE c.parent_id = o.id)
+        FROM events o JOIN events s ON s.kind = 'step' AND s.step = o.step
+        WHERE o.name LIKE 'Optimizer.step#%' ORDER BY o.step"""
+    ).fetchall()
+    assert spans == [(2, True, 0), (3, True, 0), (4, True, 0)]
+
+
 OWN_PROFILER = """
 with torch.profiler.profile(
     schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),

@@ -129,7 +129,7 @@ def close_optimizer_spans(host: pa.Table) -> pa.Table:
     hook (runner.py): its `prof.step()` runs inside the span, so the span outlives the update
     into the next step, and after the last active step the profiler stops inside it and Kineto
     ends it with the recording. The update itself is the span's children (the step markers
-    opened from the hook aside)."""
+    opened from the hook aside); a span with none ends with its own step."""
     if not host.num_rows:
         return host
     names = np.array(column_list(host, "name"), dtype=object)
@@ -145,10 +145,16 @@ def close_optimizer_spans(host: pa.Table) -> pa.Table:
     last: dict[int, int] = {}
     for p, e in zip(parents[child].tolist(), end[child].tolist(), strict=True):
         last[p] = max(last.get(p, e), e)
+    is_step = np.array(column_list(host, "kind")) == "step"
+    step_s, step_e = start[is_step], end[is_step]
     dur = end - start
     for i in np.flatnonzero(is_opt).tolist():
+        s, e = int(start[i]), int(end[i])
         if int(ids[i]) in last:
-            dur[i] = min(int(dur[i]), last[int(ids[i])] - int(start[i]))
+            e = min(e, last[int(ids[i])])
+        else:  # no op recorded in it: it ends with its step, which the hook's marker ended
+            e = min([e, *step_e[(step_s <= s) & (step_e > s)].tolist()])
+        dur[i] = e - s
     return host.set_column(host.schema.get_field_index("dur_ns"), "dur_ns", pa.array(dur))
 
 
