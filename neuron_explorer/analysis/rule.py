@@ -227,3 +227,15 @@ def device_busy_ns(ctx: AnalysisContext) -> int:
         if idle is not None:
             total += max(int(dur) - int(idle), 0)
     return total
+
+
+HOST_BOUND = (
+    " The saving is device time: while the steps are launch-bound (launch-bound), the host's "
+    "launches set the step time, which shortens less."
+)
+
+
+def host_bound(ctx: AnalysisContext) -> bool:
+    """Whether some steps are launch-bound (the shared `launch_bound_steps`): a device-side
+    saving then shortens them less than it saves."""
+    return bool(ctx.one("SELECT count(*) AS n FROM launch_bound_steps")["n"])

@@ -7,7 +7,18 @@ from dataclasses import dataclass
 from ..compiled import GRAPH_KERNEL_SQL
 from ..context import AnalysisContext
 from ..findings import Evidence
-from ..rule import Draft, Rule, device_busy_ns, fmt_ms, fmt_pct, hotspots, longest_ids, top_lines
+from ..rule import (
+    HOST_BOUND,
+    Draft,
+    Rule,
+    device_busy_ns,
+    fmt_ms,
+    fmt_pct,
+    host_bound,
+    hotspots,
+    longest_ids,
+    top_lines,
+)
 
 KERNELS = "layer = 'device' AND kind = 'kernel'"
 BYTES = "(coalesce(bytes_read, 0) + coalesce(bytes_written, 0))"
@@ -24,6 +35,7 @@ class Roofline:
     eager_ns: int  # of which eager kernels (torch.compile would fuse them)
     compiled_fp32_ns: int  # of which compiled float32 kernels (already fused; bf16 halves bytes)
     busy_ns: int  # the device's busy time in the steps
+    host_bound: bool = False  # launch-bound steps: the host, not the device, sets their time
 
     @property
     def where(self) -> str:
@@ -55,7 +67,7 @@ class MemoryBoundOp(Rule[Roofline]):
     MIN_SHARE of kernel time. The saving is FUSION_SAVING of the eager ones (fusing a chain
     removes the intermediate HBM round trips) plus BF16_SAVING of the compiled float32 ones
     (already fused: bf16 halves their bytes), never more than their share of the device's busy
-    time.
+    time; with launch-bound steps the detail says the step shortens less than that.
     """
 
     id = "memory-bound-op"
@@ -94,7 +106,7 @@ class MemoryBoundOp(Rule[Roofline]):
         return Roofline(
             facts.balance, facts.balance_fp32, int(agg.get("total") or 0),
             int(agg.get("ns") or 0), int(agg.get("eager") or 0),
-            int(agg.get("compiled32") or 0), device_busy_ns(ctx),
+            int(agg.get("compiled32") or 0), device_busy_ns(ctx), host_bound(ctx),
         )  # fmt: skip
 
     def gate(self, facts: Roofline) -> bool:
@@ -142,6 +154,7 @@ class MemoryBoundOp(Rule[Roofline]):
                 f"Kernels that do fewer FLOP per HBM byte than the chip's machine balance "
                 f"({b16:.0f} FLOP/B in bf16, {b32:.0f} in fp32) take {fmt_ms(ns)} of "
                 f"{fmt_ms(total)} kernel time{where}: HBM bandwidth, not TensorE, limits them."
+                + (HOST_BOUND if facts.host_bound else "")
             ),
             saving_ns=saving,
             fix=self.fix

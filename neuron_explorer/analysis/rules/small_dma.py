@@ -12,11 +12,13 @@ from .. import intervals
 from ..context import AnalysisContext
 from ..findings import Evidence
 from ..rule import (
+    HOST_BOUND,
     Draft,
     Rule,
     device_busy_ns,
     fmt_ms,
     fmt_pct,
+    host_bound,
     longest_ids,
     top_lines,
     top_ops,
@@ -40,6 +42,7 @@ class Transfers:
     exposed_ns: int = 0  # device time when only small transfers run (no compute, no large DMA)
     busy_ns: int = 0  # the device's busy time in the steps
     by_source: tuple[tuple[str, int], ...] = ()  # (source, ns of small transfers)
+    host_bound: bool = False  # launch-bound steps: the host, not the device, sets their time
 
     @property
     def where(self) -> str:
@@ -68,7 +71,8 @@ class SmallDma(Rule[Transfers]):
     (launched inside Optimizer.step), a compiled graph's, or a host copy's. Transfers on
     parallel queues and under compute overlap, so the saving is the device time when only
     small transfers run (no compute instruction, no large transfer) less the time their bytes
-    take at full bandwidth, never more than the device's busy time.
+    take at full bandwidth, never more than the device's busy time; with launch-bound steps the
+    detail says the step shortens less than that.
     """
 
     id = "small-dma"
@@ -125,7 +129,8 @@ class SmallDma(Rule[Transfers]):
         if not self.gate(facts):
             return facts
         return replace(facts, exposed_ns=_exposed_ns(ctx, limit), busy_ns=device_busy_ns(ctx),
-                       by_source=_by_source(ctx, table, facts.where))  # fmt: skip
+                       by_source=_by_source(ctx, table, facts.where),
+                       host_bound=host_bound(ctx))  # fmt: skip
 
     def gate(self, facts: Transfers) -> bool:
         k = facts.small
@@ -162,7 +167,7 @@ class SmallDma(Rule[Transfers]):
                 f"{facts.small_bytes / k:.0f} B; {shares}). They take {fmt_ms(ns)} added up "
                 f"over the parallel queues, and the device runs nothing else for "
                 f"{fmt_ms(facts.exposed_ns)}; at full bandwidth their bytes would take "
-                f"{fmt_ms(facts.ideal_ns)}."
+                f"{fmt_ms(facts.ideal_ns)}." + (HOST_BOUND if facts.host_bound else "")
             ),
             saving_ns=saving,
             fix=self.fixes[facts.main_source],
