@@ -140,7 +140,8 @@ def test_findings_are_ranked_and_serialisable():
     assert savings == sorted(savings, reverse=True)
     doc = json.loads(json.dumps(findings_document(profile, findings)))
     assert doc["findings"][0]["rule"] == findings[0].rule
-    assert set(doc) == {"profile", "source", "total_step_ns", "steps", "rules_run", "findings"}
+    assert set(doc) == {"profile", "source", "total_step_ns", "steps", "rules_run", "findings",
+                        "run_ended"}  # fmt: skip
     assert set(doc["findings"][0]) == {
         "rule", "category", "severity", "title", "detail", "fix", "saving_ns", "saving_share",
         "evidence",
@@ -491,6 +492,23 @@ def test_launch_bound_advice_follows_what_the_profile_shows_works():
     assert "torch.compile works for this model" in f.fix and "explain" not in f.fix
     assert "unfused-optimizer" in f.fix and "foreach=True" in f.fix  # the fix without compiling
     assert get_rule("unfused-optimizer").evaluate(profile)
+    # a compiled graph's kernels are one launch: its entry line (this file's call of the model)
+    # launches once a forward and once a backward per step, not once per kernel
+    con = profile.duckdb()
+    graph_flows = con.execute(
+        "SELECT count(DISTINCT flow_id) FROM events WHERE layer = 'device' AND kind = 'kernel'"
+        " AND op_name LIKE 'neuron_graph_%'"
+    ).fetchone()[0]
+    assert m["launches"] == m["kernels"] - m["graph_kernels"] + graph_flows < m["kernels"]
+    import linecache
+
+    (entry,) = [h for h in f.evidence.source_lines
+                if h.file == __file__ and "compiled(x)" in linecache.getline(h.file, h.line)]  # fmt: skip
+    at_entry = con.execute(
+        "SELECT count(*), count(DISTINCT flow_id) FROM events WHERE layer = 'device'"
+        f" AND kind = 'kernel' AND src_file = '{entry.file}' AND src_line = {entry.line}"
+    ).fetchone()
+    assert entry.count == at_entry[1] < at_entry[0]  # launches, fewer than the kernels there
     # the other fixes are offered in every case
     for fix in (eager.fix, f.fix):
         assert "larger batch" in fix and "fewer small ops" in fix

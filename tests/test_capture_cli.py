@@ -108,6 +108,42 @@ def test_steps_come_from_optimizer_step(tmp_path):
     assert ops.fetchone()[0] == 3  # one forward linear per recorded step, with shapes
 
 
+def test_optimizer_step_spans_end_with_the_update_not_the_recording(tmp_path):
+    # capture's step marker is an optimizer post-hook, run inside torch.optim's
+    # Optimizer.step span: after the last active step the profiler stopped inside it, and Kineto
+    # left it open to the end of the recording (4x the update on a Transformers GPT-2)
+    script = _script(tmp_path, TRAIN)
+    out = tmp_path / "run"
+    run_captured(["python", str(script), "8"], out, Schedule(1, 1, 3))
+    con = Profile.open(out).duckdb()
+    spans = con.execute(
+        """SELECT o.step, o.start_ns + o.dur_ns AS e, s.start_ns + s.dur_ns AS step_e,
+                  (SELECT max(c.start_ns + c.dur_ns) FROM events c WHERE c.parent_id = o.id) AS c
+        FROM events o JOIN events s ON s.kind = 'step' AND s.step = o.step
+        WHERE o.name LIKE 'Optimizer.step#%' ORDER BY o.step"""
+    ).fetchall()
+    assert [r[0] for r in spans] == [2, 3, 4]
+    for _, end, step_end, last_child in spans:
+        assert end == last_child and end <= step_end  # the update, inside its step
+    marker = "SELECT count(*) FROM events WHERE name = 'Record Window End'"
+    assert con.execute(marker).fetchone()[0] == 0  # the profiler's own stop is not work
+
+
+def test_an_optimizer_step_that_records_no_op_ends_with_its_step(tmp_path):
+    # no gradients (no backward): step() runs no op, so the span has no child to end with
+    script = _script(tmp_path, TRAIN.replace("    loss.backward()\n", ""))
+    out = tmp_path / "run"
+    run_captured(["python", str(script), "8"], out, Schedule(1, 1, 3))
+    con = Profile.open(out).duckdb()
+    spans = con.execute(
+        """SELECT o.step, o.start_ns + o.dur_ns <= s.start_ns + s.dur_ns,
+                  (SELECT count(*) FROM events c WHERE c.parent_id = o.id)
+        FROM events o JOIN events s ON s.kind = 'step' AND s.step = o.step
+        WHERE o.name LIKE 'Optimizer.step#%' ORDER BY o.step"""
+    ).fetchall()
+    assert spans == [(2, True, 0), (3, True, 0), (4, True, 0)]
+
+
 OWN_PROFILER = """
 with torch.profiler.profile(
     schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),

@@ -127,6 +127,12 @@ def test_a_run_that_dies_in_an_op_says_so_in_its_profile_and_summary(tmp_path, c
     assert main(["summary", "--json", str(tmp_path / "p")]) == 0
     js = json.loads(capsys.readouterr().out)
     assert js["run_ended"]["op"] == "aten::mm"
+    # analyze, what a new user runs first, says it too, in its text and its JSON
+    assert main(["analyze", str(tmp_path / "p")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Run ended early by RuntimeError: mat1 and mat2 shapes cannot be multiplied" in text
+    assert main(["analyze", "--json", str(tmp_path / "p")]) == 0
+    assert json.loads(capsys.readouterr().out)["run_ended"] == ended
 
 
 def test_own_profiler_block_ending_in_an_exception_records_it(tmp_path):

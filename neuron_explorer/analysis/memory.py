@@ -99,7 +99,9 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
     module = "CAST(e.module AS VARCHAR)" if "module" in cols else "CAST(NULL AS VARCHAR)"
     # each change, charged to the innermost host op running at its sample (latest start wins)
     charged = (
-        f"WITH d AS (SELECT ts_ns, delta FROM ({samples}) WHERE ts_ns >= ? AND ts_ns <= ?), "
+        # one row per sample (k): samples of one timestamp are several changes, each charged
+        f"WITH d AS (SELECT row_number() OVER () AS k, ts_ns, delta FROM ({samples}) "
+        "WHERE ts_ns >= ? AND ts_ns <= ?), "
         "j AS (SELECT d.ts_ns, any_value(d.delta) AS delta, "
         "arg_max(CAST(e.name AS VARCHAR), e.start_ns) AS op, "
         "arg_max(CAST(e.src_file AS VARCHAR), e.start_ns) AS file, "
@@ -107,7 +109,7 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
         f"arg_max({module}, e.start_ns) AS module FROM d LEFT JOIN events e "
         "ON e.layer = 'host' AND e.kind = 'op' AND e.rank = ? "
         "AND e.start_ns <= ? AND e.start_ns <= d.ts_ns AND e.start_ns + e.dur_ns > d.ts_ns "
-        "GROUP BY d.ts_ns) SELECT * FROM j"
+        "GROUP BY d.k, d.ts_ns) SELECT ts_ns, delta, op, file, line, module FROM j"
     )
     # the range join runs once (the events after the peak are skipped by row group); the three
     # tables are sums over its few rows

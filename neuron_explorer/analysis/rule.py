@@ -103,6 +103,8 @@ class Rule(Generic[FactsT]):
 
     def finding(self, total_step_ns: int, draft: Draft) -> Finding:
         saving = max(int(draft.saving_ns), 0)
+        if total_step_ns > 0:  # a fix gives back at most the steps' time
+            saving = min(saving, total_step_ns)
         share = min(saving / total_step_ns, 1.0) if total_step_ns > 0 else 0.0
         return Finding(
             rule=self.id,
@@ -214,3 +216,26 @@ def torch_compile_trace_ns(ctx: AnalysisContext, *, around_recompiles: bool) -> 
                AND c.start_ns + c.dur_ns <= sel.e), 0) AS ns""",
     )
     return max(int(row.get("ns") or 0), 0)
+
+
+def device_busy_ns(ctx: AnalysisContext) -> int:
+    """The time the device works in the steps (any work, overlaps counted once): the most a
+    device-side fix can give back, whatever the per-event durations add up to."""
+    b = ctx.breakdown
+    total = 0
+    for dur, idle in zip(b["dur_ns"].to_pylist(), b["device_idle_ns"].to_pylist(), strict=True):
+        if idle is not None:
+            total += max(int(dur) - int(idle), 0)
+    return total
+
+
+HOST_BOUND = (
+    " The saving is device time: while the steps are launch-bound (launch-bound), the host's "
+    "launches set the step time, which shortens less."
+)
+
+
+def host_bound(ctx: AnalysisContext) -> bool:
+    """Whether some steps are launch-bound (the shared `launch_bound_steps`): a device-side
+    saving then shortens them less than it saves."""
+    return bool(ctx.one("SELECT count(*) AS n FROM launch_bound_steps")["n"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ExplorerError
 from ..model.profile import Profile
@@ -50,6 +51,8 @@ class FindingsReport(PageModel):
     steps: int  # ProfilerStep windows (0: the whole trace is one window)
     rules_run: tuple[str, ...]
     findings: tuple[Finding, ...]
+    # the exception that ended the run (capture/ending.py): the findings judge only what ran
+    run_ended: dict[str, Any] | None = None
 
 
 def findings_report(
@@ -65,4 +68,5 @@ def findings_report(
         total = ctx.total_step_ns
     rules = sorted(ids) if ids is not None else sorted(r.id for r in RULES)
     return FindingsReport(str(profile.path), profile.manifest.source, total, steps,
-                          tuple(rules), tuple(findings))  # fmt: skip
+                          tuple(rules), tuple(findings),
+                          profile.manifest.extra.get("run_ended"))  # fmt: skip

@@ -15,6 +15,8 @@ from ..vocab.frames import is_own_file, is_user_file
 from ..vocab.intervals import inside_spans, step_of
 
 SIMULATOR_DISPATCH = "PythonSubclass"  # the profiler's span for a tensor subclass dispatch
+OPTIMIZER_SPAN = "Optimizer.step#"  # torch.optim's record_function around step()
+STOP_MARKER = "Record Window End"  # Kineto's instant at the end of a recording
 
 
 def column_array(table: pa.Table, name: str) -> np.ndarray:
@@ -108,6 +110,52 @@ def steps_from_markers(host: pa.Table) -> pa.Table:
     return host.set_column(
         host.schema.get_field_index("step"), "step", pa.array(step, pa.int32(), mask=step < 0)
     )
+
+
+def without_stop_marker(host: pa.Table) -> pa.Table:
+    """Drop Kineto's "Record Window End" instant: it marks when the profiler finished stopping,
+    after its own processing of the last step, not work; a timeline drawn to it is mostly
+    empty."""
+    if not host.num_rows:
+        return host
+    names = np.array(column_list(host, "name"), dtype=object)
+    return host.filter(pa.array(names != STOP_MARKER))
+
+
+def close_optimizer_spans(host: pa.Table) -> pa.Table:
+    """End each `Optimizer.step#...` span with its last direct child.
+
+    torch.optim records the span around its post-hooks, and capture's step marker is such a
+    hook (runner.py): its `prof.step()` runs inside the span, so the span outlives the update
+    into the next step, and after the last active step the profiler stops inside it and Kineto
+    ends it with the recording. The update itself is the span's children (the step markers
+    opened from the hook aside); a span with none ends with its own step."""
+    if not host.num_rows:
+        return host
+    names = np.array(column_list(host, "name"), dtype=object)
+    is_opt = np.array([isinstance(n, str) and n.startswith(OPTIMIZER_SPAN) for n in names])
+    if not is_opt.any():
+        return host
+    ids = column_array(host, "id").astype(np.int64)
+    raw = host.column("parent_id").to_numpy(zero_copy_only=False).astype(float)
+    parents = np.where(np.isnan(raw), -1, raw).astype(np.int64)
+    start = column_array(host, "start_ns").astype(np.int64)
+    end = start + column_array(host, "dur_ns").astype(np.int64)
+    child = np.isin(parents, ids[is_opt]) & (np.array(column_list(host, "kind")) != "step")
+    last: dict[int, int] = {}
+    for p, e in zip(parents[child].tolist(), end[child].tolist(), strict=True):
+        last[p] = max(last.get(p, e), e)
+    is_step = np.array(column_list(host, "kind")) == "step"
+    step_s, step_e = start[is_step], end[is_step]
+    dur = end - start
+    for i in np.flatnonzero(is_opt).tolist():
+        s, e = int(start[i]), int(end[i])
+        if int(ids[i]) in last:
+            e = min(e, last[int(ids[i])])
+        else:  # no op recorded in it: it ends with its step, which the hook's marker ended
+            e = min([e, *step_e[(step_s <= s) & (step_e > s)].tolist()])
+        dur[i] = e - s
+    return host.set_column(host.schema.get_field_index("dur_ns"), "dur_ns", pa.array(dur))
 
 
 def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -25,11 +25,13 @@ from ..vocab.kinds import FRAMEWORK_KINDS, NEURON_DEVICE_KINDS, NEURON_HOST_KIND
 from .attribution import Attribution, Attributor
 from .clock import Call, HostClock
 from .host import (
+    close_optimizer_spans,
     column_array,
     column_list,
     drop_own_frames,
     drop_simulator_events,
     steps_from_markers,
+    without_stop_marker,
 )
 
 DEVICE = "neuron:0"
@@ -102,7 +104,7 @@ def merge(
 ) -> Merged:
     """Host events (EVENTS schema, real clock since `origin_unix_ns`) plus the runtime's events
     -> events and counters on one clock, with the steps and the runtime's stacks."""
-    host = drop_own_frames(host)
+    host = close_optimizer_spans(without_stop_marker(drop_own_frames(host)))
     rank = int(host.column("rank")[0].as_py()) if host.num_rows else 0  # one process, one rank
     calls = normalize_calls(
         [e for e in runtime if e.kind in HOST_KINDS and e.host_start_ns is not None]

@@ -13,10 +13,13 @@ from ..facts import (
     OPTIMIZER_MIN_OPS_PER_STEP,
     TINY_KERNEL_NS,
 )
-from ..findings import Evidence
-from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
+from ..findings import Evidence, Hotspot
+from ..rule import Draft, Rule, fmt_ms, fmt_pct, hotspots, longest_ids
 
 KERNELS = f"layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)}"
+# one launch: the kernels of one program share their launch's flow (a compiled graph's many
+# kernels are one launch, as one NEFF runs); a kernel without a flow is its own launch
+LAUNCH = "coalesce(flow_id, -id)"
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class Bound:
 
     steps: int
     kernels: int
+    launches: int  # the programs launched: a compiled graph's kernels count once
     idle_ns: int  # idle time no more specific rule explains
     step_ns: int
     median_kernel_ns: float  # the lowest median kernel of the launch-bound ranks
@@ -44,7 +48,9 @@ class LaunchBound(Rule[Bound]):
     more specific rules report that), and the median kernel duration of the rank. A step is
     launch-bound when it has at least MIN_KERNELS_PER_STEP kernels, a median kernel under
     TINY_KERNEL_NS and that idle time is at least MIN_IDLE_SHARE of the step. The saving
-    assumed is RECOVERABLE_SHARE of the idle time in those steps.
+    assumed is RECOVERABLE_SHARE of the idle time in those steps. The title and evidence
+    count launches, not kernels: a program's kernels share its launch's flow, so a compiled
+    graph counts once (its entry line is cited with its launches).
     Fix: conditional on what the profile shows works for the model (analysis/compiled.py):
     with a compiled step and no recompiles, compile what still runs eagerly (and name the
     graph breaks when a step runs several graphs); with recompiles, fix the shapes first;
@@ -81,6 +87,13 @@ class LaunchBound(Rule[Bound]):
             f"""SELECT med, device FROM kernel_medians
             WHERE med < {TINY_KERNEL_NS} AND med IS NOT NULL"""
         )
+        kernels = ctx.events_of(KERNEL_KINDS, "device")
+        launches = ctx.one(
+            f"""SELECT count(DISTINCT {LAUNCH}) AS n FROM {kernels} k JOIN launch_bound_steps s
+                ON k.rank = s.rank AND k.start_ns >= s.start_ns
+                AND k.start_ns < s.start_ns + s.dur_ns
+            WHERE {KERNELS}"""
+        )
         unfused = ctx.one(
             f"""SELECT count(*) AS n FROM optimizer_steps
             WHERE ops >= {OPTIMIZER_MIN_OPS_PER_STEP} AND fused = 0"""
@@ -88,6 +101,7 @@ class LaunchBound(Rule[Bound]):
         return Bound(
             steps=int(agg["steps"]),
             kernels=int(agg["kernels"]),
+            launches=int(launches.get("n") or 0) or int(agg["kernels"]),
             idle_ns=int(agg["idle_ns"]),
             step_ns=int(agg["step_ns"]),
             median_kernel_ns=float(min(r["med"] for r in ranks)),
@@ -103,11 +117,12 @@ class LaunchBound(Rule[Bound]):
         state = facts.state
         return Evidence(
             event_ids=longest_ids(ctx, KERNELS),
-            ops=top_ops(ctx, KERNELS, by="count"),  # the ops that launch the most
-            source_lines=top_lines(ctx, KERNELS, by="count"),
+            ops=most_launched(ctx, "coalesce(op_name, name)"),
+            source_lines=most_launched(ctx, "src_file || ':' || src_line"),
             metrics={
                 "steps": facts.steps,
                 "kernels": facts.kernels,
+                "launches": facts.launches,
                 "median_kernel_ns": facts.median_kernel_ns,
                 "idle_ns": facts.idle_ns,
                 "idle_share": round(facts.idle_ns / facts.step_ns, 4),
@@ -125,11 +140,18 @@ class LaunchBound(Rule[Bound]):
             facts.idle_ns,
             facts.median_kernel_ns,
         )
+        launches = facts.launches
+        programs = (
+            f"{launches} programs ({kernels} kernels: a compiled graph's kernels are one launch)"
+            if launches < kernels
+            else f"{kernels} kernels"
+        )
         return Draft(
-            title=f"Launch-bound: {n} steps of ~{kernels // n} kernels "
-            f"(median {median_ns / 1000:.1f} us), device idle {fmt_pct(idle_ns / facts.step_ns)}",
+            title=f"Launch-bound: {n} steps of ~{launches // n} launches "
+            f"(median kernel {median_ns / 1000:.1f} us), device idle "
+            f"{fmt_pct(idle_ns / facts.step_ns)}",
             detail=(
-                f"{n} steps launch {kernels} kernels whose median runs "
+                f"{n} steps launch {programs}, the median kernel running "
                 f"{median_ns / 1000:.1f} us, while the device is idle {fmt_ms(idle_ns)} of "
                 f"{fmt_ms(facts.step_ns)}: the host's per-op dispatch, not the device, sets the "
                 "step time."
@@ -143,6 +165,21 @@ class LaunchBound(Rule[Bound]):
             fix=advice(facts.state, facts.neuron, facts.unfused, n),
             evidence=evidence,
         )
+
+
+def most_launched(ctx: AnalysisContext, label: str, limit: int = 5) -> tuple[Hotspot, ...]:
+    """The ops (or user lines) that launch most, by launches: a compiled graph's kernels, each
+    taking the graph's entry line, count once."""
+    rows = ctx.rows(
+        f"""SELECT {label} AS label, any_value(src_file) AS file, any_value(src_line) AS line,
+               any_value(src_func) AS func, sum(dur_ns) AS dur_ns,
+               count(DISTINCT {LAUNCH}) AS count
+        FROM {ctx.events_of(KERNEL_KINDS, "device")} WHERE {KERNELS} AND {label} IS NOT NULL
+        GROUP BY 1 ORDER BY count DESC, dur_ns DESC, label LIMIT {int(limit)}"""
+    )
+    if not label.startswith("src_file"):
+        rows = [{**r, "file": None, "line": None, "func": None} for r in rows]
+    return hotspots(rows)
 
 
 def advice(state: CompileState, neuron: bool, unfused: bool, steps: int) -> str:

@@ -14,18 +14,25 @@ from ..findings import Evidence, Hotspot
 from ..rule import Draft, Rule, fmt_ms, hotspots
 
 HOST_WORK = "('op', 'annotation', 'python', 'sync', 'fallback')"
+WORK_KINDS = "('op', 'annotation', 'python', 'sync', 'fallback', 'copy')"  # a step's recorded work
 
 
 @dataclass(frozen=True)
 class Outliers:
     steps: int  # all step windows
-    outliers: tuple[dict[str, Any], ...]  # rank, step, s, dur_ns, med, comp: the worst first
+    # rank, step, s, dur_ns, med, comp, extra_work_ns: the worst first
+    outliers: tuple[dict[str, Any], ...]
     compiling: Any  # pa.Table (rank, s, e): compile time, netted out of every step
     ranked: Any  # pa.Table of the outliers (rank, step) for the evidence query
 
     @property
     def extra_ns(self) -> int:
-        return sum(max(int(r["dur_ns"] - r["comp"] - r["med"]), 0) for r in self.outliers)
+        """The time above the median that the slow steps' extra work accounts for."""
+        return sum(min(_excess(r), int(r["extra_work_ns"])) for r in self.outliers)
+
+
+def _excess(r: dict[str, Any]) -> int:
+    return max(int(r["dur_ns"] - r["comp"] - r["med"]), 0)
 
 
 class StepTimeOutliers(Rule[Outliers]):
@@ -37,8 +44,14 @@ class StepTimeOutliers(Rule[Outliers]):
     than OUTLIER_RATIO times the rank's median step, both net of their compile time: compile
     events and torch.compile's tracing spans around them (compiling is compile-dominated's or
     recompilation's finding). MIN_STEPS is 3, the steps the default capture and the
-    README's schedule record: the median of 3 is a normal step while only one is slow. The
-    saving is the time above the median.
+    README's schedule record: the median of 3 is a normal step while only one is slow. A slow
+    step must also run recorded work the normal steps do not: per event name (host ops,
+    annotations, syncs, fallbacks, copies, outside compiling), the calls beyond those of the
+    most similar normal step, with their share of the name's time; that extra work must account
+    for at least MIN_EXPLAINED_SHARE of the time above the median. A step that runs the same
+    work as the others, only slower, is the host's noise (another process, the OS), with
+    nothing in the script to change. The saving is the time above the median that the extra
+    work accounts for.
     Evidence: the outlier steps, and the host ops whose time per step is most above their mean
     over the other steps.
     """
@@ -48,10 +61,11 @@ class StepTimeOutliers(Rule[Outliers]):
     severity = "low"
     MIN_STEPS = 3  # = the default capture's active steps (capture.Schedule, README snippet)
     OUTLIER_RATIO = 1.5
+    MIN_EXPLAINED_SHARE = 0.5
     fix = (
-        "Open the slow steps (evidence) and find the extra work: move checkpointing, "
-        "evaluation or logging off the step path (or to a fixed, documented interval), warm up "
-        "before measuring, and keep input shapes fixed."
+        "The slow steps run work the other steps do not (evidence: the ops with extra calls "
+        "or time there): run it less often or off the step path, or, if it is first-use work, "
+        "warm up before measuring; keep input shapes fixed."
     )
 
     def measure(self, ctx: AnalysisContext) -> Outliers | None:
@@ -76,7 +90,15 @@ class StepTimeOutliers(Rule[Outliers]):
             ORDER BY dur_ns - comp DESC, w.rank, w.s""",
             tables={"step_compile": per_step},
         )
-        return Outliers(ctx.steps().num_rows, tuple(out.to_pylist()), compiling, out)
+        rows = _with_extra_work(ctx, out.to_pylist(), compiling)
+        kept = [r for r in rows if r["extra_work_ns"] >= self.MIN_EXPLAINED_SHARE * _excess(r)]
+        keys = {(r["rank"], r["s"]) for r in kept}
+        ranked = out.filter(
+            pa.array([(r, s) in keys for r, s in zip(out["rank"].to_pylist(),
+                                                        out["s"].to_pylist(), strict=True)],
+                     pa.bool_())
+        )  # fmt: skip
+        return Outliers(ctx.steps().num_rows, tuple(kept), compiling, ranked)
 
     def gate(self, facts: Outliers) -> bool:
         return bool(facts.outliers)
@@ -127,9 +149,52 @@ class StepTimeOutliers(Rule[Outliers]):
             f"(worst {fmt_ms(worst['dur_ns'] - worst['comp'])} vs {fmt_ms(worst['med'])}"
             f"{compiled})",
             detail=(
-                f"{len(out)} steps run {fmt_ms(facts.extra_ns)} longer in all than the median "
-                "step of their rank. The ops listed take more time in those steps than usual."
+                f"{len(out)} steps run {fmt_ms(sum(_excess(r) for r in out))} longer in all "
+                "than the median step of their rank; the work they run beyond the other steps "
+                f"accounts for {fmt_ms(facts.extra_ns)}. The ops listed take more time in those "
+                "steps than usual."
             ),
             saving_ns=facts.extra_ns,
             evidence=evidence,
         )
+
+
+def _with_extra_work(
+    ctx: AnalysisContext, candidates: list[dict[str, Any]], compiling: Any
+) -> list[dict[str, Any]]:
+    """Each slow step with extra_work_ns: the time of its recorded calls beyond those of the
+    most similar other step of its rank (per event name, the extra calls' share of the name's
+    time), compiling left out."""
+    if not candidates:
+        return []
+    ranks = sorted({int(r["rank"]) for r in candidates})
+    work = ctx.rows(
+        f"""SELECT e.rank, e.step, e.name, count(*) AS n, sum(e.dur_ns) AS ns
+        FROM ev e WHERE e.layer = 'host' AND e.step IS NOT NULL AND e.kind IN {WORK_KINDS}
+          AND e.rank IN ({", ".join(map(str, ranks))})
+          AND NOT EXISTS (SELECT 1 FROM step_compile_union u WHERE u.rank = e.rank
+                          AND e.start_ns < u.e AND e.start_ns + e.dur_ns > u.s)
+        GROUP BY ALL""",
+        tables={"step_compile_union": compiling},
+    )
+    steps: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+    for w in work:
+        steps.setdefault((int(w["rank"]), int(w["step"])), {})[str(w["name"])] = (
+            int(w["n"]), int(w["ns"]))  # fmt: skip
+    slow = {(int(r["rank"]), int(r["step"])) for r in candidates}
+    out = []
+    for r in candidates:
+        mine = steps.get((int(r["rank"]), int(r["step"])), {})
+        others = [v for k, v in steps.items() if k[0] == int(r["rank"]) and k not in slow]
+        extra = min((_extra_ns(mine, o) for o in others), default=0)
+        out.append({**r, "extra_work_ns": extra})
+    return out
+
+
+def _extra_ns(slow: dict[str, tuple[int, int]], normal: dict[str, tuple[int, int]]) -> int:
+    total = 0
+    for name, (n, ns) in slow.items():
+        more = n - normal.get(name, (0, 0))[0]
+        if more > 0:
+            total += ns * more // n
+    return total

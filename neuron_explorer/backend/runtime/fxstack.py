@@ -9,15 +9,19 @@ import re
 from neuron_explorer.backend.runtime import source
 
 _LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-# dynamo names module paths from its frame's locals: L['self'].h[0].attn, L['self']._modules['x']
-_ROOT = re.compile(r"^(L\['self'\]|L\[\"self\"\]|self)\.?")
+# dynamo names module paths from the compiled frame's locals or globals: L['self'].h[0].attn,
+# L['self']._modules['x'], L['model'].h[0] (a function given the model), L['args'][0].h[0]
+# (given it in *args), G['model'].h[0] (calling a global); the root is the module called
+_KEY = r"""(?:'[^']*'|"[^"]*"|\d+)"""
+_ROOT = re.compile(rf"^(?:[LG]\[{_KEY}\](?:\[{_KEY}\])*|self)\.?")
 _INDEX = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]")
 _combined: dict[tuple, tuple[int, str | None]] = {}
 
 
 def module_path(dynamo_path: str) -> str:
-    """`L['self'].blocks[0].attn` -> `blocks.0.attn`, as named_modules() names it."""
-    p = _ROOT.sub("", dynamo_path, count=1)
+    """`L['self'].blocks[0].attn` -> `blocks.0.attn`, as named_modules() names it under the
+    module the compiled frame called."""
+    p = "." + _ROOT.sub("", dynamo_path, count=1)
     p = _INDEX.sub(lambda m: "." + (m[1] or m[2] or m[3]), p).replace("._modules.", ".")
     return p.lstrip(".")
 
@@ -46,10 +50,20 @@ def site(node_site_: tuple[tuple, str | None], launch: tuple[int, str | None]):
         frames, module = node_site_
         outer = source.STACKS[launch[0]] if launch[0] >= 0 else ()
         tail = tuple(f for f in outer if f[3] != "torch")
-        out = (source.intern_frames(frames + tail), module if module is not None else launch[1])
+        out = (source.intern_frames(frames + tail), _joined(launch[1], module))
         _combined[key] = out
         _keep.append(node_site_)  # its id is a key: keep it alive
     return out
 
 
 _keep: list = []
+
+
+def _joined(outer: str | None, inner: str | None) -> str | None:
+    """A node's module path (relative to the module the compiled frame called) under the path
+    of the module running at the launch (that called module, in the model the user called):
+    a model compiled as a submodule keeps its place, as eager names it (`model.h.0`, not
+    `h.0`)."""
+    if inner is None:
+        return outer
+    return ".".join(p for p in (outer, inner) if p)

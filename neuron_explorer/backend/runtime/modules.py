@@ -18,6 +18,7 @@ WRAPPED_CALL = torch.nn.Module._wrapped_call_impl.__code__
 # id(module) -> (weak reference to the module, path): a model the user deletes is collected
 # (its entries go with it), and an id reused by a new module never matches the dead reference
 _paths: dict[int, tuple[weakref.ref, str]] = {}
+ORIG_MOD = "_orig_mod"  # torch.compile's OptimizedModule holds the module it compiles here
 
 
 def _remember(module, path: str) -> None:
@@ -57,20 +58,26 @@ def _name(module, frame) -> str:
     root = _outermost(frame)
     # torch.compile's wrapper: name the model it wraps (dynamo's nn_module_stack names modules
     # from the model too), never "_orig_mod.blocks.0"
-    inner = getattr(root, "_orig_mod", None)
+    inner = getattr(root, ORIG_MOD, None)
     if isinstance(inner, torch.nn.Module):
         _remember(root, "")
         root = inner
     if isinstance(root, torch.nn.Module):
         for name, m in root.named_modules():
             if _known(m) is None:
-                _remember(m, name)
+                _remember(m, without_wrappers(name))
     known = _known(module)
     if known is not None:
         return known
     path = type(module).__name__
     _remember(module, path)
     return path
+
+
+def without_wrappers(path: str) -> str:
+    """A path without torch.compile's wrapper of a submodule compiled alone
+    (`model._orig_mod.h.0` -> `model.h.0`): the name the model gives it."""
+    return ".".join(p for p in path.split(".") if p != ORIG_MOD)
 
 
 def forget() -> None:

@@ -85,6 +85,7 @@ def render_findings(doc: dict) -> None:
     from rich.table import Table
 
     from .lines import _short
+    from .summary import run_ended_line
 
     c = Console()
     findings = doc["findings"]
@@ -92,6 +93,8 @@ def render_findings(doc: dict) -> None:
         f"[bold]{doc['profile']}[/]: {len(findings)} finding(s) from "
         f"{len(doc['rules_run'])} rules over {_ms(doc['total_step_ns'])} of steps"
     )
+    if doc.get("run_ended"):
+        c.print(f"[bold red]{run_ended_line(doc['run_ended'])}[/]", highlight=False)
     colour = {"high": "red", "medium": "yellow", "low": "cyan"}
     for i, f in enumerate(findings, 1):
         sev = f"[{colour.get(f['severity'], 'white')}]{f['severity'].upper()}[/]"
