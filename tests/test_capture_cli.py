@@ -364,12 +364,13 @@ def _venv(where: Path, with_us: bool) -> Path:
 def test_an_interpreter_named_by_path_runs_the_script(tmp_path):
     # `capture -- /other/env/bin/python script.py` runs under that interpreter, as the same
     # command without capture would, not under neuron-explorer's own (issue 28)
+    env = {k: v for k, v in CPU_ENV.items() if k != "PYTHONPATH"}  # the venvs' own paths only
     other = _venv(tmp_path / "env", with_us=True)
     script = _script(tmp_path, TRAIN + "print('prefix', sys.prefix)\n")
     out = tmp_path / "run"
     proc = subprocess.run(
         [*CLI, "capture", "-o", str(out), "--", str(other), str(script), "5"],
-        cwd=tmp_path, env=CPU_ENV, capture_output=True, text=True, timeout=180,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert f"prefix {tmp_path / 'env'}" in proc.stdout
@@ -377,7 +378,7 @@ def test_an_interpreter_named_by_path_runs_the_script(tmp_path):
     bare = _venv(tmp_path / "bare", with_us=False)
     proc = subprocess.run(
         [*CLI, "capture", "-o", str(tmp_path / "r2"), "--", str(bare), str(script)],
-        cwd=tmp_path, env=CPU_ENV, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{bare}: neuron_explorer is not installed" in proc.stderr

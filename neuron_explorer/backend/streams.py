@@ -153,10 +153,8 @@ def _ours(stream_: torch.Stream) -> Stream:
 
 
 def _tell_torch(stream_: Stream) -> None:
-    from neuron_explorer.backend.runtime import guard
-
-    if guard.native is not None:
-        guard.native.neuron_set_current_stream(stream_.stream_id)
+    if queues.set_native_stream is not None:  # the C++ guard's (runtime/guard.py sets it)
+        queues.set_native_stream(stream_.stream_id)
 
 
 def _make_current(stream_: Stream) -> None:

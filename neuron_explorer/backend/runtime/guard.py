@@ -161,6 +161,9 @@ def _load_native() -> None:
     changed = ctypes.CFUNCTYPE(None, ctypes.c_int64)(_stream_changed)
     lib.neuron_set_stream_callback(changed)
     lib.neuron_set_current_stream.argtypes = [ctypes.c_int64]
+    from neuron_explorer.backend.runtime import queues
+
+    queues.set_native_stream = lib.neuron_set_current_stream
     stats = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))(_memory_stats)
     reset = ctypes.CFUNCTYPE(None)(_reset_peak)
     lib.neuron_set_memory_callbacks(stats, reset)

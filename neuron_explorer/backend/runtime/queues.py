@@ -17,6 +17,8 @@ from neuron_explorer.backend.runtime import model
 pending: dict[int, int] = {}
 FLOOR = 0  # no storage has data_ptr 0 (a freed one is never held)
 side: Any = None  # set by backend/streams.py
+# makes a stream id torch's current one (the C++ guard's, set when runtime/guard.py loads it)
+set_native_stream: Any = None
 
 
 def wait_compute(device_ns: int) -> None:
