@@ -1,0 +1,260 @@
+// The neuron device's Kineto plugin (torch's REGISTER_PRIVATEUSE1_PROFILER): while
+// ProfilerActivity.PrivateUse1 is profiled, the runtime's device work becomes Kineto activities
+// on the device's lanes, linked to the CPU op that launched it, so torch.profiler's own output
+// (key_averages, export_chrome_trace, tensorboard_trace_handler) shows the device.
+// Built by kineto_plugin.py with g++ against the installed torch headers and cached.
+//
+// The runtime's records live in Python (runtime/events.py), so at processTrace the session asks
+// Python for its activities (a ctypes callback, which calls neuron_kineto_add once for each).
+// Correlation: Kineto pushes each CPU op's correlation id on the op's thread while it runs; the
+// session logs those pushes and pops with their time, and a runtime call is linked to the
+// innermost op open on its thread at the call's end (its payload's nested ops have returned).
+#define USE_KINETO 1
+#define FMT_HEADER_ONLY 1  // fmt::format in GenericTraceActivity::addMetadata: torch exports no fmt
+#include <libkineto.h>
+#include <output_base.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+using libkineto::ActivityType;
+
+constexpr int64_t kDevicePid = 0;  // the device's "process" in the trace: its index, as a GPU's
+constexpr int64_t kDeviceSort = 1000;  // below the host's threads in a trace viewer
+
+// One push (id > 0) or pop (id == 0) of a CPU op's correlation id on a thread.
+struct Mark {
+  int32_t tid;
+  uint64_t id;
+  int64_t t_ns;
+};
+
+// One activity handed over by Python, before it is linked.
+struct Pending {
+  int type;
+  std::string name;
+  int64_t device;  // -1: the calling host thread's lane in the process (a runtime call)
+  int32_t resource;
+  int64_t start_ns;
+  int64_t end_ns;
+  uint32_t flow;  // the runtime's flow id: a launch and the device work it caused
+  int flow_start;
+  int32_t tid;     // host thread of the runtime call (the device work's launch)
+  int64_t at_ns;   // when that call was inside its op (0: not linked)
+  std::string meta;  // "key=raw json" lines
+};
+
+using Collect = void (*)(int64_t start_ns, int64_t end_ns);
+Collect g_collect = nullptr;
+std::mutex g_mutex;
+std::vector<Mark> g_marks;  // this session's pushes and pops, in order per thread
+bool g_recording = false;
+std::vector<Pending> g_pending;
+std::map<int32_t, std::string> g_lanes;  // resource id -> lane name, on the device
+
+inline int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);  // torch.profiler's own clock (time.time_ns)
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+inline int32_t thread_id() {
+  thread_local int32_t tid = static_cast<int32_t>(syscall(SYS_gettid));  // threading.get_native_id
+  return tid;
+}
+
+// Each thread's op intervals, rebuilt from the marks: [push, pop) with the op's id and depth.
+struct Interval {
+  int64_t start_ns, end_ns;
+  uint64_t id;
+  int depth;
+};
+
+std::unordered_map<int32_t, std::vector<Interval>> intervals_by_thread(int64_t end_ns) {
+  std::unordered_map<int32_t, std::vector<Interval>> out;
+  std::unordered_map<int32_t, std::vector<Interval>> open;
+  for (const Mark& m : g_marks) {
+    auto& stack = open[m.tid];
+    if (m.id) {
+      stack.push_back({m.t_ns, end_ns, m.id, int(stack.size())});
+    } else if (!stack.empty()) {
+      stack.back().end_ns = m.t_ns;
+      out[m.tid].push_back(stack.back());
+      stack.pop_back();
+    }
+  }
+  for (auto& [tid, stack] : open) {
+    for (auto& iv : stack) out[tid].push_back(iv);
+  }
+  return out;
+}
+
+// The op a runtime call at `t` ran under: the innermost op open then, passing over the span of
+// the device tensor's own __torch_dispatch__ (torch's "PythonSubclass"), which sits between an
+// aten op and the runtime.
+const libkineto::ITraceActivity* op_at(const std::vector<Interval>& ivs, int64_t t,
+                                       const libkineto::getLinkedActivityCallback& linked) {
+  std::vector<const Interval*> open;
+  for (const Interval& iv : ivs) {  // a session's ops on one thread: a linear scan is enough
+    if (iv.start_ns <= t && t <= iv.end_ns) open.push_back(&iv);
+  }
+  std::sort(open.begin(), open.end(),
+            [](const Interval* a, const Interval* b) { return a->depth > b->depth; });
+  const libkineto::ITraceActivity* fallback = nullptr;
+  for (const Interval* iv : open) {
+    const libkineto::ITraceActivity* op = linked(static_cast<int32_t>(iv->id));
+    if (op == nullptr) continue;
+    if (op->name() != "PythonSubclass") return op;
+    if (fallback == nullptr) fallback = op;
+  }
+  return fallback;
+}
+
+void add_meta(libkineto::GenericTraceActivity& act, const std::string& meta) {
+  size_t pos = 0;
+  while (pos < meta.size()) {
+    size_t nl = meta.find('\n', pos);
+    if (nl == std::string::npos) nl = meta.size();
+    size_t eq = meta.find('=', pos);
+    if (eq != std::string::npos && eq < nl) {
+      act.addMetadata(meta.substr(pos, eq - pos), meta.substr(eq + 1, nl - eq - 1));
+    }
+    pos = nl + 1;
+  }
+}
+
+class NeuronSession final : public libkineto::IActivityProfilerSession {
+ public:
+  void start() override {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_marks.clear();
+    g_recording = true;
+    status_ = libkineto::TraceStatus::RECORDING;
+  }
+  void stop() override {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_recording = false;
+    status_ = libkineto::TraceStatus::PROCESSING;
+  }
+  std::vector<std::string> errors() override { return {}; }
+  void processTrace(libkineto::ActivityLogger& logger) override {}
+  void processTrace(libkineto::ActivityLogger& logger,
+                    libkineto::getLinkedActivityCallback linked, int64_t start_ns,
+                    int64_t end_ns) override {
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_pending.clear();
+    }
+    if (g_collect) g_collect(start_ns, end_ns);  // Python calls neuron_kineto_add for each
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto intervals = intervals_by_thread(end_ns);
+    buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
+    buffer_->span = libkineto::TraceSpan(start_ns, end_ns, "neuron");
+    buffer_->gpuOpCount = -1;
+    int32_t pid = static_cast<int32_t>(getpid());
+    for (const Pending& p : g_pending) {
+      buffer_->emplace_activity(buffer_->span, static_cast<ActivityType>(p.type), p.name);
+      auto& act = *buffer_->activities.back();
+      act.startTime = p.start_ns;
+      act.endTime = p.end_ns;
+      act.device = p.device < 0 ? pid : static_cast<int32_t>(kDevicePid + p.device);
+      act.resource = p.device < 0 ? p.tid : p.resource;
+      act.threadId = p.tid;
+      act.id = static_cast<int32_t>(p.flow);
+      if (p.flow) {
+        act.flow.id = p.flow;
+        act.flow.type = libkineto::kLinkAsyncCpuGpu;
+        act.flow.start = p.flow_start ? 1 : 0;
+      }
+      if (p.at_ns) {
+        auto it = intervals.find(p.tid);
+        if (it != intervals.end()) act.linked = op_at(it->second, p.at_ns, linked);
+      }
+      add_meta(act, p.meta);
+      logger.handleActivity(act);
+    }
+    g_pending.clear();
+    status_ = libkineto::TraceStatus::READY;
+  }
+  std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
+    return std::make_unique<libkineto::DeviceInfo>(
+        libkineto::DeviceInfo{kDevicePid, kDeviceSort, "neuron", "neuron 0"});
+  }
+  std::vector<libkineto::ResourceInfo> getResourceInfos() override {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    std::vector<libkineto::ResourceInfo> out;
+    for (const auto& [id, name] : g_lanes) out.push_back({id, id, kDevicePid, name});
+    return out;
+  }
+  std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override {
+    return std::move(buffer_);
+  }
+  void pushCorrelationId(uint64_t id) override {
+    int64_t t = now_ns();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_recording) g_marks.push_back({thread_id(), id, t});
+  }
+  void popCorrelationId() override {
+    int64_t t = now_ns();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_recording) g_marks.push_back({thread_id(), 0, t});
+  }
+
+ private:
+  std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
+};
+
+class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
+ public:
+  const std::string& name() const override { return name_; }
+  const std::set<ActivityType>& availableActivities() const override { return types_; }
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      const std::set<ActivityType>& requested, const libkineto::Config& config) override {
+    // torch asks for these only with ProfilerActivity.PrivateUse1 (kineto_shim's list)
+    if (!requested.count(ActivityType::CONCURRENT_KERNEL)) return nullptr;
+    return std::make_unique<NeuronSession>();
+  }
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      int64_t ts_ms, int64_t duration_ms, const std::set<ActivityType>& requested,
+      const libkineto::Config& config) override {
+    return configure(requested, config);
+  }
+
+ private:
+  std::string name_{"neuron"};
+  std::set<ActivityType> types_{ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY,
+                                ActivityType::PRIVATEUSE1_RUNTIME};
+};
+
+REGISTER_PRIVATEUSE1_PROFILER(NeuronActivityProfiler);
+}  // namespace
+
+extern "C" void neuron_kineto_set_collect(Collect cb) { g_collect = cb; }
+
+extern "C" void neuron_kineto_lane(int32_t id, const char* name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_lanes[id] = name;
+}
+
+// One activity; called by the collect callback (under no lock of ours).
+extern "C" void neuron_kineto_add(int type, const char* name, int64_t device, int32_t resource,
+                                  int64_t start_ns, int64_t end_ns, uint32_t flow,
+                                  int flow_start, int32_t tid, int64_t at_ns, const char* meta) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_pending.push_back({type, name, device, resource, start_ns, end_ns, flow, flow_start, tid,
+                       at_ns, meta});
+}
+
+extern "C" int neuron_kineto_registered() {
+  return torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().hasFactory() ? 1 : 0;
+}
