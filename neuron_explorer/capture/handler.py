@@ -29,6 +29,7 @@ from ..model.io import ProfileWriter
 from ..model.profile import is_profile
 from ..model.schema import STACKS, conform
 from . import sources
+from .device_trace import drop_plugin_events
 from .ending import exiting_exception, run_ended
 from .host import without_own_frames
 from .merge import in_window, merge
@@ -110,6 +111,7 @@ class TraceHandler:
         trace = workdir / "trace.json"
         try:
             prof.export_chrome_trace(str(trace))
+            drop_plugin_events(trace)  # the merge below places the same records itself
         except BaseException:  # e.g. "Trace is already saved": nothing of this cycle is kept
             shutil.rmtree(workdir, ignore_errors=True)
             raise
