@@ -111,7 +111,6 @@ class TraceHandler:
         trace = workdir / "trace.json"
         try:
             prof.export_chrome_trace(str(trace))
-            drop_plugin_events(trace)  # the merge below places the same records itself
         except BaseException:  # e.g. "Trace is already saved": nothing of this cycle is kept
             shutil.rmtree(workdir, ignore_errors=True)
             raise
@@ -233,6 +232,7 @@ def _host_events(trace: Path) -> Assembled:
 
 def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = None) -> Path:
     """Merge host and runtime events of one cycle and write the profile atomically."""
+    drop_plugin_events(raw.trace)  # the neuron Kineto plugin's: the merge places the same records
     host = _host_events(raw.trace)
     manifest = host.manifest
     origin = manifest.origin_unix_ns

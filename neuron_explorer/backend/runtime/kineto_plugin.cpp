@@ -61,6 +61,7 @@ std::vector<Mark> g_marks;  // this session's pushes and pops, in order per thre
 bool g_recording = false;
 std::vector<Pending> g_pending;
 std::map<int32_t, std::string> g_lanes;  // resource id -> lane name, on the device
+std::unordered_map<std::string, std::string> g_metadata;  // the trace's top-level keys, raw JSON
 
 inline int64_t now_ns() {
   timespec ts;
@@ -139,23 +140,27 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_marks.clear();
     g_recording = true;
+    start_ns_ = now_ns();
     status_ = libkineto::TraceStatus::RECORDING;
   }
   void stop() override {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_recording = false;
+    stop_ns_ = now_ns();
     status_ = libkineto::TraceStatus::PROCESSING;
+  }
+  // Kineto reads the metadata first, then the activities: the first of the two asks Python.
+  std::unordered_map<std::string, std::string> getMetadata() override {
+    collect();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return g_metadata;
   }
   std::vector<std::string> errors() override { return {}; }
   void processTrace(libkineto::ActivityLogger& logger) override {}
   void processTrace(libkineto::ActivityLogger& logger,
                     libkineto::getLinkedActivityCallback linked, int64_t start_ns,
                     int64_t end_ns) override {
-    {
-      std::lock_guard<std::mutex> lock(g_mutex);
-      g_pending.clear();
-    }
-    if (g_collect) g_collect(start_ns, end_ns);  // Python calls neuron_kineto_add for each
+    collect();
     std::lock_guard<std::mutex> lock(g_mutex);
     auto intervals = intervals_by_thread(end_ns);
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
@@ -186,6 +191,17 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     g_pending.clear();
     status_ = libkineto::TraceStatus::READY;
   }
+  void collect() {
+    if (collected_) return;
+    collected_ = true;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_pending.clear();
+      g_metadata.clear();
+    }
+    // Python calls neuron_kineto_add for each activity and neuron_kineto_metadata
+    if (g_collect) g_collect(start_ns_, stop_ns_ ? stop_ns_ : now_ns());
+  }
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
     return std::make_unique<libkineto::DeviceInfo>(
         libkineto::DeviceInfo{kDevicePid, kDeviceSort, "neuron", "neuron 0"});
@@ -212,6 +228,8 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 
  private:
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
+  int64_t start_ns_ = 0, stop_ns_ = 0;  // this session's recording window
+  bool collected_ = false;
 };
 
 class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
@@ -253,6 +271,13 @@ extern "C" void neuron_kineto_add(int type, const char* name, int64_t device, in
   std::lock_guard<std::mutex> lock(g_mutex);
   g_pending.push_back({type, name, device, resource, start_ns, end_ns, flow, flow_start, tid,
                        at_ns, meta});
+}
+
+// One top-level key of the trace (`value` raw JSON, without backslashes or newlines: Kineto
+// turns those into '/' and drops them).
+extern "C" void neuron_kineto_metadata(const char* key, const char* value) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_metadata[key] = value;
 }
 
 extern "C" int neuron_kineto_registered() {

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from neuron_explorer.backend.runtime import events, guard
+from neuron_explorer.backend.runtime import events, events_codec, guard, model
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK, KERNEL_TRACK
 
 _SOURCE = Path(__file__).with_name("kineto_plugin.cpp")
@@ -92,6 +92,7 @@ def install() -> bool:
         ctypes.c_char_p,
     ]  # fmt: skip
     lib.neuron_kineto_lane.argtypes = [ctypes.c_int32, ctypes.c_char_p]
+    lib.neuron_kineto_metadata.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     for name, rid in LANES.items():
         lib.neuron_kineto_lane(rid, name.encode())
     callback = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(_collect)
@@ -108,11 +109,22 @@ def _collect(start_ns: int, end_ns: int) -> None:
         window = in_window(drained, start_ns - WINDOW_SLACK_NS, end_ns + WINDOW_SLACK_NS)
         events.keep(window)  # trace_handler drains after the profiler stops
         lib = native
-        if lib is not None:
-            for a in activities(window):
-                lib.neuron_kineto_add(*a)
+        if lib is None or not window:
+            return
+        for a in activities(window):
+            lib.neuron_kineto_add(*a)
+        text = events_codec.encode(window, _device_spec(), torch.__version__)
+        lib.neuron_kineto_metadata(events_codec.TRACE_KEY.encode(), f'"{text}"'.encode())
     except Exception:  # noqa: BLE001 - never raise across the C boundary
         pass
+
+
+def _device_spec() -> dict[str, Any] | None:
+    """The chip's spec with this host's measured costs, as trace_handler's manifest holds it."""
+    try:
+        return model.spec().to_dict()
+    except Exception:  # noqa: BLE001 - a missing or broken cost model leaves the spec out
+        return None
 
 
 def in_window(drained: Sequence[Any], lo_ns: int, hi_ns: int) -> list[Any]:
@@ -176,7 +188,16 @@ def _copy(e: Any, to_real: RealClock) -> tuple:
 
 
 def _meta(values: dict[str, Any]) -> bytes:
-    return "\n".join(f"{k}={json.dumps(v)}" for k, v in values.items()).encode()
+    """Args as the plugin takes them: "key=raw JSON" lines. Kineto turns a backslash into '/',
+    so a string that JSON would escape loses its quotes and backslashes instead."""
+    lines = []
+    for k, v in values.items():
+        text = json.dumps(v, ensure_ascii=False)
+        if "\\" in text:
+            plain = "".join(c for c in str(v) if c >= " " and c not in '\\"')
+            text = json.dumps(plain, ensure_ascii=False)
+        lines.append(f"{k}={text}")
+    return "\n".join(lines).encode()
 
 
 class RealClock:
