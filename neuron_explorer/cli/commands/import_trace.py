@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     show_bar = not args.quiet and (size * (10 if gz else 1)) >= PROGRESS_MIN_BYTES
     kw = {"overwrite": args.force, "source_roots": args.source_root, "mixed_runs": args.mixed_runs}
     if len(files) == 1 and _holds_runtime(files[0]):  # the neuron plugin's: merged as captured
-        from ...capture.device_trace import import_device_trace
+        from ...capture.device_import import import_device_trace
 
         out = import_device_trace(files[0], args.output, overwrite=args.force,
                                   source_roots=args.source_root)  # fmt: skip
