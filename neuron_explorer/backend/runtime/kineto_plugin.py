@@ -20,7 +20,6 @@ never overlaps the one before it on its lane. Each activity's args carry the mod
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 
 from neuron_explorer.backend.runtime import events, events_codec, guard, model
@@ -43,6 +43,7 @@ HOST_KINDS = ("compile", "runtime", "fallback", "sync", "copy")  # runtime calls
 ID_ARG = "neuron id"  # every activity's RuntimeEvent id: capture drops them from the host trace
 WINDOW_SLACK_NS = 1_000_000  # runtime calls this close outside the profiler's window still count
 
+_json = msgspec.json.Encoder(enc_hook=str).encode
 _keep: list = []
 native: ctypes.CDLL | None = None  # the plugin once loaded
 
@@ -192,12 +193,11 @@ def _meta(values: dict[str, Any]) -> bytes:
     so a string that JSON would escape loses its quotes and backslashes instead."""
     lines = []
     for k, v in values.items():
-        text = json.dumps(v, ensure_ascii=False)
-        if "\\" in text:
-            plain = "".join(c for c in str(v) if c >= " " and c not in '\\"')
-            text = json.dumps(plain, ensure_ascii=False)
-        lines.append(f"{k}={text}")
-    return "\n".join(lines).encode()
+        text = _json(v)
+        if b"\\" in text:
+            text = _json("".join(c for c in str(v) if c >= " " and c not in '\\"'))
+        lines.append(b"%s=%s" % (k.encode(), text))
+    return b"\n".join(lines)
 
 
 class RealClock:
