@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -145,3 +147,28 @@ def test_a_tensorboard_trace_handler_trace_imports_with_the_device(tmp_path: Pat
     )
     launches = {r["flow_id"] for r in _rows(Profile.open(out), kind="runtime", name="launch")}
     assert all(r["flow_id"] in launches for r in kernels)
+
+
+FALLBACK = """
+import json, sys, torch
+from torch.profiler import ProfilerActivity, profile
+import neuron_explorer
+from neuron_explorer.backend.runtime import kineto_plugin
+assert kineto_plugin.native is None
+model = torch.nn.Linear(16, 4).to("neuron")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+             on_trace_ready=neuron_explorer.trace_handler(sys.argv[1])) as prof:
+    model(torch.randn(8, 16, device="neuron")).sum().item()
+device = torch.autograd.DeviceType.PrivateUse1
+print("device rows", sum(a.device_type == device for a in prof.key_averages()))
+"""
+
+
+def test_without_the_plugin_torch_shows_no_device_and_trace_handler_still_does(tmp_path: Path):
+    env = {**os.environ, "NEURON_KINETO_PLUGIN": "0"}
+    proc = subprocess.run([sys.executable, "-c", FALLBACK, str(tmp_path / "p")], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "device rows 0" in proc.stdout
+    kernels = [r["name"] for r in _rows(Profile.open(tmp_path / "p"), kind="kernel")]
+    assert kernels == ["normal", "addmm", "sum"]

@@ -105,10 +105,12 @@ def install() -> bool:
 
 def _collect(start_ns: int, end_ns: int) -> None:
     """Kineto's processTrace: hand the plugin this window's activities (never raises)."""
+    drained: list = []
     try:
         drained = events.drain()
         window = in_window(drained, start_ns - WINDOW_SLACK_NS, end_ns + WINDOW_SLACK_NS)
         events.keep(window)  # trace_handler drains after the profiler stops
+        drained = []
         lib = native
         if lib is None or not window:
             return
@@ -117,7 +119,7 @@ def _collect(start_ns: int, end_ns: int) -> None:
         text = events_codec.encode(window, _device_spec(), torch.__version__)
         lib.neuron_kineto_metadata(events_codec.TRACE_KEY.encode(), f'"{text}"'.encode())
     except Exception:  # noqa: BLE001 - never raise across the C boundary
-        pass
+        events.keep(drained)  # whatever happened, trace_handler still gets the events
 
 
 def _device_spec() -> dict[str, Any] | None:
