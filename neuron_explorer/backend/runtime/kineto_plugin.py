@@ -38,7 +38,8 @@ _SOURCE = Path(__file__).with_name("kineto_plugin.cpp")
 # Kineto's activity types (kineto/ActivityType.h), the ones torch asks for with PrivateUse1
 GPU_MEMCPY, CONCURRENT_KERNEL, PRIVATEUSE1_RUNTIME = 3, 5, 24
 COPY_TRACK = "copies"
-LANES = {KERNEL_TRACK: 1, COLLECTIVE_TRACK: 2, COPY_TRACK: 3}  # resource ids on the device
+# resource ids on the device, also each activity's "stream" arg (HTA reads stream >= 0 as GPU work)
+LANES = {KERNEL_TRACK: 1, COLLECTIVE_TRACK: 2, COPY_TRACK: 3}
 HOST_KINDS = ("compile", "runtime", "fallback", "sync", "copy")  # runtime calls shown on threads
 ID_ARG = "neuron id"  # every activity's RuntimeEvent id: capture drops them from the host trace
 WINDOW_SLACK_NS = 1_000_000  # runtime calls this close outside the profiler's window still count
@@ -169,7 +170,7 @@ def activities(drained: Sequence[Any]) -> list[tuple]:
         lane_end[lane] = end
         by = launch.get(e.flow_id)
         meta = {ID_ARG: e.id, "kind": e.kind, "op": e.op_name, "correlation": e.flow_id,
-                "modeled start ns": e.device_start_ns, "modeled dur ns": e.device_dur_ns,
+                "device": 0, "stream": LANES[lane], "modeled start ns": e.device_start_ns, "modeled dur ns": e.device_dur_ns,
                 "flops": e.flops, "bytes read": e.bytes_read, "bytes written": e.bytes_written}  # fmt: skip
         out.append((CONCURRENT_KERNEL, e.name.encode(), 0, LANES[lane], start, end,
                     e.flow_id if by is not None else 0, 0, by.tid if by else e.tid,
@@ -185,7 +186,7 @@ def _copy(e: Any, to_real: RealClock) -> tuple:
     start = int(to_real(e.host_start_ns - e.cut_before_ns + wait))
     name = "Memcpy HtoD" if e.args["direction"] == "h2d" else "Memcpy DtoH"
     meta = {ID_ARG: e.id, "kind": "copy", "op": e.op_name, "bytes": e.args.get("bytes", 0),
-            "modeled dur ns": dur}  # fmt: skip
+            "device": 0, "stream": LANES[COPY_TRACK], "modeled dur ns": dur}  # fmt: skip
     return (GPU_MEMCPY, name.encode(), 0, LANES[COPY_TRACK], start, start + dur, 0, 0, e.tid,
             e.host_end_ns, _meta(meta))  # fmt: skip
 
