@@ -189,6 +189,8 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       logger.handleActivity(act);
     }
     g_pending.clear();
+    g_marks.clear();
+    g_marks.shrink_to_fit();  // a long session's marks: free them now, not at the next start
     status_ = libkineto::TraceStatus::READY;
   }
   void collect() {
