@@ -175,7 +175,9 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
       act.device = p.device < 0 ? pid : static_cast<int32_t>(kDevicePid + p.device);
       act.resource = p.device < 0 ? p.tid : p.resource;
       act.threadId = p.tid;
-      act.id = static_cast<int32_t>(p.flow);
+      // torch.profiler gives an unlinked CPU-side event the device time of the op whose
+      // correlation id equals its own: a runtime call keeps none (its flow is in its args)
+      act.id = p.device < 0 ? 0 : static_cast<int32_t>(p.flow);
       if (p.flow) {
         act.flow.id = p.flow;
         act.flow.type = libkineto::kLinkAsyncCpuGpu;
