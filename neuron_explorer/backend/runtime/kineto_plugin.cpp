@@ -74,51 +74,53 @@ inline int32_t thread_id() {
   return tid;
 }
 
-// Each thread's op intervals, rebuilt from the marks: [push, pop) with the op's id and depth.
-struct Interval {
-  int64_t start_ns, end_ns;
-  uint64_t id;
-  int depth;
-};
-
-std::unordered_map<int32_t, std::vector<Interval>> intervals_by_thread(int64_t end_ns) {
-  std::unordered_map<int32_t, std::vector<Interval>> out;
-  std::unordered_map<int32_t, std::vector<Interval>> open;
-  for (const Mark& m : g_marks) {
-    auto& stack = open[m.tid];
-    if (m.id) {
-      stack.push_back({m.t_ns, end_ns, m.id, int(stack.size())});
-    } else if (!stack.empty()) {
-      stack.back().end_ns = m.t_ns;
-      out[m.tid].push_back(stack.back());
-      stack.pop_back();
+// The op each runtime call ran under: the innermost op open on its thread at the call's time,
+// passing over the span of the device tensor's own __torch_dispatch__ (torch's
+// "PythonSubclass"), which sits between an aten op and the runtime. One sweep of each thread's
+// marks, in time order, against its calls sorted by time.
+std::vector<const libkineto::ITraceActivity*> launching_ops(
+    const libkineto::getLinkedActivityCallback& linked) {
+  std::vector<const libkineto::ITraceActivity*> out(g_pending.size(), nullptr);
+  std::unordered_map<int32_t, std::vector<const Mark*>> marks;
+  for (const Mark& m : g_marks) marks[m.tid].push_back(&m);
+  std::unordered_map<int32_t, std::vector<size_t>> calls;
+  for (size_t i = 0; i < g_pending.size(); ++i) {
+    if (g_pending[i].at_ns) calls[g_pending[i].tid].push_back(i);
+  }
+  std::unordered_map<uint64_t, const libkineto::ITraceActivity*> cache;
+  auto op_of = [&](uint64_t id) {
+    auto it = cache.find(id);
+    if (it != cache.end()) return it->second;
+    return cache[id] = linked(static_cast<int32_t>(id));
+  };
+  for (auto& [tid, idx] : calls) {
+    std::sort(idx.begin(), idx.end(),
+              [](size_t a, size_t b) { return g_pending[a].at_ns < g_pending[b].at_ns; });
+    const auto& ms = marks[tid];
+    std::vector<uint64_t> open;
+    size_t j = 0;
+    for (size_t i : idx) {
+      for (; j < ms.size() && ms[j]->t_ns <= g_pending[i].at_ns; ++j) {
+        if (ms[j]->id) {
+          open.push_back(ms[j]->id);
+        } else if (!open.empty()) {
+          open.pop_back();
+        }
+      }
+      const libkineto::ITraceActivity* fallback = nullptr;
+      for (auto it = open.rbegin(); it != open.rend(); ++it) {
+        const libkineto::ITraceActivity* op = op_of(*it);
+        if (op == nullptr) continue;
+        if (op->name() != "PythonSubclass") {
+          out[i] = op;
+          break;
+        }
+        if (fallback == nullptr) fallback = op;
+      }
+      if (out[i] == nullptr) out[i] = fallback;
     }
   }
-  for (auto& [tid, stack] : open) {
-    for (auto& iv : stack) out[tid].push_back(iv);
-  }
   return out;
-}
-
-// The op a runtime call at `t` ran under: the innermost op open then, passing over the span of
-// the device tensor's own __torch_dispatch__ (torch's "PythonSubclass"), which sits between an
-// aten op and the runtime.
-const libkineto::ITraceActivity* op_at(const std::vector<Interval>& ivs, int64_t t,
-                                       const libkineto::getLinkedActivityCallback& linked) {
-  std::vector<const Interval*> open;
-  for (const Interval& iv : ivs) {  // a session's ops on one thread: a linear scan is enough
-    if (iv.start_ns <= t && t <= iv.end_ns) open.push_back(&iv);
-  }
-  std::sort(open.begin(), open.end(),
-            [](const Interval* a, const Interval* b) { return a->depth > b->depth; });
-  const libkineto::ITraceActivity* fallback = nullptr;
-  for (const Interval* iv : open) {
-    const libkineto::ITraceActivity* op = linked(static_cast<int32_t>(iv->id));
-    if (op == nullptr) continue;
-    if (op->name() != "PythonSubclass") return op;
-    if (fallback == nullptr) fallback = op;
-  }
-  return fallback;
 }
 
 void add_meta(libkineto::GenericTraceActivity& act, const std::string& meta) {
@@ -162,12 +164,13 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
                     int64_t end_ns) override {
     collect();
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto intervals = intervals_by_thread(end_ns);
+    auto ops = launching_ops(linked);
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
     buffer_->span = libkineto::TraceSpan(start_ns, end_ns, "neuron");
     buffer_->gpuOpCount = -1;
     int32_t pid = static_cast<int32_t>(getpid());
-    for (const Pending& p : g_pending) {
+    for (size_t i = 0; i < g_pending.size(); ++i) {
+      const Pending& p = g_pending[i];
       buffer_->emplace_activity(buffer_->span, static_cast<ActivityType>(p.type), p.name);
       auto& act = *buffer_->activities.back();
       act.startTime = p.start_ns;
@@ -183,10 +186,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
         act.flow.type = libkineto::kLinkAsyncCpuGpu;
         act.flow.start = p.flow_start ? 1 : 0;
       }
-      if (p.at_ns) {
-        auto it = intervals.find(p.tid);
-        if (it != intervals.end()) act.linked = op_at(it->second, p.at_ns, linked);
-      }
+      act.linked = ops[i];
       add_meta(act, p.meta);
       logger.handleActivity(act);
     }
