@@ -4,8 +4,10 @@
 // (key_averages, export_chrome_trace, tensorboard_trace_handler) shows the device.
 // Built by kineto_plugin.py with g++ against the installed torch headers and cached.
 //
-// The runtime's records live in Python (runtime/events.py), so at processTrace the session asks
-// Python for its activities (a ctypes callback, which calls neuron_kineto_add once for each).
+// The runtime's records live in Python (runtime/events.py), so when Kineto first asks the
+// session for its metadata or its activities, the session asks Python (a ctypes callback, which
+// calls neuron_kineto_add once for each activity and neuron_kineto_metadata for the runtime's
+// events, which travel in the trace for `neuron-explorer import`).
 // Correlation: Kineto pushes each CPU op's correlation id on the op's thread while it runs; the
 // session logs those pushes and pops with their time, and a runtime call is linked to the
 // innermost op open on its thread at the call's end (its payload's nested ops have returned).
