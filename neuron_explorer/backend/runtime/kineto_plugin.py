@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,11 @@ def install() -> bool:
         if not path.exists():
             build(path)
         lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-    except (OSError, RuntimeError, subprocess.SubprocessError):
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        if shutil.which("g++") or shutil.which("c++") or os.environ.get("CXX"):
+            # without a compiler the guard's warning says it already
+            warnings.warn(f"neuron: torch.profiler will show no device work (the Kineto plugin "
+                          f"did not load: {str(exc)[-300:]})", RuntimeWarning, stacklevel=2)  # fmt: skip
         return False
     lib.neuron_kineto_add.argtypes = [
         ctypes.c_int, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int64,
