@@ -62,8 +62,10 @@ def test_the_distribution_installs_one_package_name():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = find_packages(str(ROOT), **config["packages"]["find"])
     assert packages and all(p.split(".")[0] == "neuron_explorer" for p in packages), packages
-    assert "guard.cpp" in config["package-data"]["neuron_explorer.backend.runtime"]
-    assert (ROOT / "neuron_explorer/backend/runtime/guard.cpp").is_file()
+    # every C++ source the runtime builds at first use ships with it (autocast.cpp did not)
+    sources = sorted(p.name for p in (ROOT / "neuron_explorer/backend/runtime").glob("*.cpp"))
+    assert {"guard.cpp", "kineto_plugin.cpp"} <= set(sources)
+    assert sorted(config["package-data"]["neuron_explorer.backend.runtime"]) == sources
 
 
 # A user project whose own packages have the names the old layout used at top level.

@@ -53,6 +53,9 @@ def register() -> None:
         from neuron_explorer.backend import distributed
 
         distributed.register()
+        from neuron_explorer.backend.runtime import kineto_plugin
+
+        kineto_plugin.install()  # the device in torch.profiler's own output, where g++ exists
         _registered = True
 
 

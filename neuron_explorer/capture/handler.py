@@ -29,6 +29,7 @@ from ..model.io import ProfileWriter
 from ..model.profile import is_profile
 from ..model.schema import STACKS, conform
 from . import sources
+from .device_trace import drop_plugin_events
 from .ending import exiting_exception, run_ended
 from .host import without_own_frames
 from .merge import in_window, merge
@@ -231,6 +232,7 @@ def _host_events(trace: Path) -> Assembled:
 
 def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = None) -> Path:
     """Merge host and runtime events of one cycle and write the profile atomically."""
+    drop_plugin_events(raw.trace)  # the neuron Kineto plugin's: the merge places the same records
     host = _host_events(raw.trace)
     manifest = host.manifest
     origin = manifest.origin_unix_ns

@@ -157,6 +157,9 @@ _flows = itertools.count(1)
 _buf: list[Any] = []  # raw records: (layout, *fields), and ("event", RuntimeEvent)
 _lock = threading.Lock()
 _instruction_limit = DEFAULT_INSTRUCTION_LIMIT
+# Events drained and handed back (`keep`): the Kineto plugin drains at the profiler's stop,
+# before on_trace_ready runs trace_handler, which drains them again
+_kept: list[RuntimeEvent] = []
 
 
 _thread = threading.local()
@@ -228,6 +231,13 @@ def clear() -> None:
         hook()
     with _lock:
         _buf.clear()
+        _kept.clear()
+
+
+def keep(drained: list[RuntimeEvent]) -> None:
+    """Hand drained events back: the next drain() returns them first, in their order."""
+    with _lock:
+        _kept[:0] = drained
 
 
 def drain() -> list[RuntimeEvent]:
@@ -238,7 +248,8 @@ def drain() -> list[RuntimeEvent]:
         model.schedule_pending()
         raw = _buf[:]
         del _buf[: len(raw)]
-    out: list[RuntimeEvent] = []
+        out: list[RuntimeEvent] = _kept[:]
+        _kept.clear()
     budget = _instruction_limit
     for rec in raw:
         layout = rec[0]

@@ -57,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
     # gzip'd traces are about a tenth of their JSON
     show_bar = not args.quiet and (size * (10 if gz else 1)) >= PROGRESS_MIN_BYTES
     kw = {"overwrite": args.force, "source_roots": args.source_root, "mixed_runs": args.mixed_runs}
-    if show_bar:
+    if len(files) == 1 and _holds_runtime(files[0]):  # the neuron plugin's: merged as captured
+        from ...capture.device_import import import_device_trace
+
+        out = import_device_trace(files[0], args.output, overwrite=args.force,
+                                  source_roots=args.source_root)  # fmt: skip
+    elif show_bar:
         out = _with_bar(files, args.output, kw)
     else:
         out = import_traces(files, args.output, **kw)
@@ -74,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
         if stored:
             print(f"stored the first page's analysis in {out / 'analysis'}", file=sys.stderr)
     return 0
+
+
+def _holds_runtime(path: Path) -> bool:
+    from ...capture.device_trace import holds_runtime
+
+    return holds_runtime(path)
 
 
 def _store_analysis(profile: Profile) -> bool:
