@@ -146,10 +146,15 @@ def _step(graph: Graph, sched: Schedule, cur: int, upto: int, out: list[Segment]
             out.append(_seg(x, "own", cat, own_from, upto - own_from))
     gap = min(upto, start) - pred_end
     if gap > 0:
-        if x.host or kind == "launch":
+        if kind == "earlier":  # the queue still ran an earlier step's work
+            out.append(Segment(-1, x.rank, "(earlier steps' device work)", "device compute",
+                               kind, x.track, pred_end, gap))  # fmt: skip
+        elif kind == "launch" and not x.host:  # from the launch call to the work starting
+            out.append(Segment(x.event_id, x.rank, f"{x.op_name or x.name} (launch latency)",
+                               "host", kind, x.track, pred_end, gap, x.module, x.src))  # fmt: skip
+        elif x.host:
             o_from = nodes[pred].end_ns if pred is not None else win.start_ns
-            o_to = x.start_ns if x.host else x.start_ns
-            _host_gap(out, win, x.rank, o_from, o_to, pred_end, gap, edge=kind)
+            _host_gap(out, win, x.rank, o_from, x.start_ns, pred_end, gap, edge=kind)
         else:
             out.append(_seg(x, kind, x.category, pred_end, gap))
     return pred, pred_end
@@ -191,7 +196,7 @@ def _ops(graph: Graph, segs: list[Segment], step: int) -> tuple[PathOp, ...]:
     out = []
     for i, ((label, cat), (dur, n)) in enumerate(ranked):
         saving = None
-        if cat != "host" and cat != "collective wait" and i < WHATIF_OPS:
+        if cat not in ("host", "collective wait") and not label.startswith("(") and i < WHATIF_OPS:
             change = speedup_change(graph, lambda x, lb=label: (x.op_name or x.name) == lb,
                                     SPEEDUP, f"{label} {SPEEDUP:g}x")  # fmt: skip
             saving = base - max(replay(graph, change).step_ns.values(), default=0)

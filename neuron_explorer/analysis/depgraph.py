@@ -18,6 +18,7 @@ for), `stream_wait` (cudaStreamWaitEvent: a stream waits for work recorded on an
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -97,7 +98,14 @@ class Window:
     pending_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # -> (track, record)
     # the framework spans inside the window, (start, end, event id, name), to name host time
     spans: list[tuple[int, int, int, str, str | None, str | None]] = field(default_factory=list)
-    queue_floor: dict[str, int] = field(default_factory=dict)  # track -> end of earlier work
+    # track -> other windows' work on it (starts, and the latest end up to each), fixed
+    foreign: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
+
+    def busy_until(self, track: str, t: int) -> int:
+        """Where other windows' work started by `t` leaves the track free."""
+        starts, ends = self.foreign.get(track, ((), ()))  # type: ignore[arg-type]
+        i = bisect.bisect_right(starts, t)
+        return ends[i - 1] if i else -(1 << 62)
 
 
 @dataclass
@@ -317,8 +325,9 @@ def _device_nodes(nodes: list[Node], windows: dict[int, Window], rows: list[dict
         inside = launch is not None or (flow is None and win.start_ns <= start < win.end_ns)
         track = str(row["track"])
         if not inside:
-            if start < win.start_ns:
-                win.queue_floor[track] = max(win.queue_floor.get(track, 0), start + dur)
+            starts, ends = win.foreign.setdefault(track, ([], []))
+            starts.append(start)  # rows come in start order
+            ends.append(max(start + dur, ends[-1] if ends else start + dur))
             continue
         args = _args(row["args"])
         name = str(row["name"])

@@ -159,8 +159,8 @@ class _Queues:
     def __init__(self, nodes, win, change, sched, peers, arrival) -> None:
         self.nodes, self.win, self.change, self.sched = nodes, win, change, sched
         self.peers, self.arrival = peers, arrival
-        self.free_new: dict[str, int] = dict(win.queue_floor)
-        self.free_orig: dict[str, int] = dict(win.queue_floor)
+        self.free_new: dict[str, int] = {}
+        self.free_orig: dict[str, int] = {}
         self.free_node: dict[str, int | None] = {}
         self.done: list[int] = []  # scheduled device nodes, in order
         self.all_new = self.all_orig = -(1 << 62)
@@ -183,11 +183,14 @@ class _Queues:
     def _on_queue(self, d: int, ready_new: int, ready_orig: int, launch: int | None) -> None:
         x, sched = self.nodes[d], self.sched
         t = x.track
-        q_new = self.free_new.get(t, -(1 << 62))
-        q_orig = self.free_orig.get(t, -(1 << 62))
+        floor = self.win.busy_until(t, x.start_ns)  # other steps' work, where it ran
+        q_new = max(self.free_new.get(t, -(1 << 62)), floor)
+        q_orig = max(self.free_orig.get(t, -(1 << 62)), floor)
         base_orig, base_new, bound = ready_orig, ready_new, (launch, "launch")
         if q_new > base_new:
-            base_new, bound = q_new, (self.free_node.get(t), "queue")
+            own_q = self.free_new.get(t, -(1 << 62))
+            bound = (self.free_node.get(t), "queue") if own_q >= floor else (None, "earlier")
+            base_new = q_new
         base_orig = max(base_orig, q_orig)
         dep = self.win.stream_waits.get(d)
         if dep is not None:
