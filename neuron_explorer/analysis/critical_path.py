@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..errors import ExplorerError
 from ..model.profile import Profile
 from .depgraph import CATEGORIES, Graph, build_graph
 from .page import PageModel
@@ -54,6 +55,7 @@ class CriticalPath(PageModel):
     profile: str
     label: str  # "step 3", "whole trace", or an annotation's instance
     rank: int
+    start_ns: int  # the window's start
     step_ns: int  # the step as replayed (its recorded host window, or later device work)
     path_ns: int
     by_category: dict[str, int]
@@ -77,6 +79,9 @@ def path_of(graph: Graph, profile: str, rank: int | None = None) -> CriticalPath
     sched = replay(graph)
     if rank is None:
         rank = max(sched.step_ns, key=lambda r: (sched.step_ns[r], -r))
+    if rank not in sched.step_ns:
+        raise ExplorerError(f"{profile}: no rank {rank} in {graph.label} "
+                            f"(ranks {', '.join(map(str, sorted(sched.step_ns)))})")  # fmt: skip
     segs = walk(graph, sched, rank)
     by_cat = dict.fromkeys(CATEGORIES, 0)
     for s in segs:
@@ -86,8 +91,9 @@ def path_of(graph: Graph, profile: str, rank: int | None = None) -> CriticalPath
     edges: dict[str, int] = defaultdict(int)
     for e in graph.edges:
         edges[e.kind] += 1
-    return CriticalPath(profile, graph.label, rank, step, sum(s.dur_ns for s in segs), by_cat,
-                        ops, tuple(segs), dict(edges), len(graph.nodes), graph.modeled)  # fmt: skip
+    return CriticalPath(profile, graph.label, rank, graph.windows[rank].start_ns, step,
+                        sum(s.dur_ns for s in segs), by_cat, ops, tuple(segs), dict(edges),
+                        len(graph.nodes), graph.modeled)  # fmt: skip
 
 
 def walk(graph: Graph, sched: Schedule, rank: int) -> list[Segment]:
