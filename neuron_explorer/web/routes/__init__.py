@@ -5,7 +5,18 @@ in its API. Tabs follow the order of MODULES. web/app.py mounts exactly these.""
 from __future__ import annotations
 
 from ..pages import Api, Page
-from . import calltree, compare, critical_path, findings, operators, overview, ranks, source, sql, timeline
+from . import (
+    calltree,
+    compare,
+    critical_path,
+    findings,
+    operators,
+    overview,
+    ranks,
+    source,
+    sql,
+    timeline,
+)
 
 MODULES = (overview, timeline, operators, calltree, source, findings, critical_path, ranks, sql,
            compare)  # fmt: skip

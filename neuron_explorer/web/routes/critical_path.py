@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from ..service import Service
 
 
+SPEEDUPS = Query(None, max_length=20)  # a repeated query parameter: FastAPI needs Query
+
+
 def api_critical_path(
     svc: Service, name: str, step: int | None = None, rank: int | None = Query(None, ge=0),
     annotation: str | None = Query(None, max_length=500), instance: int = Query(0, ge=0),
@@ -34,14 +37,14 @@ def api_critical_path(
 
 
 def api_whatif(
-    svc: Service, name: str, speedup: list[str] = Query([], max_length=20),
+    svc: Service, name: str, speedup: list[str] | None = SPEEDUPS,
     drop_syncs: bool = False, chip: str | None = Query(None, max_length=16),
     step: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One step replayed with the named changes (`neuron-explorer whatif --json`); `speedup`
     repeated, or several in one separated by commas."""
     p = svc.store.open(name)
-    speedup = [x.strip() for s in speedup for x in s.split(",") if x.strip()]
+    speedup = [x.strip() for s in speedup or () for x in s.split(",") if x.strip()]
     if not (speedup or drop_syncs or chip):
         return JSONResponse({"error": "name a change: speedup, drop_syncs or chip"},
                             status_code=400)  # type: ignore[return-value]  # fmt: skip
