@@ -28,9 +28,8 @@ from ..errors import ExplorerError
 from ..model.profile import Profile
 from ..vocab.kinds import FRAMEWORK_KINDS
 from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND, SYNC_RUNTIME_NAMES
+from .windows import median_step, read_events, windows_of
 
-# device work that occupies a queue (neuron instructions and DMA transfers are a kernel's parts)
-QUEUED_KINDS = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective", "sync")
 # host runtime calls that wait for every queue (the others wait for their own queue's work)
 WAIT_ALL_NAMES = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
 COLLECTIVE_WAIT_NAMES = ("c10d::wait",)  # waits for the collectives launched before it
@@ -39,8 +38,6 @@ EVENT_RECORD_NAMES = ("cudaEventRecord", "hipEventRecord")
 EDGE_KINDS = ("program", "launch", "queue", "neff", "sync", "stream_wait", "collective")
 # what a node's time is, for the critical path's split
 CATEGORIES = ("host", "device compute", "dma", "collective wait", "transfer")
-_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "start_ns", "dur_ns", "flow_id",
-            "step", "op_name", "module", "src_file", "src_line", "args", "shapes", "dtypes")  # fmt: skip
 
 
 @dataclass
@@ -142,29 +139,6 @@ def _args(text: Any) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}
 
 
-def windows_of(
-    profile: Profile, annotation: str | None = None
-) -> list[tuple[int, int | None, int, int]]:
-    """(rank, step, start_ns, end_ns) of every step window (ProfilerStep spans; one window per
-    rank over the whole trace without them), or of every instance of an annotation."""
-    con = profile.duckdb()
-    if annotation is not None:
-        rows = con.execute(
-            "SELECT rank, NULL, start_ns, start_ns + dur_ns FROM events WHERE layer = 'host' "
-            "AND kind IN ('annotation', 'op', 'python') AND name = ? ORDER BY rank, start_ns",
-            [annotation],
-        ).fetchall()
-        if not rows:
-            raise ExplorerError(f"{profile.path}: no host span named {annotation!r}")
-        return [(int(r), None, int(s), int(e)) for r, _, s, e in rows]
-    if profile.manifest.steps:
-        return [(s.rank, s.step, s.start_ns, s.start_ns + s.dur_ns) for s in profile.manifest.steps]
-    rows = con.execute(
-        "SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM events GROUP BY rank ORDER BY 1"
-    ).fetchall()
-    return [(int(r), None, int(s), int(e)) for r, s, e in rows]
-
-
 def build_graph(
     profile: Profile, step: int | None = None, annotation: str | None = None, instance: int = 0
 ) -> Graph:
@@ -190,38 +164,8 @@ def build_graph(
             raise ExplorerError(f"{profile.path}: no step {step} (steps: "
                                 f"{', '.join(map(str, known)) or 'none'})")  # fmt: skip
         label = "whole trace" if step is None else f"step {step}"
-    rows = _read(profile, chosen)
+    rows = read_events(profile, chosen)
     return _assemble(profile, rows, chosen, label)
-
-
-def median_step(wins: list[tuple[int, int | None, int, int]]) -> int | None:
-    """The step whose longest rank is the median of the steps (None: no ProfilerStep)."""
-    by_step: dict[int | None, int] = {}
-    for _, s, a, b in wins:
-        by_step[s] = max(by_step.get(s, 0), b - a)
-    ordered = sorted(by_step.items(), key=lambda kv: (kv[1], -1 if kv[0] is None else kv[0]))
-    return ordered[(len(ordered) - 1) // 2][0]
-
-
-def _read(profile: Profile, chosen: list) -> list[dict[str, Any]]:
-    """The events a graph of these windows needs: host launches, waits and framework spans
-    inside them, and the device queues' work of those ranks."""
-    con = profile.duckdb()
-    spans = " OR ".join(
-        f"(rank = {int(r)} AND start_ns >= {int(s)} AND start_ns < {int(e)})"
-        for r, _, s, e in chosen
-    )
-    ranks = ", ".join(str(int(r)) for r, *_ in chosen)
-    host_kinds = ("runtime", NEURON_SYNC_KIND, NEURON_COPY_KIND, *FRAMEWORK_KINDS)
-    queued = ", ".join(f"'{k}'" for k in QUEUED_KINDS)
-    sql = f"""SELECT {", ".join(_COLUMNS)} FROM events
-        WHERE (layer = 'host' AND kind IN ({", ".join(f"'{k}'" for k in host_kinds)})
-               AND ({spans}))
-           OR (layer = 'device' AND kind IN ({queued}) AND rank IN ({ranks}))
-        ORDER BY rank, start_ns, id"""
-    cur = con.execute(sql)
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def _assemble(profile: Profile, rows: list[dict[str, Any]], chosen: list, label: str) -> Graph:
@@ -417,7 +361,7 @@ def _queue_edges(nodes: list[Node], win: Window, edges: list[Edge]) -> None:
 def queue_order(win: Window) -> list[int]:
     """The window's device nodes in the order they are scheduled: each launch's work in
     program order, work launched elsewhere where it started."""
-    out = []
+    out: list[int] = []
     for h in win.host:
         out.extend(win.launched.get(h, ()))
     return out + list(win.orphans)

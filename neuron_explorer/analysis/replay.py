@@ -165,7 +165,7 @@ class _Queues:
         self.done: list[int] = []  # scheduled device nodes, in order
         self.all_new = self.all_orig = -(1 << 62)
         self.all_node: int | None = None
-        self.coll = (-(1 << 62), -(1 << 62), None)
+        self.coll: tuple[int, int, int | None] = (-(1 << 62), -(1 << 62), None)
         self.last_end = win.start_ns
 
     def schedule(self, devs: list[int], ready_new: int, ready_orig: int, launch: int | None):
