@@ -143,7 +143,7 @@ def test_findings_are_ranked_and_serialisable():
     assert set(doc) == {"profile", "source", "total_step_ns", "steps", "rules_run", "findings"}
     assert set(doc["findings"][0]) == {
         "rule", "category", "severity", "title", "detail", "fix", "saving_ns", "saving_share",
-        "evidence",
+        "evidence", "replayed", "overlaps",
     }  # fmt: skip
 
 

@@ -174,3 +174,52 @@ def test_chip_swap_relowers_each_kernel():
             other.after_ns == other.before_ns  # a host-bound step: the device is off the path
         )
     )
+
+
+def test_finding_savings_are_replays():
+    """host-sync on the known step: its 2.1 ms wait is not what removing the sync saves; the
+    replay says 0.9 ms (the device still runs until 4.1 ms)."""
+    from neuron_explorer.analysis import get_rule
+
+    (f,) = get_rule("host-sync").evaluate(known_step())
+    assert f.evidence.metrics["sync_ns"] == 2_200_000
+    assert f.saving_ns == 900 * US and f.replayed == "these 1 syncs removed"
+
+
+def test_overlapping_changes_are_marked():
+    """Dropping the sync (0.9 ms) and kernels 4x faster (2.1 ms) share time: replayed together
+    the step ends when the host does (2.8 ms), 2.2 ms saved, not 3.0 ms."""
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.analysis.findings import Finding
+    from neuron_explorer.analysis.replay_saving import Replayed, joint_saving, replay_saving
+    from neuron_explorer.analysis.runner import mark_overlaps
+
+    ctx = context(known_step())
+    with ctx.lock:
+        sync = replay_saving(ctx, Replayed("sync", "kind = 'sync'", "drop_syncs"), ("a", "x"))
+        fast = replay_saving(ctx, Replayed("4x", "kind = 'kernel'", "scale", 4.0), ("b", "y"))
+        assert (sync, fast) == (900 * US, 2100 * US)
+        assert joint_saving(ctx, ("a", "x"), ("b", "y")) == 2200 * US
+        found = [Finding("a", "low", "x", "", "", sync, 0.2, replayed="sync"),
+                 Finding("b", "low", "y", "", "", fast, 0.4, replayed="4x")]  # fmt: skip
+        marked = mark_overlaps(ctx, found)
+    assert [f.overlaps for f in marked] == [("b",), ("a",)]
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_no_saving_exceeds_its_steps(name):
+    """Every finding's saving at most the profiled steps; a replayed change of device work at
+    most the device's busy time (the compiled GPT sample included)."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.analysis.context import context
+
+    prof = sample(name)
+    findings = run_rules(prof)
+    ctx = context(prof)
+    with ctx.lock:
+        total = ctx.total_step_ns
+        busy = int(ctx.one("SELECT coalesce(sum(e - s), 0) AS ns FROM busy")["ns"])
+    for f in findings:
+        assert f.saving_ns <= total, f.rule
+        if f.rule in ("memory-bound-op",):
+            assert f.saving_ns <= busy, (f.rule, f.saving_ns, busy)

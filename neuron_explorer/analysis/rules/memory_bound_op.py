@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..context import AnalysisContext
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, hotspots, longest_ids, top_lines
 
 KERNELS = "layer = 'device' AND kind = 'kernel'"
@@ -100,4 +101,10 @@ class MemoryBoundOp(Rule[Roofline]):
             ),
             saving_ns=ns * self.FUSION_SAVING,
             evidence=evidence,
+            change=Replayed(
+                f"these memory-bound kernels fused (their time cut by {self.FUSION_SAVING:.0%})",
+                facts.where,
+                "scale",
+                factor=1 / (1 - self.FUSION_SAVING),
+            ),  # fmt: skip
         )
