@@ -163,7 +163,7 @@ def _step(graph: Graph, sched: Schedule, cur: int, upto: int, out: list[Segment]
             _host_gap(out, win, x.rank, o_from, x.start_ns, pred_end, gap, edge=kind)
         else:
             out.append(_seg(x, kind, x.category, pred_end, gap))
-    return pred, pred_end
+    return pred, min(pred_end, upto)  # its part ends where this one picks up
 
 
 def _seg(x, edge: str, category: str, start: int, dur: int) -> Segment:

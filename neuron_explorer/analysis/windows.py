@@ -16,6 +16,7 @@ QUEUED_KINDS = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective"
 _COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "start_ns", "dur_ns", "flow_id",
             "step", "op_name", "module", "src_file", "src_line", "args", "shapes", "dtypes")  # fmt: skip
 Win = tuple[int, int | None, int, int]  # rank, step, start_ns, end_ns
+LAG_NS = 1_000_000_000  # device work read up to this long after a window (at least)
 
 
 def windows_of(
@@ -58,13 +59,19 @@ def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
         f"(rank = {int(r)} AND start_ns >= {int(s)} AND start_ns < {int(e)})"
         for r, _, s, e in chosen
     )
-    ranks = ", ".join(str(int(r)) for r, *_ in chosen)
+    # device work: the step's own (it may run long after its host span), and what ran near
+    # the window on the same queues (earlier steps' work it waits behind)
+    near = " OR ".join(
+        f"(rank = {int(r)} AND ({'FALSE' if st is None else f'step = {int(st)}'} OR start_ns "
+        f"BETWEEN {int(s) - (int(e) - int(s))} AND {int(e) + max(4 * (int(e) - int(s)), LAG_NS)}))"
+        for r, st, s, e in chosen
+    )
     host_kinds = ("runtime", NEURON_SYNC_KIND, NEURON_COPY_KIND, *FRAMEWORK_KINDS)
     queued = ", ".join(f"'{k}'" for k in QUEUED_KINDS)
     sql = f"""SELECT {", ".join(_COLUMNS)} FROM events
         WHERE (layer = 'host' AND kind IN ({", ".join(f"'{k}'" for k in host_kinds)})
                AND ({spans}))
-           OR (layer = 'device' AND kind IN ({queued}) AND rank IN ({ranks}))
+           OR (layer = 'device' AND kind IN ({queued}) AND ({near}))
         ORDER BY rank, start_ns, id"""
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
