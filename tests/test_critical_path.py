@@ -223,3 +223,34 @@ def test_no_saving_exceeds_its_steps(name):
         assert f.saving_ns <= total, f.rule
         if f.rule in ("memory-bound-op",):
             assert f.saving_ns <= busy, (f.rule, f.saving_ns, busy)
+
+
+def test_agrees_with_hta_critical_path():
+    """HTA 0.5.0's critical path of the same window (tests/data/hta-reference/critical_path.json,
+    benchmarks/hta_critical_path.py): the same 34 kernels on the path, found through the
+    cudaStreamWaitEvent between cuDNN's FFT stream and the main one; the host's share within
+    the annotation's edges HTA leaves out (its path runs from the first op to the last)."""
+    from pathlib import Path
+
+    ref = json.loads((Path(__file__).parent / "data" / "hta-reference" / "critical_path.json")
+                     .read_text())  # fmt: skip
+    prof = real("alexnet")
+    page = critical_path(prof, annotation=ref["annotation"], instance=ref["instance"])
+    ids = [s.event_id for s in page.segments if s.edge == "own" and s.category != "host"]
+    rows = (
+        prof.duckdb()
+        .execute(
+            "SELECT CAST(json_extract(args, '$.correlation') AS BIGINT), dur_ns FROM events "
+            f"WHERE id IN ({', '.join(map(str, ids))}) AND kind LIKE 'gpu_%'"
+        )
+        .fetchall()
+    )
+    ours = {int(c): int(d) for c, d in rows}
+    theirs = {k["correlation"]: k["dur_ns"] for k in ref["kernels"]}
+    assert ours == theirs
+    assert sum(theirs.values()) == ref["by_bound_ns"]["gpu_compute_bound"]
+    edges = page.step_ns - ref["path_ns"]  # before HTA's first op and after its last
+    assert 0 <= edges < 0.02 * page.step_ns
+    # HTA splits the launch and kernel-to-kernel delays off; we count them as host, device
+    overheads = sum(v for k, v in ref["by_bound_ns"].items() if k.endswith("overhead"))
+    assert abs(page.by_category["host"] - ref["by_bound_ns"]["cpu_bound"]) <= edges + overheads

@@ -162,6 +162,7 @@ class _Queues:
         self.free_new: dict[str, int] = {}
         self.free_orig: dict[str, int] = {}
         self.free_node: dict[str, int | None] = {}
+        self.free_kind: dict[str, str] = {}  # the edge a wait on the track is: queue, stream_wait
         self.done: list[int] = []  # scheduled device nodes, in order
         self.all_new = self.all_orig = -(1 << 62)
         self.all_node: int | None = None
@@ -189,7 +190,8 @@ class _Queues:
         base_orig, base_new, bound = ready_orig, ready_new, (launch, "launch")
         if q_new > base_new:
             own_q = self.free_new.get(t, -(1 << 62))
-            bound = (self.free_node.get(t), "queue") if own_q >= floor else (None, "earlier")
+            kind = self.free_kind.get(t, "queue")
+            bound = (self.free_node.get(t), kind) if own_q >= floor else (None, "earlier")
             base_new = q_new
         base_orig = max(base_orig, q_orig)
         dep = self.win.stream_waits.get(d)
@@ -209,6 +211,12 @@ class _Queues:
             e = s + dur
         sched.start[d], sched.end[d], sched.bound_by[d] = s, e, bound
         self._advance(t, d, x.end_ns, e)
+        if dep is not None:  # the trace dates a stream's wait when it is queued: the wait
+            # holds the work queued after it until the recorded stream's work is done
+            self.free_orig[t] = max(self.free_orig[t], self.nodes[dep].end_ns)
+            if sched.end[dep] >= self.free_new[t]:
+                self.free_new[t], self.free_node[t] = sched.end[dep], dep
+                self.free_kind[t] = "stream_wait"
 
     def _collective(self, d: int, s: int, dur: int) -> tuple[int, int]:
         """A collective's transfer: from its last rank's arrival, for as long as recorded."""
@@ -253,6 +261,7 @@ class _Queues:
         if end_new >= self.free_new.get(track, -(1 << 62)):
             self.free_new[track] = end_new
             self.free_node[track] = d
+            self.free_kind[track] = "queue"
         self.free_orig[track] = max(self.free_orig.get(track, -(1 << 62)), end_orig)
 
     def _done(self, d: int) -> None:
