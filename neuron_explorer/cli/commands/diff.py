@@ -9,7 +9,7 @@ HELP = (
     "Compare profile B against profile A: step time, the per-step breakdown, and ops, kernels, "
     "source lines and modules by the change in their time (largest first), and the findings "
     "that appeared or went. --json prints the document of the web's /api/compare. Two ranks "
-    "of one job side by side: diff JOB@rank=0 JOB@rank=1. --gate 5%: a regression verdict for "
+    "of one job side by side: diff JOB@rank=0 JOB@rank=1. --gate PCT: a regression verdict for "
     "CI (exit 1 when B's median step is slower than A's by more than the gate, with "
     "confidence from the steps' spread)."
 )
