@@ -129,11 +129,13 @@ def _plan_ns(plan) -> int:
 
 def whatif(
     profile: Profile, speedups: Sequence[str] = (), drop_syncs: bool = False,
-    chip: str | None = None, step: int | None = None,
+    chip: str | None = None, step: int | None = None, annotation: str | None = None,
+    instance: int = 0,
 ) -> WhatIf:  # fmt: skip
-    """One step (the median by default) replayed with the named changes."""
+    """One step (the median by default; or an annotation's instance) replayed with the named
+    changes."""
     parsed = [parse_speedup(s) for s in speedups]
-    graph = build_graph(profile, step)
+    graph = build_graph(profile, step, annotation, instance)
     change = Change()
     if chip:
         change = change + chip_change(graph, profile, chip)

@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drop-syncs", action="store_true", help="remove the host's syncs")
     parser.add_argument("--chip", default=None, help="re-lower every kernel for trn1, trn2, trn3")
     parser.add_argument("--step", type=int, default=None, help="the step (default: the median)")
+    parser.add_argument("--annotation", default=None,
+                        help="a host span's name to take as the window instead of a step")  # fmt: skip
+    parser.add_argument("--instance", type=int, default=0, help="which --annotation, from 0")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if not (args.speedup or args.drop_syncs or args.chip):
         raise ExplorerError("whatif: name a change: --speedup, --drop-syncs or --chip")
     page = whatif(Profile.open(args.profile), args.speedup, args.drop_syncs, args.chip,
-                  args.step)  # fmt: skip
+                  args.step, args.annotation, args.instance)  # fmt: skip
     if args.json:
         print(json.dumps(page.to_dict(), indent=2))
         return 0

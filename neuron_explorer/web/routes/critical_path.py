@@ -39,7 +39,8 @@ def api_critical_path(
 def api_whatif(
     svc: Service, name: str, speedup: list[str] | None = SPEEDUPS,
     drop_syncs: bool = False, chip: str | None = Query(None, max_length=16),
-    step: int | None = None,
+    step: int | None = None, annotation: str | None = Query(None, max_length=500),
+    instance: int = Query(0, ge=0),
 ) -> dict[str, Any]:  # fmt: skip
     """One step replayed with the named changes (`neuron-explorer whatif --json`); `speedup`
     repeated, or several in one separated by commas."""
@@ -50,7 +51,7 @@ def api_whatif(
                             status_code=400)  # type: ignore[return-value]  # fmt: skip
     try:
         with svc.store.profile_lock(name):
-            return whatif(p, speedup, drop_syncs, chip, step).to_dict()
+            return whatif(p, speedup, drop_syncs, chip, step, annotation, instance).to_dict()
     except ExplorerError as e:  # a speedup that names nothing, an unknown chip
         return JSONResponse({"error": str(e)}, status_code=400)  # type: ignore[return-value]
 

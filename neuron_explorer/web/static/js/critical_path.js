@@ -28,6 +28,7 @@ function whatifBox(d) {
     input.value.split(",").map((x) => x.trim()).filter(Boolean).forEach((x) => q.append("speedup", x));
     if (syncs.checked) q.set("drop_syncs", "true");
     if (d.label.startsWith("step ")) q.set("step", d.label.slice(5));
+    for (const k of ["annotation", "instance"]) if (qs(k) !== null) q.set(k, qs(k));
     out.textContent = "Replaying…";
     try {
       const r = await api(`/p/${enc(profile)}/whatif?${q}`);
