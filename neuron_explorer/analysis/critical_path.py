@@ -7,6 +7,7 @@ each with what the step would save were that op twice as fast (a replay, not a s
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -180,15 +181,24 @@ def _host_gap(out, win, rank: int, o_from: int, o_to: int, start: int, dur: int,
     if dur <= 0:
         return
     mid = (o_from + o_to) // 2
-    best = None
-    for s, e, eid, name, module, src in win.spans:
-        if s <= mid < e and (best is None or e - s < best[1] - best[0]):
-            best = (s, e, eid, name, module, src)
+    best = _innermost(win, mid)
     if best is None:
         out.append(Segment(-1, rank, "(host, outside any op)", "host", edge, "host", start, dur))
     else:
         out.append(Segment(best[2], rank, best[3], "host", edge, "host", start, dur, best[4],
                            best[5]))  # fmt: skip
+
+
+def _innermost(win, t: int):
+    """The latest-started span that holds `t`: the innermost, as spans nest (a walk back over
+    the spans that ended before it)."""
+    spans, starts = win.spans, win.span_starts
+    i = bisect.bisect_right(starts, t) - 1
+    while i >= 0:
+        if spans[i][1] > t:
+            return spans[i]
+        i -= 1
+    return None
 
 
 def _ops(graph: Graph, segs: list[Segment], step: int) -> tuple[PathOp, ...]:

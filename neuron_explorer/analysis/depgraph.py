@@ -95,6 +95,7 @@ class Window:
     pending_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # -> (track, record)
     # the framework spans inside the window, (start, end, event id, name), to name host time
     spans: list[tuple[int, int, int, str, str | None, str | None]] = field(default_factory=list)
+    span_starts: list[int] = field(default_factory=list)  # the spans' starts, sorted with them
     # track -> other windows' work on it (starts, and the latest end up to each), fixed
     foreign: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
 
@@ -208,6 +209,8 @@ def _assemble(profile: Profile, rows: list[dict[str, Any]], chosen: list, label:
                 records[(node.rank, int(corr))] = node.index
     flows = _device_nodes(nodes, windows, device_rows, launches)
     for win in windows.values():
+        win.spans.sort()
+        win.span_starts = [sp[0] for sp in win.spans]
         _host_edges(nodes, win, edges)
         for launch, devs in win.launched.items():
             edges.extend(Edge(launch, d, "launch") for d in devs)
