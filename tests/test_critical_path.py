@@ -254,3 +254,47 @@ def test_agrees_with_hta_critical_path():
     # HTA splits the launch and kernel-to-kernel delays off; we count them as host, device
     overheads = sum(v for k, v in ref["by_bound_ns"].items() if k.endswith("overhead"))
     assert abs(page.by_category["host"] - ref["by_bound_ns"]["cpu_bound"]) <= edges + overheads
+
+
+def neff_step() -> Profile:
+    """One compiled graph launched once (a NEFF of three kernels, the second overlapping the
+    first as the NEFF schedules them), an eager kernel queued behind it, and `.item()`."""
+    out = _TMP / "neff-step"
+    if out.exists():
+        return Profile.open(out)
+    ev = _Events()
+    ev.add(kind="step", name="ProfilerStep#0", start_ns=0, dur_ns=3500 * US, step=0)
+    ev.add(kind="runtime", name="launch", op_name="neuron_graph_0_0_forward", start_ns=1 * MS,
+           dur_ns=10 * US, step=0, flow_id=1)  # fmt: skip
+    for name, start, dur in (("k1", 1100, 1000), ("k2", 1600, 1000), ("k3", 2600, 500)):
+        ev.add(layer="device", kind="kernel", name=name, op_name="neuron_graph_0_0_forward",
+               start_ns=start * US, dur_ns=dur * US, step=0, flow_id=1, args={"neff": "g0"})  # fmt: skip
+    ev.add(kind="runtime", name="launch", op_name="aten::add", start_ns=1200 * US, dur_ns=10 * US,
+           step=0, flow_id=2)  # fmt: skip
+    ev.add(layer="device", kind="kernel", name="add", op_name="aten::add", start_ns=3100 * US,
+           dur_ns=200 * US, step=0, flow_id=2)  # fmt: skip
+    ev.add(kind="sync", name=".item()", start_ns=1500 * US, dur_ns=1900 * US, step=0,
+           args={"wait_ns": 1800 * US})  # fmt: skip
+    with ProfileWriter(out) as w:
+        w.write_events(ev.columns())
+        w.commit(Manifest(source="capture", origin_unix_ns=time.time_ns(),
+                          device_spec=dict(SPEC), steps=(Step(0, 0, 0, 3500 * US),)))  # fmt: skip
+    return Profile.open(out)
+
+
+def test_a_neff_moves_as_one_unit():
+    prof = neff_step()
+    graph = build_graph(prof)
+    kinds = [e.kind for e in graph.edges]
+    assert kinds.count("neff") == 2 and kinds.count("queue") == 1  # k1 -> k2, k3; k1 -> add
+    # k1 twice as fast: k2 started half-way through it (the NEFF overlaps them) and still
+    # ends at 2.6 ms, so nothing after it moves
+    assert whatif(prof, ["k1=2"]).saving_ns == 0
+    # k2 twice as fast: k3, the eager add, the sync and the host after it all move up 0.5 ms
+    assert whatif(prof, ["k2=2"]).saving_ns == 500 * US
+    page = critical_path(prof)
+    assert page.path_ns == page.step_ns == 3500 * US
+    assert [s.label for s in page.segments if s.category == "device compute"] == [
+        "neuron_graph_0_0_forward", "neuron_graph_0_0_forward", "neuron_graph_0_0_forward",
+        "aten::add",
+    ]  # fmt: skip
