@@ -111,7 +111,9 @@ def walk(graph: Graph, sched: Schedule, rank: int) -> list[Segment]:
         cur = sched.host_tail_from[rank]
         before = sched.end[cur] if cur is not None else win.start_ns
         o_from = nodes[cur].end_ns if cur is not None else win.start_ns
-        _host_gap(out, win, rank, o_from, win.end_ns, before, sched.host_end[rank] - before)
+        track = nodes[cur].track if cur is not None else "host"
+        _host_gap(out, win, rank, o_from, win.end_ns, before, sched.host_end[rank] - before,
+                  track=track)  # fmt: skip
         upto = before
     seen, at_rank = 0, rank
     while cur is not None and seen <= 4 * len(nodes):
@@ -161,7 +163,7 @@ def _step(graph: Graph, sched: Schedule, cur: int, upto: int, out: list[Segment]
                                "host", kind, x.track, pred_end, gap, x.module, x.src))  # fmt: skip
         elif x.host:
             o_from = nodes[pred].end_ns if pred is not None else win.start_ns
-            _host_gap(out, win, x.rank, o_from, x.start_ns, pred_end, gap, edge=kind)
+            _host_gap(out, win, x.rank, o_from, x.start_ns, pred_end, gap, kind, x.track)
         else:
             out.append(_seg(x, kind, x.category, pred_end, gap))
     return pred, min(pred_end, upto)  # its part ends where this one picks up
@@ -176,16 +178,16 @@ def _seg(x, edge: str, category: str, start: int, dur: int) -> Segment:
 
 
 def _host_gap(out, win, rank: int, o_from: int, o_to: int, start: int, dur: int,
-              edge: str = "program") -> None:  # fmt: skip
+              edge: str = "program", track: str = "host") -> None:  # fmt: skip
     """Host time between two calls, named by the innermost framework span around it."""
     if dur <= 0:
         return
     mid = (o_from + o_to) // 2
     best = _innermost(win, mid)
     if best is None:
-        out.append(Segment(-1, rank, "(host, outside any op)", "host", edge, "host", start, dur))
+        out.append(Segment(-1, rank, "(host, outside any op)", "host", edge, track, start, dur))
     else:
-        out.append(Segment(best[2], rank, best[3], "host", edge, "host", start, dur, best[4],
+        out.append(Segment(best[2], rank, best[3], "host", edge, track, start, dur, best[4],
                            best[5]))  # fmt: skip
 
 
@@ -209,10 +211,12 @@ def _ops(graph: Graph, segs: list[Segment], step: int) -> tuple[PathOp, ...]:
         a[1] += 1
     ranked = sorted(agg.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_OPS]
     base = max(replay(graph).step_ns.values(), default=0)
-    out = []
-    for i, ((label, cat), (dur, n)) in enumerate(ranked):
+    out, replayed = [], 0
+    for (label, cat), (dur, n) in ranked:
         saving = None
-        if cat not in ("host", "collective wait") and not label.startswith("(") and i < WHATIF_OPS:
+        device = cat not in ("host", "collective wait") and not label.startswith("(")
+        if device and replayed < WHATIF_OPS:
+            replayed += 1
             change = speedup_change(graph, lambda x, lb=label: (x.op_name or x.name) == lb,
                                     SPEEDUP, f"{label} {SPEEDUP:g}x")  # fmt: skip
             saving = base - max(replay(graph, change).step_ns.values(), default=0)

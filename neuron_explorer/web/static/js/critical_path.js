@@ -5,18 +5,29 @@ import { api, h, mount, run, fmtNs, fmtPct, dataTable, pUrl, enc, section, setMo
 
 const CATEGORY_COLORS = { host: "#f59e0b", "device compute": "#10b981", dma: "#06b6d4", "collective wait": "#e11d48", transfer: "#8b5cf6" };
 
-// the path on the step's axis: one block per piece, coloured by kind, each a link to the timeline
+const block = (d, s, cls) => h("a", {
+  class: cls, href: s.event_id >= 0 ? timelineUrl(profile, { id: s.event_id, start_ns: s.start_ns, dur_ns: s.dur_ns }) : null,
+  title: `${s.label} (${s.category}): ${fmtNs(s.dur_ns)}`,
+  style: `position:absolute;top:0;height:100%;left:${(100 * (s.start_ns - d.start_ns)) / Math.max(d.step_ns, 1)}%;width:${Math.max((100 * s.dur_ns) / Math.max(d.step_ns, 1), 0.05)}%;background:${CATEGORY_COLORS[s.category] || "#9ca3af"}`,
+});
+const lane = (id, children) => h("div", { id, style: "position:relative;height:22px;background:#f1f5f9;border-radius:4px;overflow:hidden;flex:1" }, ...children);
+
+// the path on the step's axis: one block per piece, coloured by kind, each a link to the timeline;
+// below it, the same pieces on the lanes they ran on (the host, each device queue, each rank)
 function pathBar(d) {
-  const span = Math.max(d.step_ns, 1);
-  const blocks = d.segments.map((s) => h("a", {
-    class: "cp-seg", href: s.event_id >= 0 ? timelineUrl(profile, { id: s.event_id, start_ns: s.start_ns, dur_ns: s.dur_ns }) : null,
-    title: `${s.label} (${s.category}): ${fmtNs(s.dur_ns)}`,
-    style: `position:absolute;top:0;height:100%;left:${(100 * (s.start_ns - d.start_ns)) / span}%;width:${Math.max((100 * s.dur_ns) / span, 0.05)}%;background:${CATEGORY_COLORS[s.category] || "#9ca3af"}`,
-  }));
   const legend = Object.entries(CATEGORY_COLORS).map(([k, c]) => h("span", { class: "cp-legend" },
     h("span", { style: `display:inline-block;width:10px;height:10px;margin:0 4px 0 12px;background:${c}` }), k));
-  return h("div", {}, h("div", { id: "cp-bar", style: "position:relative;height:28px;background:#f1f5f9;border-radius:4px;overflow:hidden" }, ...blocks),
-    h("div", { class: "note" }, ...legend));
+  const lanes = new Map();
+  for (const s of d.segments) {
+    const key = `rank ${s.rank} · ${s.track}`;
+    if (!lanes.has(key)) lanes.set(key, []);
+    lanes.get(key).push(s);
+  }
+  const rows = [...lanes.entries()].map(([key, segs]) => h("div", { class: "cp-lane", style: "display:flex;align-items:center;gap:8px;margin-top:4px" },
+    h("span", { class: "mono note", style: "width:200px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap", title: key }, key),
+    lane(null, segs.map((s) => block(d, s, "cp-lane-seg")))));
+  return h("div", {}, h("div", { id: "cp-bar", style: "position:relative;height:28px;background:#f1f5f9;border-radius:4px;overflow:hidden" },
+    ...d.segments.map((s) => block(d, s, "cp-seg"))), h("div", { class: "note" }, ...legend), h("div", { id: "cp-lanes" }, ...rows));
 }
 
 function whatifBox(d) {
