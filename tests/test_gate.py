@@ -86,3 +86,15 @@ def test_gate_arguments():
     # every NEW step above every BASE step: 1 split in C(6,3)=20 is as extreme
     assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(1 / 20)
     assert mann_whitney_p([4, 5, 6], [1, 2, 3]) == 1.0
+
+
+def test_chip_swap_moves_a_device_bound_step(captures):
+    """The same device-bound capture on another chip: each kernel lowered again with that
+    chip's spec, so the step moves by what the cost model says of its matmuls."""
+    from neuron_explorer.analysis.whatif import whatif
+    from neuron_explorer.model.profile import Profile
+
+    prof = Profile.open(captures["base"])
+    assert whatif(prof, chip="trn2").saving_ns == 0  # the chip it was captured on
+    other = whatif(prof, chip="trn1")
+    assert other.saving_ns != 0 and other.events_changed >= 8 * 2  # matmuls and their scales
