@@ -144,7 +144,7 @@ def test_findings_are_ranked_and_serialisable():
                         "run_ended"}  # fmt: skip
     assert set(doc["findings"][0]) == {
         "rule", "category", "severity", "title", "detail", "fix", "saving_ns", "saving_share",
-        "evidence",
+        "evidence", "replayed", "overlaps",
     }  # fmt: skip
 
 

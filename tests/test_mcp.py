@@ -28,7 +28,7 @@ GPU_TRACES = {  # served name -> real trace in tests/data/kineto-gpu (see its RE
 }
 CPU_TRACE = ROOT / "samples" / "traces" / "cpu_mlp_train.pt.trace.json.gz"  # with Python stacks
 TOOLS = {"list_profiles", "summary", "findings", "sql", "timeline", "event", "source_line",
-         "hotspots", "operators", "compare", "report"}  # fmt: skip
+         "hotspots", "operators", "compare", "critical_path", "whatif", "report"}  # fmt: skip
 NEURON, GPU = "fallback_float64", "alexnet"
 ODD_NAME = "run 1 é+%2F-x"  # served by the web as it is (a space, non-ASCII, a literal %2F)
 
@@ -441,3 +441,18 @@ def test_a_profile_with_an_odd_name_is_served_under_that_name(mcp):
     assert ok(mcp("findings", profile=ODD_NAME))["findings"]
     top = ok(mcp("hotspots", profile=ODD_NAME, n=1))["top_lines"][0]
     assert ok(mcp("source_line", profile=ODD_NAME, file=top["file"], line=top["line"]))["listing"]
+
+
+def test_critical_path_and_whatif_match_the_cli(mcp, served):
+    """The critical path and a replay, as the CLI's --json gives them; a speedup that names
+    nothing is refused with the reason."""
+    path = ok(mcp("critical_path", profile="gpt_train"))
+    cli = cli_json("critical-path", str(served / "gpt_train"), "--json")
+    assert (path["step_ns"], path["by_category"]) == (cli["step_ns"], cli["by_category"])
+    assert path["segments_total"] == len(cli["segments"])
+    w = ok(mcp("whatif", profile="gpt_train", speedup="aten::mm=2,aten::bmm=2", drop_syncs=True))
+    c = cli_json("whatif", str(served / "gpt_train"), "--speedup", "aten::mm=2", "--speedup",
+                 "aten::bmm=2", "--drop-syncs", "--json")  # fmt: skip
+    assert (w["before_ns"], w["after_ns"]) == (c["before_ns"], c["after_ns"])
+    is_error, text = mcp("whatif", profile="gpt_train", speedup="aten::nothing=2")
+    assert is_error and "no device work" in text

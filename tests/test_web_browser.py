@@ -383,3 +383,27 @@ def test_the_selected_event_is_in_the_url(server, page):
     page.wait_for_selector("#tl-canvas[data-ready]")
     assert page.evaluate("window.neTimeline.state.selected") == hit["id"]
     assert page.errors == []
+
+
+def test_critical_path_draws_the_path_and_replays_a_speedup(server, page):
+    """The Critical path page of a real CUDA trace's step: the pieces on the step's axis (each
+    a link to its event on the timeline), the ops by share, and a what-if replay typed in."""
+    import httpx
+
+    query = {"annotation": "[param|pytorch.model.alex_net|0|0|0|measure|forward]", "instance": 1}
+    doc = httpx.get(f"{server}/api/p/alexnet/critical-path", params=query, timeout=60).json()
+    url = f"{server}/p/alexnet/critical-path?" + httpx.QueryParams(query).__str__()
+    _open(page, url, "alexnet-critical-path", "#cp-ops table")
+    assert page.locator("#cp-bar a.cp-seg").count() == len(doc["segments"])
+    top = next(o for o in doc["ops"] if o["saving_if_2x_ns"] is not None)
+    page.fill("#whatif-speedup", f"{top['label']}=2")
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-result:has-text('saves')")
+    assert "2x faster" in page.locator("#whatif-result").inner_text()
+    # each piece links to its event on the timeline
+    widest = max(range(len(doc["segments"])), key=lambda i: doc["segments"][i]["dur_ns"])
+    href = page.locator("#cp-bar a.cp-seg").nth(widest).get_attribute("href")
+    assert f"event={doc['segments'][widest]['event_id']}" in href
+    page.goto(server + href)
+    page.wait_for_selector("#tl-canvas[data-ready]", timeout=30_000)
+    assert page.errors == [], page.errors

@@ -105,6 +105,23 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
         "in a and b, delta (ns, b minus a) and ratio, the largest change first (n of each); "
         "and the findings that appeared in b or went."
     ),
+    "critical_path": (
+        "The critical path of one step (the median step unless `step`; the slowest rank "
+        "unless `rank`): the chain of host calls, device work and waits that sets the step's "
+        "length. by_category splits it into host, device compute, dma, collective wait and "
+        "transfer (ns); ops ranks what is on it (label, category, dur_ns, share of the step) "
+        "with saving_if_2x_ns, the step's drop were that op twice as fast (a replay); "
+        "segments lists the pieces in time order with their event_id (-1: host time outside "
+        "any op) for the event tool. Only what is on the path makes the step faster."
+    ),
+    "whatif": (
+        "Replay one step with changes applied and get the new step time: speedup is a comma "
+        "list of NAME=FACTOR (an op or kernel, e.g. aten::mm=2), module=PATH:FACTOR, "
+        "op=NAME:FACTOR, kernel=NAME:FACTOR or line=FILE:LINE:FACTOR; drop_syncs removes the "
+        "host's waits for the device; chip (trn1, trn2, trn3) lowers each kernel again for "
+        "another chip (neuron captures). Returns before_ns, after_ns, saving_ns, "
+        "saving_share, each rank's before and after, and events_changed."
+    ),
     "report": (
         "The pull-request report of a profile (optionally against a baseline profile): "
         "findings with their lines and fixes, the readiness block, the top lines and modules "
@@ -223,6 +240,21 @@ class ProfileTools:
         doc = await self.api.get("compare", a=a, b=b)
         tables = ("ops", "lines", "kernels", "modules")
         return {**doc, **{t: _slice(doc.get(t, []), n) for t in tables}}
+
+    async def critical_path(
+        self, profile: str, step: int | None = None, rank: int | None = None, n: int = 20
+    ) -> dict[str, Any]:
+        doc = await self.api.get(f"p/{self._name(profile)}/critical-path", step=step, rank=rank)
+        return {**doc, "ops": _slice(doc["ops"], n), "segments_total": len(doc["segments"]),
+                "segments": _slice(doc["segments"], 200)}  # fmt: skip
+
+    async def whatif(
+        self, profile: str, speedup: str | None = None, drop_syncs: bool = False,
+        chip: str | None = None, step: int | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        return await self.api.get(f"p/{self._name(profile)}/whatif", speedup=speedup,
+                                  drop_syncs="true" if drop_syncs else None, chip=chip,
+                                  step=step)  # fmt: skip
 
     async def report(self, profile: str, against: str | None = None) -> dict[str, Any]:
         import anyio

@@ -53,6 +53,11 @@ class Finding:
     saving_share: float  # saving_ns over the total profiled step time (0..1)
     evidence: Evidence = Evidence()
     category: str = "performance"  # readiness (runs wrong or off the device) | performance
+    # the change the saving replays ("these 12 syncs removed"); "" when the rule estimates it
+    replayed: str = ""
+    # the other findings (rule ids) whose savings overlap this one's: fixing both saves less
+    # than the sum (their changes replayed together; runner.py adds it)
+    overlaps: tuple[str, ...] = field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,6 +5,7 @@ explicit `RULES` tuple in analysis/rules/__init__.py (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from ..model.profile import Profile
 from .context import AnalysisContext, context
 from .conventions import TRACE_COMPILE_PREDICATE
 from .findings import Evidence, Finding, Hotspot, severity_for
+from .replay_saving import Replayed, replay_saving
 
 FactsT = TypeVar("FactsT")
 SCOPES = ("any", "neuron", "gpu")  # which profiles a rule is run on (Rule.scope)
@@ -30,6 +32,9 @@ class Draft:
     evidence: Evidence = Evidence()
     fix: str | None = None  # the rule's own `fix` when None
     category: str | None = None  # the rule's own `category` when None
+    # the change the fix makes, as data: when given, saving_ns is replaced by the replayed
+    # steps' drop (replay_saving.py)
+    change: Replayed | None = None
 
 
 class Rule(Generic[FactsT]):
@@ -76,7 +81,15 @@ class Rule(Generic[FactsT]):
         drafts = self.explain(facts, self.evidence(ctx, facts))
         if isinstance(drafts, Draft):
             drafts = (drafts,)
+        drafts = [self._replayed(ctx, d) for d in drafts]
         return [self.finding(ctx.total_step_ns, d) for d in drafts]
+
+    def _replayed(self, ctx: AnalysisContext, draft: Draft) -> Draft:
+        """The draft with its saving replayed, when it names its change."""
+        if draft.change is None:
+            return draft
+        ns = replay_saving(ctx, draft.change, (self.id, draft.title))
+        return dataclasses.replace(draft, saving_ns=ns)
 
     def evaluate(self, profile: Profile) -> list[Finding]:
         """The findings of this rule on a profile (empty when the problem is absent or the
@@ -116,6 +129,7 @@ class Rule(Generic[FactsT]):
             saving_share=round(share, 6),
             evidence=draft.evidence,
             category=draft.category or self.category,
+            replayed=draft.change.what if draft.change is not None else "",
         )
 
 

@@ -37,7 +37,32 @@ def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Findin
                 raise ExplorerError(f"{profile.path}: rule {rule.id} failed: {line}") from None
     from .hotspots import cite_model
 
+    with ctx.lock:
+        findings = mark_overlaps(ctx, findings)
     return rank_findings(cite_model(profile, findings))
+
+
+OVERLAP_SLACK = 0.02  # two savings "add" when their joint replay is within this of the sum
+
+
+def mark_overlaps(ctx, findings: list[Finding]) -> list[Finding]:
+    """Each replayed finding names the others whose changes, replayed together, save less
+    than their two savings added: they touch the same time, and fixing both saves less."""
+    import dataclasses
+
+    from .replay_saving import joint_saving
+
+    keyed = [((f.rule, f.title), f) for f in findings if f.replayed]
+    overlaps: dict[tuple[str, str], list[str]] = {k: [] for k, _ in keyed}
+    for i, (ka, fa) in enumerate(keyed):
+        for kb, fb in keyed[i + 1 :]:
+            joint = joint_saving(ctx, ka, kb)
+            both = fa.saving_ns + fb.saving_ns
+            if joint is not None and joint < both * (1 - OVERLAP_SLACK):
+                overlaps[ka].append(fb.rule)
+                overlaps[kb].append(fa.rule)
+    return [dataclasses.replace(f, overlaps=tuple(overlaps[(f.rule, f.title)]))
+            if f.replayed and overlaps[(f.rule, f.title)] else f for f in findings]  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "operators": "operators",
     "analyze": "analyze",
     "diff": "diff",
+    "critical-path": "critical_path",
+    "whatif": "whatif",
     "query": "query",
     "capture": "capture",
     "export": "export",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..context import AnalysisContext
 from ..conventions import SYNC_RUNTIME_NAMES, sql_list
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, hotspots, longest_ids, top_lines
 
 WHERE = f"layer = 'host' AND kind = 'runtime' AND name IN {sql_list(SYNC_RUNTIME_NAMES)}"
@@ -85,4 +86,5 @@ class CudaSync(Rule[Syncs]):
             ),
             saving_ns=ns,
             evidence=evidence,
+            change=Replayed(f"these {n} synchronizing calls removed", WHERE, "drop_syncs"),
         )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..context import AnalysisContext
 from ..conventions import NEURON_SYNC_KIND
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, hotspots, longest_ids, top_lines
 
 # a fallback's own wait for the device belongs to cpu-fallback
@@ -35,7 +36,8 @@ class HostSync(Rule[Syncs]):
     dur_ns is the wait), except a CPU fallback's own wait. Report when there are at least
     MIN_SYNCS of them and they wait at least MIN_SHARE of step time or occur in at least
     EVERY_STEP_FRACTION of the steps (a sync in every step is cheap while the step is
-    launch-bound and costly once it is not); the saving is the wait time.
+    launch-bound and costly once it is not); the saving is the replayed steps' drop with them
+    removed (less than the wait when the device outlasts the host anyway).
     Category: performance, ranked by that saving like any other. A sync does not stop the
     model from running right on the device (readiness is for fallbacks, float64 numerics and
     unsupported areas); what a per-step sync does block is graph capture: `.item()` ends a
@@ -113,4 +115,5 @@ class HostSync(Rule[Syncs]):
             ),
             saving_ns=ns,
             evidence=evidence,
+            change=Replayed(f"these {n} syncs removed", WHERE, "drop_syncs"),
         )

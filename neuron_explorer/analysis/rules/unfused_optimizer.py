@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..context import AnalysisContext
 from ..facts import OPTIMIZER_MIN_OPS_PER_STEP
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, hotspots, ids_of
 
 
@@ -81,4 +82,12 @@ class UnfusedOptimizer(Rule[Unfused]):
             ),
             saving_ns=ns * self.FUSED_SAVING,
             evidence=evidence,
+            change=Replayed(
+                f"the optimizer steps' host time cut by {self.FUSED_SAVING:.0%} (their "
+                f"~{ops // spans} ops each fused into a few multi-tensor launches)",
+                f"id IN (SELECT id FROM optimizer_steps WHERE ops >= {int(self.MIN_OPS_PER_STEP)}"
+                " AND fused = 0)",
+                "remove_host",
+                factor=self.FUSED_SAVING,
+            ),  # fmt: skip
         )

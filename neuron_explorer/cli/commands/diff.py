@@ -9,7 +9,9 @@ HELP = (
     "Compare profile B against profile A: step time, the per-step breakdown, and ops, kernels, "
     "source lines and modules by the change in their time (largest first), and the findings "
     "that appeared or went. --json prints the document of the web's /api/compare. Two ranks "
-    "of one job side by side: diff JOB@rank=0 JOB@rank=1."
+    "of one job side by side: diff JOB@rank=0 JOB@rank=1. --gate PCT: a regression verdict for "
+    "CI (exit 1 when B's median step is slower than A's by more than the gate, with "
+    "confidence from the steps' spread)."
 )
 
 
@@ -18,6 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", help="profile directory B (after); DIR@rank=N: one rank of a job")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--top", type=int, default=10, help="rows per table (10)")
+    parser.add_argument("--gate", default=None, metavar="PCT",
+                        help="exit 1 when B regressed past PCT (e.g. 5%%) with confidence")  # fmt: skip
+    parser.add_argument("--metric", default="step",
+                        help="what the gate judges per step: step (default), op=NAME, kernel=NAME")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,12 +36,20 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ExplorerError("diff: --top must be at least 1")
     (a, a_name), (b, b_name) = open_side(args.a), open_side(args.b)  # DIR or DIR@rank=N
+    gate = None
+    if args.gate is not None:
+        from ...analysis.gate import parse_gate, verdict
+
+        gate = verdict(a, b, parse_gate(args.gate), args.metric)
     doc = diff(a, b, a_name, b_name)
     if args.json:
-        print(json.dumps(doc.to_dict(), indent=2, default=str))
-        return 0
-    render_comparison(doc, args.top)
-    return 0
+        out = doc.to_dict() if gate is None else {"gate": gate.to_dict(), **doc.to_dict()}
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        if gate is not None:
+            print(f"gate: {gate.verdict.upper()}: {gate.reason}")
+        render_comparison(doc, args.top if gate is None else min(args.top, 5))
+    return 1 if gate is not None and gate.verdict == "regression" else 0
 
 
 def _ms(ns: float | None) -> str:

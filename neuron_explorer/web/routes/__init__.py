@@ -5,8 +5,20 @@ in its API. Tabs follow the order of MODULES. web/app.py mounts exactly these.""
 from __future__ import annotations
 
 from ..pages import Api, Page
-from . import calltree, compare, findings, operators, overview, ranks, source, sql, timeline
+from . import (
+    calltree,
+    compare,
+    critical_path,
+    findings,
+    operators,
+    overview,
+    ranks,
+    source,
+    sql,
+    timeline,
+)
 
-MODULES = (overview, timeline, operators, calltree, source, findings, ranks, sql, compare)
+MODULES = (overview, timeline, operators, calltree, source, findings, critical_path, ranks, sql,
+           compare)  # fmt: skip
 PAGES: tuple[Page, ...] = tuple(p for m in MODULES for p in m.PAGES)
 API: tuple[Api, ...] = tuple(a for m in MODULES for a in m.API)

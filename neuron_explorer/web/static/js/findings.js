@@ -31,12 +31,20 @@ function evidence(f) {
   return h("div", { class: "evidence" }, parts);
 }
 
+// the saving is the replayed step's drop with the change named; findings touching the same
+// time say so, since their savings do not add
+function replayNote(f) {
+  if (!f.replayed) return null;
+  return h("div", { class: "note replayed" }, `Saving replayed: ${f.replayed}.`,
+    f.overlaps && f.overlaps.length ? h("b", { class: "overlaps" }, ` Overlaps ${f.overlaps.join(", ")}: the savings do not add.`) : null);
+}
+
 run(async () => {
   const d = await api(`/p/${enc(profile)}/findings`);
   const body = !d.findings.length ? h("p", { class: "note" }, "No rule found a problem in this profile.")
     : h("div", {}, d.findings.map((f) => h("div", { class: `finding sev-${f.severity}-b` },
       h("div", {}, findingChips(f), h("span", { class: "note mono" }, `  ${f.rule}`),
         h("span", { class: "note" }, `  · saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)} of step time)`)),
-      h("h3", {}, f.title), h("p", {}, f.detail), f.fix ? h("div", { class: "fix" }, h("b", {}, "Fix: "), f.fix) : null, evidence(f))));
+      h("h3", {}, f.title), h("p", {}, f.detail), f.fix ? h("div", { class: "fix" }, h("b", {}, "Fix: "), f.fix) : null, replayNote(f), evidence(f))));
   mount(h("h1", {}, "Findings", h("span", { class: "note" }, `  ${d.findings.length} found: readiness problems first, then largest saving first`)), section("Findings", body));
 });

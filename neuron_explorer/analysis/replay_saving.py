@@ -1,0 +1,106 @@
+"""A finding's saving as a replay: a rule names its change as data (`Replayed`: which events,
+and what happens to them), and the saving is how much the steps those events belong to get
+shorter when replayed with it (replay.py), never more than those steps. The same replay of two
+findings together tells whether their savings add (runner.py marks the ones that do not)."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .depgraph import Graph, build_graph
+from .replay import Change, replay
+
+if TYPE_CHECKING:
+    from .context import AnalysisContext
+
+ACTIONS = ("drop_syncs", "scale", "set", "remove_host")
+MAX_STEPS = 12  # steps replayed per finding; with more, the touched steps are sampled evenly
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A change, as data: `action` on the `ev` rows `where` selects.
+
+    - drop_syncs: those host calls no longer wait for the device, nor cost;
+    - scale: their durations divided by `factor`;
+    - set: their durations become `dur_sql` (an SQL expression over their columns);
+    - remove_host: host time removed: the first `factor` share of each selected span.
+    """
+
+    what: str  # the change in words: "these 12 syncs removed"
+    where: str  # an SQL condition over `ev`
+    action: str  # one of ACTIONS
+    factor: float = 1.0
+    dur_sql: str | None = None
+
+
+_GRAPHS: weakref.WeakKeyDictionary[AnalysisContext, dict] = weakref.WeakKeyDictionary()
+# what each finding replayed, for the runner's overlap check: (rule, title) -> (Change, steps)
+CHANGES: weakref.WeakKeyDictionary[AnalysisContext, dict] = weakref.WeakKeyDictionary()
+
+
+def _graph(ctx: AnalysisContext, step: int | None) -> tuple[Graph, int]:
+    """The step's graph and its replayed length as recorded, built once per context."""
+    cache = _GRAPHS.setdefault(ctx, {})
+    if step not in cache:
+        graph = build_graph(ctx.profile, step)
+        cache[step] = (graph, max(replay(graph).step_ns.values(), default=0))
+    return cache[step]
+
+
+def change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | None]]:
+    """The replay change `rep` names, and the steps its events belong to."""
+    new = f", ({rep.dur_sql}) AS new_ns" if rep.dur_sql else ""
+    rows = ctx.rows(f"SELECT id, rank, step, start_ns, dur_ns{new} FROM ev WHERE {rep.where}")
+    steps = sorted({r["step"] for r in rows}, key=lambda s: -1 if s is None else s)
+    ids = [int(r["id"]) for r in rows]
+    if rep.action == "drop_syncs":
+        return Change(rep.what, drop_syncs=frozenset(ids)), steps
+    if rep.action == "scale":
+        return Change(rep.what, {i: round(int(r["dur_ns"]) / rep.factor)
+                                 for i, r in zip(ids, rows, strict=True)}), steps  # fmt: skip
+    if rep.action == "set":
+        return Change(rep.what, {i: max(int(r["new_ns"] or 0), 0)
+                                 for i, r in zip(ids, rows, strict=True)}), steps  # fmt: skip
+    if rep.action == "remove_host":
+        cut = tuple((int(r["rank"]), int(r["start_ns"]),
+                     int(r["start_ns"]) + round(int(r["dur_ns"]) * rep.factor)) for r in rows)  # fmt: skip
+        return Change(rep.what, drop_host=cut), steps
+    raise ValueError(f"unknown replay action {rep.action!r}")
+
+
+def saving(ctx: AnalysisContext, change: Change, steps: list[int | None]) -> int:
+    """How much shorter the steps get with `change`, summed over `steps` (sampled evenly when
+    there are more than MAX_STEPS, and scaled up to all of them)."""
+    if not steps:
+        return 0
+    known = {s.step for s in ctx.profile.manifest.steps}
+    steps = [s for s in steps if s in known] if known else [None]
+    if not steps:
+        return 0
+    picked = steps if len(steps) <= MAX_STEPS else steps[:: -(-len(steps) // MAX_STEPS)]
+    total = 0
+    for s in picked:
+        graph, base = _graph(ctx, s)
+        after = max(replay(graph, change).step_ns.values(), default=0)
+        total += min(max(base - after, 0), base)
+    return round(total * len(steps) / len(picked))
+
+
+def replay_saving(ctx: AnalysisContext, rep: Replayed, key: tuple[str, str]) -> int:
+    """The saving of `rep` (remembered under `key` for the overlap check)."""
+    change, steps = change_of(ctx, rep)
+    CHANGES.setdefault(ctx, {})[key] = (change, steps)
+    return saving(ctx, change, steps)
+
+
+def joint_saving(ctx: AnalysisContext, a: tuple[str, str], b: tuple[str, str]) -> int | None:
+    """The saving of two findings' changes replayed together (None: either did not replay)."""
+    known = CHANGES.get(ctx, {})
+    if a not in known or b not in known:
+        return None
+    (ca, sa), (cb, sb) = known[a], known[b]
+    steps = sorted(set(sa) | set(sb), key=lambda s: -1 if s is None else s)
+    return saving(ctx, ca + cb, steps)

@@ -1,0 +1,164 @@
+"""What-if: a step replayed (replay.py) with changes a user names: ops, kernels or modules made
+faster, the host's syncs removed, or the kernels lowered again for another chip (a neuron
+capture keeps each kernel's op, shapes and dtypes, so the cost model can time it on trn1, trn2
+or trn3). `neuron-explorer whatif` prints the result; the MCP tool `whatif` returns it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..errors import ExplorerError
+from ..model.profile import Profile
+from .depgraph import COLLECTIVE_WAIT_NAMES, Graph, Node, build_graph
+from .page import PageModel
+from .replay import Change, replay
+
+FIELDS = ("op", "kernel", "module", "line")  # what a --speedup can name before '='
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    before_ns: int
+    after_ns: int
+
+
+@dataclass(frozen=True)
+class WhatIf(PageModel):
+    """One step before and after the changes: its replayed length on every rank."""
+
+    profile: str
+    label: str
+    changes: tuple[str, ...]
+    before_ns: int  # the slowest rank's step, replayed as recorded
+    after_ns: int
+    saving_ns: int
+    saving_share: float
+    ranks: tuple[RankResult, ...]
+    events_changed: int
+    modeled: bool
+
+
+def parse_speedup(spec: str) -> tuple[str, str, float]:
+    """'aten::mm=2' -> (op-or-kernel, aten::mm, 2.0); 'module=PATH:1.5' -> (module, PATH,
+    1.5); likewise op=, kernel= and line=FILE:LINE:F."""
+    head, eq, rest = spec.partition("=")
+    if head in FIELDS and eq:
+        target, colon, factor = rest.rpartition(":")
+        field = head
+    else:
+        target, colon, factor = spec.rpartition("=")
+        field = "name"
+    if not target or not colon:
+        raise ExplorerError(
+            f"--speedup {spec!r}: write NAME=FACTOR (an op or kernel) or "
+            "module=PATH:FACTOR, op=NAME:FACTOR, kernel=NAME:FACTOR, line=FILE:LINE:FACTOR"
+        )
+    try:
+        f = float(factor)
+    except ValueError:
+        raise ExplorerError(f"--speedup {spec!r}: the factor {factor!r} is not a number") from None
+    if not f > 0:
+        raise ExplorerError(f"--speedup {spec!r}: the factor must be above 0")
+    return field, target, f
+
+
+def matcher(field: str, target: str) -> Callable[[Node], bool]:
+    """Which device work a --speedup names."""
+    if field == "module":
+        return lambda n: (
+            n.module is not None and (n.module == target or n.module.startswith(target + "."))
+        )
+    if field == "line":
+        return lambda n: n.src is not None and (n.src == target or n.src.endswith("/" + target))
+    if field == "kernel":
+        return lambda n: n.name == target
+    if field == "op":
+        return lambda n: n.op_name == target
+    return lambda n: target in (n.op_name, n.name)
+
+
+def sync_change(graph: Graph) -> Change:
+    """Every host call that waits for the device removed (not a collective's own wait)."""
+    ids = frozenset(
+        n.event_id
+        for n in graph.nodes
+        if n.host and n.kind == "sync" and n.name not in COLLECTIVE_WAIT_NAMES
+        and not any(graph.nodes[d].kind == "collective"
+                    for w in graph.windows.values() for d in w.launched.get(n.index, ()))
+    )  # fmt: skip
+    return Change(f"{len(ids)} host syncs removed", drop_syncs=ids)
+
+
+def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
+    """Each kernel lowered again for `chip`: its recorded time times the cost model's ratio of
+    its time on `chip` to its time on the chip it was captured for."""
+    from ..backend.costmodel import TensorInfo, lower_op
+    from ..backend.costmodel.spec import get_spec
+
+    if not graph.modeled:
+        raise ExplorerError(f"{profile.path}: --chip needs a neuron capture (this is an import)")
+    try:
+        new = get_spec(chip)
+    except (KeyError, ValueError) as e:
+        raise ExplorerError(f"--chip {chip!r}: {e}") from None
+    old = get_spec(str((profile.manifest.device_spec or {}).get("name") or "trn2"))
+    durations = {}
+    for n in graph.nodes:
+        if n.host or n.kind != "device" or not n.op_name or not n.shapes:
+            continue
+        try:
+            shapes = json.loads(n.shapes)
+            dtypes = json.loads(n.dtypes or "[]")
+            ins = [TensorInfo(tuple(int(d) for d in s), str(dtypes[i]) if i < len(dtypes) else
+                              "float32") for i, s in enumerate(shapes) if isinstance(s, list)]  # fmt: skip
+        except (ValueError, TypeError):
+            continue
+        t_old, t_new = (_plan_ns(lower_op(n.op_name, ins, spec=s)) for s in (old, new))
+        if t_old > 0:
+            durations[n.event_id] = round(n.dur_ns * t_new / t_old)
+    return Change(f"kernels lowered for {new.name} (captured on {old.name})", durations)
+
+
+def _plan_ns(plan) -> int:
+    starts, _, first, last = plan.idle_schedule
+    return int(last - first) if starts else 0
+
+
+def whatif(
+    profile: Profile, speedups: Sequence[str] = (), drop_syncs: bool = False,
+    chip: str | None = None, step: int | None = None, annotation: str | None = None,
+    instance: int = 0,
+) -> WhatIf:  # fmt: skip
+    """One step (the median by default; or an annotation's instance) replayed with the named
+    changes."""
+    parsed = [parse_speedup(s) for s in speedups]
+    graph = build_graph(profile, step, annotation, instance)
+    change = Change()
+    if chip:
+        change = change + chip_change(graph, profile, chip)
+    for (field, target, factor), spec in zip(parsed, speedups, strict=True):
+        match = matcher(field, target)
+        scaled = {n.event_id: change.durations.get(n.event_id, n.dur_ns) for n in graph.nodes
+                  if not n.host and match(n)}  # fmt: skip
+        if not scaled:
+            raise ExplorerError(f"--speedup {spec!r}: no device work of this step matches")
+        durations = {k: round(v / factor) for k, v in scaled.items()}
+        change = change + Change(f"{target} {factor:g}x faster ({len(scaled)} events)", durations)
+    if drop_syncs:
+        change = change + sync_change(graph)
+    return result(graph, str(profile.path), change)
+
+
+def result(graph: Graph, profile: str, change: Change) -> WhatIf:
+    base, after = replay(graph), replay(graph, change)
+    ranks = tuple(RankResult(r, base.step_ns[r], after.step_ns[r]) for r in sorted(base.step_ns))
+    before = max(base.step_ns.values(), default=0)
+    new = max(after.step_ns.values(), default=0)
+    saving = before - new
+    changes = tuple(c for c in change.what.split("; ") if c and c != "no change")
+    n = len(change.durations) + len(change.drop_syncs)
+    return WhatIf(profile, graph.label, changes, before, new, saving,
+                  round(saving / before, 6) if before else 0.0, ranks, n, graph.modeled)  # fmt: skip

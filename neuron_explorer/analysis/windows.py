@@ -1,0 +1,78 @@
+"""The windows a step's dependency graph is built over (depgraph.py): each rank's ProfilerStep
+spans, the whole trace per rank without them, or the instances of a named host span; and the
+events such a graph reads from the profile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ExplorerError
+from ..model.profile import Profile
+from ..vocab.kinds import FRAMEWORK_KINDS
+from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND
+
+# device work that occupies a queue (neuron instructions and DMA transfers are a kernel's parts)
+QUEUED_KINDS = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective", "sync")
+_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "start_ns", "dur_ns", "flow_id",
+            "step", "op_name", "module", "src_file", "src_line", "args", "shapes", "dtypes")  # fmt: skip
+Win = tuple[int, int | None, int, int]  # rank, step, start_ns, end_ns
+LAG_NS = 1_000_000_000  # device work read up to this long after a window (at least)
+
+
+def windows_of(
+    profile: Profile, annotation: str | None = None
+) -> list[tuple[int, int | None, int, int]]:
+    """(rank, step, start_ns, end_ns) of every step window (ProfilerStep spans; one window per
+    rank over the whole trace without them), or of every instance of an annotation."""
+    con = profile.duckdb()
+    if annotation is not None:
+        rows = con.execute(
+            "SELECT rank, NULL, start_ns, start_ns + dur_ns FROM events WHERE layer = 'host' "
+            "AND kind IN ('annotation', 'op', 'python') AND name = ? ORDER BY rank, start_ns",
+            [annotation],
+        ).fetchall()
+        if not rows:
+            raise ExplorerError(f"{profile.path}: no host span named {annotation!r}")
+        return [(int(r), None, int(s), int(e)) for r, _, s, e in rows]
+    if profile.manifest.steps:
+        return [(s.rank, s.step, s.start_ns, s.start_ns + s.dur_ns) for s in profile.manifest.steps]
+    rows = con.execute(
+        "SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM events GROUP BY rank ORDER BY 1"
+    ).fetchall()
+    return [(int(r), None, int(s), int(e)) for r, s, e in rows]
+
+
+def median_step(wins: list[tuple[int, int | None, int, int]]) -> int | None:
+    """The step whose longest rank is the median of the steps (None: no ProfilerStep)."""
+    by_step: dict[int | None, int] = {}
+    for _, s, a, b in wins:
+        by_step[s] = max(by_step.get(s, 0), b - a)
+    ordered = sorted(by_step.items(), key=lambda kv: (kv[1], -1 if kv[0] is None else kv[0]))
+    return ordered[(len(ordered) - 1) // 2][0]
+
+
+def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
+    """The events a graph of these windows needs: host launches, waits and framework spans
+    inside them, and the device queues' work of those ranks."""
+    con = profile.duckdb()
+    spans = " OR ".join(
+        f"(rank = {int(r)} AND start_ns >= {int(s)} AND start_ns < {int(e)})"
+        for r, _, s, e in chosen
+    )
+    # device work: the step's own (it may run long after its host span), and what ran near
+    # the window on the same queues (earlier steps' work it waits behind)
+    near = " OR ".join(
+        f"(rank = {int(r)} AND ({'FALSE' if st is None else f'step = {int(st)}'} OR start_ns "
+        f"BETWEEN {int(s) - (int(e) - int(s))} AND {int(e) + max(4 * (int(e) - int(s)), LAG_NS)}))"
+        for r, st, s, e in chosen
+    )
+    host_kinds = ("runtime", NEURON_SYNC_KIND, NEURON_COPY_KIND, *FRAMEWORK_KINDS)
+    queued = ", ".join(f"'{k}'" for k in QUEUED_KINDS)
+    sql = f"""SELECT {", ".join(_COLUMNS)} FROM events
+        WHERE (layer = 'host' AND kind IN ({", ".join(f"'{k}'" for k in host_kinds)})
+               AND ({spans}))
+           OR (layer = 'device' AND kind IN ({queued}) AND ({near}))
+        ORDER BY rank, start_ns, id"""
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
