@@ -50,6 +50,10 @@ with neuron_explorer.profile(out, wait=0, warmup=1, active=3) as prof:
 """
 
 
+DEVICE_SIDE = ("memory-bound-op", "small-dma", "tensor-engine-padding", "fp32-matmul",
+               "collective-share")  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def moe():
     from neuron_explorer.model.profile import Profile
@@ -72,7 +76,10 @@ def test_no_saving_exceeds_the_device_busy_time(moe):
         steps = ctx.total_step_ns
     assert findings and busy < 0.6 * steps  # the device idles most of the step
     for f in findings:
-        assert f.saving_ns <= busy, (f.rule, f.saving_ns, busy)
+        # a fix of device work gives back at most the device's busy time; a host-side fix
+        # (fewer launches, no syncs) at most the steps
+        bound = busy if f.rule in DEVICE_SIDE else steps
+        assert f.saving_ns <= bound, (f.rule, f.saving_ns, bound)
     replayed = [f for f in findings if f.replayed]
     assert replayed, [f.rule for f in findings]
 
