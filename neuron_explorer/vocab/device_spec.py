@@ -56,6 +56,9 @@ class ModelPolicy:
     dma_piece_min_bytes: int  # a stage's tensor is spread over queues in pieces >= this
     engine_tile_elems: int  # elements one Vector/Scalar/GpSimd instruction handles
     sbuf_operand_share: float  # share of SBUF a matmul keeps its operands in
+    # share of SBUF a compiled graph (one NEFF) keeps live intermediates in; the rest holds the
+    # operands being streamed. Past it an intermediate is spilled to HBM
+    sbuf_resident_share: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ POLICY = ModelPolicy(
     dma_piece_min_bytes=64 << 10,  # a stage's tensor is spread over queues in pieces >= this
     engine_tile_elems=128 * 512,  # elements one Vector/Scalar/GpSimd instruction handles
     sbuf_operand_share=0.5,  # share of SBUF a matmul keeps its operands in
+    # share of SBUF a NEFF keeps live intermediates in (the other half double-buffers the
+    # operands streamed from HBM): an assumption, as the compiler's allocator is not published
+    sbuf_resident_share=0.5,
 )
 
 _MIB = 1 << 20

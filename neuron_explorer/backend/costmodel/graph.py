@@ -1,0 +1,250 @@
+"""A compiled graph as the Neuron compiler runs it: one NEFF, one launch, ops fused, SBUF kept.
+
+neuronx-cc turns a whole graph into one NEFF that the runtime launches once. The model of it:
+
+- **Fusion**: an elementwise, transcendental, reduction, norm or softmax op that consumes an
+  output of the group before it joins that group (a matmul's bias, activation and cast run on
+  its PSUM tiles; a chain of elementwise ops runs tile by tile), so it launches nothing and
+  moves nothing to HBM.
+- **SBUF residency**: an intermediate that a later group reads stays in SBUF while the live
+  intermediates fit `sbuf_bytes * policy.sbuf_resident_share`; past that it is spilled: written
+  to HBM by its producer and read back by each consumer. Graph inputs (weights, activations)
+  are read from HBM and graph outputs written to it.
+- **Overlap**: the NEFF is one schedulable plan. A group's compute waits only for the groups
+  that produce its inputs (their last compute when the input stayed in SBUF, their stores when
+  it spilled), so independent ops overlap on idle engines; a group's loads wait only for the
+  previous group to start computing (the next op's weights are prefetched under the current
+  op's compute, with SBUF for two ops' operands).
+
+Each group remains a kernel (its instructions are a slice of the NEFF's), so ops stay visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import ops
+from .lowering import _pass, assemble, lower_op
+from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
+from .spec import DeviceSpec, get_spec
+
+# ops that run on a producer's tiles in SBUF (engine passes with no layout change of their own)
+FUSABLE = frozenset(
+    {ops.ELEMENTWISE, ops.TRANSCENDENTAL, ops.REDUCTION, ops.NORM, ops.SOFTMAX}
+)
+Value = tuple[int, int]  # (index of the producing op, index of its output)
+
+
+@dataclass(frozen=True)
+class GraphOp:
+    """One aten op of a graph: its tensors, and where each input comes from.
+
+    `sources[i]` is the (op index, output index) that produced input i, None for a graph input;
+    `exported[j]` says the graph returns output j (it must reach HBM).
+    """
+
+    op: str
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    sources: tuple[Value | None, ...]
+    exported: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True)
+class NeffGroup:
+    """One fused group of a NEFF: its kernel (HBM traffic after residency), the graph ops it
+    runs, its instructions' place in the NEFF plan, and the SBUF bytes it spilled."""
+
+    plan: KernelPlan
+    ops: tuple[int, ...]
+    first_instr: int
+    spilled_bytes: int
+
+
+@dataclass(frozen=True)
+class NeffPlan:
+    """A compiled graph: `plan` is every group's instructions as one unit for the timeline."""
+
+    name: str
+    plan: KernelPlan
+    groups: tuple[NeffGroup, ...]
+
+
+def _group_ops(plans: Sequence[KernelPlan], graph: Sequence[GraphOp], alias) -> list[list[int]]:
+    """Op indices per group: a fusable op joins the latest group when it reads one of its
+    outputs; every other op starts a group. Views (empty plans) belong to none."""
+    groups: list[list[int]] = []
+    owner: dict[int, int] = {}  # op index -> group index
+    for i, (plan, gop) in enumerate(zip(plans, graph, strict=True)):
+        if plan.is_empty:
+            continue
+        producers = {owner.get(alias(s)[0]) for s in gop.sources if s is not None}
+        if groups and plan.category in FUSABLE and len(groups) - 1 in producers:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        owner[i] = len(groups) - 1
+    return groups
+
+
+def lower_graph(
+    graph: Sequence[GraphOp], name: str = "neff", spec: DeviceSpec | None = None
+) -> NeffPlan:
+    """The NEFF of a graph (ops in topological order, as an FX graph lists them)."""
+    spec = spec or get_spec()
+    plans = [lower_op(g.op, g.inputs, g.outputs, spec) for g in graph]
+    # a view's output is its input's storage: resolve values through views
+    alias_of: dict[Value, Value] = {}
+    for i, (plan, g) in enumerate(zip(plans, graph, strict=True)):
+        if plan.is_empty and g.sources and g.sources[0] is not None:
+            for j in range(len(g.outputs)):
+                alias_of[(i, j)] = alias_of.get(g.sources[0], g.sources[0])
+
+    def alias(v: Value) -> Value:
+        return alias_of.get(v, v)
+
+    exported: set[Value] = set()
+    for i, g in enumerate(graph):
+        exported.update(alias((i, j)) for j, e in enumerate(g.exported) if e)
+    groups = _group_ops(plans, graph, alias)
+    group_of = {i: gi for gi, members in enumerate(groups) for i in members}
+    last_use: dict[Value, int] = {}  # value -> last group reading it
+    for i, g in enumerate(graph):
+        if i in group_of:
+            for s in g.sources:
+                if s is not None:
+                    last_use[alias(s)] = group_of[i]
+    capacity = spec.sbuf_bytes * spec.policy.sbuf_resident_share
+    resident: dict[Value, int] = {}  # value -> bytes, live in SBUF
+    spilled: set[Value] = set()
+    built: list[tuple[KernelPlan, set[int], set[int], int]] = []  # plan, deps, spilled, bytes
+    for gi, members in enumerate(groups):
+        plan, sbuf_deps, hbm_deps, spill = _build_group(
+            gi, members, graph, plans, spec, alias, group_of, exported, last_use, resident,
+            spilled, capacity,
+        )  # fmt: skip
+        built.append((plan, sbuf_deps, hbm_deps, spill))
+        for v in [v for v, last in last_use.items() if last <= gi and v in resident]:
+            del resident[v]
+    return _assemble_neff(name, built, groups, spec)
+
+
+def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, last_use, resident,
+                 spilled, capacity) -> tuple[KernelPlan, set[int], set[int], int]:  # fmt: skip
+    """One group's kernel with only its HBM traffic, and the groups it waits for."""
+    inside = set(members)
+    reads: list[int] = []
+    ins: list[TensorInfo] = []
+    sbuf_deps: set[int] = set()  # producer groups whose output this one reads from SBUF
+    hbm_deps: set[int] = set()  # ... or from HBM, after they spilled it
+    computes: list[Compute] = []
+    for i in members:
+        g, plan = graph[i], plans[i]
+        skipped = 0  # bytes of this op's inputs that never come from HBM
+        for t, s in zip(g.inputs, g.sources, strict=True):
+            v = alias(s) if s is not None else None
+            if v is not None and v[0] in inside:
+                skipped += t.nbytes
+            elif v is not None and v in resident:
+                skipped += t.nbytes
+                sbuf_deps.add(group_of[v[0]])
+            else:
+                ins.append(t)
+                if v is not None and v[0] in group_of:
+                    hbm_deps.add(group_of[v[0]])
+        # the op's own HBM reads (a gather's rows, a matmul's re-reads) less what SBUF holds
+        reads.append(max(0, plan.bytes_read - skipped))
+        computes.extend(plan.computes or _copy_work(spec, plan))
+    writes: list[int] = []
+    outs: list[TensorInfo] = []
+    spill = 0
+    for i in members:
+        for j, t in enumerate(graph[i].outputs):
+            v = (i, j)
+            needed_later = last_use.get(v, -1) > gi
+            if v in exported:
+                writes.append(t.nbytes)
+                outs.append(t)
+            if not needed_later:
+                continue
+            used = sum(resident.values())
+            if used + t.nbytes <= capacity:
+                resident[v] = t.nbytes
+            elif v not in exported:  # SBUF is full: the producer writes it out for its readers
+                spilled.add(v)
+                spill += t.nbytes
+                writes.append(t.nbytes)
+                outs.append(t)
+    first = plans[members[0]]
+    work = [plans[i] for i in members]
+    gname = first.name if len(work) == 1 else "fused_" + "_".join(p.name for p in work)
+    op = first.op if len(work) == 1 else "+".join(p.op for p in work)
+    category = first.category if len(work) == 1 else "fused"
+    gemms = tuple(gm for p in work for gm in p.gemms)
+    plan = assemble(spec, gname[:120], op, category, tuple(ins), tuple(outs), reads, computes,
+                    writes, gemms)  # fmt: skip
+    sbuf_deps.discard(gi)
+    hbm_deps.discard(gi)
+    return plan, sbuf_deps, hbm_deps, spill
+
+
+def _copy_work(spec: DeviceSpec, plan: KernelPlan) -> tuple[Compute, ...]:
+    """A copy (clone, cat, a layout change) inside a NEFF moves its tiles on VectorE."""
+    elems = max((t.numel for t in plan.outputs), default=1)
+    size = max((t.itemsize for t in plan.outputs), default=4)
+    return (_pass(spec, spec.vector, "tensor_copy", elems, size, 0),)
+
+
+def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
+    """Concatenate the groups' instructions into one plan with the cross-group dependencies."""
+    nq = spec.dma_queues
+    instrs: list[Instr] = []
+    out: list[NeffGroup] = []
+    last_compute: list[int] = []  # per group: its last compute instruction in the NEFF
+    first_compute: list[int] = []
+    stores: list[tuple[int, ...]] = []
+    rotation = 0
+    for gi, (plan, sbuf_deps, hbm_deps, spill) in enumerate(built):
+        base = len(instrs)
+        extra = tuple(sorted({last_compute[d] for d in sbuf_deps}
+                             | {s for d in hbm_deps for s in stores[d]}))  # fmt: skip
+        prefetch = (first_compute[gi - 1],) if gi and first_compute[gi - 1] >= 0 else ()
+        first_c = -1
+        mine: list[int] = []
+        for k, ins in enumerate(plan.instrs):
+            deps = tuple(d + base for d in ins.deps)
+            if ins.engine == DMA:
+                queue = (ins.queue + rotation) % nq
+                if not ins.deps:  # a load: the previous group has started computing
+                    deps = prefetch
+                ins = ins._replace(queue=queue)
+            elif first_c < 0:
+                first_c = base + k
+                deps = tuple(sorted(set(deps) | set(extra)))
+            instrs.append(ins._replace(deps=deps))
+            if ins.engine == DMA and ins.bytes_written and not ins.bytes_read:
+                mine.append(base + k)
+        rotation = (rotation + plan.dma_queues_used) % nq
+        computes = [base + k for k, ins in enumerate(plan.instrs) if ins.engine != DMA]
+        first_compute.append(first_c)
+        last_compute.append(computes[-1] if computes else (first_compute[gi - 1] if gi else -1))
+        stores.append(tuple(mine) or ((last_compute[-1],) if last_compute[-1] >= 0 else ()))
+        event_plan = _slice(plan, instrs[base:], base)
+        out.append(NeffGroup(event_plan, tuple(groups[gi]), base, spill))
+    whole = KernelPlan(name, name, tuple(instrs), sum(p.flops for p, *_ in built),
+                       sum(p.bytes_read for p, *_ in built), sum(p.bytes_written for p, *_ in built),
+                       (), (), (), "neff", spec.name,
+                       tuple(g for p, *_ in built for g in p.gemms))  # fmt: skip
+    return NeffPlan(name, whole, tuple(out))
+
+
+def _slice(plan: KernelPlan, instrs: Sequence[Instr], base: int) -> KernelPlan:
+    """The group's kernel as an event sees it: its NEFF instructions (queues as placed), with
+    only the dependencies inside the group."""
+    local = tuple(
+        ins._replace(deps=tuple(d - base for d in ins.deps if d >= base)) for ins in instrs
+    )
+    return KernelPlan(plan.name, plan.op, local, plan.flops, plan.bytes_read, plan.bytes_written,
+                      plan.inputs, plan.outputs, plan.computes, plan.category, plan.spec,
+                      plan.gemms)  # fmt: skip
