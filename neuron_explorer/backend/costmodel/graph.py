@@ -76,14 +76,20 @@ def _group_ops(plans: Sequence[KernelPlan], graph: Sequence[GraphOp], alias) -> 
     outputs; every other op starts a group. Views (empty plans) belong to none."""
     groups: list[list[int]] = []
     owner: dict[int, int] = {}  # op index -> group index
+    loop: int | None = None  # elements of the latest group's loop, when it is all fusable ops
     for i, (plan, gop) in enumerate(zip(plans, graph, strict=True)):
         if plan.is_empty:
             continue
         producers = {owner.get(alias(s)[0]) for s in gop.sources if s is not None}
-        if groups and plan.category in FUSABLE and len(groups) - 1 in producers:
+        elems = max((t.numel for t in gop.outputs), default=0)
+        fusable = plan.category in FUSABLE
+        if groups and fusable and (len(groups) - 1 in producers or elems == loop):
+            # on the latest group's tiles: its consumer, or a sibling over the same elements
+            # (loop fusion: the compiler runs independent elementwise chains in one tile loop)
             groups[-1].append(i)
         else:
             groups.append([i])
+            loop = elems if fusable else None
         owner[i] = len(groups) - 1
     return groups
 
@@ -205,11 +211,14 @@ def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
     first_compute: list[int] = []
     stores: list[tuple[int, ...]] = []
     rotation = 0
+    loaded: list[int] = []  # per group: the HBM bytes it loads into SBUF
+    staging = spec.sbuf_bytes * (1 - spec.policy.sbuf_resident_share)
     for gi, (plan, sbuf_deps, hbm_deps, spill) in enumerate(built):
         base = len(instrs)
         extra = tuple(sorted({last_compute[d] for d in sbuf_deps}
                              | {s for d in hbm_deps for s in stores[d]}))  # fmt: skip
-        prefetch = (first_compute[gi - 1],) if gi and first_compute[gi - 1] >= 0 else ()
+        prefetch = _prefetch_dep(gi, loaded, plan.bytes_read, first_compute, staging)
+        loaded.append(plan.bytes_read)
         first_c = -1
         mine: list[int] = []
         for k, ins in enumerate(plan.instrs):
@@ -237,6 +246,19 @@ def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
                        (), (), (), "neff", spec.name,
                        tuple(g for p, *_ in built for g in p.gemms))  # fmt: skip
     return NeffPlan(name, whole, tuple(out))
+
+
+def _prefetch_dep(gi: int, loaded: list[int], mine: int, first_compute: list[int],
+                  staging: float) -> tuple[int, ...]:
+    """What a group's loads wait for: the latest earlier group whose operands, with every later
+    group's and this one's, would not fit SBUF's staging share has started computing (the
+    compiler prefetches as far ahead as SBUF holds the operands)."""
+    total = mine
+    for h in range(gi - 1, -1, -1):
+        total += loaded[h]
+        if total > staging:
+            return (first_compute[h],) if first_compute[h] >= 0 else ()
+    return ()
 
 
 def _slice(plan: KernelPlan, instrs: Sequence[Instr], base: int) -> KernelPlan:

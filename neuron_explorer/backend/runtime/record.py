@@ -96,10 +96,19 @@ def _tensor_infos(payloads):
     # the device computes float64 as float32, so that is what its kernels move and compute
     return [
         TensorInfo(
-            shape=tuple(p.shape), dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype)
+            shape=tuple(p.shape), dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype),
+            transposed=is_transposed(p),
         )
         for p in payloads
     ]
+
+
+def is_transposed(t: torch.Tensor) -> bool:
+    """A column-major view of a matrix (`w.t()`, `x.transpose(-1, -2)`)."""
+    try:
+        return t.dim() >= 2 and t.stride(-2) == 1 and t.stride(-1) > 1 and t.shape[-2] > 1
+    except (RuntimeError, TypeError):  # no strides (sparse, symbolic)
+        return False
 
 
 def lower(info, in_payloads, out_payloads):
