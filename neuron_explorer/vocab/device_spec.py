@@ -45,6 +45,7 @@ class CollectiveSpec:
     efa_bytes_per_s: float  # EFA between instances, the instance's bandwidth per chip
     chips_per_node: int  # chips one NeuronLink domain (an instance) holds
     step_latency_ns: int  # fixed cost of one ring or tree step (a hop's handshake)
+    launch_ns: int = 0  # fixed cost of one collective (its launch and the CC cores' sync)
 
 
 @dataclass(frozen=True)

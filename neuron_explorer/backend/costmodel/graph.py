@@ -58,7 +58,7 @@ class NeffGroup:
 
     plan: KernelPlan
     ops: tuple[int, ...]
-    first_instr: int
+    instr_index: tuple[int, ...]  # where each of the plan's instructions is in the NEFF's
     spilled_bytes: int
 
 
@@ -203,49 +203,81 @@ def _copy_work(spec: DeviceSpec, plan: KernelPlan) -> tuple[Compute, ...]:
 
 
 def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
-    """Concatenate the groups' instructions into one plan with the cross-group dependencies."""
+    """Concatenate the groups' instructions into one plan with the cross-group dependencies,
+    then issue each group's stores after the next group's first loads: DMA queues run in issue
+    order, and a store waiting for its compute must not hold back the next op's prefetch."""
     nq = spec.dma_queues
     instrs: list[Instr] = []
-    out: list[NeffGroup] = []
     last_compute: list[int] = []  # per group: its last compute instruction in the NEFF
     first_compute: list[int] = []
     stores: list[tuple[int, ...]] = []
+    heads: list[list[int]] = []  # per group: the loads issued before its first compute
     rotation = 0
     loaded: list[int] = []  # per group: the HBM bytes it loads into SBUF
     staging = spec.sbuf_bytes * (1 - spec.policy.sbuf_resident_share)
-    for gi, (plan, sbuf_deps, hbm_deps, spill) in enumerate(built):
+    for gi, (plan, sbuf_deps, hbm_deps, _spill) in enumerate(built):
         base = len(instrs)
-        extra = tuple(sorted({last_compute[d] for d in sbuf_deps}
-                             | {s for d in hbm_deps for s in stores[d]}))  # fmt: skip
+        extra = {last_compute[d] for d in sbuf_deps} | {s for d in hbm_deps for s in stores[d]}
         prefetch = _prefetch_dep(gi, loaded, plan.bytes_read, first_compute, staging)
         loaded.append(plan.bytes_read)
         first_c = -1
         mine: list[int] = []
+        head: list[int] = []
         for k, ins in enumerate(plan.instrs):
             deps = tuple(d + base for d in ins.deps)
             if ins.engine == DMA:
                 queue = (ins.queue + rotation) % nq
-                if not ins.deps:  # a load: the previous group has started computing
+                if not ins.deps:  # a load: an earlier group has started computing
                     deps = prefetch
+                    if first_c < 0:
+                        head.append(base + k)
+                elif ins.bytes_written and not ins.bytes_read:
+                    mine.append(base + k)
                 ins = ins._replace(queue=queue)
             elif first_c < 0:
                 first_c = base + k
-                deps = tuple(sorted(set(deps) | set(extra)))
+                deps = tuple(sorted(set(deps) | extra))
             instrs.append(ins._replace(deps=deps))
-            if ins.engine == DMA and ins.bytes_written and not ins.bytes_read:
-                mine.append(base + k)
         rotation = (rotation + plan.dma_queues_used) % nq
         computes = [base + k for k, ins in enumerate(plan.instrs) if ins.engine != DMA]
         first_compute.append(first_c)
         last_compute.append(computes[-1] if computes else (first_compute[gi - 1] if gi else -1))
         stores.append(tuple(mine) or ((last_compute[-1],) if last_compute[-1] >= 0 else ()))
-        event_plan = _slice(plan, instrs[base:], base)
-        out.append(NeffGroup(event_plan, tuple(groups[gi]), base, spill))
-    whole = KernelPlan(name, name, tuple(instrs), sum(p.flops for p, *_ in built),
+        heads.append(head)
+    order = _issue_order(built, heads, stores)
+    where = {old: new for new, old in enumerate(order)}
+    issued = [instrs[old]._replace(deps=tuple(sorted(where[d] for d in instrs[old].deps)))
+              for old in order]  # fmt: skip
+    out: list[NeffGroup] = []
+    base = 0
+    for gi, (plan, *_rest, spill) in enumerate(built):
+        index = tuple(where[old] for old in range(base, base + len(plan.instrs)))
+        base += len(plan.instrs)
+        out.append(NeffGroup(_slice(plan, issued, index), tuple(groups[gi]), index, spill))
+    whole = KernelPlan(name, name, tuple(issued), sum(p.flops for p, *_ in built),
                        sum(p.bytes_read for p, *_ in built), sum(p.bytes_written for p, *_ in built),
                        (), (), (), "neff", spec.name,
                        tuple(g for p, *_ in built for g in p.gemms))  # fmt: skip
     return NeffPlan(name, whole, tuple(out))
+
+
+def _issue_order(built, heads: list[list[int]], stores: list[tuple[int, ...]]) -> list[int]:
+    """Old indices in issue order: each group's stores move after the next group's head loads
+    (they depend only on their own group's compute, already issued)."""
+    order: list[int] = []
+    deferred: list[int] = []
+    base = 0
+    for gi, (plan, *_rest) in enumerate(built):
+        head = heads[gi]
+        order.extend(head)
+        order.extend(deferred)
+        mine = set(stores[gi]) if gi + 1 < len(built) else set()
+        skip = set(head) | mine
+        order.extend(i for i in range(base, base + len(plan.instrs)) if i not in skip)
+        deferred = [i for i in range(base, base + len(plan.instrs)) if i in mine]
+        base += len(plan.instrs)
+    order.extend(deferred)
+    return order
 
 
 def _prefetch_dep(gi: int, loaded: list[int], mine: int, first_compute: list[int],
@@ -261,12 +293,14 @@ def _prefetch_dep(gi: int, loaded: list[int], mine: int, first_compute: list[int
     return ()
 
 
-def _slice(plan: KernelPlan, instrs: Sequence[Instr], base: int) -> KernelPlan:
+def _slice(plan: KernelPlan, issued: Sequence[Instr], index: tuple[int, ...]) -> KernelPlan:
     """The group's kernel as an event sees it: its NEFF instructions (queues as placed), with
     only the dependencies inside the group."""
-    local = tuple(
-        ins._replace(deps=tuple(d - base for d in ins.deps if d >= base)) for ins in instrs
+    local = {n: k for k, n in enumerate(index)}
+    instrs = tuple(
+        issued[n]._replace(deps=tuple(local[d] for d in issued[n].deps if d in local))
+        for n in index
     )
-    return KernelPlan(plan.name, plan.op, local, plan.flops, plan.bytes_read, plan.bytes_written,
+    return KernelPlan(plan.name, plan.op, instrs, plan.flops, plan.bytes_read, plan.bytes_written,
                       plan.inputs, plan.outputs, plan.computes, plan.category, plan.spec,
                       plan.gemms)  # fmt: skip

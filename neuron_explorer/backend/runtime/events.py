@@ -126,9 +126,9 @@ class KernelRecord(NamedTuple):
     seq: int
     bwd: bool
     args: dict | None
-    # a NEFF's group: where its instructions start in the NEFF plan that `cell` places (the
-    # whole compiled graph is one unit on the timeline); -1 for a kernel placed on its own
-    first_instr: int
+    # a NEFF's group: where each of its instructions is in the NEFF plan that `cell` places
+    # (the whole compiled graph is one unit on the timeline); None for a kernel on its own
+    neff_index: tuple | None
 
 
 class ForwardRecord(NamedTuple):
@@ -307,7 +307,7 @@ def _launch_events(r: LaunchRecord, out: list[RuntimeEvent], budget: int) -> int
     """An eager kernel launch: the kernel (with its instructions), then its launching call."""
     plan, shapes, dtypes = r.entry
     kernel = KernelRecord(r.kernel_id, plan.name, r.op, shapes, dtypes, r.tid, plan,
-                          [plan, r.ready, r.placed], r.flow, r.site, r.seq, r.bwd, None, -1)  # fmt: skip
+                          [plan, r.ready, r.placed], r.flow, r.site, r.seq, r.bwd, None, None)  # fmt: skip
     budget = _kernel_events(kernel, out, budget)
     launch = HostRecord(r.host_id, "runtime", "launch", r.op, shapes, dtypes, r.tid, r.t0, r.t1,
                         r.cost, r.cut, r.site, r.seq, r.bwd, r.flow, None)  # fmt: skip
@@ -321,11 +321,11 @@ def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int
     eid, op, tid, plan, flow, seq, bwd = k.id, k.op, k.tid, k.plan, k.flow, k.seq, k.bwd
     if k.cell[-1] is None:  # launched on another thread while this drain began
         model.schedule_pending()
-    if k.first_instr < 0:
+    if k.neff_index is None:
         run = KernelRun(plan, *k.cell[-1])
     else:  # a slice of its NEFF's placement
         _first, _last, offsets, rot, nq, shift = k.cell[-1]
-        mine = offsets[k.first_instr : k.first_instr + len(plan.instrs)]
+        mine = tuple([offsets[n] for n in k.neff_index])
         end = max((o + i.dur_ns for o, i in zip(mine, plan.instrs, strict=True)), default=0)
         run = KernelRun(plan, shift + min(mine, default=0), shift + end, mine, rot, nq, shift)
     file, line, func, stack, module = where(k.site)

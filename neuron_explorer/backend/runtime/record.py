@@ -131,7 +131,7 @@ def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, 
     _pending.append(cell)
     _buf.append(
         (KernelRecord, next(_ids), plan.name, op, shapes, dtypes, tid, plan, cell, flow, src, seq,
-         bwd, args, -1)
+         bwd, args, None)
     )  # fmt: skip
 
 
@@ -145,7 +145,7 @@ def submit_neff(neff, kernels, ready_ns, op, tid, flow, seq, bwd) -> None:
         plan = group.plan
         _buf.append(
             (KernelRecord, next(_ids), plan.name, op, (), (), tid, plan, cell, flow, src, seq, bwd,
-             args, group.first_instr)
+             args, group.instr_index)
         )  # fmt: skip
 
 
