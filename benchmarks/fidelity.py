@@ -151,9 +151,9 @@ POINTS = (
     Point("all-reduce 2 ranks 64 KiB", "trn1", 58_000,
           f"{_AWS} tools/neuron-sys-tools/nccom-test.rst: the curve's floor (to 64 KiB)",
           _all_reduce(64 << 10), "fp32, cost model's collective time (no device run)"),
-    Point("all-reduce 2 ranks 1 GiB", "trn1", round(1e9 / 52.83),
+    Point("all-reduce 2 ranks 1 GiB", "trn1", round((1 << 30) / 52.83),
           f"{_AWS} tools/neuron-sys-tools/nccom-test.rst: 52.83 GB/s bus bandwidth at 1 GiB",
-          _all_reduce(1 << 30), "fp32, 1 GiB / 52.83 GB/s; cost model's collective time"),
+          _all_reduce(1 << 30), "fp32, 1 GiB over 52.83 GB/s; cost model's collective time"),
 )  # fmt: skip
 
 

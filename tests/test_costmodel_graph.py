@@ -59,19 +59,20 @@ def test_sibling_elementwise_chains_over_the_same_elements_run_as_one_loop():
     """NKIBench's AdamW reference: four inputs, one output, every op fused."""
     p, g, m, v = (T(1024, 1024, dtype="float32") for _ in range(4))
     t = T(1024, 1024, dtype="float32")
+    P, G, M, V = ((-1 - k, 0) for k in range(4))  # graph inputs 0-3
     graph = [
-        GraphOp("aten::mul.Tensor", (p,), (t,), (None,)),  # 1e-5 * theta
-        GraphOp("aten::sub.Tensor", (p, t), (t,), (None, (0, 0))),
-        GraphOp("aten::mul.Tensor", (m,), (t,), (None,)),  # a new chain: 0.9 * m
-        GraphOp("aten::mul.Tensor", (g,), (t,), (None,)),
+        GraphOp("aten::mul.Tensor", (p,), (t,), (P,)),  # 1e-5 * theta
+        GraphOp("aten::sub.Tensor", (p, t), (t,), (P, (0, 0))),
+        GraphOp("aten::mul.Tensor", (m,), (t,), (M,)),  # a new chain: 0.9 * m
+        GraphOp("aten::mul.Tensor", (g,), (t,), (G,)),
         GraphOp("aten::add.Tensor", (t, t), (t,), ((2, 0), (3, 0))),
-        GraphOp("aten::mul.Tensor", (v,), (t,), (None,)),
+        GraphOp("aten::mul.Tensor", (v,), (t,), (V,)),
         GraphOp("aten::sqrt", (t,), (t,), ((5, 0),)),
         GraphOp("aten::div.Tensor", (t, t), (t,), ((4, 0), (6, 0))),
         GraphOp("aten::sub.Tensor", (t, t), (t,), ((1, 0), (7, 0)), (True,)),
     ]
     (group,) = lower_graph(graph, "adamw", SPEC).groups
-    assert group.plan.bytes_read == 1024 * 1024 * 4 * 5  # theta twice (two of its ops), m, g, v
+    assert group.plan.bytes_read == 1024 * 1024 * 4 * 4  # theta (read by two ops) once, m, g, v
     assert group.plan.bytes_written == 1024 * 1024 * 4
     assert "reciprocal" in {c.opcode for c in group.plan.computes}  # x / y on VectorE
 
@@ -79,9 +80,14 @@ def test_sibling_elementwise_chains_over_the_same_elements_run_as_one_loop():
 def test_a_neff_is_one_unit_whose_independent_groups_overlap():
     x = T(512, 1024)
     ws = [T(1024, 1024) for _ in range(3)]
-    graph = [GraphOp("aten::mm", (x, w), (T(512, 1024),), (None, None), (True,)) for w in ws]
+    graph = [GraphOp("aten::mm", (x, w), (T(512, 1024),), ((-1, 0), (-2 - k, 0)), (True,))
+             for k, w in enumerate(ws)]  # fmt: skip
     neff = lower_graph(graph, "qkv", SPEC)
     assert len(neff.groups) == 3
+    # x, a graph input all three read, is loaded once and stays in SBUF for the other two
+    assert [g.plan.bytes_read for g in neff.groups] == [(512 + 1024) * 1024 * 2] + [
+        1024 * 1024 * 2
+    ] * 2
     run = DeviceTimeline(SPEC).submit(neff.plan, 1000)
     alone = sum(DeviceTimeline(SPEC).submit(g.plan, 0).dur_ns for g in neff.groups)
     assert run.start_ns >= 1000 and run.dur_ns < alone  # loads prefetched under compute

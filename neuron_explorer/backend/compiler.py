@@ -62,7 +62,11 @@ def graph_ops(gm: torch.fx.GraphModule) -> tuple[list, list[torch.fx.Node]]:
 
     value: dict[torch.fx.Node, tuple[int, int]] = {}
     found: list[tuple[torch.fx.Node, str, list, list, list]] = []
+    placeholders = 0
     for node in gm.graph.nodes:
+        if node.op == "placeholder":  # graph input k is (-1 - k, 0)
+            placeholders += 1
+            value[node] = (-placeholders, 0)
         if node.op != "call_function":
             continue
         if node.target is operator.getitem and node.args[0] in value:

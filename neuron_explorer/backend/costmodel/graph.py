@@ -40,8 +40,9 @@ Value = tuple[int, int]  # (index of the producing op, index of its output)
 class GraphOp:
     """One aten op of a graph: its tensors, and where each input comes from.
 
-    `sources[i]` is the (op index, output index) that produced input i, None for a graph input;
-    `exported[j]` says the graph returns output j (it must reach HBM).
+    `sources[i]` is the (op index, output index) that produced input i; graph input k is
+    (-1 - k, 0), and None an input of unknown origin (read from HBM); `exported[j]` says the
+    graph returns output j (it must reach HBM).
     """
 
     op: str
@@ -122,7 +123,7 @@ def lower_graph(
                 if s is not None:
                     last_use[alias(s)] = group_of[i]
     capacity = spec.sbuf_bytes * spec.policy.sbuf_resident_share
-    resident: dict[Value, int] = {}  # value -> bytes, live in SBUF
+    resident: dict[Value, tuple[int, int]] = {}  # value -> (group holding it in SBUF, bytes)
     spilled: set[Value] = set()
     built: list[tuple[KernelPlan, set[int], set[int], int]] = []  # plan, deps, spilled, bytes
     for gi, members in enumerate(groups):
@@ -140,6 +141,7 @@ def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, las
                  spilled, capacity) -> tuple[KernelPlan, set[int], set[int], int]:  # fmt: skip
     """One group's kernel with only its HBM traffic, and the groups it waits for."""
     inside = set(members)
+    loaded: set[Value] = set()  # graph inputs and spilled values this group loads
     reads: list[int] = []
     ins: list[TensorInfo] = []
     sbuf_deps: set[int] = set()  # producer groups whose output this one reads from SBUF
@@ -150,13 +152,15 @@ def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, las
         skipped = 0  # bytes of this op's inputs that never come from HBM
         for t, s in zip(g.inputs, g.sources, strict=True):
             v = alias(s) if s is not None else None
-            if v is not None and v[0] in inside:
+            if v is not None and (v[0] in inside or v in loaded):
                 skipped += t.nbytes
             elif v is not None and v in resident:
                 skipped += t.nbytes
-                sbuf_deps.add(group_of[v[0]])
+                sbuf_deps.add(resident[v][0])
             else:
                 ins.append(t)
+                if v is not None:
+                    loaded.add(v)
                 if v is not None and v[0] in group_of:
                     hbm_deps.add(group_of[v[0]])
         # the op's own HBM reads (a gather's rows, a matmul's re-reads) less what SBUF holds
@@ -174,14 +178,20 @@ def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, las
                 outs.append(t)
             if not needed_later:
                 continue
-            used = sum(resident.values())
+            used = sum(b for _g, b in resident.values())
             if used + t.nbytes <= capacity:
-                resident[v] = t.nbytes
+                resident[v] = (gi, t.nbytes)
             elif v not in exported:  # SBUF is full: the producer writes it out for its readers
                 spilled.add(v)
                 spill += t.nbytes
                 writes.append(t.nbytes)
                 outs.append(t)
+    for v in loaded:  # a graph input later groups read too stays in SBUF while it fits
+        nbytes = next(t.nbytes for i in members for t, s in zip(graph[i].inputs, graph[i].sources,
+                      strict=True) if s is not None and alias(s) == v)  # fmt: skip
+        used = sum(b for _g, b in resident.values())
+        if last_use.get(v, -1) > gi and v not in spilled and used + nbytes <= capacity:
+            resident[v] = (gi, nbytes)
     first = plans[members[0]]
     work = [plans[i] for i in members]
     gname = first.name if len(work) == 1 else "fused_" + "_".join(p.name for p in work)
@@ -212,6 +222,7 @@ def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
     first_compute: list[int] = []
     stores: list[tuple[int, ...]] = []
     heads: list[list[int]] = []  # per group: the loads issued before its first compute
+    writes: list[list[int]] = []  # per group: its stores to HBM
     rotation = 0
     loaded: list[int] = []  # per group: the HBM bytes it loads into SBUF
     staging = spec.sbuf_bytes * (1 - spec.policy.sbuf_resident_share)
@@ -244,7 +255,8 @@ def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
         last_compute.append(computes[-1] if computes else (first_compute[gi - 1] if gi else -1))
         stores.append(tuple(mine) or ((last_compute[-1],) if last_compute[-1] >= 0 else ()))
         heads.append(head)
-    order = _issue_order(built, heads, stores)
+        writes.append(mine)
+    order = _issue_order(built, heads, writes)
     where = {old: new for new, old in enumerate(order)}
     issued = [instrs[old]._replace(deps=tuple(sorted(where[d] for d in instrs[old].deps)))
               for old in order]  # fmt: skip
@@ -261,7 +273,7 @@ def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
     return NeffPlan(name, whole, tuple(out))
 
 
-def _issue_order(built, heads: list[list[int]], stores: list[tuple[int, ...]]) -> list[int]:
+def _issue_order(built, heads: list[list[int]], stores: list[list[int]]) -> list[int]:
     """Old indices in issue order: each group's stores move after the next group's head loads
     (they depend only on their own group's compute, already issued)."""
     order: list[int] = []
