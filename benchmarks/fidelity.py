@@ -1,7 +1,10 @@
 """How far to trust the `neuron` device's modeled times: published measurements of real Trainium
 workloads beside what the cost model gives for the same work, run on the device.
 
-Run: make fidelity   (or .venv/bin/python benchmarks/fidelity.py [--only NAME ...] [--markdown])
+Run: make fidelity   (or .venv/bin/python benchmarks/fidelity.py [--only NAME ...] [--write])
+`--write` puts the table, dated, into docs/costmodel.md (between its fidelity markers) and into
+the web UI's page that the "device times modeled" badge links to
+(neuron_explorer/web/static/fidelity.html).
 
 Each point runs its workload on the `neuron` device with the stated chip while a profiler
 records, and reads the modeled device time from the recorded kernel events: a compiled model's
@@ -14,18 +17,28 @@ on a 2-core machine (the fp32 and bf16 matmuls compute half a TFLOP each on the 
 from __future__ import annotations
 
 import argparse
+import html
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import torch  # noqa: E402
+import torch
 
-from neuron_explorer import backend  # noqa: E402
+from neuron_explorer import backend
 
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "costmodel.md"
+PAGE = ROOT / "neuron_explorer" / "web" / "static" / "fidelity.html"
+BEGIN, END = (
+    "<!-- fidelity table: benchmarks/fidelity.py --write -->",
+    "<!-- end of fidelity table -->",
+)
 _AWS = "aws-neuron/aws-neuron-sdk"
 _NKIBENCH = "zhang677/AccelOpt experiments/full_complete_local/profile_results.csv (NKIBench)"
 
@@ -161,10 +174,58 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms" if ns >= 100_000 else f"{ns / 1e3:.1f} us"
 
 
+def _markdown(rows: list, date: str) -> str:
+    lines = [
+        f"Measured {date} with `make fidelity` (this checkout's model; chip as stated).",
+        "",
+        "| workload | chip | published | modeled | modeled / published | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p, modeled, ratio in rows:
+        lines.append(f"| {p.name}: {p.what} | {p.chip} | {_ms(p.published_ns)} | {_ms(modeled)} "
+                     f"| {ratio:.2f} | {p.source} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _page(rows: list, date: str) -> str:
+    cells = "".join(
+        f"<tr><td>{html.escape(p.name)}: {html.escape(p.what)}</td><td>{p.chip}</td>"
+        f"<td>{_ms(p.published_ns)}</td><td>{_ms(m)}</td><td>{r:.2f}</td>"
+        f"<td>{html.escape(p.source)}</td></tr>"
+        for p, m, r in rows
+    )
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>How far to trust modeled device times</title>"
+        '<link rel="stylesheet" href="/static/app.css"></head><body><main id="app">'
+        "<h1>How far to trust modeled device times</h1>"
+        "<p>Every device time of a <code>neuron</code> profile comes from a cost model of one "
+        "NeuronCore (docs/costmodel.md), not a measurement. These are published measurements "
+        "of real Trainium workloads beside what the model gives for the same work. Written by "
+        f"<code>benchmarks/fidelity.py --write</code> on {date}.</p>"
+        "<table><thead><tr><th>workload</th><th>chip</th><th>published</th><th>modeled</th>"
+        f"<th>modeled / published</th><th>source</th></tr></thead><tbody>{cells}</tbody>"
+        '</table><p><a href="/">Back to the profiles</a></p></main></body></html>\n'
+    )
+
+
+def write(rows: list) -> None:
+    """The dated table into docs/costmodel.md and the web UI's fidelity page."""
+    date = time.strftime("%Y-%m-%d")
+    text = DOC.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{DOC}: no fidelity markers ({BEGIN} ... {END})")
+    DOC.write_text(pattern.sub(lambda _m: f"{BEGIN}\n{_markdown(rows, date)}\n{END}", text))
+    PAGE.write_text(_page(rows, date))
+    print(f"wrote {DOC.relative_to(ROOT)} and {PAGE.relative_to(ROOT)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="points whose name contains one of these")
-    parser.add_argument("--markdown", action="store_true", help="print the docs table")
+    parser.add_argument("--write", action="store_true",
+                        help="put the dated table into docs/costmodel.md and the web UI")  # fmt: skip
     args = parser.parse_args(argv)
     points = [p for p in POINTS if not args.only or any(s in p.name for s in args.only)]
     rows = []
@@ -179,13 +240,10 @@ def main(argv: list[str] | None = None) -> int:
               f"  ({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
     within = sum(abs(r - 1) <= 0.2 for _p, _m, r in rows)
     print(f"{within} of {len(rows)} points within 20% of the published figure")
-    if args.markdown:
-        print(f"\nMeasured {time.strftime('%Y-%m-%d')} (`make fidelity`).\n")
-        print("| workload | chip | published | modeled | modeled / published | source |")
-        print("|---|---|---|---|---|---|")
-        for p, modeled, ratio in rows:
-            print(f"| {p.name}: {p.what} | {p.chip} | {_ms(p.published_ns)} | {_ms(modeled)} "
-                  f"| {ratio:.2f} | {p.source} |")  # fmt: skip
+    if args.write:
+        if args.only:
+            raise SystemExit("--write needs every point: run it without --only")
+        write(rows)
     return 0
 
 

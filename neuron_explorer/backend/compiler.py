@@ -51,8 +51,9 @@ def _info(value) -> Any:
         shape = tuple(int(d) for d in value.shape)
     except (TypeError, ValueError):  # symbolic sizes: dynamic=False avoids them
         return None
-    return TensorInfo(shape=shape, dtype=_rec.dtype_name(value.dtype),
-                      transposed=_rec.is_transposed(value))
+    return TensorInfo(
+        shape=shape, dtype=_rec.dtype_name(value.dtype), transposed=_rec.is_transposed(value)
+    )
 
 
 def graph_ops(gm: torch.fx.GraphModule) -> tuple[list, list[torch.fx.Node]]:

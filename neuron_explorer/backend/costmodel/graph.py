@@ -30,9 +30,7 @@ from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
 from .spec import DeviceSpec, get_spec
 
 # ops that run on a producer's tiles in SBUF (engine passes with no layout change of their own)
-FUSABLE = frozenset(
-    {ops.ELEMENTWISE, ops.TRANSCENDENTAL, ops.REDUCTION, ops.NORM, ops.SOFTMAX}
-)
+FUSABLE = frozenset({ops.ELEMENTWISE, ops.TRANSCENDENTAL, ops.REDUCTION, ops.NORM, ops.SOFTMAX})
 Value = tuple[int, int]  # (index of the producing op, index of its output)
 
 
@@ -292,8 +290,9 @@ def _issue_order(built, heads: list[list[int]], stores: list[list[int]]) -> list
     return order
 
 
-def _prefetch_dep(gi: int, loaded: list[int], mine: int, first_compute: list[int],
-                  staging: float) -> tuple[int, ...]:
+def _prefetch_dep(
+    gi: int, loaded: list[int], mine: int, first_compute: list[int], staging: float
+) -> tuple[int, ...]:
     """What a group's loads wait for: the latest earlier group whose operands, with every later
     group's and this one's, would not fit SBUF's staging share has started computing (the
     compiler prefetches as far ahead as SBUF holds the operands)."""

@@ -150,12 +150,12 @@ def _engine_work(op, category, inputs, outputs, spec) -> tuple[Compute, ...]:
     opcode = "tensor_tensor" if sum(t.numel > 1 for t in inputs) >= 2 else "tensor_scalar"
     if category == ops.COPY:
         opcode = "tensor_copy"
-    work = _pass(spec, vec, opcode, max(out_elems, 1), size)
+    one = _pass(spec, vec, opcode, max(out_elems, 1), size)
     if opcode == "tensor_tensor" and ops.base_name(op) in ("div", "true_divide", "divide"):
         # VectorE divides by a tensor as a reciprocal, then a multiply (the NKI neuronx-cc
         # emits for x / y: nisa.reciprocal, nl.multiply)
-        return (_pass(spec, vec, "reciprocal", max(out_elems, 1), size), work)
-    return (work,)
+        return (_pass(spec, vec, "reciprocal", max(out_elems, 1), size), one)
+    return (one,)
 
 
 def _split(extent: int, dim: int) -> list[tuple[int, int]]:

@@ -33,7 +33,9 @@ SRC_TRN3_CHIP = f"{_DOCS}/about-neuron/arch/neuron-hardware/trainium3.html"
 SRC_DMA_GUIDE = f"{_DOCS}/nki/deep-dives/nki-dma-bandwidth-guide.html"
 SRC_NKI_ISA = f"{_DOCS}/nki/api/nki.isa.html"
 SRC_DMA_OVERVIEW = f"{_DOCS}/nki/about/nki-dma-overview.html"
-SRC_NCCOM = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/nccom-test.html"
+SRC_NCCOM = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/nccom-test.html"
+)
 SRC_ISSUE = "issue 3 of this project (figure given by the lead; not found in the pages above)"
 ASSUMPTION = "ASSUMPTION (not published; see docs/costmodel.md)"
 

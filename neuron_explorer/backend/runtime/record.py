@@ -96,7 +96,8 @@ def _tensor_infos(payloads):
     # the device computes float64 as float32, so that is what its kernels move and compute
     return [
         TensorInfo(
-            shape=tuple(p.shape), dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype),
+            shape=tuple(p.shape),
+            dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype),
             transposed=is_transposed(p),
         )
         for p in payloads
