@@ -144,3 +144,37 @@ def test_a_device_factory_under_fake_tensors_stays_fake_while_profiling():
             u = torch.cat([t, torch.ones(2, 3, device="neuron")[0]])
         assert isinstance(t._payload, FakeTensor) and isinstance(u._payload, FakeTensor)
     backend.events.clear()
+
+
+def test_each_call_of_a_compiled_model_is_one_neff_whose_kernels_tile_its_span():
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.LayerNorm(256),
+                          nn.Linear(256, 64)).to("neuron")  # fmt: skip
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    x = torch.randn(128, 64).to("neuron")
+    with torch.no_grad():
+        compiled(x)  # compiles
+        backend.events.clear()
+        with torch.profiler.profile():
+            compiled(x)
+            compiled(x).cpu()
+    events = backend.events.drain()
+    launches = [e for e in events if e.name == "launch" and e.args.get("neff")]
+    assert len(launches) == 2
+    calls = []
+    for launch in launches:
+        kernels = [e for e in events if e.kind == "kernel" and e.flow_id == launch.flow_id]
+        assert {k.args["neff"] for k in kernels} == {launch.op_name}
+        calls.append(kernels)
+    # the activation and the norm run on their producers' tiles: 3 kernels, one per linear
+    assert [k.name for k in calls[0]] == ["fused_addmm_gelu", "fused_addmm_native_layer_norm",
+                                          "addmm"]  # fmt: skip
+    spans = []
+    for kernels in calls:
+        start = min(k.device_start_ns for k in kernels)
+        end = max(k.device_start_ns + k.device_dur_ns for k in kernels)
+        spans.append((start, end))
+        # a kernel's span starts at its compute (its prefetched loads are on the DMA lanes), so
+        # the kernels of one NEFF tile its span rather than stack
+        assert sum(k.device_dur_ns for k in kernels) <= 1.25 * (end - start)
+    assert spans[1][0] >= spans[0][1]  # the second NEFF starts once the first is done
