@@ -21,6 +21,7 @@ Each group remains a kernel (its instructions are a slice of the NEFF's), so ops
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -222,13 +223,13 @@ def _assemble_neff(name, built, groups, spec: DeviceSpec) -> NeffPlan:
     heads: list[list[int]] = []  # per group: the loads issued before its first compute
     writes: list[list[int]] = []  # per group: its stores to HBM
     rotation = 0
-    loaded: list[int] = []  # per group: the HBM bytes it loads into SBUF
+    loaded: list[int] = [0]  # HBM bytes the groups before each one load into SBUF
     staging = spec.sbuf_bytes * (1 - spec.policy.sbuf_resident_share)
     for gi, (plan, sbuf_deps, hbm_deps, _spill) in enumerate(built):
         base = len(instrs)
         extra = {last_compute[d] for d in sbuf_deps} | {s for d in hbm_deps for s in stores[d]}
         prefetch = _prefetch_dep(gi, loaded, plan.bytes_read, first_compute, staging)
-        loaded.append(plan.bytes_read)
+        loaded.append(loaded[-1] + plan.bytes_read)
         first_c = -1
         mine: list[int] = []
         head: list[int] = []
@@ -295,13 +296,14 @@ def _prefetch_dep(
 ) -> tuple[int, ...]:
     """What a group's loads wait for: the latest earlier group whose operands, with every later
     group's and this one's, would not fit SBUF's staging share has started computing (the
-    compiler prefetches as far ahead as SBUF holds the operands)."""
-    total = mine
-    for h in range(gi - 1, -1, -1):
-        total += loaded[h]
-        if total > staging:
-            return (first_compute[h],) if first_compute[h] >= 0 else ()
-    return ()
+    compiler prefetches as far ahead as SBUF holds the operands). `loaded` holds the running
+    sums of the groups' loads (loaded[h + 1] - loaded[h]: group h's)."""
+    # the latest h with loaded[gi] - loaded[h] + mine > staging, i.e. loaded[h] below `limit`
+    limit = loaded[gi] + mine - staging
+    h = bisect_left(loaded, limit, 0, gi) - 1
+    if h < 0:
+        return ()
+    return (first_compute[h],) if first_compute[h] >= 0 else ()
 
 
 def _slice(plan: KernelPlan, issued: Sequence[Instr], index: tuple[int, ...]) -> KernelPlan:
