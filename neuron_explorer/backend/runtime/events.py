@@ -331,7 +331,7 @@ def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int
         # a kernel after the NEFF's first starts with its compute: the loads it prefetched
         # under earlier kernels are on the DMA lanes (its instruction events), not in its span,
         # so a NEFF's kernels tile its span instead of stacking their prefetches
-        work = mine
+        work = list(mine)
         if k.neff_index[0] != 0:
             work = [o for o, i in zip(mine, plan.instrs, strict=True)
                     if i.engine != DMA or i.bytes_written]  # fmt: skip
