@@ -59,6 +59,7 @@ def _info(value) -> Any:
 def graph_ops(gm: torch.fx.GraphModule) -> tuple[list, list[torch.fx.Node]]:
     """The graph's aten ops as the cost model's GraphOps (each input traced to the op and output
     that made it), and the FX node of each."""
+    from neuron_explorer.backend.costmodel import TensorInfo
     from neuron_explorer.backend.costmodel.graph import GraphOp
 
     value: dict[torch.fx.Node, tuple[int, int]] = {}
@@ -93,9 +94,12 @@ def graph_ops(gm: torch.fx.GraphModule) -> tuple[list, list[torch.fx.Node]]:
             torch.fx.node.map_arg(node.args, lambda n: exported.add(value.get(n, (-1, -1))))
     graph = []
     for i, (_node, name, ins, outs, sources) in enumerate(found):
-        keep = [j for j, t in enumerate(outs) if t is not None]
-        graph.append(GraphOp(name, tuple(ins), tuple(outs[j] for j in keep), tuple(sources),
-                             tuple((i, j) in exported for j in keep)))  # fmt: skip
+        if all(t is None for t in outs):  # no tensor result: lowering takes it as in place
+            outs = []
+        # a non-tensor result keeps its place (an empty tensor), so getitem's index still fits
+        kept = tuple(t if t is not None else TensorInfo((0,)) for t in outs)
+        graph.append(GraphOp(name, tuple(ins), kept, tuple(sources),
+                             tuple((i, j) in exported for j in range(len(kept)))))  # fmt: skip
     return graph, [f[0] for f in found]
 
 
