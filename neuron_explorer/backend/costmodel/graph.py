@@ -4,17 +4,19 @@ neuronx-cc turns a whole graph into one NEFF that the runtime launches once. The
 
 - **Fusion**: an elementwise, transcendental, reduction, norm or softmax op that consumes an
   output of the group before it joins that group (a matmul's bias, activation and cast run on
-  its PSUM tiles; a chain of elementwise ops runs tile by tile), so it launches nothing and
-  moves nothing to HBM.
+  its PSUM tiles; a chain of elementwise ops runs tile by tile), and so does one over as many
+  elements as an all-elementwise group before it (loop fusion); it launches nothing and moves
+  nothing to HBM.
 - **SBUF residency**: an intermediate that a later group reads stays in SBUF while the live
   intermediates fit `sbuf_bytes * policy.sbuf_resident_share`; past that it is spilled: written
   to HBM by its producer and read back by each consumer. Graph inputs (weights, activations)
-  are read from HBM and graph outputs written to it.
+  are read from HBM (once, when later groups read them too and they fit) and graph outputs
+  written to it.
 - **Overlap**: the NEFF is one schedulable plan. A group's compute waits only for the groups
   that produce its inputs (their last compute when the input stayed in SBUF, their stores when
   it spilled), so independent ops overlap on idle engines; a group's loads wait only for the
-  previous group to start computing (the next op's weights are prefetched under the current
-  op's compute, with SBUF for two ops' operands).
+  earlier group whose operands would overflow SBUF's staging share with theirs to start
+  computing (the next ops' weights are prefetched under the current op's compute).
 
 Each group remains a kernel (its instructions are a slice of the NEFF's), so ops stay visible.
 """
@@ -73,7 +75,8 @@ class NeffPlan:
 
 def _group_ops(plans: Sequence[KernelPlan], graph: Sequence[GraphOp], alias) -> list[list[int]]:
     """Op indices per group: a fusable op joins the latest group when it reads one of its
-    outputs; every other op starts a group. Views (empty plans) belong to none."""
+    outputs or runs over as many elements as that all-fusable group; every other op starts a
+    group. Views (empty plans) belong to none."""
     groups: list[list[int]] = []
     owner: dict[int, int] = {}  # op index -> group index
     loop: int | None = None  # elements of the latest group's loop, when it is all fusable ops
