@@ -44,7 +44,8 @@ def test_an_intermediate_past_sbuf_capacity_is_spilled_to_hbm_and_read_back():
     first, second = neff.groups
     h_bytes = rows * 2048 * 2
     assert first.spilled_bytes == h_bytes and first.plan.bytes_written == h_bytes
-    assert second.plan.bytes_read == h_bytes + 2048 * 64 * 2
+    # it reads h back, and w2 once per block of h that SBUF holds (h is 32 MiB: three blocks)
+    assert second.plan.bytes_read == h_bytes + 3 * 2048 * 64 * 2
     # and the spilled read waits for the store: the consumer's compute starts after it
     run = DeviceTimeline(SPEC).submit(neff.plan, 0)
     stores = [s + i.dur_ns for s, i in zip(run.starts, neff.plan.instrs, strict=True)
@@ -102,3 +103,11 @@ def test_a_neff_is_one_unit_whose_independent_groups_overlap():
     first = tl.submit(neff.plan, 0)
     after = tl.submit(lower_op("aten::relu", [x], [x], SPEC), 0)
     assert after.start_ns >= first.end_ns
+
+
+def test_only_a_matmul_reading_its_a_from_hbm_transposes_it():
+    """The compiler lays an intermediate out for the matmul that reads it (K on the partitions);
+    A as the graph got it is row-major in HBM and is transposed tile by tile on TensorE."""
+    first, second = lower_graph(mlp_layer(256, 512), "g", SPEC).groups
+    assert "nc_transpose" in {c.opcode for c in first.plan.computes}  # x, a graph input
+    assert "nc_transpose" not in {c.opcode for c in second.plan.computes}  # relu's output

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import ops
-from .lowering import _pass, assemble, lower_op
+from .lowering import _pass, assemble, lhs_index, lower_op
 from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
 from .spec import DeviceSpec, get_spec
 
@@ -102,16 +102,17 @@ def lower_graph(
 ) -> NeffPlan:
     """The NEFF of a graph (ops in topological order, as an FX graph lists them)."""
     spec = spec or get_spec()
-    plans = [lower_op(g.op, g.inputs, g.outputs, spec) for g in graph]
     # a view's output is its input's storage: resolve values through views
     alias_of: dict[Value, Value] = {}
-    for i, (plan, g) in enumerate(zip(plans, graph, strict=True)):
-        if plan.is_empty and g.sources and g.sources[0] is not None:
+    for i, g in enumerate(graph):
+        if ops.classify(g.op) == ops.VIEW and g.sources and g.sources[0] is not None:
             for j in range(len(g.outputs)):
                 alias_of[(i, j)] = alias_of.get(g.sources[0], g.sources[0])
 
     def alias(v: Value) -> Value:
         return alias_of.get(v, v)
+
+    plans = [lower_op(g.op, _laid_out(g, alias), g.outputs, spec) for g in graph]
 
     exported: set[Value] = set()
     for i, g in enumerate(graph):
@@ -137,6 +138,20 @@ def lower_graph(
         for v in [v for v, last in last_use.items() if last <= gi and v in resident]:
             del resident[v]
     return _assemble_neff(name, built, groups, spec)
+
+
+def _laid_out(g: GraphOp, alias) -> tuple[TensorInfo, ...]:
+    """A matmul's inputs as the compiler lays them out: an A made inside the graph comes K-major
+    from its producer (which computes its result transposed, swapping its own operands), so
+    only an A read from HBM as the graph got it is transposed on TensorE."""
+    if ops.classify(g.op) != ops.MATMUL:
+        return g.inputs
+    first = lhs_index(g.op)
+    source = g.sources[first] if first < len(g.sources) else None
+    if source is None or alias(source)[0] < 0:
+        return g.inputs
+    a = g.inputs[first]
+    return (*g.inputs[:first], replace(a, transposed=True), *g.inputs[first + 1 :])
 
 
 def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, last_use, resident,

@@ -164,6 +164,12 @@ def _split(extent: int, dim: int) -> list[tuple[int, int]]:
     return [(s, c) for s, c in ((dim, full), (rest, 1)) if c and s]
 
 
+def lhs_index(op: str) -> int:
+    """Which tensor argument of a matmul op is A of A @ B: the first, after the added tensor
+    of addmm and its kin."""
+    return 1 if ops.base_name(op) in ("addmm", "baddbmm", "addbmm", "_addmm_activation") else 0
+
+
 def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
     """TensorE tiles: stationary K x M (<= 128 x 128), moving columns streamed <= 512 at a time."""
     problems = ops.gemms(op, inputs, outputs)
@@ -181,10 +187,8 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
     budget = spec.sbuf_bytes * spec.policy.sbuf_operand_share
     overhead = max(1.0, passes) * spec.tensor_instr_overhead_cycles
     plain = not any(w in op for w in ("attention", "scaled_dot_product", "conv"))
-    lhs = [t for t in inputs if len(t.shape) >= 2]
-    if ops.base_name(op) in ("addmm", "baddbmm", "addbmm"):
-        lhs = lhs[1:]
-    if lhs and lhs[0].transposed:  # A is already K-major: nothing to transpose
+    first = lhs_index(op)
+    if len(inputs) > first and inputs[first].transposed:  # A is K-major: nothing to transpose
         plain = False
     transposes = [0, 0.0, 0]  # instructions, TensorE cycles, elements copied out of PSUM
     for b, m, k, n in problems:
