@@ -53,7 +53,10 @@ wheel-smoke: venv ## build the wheel, install it in a fresh venv outside the che
 bench: venv ## run the benchmarks (slow; results go in benchmarks/README.md)
 	$(PY) benchmarks/run_all.py
 
+fidelity: venv ## the cost model against published Trainium measurements (docs/costmodel.md)
+	$(PY) benchmarks/fidelity.py
+
 clean: ## remove caches and generated profiles
 	rm -rf profiles .pytest_cache .ruff_cache .mypy_cache
 
-.PHONY: help venv browser java demo lint test test-fast test-sweep wheel-smoke bench clean
+.PHONY: help venv browser java demo lint test test-fast test-sweep wheel-smoke bench fidelity clean

@@ -34,9 +34,11 @@ def run(plan, spec=None):
     return DeviceTimeline(spec or get_spec(plan.spec)).submit(plan, ready_ns=0)
 
 
-def mm(m: int, k: int, n: int, dtype: str, spec: DeviceSpec):
-    return lower_op("aten::mm", [T(m, k, dtype=dtype), T(k, n, dtype=dtype)],
-                    [T(m, n, dtype=dtype)], spec=spec)  # fmt: skip
+def mm(m: int, k: int, n: int, dtype: str, spec: DeviceSpec, k_major: bool = True):
+    """A @ B; `k_major`: A is a transposed view (the NKI tutorial's lhsT), which TensorE takes
+    as it is, where a row-major A is transposed tile by tile first."""
+    a = TensorInfo((m, k), dtype, transposed=k_major)
+    return lower_op("aten::mm", [a, T(k, n, dtype=dtype)], [T(m, n, dtype=dtype)], spec=spec)
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +62,12 @@ def test_large_bf16_matmul_reaches_but_never_exceeds_peak(name):
     for ins in r.instrs:
         if ins.engine == "TensorE":
             assert ins.flops / (ins.dur_ns * 1e-9) <= spec.peak_flops_bf16 * 1.001
+    # a row-major A costs its transposes on TensorE and their copies out of PSUM, once per
+    # block of B that SBUF holds (neuronx-cc's loop), so it is slower but no less correct
+    row_major = mm(4096, 4096, 4096, "bfloat16", spec, k_major=False)
+    opcodes = {c.opcode for c in row_major.computes}
+    assert "nc_transpose" in opcodes and "nc_transpose" not in {c.opcode for c in plan.computes}
+    assert run(row_major, spec).dur_ns > r.dur_ns
 
 
 def test_trn2_peak_matches_published_figures():

@@ -19,7 +19,7 @@ def chain(x, w):
     return (y * 2 + 1).relu().sigmoid()
 
 
-def test_compiled_function_matches_eager_and_fuses_the_elementwise_chain():
+def test_compiled_function_is_one_launch_with_the_chain_fused_into_its_matmul():
     torch._dynamo.reset()
     x, w = torch.randn(4, 8), torch.randn(8, 8)
     compiled = torch.compile(chain, backend="neuron", dynamic=False)
@@ -28,13 +28,18 @@ def test_compiled_function_matches_eager_and_fuses_the_elementwise_chain():
         out = compiled(x.to("neuron"), w.to("neuron"))
     assert out.device.type == "neuron"
     assert torch.allclose(out.cpu(), chain(x, w))
-    kernels = [e for e in backend.events.drain() if e.kind == "kernel"]
-    names = [k.name for k in kernels if k.op_name.startswith("neuron_graph")]
-    assert names == ["mm", "fused_mul_add_relu_sigmoid"]
-    lines = {k.src_line for k in kernels if k.op_name.startswith("neuron_graph")}
+    events = backend.events.drain()
+    launches = [e for e in events if e.name == "launch" and e.op_name.startswith("neuron_graph")]
+    kernels = [e for e in events if e.kind == "kernel" and e.op_name.startswith("neuron_graph")]
+    # the Neuron compiler runs the bias/activation chain on the matmul's tiles: one kernel, one
+    # launch, and the intermediates never reach HBM (only x, w in and the result out)
+    assert len(launches) == 1 and launches[0].args["neff"] == launches[0].op_name
+    assert [k.name for k in kernels] == ["fused_mm_mul_add_relu_sigmoid"]
+    assert kernels[0].args["neff"] == launches[0].op_name
+    assert kernels[0].bytes_read == (4 * 8 + 8 * 8) * 4 and kernels[0].bytes_written == 4 * 8 * 4
     first = chain.__code__.co_firstlineno
-    assert lines == {first + 1, first + 2}  # each kernel keeps its FX node's source line
-    assert all(k.src_file == __file__ for k in kernels if k.op_name.startswith("neuron_graph"))
+    assert kernels[0].src_line == first + 1  # the kernel keeps its anchoring matmul's line
+    assert kernels[0].src_file == __file__
 
 
 def test_new_input_shape_is_a_counted_and_recorded_recompile():
@@ -104,7 +109,7 @@ def test_factories_on_the_device_inside_a_graph_compile_and_stay_beside_the_payl
     torch._dynamo.reset()
     graphs = []
     lower = compiler.lower_graph
-    compiler.lower_graph = lambda gm: graphs.append(gm.code) or lower(gm)
+    compiler.lower_graph = lambda gm, name: graphs.append(gm.code) or lower(gm, name)
     try:
         x = torch.randn(2, 3)
         out = torch.compile(with_factories, backend="neuron", dynamic=False)(x.to("neuron"))
@@ -170,3 +175,37 @@ def test_a_device_factory_under_fake_tensors_stays_fake_while_profiling():
             u = torch.cat([t, torch.ones(2, 3, device="neuron")[0]])
         assert isinstance(t._payload, FakeTensor) and isinstance(u._payload, FakeTensor)
     backend.events.clear()
+
+
+def test_each_call_of_a_compiled_model_is_one_neff_whose_kernels_tile_its_span():
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.LayerNorm(256),
+                          nn.Linear(256, 64)).to("neuron")  # fmt: skip
+    compiled = torch.compile(model, backend="neuron", dynamic=False)
+    x = torch.randn(128, 64).to("neuron")
+    with torch.no_grad():
+        compiled(x)  # compiles
+        backend.events.clear()
+        with torch.profiler.profile():
+            compiled(x)
+            compiled(x).cpu()
+    events = backend.events.drain()
+    launches = [e for e in events if e.name == "launch" and e.args.get("neff")]
+    assert len(launches) == 2
+    calls = []
+    for launch in launches:
+        kernels = [e for e in events if e.kind == "kernel" and e.flow_id == launch.flow_id]
+        assert {k.args["neff"] for k in kernels} == {launch.op_name}
+        calls.append(kernels)
+    # the activation and the norm run on their producers' tiles: 3 kernels, one per linear
+    assert [k.name for k in calls[0]] == ["fused_addmm_gelu", "fused_addmm_native_layer_norm",
+                                          "addmm"]  # fmt: skip
+    spans = []
+    for kernels in calls:
+        start = min(k.device_start_ns for k in kernels)
+        end = max(k.device_start_ns + k.device_dur_ns for k in kernels)
+        spans.append((start, end))
+        # a kernel's span starts at its compute (its prefetched loads are on the DMA lanes), so
+        # the kernels of one NEFF tile its span rather than stack
+        assert sum(k.device_dur_ns for k in kernels) <= 1.25 * (end - start)
+    assert spans[1][0] >= spans[0][1]  # the second NEFF starts once the first is done

@@ -101,3 +101,15 @@ def test_every_route_is_in_docs_web_md(app):
 def test_the_docs_check_can_fail():
     assert _doc_form("/api/p/{name}/source/{file_id}/lines/{line}") in _documented()
     assert _doc_form("/api/p/{name}/no-such-route") not in _documented()
+
+
+def test_the_modeled_badge_links_to_the_fidelity_table(app):
+    """A user sees how far to trust modeled device times: the badge opens the table
+    benchmarks/fidelity.py --write keeps (published measurements beside modeled times)."""
+    client = TestClient(app)
+    shell = client.get(f"/p/{SAMPLE.name}")
+    badge = re.search(r'<a id="modeled-badge"[^>]*href="([^"]+)"', shell.text)
+    assert badge is not None
+    page = client.get(badge.group(1))
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "<th>published</th>" in page.text and "bert-base" in page.text

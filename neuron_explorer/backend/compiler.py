@@ -8,6 +8,7 @@ lower op by op, fusing elementwise chains, each kernel keeping its FX node's sou
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 import time
@@ -20,84 +21,99 @@ from torch.autograd import profiler as _prof
 from neuron_explorer.backend.runtime import events, fxstack, model, stats
 from neuron_explorer.backend.runtime import record as _rec
 
-_FUSABLE = frozenset({"elementwise", "transcendental"})
 _seen: dict[str, set[tuple]] = {}  # graph code -> input-shape signatures compiled
 _lock = threading.Lock()
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel of a device program: a lowered plan and the source line of its FX nodes."""
+    """One fused group of a device program: its slice of the NEFF, its FX nodes and the source
+    line of the node that anchors it (the matmul a bias and activation fused into)."""
 
-    plan: Any
+    group: Any  # costmodel.graph.NeffGroup
     nodes: tuple[str, ...]
     src: tuple  # fxstack.node_site: the FX node's whole stack and module path
+
+    @property
+    def plan(self) -> Any:
+        return self.group.plan
 
 
 _source_line = fxstack.node_site
 
 
-def _infos(values) -> list:
+def _info(value) -> Any:
     from neuron_explorer.backend.costmodel import TensorInfo
 
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            try:
-                shape = tuple(int(d) for d in v.shape)
-            except (TypeError, ValueError):  # symbolic sizes: dynamic=False avoids them
-                continue
-            out.append(TensorInfo(shape=shape, dtype=_rec.dtype_name(v.dtype)))
-    return out
+    if not isinstance(value, torch.Tensor):
+        return None
+    try:
+        shape = tuple(int(d) for d in value.shape)
+    except (TypeError, ValueError):  # symbolic sizes: dynamic=False avoids them
+        return None
+    return TensorInfo(
+        shape=shape, dtype=_rec.dtype_name(value.dtype), transposed=_rec.is_transposed(value)
+    )
 
 
-def _node_tensors(node: torch.fx.Node) -> tuple[list, list]:
-    """TensorInfos of a node's tensor arguments (in order) and of its results."""
-    ins: list = []
-    torch.fx.node.map_arg((node.args, node.kwargs), lambda n: ins.append(n.meta.get("val")))
-    val = node.meta.get("val")
-    outs = list(val) if isinstance(val, list | tuple) else [val]
-    return _infos(ins), _infos(outs)
+def graph_ops(gm: torch.fx.GraphModule) -> tuple[list, list[torch.fx.Node]]:
+    """The graph's aten ops as the cost model's GraphOps (each input traced to the op and output
+    that made it), and the FX node of each."""
+    from neuron_explorer.backend.costmodel import TensorInfo
+    from neuron_explorer.backend.costmodel.graph import GraphOp
 
-
-def lower_graph(gm: torch.fx.GraphModule) -> list[Kernel]:
-    """Lower every aten node; consecutive elementwise nodes on one line of data fuse."""
-    from neuron_explorer.backend.costmodel import fuse, lower_op
-
-    spec = model.spec()
-    kernels: list[Kernel] = []
-    chain: list[tuple[Any, torch.fx.Node]] = []
-
-    def flush() -> None:
-        if not chain:
-            return
-        if len(chain) == 1:
-            plan, node = chain[0]
-        else:
-            names = "_".join(p.name for p, _n in chain)
-            plan = fuse([p for p, _n in chain], name=f"fused_{names}"[:120])
-            node = chain[-1][1]
-        kernels.append(Kernel(plan, tuple(n.name for _p, n in chain), _source_line(node)))
-        chain.clear()
-
+    value: dict[torch.fx.Node, tuple[int, int]] = {}
+    found: list[tuple[torch.fx.Node, str, list, list, list]] = []
+    placeholders = 0
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        if node.op == "placeholder":  # graph input k is (-1 - k, 0)
+            placeholders += 1
+            value[node] = (-placeholders, 0)
+        if node.op != "call_function":
             continue
-        ins, outs = _node_tensors(node)
-        plan = lower_op(node.target._schema.name, inputs=ins, outputs=outs, spec=spec)
-        if plan.is_empty:
+        if node.target is operator.getitem and node.args[0] in value:
+            value[node] = (value[node.args[0]][0], int(node.args[1]))
             continue
-        feeds_chain = bool(chain) and any(a is chain[-1][1] for a in node.all_input_nodes)
-        if plan.category in _FUSABLE and (not chain or feeds_chain):
-            chain.append((plan, node))
+        if not isinstance(node.target, torch._ops.OpOverload):
             continue
-        flush()
-        if plan.category in _FUSABLE:
-            chain.append((plan, node))
-        else:
-            kernels.append(Kernel(plan, (node.name,), _source_line(node)))
-    flush()
-    return kernels
+        args: list[torch.fx.Node] = []
+        torch.fx.node.map_arg((node.args, node.kwargs), args.append)
+        ins, sources = [], []
+        for a in args:
+            info = _info(a.meta.get("val"))
+            if info is not None:
+                ins.append(info)
+                sources.append(value.get(a))
+        val = node.meta.get("val")
+        outs = [_info(v) for v in (val if isinstance(val, list | tuple) else [val])]
+        value[node] = (len(found), 0)
+        found.append((node, node.target._schema.name, ins, outs, sources))
+    exported: set[tuple[int, int]] = set()
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            torch.fx.node.map_arg(node.args, lambda n: exported.add(value.get(n, (-1, -1))))
+    graph = []
+    for i, (_node, name, ins, outs, sources) in enumerate(found):
+        if all(t is None for t in outs):  # no tensor result: lowering takes it as in place
+            outs = []
+        # a non-tensor result keeps its place (an empty tensor), so getitem's index still fits
+        kept = tuple(t if t is not None else TensorInfo((0,)) for t in outs)
+        graph.append(GraphOp(name, tuple(ins), kept, tuple(sources),
+                             tuple((i, j) in exported for j in range(len(kept)))))  # fmt: skip
+    return graph, [f[0] for f in found]
+
+
+def lower_graph(gm: torch.fx.GraphModule, name: str = "neff") -> tuple[Any, list[Kernel]]:
+    """The graph's NEFF (one launch, fused groups, intermediates in SBUF) and its kernels."""
+    from neuron_explorer.backend.costmodel.graph import lower_graph as lower_neff
+
+    graph, nodes = graph_ops(gm)
+    neff = lower_neff(graph, name, model.spec())
+    kernels = [
+        Kernel(g, tuple(nodes[i].name for i in g.ops), _source_line(nodes[g.ops[0]]))
+        for g in neff.groups
+    ]
+    return neff, kernels
 
 
 def to_payload_devices(gm: torch.fx.GraphModule) -> None:
@@ -138,10 +154,10 @@ class DeviceProgram:
     _boxed_call = False  # True once compiled: AOTAutograd then passes the args as one list
 
     def __init__(
-        self, gm: torch.fx.GraphModule, name: str, kernels: list[Kernel], graph_id: str = "",
-        backward: bool = False,
+        self, gm: torch.fx.GraphModule, name: str, neff: Any, kernels: list[Kernel],
+        graph_id: str = "", backward: bool = False,
     ) -> None:  # fmt: skip
-        self.gm, self.name, self.kernels = gm, name, kernels
+        self.gm, self.name, self.neff, self.kernels = gm, name, neff, kernels
         self.graph_id, self.backward = graph_id, backward
         self._device_outputs = _device_outputs(gm)
 
@@ -172,13 +188,16 @@ class DeviceProgram:
         seq, bwd = _rec.autograd_position()
         ready = m0 + rt.launch_ns
         launch = self._launch_site()
-        for k in self.kernels:
-            _rec.submit_kernel(k.plan, ready, self.name, (), (), tid, flow,
-                               fxstack.site(k.src, launch), seq, bwd,
-                               args={"fx_nodes": list(k.nodes)})  # fmt: skip
+        # one launch runs the whole NEFF; its groups stay kernel events, slices of it
+        groups = [
+            (k.group, fxstack.site(k.src, launch),
+             {"fx_nodes": list(k.nodes), "neff": self.name, "spilled_bytes": k.group.spilled_bytes})
+            for k in self.kernels
+        ]  # fmt: skip
+        _rec.submit_neff(self.neff, groups, ready, self.name, tid, flow, seq, bwd)
         t1 = time.time_ns()
         _rec._host("runtime", "launch", self.name, (), (), tid, t0, t1, rt.launch_ns,
-                   launch, seq, bwd, flow, args={"kernels": len(self.kernels)})  # fmt: skip
+                   launch, seq, bwd, flow, args={"kernels": len(self.kernels), "neff": self.name})  # fmt: skip
         return out
 
 
@@ -215,9 +234,9 @@ def _compile(kind: str, graph_id: str):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
         t0 = time.time_ns()
         to_payload_devices(gm)
-        kernels = lower_graph(gm)
-        program = DeviceProgram(gm, f"neuron_graph_{graph_id}_{kind}", kernels, graph_id,
-                                kind == "backward")  # fmt: skip
+        name = f"neuron_graph_{graph_id}_{kind}"
+        neff, kernels = lower_graph(gm, name)
+        program = DeviceProgram(gm, name, neff, kernels, graph_id, kind == "backward")
         if _prof._is_profiler_enabled:
             rt = model.spec().runtime
             n = sum(1 for n in gm.graph.nodes if n.op == "call_function")

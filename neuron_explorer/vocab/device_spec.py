@@ -45,6 +45,7 @@ class CollectiveSpec:
     efa_bytes_per_s: float  # EFA between instances, the instance's bandwidth per chip
     chips_per_node: int  # chips one NeuronLink domain (an instance) holds
     step_latency_ns: int  # fixed cost of one ring or tree step (a hop's handshake)
+    launch_ns: int = 0  # fixed cost of one collective (its launch and the CC cores' sync)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class ModelPolicy:
     dma_piece_min_bytes: int  # a stage's tensor is spread over queues in pieces >= this
     engine_tile_elems: int  # elements one Vector/Scalar/GpSimd instruction handles
     sbuf_operand_share: float  # share of SBUF a matmul keeps its operands in
+    # share of SBUF a compiled graph (one NEFF) keeps live intermediates in; the rest holds the
+    # operands being streamed. Past it an intermediate is spilled to HBM
+    sbuf_resident_share: float = 0.5
 
 
 @dataclass(frozen=True)

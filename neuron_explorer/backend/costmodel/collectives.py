@@ -2,7 +2,8 @@
 
 The model puts one rank on one chip. Within a NeuronLink domain (an instance, `chips_per_node`
 chips) a collective runs at the chip's NeuronLink bandwidth; a group that spans instances is
-limited by the EFA bandwidth per chip. Each ring or tree step also pays `step_latency_ns`.
+limited by the EFA bandwidth per chip. Each ring or tree step also pays `step_latency_ns`, and
+each collective `launch_ns` once.
 Bandwidth terms follow the usual ring bounds (NCCL's "bus bandwidth" accounting): an all-reduce
 moves 2(n-1)/n of the buffer through every chip, an all-gather or reduce-scatter (n-1)/n of the
 whole (gathered) buffer, an all-to-all (n-1)/n of its input.
@@ -52,5 +53,5 @@ def collective_cost(kind: str, nbytes: int, world_size: int, cc: CollectiveSpec)
         bus, steps, algo = 0, 2 * log_n, "tree"
     else:  # point to point
         bus, steps, algo = nbytes, 1, "direct"
-    ns = bus * 1e9 / bw + steps * cc.step_latency_ns
+    ns = cc.launch_ns + bus * 1e9 / bw + steps * cc.step_latency_ns
     return CollectiveCost(int(ns), algo, link, int(bus))

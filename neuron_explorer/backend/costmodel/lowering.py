@@ -150,13 +150,24 @@ def _engine_work(op, category, inputs, outputs, spec) -> tuple[Compute, ...]:
     opcode = "tensor_tensor" if sum(t.numel > 1 for t in inputs) >= 2 else "tensor_scalar"
     if category == ops.COPY:
         opcode = "tensor_copy"
-    return (_pass(spec, vec, opcode, max(out_elems, 1), size),)
+    one = _pass(spec, vec, opcode, max(out_elems, 1), size)
+    if opcode == "tensor_tensor" and ops.base_name(op) in ("div", "true_divide", "divide"):
+        # VectorE divides by a tensor as a reciprocal, then a multiply (the NKI neuronx-cc
+        # emits for x / y: nisa.reciprocal, nl.multiply)
+        return (_pass(spec, vec, "reciprocal", max(out_elems, 1), size), one)
+    return (one,)
 
 
 def _split(extent: int, dim: int) -> list[tuple[int, int]]:
     """(tile size, tile count) pairs covering `extent` with tiles of at most `dim`."""
     full, rest = divmod(extent, dim)
     return [(s, c) for s, c in ((dim, full), (rest, 1)) if c and s]
+
+
+def lhs_index(op: str) -> int:
+    """Which tensor argument of a matmul op is A of A @ B: the first, after the added tensor
+    of addmm and its kin."""
+    return 1 if ops.base_name(op) in ("addmm", "baddbmm", "addbmm", "_addmm_activation") else 0
 
 
 def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
@@ -174,10 +185,16 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
     groups: dict[tuple[int, int], list[float]] = {}  # (k, m) tile -> [count, cycles, flops]
     reread = 0
     budget = spec.sbuf_bytes * spec.policy.sbuf_operand_share
+    overhead = max(1.0, passes) * spec.tensor_instr_overhead_cycles
+    plain = not any(w in op for w in ("attention", "scaled_dot_product", "conv"))
+    first = lhs_index(op)
+    if len(inputs) > first and inputs[first].transposed:  # A is K-major: nothing to transpose
+        plain = False
+    transposes = [0, 0.0, 0]  # instructions, TensorE cycles, elements copied out of PSUM
     for b, m, k, n in problems:
         n_chunks = ceil(n / fmax)
         # an fp32 matmul is `passes` bf16-rate passes, each paying the instruction overhead
-        col_cycles = n * passes + n_chunks * max(1.0, passes) * spec.tensor_instr_overhead_cycles
+        col_cycles = n * passes + n_chunks * overhead
         for ks, kc in _split(k, dim):
             for ms, mc in _split(m, dim):
                 g = groups.setdefault((ks, ms), [0, 0.0, 0])
@@ -186,8 +203,21 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
                 g[1] += tiles * col_cycles
                 g[2] += 2 * b * kc * ks * mc * ms * n
         a_bytes, b_bytes = b * m * k * size, b * k * n * size
-        if a_bytes + b_bytes > budget:  # operands do not fit SBUF: stream B once per A block
-            reread += (ceil(a_bytes / budget) - 1) * b_bytes
+        if not plain:
+            if a_bytes + b_bytes > budget:  # operands do not fit SBUF: stream B per A block
+                reread += (ceil(a_bytes / budget) - 1) * b_bytes
+            continue
+        # neuronx-cc's loop for A @ B (the NKI it emits, NKIBench's baseline matmul): B stays in
+        # SBUF one column block at a time, as wide as the operand share holds, and for each
+        # block A is streamed again and each of its 128x128 tiles transposed on TensorE (K must
+        # lie on the partitions) and copied out of PSUM by VectorE
+        width = max(fmax, int(budget // (k * size * fmax)) * fmax)
+        blocks = b * ceil(n / width)
+        tiles = blocks * ceil(m / dim) * ceil(k / dim)
+        transposes[0] += tiles
+        transposes[1] += tiles * (dim * passes + overhead)
+        transposes[2] += blocks * m * k
+        reread += (ceil(n / width) - 1) * a_bytes
     computes = []
     for (ks, ms), (count, cycles, flops) in sorted(
         groups.items(), key=lambda kv: -kv[0][0] * kv[0][1]
@@ -195,6 +225,12 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
         util = ks * ms / (dim * dim)
         computes.append(Compute(TENSOR_ENGINE, "nc_matmul", cycles * 1e9 / spec.tensor_clock_hz,
                                 int(flops), int(count), util, 0))  # fmt: skip
+    if transposes[0]:  # before the products that read them
+        computes[:0] = [
+            Compute(TENSOR_ENGINE, "nc_transpose", transposes[1] * 1e9 / spec.tensor_clock_hz, 0,
+                    int(transposes[0]), 1.0, 0),
+            _pass(spec, spec.vector, "tensor_copy", int(transposes[2]), 4, 0),
+        ]  # fmt: skip
     out_elems = sum(b * m * n for b, m, _, n in problems)
     # PSUM holds fp32 partial sums; VectorE moves them to SBUF (and casts) before the store.
     computes.append(_pass(spec, spec.vector, "tensor_copy", out_elems, 4, 0))

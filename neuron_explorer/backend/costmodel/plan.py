@@ -35,6 +35,9 @@ class TensorInfo:
 
     shape: tuple[int, ...]
     dtype: str = "float32"
+    # stored with its last two dims swapped (a transposed view, column-major): as a matmul's
+    # first operand it already has K leading, as TensorE wants it, so it needs no transposes
+    transposed: bool = False
 
     def __post_init__(self) -> None:
         if type(self.shape) is not tuple:

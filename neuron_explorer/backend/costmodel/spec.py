@@ -33,12 +33,18 @@ SRC_TRN3_CHIP = f"{_DOCS}/about-neuron/arch/neuron-hardware/trainium3.html"
 SRC_DMA_GUIDE = f"{_DOCS}/nki/deep-dives/nki-dma-bandwidth-guide.html"
 SRC_NKI_ISA = f"{_DOCS}/nki/api/nki.isa.html"
 SRC_DMA_OVERVIEW = f"{_DOCS}/nki/about/nki-dma-overview.html"
+SRC_NCCOM = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/nccom-test.html"
+)
 SRC_ISSUE = "issue 3 of this project (figure given by the lead; not found in the pages above)"
 ASSUMPTION = "ASSUMPTION (not published; see docs/costmodel.md)"
 
 
 # Collective links per chip generation; the sources are in each DeviceSpec's `sources`.
-CC_TRN1 = CollectiveSpec(384e9, 800e9 / 8 / 16, 16, 5_000)
+# trn1: nccom-test's 2-rank all-reduce (tools/neuron-sys-tools/nccom-test.rst) runs at a 58 us
+# floor up to 64 KiB (two 5 us ring steps, so 48 us of fixed cost) and 52.83 GB/s of bus
+# bandwidth at 1 GiB: the one published trn1 collective curve, so its link figures
+CC_TRN1 = CollectiveSpec(52.83e9, 800e9 / 8 / 16, 16, 5_000, 48_000)
 CC_TRN2 = CollectiveSpec(1.28e12, 3.2e12 / 8 / 16, 16, 3_000)
 CC_TRN3 = CollectiveSpec(2.56e12, 3.2e12 / 8 / 16, 16, 3_000)
 _CC_SOURCES = (
@@ -56,6 +62,9 @@ POLICY = ModelPolicy(
     dma_piece_min_bytes=64 << 10,  # a stage's tensor is spread over queues in pieces >= this
     engine_tile_elems=128 * 512,  # elements one Vector/Scalar/GpSimd instruction handles
     sbuf_operand_share=0.5,  # share of SBUF a matmul keeps its operands in
+    # share of SBUF a NEFF keeps live intermediates in (the other half double-buffers the
+    # operands streamed from HBM): an assumption, as the compiler's allocator is not published
+    sbuf_resident_share=0.5,
 )
 
 _MIB = 1 << 20
@@ -163,7 +172,11 @@ TRN1 = DeviceSpec(
         ("psum_bytes", SRC_TRN1_NKI + ": 2 MiB"),
         (
             "collectives.link_bytes_per_s",
-            ASSUMPTION + ": NeuronLink-v2, 4 links per chip (" + SRC_TRN1_NKI + ")",
+            SRC_NCCOM + ": 52.83 GB/s bus bandwidth of a 2-rank fp32 all-reduce at 1 GiB",
+        ),
+        (
+            "collectives.launch_ns",
+            SRC_NCCOM + ": the 58 us floor of the 2-rank all-reduce less its two ring steps",
         ),
         (
             "collectives.efa_bytes_per_s",
@@ -242,6 +255,7 @@ TRN2 = DeviceSpec(
             "collectives.efa_bytes_per_s",
             "trn2.48xlarge: 3.2 Tbps EFAv3 over 16 chips (" + SRC_TRN2_CHIP + ")",
         ),
+        ("collectives.launch_ns", ASSUMPTION + ": 0 (no published floor; trn1's not carried over)"),
         *_CC_SOURCES,
         *_RUNTIME_SOURCES,
     ),
@@ -307,6 +321,7 @@ TRN3 = DeviceSpec(
         ("psum_bytes", SRC_TRN3_NKI + ": 2 MiB, as in v3"),
         ("collectives.link_bytes_per_s", SRC_TRN3_CHIP + ": NeuronLink-v4, 2.56 TB/s per device"),
         ("collectives.efa_bytes_per_s", ASSUMPTION + ": as trn2 (3.2 Tbps per 16 chips)"),
+        ("collectives.launch_ns", ASSUMPTION + ": 0 (no published floor; trn1's not carried over)"),
         *_CC_SOURCES,
         *_RUNTIME_SOURCES,
     ),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from neuron_explorer.backend.runtime import model, source
+from neuron_explorer.vocab.engines import DMA_ENGINE as DMA
 from neuron_explorer.vocab.engines import KERNEL_TRACK
 from neuron_explorer.vocab.kinds import RUNTIME_HOST_KINDS as HOST_KINDS
 
@@ -126,6 +127,9 @@ class KernelRecord(NamedTuple):
     seq: int
     bwd: bool
     args: dict | None
+    # a NEFF's group: where each of its instructions is in the NEFF plan that `cell` places
+    # (the whole compiled graph is one unit on the timeline); None for a kernel on its own
+    neff_index: tuple | None
 
 
 class ForwardRecord(NamedTuple):
@@ -315,7 +319,7 @@ def _launch_events(r: LaunchRecord, out: list[RuntimeEvent], budget: int) -> int
     """An eager kernel launch: the kernel (with its instructions), then its launching call."""
     plan, shapes, dtypes = r.entry
     kernel = KernelRecord(r.kernel_id, plan.name, r.op, shapes, dtypes, r.tid, plan,
-                          [plan, r.ready, r.placed], r.flow, r.site, r.seq, r.bwd, None)  # fmt: skip
+                          [plan, r.ready, r.placed], r.flow, r.site, r.seq, r.bwd, None, None)  # fmt: skip
     budget = _kernel_events(kernel, out, budget)
     launch = HostRecord(r.host_id, "runtime", "launch", r.op, shapes, dtypes, r.tid, r.t0, r.t1,
                         r.cost, r.cut, r.site, r.seq, r.bwd, r.flow, None)  # fmt: skip
@@ -329,7 +333,21 @@ def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int
     eid, op, tid, plan, flow, seq, bwd = k.id, k.op, k.tid, k.plan, k.flow, k.seq, k.bwd
     if k.cell[-1] is None:  # launched on another thread while this drain began
         model.schedule_pending()
-    run = KernelRun(plan, *k.cell[-1])
+    if k.neff_index is None:
+        run = KernelRun(plan, *k.cell[-1])
+    else:  # a slice of its NEFF's placement
+        _first, _last, offsets, rot, nq, shift = k.cell[-1]
+        mine = tuple([offsets[n] for n in k.neff_index])
+        end = max((o + i.dur_ns for o, i in zip(mine, plan.instrs, strict=True)), default=0)
+        # a kernel after the NEFF's first starts with its compute: the loads it prefetched
+        # under earlier kernels are on the DMA lanes (its instruction events), not in its span,
+        # so a NEFF's kernels tile its span instead of stacking their prefetches
+        work = list(mine)
+        if k.neff_index[0] != 0:
+            work = [o for o, i in zip(mine, plan.instrs, strict=True)
+                    if i.engine != DMA or i.bytes_written]  # fmt: skip
+        start = min(work or mine, default=0)
+        run = KernelRun(plan, shift + start, shift + end, mine, rot, nq, shift)
     file, line, func, stack, module = where(k.site)
     base = model.origin_ns
     out.append(

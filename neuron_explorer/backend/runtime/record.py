@@ -26,7 +26,7 @@ from neuron_explorer.backend.runtime.payload import (
 from neuron_explorer.backend.runtime.source import call_site
 
 __all__ = ["autograd_position", "dispatch_recorded", "dtype_name", "host_call", "run_hidden",
-           "submit_kernel"]  # fmt: skip
+           "submit_kernel", "submit_neff"]  # fmt: skip
 
 _now = time.time_ns
 _tid = events.native_tid
@@ -96,10 +96,20 @@ def _tensor_infos(payloads):
     # the device computes float64 as float32, so that is what its kernels move and compute
     return [
         TensorInfo(
-            shape=tuple(p.shape), dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype)
+            shape=tuple(p.shape),
+            dtype="float32" if p.dtype is _F64 else dtype_name(p.dtype),
+            transposed=is_transposed(p),
         )
         for p in payloads
     ]
+
+
+def is_transposed(t: torch.Tensor) -> bool:
+    """A column-major view of a matrix (`w.t()`, `x.transpose(-1, -2)`)."""
+    try:
+        return t.dim() >= 2 and t.stride(-2) == 1 and t.stride(-1) > 1 and t.shape[-2] > 1
+    except (RuntimeError, TypeError):  # no strides (sparse, symbolic)
+        return False
 
 
 def lower(info, in_payloads, out_payloads):
@@ -122,8 +132,22 @@ def submit_kernel(plan, ready_ns, op, shapes, dtypes, tid, flow, src, seq, bwd, 
     _pending.append(cell)
     _buf.append(
         (KernelRecord, next(_ids), plan.name, op, shapes, dtypes, tid, plan, cell, flow, src, seq,
-         bwd, args)
+         bwd, args, None)
     )  # fmt: skip
+
+
+def submit_neff(neff, kernels, ready_ns, op, tid, flow, seq, bwd) -> None:
+    """Launch a compiled graph's NEFF: its whole plan is one unit on the device timeline, and
+    each fused group is recorded as a kernel whose instructions are a slice of it.
+    `kernels` are (group, source site, event args) in the NEFF's group order."""
+    cell = [neff.plan, ready_ns, None]  # placed by model.schedule_pending
+    _pending.append(cell)
+    for group, src, args in kernels:
+        plan = group.plan
+        _buf.append(
+            (KernelRecord, next(_ids), plan.name, op, (), (), tid, plan, cell, flow, src, seq, bwd,
+             args, group.instr_index)
+        )  # fmt: skip
 
 
 def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):

@@ -1,0 +1,262 @@
+"""How far to trust the `neuron` device's modeled times: published measurements of real Trainium
+workloads beside what the cost model gives for the same work, run on the device.
+
+Run: make fidelity   (or .venv/bin/python benchmarks/fidelity.py [--only NAME ...] [--write])
+`--write` puts the table, dated, into docs/costmodel.md (between its fidelity markers) and into
+the web UI's page that the "device times modeled" badge links to
+(neuron_explorer/web/static/fidelity.html).
+
+Each point runs its workload on the `neuron` device with the stated chip while a profiler
+records, and reads the modeled device time from the recorded kernel events: a compiled model's
+whole NEFF span, a single kernel's duration. The collective is read from the cost model's
+collective function directly (one rank per process here). The goal (issue 24): every point
+within 20% of the published figure, none faster than the chip's peak allows. Takes 1-3 minutes
+on a 2-core machine (the fp32 and bf16 matmuls compute half a TFLOP each on the CPU payloads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch
+
+from neuron_explorer import backend
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "costmodel.md"
+PAGE = ROOT / "neuron_explorer" / "web" / "static" / "fidelity.html"
+BEGIN, END = (
+    "<!-- fidelity table: benchmarks/fidelity.py --write -->",
+    "<!-- end of fidelity table -->",
+)
+_AWS = "aws-neuron/aws-neuron-sdk"
+_NKIBENCH = "zhang677/AccelOpt experiments/full_complete_local/profile_results.csv (NKIBench)"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One published measurement and how to reproduce its workload on the device."""
+
+    name: str
+    chip: str
+    published_ns: int
+    source: str
+    run: Callable[[], tuple[int, int]]  # the modeled device ns of the same work, and its floor
+    what: str
+
+
+def _kernels(fn: Callable[[], object]) -> list:
+    """The device kernel events `fn` launches while a profiler records (after a sync)."""
+    backend.events.clear()
+    with torch.profiler.profile():
+        fn()
+        torch.neuron.synchronize()
+    return [e for e in backend.events.drain() if e.kind == "kernel"]
+
+
+def _span(kernels: list) -> tuple[int, int]:
+    """The kernels' span on the device clock, and the least time the chip's peaks allow for
+    their work: every flop at TensorE's bf16 peak, every HBM byte at the streaming bandwidth."""
+    start = min(k.device_start_ns for k in kernels)
+    span = max(k.device_start_ns + k.device_dur_ns for k in kernels) - start
+    spec = backend.runtime.model.spec()
+    flops = sum(k.flops for k in kernels)
+    moved = sum(k.bytes_read + k.bytes_written for k in kernels)
+    floor = max(flops / spec.peak_flops_bf16, moved / spec.memory_bytes_per_s) * 1e9
+    return span, round(floor)
+
+
+def _bert(batch: int) -> Callable[[], int]:
+    def run() -> int:
+        from transformers import BertConfig, BertModel
+
+        torch.manual_seed(0)
+        model = BertModel(BertConfig()).eval().to("neuron")
+        ids = torch.randint(0, 30522, (batch, 128)).to("neuron")
+        compiled = torch.compile(model, backend="neuron", dynamic=False)
+        with torch.no_grad(), torch.autocast("neuron", dtype=torch.bfloat16):
+            compiled(input_ids=ids)  # compiles
+            kernels = _kernels(lambda: compiled(input_ids=ids).last_hidden_state)
+        torch._dynamo.reset()
+        graph = [k for k in kernels if k.args.get("neff")]
+        return _span(graph)
+
+    return run
+
+
+def _one_kernel(make: Callable[[], tuple], call: Callable[..., object]) -> Callable[[], int]:
+    def run() -> int:
+        torch.manual_seed(0)
+        args = make()
+        kernels = _kernels(lambda: call(*args))
+        return _span([max(kernels, key=lambda k: k.device_dur_ns)])
+
+    return run
+
+
+def _compiled(make: Callable[[], tuple], fn: Callable[..., object]) -> Callable[[], int]:
+    """A reference program compiled (torch.compile, backend "neuron"): its NEFF's span."""
+
+    def run() -> int:
+        torch.manual_seed(0)
+        args = make()
+        compiled = torch.compile(fn, backend="neuron", dynamic=False)
+        compiled(*args)  # compiles
+        kernels = _kernels(lambda: compiled(*args))
+        torch._dynamo.reset()
+        return _span([k for k in kernels if k.args.get("neff")])
+
+    return run
+
+
+def _silu(x: torch.Tensor) -> torch.Tensor:
+    """NKIBench's silu reference, as written there: x / (1 + exp(-x))."""
+    return x / (1 + torch.exp(-x))
+
+
+def _adamw_step(theta, g, m, v) -> torch.Tensor:
+    """NKIBench's AdamW reference: one step with its constants, returning the new parameter."""
+    theta_t = theta - 1e-5 * theta
+    m_t = 0.9 * m + 0.1 * g
+    v_t = 0.999 * v + 0.001 * g * g
+    return theta_t - 0.01 * m_t / (torch.sqrt(v_t * 1000) + 1e-8)
+
+
+def _dev(*shape: int, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype).to("neuron")
+
+
+def _all_reduce(nbytes: int) -> Callable[[], int]:
+    def run() -> int:
+        from neuron_explorer.backend.costmodel.collectives import collective_cost
+
+        spec = backend.runtime.model.spec()
+        cc = spec.collectives
+        floor = nbytes * 1e9 / cc.link_bytes_per_s  # a 2-rank all-reduce moves the buffer once
+        return collective_cost("all_reduce", nbytes, 2, cc).transfer_ns, round(floor)
+
+    return run
+
+
+POINTS = (
+    Point("bert-base b16 compiled", "trn1", 9_345_000,
+          f"{_AWS} about-neuron/benchmarks/trn1/throughput_data_encoder.csv (SDK 2.27), P50",
+          _bert(16), "bert-base-uncased inference, seq 128, bf16 matmuls, one model per core"),
+    Point("bert-base b1 compiled", "trn1", 943_000,
+          f"{_AWS} about-neuron/benchmarks/trn1/latency_data_encoder.csv (SDK 2.26), P50",
+          _bert(1), "the same at batch 1"),
+    Point("NKI matmul bf16", "trn1", 6_970_000,
+          f"{_AWS} general/nki/tutorials/matrix_multiplication.rst (release 2.20), best kernel",
+          _one_kernel(lambda: (_dev(8192, 4096, dtype=torch.bfloat16),
+                               _dev(8192, 8192, dtype=torch.bfloat16)),
+                      lambda lhs_t, rhs: torch.mm(lhs_t.t(), rhs)),
+          "[4096,8192] @ [8192,8192] bf16, one kernel; the tutorial's lhsT is given K-major"),
+    Point("NKIBench matmul fp32", "trn1", 35_200_000, _NKIBENCH,
+          _one_kernel(lambda: (_dev(4096, 5120), _dev(5120, 12288)), torch.mm),
+          "[4096,5120] @ [5120,12288] fp32, one kernel"),
+    Point("NKIBench silu fp32", "trn1", 1_333_000, _NKIBENCH,
+          _compiled(lambda: (_dev(4096, 7168),), _silu),
+          "its reference x / (1 + exp(-x)) over [4096,7168] fp32, compiled"),
+    Point("NKIBench adamw fp32", "trn1", 2_000_000, _NKIBENCH,
+          _compiled(lambda: tuple(_dev(10944, 2048).abs() for _ in range(4)), _adamw_step),
+          "its reference AdamW step over [10944,2048] fp32 (4 tensors in, 1 out), compiled"),
+    Point("all-reduce 2 ranks 64 KiB", "trn1", 58_000,
+          f"{_AWS} tools/neuron-sys-tools/nccom-test.rst: the curve's floor (to 64 KiB)",
+          _all_reduce(64 << 10), "fp32, cost model's collective time (no device run)"),
+    Point("all-reduce 2 ranks 1 GiB", "trn1", round((1 << 30) / 52.83),
+          f"{_AWS} tools/neuron-sys-tools/nccom-test.rst: 52.83 GB/s bus bandwidth at 1 GiB",
+          _all_reduce(1 << 30), "fp32, 1 GiB over 52.83 GB/s; cost model's collective time"),
+)  # fmt: skip
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms" if ns >= 100_000 else f"{ns / 1e3:.1f} us"
+
+
+def _markdown(rows: list, date: str) -> str:
+    lines = [
+        f"Measured {date} with `make fidelity` (this checkout's model; chip as stated).",
+        "",
+        "| workload | chip | published | modeled | modeled / published | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p, modeled, ratio in rows:
+        lines.append(f"| {p.name}: {p.what} | {p.chip} | {_ms(p.published_ns)} | {_ms(modeled)} "
+                     f"| {ratio:.2f} | {p.source} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _page(rows: list, date: str) -> str:
+    cells = "".join(
+        f"<tr><td>{html.escape(p.name)}: {html.escape(p.what)}</td><td>{p.chip}</td>"
+        f"<td>{_ms(p.published_ns)}</td><td>{_ms(m)}</td><td>{r:.2f}</td>"
+        f"<td>{html.escape(p.source)}</td></tr>"
+        for p, m, r in rows
+    )
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>How far to trust modeled device times</title>"
+        '<link rel="stylesheet" href="/static/app.css"></head><body><main id="app">'
+        "<h1>How far to trust modeled device times</h1>"
+        "<p>Every device time of a <code>neuron</code> profile comes from a cost model of one "
+        "NeuronCore (docs/costmodel.md), not a measurement. These are published measurements "
+        "of real Trainium workloads beside what the model gives for the same work. Written by "
+        f"<code>benchmarks/fidelity.py --write</code> on {date}.</p>"
+        "<table><thead><tr><th>workload</th><th>chip</th><th>published</th><th>modeled</th>"
+        f"<th>modeled / published</th><th>source</th></tr></thead><tbody>{cells}</tbody>"
+        '</table><p><a href="/">Back to the profiles</a></p></main></body></html>\n'
+    )
+
+
+def write(rows: list) -> None:
+    """The dated table into docs/costmodel.md and the web UI's fidelity page."""
+    date = time.strftime("%Y-%m-%d")
+    text = DOC.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{DOC}: no fidelity markers ({BEGIN} ... {END})")
+    DOC.write_text(pattern.sub(lambda _m: f"{BEGIN}\n{_markdown(rows, date)}\n{END}", text))
+    PAGE.write_text(_page(rows, date))
+    print(f"wrote {DOC.relative_to(ROOT)} and {PAGE.relative_to(ROOT)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="points whose name contains one of these")
+    parser.add_argument("--write", action="store_true",
+                        help="put the dated table into docs/costmodel.md and the web UI")  # fmt: skip
+    args = parser.parse_args(argv)
+    points = [p for p in POINTS if not args.only or any(s in p.name for s in args.only)]
+    rows = []
+    for p in points:
+        backend.set_device_spec(p.chip)
+        t0 = time.monotonic()
+        modeled, floor = p.run()
+        if modeled < floor:  # the model itself is wrong: it beats the chip's own peaks
+            raise SystemExit(f"{p.name}: modeled {modeled} ns is under the peak floor {floor} ns")
+        ratio = modeled / p.published_ns
+        rows.append((p, modeled, ratio))
+        print(f"{p.name:28} {p.chip}  published {_ms(p.published_ns):>11}  modeled "
+              f"{_ms(modeled):>11}  x{ratio:.2f}  {'ok' if abs(ratio - 1) <= 0.2 else 'OFF'}"
+              f"  peak floor {_ms(floor)}  ({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
+    within = sum(abs(r - 1) <= 0.2 for _p, _m, r in rows)
+    print(f"{within} of {len(rows)} points within 20% of the published figure")
+    if args.write:
+        if args.only:
+            raise SystemExit("--write needs every point: run it without --only")
+        write(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
