@@ -59,6 +59,13 @@ def _runtime_module() -> Any | None:
     return events
 
 
+def _shapes_only() -> dict[str, Any] | None:
+    """The shapes-only mode's assumptions and placeholders, where this process used it."""
+    from neuron_explorer.backend.runtime import shapes
+
+    return shapes.manifest()
+
+
 def _device_spec() -> dict[str, Any] | None:
     """The spec the runtime modeled the capture with: the chip's, its host costs as measured
     in this process (runtime/hostcal.py)."""
@@ -118,6 +125,9 @@ class TraceHandler:
         exc = exiting_exception()  # the `with profile(...)` block is ending in an exception
         if exc is not None:
             self.extra["run_ended"] = run_ended(exc)
+        shapes_only = _shapes_only() if drained else None
+        if shapes_only is not None:  # a profile without numerics says so, and what it assumed
+            self.extra["shapes_only"] = shapes_only
         import torch
 
         return RawCapture(workdir, trace, drained, _device_spec() if drained else None,

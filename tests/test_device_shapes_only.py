@@ -1,0 +1,152 @@
+"""Shapes-only mode (docs/device.md): data-less payloads record the same device work as real ones,
+and what needs values gets a placeholder with one warning per line."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import neuron_explorer
+from neuron_explorer import backend
+from neuron_explorer.backend.runtime import shapes
+
+
+class TinyBlock(torch.nn.Module):
+    def __init__(self, vocab: int = 96, dim: int = 32) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.attn = torch.nn.MultiheadAttention(dim, 4, batch_first=True)
+        self.up = torch.nn.Linear(dim, 4 * dim)
+        self.down = torch.nn.Linear(4 * dim, dim)
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids)
+        a, _ = self.attn(self.norm(h), h, h, need_weights=False)
+        h = h + a
+        h = h + self.down(torch.nn.functional.gelu(self.up(self.norm(h))))
+        return self.head(h)
+
+
+def _train_step_kernels(data_less: bool) -> list[tuple]:
+    """The kernels of two recorded training steps (forward, backward, AdamW) of TinyBlock."""
+    torch.manual_seed(0)
+    with shapes.shapes_only(data_less):
+        model = TinyBlock().to("neuron")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        ids = torch.randint(0, 96, (2, 16)).to("neuron")
+        targets = torch.randint(0, 96, (2, 16)).to("neuron")
+        assert model.up.weight._payload.is_meta is data_less
+        backend.events.clear()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            for _ in range(2):
+                logits = model(ids)
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            torch.neuron.synchronize()
+        events = backend.events.drain()
+    return [
+        (e.op_name, e.shapes, e.dtypes, e.device_dur_ns, e.flops, e.bytes_read, e.bytes_written)
+        for e in events
+        if e.kind == "kernel"
+    ]
+
+
+def test_a_data_less_training_step_records_the_same_kernels_shapes_and_modeled_times():
+    real = _train_step_kernels(False)
+    data_less = _train_step_kernels(True)
+    assert len(real) > 50  # forward, backward and the optimizer's kernels
+    ops = {k[0] for k in real}
+    assert {"aten::addmm", "aten::native_layer_norm_backward"} <= ops
+    assert {"aten::lerp_", "aten::addcdiv_"} <= ops  # AdamW
+    assert data_less == real
+
+
+def test_item_tolist_and_print_warn_once_per_line_and_the_run_goes_on():
+    with shapes.shapes_only():
+        x = torch.randn(4, 8, device="neuron")
+        assert x._payload.is_meta
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            values = [x.sum().item() for _ in range(3)]  # one line: one warning
+            flags = (x > 0).any().item()
+            listed = x.tolist()
+            text = repr(x)
+            if x.max() > 1:  # a comparison that reads a value: the placeholder is zero
+                pytest.fail("a data-less comparison must be False")
+    assert values == [0.0, 0.0, 0.0] and flags is False
+    assert listed == [[0.0] * 8] * 4
+    assert "size=(4, 8)" in text and "shapes-only" in text
+    mine = [w for w in caught if "shapes-only mode" in str(w.message)]
+    assert [w.filename for w in mine] == [__file__] * 5
+    assert len({w.lineno for w in mine}) == 5
+    assert ".item()" in str(mine[0].message)
+
+
+def test_data_dependent_shapes_take_the_documented_fill_ratio():
+    with shapes.shapes_only():
+        x = torch.randn(10, 6, device="neuron")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            masked = x[x > 0]
+            nz = torch.nonzero(x)
+            uniq = torch.unique(x)
+            x[x < 0] = 0.0
+    kept = int(60 * shapes.FILL_RATIO + 0.999)
+    assert masked.shape == (kept,) and nz.shape == (kept, 2) and uniq.shape == (kept,)
+    assert masked.device.type == "neuron" and masked._payload.is_meta
+    doc = shapes.manifest()
+    assert doc is not None and doc["fill_ratio"] == shapes.FILL_RATIO
+    assert {"aten::index", "aten::nonzero", "aten::_unique2"} <= set(doc["assumed_shapes"])
+
+
+def test_the_capture_manifest_states_the_mode_and_its_assumptions(tmp_path):
+    with neuron_explorer.shapes_only():
+        model = torch.nn.Linear(16, 16).to("neuron")
+        x = torch.randn(8, 16, device="neuron")
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            on_trace_ready=neuron_explorer.trace_handler(str(tmp_path / "p")),
+        ):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y = model(x)
+                y[y > 0].sum().item()
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    mode = manifest["extra"]["shapes_only"]
+    assert mode["assumed_shapes"]["aten::index"] >= 1 and mode["placeholders"][".item()"] >= 1
+    assert "no values" in mode["numerics"]
+
+
+def test_a_meta_model_moves_with_to_empty_and_trains_data_less():
+    with torch.device("meta"):
+        model = TinyBlock()
+    with shapes.shapes_only():
+        model = model.to_empty(device="neuron")
+        ids = torch.randint(0, 96, (2, 16), device="neuron")
+        model(ids).sum().backward()
+    assert model.head.weight.grad is not None and model.head.weight.grad._payload.is_meta
+    assert model.head.weight.grad.shape == (96, 32)
+
+
+def test_a_transformers_model_from_config_runs_forward_and_backward_data_less():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    with shapes.shapes_only(), torch.device("neuron"):
+        model = transformers.LlamaForCausalLM(config)
+        ids = torch.randint(0, 256, (1, 32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+    assert out.logits.shape == (1, 32, 256) and out.logits._payload.is_meta
+    assert model.model.embed_tokens.weight.grad is not None
