@@ -74,8 +74,14 @@ def unwrap_all(args: tuple, kwargs: dict, inputs: list, info) -> tuple[list, dic
     if kwargs:
         kwargs = {k: _unwrap(v, inputs, info) for k, v in kwargs.items()}
         if "device" in kwargs:
-            kwargs["device"] = _CPU
+            kwargs["device"] = _payload_device(inputs) if _shapes.SEEN else _CPU
     return cpu_args, kwargs
+
+
+def _payload_device(inputs: list):
+    """Where an op's new payload goes once data-less payloads exist: beside its inputs' (a
+    meta payload's results are meta), else where the mode puts new ones."""
+    return inputs[0][0].device if inputs else _shapes.payload_device()
 
 
 def wrap(o, inputs: list, new: list):
