@@ -4,7 +4,10 @@ and what needs values gets a placeholder with one warning per line."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,3 +153,38 @@ def test_a_transformers_model_from_config_runs_forward_and_backward_data_less():
         out.loss.backward()
     assert out.logits.shape == (1, 32, 256) and out.logits._payload.is_meta
     assert model.model.embed_tokens.weight.grad is not None
+
+
+SHAPES_FSDP_WORKER = Path(__file__).resolve().parent / "ranks" / "shapes_fsdp_worker.py"
+
+
+@pytest.mark.slow
+def test_a_step_past_the_chips_hbm_is_a_readiness_finding_and_fsdp2_over_four_ranks_fits(
+    tmp_path,
+):
+    """A 6.4-billion-parameter AdamW step in shapes-only mode needs more than trn2's 96 GiB on
+    one rank (hbm-capacity names FSDP2 over 2 ranks); sharded with FSDP2 over 4 real torchrun
+    ranks it fits, and no rank's profile has the finding."""
+    from test_distributed import torchrun
+
+    from neuron_explorer.analysis import get_rule
+    from neuron_explorer.analysis.summary import summarize
+    from neuron_explorer.model import Profile
+
+    subprocess.run([sys.executable, str(SHAPES_FSDP_WORKER), str(tmp_path / "one")], check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    one = Profile.open(tmp_path / "one")
+    (finding,) = get_rule("hbm-capacity").evaluate(one)
+    m = finding.evidence.metrics
+    assert m["peak_bytes"] > m["hbm_bytes"] == 96 * 2**30
+    # parameters, gradients and AdamW state of 24 Linear(16384, 16384): 16 bytes a parameter
+    params = 24 * (16384 * 16384 + 16384)
+    assert m["parameters_bytes"] == m["gradients_bytes"] == 4 * params
+    assert m["optimizer_state_bytes"] == 8 * params
+    assert finding.category == "readiness" and "FSDP2 over 2 ranks" in finding.title
+    torchrun(SHAPES_FSDP_WORKER, 4, str(tmp_path / "four"), "fsdp", timeout=400)
+    four = Profile.open(tmp_path / "four")
+    assert four.manifest.ranks == (0, 1, 2, 3)
+    assert get_rule("hbm-capacity").evaluate(four) == []
+    mem = summarize(four).readiness.device_memory
+    assert mem is not None and mem.fits and mem.peak_bytes < m["peak_bytes"] / 2

@@ -98,6 +98,7 @@ def _route_fsdp_storage() -> None:
         return
     if getattr(_fsdp_param.free_storage, "_neuron", False):
         return
+    from neuron_explorer.backend.runtime import memory
     from neuron_explorer.backend.tensor import NeuronTensor
 
     free, alloc = _fsdp_param.free_storage, _fsdp_param.alloc_storage
@@ -106,7 +107,9 @@ def _route_fsdp_storage() -> None:
         if not isinstance(tensor, NeuronTensor):
             return free(tensor)
         if (storage := tensor._payload.untyped_storage()).size() != 0:
+            before = storage.nbytes()
             storage.resize_(0)
+            memory.resized(storage, before)
         return None
 
     def alloc_storage(tensor: Any) -> None:
@@ -114,7 +117,9 @@ def _route_fsdp_storage() -> None:
             return alloc(tensor)
         size = tensor.numel() * tensor.itemsize
         if (storage := tensor._payload.untyped_storage()).size() != size:
+            before = storage.nbytes()
             storage.resize_(size)
+            memory.resized(storage, before)
         return None
 
     free_storage._neuron = alloc_storage._neuron = True  # type: ignore[attr-defined]

@@ -59,11 +59,16 @@ def _runtime_module() -> Any | None:
     return events
 
 
-def _shapes_only() -> dict[str, Any] | None:
-    """The shapes-only mode's assumptions and placeholders, where this process used it."""
-    from neuron_explorer.backend.runtime import shapes
+def _backend_state() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the shapes-only mode's assumptions and placeholders where this process used it, the
+    device memory's peak since the process began or the last reset_peak_memory_stats() with
+    what held it, None when nothing was allocated)."""
+    from neuron_explorer.backend.runtime import memory, shapes
 
-    return shapes.manifest()
+    held = memory.held_at_peak()
+    peak = held.pop("peak")
+    block = {"peak_bytes": peak, "held_bytes": held} if peak > 0 else None
+    return shapes.manifest(), block
 
 
 def _device_spec() -> dict[str, Any] | None:
@@ -125,9 +130,12 @@ class TraceHandler:
         exc = exiting_exception()  # the `with profile(...)` block is ending in an exception
         if exc is not None:
             self.extra["run_ended"] = run_ended(exc)
-        shapes_only = _shapes_only() if drained else None
-        if shapes_only is not None:  # a profile without numerics says so, and what it assumed
-            self.extra["shapes_only"] = shapes_only
+        if drained:
+            shapes_only, held = _backend_state()
+            if shapes_only is not None:  # a profile without numerics says so, and its assumptions
+                self.extra["shapes_only"] = shapes_only
+            if held is not None:  # the device memory's peak and what held it
+                self.extra["device_memory"] = held
         import torch
 
         return RawCapture(workdir, trace, drained, _device_spec() if drained else None,
