@@ -17,12 +17,17 @@ from typing import Any
 def _create(opts: Any, backend_options: Any) -> Any:
     from torch.distributed import ProcessGroupGloo
 
+    from neuron_explorer.backend import model_ranks
     from neuron_explorer.backend.runtime import collectives
 
-    collectives.stores[opts.group_id] = opts.store
+    modeled = model_ranks.world_size() > 0
+    if not modeled:  # a modeled job's ranks swap no arrival times: they are copies of one
+        collectives.stores[opts.group_id] = opts.store
     _route_fsdp_when_imported()
     collectives.install_wait()
     _install_barrier()
+    if modeled:
+        return model_ranks.fake_group(opts)
     return ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
@@ -135,3 +140,6 @@ def register() -> None:
     if not dist.is_available() or "NEURON" in dist.Backend._plugins:
         return
     dist.Backend.register_backend("neuron", _create, extended_api=True, devices=["neuron", "cpu"])
+    from neuron_explorer.backend import model_ranks
+
+    model_ranks.install()

@@ -22,6 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeat", type=int, default=1, help="cycles to record; later ones go to OUTPUT.cycleN"
     )
     parser.add_argument(
+        "--model-ranks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="model a job of N identical ranks from this one process: rank 0 runs, the "
+        "collectives are priced for groups of N (pair with NEURON_EXPLORER_SHAPES_ONLY=1)",
+    )
+    parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
         help="after --: python SCRIPT ARGS (or python -m MODULE ARGS, or torchrun ... SCRIPT ARGS)",
@@ -40,6 +48,12 @@ def run(args: argparse.Namespace) -> int:
         )
     from ...capture import torchrun
 
+    if args.model_ranks:
+        if torchrun.is_launch(command):
+            raise ExplorerError("capture: --model-ranks runs one process; drop torchrun")
+        from ...backend import model_ranks
+
+        model_ranks.enable(args.model_ranks)
     if torchrun.is_launch(command):  # every rank captures itself; one profile for the job
         import subprocess
 
