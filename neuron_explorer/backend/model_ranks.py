@@ -73,11 +73,11 @@ def install() -> None:
 
 def fake_group(opts: Any) -> Any:
     """The process group of a modeled job: no data moves (torch's FakeProcessGroup)."""
-    from torch._C._distributed_c10d import FakeProcessGroup
+    import torch
 
-    return FakeProcessGroup._create_internal(
-        opts.group_rank, opts.group_size, FakeProcessGroup.Options()
-    )
+    c10d: Any = torch._C._distributed_c10d  # its stubs lag the runtime's signatures
+    fake = c10d.FakeProcessGroup
+    return fake._create_internal(opts.group_rank, opts.group_size, fake.Options())
 
 
 def completed(result: Any) -> Any:
@@ -87,14 +87,14 @@ def completed(result: Any) -> Any:
     if type(result) is not tuple or len(result) != 2 or not world_size():
         return result
     import torch
-    from torch._C._distributed_c10d import _create_work_from_future
 
+    c10d: Any = torch._C._distributed_c10d
     tensors, work = result
     if not isinstance(work, torch.ScriptObject):
         return result
     future: torch.futures.Future = torch.futures.Future()
     future.set_result(tensors if type(tensors) is list else [tensors])
-    return tensors, _create_work_from_future(future).boxed()
+    return tensors, c10d._create_work_from_future(future).boxed()
 
 
 def manifest() -> dict[str, Any] | None:
