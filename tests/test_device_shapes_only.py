@@ -232,3 +232,33 @@ def test_model_ranks_prices_the_collectives_of_a_real_eight_rank_torchrun(tmp_pa
     assert got == want
     extra = json.loads((modeled / "manifest.json").read_text())["extra"]
     assert extra["model_ranks"] == {"world_size": 8, "executed": [0], "copies": list(range(1, 8))}
+
+
+def test_tied_weights_are_tagged_once_and_held_memory_adds_up():
+    """A tied weight (an embedding shared with the output layer) is one parameter met twice
+    while modules are named: tagged once, its gradient once; the roles at the peak add up to
+    no more than the peak."""
+    from neuron_explorer.backend.runtime import memory
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(64, 16)
+            self.out = torch.nn.Linear(16, 64, bias=False)
+            self.out.weight = self.emb.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.out(self.emb(ids))
+
+    with shapes.shapes_only():
+        model = Tied().to("neuron")
+        opt = torch.optim.AdamW(model.parameters())
+        ids = torch.randint(0, 64, (4, 8), device="neuron")
+        memory.reset_peak()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            model(ids).sum().backward()
+            opt.step()
+        backend.events.clear()
+    held = memory.held_at_peak()
+    assert held["parameters"] >= 64 * 16 * 4 and held["optimizer state"] >= 2 * 64 * 16 * 4
+    assert sum(v for k, v in held.items() if k != "peak") == held["peak"]

@@ -16,7 +16,9 @@ import torch
 
 from neuron_explorer.backend.runtime import memory, modules
 
-_hooked: weakref.WeakSet = weakref.WeakSet()  # parameters whose gradients are tagged
+# id -> weak reference of each parameter whose gradients are tagged (by id: a WeakSet compares
+# its members with ==, elementwise for tensors, when a tied weight is met a second time)
+_hooked: dict[int, weakref.ref] = {}
 _handles: list[Any] = []
 
 
@@ -31,8 +33,10 @@ def tag_module(module: torch.nn.Module) -> None:
         if p is None or p.device.type != "neuron":
             continue
         memory.tag(p, "parameters")
-        if p.requires_grad and p not in _hooked:
-            _hooked.add(p)
+        key = id(p)
+        known = _hooked.get(key)
+        if p.requires_grad and (known is None or known() is not p):
+            _hooked[key] = weakref.ref(p, lambda _ref, key=key: _hooked.pop(key, None))
             p.register_post_accumulate_grad_hook(_tag_grad)
 
 
