@@ -262,3 +262,24 @@ def test_tied_weights_are_tagged_once_and_held_memory_adds_up():
     held = memory.held_at_peak()
     assert held["parameters"] >= 64 * 16 * 4 and held["optimizer state"] >= 2 * 64 * 16 * 4
     assert sum(v for k, v in held.items() if k != "peak") == held["peak"]
+
+
+def _compiled_step_kernels(data_less: bool) -> list[tuple]:
+    torch.manual_seed(0)
+    with shapes.shapes_only(data_less):
+        layers = (torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+        compiled = torch.compile(torch.nn.Sequential(*layers).to("neuron"), backend="neuron")
+        x = torch.randn(16, 64).to("neuron")
+        compiled(x).sum().backward()  # compiles
+        backend.events.clear()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            compiled(x).sum().backward()
+            torch.neuron.synchronize()
+        events = backend.events.drain()
+    return [(e.name, e.op_name, e.device_dur_ns, e.flops) for e in events if e.kind == "kernel"]
+
+
+def test_a_compiled_model_launches_the_same_programs_data_less():
+    real = _compiled_step_kernels(False)
+    assert any(op.startswith("neuron_graph_") for _n, op, _d, _f in real)
+    assert _compiled_step_kernels(True) == real
