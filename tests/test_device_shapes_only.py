@@ -283,3 +283,29 @@ def test_a_compiled_model_launches_the_same_programs_data_less():
     real = _compiled_step_kernels(False)
     assert any(op.startswith("neuron_graph_") for _n, op, _d, _f in real)
     assert _compiled_step_kernels(True) == real
+
+
+def _mixtral_kernels(data_less: bool) -> list[tuple]:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.MixtralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with shapes.shapes_only(data_less), torch.device("neuron"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        ids = torch.randint(0, 256, (2, 16))
+        backend.events.clear()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            model(input_ids=ids, labels=ids).loss.backward()
+            torch.neuron.synchronize()
+        events = backend.events.drain()
+    return [(e.op_name, e.shapes, e.dtypes, e.device_dur_ns) for e in events if e.kind == "kernel"]
+
+
+def test_a_transformers_moe_routes_data_less_with_the_same_kernels():
+    """Mixtral's experts (Transformers' grouped matmul, whose Meta kernel wants bf16) run on
+    data-less float32 payloads and launch what a normal run launches."""
+    real = _mixtral_kernels(False)
+    assert "aten::_grouped_mm" in {k[0] for k in real}
+    assert _mixtral_kernels(True) == real

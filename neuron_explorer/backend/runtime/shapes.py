@@ -213,7 +213,23 @@ def _masked_index(name: str, call: Callable) -> Callable:
     return run
 
 
+def _as_bf16(name: str, call: Callable) -> Callable:
+    """An op whose Meta kernel takes only bf16 where the CPU's takes any float (grouped_mm, the
+    MoE experts' matmul in Transformers): its shape computed as bf16, its dtype kept."""
+
+    def run(*args, **kwargs):
+        first = args[0] if args else None
+        if not is_meta(first) or first.dtype is torch.bfloat16:
+            return call(*args, **kwargs)
+        dtype = first.dtype
+        wide = [a.to(torch.bfloat16) if is_meta(a) and a.is_floating_point() else a for a in args]
+        return call(*wide, **{k: v for k, v in kwargs.items() if k != "out_dtype"}).to(dtype)
+
+    return run
+
+
 DATA_DEPENDENT: dict[str, Callable[[str, Callable], Callable]] = {
+    "aten::_grouped_mm": _as_bf16,
     "aten::nonzero": _nonzero,
     "aten::masked_select": _masked_select,
     "aten::_unique2": _unique,
@@ -226,8 +242,8 @@ DATA_DEPENDENT: dict[str, Callable[[str, Callable], Callable]] = {
 
 
 def data_dependent(name: str, call: Callable) -> Callable | None:
-    """`call` with the shapes-only assumption for op `name`, or None where its shape never
-    depends on values."""
+    """`call` with the shapes-only assumption for op `name` (or its Meta kernel's dtype rule
+    relaxed), or None where a meta payload needs nothing of it."""
     make = DATA_DEPENDENT.get(name)
     return None if make is None else make(name, call)
 
