@@ -57,7 +57,7 @@ class DeviceMemory:
 
 def device_memory(ctx: AnalysisContext) -> DeviceMemory | None:
     """The peak of device memory against the chip's HBM (None where nothing was allocated)."""
-    spec = ctx.manifest.device_spec or {}
+    spec = ctx.spec
     block = ctx.manifest.extra.get("device_memory") or {}
     peak = int(block.get("peak_bytes") or 0)
     rank = None
@@ -71,12 +71,8 @@ def device_memory(ctx: AnalysisContext) -> DeviceMemory | None:
     if peak <= 0:
         return None
     held = tuple((str(k), int(v)) for k, v in (block.get("held_bytes") or {}).items())
-    capacity = spec.get("hbm_bytes")
-    sources = spec.get("sources") or {}
-    return DeviceMemory(
-        peak, rank, int(capacity) if capacity else None, sources.get("hbm_bytes"),
-        spec.get("name"), held if rank is None else (),
-    )  # fmt: skip
+    return DeviceMemory(peak, rank, spec.hbm_bytes, spec.hbm_source, spec.name,
+                        held if rank is None else ())  # fmt: skip
 
 
 def readiness(ctx: AnalysisContext) -> Readiness:
