@@ -189,6 +189,17 @@ def test_a_step_past_the_chips_hbm_is_a_readiness_finding_and_fsdp2_over_four_ra
     assert get_rule("hbm-capacity").evaluate(four) == []
     mem = summarize(four).readiness.device_memory
     assert mem is not None and mem.fits and mem.peak_bytes < m["peak_bytes"] / 2
+    # the same job modeled from one process (--model-ranks 4): rank 0's memory as the real one's
+    env = {**os.environ, "NEURON_EXPLORER_MODEL_RANKS": "4", "RANK": "0", "WORLD_SIZE": "4",
+           "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29500"}  # fmt: skip
+    subprocess.run([sys.executable, str(SHAPES_FSDP_WORKER), str(tmp_path / "modeled"), "fsdp"],
+                   check=True, capture_output=True, timeout=300, env=env)  # fmt: skip
+    modeled = Profile.open(tmp_path / "modeled")
+    assert modeled.manifest.extra["model_ranks"]["copies"] == [1, 2, 3]
+    assert get_rule("hbm-capacity").evaluate(modeled) == []
+    held = modeled.manifest.extra["device_memory"]["held_bytes"]
+    assert held["parameters"] == 4 * params // 4  # each rank a quarter of the fp32 weights
 
 
 MODEL_RANKS_WORKER = Path(__file__).resolve().parent / "ranks" / "model_ranks_worker.py"

@@ -113,6 +113,11 @@ class DeviceSpec:
         return min(self.dma_bytes_per_s, self.hbm_bytes_per_s)
 
     @property
+    def hbm_source(self) -> str | None:
+        """Where the chip's HBM capacity comes from (its entry in `sources`)."""
+        return dict(self.sources).get("hbm_bytes")
+
+    @property
     def machine_balance(self) -> float:
         """Flops per byte at the roofline ridge (bf16 peak over memory bandwidth)."""
         return self.peak_flops_bf16 / self.memory_bytes_per_s

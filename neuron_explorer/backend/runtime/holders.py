@@ -9,6 +9,7 @@ hook on the parameter), and an optimizer's parameters, gradients and state aroun
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -27,6 +28,10 @@ def _tag_grad(param: torch.Tensor) -> None:
         memory.tag(param.grad, "gradients")
 
 
+def _forget(key: int, _ref: object) -> None:
+    _hooked.pop(key, None)
+
+
 def tag_module(module: torch.nn.Module) -> None:
     """Tag `module`'s own parameters, and their gradients once autograd makes them."""
     for p in module._parameters.values():
@@ -36,7 +41,7 @@ def tag_module(module: torch.nn.Module) -> None:
         key = id(p)
         known = _hooked.get(key)
         if p.requires_grad and (known is None or known() is not p):
-            _hooked[key] = weakref.ref(p, lambda _ref, key=key: _hooked.pop(key, None))
+            _hooked[key] = weakref.ref(p, functools.partial(_forget, key))
             p.register_post_accumulate_grad_hook(_tag_grad)
 
 
