@@ -126,6 +126,11 @@ def test_the_capture_manifest_states_the_mode_and_its_assumptions(tmp_path):
     mode = manifest["extra"]["shapes_only"]
     assert mode["assumed_shapes"]["aten::index"] >= 1 and mode["placeholders"][".item()"] >= 1
     assert "no values" in mode["numerics"]
+    from neuron_explorer.analysis.summary import summarize
+    from neuron_explorer.model import Profile
+
+    ready = summarize(Profile.open(tmp_path / "p")).readiness
+    assert ready.shapes_only == mode and ready.device_memory.peak_bytes >= 2 * 16 * 16 * 4
 
 
 def test_a_meta_model_moves_with_to_empty_and_trains_data_less():
@@ -243,6 +248,10 @@ def test_model_ranks_prices_the_collectives_of_a_real_eight_rank_torchrun(tmp_pa
     assert got == want
     extra = json.loads((modeled / "manifest.json").read_text())["extra"]
     assert extra["model_ranks"] == {"world_size": 8, "executed": [0], "copies": list(range(1, 8))}
+    from neuron_explorer.analysis.summary import summarize
+    from neuron_explorer.model import Profile
+
+    assert summarize(Profile.open(modeled)).readiness.model_ranks == extra["model_ranks"]
 
 
 def test_tied_weights_are_tagged_once_and_held_memory_adds_up():

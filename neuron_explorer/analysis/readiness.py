@@ -32,6 +32,10 @@ class Readiness:
     first_step_ns: int | None
     steady_step_ns: float | None  # median of the steps after the first
     device_memory: DeviceMemory | None = None
+    # the capture's modeling: shapes-only mode's assumptions and placeholders, and a modeled
+    # job's executed ranks and copies (the manifest's extra blocks; None where not used)
+    shapes_only: dict | None = None
+    model_ranks: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -126,5 +130,6 @@ def readiness(ctx: AnalysisContext) -> Readiness:
         )
         first = None if row.get("first") is None else int(row["first"])
         steady = None if row.get("steady") is None else float(row["steady"])
+    extra = ctx.manifest.extra
     return Readiness(fallback, downcasts, recompiles, syncs, int(compile_ns), first, steady,
-                     device_memory(ctx))  # fmt: skip
+                     device_memory(ctx), extra.get("shapes_only"), extra.get("model_ranks"))  # fmt: skip

@@ -190,6 +190,19 @@ def _render_readiness(c, r, run_ended, top: int) -> None:  # analysis.readiness.
     timing = [f"  compile {_ms(r.compile_ns)}", f"first step {_ms(r.first_step_ns)} vs "
               f"steady {steady} (median of the rest)"]  # fmt: skip
     c.print(wrap_parts(c.width, timing, "; ", "    "), highlight=False, soft_wrap=True)
+    if r.shapes_only:
+        assumed = ", ".join(
+            f"{op} x{n}" for op, n in r.shapes_only.get("assumed_shapes", {}).items()
+        )
+        c.print(f"  shapes-only mode: no numerics (placeholder values); data-dependent shapes "
+                f"keep {r.shapes_only.get('fill_ratio')} of their elements"
+                + (f" ({assumed})" if assumed else ""), highlight=False, soft_wrap=True)  # fmt: skip
+    if r.model_ranks:
+        copies = r.model_ranks.get("copies") or []
+        span = f"{copies[0]}-{copies[-1]}" if len(copies) > 1 else ", ".join(map(str, copies))
+        c.print(f"  modeled job of {r.model_ranks.get('world_size')} ranks: rank(s) "
+                f"{', '.join(map(str, r.model_ranks.get('executed', [])))} executed, "
+                f"{span or 'none'} copies", highlight=False)  # fmt: skip
     if r.device_memory is not None:
         c.print(wrap_parts(c.width, _memory_parts(r.device_memory), "; ", "    "),
                 highlight=False, soft_wrap=True)  # fmt: skip
