@@ -329,3 +329,30 @@ def test_a_transformers_moe_routes_data_less_with_the_same_kernels():
     real = _mixtral_kernels(False)
     assert "aten::_grouped_mm" in {k[0] for k in real}
     assert _mixtral_kernels(True) == real
+
+
+ENV_SCRIPT = """
+import torch
+model = torch.nn.Linear(32, 8).to("neuron")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(4):
+    loss = model(torch.randn(16, 32, device="neuron")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("meta", model.weight._payload.is_meta, "loss", loss.item())
+"""
+
+
+def test_the_environment_variable_turns_the_mode_on_for_a_captured_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(ENV_SCRIPT)
+    env = {**os.environ, "NEURON_EXPLORER_SHAPES_ONLY": "1"}
+    r = subprocess.run([sys.executable, "-m", "neuron_explorer", "capture", "-o",
+                        str(tmp_path / "p"), "--", "python", str(script)],
+                       capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "meta True loss 0.0" in r.stdout
+    assert f"{script}:10: UserWarning: neuron: shapes-only mode: .item()" in r.stderr
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert manifest["extra"]["shapes_only"]["fill_ratio_source"] == "default"
