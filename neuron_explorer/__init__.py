@@ -8,4 +8,8 @@ def __getattr__(name: str):  # lazy, so `import neuron_explorer` does not import
         from . import capture
 
         return getattr(capture, name)
+    if name == "shapes_only":
+        from .backend.runtime.shapes import shapes_only
+
+        return shapes_only
     raise AttributeError(f"module 'neuron_explorer' has no attribute {name!r}")

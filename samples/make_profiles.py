@@ -19,7 +19,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "profiles"
 
-# sample -> its arguments; every capture records steps 2-4 (--wait 1 --warmup 1 --active 3)
+# sample -> its arguments; a capture records steps 2-4 (--wait 1 --warmup 1 --active 3) unless
+# CAPTURE_OF says otherwise
 SAMPLES: dict[str, list[str]] = {
     "gpt_train": ["--steps", "6"],
     "gpt_compile": ["--steps", "6", "--switch-at", "3"],  # the recompile lands in step 3
@@ -28,6 +29,7 @@ SAMPLES: dict[str, list[str]] = {
     "ddp_straggler": ["--steps", "6"],  # two ranks under torchrun (LAUNCH below)
     "pipeline_imbalance": ["--steps", "6"],  # two pipeline stages, one holding most blocks
     "pipeline_balanced": ["--steps", "6", "--balanced"],  # the same, four blocks a stage
+    "llama8b_shapes": ["--steps", "2"],  # shapes-only: a full-size Llama-3-8B step on trn2
 }
 # profiles of a script under another name: profile -> the script's name
 SCRIPT = {"pipeline_balanced": "pipeline_imbalance"}
@@ -35,6 +37,8 @@ SCRIPT = {"pipeline_balanced": "pipeline_imbalance"}
 _TWO_RANKS = ["torchrun", "--nproc-per-node=2", "--master-addr=127.0.0.1"]
 LAUNCH = dict.fromkeys(("ddp_straggler", "pipeline_imbalance", "pipeline_balanced"), _TWO_RANKS)
 CAPTURE = ["--wait", "1", "--warmup", "1", "--active", "3"]
+# samples whose steps are large: one recorded step (the second) is the profile
+CAPTURE_OF = {"llama8b_shapes": ["--wait", "1", "--warmup", "0", "--active", "1"]}
 
 
 def capture(name: str) -> int:
@@ -44,7 +48,7 @@ def capture(name: str) -> int:
     if out.exists():
         shutil.rmtree(out)
     launcher = [*LAUNCH[name], f"--master-port={_free_port()}"] if name in LAUNCH else ["python"]
-    command = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), *CAPTURE,
+    command = [sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out), *CAPTURE_OF.get(name, CAPTURE),
                "--", *launcher, str(HERE / f"{SCRIPT.get(name, name)}.py"), *sample_args]  # fmt: skip
     print("$", " ".join(command[1:]), flush=True)
     status = subprocess.call(command, cwd=ROOT)

@@ -40,6 +40,7 @@ CASES = {
     "recompilation": ("sample:gpt_compile", "sample:gpt_train"),
     "compile-dominated": ("captured:first_steps", "sample:gpt_train"),
     "float64-downcast": ("sample:fallback_float64", "sample:gpt_train"),
+    "hbm-capacity": ("sample:llama8b_shapes", "sample:gpt_train"),
     "host-sync": ("sample:fallback_float64", "sample:gpt_train"),
     "small-dma": ("sample:fallback_float64", "neuron:clean"),
     "memory-bound-op": ("sample:gpt_train", "neuron:clean"),
@@ -165,7 +166,7 @@ def test_readiness_findings_rank_first_then_each_category_by_saving():
         f.saving_ns for f in readiness
     )
     assert {r.id for r in all_rules().values() if r.category == "readiness"} == {
-        "cpu-fallback", "float64-downcast"
+        "cpu-fallback", "float64-downcast", "hbm-capacity"
     }  # fmt: skip
 
 
@@ -202,6 +203,7 @@ KNOWN = {
     "gpt_compile": ("recompilation",),
     "cnn_dataloader": ("dataloader-stall",),
     "fallback_float64": ("cpu-fallback", "float64-downcast"),
+    "llama8b_shapes": ("hbm-capacity",),
 }
 # also named in the docstrings and reported, ranked by their (smaller) measured cost
 ALSO = {

@@ -1,6 +1,6 @@
 """The readiness block of a neuron profile's summary: what fell back to the CPU, what was
-downcast from float64, what recompiled, which host syncs run in the step, and what compiling
-costs against the steady step."""
+downcast from float64, what recompiled, which host syncs run in the step, what compiling
+costs against the steady step, and the device memory's peak against the chip's HBM."""
 
 from __future__ import annotations
 
@@ -31,6 +31,52 @@ class Readiness:
     compile_ns: int
     first_step_ns: int | None
     steady_step_ns: float | None  # median of the steps after the first
+    device_memory: DeviceMemory | None = None
+    # the capture's modeling: shapes-only mode's assumptions and placeholders, and a modeled
+    # job's executed ranks and copies (the manifest's extra blocks; None where not used)
+    shapes_only: dict | None = None
+    model_ranks: dict | None = None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The highest device memory a rank allocated, what held it, and the chip's HBM.
+
+    `held_bytes` splits the peak into parameters, gradients, optimizer state and the rest
+    (activations and temporaries) where the capture knew them (its manifest's
+    `device_memory`); a profile without that block has only the counter's peak. A rank is
+    given one chip's HBM, as the collectives model gives it one chip."""
+
+    peak_bytes: int
+    rank: int | None  # the rank whose counter peaked; None when from the manifest alone
+    capacity_bytes: int | None  # HBM of one chip (the spec's hbm_bytes)
+    capacity_source: str | None  # where that figure comes from (the spec's source)
+    chip: str | None
+    held_bytes: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def fits(self) -> bool | None:
+        return None if not self.capacity_bytes else self.peak_bytes <= self.capacity_bytes
+
+
+def device_memory(ctx: AnalysisContext) -> DeviceMemory | None:
+    """The peak of device memory against the chip's HBM (None where nothing was allocated)."""
+    spec = ctx.spec
+    block = ctx.manifest.extra.get("device_memory") or {}
+    peak = int(block.get("peak_bytes") or 0)
+    rank = None
+    row = ctx.one(
+        """SELECT rank, max(value) AS peak FROM counters WHERE CAST(name AS VARCHAR) =
+           'memory_allocated' AND CAST(track AS VARCHAR) <> 'cpu' GROUP BY rank
+           ORDER BY peak DESC LIMIT 1"""
+    )
+    if row.get("peak") is not None and int(row["peak"]) > peak:
+        peak, rank = int(row["peak"]), int(row["rank"])
+    if peak <= 0:
+        return None
+    held = tuple((str(k), int(v)) for k, v in (block.get("held_bytes") or {}).items())
+    return DeviceMemory(peak, rank, spec.hbm_bytes, spec.hbm_source, spec.name,
+                        held if rank is None else ())  # fmt: skip
 
 
 def readiness(ctx: AnalysisContext) -> Readiness:
@@ -84,4 +130,6 @@ def readiness(ctx: AnalysisContext) -> Readiness:
         )
         first = None if row.get("first") is None else int(row["first"])
         steady = None if row.get("steady") is None else float(row["steady"])
-    return Readiness(fallback, downcasts, recompiles, syncs, int(compile_ns), first, steady)
+    extra = ctx.manifest.extra
+    return Readiness(fallback, downcasts, recompiles, syncs, int(compile_ns), first, steady,
+                     device_memory(ctx), extra.get("shapes_only"), extra.get("model_ranks"))  # fmt: skip

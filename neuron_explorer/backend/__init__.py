@@ -30,6 +30,7 @@ try:
     from neuron_explorer.backend.runtime import events
     from neuron_explorer.backend.runtime.model import set_spec as set_device_spec
     from neuron_explorer.backend.runtime.ops import supported_ops
+    from neuron_explorer.backend.runtime.shapes import shapes_only
     from neuron_explorer.backend.runtime.stats import compile_stats, reset_compile_stats
     from neuron_explorer.backend.runtime.tracking import (
         clear_op_tracking,
@@ -57,5 +58,6 @@ __all__ = [
     "register",
     "reset_compile_stats",
     "set_device_spec",
+    "shapes_only",
     "supported_ops",
 ]

@@ -45,7 +45,9 @@ def register() -> None:
         from neuron_explorer.backend.runtime import whole_ops
 
         whole_ops.register()
-        from neuron_explorer.backend.runtime import autocast, gcpause, handoff
+        from neuron_explorer.backend.runtime import autocast, gcpause, handoff, holders
+
+        holders.install()
 
         autocast.register()
         gcpause.install()

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.autograd import profiler as _prof
 
-from neuron_explorer.backend.runtime import events, fxstack, model, stats
+from neuron_explorer.backend.runtime import events, fxstack, model, shapes, stats
 from neuron_explorer.backend.runtime import record as _rec
 
 _seen: dict[str, set[tuple]] = {}  # graph code -> input-shape signatures compiled
@@ -124,7 +124,7 @@ def to_payload_devices(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         device = node.kwargs.get("device") if node.op == "call_function" else None
         if isinstance(device, torch.device) and device.type == "neuron":
-            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+            node.kwargs = {**node.kwargs, "device": shapes.payload_device()}
             moved.add(node)
     if not moved:
         return

@@ -17,12 +17,17 @@ from typing import Any
 def _create(opts: Any, backend_options: Any) -> Any:
     from torch.distributed import ProcessGroupGloo
 
+    from neuron_explorer.backend import model_ranks
     from neuron_explorer.backend.runtime import collectives
 
-    collectives.stores[opts.group_id] = opts.store
+    modeled = model_ranks.world_size() > 0
+    if not modeled:  # a modeled job's ranks swap no arrival times: they are copies of one
+        collectives.stores[opts.group_id] = opts.store
     _route_fsdp_when_imported()
     collectives.install_wait()
     _install_barrier()
+    if modeled:
+        return model_ranks.fake_group(opts)
     return ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
@@ -98,6 +103,7 @@ def _route_fsdp_storage() -> None:
         return
     if getattr(_fsdp_param.free_storage, "_neuron", False):
         return
+    from neuron_explorer.backend.runtime import memory
     from neuron_explorer.backend.tensor import NeuronTensor
 
     free, alloc = _fsdp_param.free_storage, _fsdp_param.alloc_storage
@@ -106,7 +112,9 @@ def _route_fsdp_storage() -> None:
         if not isinstance(tensor, NeuronTensor):
             return free(tensor)
         if (storage := tensor._payload.untyped_storage()).size() != 0:
+            before = storage.nbytes()
             storage.resize_(0)
+            memory.resized(storage, before)
         return None
 
     def alloc_storage(tensor: Any) -> None:
@@ -114,7 +122,9 @@ def _route_fsdp_storage() -> None:
             return alloc(tensor)
         size = tensor.numel() * tensor.itemsize
         if (storage := tensor._payload.untyped_storage()).size() != size:
+            before = storage.nbytes()
             storage.resize_(size)
+            memory.resized(storage, before)
         return None
 
     free_storage._neuron = alloc_storage._neuron = True  # type: ignore[attr-defined]
@@ -130,3 +140,6 @@ def register() -> None:
     if not dist.is_available() or "NEURON" in dist.Backend._plugins:
         return
     dist.Backend.register_backend("neuron", _create, extended_api=True, devices=["neuron", "cpu"])
+    from neuron_explorer.backend import model_ranks
+
+    model_ranks.install()

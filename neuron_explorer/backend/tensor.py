@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from neuron_explorer.backend.runtime import memory
+from neuron_explorer.backend.runtime import memory, shapes
 
 DEVICE = torch.device("privateuseone", 0)  # rebound to neuron:0 by _registration.register()
 
@@ -155,9 +155,13 @@ class NeuronTensor(torch.Tensor):
         if type(self._payload) is not torch.Tensor:  # fake or functional payload while tracing
             return f"NeuronTensor({self._payload!r})"
         _on_print("print", self)
+        if self._payload.is_meta:  # shapes-only mode: no values to print
+            return shapes.repr_of(self.shape, self.dtype, self.device)
         return _format(self)
 
     def tolist(self) -> Any:
+        if self._payload.is_meta:
+            shapes.placeholder(".tolist()")  # warned for its line: the copy below is not
         return self.cpu().tolist()
 
     def numpy(self, *, force: bool = False):

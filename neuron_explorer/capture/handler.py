@@ -60,6 +60,20 @@ def _runtime_module() -> Any | None:
     return events
 
 
+def _backend_state() -> tuple[dict[str, Any] | None, ...]:
+    """(the shapes-only mode's assumptions and placeholders where this process used it, the
+    device memory's peak since the process began or the last reset_peak_memory_stats() with
+    what held it (None when nothing was allocated), the modeled job's ranks where it models
+    one)."""
+    from neuron_explorer.backend import model_ranks
+    from neuron_explorer.backend.runtime import memory, shapes
+
+    held = memory.held_at_peak()
+    peak = held.pop("peak")
+    block = {"peak_bytes": peak, "held_bytes": held} if peak > 0 else None
+    return shapes.manifest(), block, model_ranks.manifest()
+
+
 def _device_spec() -> dict[str, Any] | None:
     """The spec the runtime modeled the capture with: the chip's, its host costs as measured
     in this process (runtime/hostcal.py)."""
@@ -119,6 +133,14 @@ class TraceHandler:
         exc = exiting_exception()  # the `with profile(...)` block is ending in an exception
         if exc is not None:
             self.extra["run_ended"] = run_ended(exc)
+        if drained:
+            shapes_only, held, modeled = _backend_state()
+            if shapes_only is not None:  # a profile without numerics says so, and its assumptions
+                self.extra["shapes_only"] = shapes_only
+            if held is not None:  # the device memory's peak and what held it
+                self.extra["device_memory"] = held
+            if modeled is not None:  # which ranks ran and which are copies of them
+                self.extra["model_ranks"] = modeled
         import torch
 
         return RawCapture(workdir, trace, drained, _device_spec() if drained else None,
@@ -192,6 +214,8 @@ def _distributed_job() -> Job | None:
     """The job when several torch.distributed ranks run (they then share one profile): from the
     process group, else from the launcher's RANK / WORLD_SIZE (torchrun sets them), which stay
     after the script's destroy_process_group()."""
+    if os.environ.get("NEURON_EXPLORER_MODEL_RANKS"):  # one process models the job: one rank
+        return None
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     if run_id == "none":  # torchrun's static rendezvous names no run
         run_id = "{}:{}".format(

@@ -117,6 +117,11 @@ class DeviceSpec:
         return min(self.dma_bytes_per_s, self.hbm_bytes_per_s)
 
     @property
+    def hbm_source(self) -> str | None:
+        """Where the chip's HBM capacity comes from (its entry in `sources`)."""
+        return dict(self.sources).get("hbm_bytes")
+
+    @property
     def machine_balance(self) -> float:
         """Flops per byte at the roofline ridge (bf16 peak over memory bandwidth)."""
         return self.peak_flops_bf16 / self.memory_bytes_per_s
@@ -142,7 +147,7 @@ class DeviceSpec:
         return out
 
 
-_COUNTS = ("dma_min_efficient_bytes", "tensor_engine_dim")  # the integer figures
+_COUNTS = ("dma_min_efficient_bytes", "tensor_engine_dim", "hbm_bytes")  # the integer figures
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,8 @@ class SpecFigures:
     machine_balance: float | None = None  # flops per byte at the roofline ridge (bf16)
     dma_min_efficient_bytes: int | None = None
     tensor_engine_dim: int | None = None
+    hbm_bytes: int | None = None  # device memory of one chip
+    hbm_source: str | None = None  # where that figure comes from (the spec's sources)
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any] | None) -> SpecFigures:
@@ -170,6 +177,9 @@ class SpecFigures:
             num["peak_flops_bf16"] = num["peak_flops"]
         name = spec.get("name")
         values: dict[str, Any] = {"name": str(name) if name is not None else None}
+        sources = spec.get("sources")
+        if isinstance(sources, dict) and isinstance(sources.get("hbm_bytes"), str):
+            values["hbm_source"] = sources["hbm_bytes"]
         for f in fields(cls):
             if f.name in num:
                 values[f.name] = int(num[f.name]) if f.name in _COUNTS else float(num[f.name])

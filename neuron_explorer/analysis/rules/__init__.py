@@ -14,6 +14,7 @@ from .dataloader_stall import DataloaderStall
 from .device_idle_gaps import DeviceIdleGaps
 from .float64_downcast import Float64Downcast
 from .fp32_matmul import Fp32Matmul
+from .hbm_capacity import HbmCapacity
 from .host_device_copies import HostDeviceCopies
 from .host_sync import HostSync
 from .launch_bound import LaunchBound
@@ -36,6 +37,7 @@ RULES: tuple[Rule, ...] = (
     DeviceIdleGaps(),
     Float64Downcast(),
     Fp32Matmul(),
+    HbmCapacity(),
     HostDeviceCopies(),
     HostSync(),
     LaunchBound(),

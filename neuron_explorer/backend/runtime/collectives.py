@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.autograd import profiler as _prof
 
+from neuron_explorer.backend import model_ranks
 from neuron_explorer.backend.costmodel import collectives as cc
 from neuron_explorer.backend.runtime import events, model, queues
 from neuron_explorer.backend.runtime.source import call_site
@@ -97,7 +98,7 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
             w = wrappers.get(id(o))
             return w if w is not None else new_tensor(info.name, o)
         if type(o) in (list, tuple):
-            return type(o)(rewrap(x) for x in o)
+            return model_ranks.completed(type(o)(rewrap(x) for x in o))
         return o
 
     host_args = unwrap(args)

@@ -15,7 +15,15 @@ from torch.autograd import profiler as _prof
 from neuron_explorer.backend.runtime import collectives as _collectives
 from neuron_explorer.backend.runtime import composites as _composites
 from neuron_explorer.backend.runtime import handoff as _handoff
-from neuron_explorer.backend.runtime import kernels, memory, ops, record, tracking, unsupported
+from neuron_explorer.backend.runtime import (
+    kernels,
+    memory,
+    ops,
+    record,
+    shapes,
+    tracking,
+    unsupported,
+)
 from neuron_explorer.backend.runtime.payload import (
     finish_outputs,
     new_tensor,
@@ -84,6 +92,9 @@ class OpInfo:
         if not self.supported and self.kernel:  # a CPU fallback runs as a plain CPU call
             host = kernels.with_math_bits(self.call)
             self.call, self.payload_keys, self.redispatch = host, None, None
+        assumed = shapes.data_dependent(self.name, self.call)
+        if assumed is not None:  # a data-less payload's output shape takes an assumption
+            self.call, self.payload_keys, self.redispatch = assumed, None, None
         # positional Tensor parameters: torch hands __torch_dispatch__ a Python number there for
         # a scalar operand (x * 2), which only a call (not a boxed redispatch) converts back
         self.tensor_slots = tuple(
@@ -231,6 +242,9 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = Fals
         return _dispatch_plain(_info(torch.ops.aten.copy_.default), (dst, src), {})
     direction = "h2d" if dst_dev else "d2h"
     with record.host_call("copy", f"copy {direction}", "aten::copy_", (s,), direction=direction):
+        if not dst_dev and s.is_meta:  # no data to copy out: the placeholder's zeros
+            d.copy_(shapes.host_copy(s))
+            return dst
         d.copy_(s)
         if dst_dev and d.dtype is _F64:
             round_f64(d)
@@ -252,6 +266,8 @@ def _to_copy(info: OpInfo, args, kwargs):
     if type(payload) is not _Tensor:
         return torch.ops.aten._to_copy.default(payload, **kwargs)
     with record.host_call("copy", "copy d2h", "aten::_to_copy", (payload,), direction="d2h"):
+        if payload.is_meta:
+            return shapes.host_copy(payload, kwargs.get("dtype"))
         out = torch.ops.aten._to_copy.default(payload, **kwargs)
         if out.untyped_storage().data_ptr() == payload.untyped_storage().data_ptr():
             out = out.clone()
@@ -301,6 +317,8 @@ def _local_scalar_dense(info: OpInfo, args, kwargs):
     with record.host_call(
         "sync", ".item()", "aten::_local_scalar_dense", (payload,), direction="d2h"
     ):
+        if payload.is_meta:
+            return shapes.scalar(payload)
         return torch.ops.aten._local_scalar_dense.default(payload)
 
 

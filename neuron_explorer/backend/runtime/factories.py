@@ -8,6 +8,8 @@ import time
 import torch
 from torch.autograd import profiler as _prof
 
+from neuron_explorer.backend.runtime import shapes
+
 _lib: torch.library.Library | None = None
 _now = time.time_ns
 
@@ -50,14 +52,20 @@ def _empty_memory_format(
 ):
     start = _start()
     payload = torch.empty(
-        size, dtype=dtype, layout=layout, device="cpu", memory_format=memory_format
+        size,
+        dtype=dtype,
+        layout=layout,
+        device=shapes.payload_device(),
+        memory_format=memory_format,
     )
     return _made("aten::empty.memory_format", payload, start)
 
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     start = _start()
-    payload = torch.empty_strided(size, stride, dtype=dtype, layout=layout, device="cpu")
+    payload = torch.empty_strided(
+        size, stride, dtype=dtype, layout=layout, device=shapes.payload_device()
+    )
     return _made("aten::empty_strided", payload, start)
 
 
@@ -65,7 +73,7 @@ def _efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memo
     # forward-mode AD (torch.func.jvp, hessian) asks for a zero tensor it never writes; real
     # zeros give the same numbers
     start = _start()
-    payload = torch.zeros(size, dtype=dtype, layout=layout, device="cpu")
+    payload = torch.zeros(size, dtype=dtype, layout=layout, device=shapes.payload_device())
     return _made("aten::_efficientzerotensor", payload, start)
 
 

@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 
+import torch
 from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import events, model
@@ -31,6 +32,21 @@ _buf, _ids, _thread, _Memory = events._buf, events._ids, events._thread, events.
 _now = time.time_ns
 
 
+# What held device memory: bytes of live storages by role, tagged once they are known to be a
+# module's parameter, a parameter's gradient or an optimizer's state (the rest is activations
+# and temporaries); `_at_peak` is a copy taken each time the peak rises
+ROLES = ("parameters", "gradients", "optimizer state")
+_role_of: dict[int, str] = {}  # storage key -> its role
+_role_bytes = dict.fromkeys(ROLES, 0)
+_at_peak = dict.fromkeys(ROLES, 0)
+# allocation order: a storage's serial, and the serial of the last allocation when the peak
+# rose, so a storage tagged after the peak (AdamW's state, made inside its first step) moves
+# into its role at the peak exactly when it was already live then (born no later, alive since)
+_born: dict[int, int] = {}
+_serial = 0
+_peak_serial = 0
+
+
 def allocated() -> int:
     return _allocated
 
@@ -40,14 +56,76 @@ def peak() -> int:
 
 
 def reset_peak() -> None:
-    global _peak
+    global _peak, _at_peak, _peak_serial
     _peak = _allocated
+    _at_peak = dict(_role_bytes)
+    _peak_serial = _serial
+
+
+def tag(tensor, role: str) -> None:
+    """Mark the storage of a neuron tensor (its payload's) as holding `role` (one of ROLES),
+    where the device counts it and no role was given it yet."""
+    tensor = getattr(tensor, "_local_tensor", tensor)  # a DTensor's shard (FSDP2, TP)
+    payload = getattr(tensor, "_payload", None)
+    if payload is None or type(payload) is not torch.Tensor:
+        return
+    key = id(payload.untyped_storage())
+    if key not in _live or key in _role_of:
+        return
+    nbytes = payload.untyped_storage().nbytes()
+    with _lock:
+        _role_of[key] = role
+        _role_bytes[role] += nbytes
+        if _born.get(key, _peak_serial + 1) <= _peak_serial:  # live at the peak, untagged then
+            _at_peak[role] += nbytes
+
+
+def held_at_peak() -> dict[str, int]:
+    """The peak (bytes) and what held it: each role's bytes, and the rest as "activations and
+    other" (activations, temporaries, buffers and inputs)."""
+    with _lock:
+        held = dict(_at_peak)
+        peak = _peak
+    held["activations and other"] = max(0, peak - sum(held.values()))
+    return {"peak": peak, **held}
+
+
+_resized: dict[int, int] = {}  # storage key -> bytes it gained by resizes since it was counted
+
+
+def resized(storage, old_nbytes: int) -> None:
+    """`storage` changed size in place from `old_nbytes`: FSDP2 frees an unsharded parameter
+    by resizing its storage to 0 and gets it back by resizing it to full size."""
+    global _allocated, _peak, _serial, _peak_serial
+    key = id(storage)
+    new = storage.nbytes()
+    delta = new - old_nbytes
+    if not delta:
+        return
+    with _lock:
+        if key not in _live:  # made empty, never counted: counted from now, at its new size
+            if new <= 0:
+                return
+            _live[key] = _weakref(storage, _partial(_free, key, 0))
+            _serial += 1
+            _born[key] = _serial
+        _resized[key] = _resized.get(key, 0) + delta
+        _allocated += delta
+        role = _role_of.get(key)
+        if role is not None:
+            _role_bytes[role] += delta
+        if _allocated > _peak:
+            _peak = _allocated
+            _peak_serial = _serial
+            _at_peak.update(_role_bytes)
+    if _prof._is_profiler_enabled:
+        _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, delta, _peak))
 
 
 def track(payload) -> None:
     """Count the bytes of `payload`'s storage until its last tensor is collected (once per
     storage, however many tensors share it)."""
-    global _allocated, _peak
+    global _allocated, _peak, _serial, _peak_serial
     storage = payload.untyped_storage()
     key = id(storage)
     if key in _live:
@@ -59,8 +137,12 @@ def track(payload) -> None:
     with _lock:
         _live[key] = ref
         _allocated += nbytes
+        _serial += 1
+        _born[key] = _serial
         if _allocated > _peak:
             _peak = _allocated
+            _peak_serial = _serial
+            _at_peak.update(_role_bytes)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, nbytes, _peak))
 
@@ -71,7 +153,12 @@ def _free(key: int, nbytes: int, _ref: object = None) -> None:
     global _allocated
     with _lock:
         _live.pop(key, None)
+        _born.pop(key, None)
+        nbytes += _resized.pop(key, 0)
         _allocated -= nbytes
+        role = _role_of.pop(key, None)
+        if role is not None:
+            _role_bytes[role] -= nbytes
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, -nbytes, _peak))
 

@@ -19,6 +19,9 @@ WRAPPED_CALL = torch.nn.Module._wrapped_call_impl.__code__
 # (its entries go with it), and an id reused by a new module never matches the dead reference
 _paths: dict[int, tuple[weakref.ref, str]] = {}
 ORIG_MOD = "_orig_mod"  # torch.compile's OptimizedModule holds the module it compiles here
+# called with each module the first time it is named (holders.py tags its parameters): a list
+# the layer above fills, as this module sits below memory accounting in the import order
+ON_NAMED: list = []
 
 
 def _remember(module, path: str) -> None:
@@ -66,6 +69,8 @@ def _name(module, frame) -> str:
         for name, m in root.named_modules():
             if _known(m) is None:
                 _remember(m, without_wrappers(name))
+                for seen in ON_NAMED:
+                    seen(m)
     known = _known(module)
     if known is not None:
         return known

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from neuron_explorer.backend.runtime import memory, tracking
+from neuron_explorer.backend.runtime import shapes as _shapes
 from neuron_explorer.backend.tensor import NeuronTensor, new_tensor, refresh
 
 __all__ = [
@@ -73,8 +74,14 @@ def unwrap_all(args: tuple, kwargs: dict, inputs: list, info) -> tuple[list, dic
     if kwargs:
         kwargs = {k: _unwrap(v, inputs, info) for k, v in kwargs.items()}
         if "device" in kwargs:
-            kwargs["device"] = _CPU
+            kwargs["device"] = _payload_device(inputs) if _shapes.SEEN else _CPU
     return cpu_args, kwargs
+
+
+def _payload_device(inputs: list):
+    """Where an op's new payload goes once data-less payloads exist: beside its inputs' (a
+    meta payload's results are meta), else where the mode puts new ones."""
+    return inputs[0][0].device if inputs else _shapes.payload_device()
 
 
 def wrap(o, inputs: list, new: list):
@@ -163,9 +170,11 @@ def run_payload(info, args, kwargs):
     """`run_hidden` for an op on real CPU payloads: straight to its CPU kernel where it has one
     (dispatch._payload_route: a redispatch records no profiler event, for half the cost).
     Not while a TorchDispatchMode is active (dynamo's FakeTensorMode): a redispatch to the CPU
-    key skips the mode stack and would return a real tensor where the mode wants a fake one."""
+    key skips the mode stack and would return a real tensor where the mode wants a fake one.
+    Nor once a payload was data-less (shapes-only mode): a CPU kernel must never see a meta
+    tensor, and the dispatcher sends one to its Meta kernel."""
     redispatch = info.redispatch
-    if redispatch is not None and not _modes():
+    if redispatch is not None and not _modes() and not _shapes.SEEN:
         n = len(args)
         for i in info.tensor_slots:  # a Tensor slot holding a number or None: a call converts it
             if i < n and not isinstance(args[i], _Tensor):

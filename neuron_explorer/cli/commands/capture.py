@@ -22,6 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeat", type=int, default=1, help="cycles to record; later ones go to OUTPUT.cycleN"
     )
     parser.add_argument(
+        "--model-ranks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="model a job of N identical ranks from this one process: rank 0 runs, the "
+        "collectives are priced for groups of N (pair with NEURON_EXPLORER_SHAPES_ONLY=1)",
+    )
+    parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
         help="after --: python SCRIPT ARGS (or python -m MODULE ARGS, or torchrun ... SCRIPT ARGS)",
@@ -42,13 +50,21 @@ def run(args: argparse.Namespace) -> int:
 
     schedule_args = [f"--wait={args.wait}", f"--warmup={args.warmup}",
                      f"--active={args.active}", f"--repeat={args.repeat}"]  # fmt: skip
+    if args.model_ranks and torchrun.is_launch(command):
+        raise ExplorerError("capture: --model-ranks runs one process; drop torchrun")
     other = _other_python(command)
     if other is not None:  # the script runs under the interpreter it names, as without capture
         import subprocess
 
         out = ["-o", str(Path(args.output).resolve())]
-        again = [other, "-m", "neuron_explorer", NAME, *out, *schedule_args, "--", *command[1:]]
+        ranks = [f"--model-ranks={args.model_ranks}"] if args.model_ranks else []
+        again = [other, "-m", "neuron_explorer", NAME, *out, *schedule_args, *ranks, "--",
+                 *command[1:]]  # fmt: skip
         return subprocess.call(again)
+    if args.model_ranks:
+        from ...backend import model_ranks
+
+        model_ranks.enable(args.model_ranks)
     if torchrun.is_launch(command):  # every rank captures itself; one profile for the job
         import subprocess
 

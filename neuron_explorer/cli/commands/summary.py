@@ -190,6 +190,22 @@ def _render_readiness(c, r, run_ended, top: int) -> None:  # analysis.readiness.
     timing = [f"  compile {_ms(r.compile_ns)}", f"first step {_ms(r.first_step_ns)} vs "
               f"steady {steady} (median of the rest)"]  # fmt: skip
     c.print(wrap_parts(c.width, timing, "; ", "    "), highlight=False, soft_wrap=True)
+    if r.shapes_only:
+        assumed = ", ".join(
+            f"{op} x{n}" for op, n in r.shapes_only.get("assumed_shapes", {}).items()
+        )
+        c.print(f"  shapes-only mode: no numerics (placeholder values); data-dependent shapes "
+                f"keep {r.shapes_only.get('fill_ratio')} of their elements"
+                + (f" ({assumed})" if assumed else ""), highlight=False, soft_wrap=True)  # fmt: skip
+    if r.model_ranks:
+        copies = r.model_ranks.get("copies") or []
+        span = f"{copies[0]}-{copies[-1]}" if len(copies) > 1 else ", ".join(map(str, copies))
+        c.print(f"  modeled job of {r.model_ranks.get('world_size')} ranks: rank(s) "
+                f"{', '.join(map(str, r.model_ranks.get('executed', [])))} executed, "
+                f"{span or 'none'} copies", highlight=False)  # fmt: skip
+    if r.device_memory is not None:
+        c.print(wrap_parts(c.width, _memory_parts(r.device_memory), "; ", "    "),
+                highlight=False, soft_wrap=True)  # fmt: skip
     for title, table in (
         ("CPU fallbacks", r.fallback_ops),
         ("float64 downcasts", r.downcasts),
@@ -205,6 +221,18 @@ def _render_readiness(c, r, run_ended, top: int) -> None:  # analysis.readiness.
         for row in table.to_pylist()[:top]:
             t.add_row(*(_cell(k, v) for k, v in row.items()))
         c.print(t)
+
+
+def _bytes(n: float) -> str:
+    return f"{n / (1 << 30):,.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):,.1f} MiB"
+
+
+def _memory_parts(m) -> list[str]:  # analysis.readiness.DeviceMemory
+    head = f"  device memory peak {_bytes(m.peak_bytes)}"
+    if m.capacity_bytes:
+        verdict = "fits" if m.fits else "DOES NOT FIT"
+        head += f" of {_bytes(m.capacity_bytes)} HBM ({m.chip} chip): {verdict}"
+    return [head, *(f"{role} {_bytes(n)}" for role, n in m.held_bytes if n)]
 
 
 def _render_devices(c, devices) -> None:
