@@ -3,7 +3,6 @@ nothing loads all events into Python objects."""
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +11,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..errors import BadInputError
+from . import bounds
 from .io import MANIFEST, SOURCES, source_relpath
 from .manifest import Manifest
 from .schema import ADDED_IN, FORMAT, SCHEMA_VERSION, TABLES
@@ -31,6 +31,10 @@ class Profile:
     def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
+        # what the footers say, read by open(): rows per table, and bytes of all columns
+        # uncompressed (a reader sizes its work by them before it reads)
+        self.footer_rows: dict[str, int] = {}
+        self.footer_bytes = 0
 
     @classmethod
     def open(cls, path: str | Path) -> Profile:
@@ -40,10 +44,7 @@ class Profile:
             raise BadInputError(path, "not a profile directory (no such directory)")
         if not mpath.is_file():
             raise BadInputError(path, "not a complete profile (manifest.json is missing)")
-        try:
-            raw = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BadInputError(mpath, f"unreadable manifest ({e.__class__.__name__})") from None
+        raw = bounds.read_manifest_json(mpath)
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise BadInputError(mpath, f"not a {FORMAT} manifest")
         version = raw.get("schema_version")
@@ -65,18 +66,26 @@ class Profile:
         return profile
 
     def _check_footers(self, name: str) -> None:
-        """Read each Parquet footer of a table now (a few kB), so a truncated or foreign file
-        fails here in one line rather than halfway through a reader."""
+        """Read each Parquet footer of a table now (a few kB, sized first), so a truncated or
+        foreign file, or one split into absurdly many row groups, fails here in one line rather
+        than halfway through a reader (model/bounds.py)."""
         import pyarrow.parquet as pq
 
         p = self._table_path(name)
-        files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
         wanted = TABLES[name].arrow_schema().names
-        for file in files:
+        groups = rows = 0
+        for file in bounds.table_files(p):
+            bounds.footer_size(file)
             try:
-                names = pq.read_schema(file).names
+                meta = pq.read_metadata(file)
+                names = meta.schema.to_arrow_schema().names
             except (pa.ArrowException, OSError) as e:
                 raise BadInputError(file, f"corrupt Parquet table ({e})") from None
+            groups, rows = groups + meta.num_row_groups, rows + meta.num_rows
+            bounds.check_row_groups(file if p == file else p, groups, rows)
+            self.footer_bytes += sum(
+                meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)
+            )
             added = ADDED_IN.get(name, {})
             missing = [
                 c for c in wanted
@@ -84,6 +93,7 @@ class Profile:
             ]  # fmt: skip
             if missing:
                 raise BadInputError(file, f"not a {name} table (no column {missing[0]})")
+        self.footer_rows[name] = rows
 
     @property
     def name(self) -> str:

@@ -18,6 +18,7 @@ from neuron_explorer.model import Profile
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
+from .memory import EVENT_BYTES, MemoryCeiling, default_ceiling, rss_bytes
 from .store import NotFound, ProfileStore
 from .views import compare, operators, overview, source, sql, timeline
 
@@ -27,14 +28,24 @@ from .views import compare, operators, overview, source, sql, timeline
 LIST_INLINE_EVENTS = 200_000
 LIST_INLINE_S = 1.0
 FIRST_VIEW_PX = 1500  # the timeline route's default width, the one warm_up computes
+WARM_SHARE = 0.5  # warm-up stops once the server holds this share of its memory ceiling
+DUCKDB_SHARE = 4  # each web DuckDB connection may use a quarter of the ceiling
 
 
 class Service:
     """The profiles under `root` and everything the pages derive from them; analysis results
     persist under `analysis_cache` (default: the user cache, web/cache.py)."""
 
-    def __init__(self, root: str | Path, analysis_cache: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        analysis_cache: str | Path | None = None,
+        max_memory: int | None = None,
+    ) -> None:
         self.store = ProfileStore(root)
+        self.memory = MemoryCeiling(max_memory or default_ceiling(), self.store.forget)
+        self.store.before_compute = self._admit
+        self.store.duckdb_memory = self.memory.limit // DUCKDB_SHARE
         self.disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
         self.gate = sql.QueryGate()
         self.listing = ProfileList()
@@ -44,7 +55,21 @@ class Service:
         self._pending: set[str] = set()
         self._pending_lock = threading.Lock()
 
+    def refuse_if_over_memory(self) -> None:
+        """OverMemory (503) while the process is past its ceiling and letting go of what it
+        keeps does not bring it back under."""
+        if self.memory.over():
+            self.memory.admit(0, "this request")
+
     # ---- cached per profile ---------------------------------------------------------------
+    def _admit(self, name: str, p: Profile) -> None:
+        """Before a value of a profile is computed: its tables' memory, when nothing of it is
+        in memory yet, must fit under the ceiling (web/memory.py); a refused request is one
+        503, and the server goes on serving."""
+        rows = p.footer_rows.get("events", 0)
+        need = 0 if self.store.holds(name) else rows * EVENT_BYTES + p.footer_bytes
+        self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
+
     def persisted(self, name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
         """A value kept in memory and in the disk cache, keyed by the profile's identity; the
         analysis the import left in the profile (analysis/stored.py) is read first."""
@@ -201,6 +226,8 @@ class Service:
     def warm_up(self) -> None:
         """Compute what the first visit of each profile needs (run in a background thread)."""
         for name in self.store.names():
+            if rss_bytes() > WARM_SHARE * self.memory.limit:
+                return  # the rest is computed when visited
             try:
                 # the first page first (summary, tables, findings), then the timeline's index
                 # and its whole view at the route's default width (1.2-1.6 s CPU on a 1 GB trace)

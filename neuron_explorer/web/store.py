@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from neuron_explorer.analysis.sql import NO_SPILLS
 from neuron_explorer.errors import BadInputError, ExplorerError
 from neuron_explorer.model import Profile
 from neuron_explorer.model.profile import is_profile
+
+from .memory import trim as _trim
 
 if TYPE_CHECKING:
     import duckdb
@@ -54,6 +57,10 @@ class ProfileStore:
         self._local = threading.local()
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._profile_locks: dict[str, threading.Lock] = {}
+        self._failed: dict[str, tuple[tuple, BadInputError]] = {}
+        # called before a value is computed (Service: the memory ceiling's admission)
+        self.before_compute: Callable[[str, Profile], None] = lambda name, profile: None
+        self.duckdb_memory = 0  # bytes each DuckDB connection may use (0: DuckDB's default)
 
     def names(self) -> list[str]:
         """Names of the profile directories that can be served, sorted."""
@@ -111,14 +118,23 @@ class ProfileStore:
     def open(self, name: str) -> Profile:
         """The opened profile (cached until its manifest changes); BadInputError if corrupt."""
         path = self.path(name)
-        _only_regular_files(path)
+        stamp = _only_regular_files(path)
         mtime = (path / "manifest.json").stat().st_mtime
         with self._lock:
             hit = self._profiles.get(name)
             if hit and hit[0] == mtime:
                 return hit[1]
-        profile = Profile.open(path)
-        _check_tables(profile)
+            failed = self._failed.get(name)
+            if failed and failed[0] == stamp:  # refused before, and no file has changed since
+                raise failed[1]
+        try:
+            profile = Profile.open(path)
+            _check_tables(profile)
+        except BadInputError as e:
+            with self._lock:
+                self._failed[name] = (stamp, e)
+            _trim()  # a refused footer may have taken tens of MB to parse: give them back
+            raise
         with self._lock:
             if name in self._profiles and self._profiles[name][0] != mtime:
                 self._derived = {k: v for k, v in self._derived.items() if k[0] != name}
@@ -137,10 +153,26 @@ class ProfileStore:
             with self._lock:
                 if (name, key) in self._derived:
                     return self._derived[(name, key)]
-            value = make(profile)
+            self.before_compute(name, profile)
+            try:
+                value = make(profile)
+            except (OverflowError, RecursionError) as e:  # what the data holds, not a bug here
+                raise BadInputError(profile.path, f"cannot be analysed ({e})") from None
             with self._lock:
                 self._derived[(name, key)] = value
         return value
+
+    def holds(self, name: str) -> bool:
+        """Whether anything derived from the profile is kept in memory."""
+        with self._lock:
+            return any(k[0] == name for k in self._derived)
+
+    def forget(self, keep: str | None = None) -> None:
+        """Let go of every profile but `keep` and what was derived from it (they are opened
+        and computed again when asked for; the disk cache keeps what took seconds)."""
+        with self._lock:
+            self._profiles = {n: v for n, v in self._profiles.items() if n == keep}
+            self._derived = {k: v for k, v in self._derived.items() if k[0] == keep}
 
     def has(self, name: str, key: str) -> bool:
         """Whether a derived value is already in memory (for a profile still current)."""
@@ -158,14 +190,17 @@ class ProfileStore:
         profile = self.open(name)
         cons = self._local.__dict__.setdefault("cons", {})
         hit = cons.get(name)
-        if hit is None or hit[0] is not profile:
+        # the profile held weakly, so a forgotten one (and its analysis) can be freed
+        if hit is None or hit[0]() is not profile:
             import duckdb
 
             con = duckdb.connect()
             con.execute(NO_SPILLS)  # nothing written to `.tmp` in the server's working directory
+            if self.duckdb_memory:
+                con.execute(f"SET memory_limit = '{self.duckdb_memory >> 20}MB'")
             for table in ("events", "stacks", "counters"):
                 con.register(table, profile.dataset(table))
-            hit = cons[name] = (profile, con)
+            hit = cons[name] = (weakref.ref(profile), con)
         return hit[1]
 
 
@@ -182,17 +217,21 @@ def _check_tables(profile: Profile) -> None:
                 raise BadInputError(file, f"corrupt Parquet table ({e})") from None
 
 
-def _only_regular_files(path: Path) -> None:
+def _only_regular_files(path: Path) -> tuple[tuple[str, int, int], ...]:
     """Refuse a profile whose manifest or tables are not plain files: opening a named pipe
-    blocks until someone writes to it, which would hang every request that lists profiles."""
+    blocks until someone writes to it, which would hang every request that lists profiles.
+    Returns each file's (path, size, mtime), which say whether the profile has changed."""
+    stamp = []
     for dirpath, dirnames, filenames in os.walk(path):
         for f in filenames:
             if f == "manifest.json" or f.endswith(".parquet"):
                 file = Path(dirpath) / f
                 try:
-                    regular = stat.S_ISREG(file.stat().st_mode)
+                    st = file.stat()
                 except OSError as e:
                     raise BadInputError(file, f"cannot read ({e.strerror or e})") from None
-                if not regular:
+                if not stat.S_ISREG(st.st_mode):
                     raise BadInputError(file, "not a regular file (a named pipe or a device?)")
+                stamp.append((str(file), st.st_size, st.st_mtime_ns))
         dirnames[:] = [d for d in dirnames if d != "sources"]  # source text is read by id
+    return tuple(sorted(stamp))
