@@ -81,6 +81,13 @@ def infinite_step(src: Path, dst: Path) -> Path:
     return dst
 
 
+def step_beyond_int64(src: Path, dst: Path) -> Path:
+    """A manifest step whose `dur_ns` is an integer past int64 (10**30 ns)."""
+    shutil.copytree(src, dst)
+    _set_manifest(dst, lambda m: m["steps"][0].update(dur_ns=10**30))
+    return dst
+
+
 def far_start(src: Path, dst: Path) -> Path:
     """Every event but the first moved to start at 9e18 ns, so the profile spans 9e18 ns (the
     issue: the summary gave 500, "intervals span too wide to measure in int64")."""
@@ -127,6 +134,7 @@ SMALL = {  # what the default test suite serves: each still fails without its bo
     "fragmented_counters": lambda s, d: fragmented_counters(s, d, 3_000),
     "deep_manifest": lambda s, d: deep_manifest(s, d, 200_000),
     "infinite_step": infinite_step,
+    "step_beyond_int64": step_beyond_int64,
     "far_start": far_start,
     "huge_manifest_string": lambda s, d: huge_manifest_string(s, d, 2_000_000),
     "huge_op_name": lambda s, d: huge_op_name(s, d, 1_000_000),

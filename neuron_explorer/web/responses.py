@@ -40,7 +40,9 @@ def clip_strings(doc: Any, limit: int = MAX_STRING_CHARS) -> Any:
                     out[k] = c
         return doc if out is None else out
     if isinstance(doc, list):
-        if not any(isinstance(v, (str, dict, list)) for v in doc):
+        if all(type(v) is not str or len(v) <= limit for v in doc) and not any(
+            isinstance(v, (dict, list)) for v in doc
+        ):  # a column or a row of plain values: nothing to clip (most of any answer)
             return doc
         clipped = [clip_strings(v, limit) for v in doc]
         return doc if all(a is b for a, b in zip(clipped, doc, strict=True)) else clipped
