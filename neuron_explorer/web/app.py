@@ -78,7 +78,7 @@ def _add_json(app: FastAPI, path: str, endpoint: Callable[..., Any], service: Se
     service from the function's own signature (queries, their bounds and defaults)."""
     # every answer is clipped (a 20 MB op name in a file is not sent whole), and none starts
     # while the server is past its memory ceiling
-    bound: Callable[..., Any]
+    bound: Any
     if inspect.iscoroutinefunction(endpoint):
 
         async def bound(**params: Any) -> Any:
@@ -90,8 +90,8 @@ def _add_json(app: FastAPI, path: str, endpoint: Callable[..., Any], service: Se
             service.refuse_if_over_memory()
             return clip_strings(endpoint(service, **params))
 
-    bound.func = endpoint  # type: ignore[attr-defined]  # the twin, as a partial names it
-    bound.__signature__ = _resolved_signature(endpoint)  # type: ignore[attr-defined]
+    bound.func = endpoint  # the twin, as a partial names it
+    bound.__signature__ = _resolved_signature(endpoint)
     app.add_api_route(path, bound, methods=["GET"], name=endpoint.__name__)
 
 

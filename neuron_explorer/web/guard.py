@@ -55,7 +55,7 @@ class Guard:
             scope = {**scope, "method": "GET"}
         started = False
 
-        async def guarded_send(message: dict) -> None:
+        async def guarded_send(message: Any) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
