@@ -474,6 +474,6 @@ def test_hostile_profiles_are_one_line_errors_and_clipped_answers(hostile_mcp):
     assert is_error and "cannot be analysed" in text and len(text.splitlines()) == 1
     assert ok(hostile_mcp("timeline", profile="far_start"))["window"]["events"] > 0
     for tool in ("summary", "operators", "timeline", "hotspots"):
-        for name in ("huge_op_name", "huge_manifest_string"):
+        for name in ("long_op_name", "huge_manifest_string"):
             assert longest_string(ok(hostile_mcp(tool, profile=name))) <= MAX_STRING_CHARS + 40
     assert ok(hostile_mcp("summary", profile="good"))["name"] == "good"

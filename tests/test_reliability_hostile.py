@@ -1,6 +1,6 @@
 """Issue 29, the server stays up: the hostile profiles of tests/hostile_sizes.py (row groups as a
 weapon, a manifest nested 200,000 deep, steps of Infinity and past int64, events at 9e18 ns,
-megabyte strings) against `neuron-explorer serve` (real uvicorn on 127.0.0.1, a free port).
+megabyte strings in the manifest and in op names) against `neuron-explorer serve` (real uvicorn on 127.0.0.1, a free port).
 Each bad profile is one 4xx naming the file and the problem, never a 500; every answer goes
 out on the same kept-alive connection as the next; strings are clipped; and the server's peak
 memory (VmHWM, a counted quantity) stays bounded, under `--max-memory` too."""
@@ -26,16 +26,19 @@ from neuron_explorer.web.responses import MAX_STRING_CHARS
 ROOT = Path(__file__).resolve().parents[1]
 ROUTES = ("", "/timeline", "/memory", "/operators", "/modules", "/calltree", "/source",
           "/findings", "/ranks", "/search?q=aten", "/counters?start_ns=0&end_ns=1000000")  # fmt: skip
-# each profile refused when opened: the words its error holds (after its file's path)
+# each profile refused (when opened; huge_op_name before its names are first read): the words
+# its error holds (after its file's path)
 REFUSED = {
     "fragmented_events": ("events.parquet", "3,000 row groups for 3,000 rows"),
     "fragmented_counters": ("counters.parquet", "3,000 row groups for 3,000 rows"),
     "deep_manifest": ("manifest.json", f"nested deeper than {bounds.MAX_JSON_DEPTH}"),
     "infinite_step": ("manifest.json", "Infinity is not a number JSON allows"),
     "step_beyond_int64": ("manifest.json", "does not fit in 64 bits"),
+    "huge_op_name": ("events.parquet", "a name of 1,000,006 bytes, longer than the 16,384"),
 }
 # measured: the server holds ~200 MB serving `good` alone; before the bounds, 3,000 one-row
-# groups took it to 846 MB, and a search over the 1 MB op names answered 41 MB
+# groups took it to 846 MB, and a search over the 1 MB op names answered 41 MB (20 MB names:
+# 2.9 GB and 20 s for the timeline)
 PEAK_MB = 500
 ANSWER_BYTES = 1 << 20
 
@@ -116,6 +119,9 @@ def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hosti
         for name, (file, problem) in REFUSED.items():
             for route in ROUTES:
                 status, body = c.get(f"/api/p/{name}{route}")
+                if name == "huge_op_name" and route == "/ranks":
+                    assert status == 200  # one rank: nothing to compare, no name read
+                    continue
                 error = json.loads(body)["error"]
                 assert status == 422 and error.startswith(str(hostile / name)), (
                     name,
@@ -123,8 +129,9 @@ def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hosti
                     body[:300],
                 )
                 assert file in error and problem in error and "\n" not in error, error
-            status, body = c.get(f"/p/{name}")
-            assert status == 422 and b"error-box" in body and problem.encode() in body
+            status, body = c.get(f"/p/{name}")  # the page's shell opens the profile only
+            if name != "huge_op_name":
+                assert status == 422 and b"error-box" in body and problem.encode() in body
             assert c.get("/api/p/good")[0] == 200  # the same connection, after the error
         # events at 9e18 ns: the timeline fits the rest, the rules cannot measure the spans
         for route in ROUTES:
@@ -133,20 +140,20 @@ def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hosti
                 assert status == 422 and "cannot be analysed" in json.loads(body)["error"]
             else:
                 assert status == 200, (route, body[:300])
-        # megabyte strings: answered, each string clipped with its marker, answers bounded
-        for name in ("huge_manifest_string", "huge_op_name"):
+        # long strings: answered, each clipped with its marker, answers bounded
+        for name in ("huge_manifest_string", "long_op_name"):
             for route in ROUTES:
                 status, body = c.get(f"/api/p/{name}{route}")
                 assert status == 200 and len(body) < ANSWER_BYTES, (name, route, len(body))
                 assert longest_string(json.loads(body)) <= MAX_STRING_CHARS + 40
-        status, body = c.get("/api/p/huge_op_name/search?q=aten::xxx")
-        assert status == 200 and b"more characters]" in body
+        status, body = c.get("/api/p/long_op_name/search?q=aten::xxx")
+        assert status == 200 and b"x\xe2\x80\xa6 [2,006 more characters]" in body
         status, body = c.get("/api/p/huge_manifest_string")
         assert b"h\xe2\x80\xa6 [1,990,000 more characters]" in body  # the host, 2,000,000 long
         status, body = c.get("/api/profiles")
         rows = {r["name"]: r for r in json.loads(body)["profiles"]}
         assert all(problem in rows[n]["error"] for n, (_, problem) in REFUSED.items())
-        assert rows["good"]["error"] is None and rows["huge_op_name"]["error"] is None
+        assert rows["good"]["error"] is None and rows["long_op_name"]["error"] is None
         # the warm-up has been through every profile by now (the list waits for small ones)
         time.sleep(1.0)
         peak = peak_mb(pid)

@@ -35,6 +35,8 @@ class Profile:
         # uncompressed (a reader sizes its work by them before it reads)
         self.footer_rows: dict[str, int] = {}
         self.footer_bytes = 0
+        self._values_checked = False
+        self._values_error: BadInputError | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> Profile:
@@ -64,6 +66,20 @@ class Profile:
                 raise BadInputError(path, f"table {name} is missing")
             profile._check_footers(name)
         return profile
+
+    def check_values(self) -> None:
+        """Refuse (BadInputError) a table whose names, kinds, tracks or paths hold a value
+        longer than bounds.MAX_VALUE_BYTES; checked once per opened profile, by a reader
+        that is about to read them all (not by open(), which lists use)."""
+        if self._values_error is None and not self._values_checked:
+            try:
+                for name in TABLES:
+                    bounds.check_values(bounds.table_files(self._table_path(name)))
+            except BadInputError as e:
+                self._values_error = e
+            self._values_checked = True
+        if self._values_error is not None:
+            raise self._values_error
 
     def _check_footers(self, name: str) -> None:
         """Read each Parquet footer of a table now (a few kB, sized first), so a truncated or

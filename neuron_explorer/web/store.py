@@ -153,6 +153,7 @@ class ProfileStore:
             with self._lock:
                 if (name, key) in self._derived:
                     return self._derived[(name, key)]
+            profile.check_values()  # once per profile: a 20 MB name is refused, not decoded
             self.before_compute(name, profile)
             try:
                 value = make(profile)
@@ -188,6 +189,7 @@ class ProfileStore:
         """This thread's DuckDB connection with the profile's tables registered (connecting
         costs tens of ms, so each server thread keeps one per profile)."""
         profile = self.open(name)
+        profile.check_values()
         cons = self._local.__dict__.setdefault("cons", {})
         hit = cons.get(name)
         # the profile held weakly, so a forgotten one (and its analysis) can be freed
