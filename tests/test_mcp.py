@@ -468,7 +468,10 @@ def test_hostile_profiles_are_one_line_errors_and_clipped_answers(hostile_mcp):
         assert problem in rows[name]["error"], rows[name]
         for tool, extra in NAMED_TOOLS:
             is_error, text = hostile_mcp(tool, profile=name, **extra)
-            assert is_error and file in text and problem in text, (name, tool, text[:300])
+            if name == "huge_op_name" and tool == "sql":  # SQL runs in a child bounded on its own,
+                assert not is_error  # and can find the long name: SELECT max(length(name)) ...
+                continue
+            assert is_error and file in text and problem in text, (name, tool, str(text)[:300])
             assert len(text.splitlines()) == 1, (name, tool, text[:300])
     is_error, text = hostile_mcp("summary", profile="far_start")
     assert is_error and "cannot be analysed" in text and len(text.splitlines()) == 1

@@ -62,6 +62,13 @@ class Service:
             self.memory.admit(0, "this request")
 
     # ---- cached per profile ---------------------------------------------------------------
+    def admit(self, name: str) -> None:
+        """What every route's first reading of a profile passes (for work that reads it
+        outside the routes, as the MCP report does): its values' bounds and the ceiling."""
+        p = self.store.open(name)
+        p.check_values()
+        self._admit(name, p)
+
     def _admit(self, name: str, p: Profile) -> None:
         """Before a value of a profile is computed: its tables' memory, when nothing of it is
         in memory yet, must fit under the ceiling (web/memory.py); a refused request is one
