@@ -192,3 +192,24 @@ def test_footers_are_sized_before_they_are_parsed(tmp_path, monkeypatch):
     monkeypatch.setattr(bounds, "MAX_FOOTER_BYTES", size - 1)
     with pytest.raises(BadInputError, match=r"events\.parquet: Parquet footer of 0 MB, more than"):
         Profile.open(good)
+
+
+def test_past_the_ceiling_pages_wait_and_static_files_are_served(tmp_path, capsys):
+    """A ceiling below what the server holds at start (`--max-memory 50M`): every JSON answer
+    is a 503 saying so, static files and page shells are still served, and the process stays."""
+    from neuron_explorer.entry import main
+
+    root = hostile_sizes.base_profile(tmp_path / "good")
+    with serve(root, tmp_path, "--max-memory", "50M") as (hostport, _):
+        c = KeptAlive(hostport)
+        for url in ("/api/profiles", "/api/p/good", "/api/p/good/timeline"):
+            status, body = c.get(url)
+            assert (
+                status == 503
+                and "of its 50 MB ceiling (--max-memory), past it" in json.loads(body)["error"]
+            )
+        assert c.get("/static/app.css")[0] == 200 and c.get("/p/good")[0] == 200
+    capsys.readouterr()
+    assert main(["serve", str(root), "--max-memory", "lots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "neuron-explorer: error: --max-memory: 'lots' is not a size such as 4G or 512M"

@@ -94,9 +94,12 @@ class MemoryCeiling:
             trim()
             have = rss_bytes()
         if have + need > self.limit:
+            held = f"the server holds {have >> 20:,} MB of its {self.limit >> 20:,} MB ceiling"
             raise OverMemory(
-                f"{what} needs about {need >> 20:,} MB, and the server holds {have >> 20:,} MB "
-                f"of its {self.limit >> 20:,} MB ceiling (--max-memory): refused; the server "
+                f"{what} needs about {need >> 20:,} MB, and {held} (--max-memory): refused; "
+                "the server goes on serving"
+                if need
+                else f"{held} (--max-memory), past it: refused until it falls back; the server "
                 "goes on serving"
             )
 
