@@ -65,8 +65,12 @@ def rss_bytes() -> int:
 
 
 def trim() -> None:
-    """Collect garbage and hand freed heap back to the system (glibc), so RSS falls."""
+    """Collect garbage and hand freed heap back to the system (Arrow's pool, glibc's), so
+    RSS falls."""
+    import pyarrow as pa
+
     gc.collect()
+    pa.default_memory_pool().release_unused()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):

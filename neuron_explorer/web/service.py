@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,6 +46,7 @@ class Service:
         self.store = ProfileStore(root)
         self.memory = MemoryCeiling(max_memory or default_ceiling(), self.store.forget)
         self.store.before_compute = self._admit
+        self._admitted: weakref.WeakSet[Profile] = weakref.WeakSet()
         self.store.duckdb_memory = self.memory.limit // DUCKDB_SHARE
         self.disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
         self.gate = sql.QueryGate()
@@ -65,17 +67,17 @@ class Service:
     def admit(self, name: str) -> None:
         """What every route's first reading of a profile passes (for work that reads it
         outside the routes, as the MCP report does): its values' bounds and the ceiling."""
-        p = self.store.open(name)
-        p.check_values()
-        self._admit(name, p)
+        self._admit(name, self.store.open(name))
 
     def _admit(self, name: str, p: Profile) -> None:
-        """Before a value of a profile is computed: its tables' memory, when nothing of it is
-        in memory yet, must fit under the ceiling (web/memory.py); a refused request is one
-        503, and the server goes on serving."""
+        """Before a profile's tables are read: no name longer than bounds.MAX_VALUE_BYTES
+        (422), and its tables' memory, when nothing of it is in memory yet, must fit under the
+        ceiling (web/memory.py; 503); the server goes on serving."""
+        p.check_values()  # once per opened profile: a 20 MB name is refused, not decoded
         rows = p.footer_rows.get("events", 0)
-        need = 0 if self.store.holds(name) else rows * EVENT_BYTES + p.footer_bytes
+        need = 0 if p in self._admitted else rows * EVENT_BYTES + p.footer_bytes
         self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
+        self._admitted.add(p)  # until the store lets it go (a new version, or memory)
 
     def persisted(self, name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
         """A value kept in memory and in the disk cache, keyed by the profile's identity; the
@@ -87,14 +89,15 @@ class Service:
                 value = self._stored(name, p, kind)
                 if value is not None:
                     return value
-            identity = store.derived(name, "identity", profile_identity)
+            identity = store.derived(name, "identity", profile_identity, admit=False)
             value = disk.load(p, kind, identity)
             if value is None:
+                self._admit(name, p)  # only now are the tables read
                 value = compute(p)
                 disk.store(p, kind, identity, value)
             return value
 
-        return store.derived(name, kind, make)
+        return store.derived(name, kind, make, admit=False)
 
     def index(self, name: str) -> timeline.TimelineIndex:
         store = self.store
@@ -160,7 +163,9 @@ class Service:
 
     def _stored(self, name: str, p: Profile, kind: str) -> Any:
         """What the import left in the profile's analysis/ folder, None if missing or stale."""
-        return stored.load(p, kind, self.store.derived(name, "stored", stored.identity))
+        return stored.load(
+            p, kind, self.store.derived(name, "stored", stored.identity, admit=False)
+        )
 
     def findings(self, name: str) -> list[dict[str, Any]] | None:
         return self.findings_report(name)["findings"]
@@ -208,7 +213,7 @@ class Service:
             return True, self.findings(name)
         if self._stored(name, p, "findings_report") is not None:
             return True, self.findings(name)  # the import's, read into memory
-        identity = self.store.derived(name, "identity", profile_identity)
+        identity = self.store.derived(name, "identity", profile_identity, admit=False)
         if self.disk.load(p, "findings", identity) is not None:
             return True, self.findings(name)  # read back into memory
         return False, None

@@ -54,11 +54,14 @@ class ProfileStore:
         self._lock = threading.Lock()
         self._profiles: dict[str, tuple[float, Profile]] = {}
         self._derived: dict[tuple[str, str], Any] = {}
-        self._local = threading.local()
+        # (thread, profile name) -> the thread's DuckDB connection of the profile: kept here,
+        # not in thread-locals, so that letting a profile go drops its connections too
+        self._cons: dict[tuple[int, str], tuple[weakref.ref[Profile], Any]] = {}
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._profile_locks: dict[str, threading.Lock] = {}
         self._failed: dict[str, tuple[tuple, BadInputError]] = {}
-        # called before a value is computed (Service: the memory ceiling's admission)
+        # called before a value is computed (Service: the bounds of values and the memory
+        # ceiling's admission)
         self.before_compute: Callable[[str, Profile], None] = lambda name, profile: None
         self.duckdb_memory = 0  # bytes each DuckDB connection may use (0: DuckDB's default)
 
@@ -141,9 +144,12 @@ class ProfileStore:
             self._profiles[name] = (mtime, profile)
         return profile
 
-    def derived(self, name: str, key: str, make: Callable[[Profile], Any]) -> Any:
+    def derived(
+        self, name: str, key: str, make: Callable[[Profile], Any], admit: bool = True
+    ) -> Any:
         """A value computed once per profile (summary, operator table, timeline index...);
-        concurrent requests for the same value wait for the one computing it."""
+        concurrent requests for the same value wait for the one computing it. `admit`: pass
+        `before_compute` first (False when `make` calls it only if it must read the tables)."""
         profile = self.open(name)
         with self._lock:
             if (name, key) in self._derived:
@@ -153,8 +159,8 @@ class ProfileStore:
             with self._lock:
                 if (name, key) in self._derived:
                     return self._derived[(name, key)]
-            profile.check_values()  # once per profile: a 20 MB name is refused, not decoded
-            self.before_compute(name, profile)
+            if admit:
+                self.before_compute(name, profile)
             try:
                 value = make(profile)
             except (OverflowError, RecursionError) as e:  # what the data holds, not a bug here
@@ -163,17 +169,13 @@ class ProfileStore:
                 self._derived[(name, key)] = value
         return value
 
-    def holds(self, name: str) -> bool:
-        """Whether anything derived from the profile is kept in memory."""
-        with self._lock:
-            return any(k[0] == name for k in self._derived)
-
     def forget(self, keep: str | None = None) -> None:
         """Let go of every profile but `keep` and what was derived from it (they are opened
         and computed again when asked for; the disk cache keeps what took seconds)."""
         with self._lock:
             self._profiles = {n: v for n, v in self._profiles.items() if n == keep}
             self._derived = {k: v for k, v in self._derived.items() if k[0] == keep}
+            self._cons = {k: v for k, v in self._cons.items() if k[1] == keep}
 
     def has(self, name: str, key: str) -> bool:
         """Whether a derived value is already in memory (for a profile still current)."""
@@ -190,8 +192,9 @@ class ProfileStore:
         costs tens of ms, so each server thread keeps one per profile)."""
         profile = self.open(name)
         profile.check_values()
-        cons = self._local.__dict__.setdefault("cons", {})
-        hit = cons.get(name)
+        key = (threading.get_ident(), name)
+        with self._lock:
+            hit = self._cons.get(key)
         # the profile held weakly, so a forgotten one (and its analysis) can be freed
         if hit is None or hit[0]() is not profile:
             import duckdb
@@ -202,7 +205,9 @@ class ProfileStore:
                 con.execute(f"SET memory_limit = '{self.duckdb_memory >> 20}MB'")
             for table in ("events", "stacks", "counters"):
                 con.register(table, profile.dataset(table))
-            hit = cons[name] = (weakref.ref(profile), con)
+            hit = (weakref.ref(profile), con)
+            with self._lock:
+                self._cons[key] = hit
         return hit[1]
 
 
