@@ -156,6 +156,8 @@ class Profile:
         return buf.getvalue()
 
     def row_count(self, name: str) -> int:
+        if name in self.footer_rows:  # counted by open() in the footers: exact
+            return self.footer_rows[name]
         if name in self.manifest.row_counts:
             return int(self.manifest.row_counts[name])
         try:

@@ -208,7 +208,7 @@ class Service:
     ) -> tuple[bool, list[dict[str, Any]] | None]:
         """The findings if computed (here or by an earlier server), or computed now when
         `inline` and the profile is small; else (False, None), for the background."""
-        events = int(p.manifest.row_counts.get("events") or 0)
+        events = p.row_count("events")  # the footers' count, not the manifest's claim
         if self.store.has(name, "findings") or (inline and events <= LIST_INLINE_EVENTS):
             return True, self.findings(name)
         if self._stored(name, p, "findings_report") is not None:
