@@ -162,12 +162,12 @@ def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hosti
 
 
 def test_the_memory_ceiling_refuses_a_profile_that_would_pass_it(tmp_path):
-    """`--max-memory 400M`: a 400,000-event profile needs about 410 MB (rows counted in its
+    """`--max-memory 400M`: a 530,000-event profile needs about 410 MB (rows counted in its
     footers), so its pages are refused with 503 before a row is read; the small profile is
     served on the same connection, and the process never holds more than the ceiling."""
     root = tmp_path / "profiles"
     hostile_sizes.base_profile(root / "good")
-    hostile_sizes.base_profile(root / "big", 400_000)
+    hostile_sizes.base_profile(root / "big", 530_000)  # more than the ceiling on its own
     with serve(root, tmp_path, "--max-memory", "400M") as (hostport, pid):
         c = KeptAlive(hostport)
         for _ in range(2):
