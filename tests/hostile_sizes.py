@@ -88,6 +88,23 @@ def step_beyond_int64(src: Path, dst: Path) -> Path:
     return dst
 
 
+def corrupt_pages(src: Path, dst: Path) -> Path:
+    """The data pages of `start_ns` and `dur_ns` scrambled behind an intact footer: the profile
+    opens, and every read of those columns fails."""
+    shutil.copytree(src, dst)
+    f = dst / "events.parquet"
+    data, meta = bytearray(f.read_bytes()), pq.read_metadata(f)
+    for g in range(meta.num_row_groups):
+        for i in range(meta.num_columns):
+            col = meta.row_group(g).column(i)
+            if col.path_in_schema in ("start_ns", "dur_ns"):
+                first = col.data_page_offset + 30  # past the page header
+                for k in range(first, col.data_page_offset + col.total_compressed_size - 8, 7):
+                    data[k] ^= 0x5A
+    f.write_bytes(bytes(data))
+    return dst
+
+
 def far_start(src: Path, dst: Path) -> Path:
     """Every event but the first moved to start at 9e18 ns, so the profile spans 9e18 ns (the
     issue: the summary gave 500, "intervals span too wide to measure in int64")."""
@@ -136,6 +153,7 @@ SMALL = {  # what the default test suite serves: each still fails without its bo
     "infinite_step": infinite_step,
     "step_beyond_int64": step_beyond_int64,
     "far_start": far_start,
+    "corrupt_pages": corrupt_pages,
     "huge_manifest_string": lambda s, d: huge_manifest_string(s, d, 2_000_000),
     "huge_op_name": lambda s, d: huge_op_name(s, d, 1_000_000),
     "long_op_name": lambda s, d: huge_op_name(s, d, 12_000),  # clipped in answers, not refused

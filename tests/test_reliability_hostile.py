@@ -1,6 +1,6 @@
 """Issue 29, the server stays up: the hostile profiles of tests/hostile_sizes.py (row groups as a
 weapon, a manifest nested 200,000 deep, steps of Infinity and past int64, events at 9e18 ns,
-megabyte strings in the manifest and in op names) against `neuron-explorer serve` (real uvicorn on 127.0.0.1, a free port).
+megabyte strings in the manifest and in op names, data pages scrambled behind a sound footer) against `neuron-explorer serve` (real uvicorn on 127.0.0.1, a free port).
 Each bad profile is one 4xx naming the file and the problem, never a 500; every answer goes
 out on the same kept-alive connection as the next; strings are clipped; and the server's peak
 memory (VmHWM, a counted quantity) stays bounded, under `--max-memory` too."""
@@ -35,7 +35,11 @@ REFUSED = {
     "infinite_step": ("manifest.json", "Infinity is not a number JSON allows"),
     "step_beyond_int64": ("manifest.json", "does not fit in 64 bits"),
     "huge_op_name": ("events.parquet", "a name of 1,000,006 bytes, longer than the 16,384"),
+    "corrupt_pages": ("", "corrupt Parquet table"),
 }
+# refused when their tables are read, not when opened: the page shells and a one-rank
+# profile's ranks answer (they read no events)
+READ_LATE = ("huge_op_name", "corrupt_pages")
 # measured: the server holds ~200 MB serving `good` alone; before the bounds, 3,000 one-row
 # groups took it to 846 MB, and a search over the 1 MB op names answered 41 MB (20 MB names:
 # 2.9 GB and 20 s for the timeline)
@@ -119,8 +123,11 @@ def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hosti
         for name, (file, problem) in REFUSED.items():
             for route in ROUTES:
                 status, body = c.get(f"/api/p/{name}{route}")
-                if name == "huge_op_name" and route == "/ranks":
-                    assert status == 200  # one rank: nothing to compare, no name read
+                late = name in READ_LATE and route in (
+                    "/ranks",
+                    "/counters?start_ns=0&end_ns=1000000",
+                )
+                if late and status == 200:  # no events read (one rank; the counters table)
                     continue
                 error = json.loads(body)["error"]
                 assert status == 422 and error.startswith(str(hostile / name)), (
@@ -130,7 +137,7 @@ def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hosti
                 )
                 assert file in error and problem in error and "\n" not in error, error
             status, body = c.get(f"/p/{name}")  # the page's shell opens the profile only
-            if name != "huge_op_name":
+            if name not in READ_LATE:
                 assert status == 422 and b"error-box" in body and problem.encode() in body
             assert c.get("/api/p/good")[0] == 200  # the same connection, after the error
         # events at 9e18 ns: the timeline fits the rest, the rules cannot measure the spans

@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from .guard import Guard
 from .pages import Page, render_page
-from .responses import clip_strings, install_error_handlers
+from .responses import READ_ERRORS, clip_strings, install_error_handlers, unreadable
 from .routes import API, PAGES
 from .service import Service
 
@@ -83,12 +83,18 @@ def _add_json(app: FastAPI, path: str, endpoint: Callable[..., Any], service: Se
 
         async def bound(**params: Any) -> Any:
             service.refuse_if_over_memory()
-            return clip_strings(await endpoint(service, **params))
+            try:
+                return clip_strings(await endpoint(service, **params))
+            except READ_ERRORS as e:
+                raise unreadable(service, params.get("name"), e) from e
     else:
 
         def bound(**params: Any) -> Any:
             service.refuse_if_over_memory()
-            return clip_strings(endpoint(service, **params))
+            try:
+                return clip_strings(endpoint(service, **params))
+            except READ_ERRORS as e:
+                raise unreadable(service, params.get("name"), e) from e
 
     bound.func = endpoint  # the twin, as a partial names it
     bound.__signature__ = _resolved_signature(endpoint)

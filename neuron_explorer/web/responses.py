@@ -3,14 +3,17 @@ and download headers that survive any profile name."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import duckdb
+import pyarrow as pa
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from neuron_explorer.errors import ExplorerError
+from neuron_explorer.errors import BadInputError, ExplorerError
 
 from .memory import OverMemory
 from .pages import render_error
@@ -47,6 +50,28 @@ def clip_strings(doc: Any, limit: int = MAX_STRING_CHARS) -> Any:
         clipped = [clip_strings(v, limit) for v in doc]
         return doc if all(a is b for a, b in zip(clipped, doc, strict=True)) else clipped
     return doc
+
+
+# what reading a table can raise, from pyarrow or from DuckDB scanning it
+READ_ERRORS = (OSError, pa.ArrowException, duckdb.Error)
+
+
+def unreadable(service: Any, name: object, exc: Exception) -> Exception:
+    """`exc` as the profile's error (422, naming it) when it is a table of profile `name`
+    that could not be read (a corrupt data page behind a sound footer), else `exc` itself."""
+    text = " ".join(str(exc).split())
+    read = isinstance(exc, (OSError, pa.ArrowException)) or (
+        isinstance(exc, duckdb.Error) and "reading the stream registered as" in text
+    )
+    if not read or not isinstance(name, str) or isinstance(exc, ExplorerError):
+        return exc
+    try:
+        path = service.store.path(name)
+    except ExplorerError:
+        return exc
+    m = re.search(r"registered as '(\w+)' failed: (?:IOError: )?(.*)", text)
+    table, detail = (f" {m.group(1)}", m.group(2)) if m else ("", text)
+    return BadInputError(path, f"corrupt Parquet table{table} ({detail})")
 
 
 def status_of(exc: BaseException) -> int:
