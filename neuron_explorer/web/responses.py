@@ -69,6 +69,8 @@ def unreadable(service: Any, name: object, exc: Exception) -> Exception:
         path = service.store.path(name)
     except ExplorerError:
         return exc
+    if isinstance(exc, OSError) and exc.errno:  # a file gone or not ours to read, mid-request
+        return BadInputError(path, f"cannot read a table ({exc.strerror or text})")
     m = re.search(r"registered as '(\w+)' failed: (?:IOError: )?(.*)", text)
     table, detail = (f" {m.group(1)}", m.group(2)) if m else ("", text)
     return BadInputError(path, f"corrupt Parquet table{table} ({detail})")
