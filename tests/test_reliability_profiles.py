@@ -101,11 +101,11 @@ def test_web_shows_an_error_page_per_broken_profile_and_serves_the_rest(root):
         assert problem in listed[name]["error"], (name, listed[name])
         for url in (f"/p/{name}", f"/p/{name}/timeline", f"/p/{name}/sql"):
             r = client.get(url)
-            assert r.status_code == 500 and "error-box" in r.text, (url, r.status_code)
+            assert r.status_code == 422 and "error-box" in r.text, (url, r.status_code)
             assert problem in r.text and "Traceback" not in r.text, (url, r.text[-500:])
         for url in (f"/api/p/{name}", f"/api/p/{name}/operators", f"/api/p/{name}/sql?q=SELECT 1"):
             r = client.get(url)
-            assert r.status_code == 500 and problem in r.json()["error"], (url, r.text[:300])
+            assert r.status_code == 422 and problem in r.json()["error"], (url, r.text[:300])
         # the other profiles are unaffected
         assert client.get("/api/p/good").json()["name"] == "good"
     assert client.get("/p/good/timeline").status_code == 200

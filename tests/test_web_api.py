@@ -312,9 +312,9 @@ def test_html_from_traces_is_escaped(client):
 def test_corrupt_profile_gives_an_error_and_the_server_goes_on(client):
     for url in ("/p/corrupt", "/p/corrupt/timeline"):
         r = client.get(url)
-        assert r.status_code == 500 and "corrupt Parquet table" in r.text and "error-box" in r.text
+        assert r.status_code == 422 and "corrupt Parquet table" in r.text and "error-box" in r.text
     r = client.get("/api/p/corrupt/timeline")
-    assert r.status_code == 500 and "corrupt" in r.json()["error"]
+    assert r.status_code == 422 and "corrupt" in r.json()["error"]
     assert get(client, "/api/p/base")["name"] == "base"
     assert get(client, "/p/base").status_code == 200
 

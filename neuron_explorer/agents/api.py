@@ -25,6 +25,7 @@ class Api:
         from neuron_explorer.web.app import create_app
 
         self.app = create_app(root, analysis_cache=analysis_cache)
+        self.app.state.service.memory.watch()  # the server's memory ceiling, as serve's
         self.store = self.app.state.store
 
     def profile(self, name: object) -> str:

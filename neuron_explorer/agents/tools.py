@@ -259,20 +259,24 @@ class ProfileTools:
     async def report(self, profile: str, against: str | None = None) -> dict[str, Any]:
         import anyio
 
+        from neuron_explorer.web.responses import clip_strings
+
         from .report import profile_report, render_markdown
 
         base = self.api.profile(against) if against else None
 
         def build() -> dict[str, Any]:
             name = self.api.profile(profile)
+            service = self.api.app.state.service
             with contextlib.ExitStack() as held:  # each profile's analysis lock, in name order
                 for n in sorted({name} | ({base} if base else set())):
+                    service.admit(n)  # the bounds and the memory ceiling every route has
                     held.enter_context(self.api.store.profile_lock(n))
                 return profile_report(
                     self.api.store.open(name), self.api.store.open(base) if base else None
                 )
 
-        doc = await anyio.to_thread.run_sync(build)
+        doc = clip_strings(await anyio.to_thread.run_sync(build))
         return {"markdown": render_markdown(doc), "report": doc}
 
 

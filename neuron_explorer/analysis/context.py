@@ -118,11 +118,20 @@ class AnalysisContext:
     """
 
     def __init__(self, profile: Profile) -> None:
-        self.profile = profile
+        # weakly: _CACHE holds its contexts strongly, and a context holding its profile would
+        # keep both alive for ever (a server that lets a profile go could never free its events)
+        self._profile = weakref.ref(profile)
         self.manifest = profile.manifest
         self.lock = threading.RLock()  # one rule or summary at a time (the web serves threads)
         self._subsets: set[str] = set()
         self._built: dict[str, Any] = {}  # fact table name -> what its builder returned
+
+    @property
+    def profile(self) -> Profile:
+        profile = self._profile()
+        if profile is None:
+            raise ReferenceError("the profile of this analysis context was let go")
+        return profile
 
     @cached_property
     def events(self) -> pa.Table:

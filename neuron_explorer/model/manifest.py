@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..vocab.device_spec import SpecFigures
+from .bounds import int64
 from .schema import FORMAT, SCHEMA_VERSION
 
 
@@ -50,8 +51,32 @@ class Manifest:
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
         known = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in known}
-        kw["ranks"] = tuple(kw.get("ranks", (0,)))
+        kw["ranks"] = tuple(int64(r, "a rank") for r in _list(kw.get("ranks", (0,)), "ranks"))
         kw["devices"] = tuple(kw.get("devices", ()))
         kw["inputs"] = tuple(kw.get("inputs", ()))
-        kw["steps"] = tuple(Step(**s) for s in kw.get("steps", ()))
+        kw["steps"] = tuple(_step(s) for s in _list(kw.get("steps", ()), "steps"))
+        int64(kw.get("origin_unix_ns", 0), "origin_unix_ns")
+        counts = kw.get("row_counts", {})
+        if not isinstance(counts, dict):
+            raise ValueError("row_counts is not an object")
+        for table, n in counts.items():
+            if int64(n, f"row_counts.{table}") < 0:
+                raise ValueError(f"row_counts.{table} is negative")
         return cls(**kw)
+
+
+def _list(value: Any, what: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{what} is not a list")
+    return value
+
+
+def _step(d: Any) -> Step:
+    """A step of the manifest, its numbers checked: a step of `Infinity` or 1e30 ns would
+    fail much later, in whatever adds it to a time."""
+    if not isinstance(d, dict):
+        raise ValueError("a step is not an object")
+    step = Step(**d)
+    for f in ("step", "rank", "start_ns", "dur_ns"):
+        int64(getattr(step, f), f"step {d.get('step')!r:.20}: {f}")
+    return step

@@ -3,7 +3,6 @@ nothing loads all events into Python objects."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from functools import cached_property
@@ -14,6 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..errors import BadInputError
+from . import bounds
 from .io import MANIFEST, SOURCES, source_relpath
 from .manifest import Manifest
 from .schema import ADDED_IN, FORMAT, SCHEMA_VERSION, TABLES
@@ -37,6 +37,12 @@ class Profile:
     def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
+        # what the footers say, read by open(): rows per table, and bytes of all columns
+        # uncompressed (a reader sizes its work by them before it reads)
+        self.footer_rows: dict[str, int] = {}
+        self.footer_bytes = 0
+        self._values_checked = False
+        self._values_error: BadInputError | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> Profile:
@@ -46,10 +52,7 @@ class Profile:
             raise BadInputError(path, "not a profile directory (no such directory)")
         if not mpath.is_file():
             raise BadInputError(path, "not a complete profile (manifest.json is missing)")
-        try:
-            raw = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BadInputError(mpath, f"unreadable manifest ({e.__class__.__name__})") from None
+        raw = bounds.read_manifest_json(mpath)
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise BadInputError(mpath, f"not a {FORMAT} manifest")
         version = raw.get("schema_version")
@@ -70,19 +73,41 @@ class Profile:
             profile._check_footers(name)
         return profile
 
+    def check_values(self) -> None:
+        """Refuse (BadInputError) a table whose names, kinds, tracks or paths hold a value
+        longer than bounds.MAX_VALUE_BYTES; checked once per opened profile, by a reader
+        that is about to read them all (not by open(), which lists use)."""
+        if self._values_error is None and not self._values_checked:
+            try:
+                for name in TABLES:
+                    bounds.check_values(bounds.table_files(self._table_path(name)))
+            except BadInputError as e:
+                self._values_error = e
+            self._values_checked = True
+        if self._values_error is not None:
+            raise self._values_error
+
     def _check_footers(self, name: str) -> None:
-        """Read each Parquet footer of a table now (a few kB), so a truncated or foreign file
-        fails here in one line rather than halfway through a reader."""
+        """Read each Parquet footer of a table now (a few kB, sized first), so a truncated or
+        foreign file, or one split into absurdly many row groups, fails here in one line rather
+        than halfway through a reader (model/bounds.py)."""
         import pyarrow.parquet as pq
 
         p = self._table_path(name)
-        files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
         wanted = TABLES[name].arrow_schema().names
-        for file in files:
+        groups = rows = 0
+        for file in bounds.table_files(p):
+            bounds.footer_size(file)
             try:
-                names = pq.read_schema(file).names
+                meta = pq.read_metadata(file)
+                names = meta.schema.to_arrow_schema().names
             except (pa.ArrowException, OSError) as e:
                 raise BadInputError(file, f"corrupt Parquet table ({e})") from None
+            groups, rows = groups + meta.num_row_groups, rows + meta.num_rows
+            bounds.check_row_groups(file if p == file else p, groups, rows)
+            self.footer_bytes += sum(
+                meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)
+            )
             added = ADDED_IN.get(name, {})
             missing = [
                 c for c in wanted
@@ -90,6 +115,7 @@ class Profile:
             ]  # fmt: skip
             if missing:
                 raise BadInputError(file, f"not a {name} table (no column {missing[0]})")
+        self.footer_rows[name] = rows
 
     @property
     def name(self) -> str:
@@ -136,6 +162,8 @@ class Profile:
         return buf.getvalue()
 
     def row_count(self, name: str) -> int:
+        if name in self.footer_rows:  # counted by open() in the footers: exact
+            return self.footer_rows[name]
         if name in self.manifest.row_counts:
             return int(self.manifest.row_counts[name])
         try:

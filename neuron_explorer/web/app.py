@@ -4,7 +4,6 @@ each page of web/routes is mounted once, as its HTML shell at PATH and its JSON 
 
 from __future__ import annotations
 
-import functools
 import html
 import inspect
 import re
@@ -19,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from .guard import Guard
 from .pages import Page, render_page
-from .responses import install_error_handlers
+from .responses import READ_ERRORS, clip_strings, install_error_handlers, unreadable
 from .routes import API, PAGES
 from .service import Service
 
@@ -36,11 +35,13 @@ def create_app(
     root: str | Path,
     allowed_hosts: list[str] | None = None,
     analysis_cache: str | Path | None = None,
+    max_memory: int | None = None,
 ) -> FastAPI:
     """The app serving the profile (or directory of profiles) at `root`. `allowed_hosts` limits
     the Host header (serve sets it on loopback, so a DNS-rebinding page cannot read profiles).
-    Analysis results persist under `analysis_cache` (default: the user cache, web/cache.py)."""
-    service = Service(root, analysis_cache)
+    Analysis results persist under `analysis_cache` (default: the user cache, web/cache.py);
+    `max_memory` is the server's memory ceiling in bytes (default: web/memory.py)."""
+    service = Service(root, analysis_cache, max_memory)
     # no /api/docs: Swagger UI would load scripts from a CDN into the origin that serves source
     app = FastAPI(title="Neuron Explorer", docs_url=None, redoc_url=None,
                   openapi_url="/api/openapi.json")  # fmt: skip
@@ -75,8 +76,28 @@ def create_app(
 def _add_json(app: FastAPI, path: str, endpoint: Callable[..., Any], service: Service) -> None:
     """Mount `endpoint(service, **params)` at `path`: FastAPI reads the parameters after the
     service from the function's own signature (queries, their bounds and defaults)."""
-    bound = functools.partial(endpoint, service)
-    bound.__signature__ = _resolved_signature(endpoint)  # type: ignore[attr-defined]
+    # every answer is clipped (a 20 MB op name in a file is not sent whole), and none starts
+    # while the server is past its memory ceiling
+    bound: Any
+    if inspect.iscoroutinefunction(endpoint):
+
+        async def bound(**params: Any) -> Any:
+            service.refuse_if_over_memory()
+            try:
+                return clip_strings(await endpoint(service, **params))
+            except READ_ERRORS as e:
+                raise unreadable(service, params.get("name"), e) from e
+    else:
+
+        def bound(**params: Any) -> Any:
+            service.refuse_if_over_memory()
+            try:
+                return clip_strings(endpoint(service, **params))
+            except READ_ERRORS as e:
+                raise unreadable(service, params.get("name"), e) from e
+
+    bound.func = endpoint  # the twin, as a partial names it
+    bound.__signature__ = _resolved_signature(endpoint)
     app.add_api_route(path, bound, methods=["GET"], name=endpoint.__name__)
 
 

@@ -4,9 +4,14 @@ HEAD answered as GET without a body; and the uvicorn protocol that drops idle co
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .responses import error_response, shown_by, status_of
+
+log = logging.getLogger("uvicorn.error")
 
 # Nothing is loaded from outside the server; plotly sets inline styles, nothing else is inline.
 CSP = (
@@ -48,15 +53,29 @@ class Guard:
         head = scope["method"] == "HEAD"
         if head:
             scope = {**scope, "method": "GET"}
+        started = False
 
-        async def guarded_send(message: dict) -> None:
+        async def guarded_send(message: Any) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message = {**message, "headers": [*message.get("headers", ()), *HEADERS]}
             elif head and message["type"] == "http.response.body":
                 message = {**message, "body": b""}
             await send(message)
 
-        await self.app(scope, receive, guarded_send)
+        try:
+            await self.app(scope, receive, guarded_send)
+        except Exception as exc:
+            # answered here rather than by Starlette's last-resort handler, which re-raises
+            # into uvicorn, and uvicorn then drops the keep-alive connection with the answer
+            if started:
+                raise
+            if status_of(exc) == 500:
+                log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
+            await error_response(scope["path"], exc, shown_by(scope.get("app")))(
+                scope, receive, guarded_send
+            )
 
 
 def _same_origin(headers: dict[bytes, bytes], scope: dict) -> bool:

@@ -3,6 +3,12 @@ and download headers that survive any profile name."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+import pyarrow as pa
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -10,29 +16,120 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from neuron_explorer.errors import BadInputError, ExplorerError, private
 
+from .memory import OverMemory
 from .pages import render_error
 from .store import NotFound
 from .views import sql
 
+# Strings longer than this are clipped in every JSON answer, with a marker saying how much was
+# left out: real op, kernel and file names are under a few kB, a source line under one.
+MAX_STRING_CHARS = 10_000
+MAX_ERROR_CHARS = 2_000  # an error is one line, whatever the value it quotes
+
+
+def clip_strings(doc: Any, limit: int = MAX_STRING_CHARS) -> Any:
+    """`doc` with every string longer than `limit` clipped, marked "… [N more characters]"
+    (walked iteratively; lists and dicts are rebuilt only where a string was clipped)."""
+    if isinstance(doc, str):
+        return (
+            doc if len(doc) <= limit else f"{doc[:limit]}… [{len(doc) - limit:,} more characters]"
+        )
+    if isinstance(doc, dict):
+        out = None
+        for k, v in doc.items():
+            if isinstance(v, (str, dict, list)):
+                c = clip_strings(v, limit)
+                if c is not v:
+                    out = dict(doc) if out is None else out
+                    out[k] = c
+        return doc if out is None else out
+    if isinstance(doc, list):
+        if all(type(v) is not str or len(v) <= limit for v in doc) and not any(
+            isinstance(v, (dict, list)) for v in doc
+        ):  # a column or a row of plain values: nothing to clip (most of any answer)
+            return doc
+        clipped = [clip_strings(v, limit) for v in doc]
+        return doc if all(a is b for a, b in zip(clipped, doc, strict=True)) else clipped
+    return doc
+
+
+# what reading a table can raise, from pyarrow or from DuckDB scanning it
+READ_ERRORS = (OSError, pa.ArrowException, duckdb.Error)
+
+
+def unreadable(service: Any, name: object, exc: Exception) -> Exception:
+    """`exc` as the profile's error (422, naming it) when it is a table of profile `name`
+    that could not be read (a corrupt data page behind a sound footer), else `exc` itself."""
+    text = " ".join(str(exc).split())
+    read = isinstance(exc, (OSError, pa.ArrowException)) or (
+        isinstance(exc, duckdb.Error) and "reading the stream registered as" in text
+    )
+    if not read or not isinstance(name, str) or isinstance(exc, ExplorerError):
+        return exc
+    try:
+        path = service.store.path(name)
+    except ExplorerError:
+        return exc
+    if isinstance(exc, OSError) and exc.errno:  # a file gone or not ours to read, mid-request
+        return BadInputError(path, f"cannot read a table ({exc.strerror or text})")
+    m = re.search(r"registered as '(\w+)' failed: (?:IOError: )?(.*)", text)
+    table, detail = (f" {m.group(1)}", m.group(2)) if m else ("", text)
+    return BadInputError(path, f"corrupt Parquet table{table} ({detail})")
+
+
+def status_of(exc: BaseException) -> int:
+    """404 for what a URL names but does not exist, 400 for a refused query, 422 for a profile
+    that cannot be read or analysed (its error names the file and the problem), 503 when SQL
+    is saturated or the server is at its memory ceiling, 500 for a bug."""
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, sql.QueryError):
+        return 400
+    if isinstance(exc, (sql.Busy, OverMemory, MemoryError)):
+        return 503
+    if isinstance(exc, ExplorerError):
+        return 422
+    return 500
+
+
+def error_message(exc: BaseException) -> str:
+    """One line, at most MAX_ERROR_CHARS: an ExplorerError's own, else the exception's class and
+    first line."""
+    if isinstance(exc, ExplorerError):
+        msg = str(exc)
+    elif isinstance(exc, MemoryError):
+        msg = "out of memory for this request; the server goes on serving"
+    else:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        msg = f"{exc.__class__.__name__}: {first}"
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= MAX_ERROR_CHARS else msg[:MAX_ERROR_CHARS] + "…"
+
+
+def shown_by(app: Any) -> Callable[[str], str]:
+    """What a visitor may read of an error: no path of the server's machine (the served folder
+    by its names in it, the home folder as `~`: web/store.py's `shown`)."""
+    store = getattr(getattr(app, "state", None), "store", None)
+    return store.shown if store is not None else private
+
+
+def error_response(
+    path: str, exc: BaseException, shown: Callable[[str], str] = private
+) -> Response:
+    """A JSON `{"error": ...}` under /api/, an error page elsewhere."""
+    status, msg = status_of(exc), shown(error_message(exc))
+    if path.startswith("/api/"):
+        return JSONResponse({"error": msg}, status_code=status)
+    return HTMLResponse(render_error(msg), status_code=status)
+
 
 def install_error_handlers(app: FastAPI) -> None:
-    """404 for what a URL names but does not exist, 400 for a refused query, 422 for a bad
-    parameter (one sentence), 503 when SQL is saturated, 500 for the rest (one failed request,
-    never a crash)."""
+    """Errors as responses (status_of); an exception no handler takes is answered by the Guard
+    (web/guard.py), which keeps the connection open."""
 
     @app.exception_handler(ExplorerError)
     def _explorer_error(request: Request, exc: ExplorerError) -> Response:
-        status = (
-            404 if isinstance(exc, NotFound) else 400 if isinstance(exc, sql.QueryError) else 500
-        )
-        if isinstance(exc, BadInputError):
-            status = 500
-        if isinstance(exc, sql.Busy):
-            status = 503
-        msg = _shown(request, str(exc))
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": msg}, status_code=status)
-        return HTMLResponse(render_error(msg), status_code=status)
+        return error_response(request.url.path, exc, shown_by(request.app))
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -44,21 +141,6 @@ def install_error_handlers(app: FastAPI) -> None:
                 {"error": msg, "detail": jsonable_encoder(exc.errors())}, status_code=422
             )
         return HTMLResponse(render_error(msg), status_code=422)
-
-    @app.exception_handler(Exception)
-    def _unexpected(request: Request, exc: Exception) -> Response:
-        # a table that turns out unreadable mid-query, or a bug: one failed request, not a crash
-        msg = f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        msg = _shown(request, msg)
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": msg}, status_code=500)
-        return HTMLResponse(render_error(msg), status_code=500)
-
-
-def _shown(request: Request, msg: str) -> str:
-    """No path of the server's machine in an error (the served folder, the home folder)."""
-    store = getattr(request.app.state, "store", None)
-    return store.shown(msg) if store is not None else private(msg)
 
 
 def attachment(filename: str) -> dict[str, str]:

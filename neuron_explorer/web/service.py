@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +19,7 @@ from neuron_explorer.model import Profile
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
+from .memory import EVENT_BYTES, MemoryCeiling, default_ceiling, rss_bytes
 from .store import NotFound, ProfileStore
 from .views import compare, operators, overview, source, sql, timeline
 
@@ -27,14 +29,25 @@ from .views import compare, operators, overview, source, sql, timeline
 LIST_INLINE_EVENTS = 200_000
 LIST_INLINE_S = 1.0
 FIRST_VIEW_PX = 1500  # the timeline route's default width, the one warm_up computes
+WARM_SHARE = 0.5  # warm-up stops once the server holds this share of its memory ceiling
+DUCKDB_SHARE = 4  # each web DuckDB connection may use a quarter of the ceiling
 
 
 class Service:
     """The profiles under `root` and everything the pages derive from them; analysis results
     persist under `analysis_cache` (default: the user cache, web/cache.py)."""
 
-    def __init__(self, root: str | Path, analysis_cache: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        analysis_cache: str | Path | None = None,
+        max_memory: int | None = None,
+    ) -> None:
         self.store = ProfileStore(root)
+        self.memory = MemoryCeiling(max_memory or default_ceiling(), self.store.forget)
+        self.store.before_compute = self._admit
+        self._admitted: weakref.WeakSet[Profile] = weakref.WeakSet()
+        self.store.duckdb_memory = self.memory.limit // DUCKDB_SHARE
         self.disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
         self.gate = sql.QueryGate()
         self.listing = ProfileList()
@@ -44,7 +57,28 @@ class Service:
         self._pending: set[str] = set()
         self._pending_lock = threading.Lock()
 
+    def refuse_if_over_memory(self) -> None:
+        """OverMemory (503) while the process is past its ceiling and letting go of what it
+        keeps does not bring it back under."""
+        if self.memory.over():
+            self.memory.admit(0, "this request")
+
     # ---- cached per profile ---------------------------------------------------------------
+    def admit(self, name: str) -> None:
+        """What every route's first reading of a profile passes (for work that reads it
+        outside the routes, as the MCP report does): its values' bounds and the ceiling."""
+        self._admit(name, self.store.open(name))
+
+    def _admit(self, name: str, p: Profile) -> None:
+        """Before a profile's tables are read: no name longer than bounds.MAX_VALUE_BYTES
+        (422), and its tables' memory, when nothing of it is in memory yet, must fit under the
+        ceiling (web/memory.py; 503); the server goes on serving."""
+        p.check_values()  # once per opened profile: a 20 MB name is refused, not decoded
+        rows = p.footer_rows.get("events", 0)
+        need = 0 if p in self._admitted else rows * EVENT_BYTES + p.footer_bytes
+        self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
+        self._admitted.add(p)  # until the store lets it go (a new version, or memory)
+
     def persisted(self, name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
         """A value kept in memory and in the disk cache, keyed by the profile's identity; the
         analysis the import left in the profile (analysis/stored.py) is read first."""
@@ -55,14 +89,15 @@ class Service:
                 value = self._stored(name, p, kind)
                 if value is not None:
                     return value
-            identity = store.derived(name, "identity", profile_identity)
+            identity = store.derived(name, "identity", profile_identity, admit=False)
             value = disk.load(p, kind, identity)
             if value is None:
+                self._admit(name, p)  # only now are the tables read
                 value = compute(p)
                 disk.store(p, kind, identity, value)
             return value
 
-        return store.derived(name, kind, make)
+        return store.derived(name, kind, make, admit=False)
 
     def index(self, name: str) -> timeline.TimelineIndex:
         store = self.store
@@ -128,7 +163,9 @@ class Service:
 
     def _stored(self, name: str, p: Profile, kind: str) -> Any:
         """What the import left in the profile's analysis/ folder, None if missing or stale."""
-        return stored.load(p, kind, self.store.derived(name, "stored", stored.identity))
+        return stored.load(
+            p, kind, self.store.derived(name, "stored", stored.identity, admit=False)
+        )
 
     def findings(self, name: str) -> list[dict[str, Any]] | None:
         return self.findings_report(name)["findings"]
@@ -171,12 +208,12 @@ class Service:
     ) -> tuple[bool, list[dict[str, Any]] | None]:
         """The findings if computed (here or by an earlier server), or computed now when
         `inline` and the profile is small; else (False, None), for the background."""
-        events = int(p.manifest.row_counts.get("events") or 0)
+        events = p.row_count("events")  # the footers' count, not the manifest's claim
         if self.store.has(name, "findings") or (inline and events <= LIST_INLINE_EVENTS):
             return True, self.findings(name)
         if self._stored(name, p, "findings_report") is not None:
             return True, self.findings(name)  # the import's, read into memory
-        identity = self.store.derived(name, "identity", profile_identity)
+        identity = self.store.derived(name, "identity", profile_identity, admit=False)
         if self.disk.load(p, "findings", identity) is not None:
             return True, self.findings(name)  # read back into memory
         return False, None
@@ -201,6 +238,8 @@ class Service:
     def warm_up(self) -> None:
         """Compute what the first visit of each profile needs (run in a background thread)."""
         for name in self.store.names():
+            if rss_bytes() > WARM_SHARE * self.memory.limit:
+                return  # the rest is computed when visited
             try:
                 # the first page first (summary, tables, findings), then the timeline's index
                 # and its whole view at the route's default width (1.2-1.6 s CPU on a 1 GB trace)

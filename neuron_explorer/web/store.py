@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from neuron_explorer.analysis.sql import NO_SPILLS
 from neuron_explorer.errors import BadInputError, ExplorerError, private
 from neuron_explorer.model import Profile
 from neuron_explorer.model.profile import is_profile
+
+from .memory import trim as _trim
 
 if TYPE_CHECKING:
     import duckdb
@@ -51,9 +54,16 @@ class ProfileStore:
         self._lock = threading.Lock()
         self._profiles: dict[str, tuple[float, Profile]] = {}
         self._derived: dict[tuple[str, str], Any] = {}
-        self._local = threading.local()
+        # (thread, profile name) -> the thread's DuckDB connection of the profile: kept here,
+        # not in thread-locals, so that letting a profile go drops its connections too
+        self._cons: dict[tuple[int, str], tuple[weakref.ref[Profile], Any]] = {}
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._profile_locks: dict[str, threading.Lock] = {}
+        self._failed: dict[str, tuple[tuple, BadInputError]] = {}
+        # called before a value is computed (Service: the bounds of values and the memory
+        # ceiling's admission)
+        self.before_compute: Callable[[str, Profile], None] = lambda name, profile: None
+        self.duckdb_memory = 0  # bytes each DuckDB connection may use (0: DuckDB's default)
 
     def shown(self, text: str) -> str:
         """`text` (an error message) as a visitor may read it: paths in the served folder by
@@ -116,23 +126,35 @@ class ProfileStore:
     def open(self, name: str) -> Profile:
         """The opened profile (cached until its manifest changes); BadInputError if corrupt."""
         path = self.path(name)
-        _only_regular_files(path)
+        stamp = _only_regular_files(path)
         mtime = (path / "manifest.json").stat().st_mtime
         with self._lock:
             hit = self._profiles.get(name)
             if hit and hit[0] == mtime:
                 return hit[1]
-        profile = Profile.open(path)
-        _check_tables(profile)
+            failed = self._failed.get(name)
+            if failed and failed[0] == stamp:  # refused before, and no file has changed since
+                raise failed[1]
+        try:
+            profile = Profile.open(path)
+            _check_tables(profile)
+        except BadInputError as e:
+            with self._lock:
+                self._failed[name] = (stamp, e)
+            _trim()  # a refused footer may have taken tens of MB to parse: give them back
+            raise
         with self._lock:
             if name in self._profiles and self._profiles[name][0] != mtime:
                 self._derived = {k: v for k, v in self._derived.items() if k[0] != name}
             self._profiles[name] = (mtime, profile)
         return profile
 
-    def derived(self, name: str, key: str, make: Callable[[Profile], Any]) -> Any:
+    def derived(
+        self, name: str, key: str, make: Callable[[Profile], Any], admit: bool = True
+    ) -> Any:
         """A value computed once per profile (summary, operator table, timeline index...);
-        concurrent requests for the same value wait for the one computing it."""
+        concurrent requests for the same value wait for the one computing it. `admit`: pass
+        `before_compute` first (False when `make` calls it only if it must read the tables)."""
         profile = self.open(name)
         with self._lock:
             if (name, key) in self._derived:
@@ -142,10 +164,23 @@ class ProfileStore:
             with self._lock:
                 if (name, key) in self._derived:
                     return self._derived[(name, key)]
-            value = make(profile)
+            if admit:
+                self.before_compute(name, profile)
+            try:
+                value = make(profile)
+            except (OverflowError, RecursionError) as e:  # what the data holds, not a bug here
+                raise BadInputError(profile.path, f"cannot be analysed ({e})") from None
             with self._lock:
                 self._derived[(name, key)] = value
         return value
+
+    def forget(self, keep: str | None = None) -> None:
+        """Let go of every profile but `keep` and what was derived from it (they are opened
+        and computed again when asked for; the disk cache keeps what took seconds)."""
+        with self._lock:
+            self._profiles = {n: v for n, v in self._profiles.items() if n == keep}
+            self._derived = {k: v for k, v in self._derived.items() if k[0] == keep}
+            self._cons = {k: v for k, v in self._cons.items() if k[1] == keep}
 
     def has(self, name: str, key: str) -> bool:
         """Whether a derived value is already in memory (for a profile still current)."""
@@ -161,16 +196,23 @@ class ProfileStore:
         """This thread's DuckDB connection with the profile's tables registered (connecting
         costs tens of ms, so each server thread keeps one per profile)."""
         profile = self.open(name)
-        cons = self._local.__dict__.setdefault("cons", {})
-        hit = cons.get(name)
-        if hit is None or hit[0] is not profile:
+        profile.check_values()
+        key = (threading.get_ident(), name)
+        with self._lock:
+            hit = self._cons.get(key)
+        # the profile held weakly, so a forgotten one (and its analysis) can be freed
+        if hit is None or hit[0]() is not profile:
             import duckdb
 
             con = duckdb.connect()
             con.execute(NO_SPILLS)  # nothing written to `.tmp` in the server's working directory
+            if self.duckdb_memory:
+                con.execute(f"SET memory_limit = '{self.duckdb_memory >> 20}MB'")
             for table in ("events", "stacks", "counters"):
                 con.register(table, profile.dataset(table))
-            hit = cons[name] = (profile, con)
+            hit = (weakref.ref(profile), con)
+            with self._lock:
+                self._cons[key] = hit
         return hit[1]
 
 
@@ -187,12 +229,14 @@ def _check_tables(profile: Profile) -> None:
                 raise BadInputError(file, f"corrupt Parquet table ({e})") from None
 
 
-def _only_regular_files(path: Path) -> None:
+def _only_regular_files(path: Path) -> tuple[tuple[str, int, int], ...]:
     """Refuse a profile whose manifest or tables are not plain files (opening a named pipe
     blocks until someone writes to it, which would hang every request that lists profiles),
     or that holds a symbolic link leading out of its own folder: profiles arrive as tarballs,
-    which keep links, and the served folder is a fence for every file the server opens."""
+    which keep links, and the served folder is a fence for every file the server opens.
+    Returns each file's (path, size, mtime), which say whether the profile has changed."""
     fence = path.resolve()
+    stamp = []
     for dirpath, dirnames, filenames in os.walk(path):  # links to folders are not entered
         for n in (*dirnames, *filenames):
             if not (n == "sources" and Path(dirpath) == path):
@@ -201,13 +245,15 @@ def _only_regular_files(path: Path) -> None:
             if f == "manifest.json" or f.endswith(".parquet"):
                 file = Path(dirpath) / f
                 try:
-                    regular = stat.S_ISREG(file.stat().st_mode)
+                    st = file.stat()
                 except OSError as e:
                     raise BadInputError(file, f"cannot read ({e.strerror or e})") from None
-                if not regular:
+                if not stat.S_ISREG(st.st_mode):
                     raise BadInputError(file, "not a regular file (a named pipe or a device?)")
+                stamp.append((str(file), st.st_size, st.st_mtime_ns))
         # source text is read by id, each read fenced itself (Profile.source_text)
         dirnames[:] = [d for d in dirnames if d != "sources"]
+    return tuple(sorted(stamp))
 
 
 def _inside_fence(entry: Path, fence: Path) -> None:

@@ -30,11 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source-root", action="append", type=Path, default=[], metavar="DIR",
                         help="for a raw trace: where else to look for the source files its stacks "
                         "name (repeatable; the trace's own directory is always searched)")  # fmt: skip
+    parser.add_argument("--max-memory", metavar="SIZE",
+                        help="the server's memory ceiling, e.g. 4G or 800M (default: half the "
+                             "machine's memory); work that would pass it is refused with 503")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..memory import parse_size
+
+    max_memory = parse_size(args.max_memory) if args.max_memory else None
     return serve(args.path, host=args.host, port=args.port, open_browser=args.open,
-                 source_roots=args.source_root)  # fmt: skip
+                 source_roots=args.source_root, max_memory=max_memory)  # fmt: skip
 
 
 def serve(
@@ -43,8 +49,10 @@ def serve(
     port: int = 8765,
     open_browser: bool = False,
     source_roots: list[Path] | None = None,
+    max_memory: int | None = None,
 ) -> int:
-    """Serve PATH until interrupted; prints the URL and warns when not bound to loopback."""
+    """Serve PATH until interrupted; prints the URL and warns when not bound to loopback.
+    `max_memory` is the memory ceiling in bytes (default: half the machine's)."""
     import socket
     import threading
     import webbrowser
@@ -56,8 +64,11 @@ def serve(
     root = resolve_root(path, source_roots or ())
     loopback = host in LOOPBACK
     app = create_app(
-        root, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
+        root,
+        allowed_hosts=["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None,
+        max_memory=max_memory,
     )
+    app.state.service.memory.watch()
     # bind before printing the URL, so it is reachable the moment it is shown
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -1,0 +1,127 @@
+"""The server's memory ceiling (`serve --max-memory`): work that would take the process past it
+is refused before it reads anything, with one line saying what it needed; when the process
+nears it anyway, what the server keeps in memory for other profiles is let go first.
+
+What a profile needs is known before its tables are read: their rows, from the Parquet footers
+(exact: a decoder yields the rows its footer counts), at EVENT_BYTES a row, plus what the
+footers say the columns hold uncompressed."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from neuron_explorer.errors import ExplorerError
+
+# measured: every page of a 400,000-event profile, visited, holds 280 MB (700 bytes an event)
+EVENT_BYTES = 768
+DEFAULT_SHARE = 0.5  # of the machine's memory (or of the cgroup's limit when lower)
+WATCH_S = 0.1
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class OverMemory(ExplorerError):
+    """A request would take the server past its memory ceiling (503: the server is fine)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as `4G`, `512M`, `1.5GB` or `800000000`."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.I)
+    if not m:
+        raise ExplorerError(f"--max-memory: {text!r} is not a size such as 4G or 512M")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def machine_bytes() -> int:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def default_ceiling() -> int:
+    """Half the memory this process may use (machine_bytes)."""
+    return int(machine_bytes() * DEFAULT_SHARE)
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (/proc/self/statm)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def trim() -> None:
+    """Collect garbage and hand freed heap back to the system (Arrow's pool, glibc's), so
+    RSS falls."""
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class MemoryCeiling:
+    """The ceiling of one server: `admit` before work that reads a profile's tables, and a
+    watcher thread that calls `relieve` (drop what other profiles keep in memory) when the
+    process nears the ceiling."""
+
+    def __init__(self, limit_bytes: int, relieve: Callable[[str | None], None]) -> None:
+        self.limit = limit_bytes
+        self._relieve = relieve
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    def admit(self, need: int, what: str, keep: str | None = None) -> None:
+        """Return if `need` more bytes fit under the ceiling, after letting go of what is kept
+        for profiles other than `keep` if they do not; else OverMemory, naming `what`."""
+        if rss_bytes() + need <= self.limit:
+            return
+        with self._lock:
+            self._relieve(keep)
+            trim()
+            have = rss_bytes()
+        if have + need > self.limit:
+            held = f"the server holds {have >> 20:,} MB of its {self.limit >> 20:,} MB ceiling"
+            raise OverMemory(
+                f"{what} needs about {need >> 20:,} MB, and {held} (--max-memory): refused; "
+                "the server goes on serving"
+                if need
+                else f"{held} (--max-memory), past it: refused until it falls back; the server "
+                "goes on serving"
+            )
+
+    def over(self) -> bool:
+        """Whether the process is past its ceiling now (new work is refused until it is not)."""
+        return rss_bytes() > self.limit
+
+    def watch(self) -> None:
+        """Start the watcher thread (once): past the ceiling (an estimate fell short), let go
+        of every profile's kept data, so what requests left behind is not kept on top."""
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True, name="memory")
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(WATCH_S):
+            if self.over():
+                with self._lock:
+                    self._relieve(None)
+                    trim()
