@@ -192,7 +192,8 @@ def test_overlapping_changes_are_marked():
     from neuron_explorer.analysis.replay_saving import Replayed, joint_saving, replay_saving
     from neuron_explorer.analysis.runner import mark_overlaps
 
-    ctx = context(known_step())
+    profile = known_step()  # held: a context keeps its profile only weakly
+    ctx = context(profile)
     with ctx.lock:
         sync = replay_saving(ctx, Replayed("sync", "kind = 'sync'", "drop_syncs"), ("a", "x"))
         fast = replay_saving(ctx, Replayed("4x", "kind = 'kernel'", "scale", 4.0), ("b", "y"))

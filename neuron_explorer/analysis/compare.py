@@ -139,7 +139,8 @@ def _delta_rows(
         row["delta"] = vb - va
         row["ratio"] = vb / va if va else None
         out.append(row)
-    out.sort(key=lambda r: -abs(r["delta"]))
+    # ties (two ranks of a symmetric job: every delta 0) by key, whatever order the tables had
+    out.sort(key=lambda r: (-abs(r["delta"]), tuple(str(r[c]) for c in key)))
     return out
 
 

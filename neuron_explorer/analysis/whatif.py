@@ -104,7 +104,7 @@ def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
         new = get_spec(chip)
     except (KeyError, ValueError) as e:
         raise ExplorerError(f"--chip {chip!r}: {e}") from None
-    old = get_spec(str((profile.manifest.device_spec or {}).get("name") or "trn2"))
+    old = get_spec(profile.manifest.spec.name or "trn2")
     durations = {}
     for n in graph.nodes:
         if n.host or n.kind != "device" or not n.op_name or not n.shapes:

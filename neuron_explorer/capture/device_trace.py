@@ -59,6 +59,7 @@ def holds_runtime(path: Path) -> bool:
     """Whether a trace file holds the neuron runtime's events (cheap: its head only, where
     Kineto writes the top-level keys)."""
     import gzip
+    import zlib
 
     try:
         with path.open("rb") as f:
@@ -66,7 +67,7 @@ def holds_runtime(path: Path) -> bool:
         opener: Any = gzip.open if gz else open
         with opener(path, "rb") as f:
             head = f.read(1 << 16)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):  # a damaged file: the importer says what is wrong
         return False
     before_events = head.split(b'"traceEvents"', 1)[0]
     return f'"{RUNTIME_KEY}"'.encode() in before_events

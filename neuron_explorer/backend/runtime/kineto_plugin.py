@@ -34,6 +34,7 @@ import torch
 
 from neuron_explorer.backend.runtime import events, events_codec, guard, model
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK, KERNEL_TRACK
+from neuron_explorer.vocab.kinds import NEURON_HOST_KINDS
 
 _SOURCE = Path(__file__).with_name("kineto_plugin.cpp")
 # Kineto's activity types (kineto/ActivityType.h), the ones torch asks for with PrivateUse1
@@ -41,7 +42,7 @@ GPU_MEMCPY, CONCURRENT_KERNEL, PRIVATEUSE1_RUNTIME = 3, 5, 24
 COPY_TRACK = "copies"
 # resource ids on the device, also each activity's "stream" arg (HTA reads stream >= 0 as GPU work)
 LANES = {KERNEL_TRACK: 1, COLLECTIVE_TRACK: 2, COPY_TRACK: 3}
-HOST_KINDS = ("compile", "runtime", "fallback", "sync", "copy")  # runtime calls shown on threads
+HOST_KINDS = NEURON_HOST_KINDS  # runtime calls shown on threads
 ID_ARG = "neuron id"  # every activity's RuntimeEvent id: capture drops them from the host trace
 WINDOW_SLACK_NS = 1_000_000  # runtime calls this close outside the profiler's window still count
 
