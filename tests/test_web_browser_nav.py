@@ -150,11 +150,12 @@ def test_timeline_lanes_overview_colours_and_side_panel(server, page):  # noqa: 
     # colour by name, kept in the link
     page.select_option("#tl-color", "name")
     assert "color=name" in page.url and page.evaluate(f"{st}.colorMode") == "name"
-    # a kernel's details in the side panel, with its whole Python stack
+    # a kernel's details in the side panel, with its whole Python stack: zoomed to the first
+    # tenth of the first step, where the forward launches its first kernels
+    step = httpx.get(f"{server}/api/p/gpt/timeline?width_px=1000").json()["steps"][0]
+    s0, s1 = step["start_ns"], step["start_ns"] + step["dur_ns"] // 10
     with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
-        page.evaluate(
-            f"window.neTimeline.setView({whole[0]}, {whole[0]} + ({whole[1]} - {whole[0]}) / 40)"
-        )
+        page.evaluate(f"window.neTimeline.setView({s0}, {s1})")
     page.wait_for_timeout(200)
     target = page.evaluate("window.neTimeline.rectCenter('kernel')")
     assert target
