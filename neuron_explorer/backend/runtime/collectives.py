@@ -69,7 +69,7 @@ KIND_OF: dict[str, str | None] = {
     **dict.fromkeys(("_c10d_functional::wait_tensor",
                      "_c10d_functional::_wrap_tensor_autograd"), None),
 }  # fmt: skip
-# the argument that holds what a collective sends (its size sets the transfer)
+# the argument of a c10d op that holds this rank's input (a functional op's is its first)
 _SEND_ARG = {cc.ALL_GATHER: 1, cc.REDUCE_SCATTER: 1}
 _seq: dict[str, itertools.count] = {}  # group name -> collectives recorded on it
 
@@ -158,10 +158,8 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
         seq = _number(group)
         last = _last_arrival(group, arrival, seq)
         where = {"group": name, "seq": seq}  # names this collective on every rank of the group
-    nbytes = _bytes(host_args[_SEND_ARG.get(kind, 0)])
     size = group.size() if group is not None else 1
-    if kind == cc.ALL_GATHER and info.name.startswith("_c10d_functional"):
-        nbytes *= size  # the functional op's argument is this rank's shard
+    nbytes = priced_bytes(info.name, kind, host_args, size)
     cost = cc.collective_cost(kind, nbytes, 2 if kind == cc.P2P else size, model.spec().collectives)
     drain = arrival - model.origin_ns - model.modeled_now(t0)  # the buffers' kernels first
     wait = max(0, last - arrival)
@@ -389,6 +387,16 @@ stores: dict[str, Any] = {}
 def group_store(group: Any) -> Any:
     """The store the neuron backend of `group` was created with (None for other backends)."""
     return stores.get(group.group_name)
+
+
+def priced_bytes(op: str, kind: str, host_args: Any, size: int) -> int:
+    """The buffer the cost model prices (costmodel/collectives.py): an all-gather's gathered
+    output (this rank's shard times the group), a reduce-scatter's unreduced input, else what
+    the op sends. Read from the input, which every rank holds (a c10d gather's or scatter's
+    other side is empty off the root)."""
+    functional = op.startswith("_c10d_functional")
+    nbytes = _bytes(host_args[0 if functional else _SEND_ARG.get(kind, 0)])
+    return nbytes * size if kind == cc.ALL_GATHER else nbytes
 
 
 def _bytes(a: Any) -> int:
