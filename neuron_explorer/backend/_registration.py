@@ -50,9 +50,10 @@ def register() -> None:
         autocast.register()
         gcpause.install()
         handoff.install()
-        from neuron_explorer.backend import distributed
+        from neuron_explorer.backend import distributed, serialization
 
         distributed.register()
+        serialization.install()
         _registered = True
 
 
