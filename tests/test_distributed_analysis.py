@@ -54,3 +54,86 @@ def test_all_gather_is_priced_on_the_gathered_buffer_and_reduce_scatter_on_its_i
             cost = collective_cost(kind, 2 * shard, 2, spec)
             assert mine[op][3] == args["transfer_ns"] == cost.transfer_ns
             assert args["bus_bytes"] == shard  # (n - 1) / n of the whole buffer
+
+
+def failed_capture(scenario: str, nproc: int, tmp: Path, *args: str) -> Path:
+    """A job one of whose ranks fails: torchrun exits non-zero, the profile is still written."""
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import free_port
+
+    out = tmp / scenario
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+           "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(WORKER), scenario,
+           str(out), *args]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode != 0 and out.is_dir(), r.stderr[-3000:]
+    return out
+
+
+def _ending_everywhere(out: Path, capsys) -> tuple[str, str, dict]:
+    """`summary` and `analyze` text and the Ranks page's JSON of a job's profile."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from neuron_explorer.entry import main
+    from neuron_explorer.web.app import create_app
+
+    texts = []
+    for command in ("summary", "analyze"):
+        assert main([command, str(out)]) == 0
+        texts.append(" ".join(capsys.readouterr().out.split()))  # rich wraps long lines
+    served = out.parent / "served"
+    shutil.copytree(out, served / "job")
+    client = TestClient(create_app(served, analysis_cache=out.parent / "cache"))
+    page = client.get("/api/p/job/ranks")
+    assert page.status_code == 200
+    return texts[0], texts[1], page.json()
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_is_named_with_its_exception_and_its_partial_step_left_out(
+    tmp_path, capsys
+):
+    """Rank 1 raises in its third recorded step; rank 0 then fails in the gradient all-reduce
+    with gloo's "[.../pair.cc:NNN] Connection closed by peer" (whose brackets are not markup).
+    The profile names rank 1's ValueError as the first failure, on every page."""
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.model import Profile
+
+    out = failed_capture("crash", 2, tmp_path, "1")
+    p = Profile.open(out)
+    extra = p.manifest.extra
+    assert p.manifest.ranks == (0, 1) and extra["missing_ranks"] == []
+    assert extra["run_ended"]["rank"] == 1 and extra["run_ended"]["exception"] == "ValueError"
+    assert set(extra["ranks_ended"]) == {"0", "1"}
+    summary, analyze, page = _ending_everywhere(out, capsys)
+    first = "Rank 1 failed first: ValueError: [rank 1] bad batch: 3 NaN labels"
+    assert first in summary and first in analyze, (summary[:600], analyze[:600])
+    assert "Rank 0 then ended by" in summary and "Traceback" not in summary
+    assert page["job_ending"]["lines"][0].startswith(first)
+    assert page["job_ending"]["ended"][0]["rank"] == 1
+    # the step the failure cut short (step 3 on both ranks) is out of the step windows
+    steps = context(p).steps().to_pylist()
+    assert {(s["rank"], s["step"]) for s in steps} == {(r, s) for r in (0, 1) for s in (1, 2)}
+
+
+@pytest.mark.slow
+def test_a_rank_killed_by_a_signal_is_named_missing(tmp_path, capsys):
+    """SIGKILL on rank 1: it writes nothing; torchrun's SIGTERM reaches rank 0 while it writes
+    the part that records its own error, and waits until that part is written."""
+    from neuron_explorer.model import Profile
+
+    out = failed_capture("kill", 2, tmp_path, "1")
+    p = Profile.open(out)
+    assert p.manifest.ranks == (0,) and p.manifest.extra["missing_ranks"] == [1]
+    summary, analyze, page = _ending_everywhere(out, capsys)
+    missing = "Rank(s) 1 wrote no profile: killed by a signal"
+    assert missing in summary and missing in analyze
+    assert page["job_ending"]["missing_ranks"] == [1]
+    assert page["job_ending"]["lines"][0].startswith(missing)
+    assert "failed first" not in summary  # rank 0's error follows from rank 1's death

@@ -29,6 +29,7 @@ from .conventions import (
     sql_list,
     sync_predicate,
 )
+from .job import ended_ranks
 
 if TYPE_CHECKING:
     from .context import AnalysisContext
@@ -61,7 +62,8 @@ LAUNCH_RUNTIME_LIKE = ("cudaLaunchKernel%", "cuLaunchKernel%", "hipLaunchKernel%
 
 def steps_w(ctx: AnalysisContext) -> int:
     """`steps_w(rank, step, s, e)`: step windows; returns the number of real (ProfilerStep)
-    windows. Without any, one window per rank over all its events (step NULL)."""
+    windows. Without any, one window per rank over all its events (step NULL). The last step of
+    a rank whose run an exception ended is left out (job.py): it is partial."""
     ctx._execute(
         """CREATE TEMP TABLE steps_w AS
         SELECT rank, coalesce(step, TRY_CAST(regexp_extract(name, '#(\\d+)', 1) AS INTEGER))
@@ -70,6 +72,13 @@ def steps_w(ctx: AnalysisContext) -> int:
         FROM ev WHERE kind = 'step' AND layer = 'host'
         GROUP BY ALL"""
     )
+    ended = ended_ranks(ctx.manifest)
+    if ended:  # the step an exception cut short: not a step of the program (analysis/job.py)
+        ctx._execute(
+            f"""DELETE FROM steps_w WHERE rank IN ({", ".join(str(int(r)) for r in ended)})
+            AND s = (SELECT max(s) FROM steps_w w WHERE w.rank = steps_w.rank)
+            AND (SELECT count(*) FROM steps_w w WHERE w.rank = steps_w.rank) > 1"""
+        )
     n = int(ctx.one("SELECT count(*) AS n FROM steps_w")["n"])
     if n == 0:
         ctx._execute(

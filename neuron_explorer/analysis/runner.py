@@ -12,6 +12,7 @@ from ..errors import ExplorerError
 from ..model.profile import Profile
 from .context import context
 from .findings import Finding, rank_findings
+from .job import JobEnding, job_ending
 from .page import PageModel
 from .rule import applies
 from .rules import RULES, get_rule
@@ -50,6 +51,7 @@ class FindingsReport(PageModel):
     steps: int  # ProfilerStep windows (0: the whole trace is one window)
     rules_run: tuple[str, ...]
     findings: tuple[Finding, ...]
+    job_ending: JobEnding | None = None  # a job's ranks that failed or wrote nothing (job.py)
 
 
 def findings_report(
@@ -65,4 +67,4 @@ def findings_report(
         total = ctx.total_step_ns
     rules = sorted(ids) if ids is not None else sorted(r.id for r in RULES)
     return FindingsReport(str(profile.path), profile.manifest.source, total, steps,
-                          tuple(rules), tuple(findings))  # fmt: skip
+                          tuple(rules), tuple(findings), job_ending(profile.manifest))  # fmt: skip

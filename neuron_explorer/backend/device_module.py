@@ -48,8 +48,8 @@ class device:  # torch.cuda.device's name and shape
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: object) -> bool:
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def get_device_name(device: int | None = None) -> str:

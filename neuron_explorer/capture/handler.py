@@ -29,7 +29,7 @@ from ..model.io import ProfileWriter
 from ..model.profile import is_profile
 from ..model.schema import STACKS, conform
 from . import sources
-from .ending import exiting_exception, run_ended
+from .ending import exiting_exception, run_ended, sigterm_deferred
 from .host import without_own_frames
 from .merge import in_window, merge
 
@@ -137,10 +137,11 @@ class TraceHandler:
         try:
             self._check(path)
             job = _distributed_job() if self.by_rank else None
-            if job is None:
-                write_profile(raw, path, self.extra)
-            else:
-                _write_rank(raw, path, self.extra, job)
+            with sigterm_deferred():
+                if job is None:
+                    write_profile(raw, path, self.extra)
+                else:
+                    _write_rank(raw, path, self.extra, job)
         except (ExplorerError, OSError) as e:
             print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
             return None

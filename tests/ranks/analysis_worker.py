@@ -4,10 +4,16 @@ by `neuron_explorer.trace_handler(OUT)` in every rank.
 `analysis_worker.py SCENARIO OUT [ARG]`:
 - `pricing`: one recorded step of a 4 MB-a-rank all-gather (c10d and functional) and a
   reduce-scatter of a 4 MB-a-rank input.
+- `fsdp`: FSDP2 (`fully_shard` on each Linear and the whole MLP), the same work on every rank,
+  no sync in the loop; 4 steps recorded.
+- `crash RANK` / `kill RANK`: DDP training, 4 steps recorded; in the third, rank RANK raises a
+  ValueError (`crash`) or is killed by SIGKILL (`kill`) before its backward.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import torch
@@ -49,10 +55,66 @@ def pricing(rank: int, n: int) -> None:
     profiled(1, body)
 
 
+def ddp_steps(rank: int, n: int, steps: int, before_backward=None) -> None:
+    """A small MLP trained with DDP, `steps` steps recorded; `before_backward(rank, step)` runs
+    in each step between the forward and the backward."""
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to("neuron"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.Generator().manual_seed(rank)
+
+    def body(step: int) -> None:
+        loss = model(torch.randn(32, 64, generator=data).to("neuron")).square().mean()
+        if before_backward is not None:
+            before_backward(rank, step)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    profiled(steps, body)
+
+
+def ending(rank: int, n: int) -> None:
+    def die(me: int, step: int) -> None:
+        if me == int(ARG) and step == 3:
+            if SCENARIO == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError(f"[rank {me}] bad batch: 3 NaN labels")
+
+    ddp_steps(rank, n, 4, die)
+
+
+def fsdp(rank: int, n: int) -> None:
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("neuron", (n,))
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(512, 512), nn.ReLU())])
+    model = model.to("neuron")
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(rank)
+
+    def body(_step: int) -> None:
+        model(torch.randn(256, 512, generator=data).to("neuron")).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    profiled(4, body)
+
+
 def main() -> None:
     dist.init_process_group("neuron")
     rank, n = dist.get_rank(), dist.get_world_size()
-    {"pricing": pricing}[SCENARIO](rank, n)
+    {"pricing": pricing, "crash": ending, "kill": ending, "fsdp": fsdp}[SCENARIO](rank, n)
     dist.destroy_process_group()
 
 

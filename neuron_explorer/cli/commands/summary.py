@@ -98,6 +98,7 @@ def _pct(part: float | None, whole: float) -> str:
 
 def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     from rich.console import Console
+    from rich.markup import escape
 
     from ..tables import wrap_parts
 
@@ -105,8 +106,11 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     head = [f"[bold]{s.profile}[/]  source {s.source}", f"ranks {list(s.ranks)}",
             f"{s.n_events:,} events", f"wall {_ms(s.wall_ns)}"]  # fmt: skip
     c.print(wrap_parts(c.width, head), highlight=False, soft_wrap=True)
-    if s.run_ended:
-        c.print(f"[bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
+    if s.job_ending is not None and len(s.ranks) + len(s.job_ending.missing_ranks) > 1:
+        for line in s.job_ending.lines():
+            c.print(f"[bold red]{escape(line)}[/]", highlight=False)
+    elif s.run_ended:
+        c.print(f"[bold red]{escape(run_ended_line(s.run_ended))}[/]", highlight=False)
     _render_steps(c, s.step_stats)
     if s.devices:
         _render_devices(c, s.devices)
@@ -179,13 +183,14 @@ def _render_top(c, s, top: int) -> None:  # the top host ops and device kernels
 
 
 def _render_readiness(c, r, run_ended, top: int) -> None:  # analysis.readiness.Readiness
+    from rich.markup import escape
     from rich.table import Table
 
     from ..tables import wrap_parts
 
     c.print("[bold]Trainium readiness[/]")
     if run_ended:  # "none" below means none before the run died
-        c.print(f"  [bold red]{run_ended_line(run_ended)}[/]", highlight=False)
+        c.print(f"  [bold red]{escape(run_ended_line(run_ended))}[/]", highlight=False)
     steady = "-" if r.steady_step_ns is None else _ms(r.steady_step_ns)
     timing = [f"  compile {_ms(r.compile_ns)}", f"first step {_ms(r.first_step_ns)} vs "
               f"steady {steady} (median of the rest)"]  # fmt: skip
