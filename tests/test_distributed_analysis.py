@@ -137,3 +137,122 @@ def test_a_rank_killed_by_a_signal_is_named_missing(tmp_path, capsys):
     assert page["job_ending"]["missing_ranks"] == [1]
     assert page["job_ending"]["lines"][0].startswith(missing)
     assert "failed first" not in summary  # rank 0's error follows from rank 1's death
+
+
+def _doc_queries_on_duckdb(profile: Path) -> dict[str, list]:
+    """docs/fleet.md's Spark SQL queries run by DuckDB over the profile's partitions (Spark's
+    get_json_object and percentile spelled as DuckDB's): the page's definitions, checked
+    against analyze in the default suite (tests/test_fleet.py runs them on Spark)."""
+    import re
+
+    import duckdb
+    from test_fleet import doc_queries
+
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE VIEW events AS SELECT * FROM read_parquet('{profile}/events/*/*.parquet', "
+        "hive_partitioning = true)"
+    )
+    out = {}
+    for name, q in doc_queries().items():
+        q = re.sub(r"\bget_json_object\(", "json_extract_string(", q)
+        out[name] = con.execute(re.sub(r"\bpercentile\(", "quantile_cont(", q)).fetchall()
+    return out
+
+
+def check_straggler_named(profile: Path, slow: int) -> None:
+    """The straggler rule names `slow` and only it, and docs/fleet.md's queries agree."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.analysis.collectives import rank_step_waits
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.model import Profile
+
+    p = Profile.open(profile)
+    found = [f for f in run_rules(p) if f.rule == "straggler"]
+    steps = [(s.rank, s.step, s.dur_ns) for s in p.manifest.steps]
+    assert [f.evidence.metrics["rank"] for f in found] == [slow], steps
+    doc = _doc_queries_on_duckdb(profile)
+    assert [r[0] for r in doc["stragglers"]] == [slow]
+    waits = {r: sum(s.wait_ns for s in v) for r, v in rank_step_waits(context(p)).items()}
+    assert {r[0]: r[3] for r in doc["rank_steps"]} == waits
+    assert min(waits, key=waits.get) == slow  # the others wait for it
+
+
+@pytest.mark.slow
+def test_a_planted_straggler_of_2_ms_a_step_is_named(tmp_path):
+    check_straggler_named(capture("straggler", 2, tmp_path, "1"), 1)
+
+
+@pytest.mark.sweep  # 10 captures at 2 ranks and 10 at 4: several minutes on two cores
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_a_planted_straggler_is_named_in_10_of_10_captures(tmp_path, nproc):
+    for i in range(10):
+        check_straggler_named(capture("straggler", nproc, tmp_path / str(i), str(nproc - 1),
+                                      timeout=600), nproc - 1)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_symmetric_fsdp2_job_has_no_straggler_and_waits_never_add_up_past_the_steps(tmp_path):
+    """FSDP2 issues its collectives on side streams: the host never blocks on them, so the rank
+    that started recording first runs ahead for the whole capture and its device starts every
+    collective when the last rank arrives. That wait is no time the rank lost: no straggler, no
+    collective outlier, and no rank waits longer than its steps. The same kernel is modeled the
+    same on every rank, one kernel at a time (kernels run in launch order on a NeuronCore)."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.analysis.collectives import rank_step_waits
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.analysis.summary import summarize
+    from neuron_explorer.model import Profile
+
+    p = Profile.open(capture("fsdp", 2, tmp_path))
+    rules = {f.rule for f in run_rules(p)}
+    assert not rules & {"straggler", "collective-outliers"}, rules
+    for rank, steps in rank_step_waits(context(p)).items():
+        assert all(0 <= s.wait_ns <= s.dur_ns for s in steps), (rank, steps)
+    table = summarize(p).ranks_table
+    assert table is not None
+    for row in table.rows:
+        assert row.wait_ns <= row.steps * row.median_step_ns * 2
+    kernels = (
+        p.duckdb()
+        .execute(
+            "SELECT rank, name, shapes, start_ns, dur_ns FROM events WHERE kind = 'kernel' AND "
+            "layer = 'device' ORDER BY rank, start_ns"
+        )
+        .fetchall()
+    )
+    modeled: dict[tuple, set] = {}
+    for rank in (0, 1):
+        mine = [k for k in kernels if k[0] == rank]
+        for a, b in zip(mine, mine[1:], strict=False):
+            assert a[3] + a[4] <= b[3], (a, b)  # one kernel at a time
+        for k in mine:
+            modeled.setdefault((k[1], k[2]), set()).add(k[4])
+    assert all(len(d) == 1 for d in modeled.values()), modeled  # same op, same modeled time
+
+
+@pytest.mark.slow
+def test_steady_state_figures_leave_out_the_start_up_skew_and_say_so(tmp_path, capsys):
+    """In a job the ranks start recording at different times; their first step holds that
+    skew. The summary's mean step leaves each rank's first step out and says so; no outlier
+    finding cites a first step."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.analysis.summary import summarize
+    from neuron_explorer.entry import main
+    from neuron_explorer.model import Profile
+
+    out = capture("fsdp", 2, tmp_path)
+    p = Profile.open(out)
+    st = summarize(p).step_stats
+    assert st is not None and st.count == 8
+    firsts = {(r, min(s.step for s in p.manifest.steps if s.rank == r)) for r in (0, 1)}
+    assert set(st.left_out) == firsts and st.startup_skew_ns > 0
+    steady = [s.dur_ns for s in p.manifest.steps if (s.rank, s.step) not in firsts]
+    assert st.mean_ns == pytest.approx(sum(steady) / len(steady))
+    for f in run_rules(p):
+        if f.rule in ("step-time-outliers", "collective-outliers"):
+            cited = " ".join(h.label for h in f.evidence.ops)
+            assert all(f"step {s} (rank {r})" not in cited for r, s in firsts), cited
+    assert main(["summary", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "leave out each rank's first step" in text

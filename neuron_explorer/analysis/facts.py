@@ -88,6 +88,25 @@ def steps_w(ctx: AnalysisContext) -> int:
     return n
 
 
+def steady_w(ctx: AnalysisContext) -> int:
+    """`steady_w(rank, step, s, e)`: the step windows of steady-state figures (the mean step,
+    step-time and collective outliers, the straggler): steps_w less each rank's first step in a
+    job of several ranks, where that rank has more. The ranks start recording at different
+    times, and at the first collective the early ones wait for the last: the start-up skew,
+    not the program's. Returns the skew (the spread of the ranks' first step starts, ns)."""
+    job = len(ctx.manifest.ranks) > 1 or int(ctx.manifest.extra.get("world_size") or 0) > 1
+    ctx._execute(
+        f"""CREATE TEMP TABLE steady_w AS
+        SELECT * FROM steps_w w WHERE NOT {job} OR w.step IS NULL
+           OR w.s > (SELECT min(s) FROM steps_w f WHERE f.rank = w.rank)
+           OR (SELECT count(*) FROM steps_w f WHERE f.rank = w.rank) < 2"""
+    )
+    firsts = ctx.one(
+        "SELECT max(s) - min(s) AS skew FROM (SELECT min(s) AS s FROM steps_w GROUP BY rank)"
+    )
+    return int(firsts.get("skew") or 0) if job else 0
+
+
 def busy(ctx: AnalysisContext) -> None:
     """`busy(rank, s, e)`: disjoint intervals where the rank's device does any work."""
     ctx._register("busy", ctx.merge_rows(ctx.device_rows(DEVICE_WORK_KINDS)))
@@ -294,6 +313,7 @@ def _breakdown_sql(kernels: str, device_ranks: list[int]) -> str:
 
 TABLES: dict[str, Callable[[AnalysisContext], Any]] = {
     "steps_w": steps_w,
+    "steady_w": steady_w,
     "busy": busy,
     "recompiles": recompiles,
     "explained": explained,

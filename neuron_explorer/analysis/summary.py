@@ -170,7 +170,7 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         n_events=cols.n,
         wall_ns=wall,
         devices=_devices(ctx),
-        step_stats=_step_stats(steps) if ctx.has_steps else None,
+        step_stats=_step_stats(steps, ctx) if ctx.has_steps else None,
         breakdown=_breakdown(steps),
         steps=steps,
         top_ops_self=by_self,
@@ -248,9 +248,10 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
     return tuple(sorted(out, key=lambda d: (d.rank, d.device)))
 
 
-def _step_stats(steps: pa.Table) -> StepStats | None:
+def _step_stats(steps: pa.Table, ctx: AnalysisContext) -> StepStats | None:
     rows = steps.select(["step", "rank", "start_ns", "dur_ns"]).to_pylist()
-    return step_stats(StepTime(**r) for r in rows)
+    job = len(ctx.manifest.ranks) > 1 or int(ctx.manifest.extra.get("world_size") or 0) > 1
+    return step_stats((StepTime(**r) for r in rows), job)
 
 
 def _breakdown(steps: pa.Table) -> Breakdown:

@@ -6,6 +6,8 @@ by `neuron_explorer.trace_handler(OUT)` in every rank.
   reduce-scatter of a 4 MB-a-rank input.
 - `fsdp`: FSDP2 (`fully_shard` on each Linear and the whole MLP), the same work on every rank,
   no sync in the loop; 4 steps recorded.
+- `straggler RANK`: DDP training, 6 steps recorded; rank RANK works 2 ms more in each step
+  (a sleep before its backward, as a slow data loader's or a log write's).
 - `crash RANK` / `kill RANK`: DDP training, 4 steps recorded; in the third, rank RANK raises a
   ValueError (`crash`) or is killed by SIGKILL (`kill`) before its backward.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -111,10 +114,20 @@ def fsdp(rank: int, n: int) -> None:
     profiled(4, body)
 
 
+def straggler(rank: int, n: int) -> None:
+    def extra(me: int, _step: int) -> None:
+        if me == int(ARG):
+            time.sleep(0.002)
+
+    ddp_steps(rank, n, 6, extra)
+
+
 def main() -> None:
     dist.init_process_group("neuron")
     rank, n = dist.get_rank(), dist.get_world_size()
-    {"pricing": pricing, "crash": ending, "kill": ending, "fsdp": fsdp}[SCENARIO](rank, n)
+    {"pricing": pricing, "crash": ending, "kill": ending, "fsdp": fsdp, "straggler": straggler}[
+        SCENARIO
+    ](rank, n)
     dist.destroy_process_group()
 
 

@@ -37,8 +37,9 @@ class StepTimeOutliers(Rule[Outliers]):
     than OUTLIER_RATIO times the rank's median step, both net of their compile time: compile
     events and torch.compile's tracing spans around them (compiling is compile-dominated's or
     recompilation's finding). MIN_STEPS is 3, the steps the default capture and the
-    README's schedule record: the median of 3 is a normal step while only one is slow. The
-    saving is the time above the median.
+    README's schedule record: the median of 3 is a normal step while only one is slow. In a job
+    of several ranks each rank's first step is left out (facts.steady_w): it holds the ranks'
+    start-up skew. The saving is the time above the median.
     Evidence: the outlier steps, and the host ops whose time per step is most above their mean
     over the other steps.
     """
@@ -60,7 +61,7 @@ class StepTimeOutliers(Rule[Outliers]):
         # compile time per step: the union of compile events and torch.compile's own tracing
         # spans around them (a recompile's dynamo tracing is recompilation's, not an outlier)
         compiling = ctx.merge_rows(host_cause_rows(ctx)["compile"])
-        windows = ctx.arrow("SELECT rank, s, s AS ws, e AS we FROM steps_w")
+        windows = ctx.arrow("SELECT rank, s, s AS ws, e AS we FROM steady_w")
         comp = pa.array(intervals.covered(compiling, ["rank"], windows), pa.int64())
         per_step = windows.select(["rank", "s"]).append_column("comp", comp)
         out = ctx.arrow(
@@ -68,10 +69,10 @@ class StepTimeOutliers(Rule[Outliers]):
                  -- the median of the steps net of compiling too: a step that compiles
                  -- ops first used there would otherwise raise the bar for the others
                  r AS (SELECT w.rank, median(w.e - w.s - c.comp) AS med, count(*) AS n
-                       FROM steps_w w JOIN c USING (rank, s)
+                       FROM steady_w w JOIN c USING (rank, s)
                        GROUP BY w.rank HAVING count(*) >= {int(self.MIN_STEPS)})
             SELECT w.rank, w.step, w.s, w.e - w.s AS dur_ns, r.med, c.comp
-            FROM steps_w w JOIN r USING (rank) JOIN c USING (rank, s)
+            FROM steady_w w JOIN r USING (rank) JOIN c USING (rank, s)
             WHERE w.e - w.s - c.comp > {float(self.OUTLIER_RATIO)} * r.med
             ORDER BY dur_ns - comp DESC, w.rank, w.s""",
             tables={"step_compile": per_step},

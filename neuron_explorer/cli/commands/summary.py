@@ -144,6 +144,13 @@ def _render_steps(c, st) -> None:  # analysis.steps.StepStats | None
     per_step = [f"steps: {st.count}", f"time per step: mean {_ms(st.mean_ns)}",
                 f"median {_ms(st.median_ns)}", f"min {_ms(st.min_ns)}", f"max {_ms(st.max_ns)}"]  # fmt: skip
     c.print(wrap_parts(c.width, per_step), highlight=False, soft_wrap=True)
+    if st.left_out:
+        c.print(
+            f"  steady state: mean, median, min and max leave out each rank's first step "
+            f"({len(st.left_out)} steps): the ranks started recording "
+            f"{_ms(st.startup_skew_ns)} apart, and the first collective waits for the last",
+            highlight=False,
+        )
     for rank, step in st.partial_last_steps:
         c.print(
             f"  the last step (rank {rank}, step {step}) is partial: the profiler stopped "
