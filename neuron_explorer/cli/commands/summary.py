@@ -275,8 +275,8 @@ def _render_ranks(c, ranks) -> None:  # analysis.ranks.Ranks
 
     sp = ranks.spread
     c.print(f"  spread across ranks (largest / smallest): median step {x(sp.median_step)}, "
-            f"compute {x(sp.compute)}, wait {x(sp.wait)}; wait = time at collectives for the "
-            "last rank to arrive; overlap = collective time under compute (HTA's comm/compute "
+            f"compute {x(sp.compute)}, wait {x(sp.wait)}; wait = time the rank's host was "
+            "blocked while a collective waited for the last rank (never a sum); overlap = collective time under compute (HTA's comm/compute "
             "overlap)", highlight=False)  # fmt: skip
 
 
