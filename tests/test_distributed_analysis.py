@@ -256,3 +256,19 @@ def test_steady_state_figures_leave_out_the_start_up_skew_and_say_so(tmp_path, c
     assert main(["summary", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "leave out each rank's first step" in text
+
+
+@pytest.mark.slow
+def test_a_3_to_1_pipeline_split_gets_pipeline_bubbles_with_pipeline_advice(tmp_path):
+    """Six blocks on stage 0, two on stage 1 (GPipe, 4 micro-batches): the light stage waits
+    to receive for much of each step. That is pipeline-bubbles' finding, with its advice
+    (balance the stages), not a straggler with data-parallel advice."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.model import Profile
+
+    found = {f.rule: f for f in run_rules(Profile.open(capture("pipeline", 2, tmp_path, "6")))}
+    assert "straggler" not in found
+    bubbles = found["pipeline-bubbles"]
+    assert bubbles.evidence.metrics["busiest_rank"] == 0
+    assert bubbles.evidence.metrics["idlest_rank"] == 1
+    assert "stages" in bubbles.fix and "drop_last" not in bubbles.fix

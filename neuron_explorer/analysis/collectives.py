@@ -28,6 +28,7 @@ from .conventions import sync_predicate
 # A neuron collective records its wait (for the last rank to arrive) and its modeled transfer in
 # args; a GPU trace's collective kernel has only its duration, which holds both.
 COLLECTIVES = "kind = 'collective' AND layer = 'device'"
+P2P = "p2p"  # the device name of a point-to-point send or receive (runtime/collectives.py)
 # host spans in which the host waits: a collective's host call (an overlapped one lasts only its
 # launch), the wait on an overlapped one, and device syncs
 BLOCKED = f"layer = 'host' AND ((kind = 'runtime' AND name LIKE 'c10d::%') OR {sync_predicate()})"
@@ -138,10 +139,13 @@ def with_blocked(ctx: AnalysisContext, cs: list[Collective]) -> list[Collective]
     return out
 
 
-def rank_waits(ctx: AnalysisContext, windows: list[dict]) -> dict[tuple[int, int], int]:
+def rank_waits(
+    ctx: AnalysisContext, windows: list[dict], p2p: bool = True
+) -> dict[tuple[int, int], int]:
     """(rank, start_ns) of each window -> the time in it the rank waited for the others (the
-    module's definition: blocked host time while a collective waited; union, never a sum)."""
-    cs = collectives(ctx)
+    module's definition: blocked host time while a collective waited; union, never a sum).
+    `p2p=False` leaves point-to-point waits out (a pipeline stage waiting for its neighbour)."""
+    cs = [c for c in collectives(ctx) if p2p or c.name != P2P]
     recorded = any(c.recorded for c in cs)
     blocked = _blocked(ctx) if recorded else {}
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -168,13 +172,15 @@ def _clip(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> list[tuple[int, int
     return [(int(a), int(b)) for a, b in zip(s[i:j], e[i:j], strict=True)]
 
 
-def rank_step_waits(ctx: AnalysisContext, steady: bool = False) -> dict[int, list[RankStep]]:
+def rank_step_waits(
+    ctx: AnalysisContext, steady: bool = False, p2p: bool = True
+) -> dict[int, list[RankStep]]:
     """rank -> its steps (real step windows only; `steady`: facts.steady_w's), each with the
-    time it waited for the other ranks (`rank_waits`)."""
+    time it waited for the other ranks (`rank_waits`; `p2p` as there)."""
     if not ctx.has_steps:
         return {}
     windows = (ctx.steady_steps() if steady else ctx.steps()).to_pylist()
-    waits = rank_waits(ctx, windows)
+    waits = rank_waits(ctx, windows, p2p)
     out: dict[int, list[RankStep]] = {}
     for row in windows:
         rank, step = int(row["rank"]), int(row["step"])

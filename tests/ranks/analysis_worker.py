@@ -8,6 +8,8 @@ by `neuron_explorer.trace_handler(OUT)` in every rank.
   no sync in the loop; 4 steps recorded.
 - `straggler RANK`: DDP training, 6 steps recorded; rank RANK works 2 ms more in each step
   (a sleep before its backward, as a slow data loader's or a log write's).
+- `pipeline CUT`: an MLP of 8 blocks of 4 layers in two `torch.distributed.pipelining` stages (GPipe, 4
+  micro-batches), the first CUT blocks on rank 0 and the rest on rank 1; 5 steps recorded.
 - `crash RANK` / `kill RANK`: DDP training, 4 steps recorded; in the third, rank RANK raises a
   ValueError (`crash`) or is killed by SIGKILL (`kill`) before its backward.
 """
@@ -122,12 +124,45 @@ def straggler(rank: int, n: int) -> None:
     ddp_steps(rank, n, 6, extra)
 
 
+def pipeline(rank: int, n: int) -> None:
+    import torch.nn as nn
+    from torch.distributed import pipelining
+
+    torch.manual_seed(0)
+    # a block of several layers: its own work outweighs what every stage repeats per step
+    blocks = [nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(256, 256), nn.Tanh())])
+              for _ in range(8)]  # fmt: skip
+    cut = int(ARG)
+    part = nn.Sequential(*(blocks[:cut] if rank == 0 else blocks[cut:])).to("neuron")
+    stage = pipelining.PipelineStage(part, rank, n, torch.device("neuron"))
+    schedule = pipelining.ScheduleGPipe(stage, 4, loss_fn=nn.functional.mse_loss)
+    opt = torch.optim.SGD(part.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(0)
+
+    def body(_step: int) -> None:
+        x = torch.randn(32, 256, generator=data).to("neuron")
+        y = torch.randn(32, 256, generator=data).to("neuron")
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y)
+        opt.step()
+        opt.zero_grad()
+
+    profiled(5, body)
+
+
 def main() -> None:
     dist.init_process_group("neuron")
     rank, n = dist.get_rank(), dist.get_world_size()
-    {"pricing": pricing, "crash": ending, "kill": ending, "fsdp": fsdp, "straggler": straggler}[
-        SCENARIO
-    ](rank, n)
+    {
+        "pricing": pricing,
+        "crash": ending,
+        "kill": ending,
+        "fsdp": fsdp,
+        "straggler": straggler,
+        "pipeline": pipeline,
+    }[SCENARIO](rank, n)
     dist.destroy_process_group()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..collectives import Collective, collectives, with_blocked
+from ..collectives import P2P, Collective, collectives, with_blocked
 from ..context import AnalysisContext
 from ..findings import Evidence, Hotspot
 from ..rule import Draft, Rule, fmt_ms
@@ -31,8 +31,9 @@ class CollectiveOutliers(Rule[Groups]):
     the part of its wait for the last rank during which its host was blocked
     (analysis/collectives.py): a wait the host never sat through (FSDP2's collectives, issued on
     side streams, while the host runs ahead) cost the rank nothing. A GPU trace's collective
-    kernel counts as transfer + wait together (reported as wait). The saving is the time above
-    the median, summed.
+    kernel counts as transfer + wait together (reported as wait). Point-to-point sends and
+    receives are left out: a pipeline stage waits for its neighbour by design (pipeline-bubbles).
+    The saving is the time above the median, summed.
     """
 
     id = "collective-outliers"
@@ -52,7 +53,8 @@ class CollectiveOutliers(Rule[Groups]):
         by_key: dict[tuple[str, int], list[Collective]] = {}
         steady = {(int(r["rank"]), r["step"]) for r in ctx.steady_steps().to_pylist()}
         left_out = {(int(r["rank"]), r["step"]) for r in ctx.steps().to_pylist()} - steady
-        for c in with_blocked(ctx, collectives(ctx)):
+        # a receive waits for its pipeline neighbour by design: pipeline-bubbles' subject
+        for c in with_blocked(ctx, [c for c in collectives(ctx) if c.name != P2P]):
             if (c.rank, c.step) not in left_out:
                 by_key.setdefault((c.name, c.bytes), []).append(c)
         return Groups(

@@ -32,7 +32,8 @@ class Straggler(Rule[RankWork]):
     ranks' start-up skew), per rank and step, busy time = step time minus the time the rank
     waited for the others (analysis/collectives.py: the time its host was blocked while one of
     its collectives waited for the last rank, the union of both, never a sum; on other traces the
-    union of the collective kernels, an upper bound). A rank whose host never blocks on its
+    union of the collective kernels, an upper bound). Point-to-point waits are left out: a
+    pipeline stage waiting for its neighbour is pipeline-bubbles' finding, whose advice fits. A rank whose host never blocks on its
     collectives (FSDP2) waits for nobody however late its device starts them. A rank is a
     straggler when, in at least MIN_STEP_SHARE of the steps, its busy time is at least
     STEP_EXTRA_NS above the median busy time of the other ranks in the same step while they
@@ -59,7 +60,8 @@ class Straggler(Rule[RankWork]):
     )
 
     def measure(self, ctx: AnalysisContext) -> RankWork | None:
-        per_rank = rank_step_waits(ctx, steady=True)
+        # a pipeline stage waiting for its neighbour is pipeline-bubbles' (stage imbalance)
+        per_rank = rank_step_waits(ctx, steady=True, p2p=False)
         ranks = {r: v for r, v in per_rank.items() if len(v) >= self.MIN_STEPS}
         if len(ranks) < 2:
             return None
