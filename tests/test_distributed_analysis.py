@@ -272,3 +272,36 @@ def test_a_3_to_1_pipeline_split_gets_pipeline_bubbles_with_pipeline_advice(tmp_
     assert bubbles.evidence.metrics["busiest_rank"] == 0
     assert bubbles.evidence.metrics["idlest_rank"] == 1
     assert "stages" in bubbles.fix and "drop_last" not in bubbles.fix
+
+
+def check_parallel_capture(out: Path, nproc: int) -> None:
+    """Every rank is in the profile, its functional all-reduces on the device, and the ranks
+    that share a batch agree on the loss."""
+    from neuron_explorer.model import Profile
+
+    p = Profile.open(out)
+    assert p.manifest.ranks == tuple(range(nproc))
+    rows = (
+        p.duckdb()
+        .execute(
+            "SELECT rank, count(*) FROM events WHERE kind = 'collective' AND layer = 'device' "
+            "AND op_name LIKE '_c10d_functional::%' GROUP BY rank ORDER BY rank"
+        )
+        .fetchall()
+    )
+    assert [r[0] for r in rows] == list(range(nproc)) and all(r[1] >= 3 for r in rows)
+    losses = [json.loads(Path(f"{out}.rank{r}.json").read_text()) for r in range(nproc)]
+    assert all(len(x) == 4 for x in losses)
+    assert losses[0] == losses[1]  # one tensor-parallel group computes one loss
+
+
+@pytest.mark.slow
+def test_tensor_parallel_captures(tmp_path):
+    """A functional collective whose result is used (DTensor's row-wise Linear) no longer
+    crashes every rank under the profiler: its AsyncCollectiveTensor is waited for at once."""
+    check_parallel_capture(capture("tp", 2, tmp_path), 2)
+
+
+@pytest.mark.sweep  # four torchrun ranks on two cores: about a minute
+def test_fsdp2_by_tensor_parallel_on_a_2_by_2_mesh_captures(tmp_path):
+    check_parallel_capture(capture("fsdp_tp", 4, tmp_path, timeout=600), 4)

@@ -10,6 +10,9 @@ by `neuron_explorer.trace_handler(OUT)` in every rank.
   (a sleep before its backward, as a slow data loader's or a log write's).
 - `pipeline CUT`: an MLP of 8 blocks of 4 layers in two `torch.distributed.pipelining` stages (GPipe, 4
   micro-batches), the first CUT blocks on rank 0 and the rest on rank 1; 5 steps recorded.
+- `tp`: tensor parallelism (DTensor: an MLP split column- then row-wise) over all ranks, and
+  `fsdp_tp`: FSDP2 over the `dp` dimension of a 2 x 2 mesh with the same split over `tp`;
+  3 steps recorded, the losses written to OUT.rank<N>.json.
 - `crash RANK` / `kill RANK`: DDP training, 4 steps recorded; in the third, rank RANK raises a
   ValueError (`crash`) or is killed by SIGKILL (`kill`) before its backward.
 """
@@ -152,6 +155,43 @@ def pipeline(rank: int, n: int) -> None:
     profiled(5, body)
 
 
+def tensor_parallel(rank: int, n: int) -> None:
+    import json
+
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to("neuron")
+    plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+    if SCENARIO == "fsdp_tp":
+        mesh = init_device_mesh("neuron", (2, n // 2), mesh_dim_names=("dp", "tp"))
+        model = parallelize_module(model, mesh["tp"], plan)
+        fully_shard(model, mesh=mesh["dp"])
+    else:
+        model = parallelize_module(model, init_device_mesh("neuron", (n,)), plan)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.Generator().manual_seed(rank // 2 if SCENARIO == "fsdp_tp" else 0)
+    losses: list[float] = []
+
+    def body(_step: int) -> None:
+        loss = model(torch.randn(16, 64, generator=data).to("neuron")).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss))
+
+    profiled(3, body)
+    with open(f"{OUT}.rank{rank}.json", "w") as f:
+        json.dump(losses, f)
+
+
 def main() -> None:
     dist.init_process_group("neuron")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -162,6 +202,8 @@ def main() -> None:
         "fsdp": fsdp,
         "straggler": straggler,
         "pipeline": pipeline,
+        "tp": tensor_parallel,
+        "fsdp_tp": tensor_parallel,
     }[SCENARIO](rank, n)
     dist.destroy_process_group()
 

@@ -72,6 +72,7 @@ KIND_OF: dict[str, str | None] = {
 # the argument of a c10d op that holds this rank's input (a functional op's is its first)
 _SEND_ARG = {cc.ALL_GATHER: 1, cc.REDUCE_SCATTER: 1}
 _seq: dict[str, itertools.count] = {}  # group name -> collectives recorded on it
+_WRAP = "_c10d_functional::_wrap_tensor_autograd"
 
 
 def is_collective(name: str) -> bool:
@@ -103,6 +104,13 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     host_args = unwrap(args)
     host_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
     kind = KIND_OF[info.name]
+    if info.name == _WRAP:
+        # the functional collectives' AsyncCollectiveTensor would become the payload, a
+        # storage-less wrapper that the CPU kernels cannot read (a segfault on first use): the
+        # collective's data is already in place (its host work was waited for), so its wait is
+        # taken now and the neuron tensor itself comes back; the device still orders its
+        # readers after the collective (_hold)
+        return rewrap(torch.ops._c10d_functional.wait_tensor.default(host_args[0]))
     if kind is None:
         return rewrap(info.call(*host_args, **host_kwargs))
     if not _prof._is_profiler_enabled:
@@ -167,8 +175,10 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
     if side is not None:  # the stream's later work, and whoever waits on it, follow it
         side.tail_ns = end
         _hold(host_args, end)
+        _hold(out, end)  # a functional collective's result is a new tensor
     elif not blocking:
         _hold(host_args, end)
+        _hold(out, end)
         _note_async(out, end)
     elif kind == cc.P2P:
         # the caller waits on the receive's Work (waiting twice on a gloo receive hangs): that
