@@ -305,3 +305,32 @@ def test_tensor_parallel_captures(tmp_path):
 @pytest.mark.sweep  # four torchrun ranks on two cores: about a minute
 def test_fsdp2_by_tensor_parallel_on_a_2_by_2_mesh_captures(tmp_path):
     check_parallel_capture(capture("fsdp_tp", 4, tmp_path, timeout=600), 4)
+
+
+def check_zero(out: Path) -> None:
+    """The job's profile holds both ranks and ZeRO's parameter broadcasts, and the optimizer
+    state consolidated on rank 0 (loaded with map_location the device) has every parameter's
+    Adam step count (1 warm-up step and 4 recorded)."""
+    from neuron_explorer.model import Profile
+
+    p = Profile.open(out)
+    assert p.manifest.ranks == (0, 1)
+    names = {r[0] for r in p.duckdb().execute(
+        "SELECT DISTINCT name FROM events WHERE kind = 'collective' AND layer = 'device'"
+    ).fetchall()}  # fmt: skip
+    assert {"all_reduce", "broadcast"} <= names
+    assert json.loads(Path(f"{out}.rank0.json").read_text()) == {str(i): 5.0 for i in range(4)}
+
+
+@pytest.mark.slow
+def test_zero_redundancy_optimizer_with_ddp_captures_and_consolidates(tmp_path):
+    check_zero(capture("zero", 2, tmp_path, timeout=120))
+
+
+@pytest.mark.sweep  # 20 captures: a few minutes on two cores
+def test_zero_captures_20_times_without_a_hang(tmp_path):
+    """ZeRO broadcasts each rank's parameters from their owner: the root finishes its part
+    without waiting, so it runs collectives ahead; the ranks' modeled-clock keys must outlive
+    that (runtime/collectives.py _clean). A hang shows as torchrun's timeout."""
+    for i in range(20):
+        check_zero(capture("zero", 2, tmp_path / str(i), timeout=120))

@@ -13,6 +13,10 @@ by `neuron_explorer.trace_handler(OUT)` in every rank.
 - `tp`: tensor parallelism (DTensor: an MLP split column- then row-wise) over all ranks, and
   `fsdp_tp`: FSDP2 over the `dp` dimension of a 2 x 2 mesh with the same split over `tp`;
   3 steps recorded, the losses written to OUT.rank<N>.json.
+- `zero`: DDP with ZeroRedundancyOptimizer (Adam), 4 steps recorded, then the optimizer state
+  consolidated on rank 0 (`consolidate_state_dict`, which loads each rank's state with
+  `map_location` the device); rank 0 writes the consolidated state's step count to
+  OUT.rank0.json.
 - `crash RANK` / `kill RANK`: DDP training, 4 steps recorded; in the third, rank RANK raises a
   ValueError (`crash`) or is killed by SIGKILL (`kill`) before its backward.
 """
@@ -192,6 +196,31 @@ def tensor_parallel(rank: int, n: int) -> None:
         json.dump(losses, f)
 
 
+def zero(rank: int, n: int) -> None:
+    import json
+
+    import torch.nn as nn
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).to("neuron"))
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+    data = torch.Generator().manual_seed(rank)
+
+    def body(_step: int) -> None:
+        model(torch.randn(32, 64, generator=data).to("neuron")).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    profiled(4, body)
+    opt.consolidate_state_dict(to=0)
+    if rank == 0:
+        state = opt.state_dict()["state"]
+        with open(f"{OUT}.rank0.json", "w") as f:
+            json.dump({str(k): float(v["step"]) for k, v in state.items()}, f)
+
+
 def main() -> None:
     dist.init_process_group("neuron")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -204,6 +233,7 @@ def main() -> None:
         "pipeline": pipeline,
         "tp": tensor_parallel,
         "fsdp_tp": tensor_parallel,
+        "zero": zero,
     }[SCENARIO](rank, n)
     dist.destroy_process_group()
 

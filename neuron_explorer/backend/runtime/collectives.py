@@ -374,11 +374,31 @@ def _announce(group: Any, seq: int, mine: int) -> Any:
         return None
     rank = group.rank()
     store.set(f"neuron-clock/{seq}/{rank}", str(mine))
-    # every rank leaves collective seq - 1 only once all have entered it, after any profiling
-    # rank read all of seq - 2: this rank's key of seq - 2 is no longer needed
-    if seq >= 2:
-        store.delete_key(f"neuron-clock/{seq - 2}/{rank}")
+    if seq and seq % _CLEAN_EVERY == 0:
+        _clean(store, group, rank, seq)
     return store
+
+
+_CLEAN_EVERY = 64  # collectives of a group between two clean-ups of this rank's arrival keys
+_cleaned: dict[str, int] = {}  # group name -> this rank's keys below this number are deleted
+
+
+def _clean(store: Any, group: Any, rank: int, seq: int) -> None:
+    """Delete this rank's arrival keys of the collectives every rank of `group` is past. Not
+    sooner: a broadcast's root (a send, a scatter's root, a reduce's leaf) finishes its part
+    without waiting for the others, so it can be collectives ahead of a rank that has yet to
+    read its key (deleting at seq - 2, as this once did, hung ZeroRedundancyOptimizer's
+    parameter broadcasts now and then). Each rank posts how far it is; the slowest bounds what
+    goes."""
+    store.set(f"neuron-done/{rank}", str(seq))  # it has read every collective before seq
+    keys = [f"neuron-done/{r}" for r in range(group.size())]
+    if not store.check(keys):
+        return
+    low = min(int(v) for v in store.multi_get(keys))
+    name = group.group_name
+    for old in range(_cleaned.get(name, 0), low):
+        store.delete_key(f"neuron-clock/{old}/{rank}")
+    _cleaned[name] = max(_cleaned.get(name, 0), low)
 
 
 def _last_arrival(group: Any, mine: int, seq: int) -> int:
