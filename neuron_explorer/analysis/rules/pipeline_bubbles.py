@@ -83,7 +83,7 @@ class PipelineBubbles(Rule[Stages]):
     )
 
     def measure(self, ctx: AnalysisContext) -> Stages | None:
-        bubbles: dict[tuple[int, int], int] = {}
+        bubbles: dict[tuple[int, int | None], int] = {}
         p2p = [c for c in collectives(ctx) if c.name == P2P and c.step is not None]
         for c in with_blocked(ctx, p2p):
             key = (c.rank, c.step)
