@@ -331,6 +331,6 @@ def test_zero_redundancy_optimizer_with_ddp_captures_and_consolidates(tmp_path):
 def test_zero_captures_20_times_without_a_hang(tmp_path):
     """ZeRO broadcasts each rank's parameters from their owner: the root finishes its part
     without waiting, so it runs collectives ahead; the ranks' modeled-clock keys must outlive
-    that (runtime/collectives.py _clean). A hang shows as torchrun's timeout."""
+    that (runtime/arrivals.py _clean). A hang shows as torchrun's timeout."""
     for i in range(20):
         check_zero(capture("zero", 2, tmp_path / str(i), timeout=120))

@@ -24,7 +24,6 @@ whole group.
 
 from __future__ import annotations
 
-import itertools
 import sys
 import time
 import types
@@ -35,7 +34,7 @@ import torch
 from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.costmodel import collectives as cc
-from neuron_explorer.backend.runtime import events, model, queues
+from neuron_explorer.backend.runtime import arrivals, events, model, queues
 from neuron_explorer.backend.runtime.source import call_site
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC_LANE
 
@@ -71,8 +70,8 @@ KIND_OF: dict[str, str | None] = {
 }  # fmt: skip
 # the argument of a c10d op that holds this rank's input (a functional op's is its first)
 _SEND_ARG = {cc.ALL_GATHER: 1, cc.REDUCE_SCATTER: 1}
-_seq: dict[str, itertools.count] = {}  # group name -> collectives recorded on it
 _WRAP = "_c10d_functional::_wrap_tensor_autograd"
+stores, group_store = arrivals.stores, arrivals.group_store  # backend/distributed.py fills stores
 
 
 def is_collective(name: str) -> bool:
@@ -119,10 +118,10 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
         arrived = model.origin_ns + model.modeled_now(_now())
         group = _group_of(args)
         if kind == cc.P2P:
-            _p2p_arrival(info.name, group, args, arrived)
+            arrivals.p2p_arrival(info.name, group, args, arrived)
         out = info.call(*host_args, **host_kwargs)
         if kind != cc.P2P:
-            _announce(group, _number(group), arrived)
+            arrivals.announce(group, arrivals.number(group), arrived)
         return rewrap(out)
     return rewrap(_run_recorded(info, kind, args, host_args, host_kwargs))
 
@@ -155,16 +154,16 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
     name = group.group_name if group is not None else ""
     if kind == cc.P2P:
         blocking = info.name in _RECV  # a receiver needs the data; a sender goes on
-        sender = _p2p_arrival(info.name, group, args, arrival)
+        sender = arrivals.p2p_arrival(info.name, group, args, arrival)
         out = info.call(*host_args, **host_kwargs)
-        last, where = max(arrival, sender), {"group": name, "peer": _peer(args)}
+        last, where = max(arrival, sender), {"group": name, "peer": arrivals.peer(args)}
     else:
         blocking = side is None and (kind == cc.BARRIER or _called_synchronously())
         out = info.call(*host_args, **host_kwargs)
         if kind != cc.BARRIER:
             _wait_for_work(out)
-        seq = _number(group)
-        last = _last_arrival(group, arrival, seq)
+        seq = arrivals.number(group)
+        last = arrivals.last_arrival(group, arrival, seq)
         where = {"group": name, "seq": seq}  # names this collective on every rank of the group
     size = group.size() if group is not None else 1
     nbytes = priced_bytes(info.name, kind, host_args, size)
@@ -284,8 +283,7 @@ def install_wait() -> None:
     work.wait = wait  # type: ignore[method-assign]
 
 
-_RECV = ("c10d::recv_",)
-_SEND = ("c10d::send",)
+_RECV = arrivals._RECV
 _C10D_FILE = "distributed_c10d.py"
 
 
@@ -301,35 +299,6 @@ def _called_synchronously() -> bool:
             return not f.f_locals["async_op"]
         f = f.f_back
     return False
-
-
-def _peer(args: tuple) -> int:
-    """The group rank a c10d::send / recv_ talks to (its third argument), -1 if unknown."""
-    return int(args[2]) if len(args) > 2 and isinstance(args[2], int) else -1
-
-
-_p2p_seq: dict[tuple[str, int, int], itertools.count] = {}  # (group, src, dst) -> messages
-
-
-def _p2p_arrival(op: str, group: Any, args: tuple, mine: int) -> int:
-    """A send publishes its modeled arrival under (src, dst, n); a receive reads its sender's
-    (the data cannot arrive before it was sent) and returns it; else `mine`."""
-    peer = _peer(args)
-    if peer < 0 or group is None or op not in _SEND + _RECV:
-        return mine
-    store = group_store(group)
-    if store is None:
-        return mine
-    me = group.rank()
-    src, dst = (me, peer) if op in _SEND else (peer, me)
-    n = next(_p2p_seq.setdefault((group.group_name, src, dst), itertools.count()))
-    key = f"neuron-p2p/{src}/{dst}/{n}"
-    if op in _SEND:
-        store.set(key, str(mine))
-        return mine
-    sent = int(store.get(key))  # blocks until the sender issued it, as the data would
-    store.delete_key(key)
-    return sent
 
 
 def _group_of(args: tuple) -> Any:
@@ -356,67 +325,6 @@ def _wait_for_work(out: Any) -> None:
             w = torch._C._distributed_c10d.Work.unbox(w)
         if isinstance(w, torch._C._distributed_c10d.Work):
             w.wait()
-
-
-def _number(group: Any) -> int:
-    """This collective's number in its group: the same on every rank (they issue a group's
-    collectives in one order), profiled or not."""
-    name = group.group_name if group is not None else ""
-    return next(_seq.setdefault(name, itertools.count()))
-
-
-def _announce(group: Any, seq: int, mine: int) -> Any:
-    """Publish this rank's modeled arrival at collective `seq`; the group's store, or None."""
-    if group is None or group.size() <= 1:
-        return None
-    store = group_store(group)
-    if store is None:
-        return None
-    rank = group.rank()
-    store.set(f"neuron-clock/{seq}/{rank}", str(mine))
-    if seq and seq % _CLEAN_EVERY == 0:
-        _clean(store, group, rank, seq)
-    return store
-
-
-_CLEAN_EVERY = 64  # collectives of a group between two clean-ups of this rank's arrival keys
-_cleaned: dict[str, int] = {}  # group name -> this rank's keys below this number are deleted
-
-
-def _clean(store: Any, group: Any, rank: int, seq: int) -> None:
-    """Delete this rank's arrival keys of the collectives every rank of `group` is past. Not
-    sooner: a broadcast's root (a send, a scatter's root, a reduce's leaf) finishes its part
-    without waiting for the others, so it can be collectives ahead of a rank that has yet to
-    read its key (deleting at seq - 2, as this once did, hung ZeroRedundancyOptimizer's
-    parameter broadcasts now and then). Each rank posts how far it is; the slowest bounds what
-    goes."""
-    store.set(f"neuron-done/{rank}", str(seq))  # it has read every collective before seq
-    keys = [f"neuron-done/{r}" for r in range(group.size())]
-    if not store.check(keys):
-        return
-    low = min(int(v) for v in store.multi_get(keys))
-    name = group.group_name
-    for old in range(_cleaned.get(name, 0), low):
-        store.delete_key(f"neuron-clock/{old}/{rank}")
-    _cleaned[name] = max(_cleaned.get(name, 0), low)
-
-
-def _last_arrival(group: Any, mine: int, seq: int) -> int:
-    """The latest modeled arrival of any rank of `group` at its collective number `seq`."""
-    store = _announce(group, seq, mine)
-    if store is None:
-        return mine
-    keys = [f"neuron-clock/{seq}/{r}" for r in range(group.size())]
-    return max(int(v) for v in store.multi_get(keys))
-
-
-# group name -> the store its neuron backend was created with (backend/distributed.py fills it)
-stores: dict[str, Any] = {}
-
-
-def group_store(group: Any) -> Any:
-    """The store the neuron backend of `group` was created with (None for other backends)."""
-    return stores.get(group.group_name)
 
 
 def priced_bytes(op: str, kind: str, host_args: Any, size: int) -> int:
