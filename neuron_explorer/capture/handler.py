@@ -10,6 +10,7 @@ that exists and is not a profile is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -137,7 +138,10 @@ class TraceHandler:
         try:
             self._check(path)
             job = _distributed_job() if self.by_rank else None
-            with sigterm_deferred():
+            # only for a run that an exception is ending: then a launcher's SIGTERM follows
+            # (a Python SIGTERM handler on every write made gloo's teardown hang now and then)
+            ending = "run_ended" in self.extra
+            with sigterm_deferred() if ending else contextlib.nullcontext():
                 if job is None:
                     write_profile(raw, path, self.extra)
                 else:
