@@ -171,13 +171,16 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
     drain = arrival - model.origin_ns - model.modeled_now(t0)  # the buffers' kernels first
     wait = max(0, last - arrival)
     model.collectives_free_ns = end = last - model.origin_ns + cost.transfer_ns
+    functional = info.name.startswith("_c10d_functional")
     if side is not None:  # the stream's later work, and whoever waits on it, follow it
         side.tail_ns = end
         _hold(host_args, end)
-        _hold(out, end)  # a functional collective's result is a new tensor
+        if functional:  # its result is a new tensor (a c10d op's are its arguments)
+            _hold(out, end)
     elif not blocking:
         _hold(host_args, end)
-        _hold(out, end)
+        if functional:
+            _hold(out, end)
         _note_async(out, end)
     elif kind == cc.P2P:
         # the caller waits on the receive's Work (waiting twice on a gloo receive hangs): that
