@@ -142,7 +142,7 @@ def test_findings_are_ranked_and_serialisable():
     doc = json.loads(json.dumps(findings_document(profile, findings)))
     assert doc["findings"][0]["rule"] == findings[0].rule
     assert set(doc) == {"profile", "source", "total_step_ns", "steps", "rules_run", "findings",
-                        "run_ended"}  # fmt: skip
+                        "run_ended", "job_ending"}  # fmt: skip
     assert set(doc["findings"][0]) == {
         "rule", "category", "severity", "title", "detail", "fix", "saving_ns", "saving_share",
         "evidence", "replayed", "overlaps",

@@ -67,6 +67,32 @@ def test_save_and_load_device_tensors_and_state_dicts():
     assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
 
 
+@pytest.mark.parametrize("where", ["neuron", torch.device("neuron"), {"cpu": "neuron"}])
+def test_load_with_map_location_neuron_puts_every_tensor_on_the_device(where):
+    """`torch.load(f, map_location="neuron")` (ZeroRedundancyOptimizer's consolidate_state_dict
+    loads each rank's state so): CPU and neuron tensors alike come back on the device, with
+    their values, dtypes and views; `torch.neuron.device` is torch.cuda.device's shape."""
+    model = torch.nn.Linear(3, 2)
+    state = {"cpu": torch.arange(6.0).reshape(2, 3), "half": torch.ones(2, dtype=torch.bfloat16),
+             "neuron": torch.arange(4.0, device="neuron"), "model": model.state_dict()}  # fmt: skip
+    state["view"] = state["cpu"][1]
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, map_location=where)
+    for key in ("cpu", "half", "neuron", "view"):
+        assert loaded[key].device == NEURON and loaded[key].dtype == state[key].dtype
+        assert torch.equal(loaded[key].cpu(), state[key].cpu()), key
+    assert loaded["model"]["weight"].device == NEURON
+    assert torch.equal(loaded["model"]["weight"].cpu(), model.weight)
+    buf.seek(0)
+    assert torch.load(buf, map_location="cpu")["neuron"].device.type == "cpu"  # still honoured
+    with torch.neuron.device(0):
+        assert torch.neuron.current_device() == 0
+    with pytest.raises(RuntimeError, match="invalid device ordinal 1"):
+        torch.neuron.device(1)
+
+
 def test_mixing_cpu_and_neuron_tensors_is_a_clear_error_but_scalars_are_fine():
     x = torch.ones(3, device="neuron")
     with pytest.raises(RuntimeError, match="same device.*neuron:0 and cpu"):

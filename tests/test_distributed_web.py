@@ -78,6 +78,7 @@ def test_the_ranks_twin_puts_each_collective_of_both_ranks_side_by_side(server, 
         "ranks": [0],
         "device_time_modeled": True,  # a neuron capture: the page shows the badge
         "pair": None,
+        "job_ending": None,  # a clean run
     }
     assert doc["device_time_modeled"] is True and pair["device_time_modeled"] is True
 

@@ -294,6 +294,18 @@ class AnalysisContext:
             "SELECT rank, step, s AS start_ns, e - s AS dur_ns FROM steps_w ORDER BY rank, s"
         )
 
+    def steady_steps(self) -> pa.Table:
+        """The step windows of steady-state figures (facts.steady_w: a job's first step of each
+        rank left out), as `steps()`."""
+        return self.arrow(
+            "SELECT rank, step, s AS start_ns, e - s AS dur_ns FROM steady_w ORDER BY rank, s"
+        )
+
+    @property
+    def startup_skew_ns(self) -> int:
+        """How far apart a job's ranks started recording (0 for one process)."""
+        return int(self.fact("steady_w") or 0)
+
     @cached_property
     def total_step_ns(self) -> int:
         """Sum of step durations over all ranks: the denominator of every saving share."""

@@ -29,6 +29,7 @@ from .conventions import (
     sql_list,
     sync_predicate,
 )
+from .job import ended_ranks
 
 if TYPE_CHECKING:
     from .context import AnalysisContext
@@ -61,7 +62,8 @@ LAUNCH_RUNTIME_LIKE = ("cudaLaunchKernel%", "cuLaunchKernel%", "hipLaunchKernel%
 
 def steps_w(ctx: AnalysisContext) -> int:
     """`steps_w(rank, step, s, e)`: step windows; returns the number of real (ProfilerStep)
-    windows. Without any, one window per rank over all its events (step NULL)."""
+    windows. Without any, one window per rank over all its events (step NULL). The last step of
+    a rank whose run an exception ended is left out (job.py): it is partial."""
     ctx._execute(
         """CREATE TEMP TABLE steps_w AS
         SELECT rank, coalesce(step, TRY_CAST(regexp_extract(name, '#(\\d+)', 1) AS INTEGER))
@@ -70,6 +72,13 @@ def steps_w(ctx: AnalysisContext) -> int:
         FROM ev WHERE kind = 'step' AND layer = 'host'
         GROUP BY ALL"""
     )
+    ended = ended_ranks(ctx.manifest)
+    if ended:  # the step an exception cut short: not a step of the program (analysis/job.py)
+        ctx._execute(
+            f"""DELETE FROM steps_w WHERE rank IN ({", ".join(str(int(r)) for r in ended)})
+            AND s = (SELECT max(s) FROM steps_w w WHERE w.rank = steps_w.rank)
+            AND (SELECT count(*) FROM steps_w w WHERE w.rank = steps_w.rank) > 1"""
+        )
     n = int(ctx.one("SELECT count(*) AS n FROM steps_w")["n"])
     if n == 0:
         ctx._execute(
@@ -77,6 +86,25 @@ def steps_w(ctx: AnalysisContext) -> int:
             SELECT rank, NULL, min(start_ns), max(start_ns + dur_ns) FROM ev GROUP BY rank"""
         )
     return n
+
+
+def steady_w(ctx: AnalysisContext) -> int:
+    """`steady_w(rank, step, s, e)`: the step windows of steady-state figures (the mean step,
+    step-time and collective outliers, the straggler): steps_w less each rank's first step in a
+    job of several ranks, where that rank has more. The ranks start recording at different
+    times, and at the first collective the early ones wait for the last: the start-up skew,
+    not the program's. Returns the skew (the spread of the ranks' first step starts, ns)."""
+    job = len(ctx.manifest.ranks) > 1 or int(ctx.manifest.extra.get("world_size") or 0) > 1
+    ctx._execute(
+        f"""CREATE TEMP TABLE steady_w AS
+        SELECT * FROM steps_w w WHERE NOT {job} OR w.step IS NULL
+           OR w.s > (SELECT min(s) FROM steps_w f WHERE f.rank = w.rank)
+           OR (SELECT count(*) FROM steps_w f WHERE f.rank = w.rank) < 2"""
+    )
+    firsts = ctx.one(
+        "SELECT max(s) - min(s) AS skew FROM (SELECT min(s) AS s FROM steps_w GROUP BY rank)"
+    )
+    return int(firsts.get("skew") or 0) if job else 0
 
 
 def busy(ctx: AnalysisContext) -> None:
@@ -285,6 +313,7 @@ def _breakdown_sql(kernels: str, device_ranks: list[int]) -> str:
 
 TABLES: dict[str, Callable[[AnalysisContext], Any]] = {
     "steps_w": steps_w,
+    "steady_w": steady_w,
     "busy": busy,
     "recompiles": recompiles,
     "explained": explained,

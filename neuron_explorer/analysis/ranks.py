@@ -3,10 +3,13 @@
 Nothing here sums ranks: a job's ranks run at the same time, so their times are compared, never
 added. Per rank: its steps, their median time, and over its steps the device compute, the
 communication (modeled transfer of collectives, or collective kernels), the time it waited for
-the last rank at collectives, the device idle time, and the communication hidden under compute
-with its share of all communication (`overlap`: HTA's comm/compute overlap, the time collectives
-run while compute kernels run over the collectives' time, within the steps). The spread of a
-column is its largest rank value over its smallest.
+the other ranks (analysis/collectives.py: its host blocked while a collective waited for the
+last rank), the device idle time, and HTA's comm/compute overlap (`overlap`: the time its
+collectives run while its compute kernels run, over its collectives' time, within the steps). As
+HTA times an NCCL kernel from its launch, spin-wait included, a neuron collective counts here
+from when this rank's collective queue could start it, its wait for the last rank included: the
+first rank to arrive computes under its wait. The spread of a column is its largest rank value
+over its smallest.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import statistics
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .collectives import rank_step_waits
+from .collectives import collectives, rank_step_waits
 from .context import AnalysisContext
+from .conventions import COMPUTE_KINDS
 
 
 @dataclass(frozen=True)
@@ -29,8 +34,8 @@ class RankRow:
     communication_ns: int
     wait_ns: int
     idle_ns: int
-    comm_overlap_ns: int = 0  # collectives' time under compute kernels
-    overlap: float | None = None  # comm_overlap_ns over all collective time; None without any
+    comm_overlap_ns: int = 0  # collectives' time under compute kernels (HTA's spans: hta_overlap)
+    overlap: float | None = None  # comm_overlap_ns over the collectives' time; None without any
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
     if len(ctx.manifest.ranks) < 2 or not steps.num_rows:
         return None
     waits = {r: sum(s.wait_ns for s in v) for r, v in rank_step_waits(ctx).items()}
+    hta = hta_overlap(ctx, steps)
     rows = []
     for rank in sorted(set(steps.column("rank").to_pylist())):
         mine = [r for r in steps.to_pylist() if r["rank"] == rank]
@@ -60,7 +66,7 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
         def total(col: str, mine: list = mine) -> int:
             return int(sum(r.get(col) or 0 for r in mine))
 
-        hidden, exposed = total("comm_overlap_ns"), total("communication_ns")
+        hidden, comm = hta.get(int(rank), (0, 0))
 
         rows.append(
             RankRow(
@@ -72,7 +78,7 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
                 wait_ns=int(waits.get(rank, 0)),
                 idle_ns=total("device_idle_ns"),
                 comm_overlap_ns=hidden,
-                overlap=round(hidden / (hidden + exposed), 4) if hidden + exposed else None,
+                overlap=round(hidden / comm, 4) if comm else None,
             )
         )
     return Ranks(
@@ -83,6 +89,47 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
             wait=_spread([r.wait_ns for r in rows]),
         ),
     )
+
+
+def hta_overlap(ctx: AnalysisContext, steps: pa.Table) -> dict[int, tuple[int, int]]:
+    """rank -> (time its collectives run under its compute kernels, its collectives' time), both
+    within its steps, a collective counted from when its queue could start it (HTA's span)."""
+    import numpy as np
+
+    from ..vocab.intervals import merge_arrays
+
+    cols = ctx.cols
+    compute = ctx.device_rows(COMPUTE_KINDS)
+    rank_col = cols.ints("rank")
+    ks, ke = cols.ints("start_ns")[compute], cols.end()[compute]
+    kr = rank_col[compute]
+    out = {}
+    spans = [(c.rank, c.start_ns - (c.wait_ns if c.recorded else 0),
+              c.start_ns + c.transfer_ns if c.recorded else c.start_ns + c.wait_ns)
+             for c in collectives(ctx)]  # fmt: skip
+    for rank in sorted(set(steps.column("rank").to_pylist())):
+        mine = np.array([(a, b) for r, a, b in spans if r == rank], np.int64).reshape(-1, 2)
+        if not len(mine):
+            continue
+        _, cs, ce = merge_arrays(np.zeros(len(mine), np.int64), mine[:, 0], mine[:, 1])
+        m = kr == rank
+        _, us, ue = merge_arrays(np.zeros(int(m.sum()), np.int64), ks[m], ke[m])
+        hidden = comm = 0
+        for w in steps.filter(pc.equal(steps["rank"], rank)).to_pylist():
+            lo, hi = int(w["start_ns"]), int(w["start_ns"]) + int(w["dur_ns"])
+            c = [(max(a, lo), min(b, hi)) for a, b in zip(cs, ce, strict=True) if a < hi and b > lo]
+            comm += sum(b - a for a, b in c)
+            hidden += sum(_covered(us, ue, a, b) for a, b in c)
+        out[int(rank)] = (int(hidden), int(comm))
+    return out
+
+
+def _covered(s, e, lo: int, hi: int) -> int:
+    """Time the disjoint sorted intervals (s, e) cover inside [lo, hi)."""
+    import numpy as np
+
+    i, j = np.searchsorted(e, lo, "right"), np.searchsorted(s, hi, "left")
+    return int(np.sum(np.minimum(e[i:j], hi) - np.maximum(s[i:j], lo))) if i < j else 0
 
 
 def _spread(values: list[int]) -> float | None:

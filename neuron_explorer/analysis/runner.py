@@ -13,6 +13,7 @@ from ..errors import ExplorerError
 from ..model.profile import Profile
 from .context import context
 from .findings import Finding, rank_findings
+from .job import JobEnding, job_ending
 from .page import PageModel
 from .rule import applies
 from .rules import RULES, get_rule
@@ -78,6 +79,7 @@ class FindingsReport(PageModel):
     findings: tuple[Finding, ...]
     # the exception that ended the run (capture/ending.py): the findings judge only what ran
     run_ended: dict[str, Any] | None = None
+    job_ending: JobEnding | None = None  # a job's ranks that failed or wrote nothing (job.py)
 
 
 def findings_report(
@@ -94,4 +96,5 @@ def findings_report(
     rules = sorted(ids) if ids is not None else sorted(r.id for r in RULES)
     return FindingsReport(str(profile.path), profile.manifest.source, total, steps,
                           tuple(rules), tuple(findings),
-                          profile.manifest.extra.get("run_ended"))  # fmt: skip
+                          profile.manifest.extra.get("run_ended"),
+                          job_ending(profile.manifest))  # fmt: skip

@@ -38,23 +38,42 @@ class StepStats(PageModel):
     # a loop that calls prof.step() at the end leaves a stub step after it). Counted as recorded.
     partial_last_steps: tuple[tuple[int, int | None], ...] = ()
     per_step: tuple[StepTime, ...] = ()
+    # (rank, step) left out of mean, median, min and max: in a job of several ranks, each
+    # rank's first step (facts.steady_w), which holds the ranks' start-up skew
+    left_out: tuple[tuple[int, int | None], ...] = ()
+    startup_skew_ns: int = 0  # how far apart the ranks' first steps started
 
 
-def step_stats(steps: Iterable[StepTime]) -> StepStats | None:
-    """The statistics of `steps` (in rank, start order), None without any."""
+def step_stats(steps: Iterable[StepTime], job: bool | None = None) -> StepStats | None:
+    """The statistics of `steps` (in rank, start order), None without any. In a job (`job`, by
+    default: steps of several ranks) mean, median, min and max are steady-state figures: each
+    rank's first step is left out where the rank has more (`left_out`, `startup_skew_ns`)."""
     rows = tuple(steps)
     if not rows:
         return None
-    d = np.array([r.dur_ns for r in rows], dtype=np.int64)
+    firsts: dict[int, StepTime] = {}
+    counts: dict[int, int] = {}
+    for r in rows:
+        counts[r.rank] = counts.get(r.rank, 0) + 1
+        if r.rank not in firsts or r.start_ns < firsts[r.rank].start_ns:
+            firsts[r.rank] = r
+    if job is None:
+        job = len(firsts) > 1
+    skipped = {id(f) for rank, f in firsts.items() if job and counts[rank] > 1}
+    steady = [r for r in rows if id(r) not in skipped]
+    starts = [f.start_ns for f in firsts.values()]
+    d = np.array([r.dur_ns for r in steady], dtype=np.int64)
     return StepStats(
         count=len(rows),
-        total_ns=int(d.sum()),
+        total_ns=int(sum(r.dur_ns for r in rows)),
         mean_ns=float(d.mean()),
         median_ns=float(np.median(d)),
         min_ns=int(d.min()),
         max_ns=int(d.max()),
         partial_last_steps=_partial_last_steps(rows),
         per_step=rows,
+        left_out=tuple((f.rank, f.step) for f in firsts.values() if id(f) in skipped),
+        startup_skew_ns=int(max(starts) - min(starts)) if job else 0,
     )
 
 

@@ -23,6 +23,7 @@ from .conventions import (
     TRANSFER_KINDS,
 )
 from .engines import EngineUtil, engines, mbu, mfu
+from .job import JobEnding, job_ending
 from .operators import operator_table, top_host_ops
 from .ranks import Ranks, rank_table
 from .readiness import Readiness, readiness
@@ -132,6 +133,7 @@ class Summary:
     # what ended a run early (capture/ending.py: exception, message, op, file, line), or None
     run_ended: dict[str, Any] | None = None
     ranks_table: Ranks | None = None  # several ranks: each side by side, never summed
+    job_ending: JobEnding | None = None  # a job's ranks that failed or wrote nothing (job.py)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)
@@ -168,7 +170,7 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         n_events=cols.n,
         wall_ns=wall,
         devices=_devices(ctx),
-        step_stats=_step_stats(steps) if ctx.has_steps else None,
+        step_stats=_step_stats(steps, ctx) if ctx.has_steps else None,
         breakdown=_breakdown(steps),
         steps=steps,
         top_ops_self=by_self,
@@ -180,6 +182,7 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         readiness=readiness(ctx) if neuron else None,
         run_ended=profile.manifest.extra.get("run_ended"),
         ranks_table=rank_table(ctx, steps),
+        job_ending=job_ending(profile.manifest),
     )
 
 
@@ -245,9 +248,10 @@ def _devices(ctx: AnalysisContext) -> tuple[DeviceStats, ...]:
     return tuple(sorted(out, key=lambda d: (d.rank, d.device)))
 
 
-def _step_stats(steps: pa.Table) -> StepStats | None:
+def _step_stats(steps: pa.Table, ctx: AnalysisContext) -> StepStats | None:
     rows = steps.select(["step", "rank", "start_ns", "dur_ns"]).to_pylist()
-    return step_stats(StepTime(**r) for r in rows)
+    job = len(ctx.manifest.ranks) > 1 or int(ctx.manifest.extra.get("world_size") or 0) > 1
+    return step_stats((StepTime(**r) for r in rows), job)
 
 
 def _breakdown(steps: pa.Table) -> Breakdown:

@@ -52,9 +52,10 @@ def register() -> None:
         autocast.register()
         gcpause.install()
         handoff.install()
-        from neuron_explorer.backend import distributed
+        from neuron_explorer.backend import distributed, serialization
 
         distributed.register()
+        serialization.install()
         from neuron_explorer.backend.runtime import kineto_plugin
 
         kineto_plugin.install()  # the device in torch.profiler's own output, where g++ exists

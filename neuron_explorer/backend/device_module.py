@@ -35,6 +35,23 @@ def set_device(device: int | str | torch.device) -> None:
         raise RuntimeError(f"neuron: invalid device ordinal {index} (device_count() is 1)")
 
 
+class device:  # torch.cuda.device's name and shape
+    """Context manager that selects a device, as `torch.cuda.device`: only neuron:0 exists, so
+    it checks the index and selects nothing (torch's storage copies and `torch.load(...,
+    map_location="neuron")` enter it)."""
+
+    def __init__(self, device: int | str | torch.device | None) -> None:
+        if device is not None and not (isinstance(device, int) and device < 0):
+            set_device(device)
+        self.idx = 0
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def get_device_name(device: int | None = None) -> str:
     from neuron_explorer.backend.runtime import model
 

@@ -8,16 +8,23 @@ profile's manifest records `extra["run_ended"]` and the summary shows it.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..vocab.frames import is_user_file
 
 
 def run_ended(exc: BaseException) -> dict[str, Any]:
-    """{exception, message, op, file, line, function} of an exception that ended the run; op and
-    the line are None where the traceback has none (an error raised outside any neuron op)."""
+    """{exception, message, op, file, line, function, unix_ns} of an exception that ended the
+    run; op and the line are None where the traceback has none (an error raised outside any
+    neuron op). `unix_ns` (when it ended) tells a job's first failure from the errors it caused
+    in the other ranks (model/combine.py)."""
     text = str(exc).strip().splitlines()
     record: dict[str, Any] = {
         "exception": type(exc).__name__,
@@ -26,6 +33,7 @@ def run_ended(exc: BaseException) -> dict[str, Any]:
         "file": None,
         "line": None,
         "function": None,
+        "unix_ns": time.time_ns(),
     }
     tb = exc.__traceback__
     while tb is not None:  # outermost first: the last user frame and the last op win
@@ -62,3 +70,22 @@ def exiting_exception() -> BaseException | None:
             return exc
         frame = frame.f_back
     return None
+
+
+@contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Hold off SIGTERM while a profile is written: when one rank of a torchrun job dies, the
+    launcher sends SIGTERM to the others at once (and SIGKILL only 30 s later), which would
+    kill a surviving rank in the middle of writing the part that records why it stopped. The
+    signal is raised again, to its own handler, once the part is written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if got:
+            signal.raise_signal(signal.SIGTERM)

@@ -10,6 +10,7 @@ that exists and is not a profile is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -30,7 +31,7 @@ from ..model.profile import is_profile
 from ..model.schema import STACKS, conform
 from . import sources
 from .device_trace import drop_plugin_events
-from .ending import exiting_exception, run_ended
+from .ending import exiting_exception, run_ended, sigterm_deferred
 from .host import without_own_frames
 from .merge import in_window, merge
 
@@ -160,10 +161,14 @@ class TraceHandler:
         try:
             self._check(path)
             job = _distributed_job() if self.by_rank else None
-            if job is None:
-                write_profile(raw, path, self.extra)
-            else:
-                _write_rank(raw, path, self.extra, job)
+            # only for a run that an exception is ending: then a launcher's SIGTERM follows
+            # (a Python SIGTERM handler on every write made gloo's teardown hang now and then)
+            ending = "run_ended" in self.extra
+            with sigterm_deferred() if ending else contextlib.nullcontext():
+                if job is None:
+                    write_profile(raw, path, self.extra)
+                else:
+                    _write_rank(raw, path, self.extra, job)
         except (ExplorerError, OSError) as e:
             print(f"neuron-explorer: profile {path} not written: {e}", file=sys.stderr)
             return None

@@ -98,6 +98,15 @@ def _write(
         "missing_ranks": sorted(set(range(world)) - set(ranks)),
         "clock_offsets_ns": {str(r): o for r, o in zip(ranks, offsets, strict=True)},
     }
+    extra.pop("run_ended", None)  # the first rank's: the job's is chosen below
+    ended = {
+        str(r): {**p.manifest.extra["run_ended"], "rank": r}
+        for r, p in zip(ranks, profiles, strict=True)
+        if p.manifest.extra.get("run_ended")
+    }
+    if ended:
+        extra["ranks_ended"] = ended
+        extra["run_ended"] = first_failure(list(ended.values()))
     # each rank's host costs, as its own process measured them (device_spec is the first's)
     host_costs = {
         str(r): _host_costs(p.manifest.device_spec) for r, p in zip(ranks, profiles, strict=True)
@@ -122,6 +131,13 @@ def _write(
                 extra=extra,
             )
         )
+
+
+def first_failure(ended: list[dict[str, Any]]) -> dict[str, Any]:
+    """The exception that ended the job: the earliest to end its rank. The others' are what it
+    caused (gloo's "Connection closed by peer" when a peer's process is gone). A rank's
+    exception ends its process only after its part is written, so the peers fail later."""
+    return min(ended, key=lambda e: (e.get("unix_ns") is None, e.get("unix_ns") or 0))
 
 
 def clock_offsets(profiles: Sequence[Profile]) -> list[int]:

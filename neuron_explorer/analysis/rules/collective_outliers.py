@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..collectives import Collective, collectives
+from ..collectives import P2P, Collective, collectives, with_blocked
 from ..context import AnalysisContext
 from ..findings import Evidence, Hotspot
 from ..rule import Draft, Rule, fmt_ms
@@ -24,11 +24,16 @@ class CollectiveOutliers(Rule[Groups]):
     Pattern: most all-reduces of one size take the same time, a few take far longer: a rank
     arrived late (wait: a straggler, a host stall before the call) or the link was slow
     (transfer: contention, a collective crossing instances over EFA).
-    Algorithm: group the device collectives by (name, bytes) over all ranks; in a group of at
-    least MIN_GROUP, a collective is an outlier when its time (wait + transfer) is more than
-    RATIO times the group's median and at least MIN_EXTRA_NS above it. Neuron captures record
-    both parts; a GPU trace's collective kernel counts as transfer + wait together (reported as
-    wait). The saving is the time above the median, summed.
+    Algorithm: group the device collectives of the steady steps (a job's first step of each
+    rank holds the ranks' start-up skew and is left out) by (name, bytes) over all ranks; in a
+    group of at least MIN_GROUP, a collective is an outlier when its time is more than RATIO
+    times the group's median and at least MIN_EXTRA_NS above it. Its time is its transfer plus
+    the part of its wait for the last rank during which its host was blocked
+    (analysis/collectives.py): a wait the host never sat through (FSDP2's collectives, issued on
+    side streams, while the host runs ahead) cost the rank nothing. A GPU trace's collective
+    kernel counts as transfer + wait together (reported as wait). Point-to-point sends and
+    receives are left out: a pipeline stage waits for its neighbour by design (pipeline-bubbles).
+    The saving is the time above the median, summed.
     """
 
     id = "collective-outliers"
@@ -46,8 +51,12 @@ class CollectiveOutliers(Rule[Groups]):
 
     def measure(self, ctx: AnalysisContext) -> Groups:
         by_key: dict[tuple[str, int], list[Collective]] = {}
-        for c in collectives(ctx):
-            by_key.setdefault((c.name, c.bytes), []).append(c)
+        steady = {(int(r["rank"]), r["step"]) for r in ctx.steady_steps().to_pylist()}
+        left_out = {(int(r["rank"]), r["step"]) for r in ctx.steps().to_pylist()} - steady
+        # a receive waits for its pipeline neighbour by design: pipeline-bubbles' subject
+        for c in with_blocked(ctx, [c for c in collectives(ctx) if c.name != P2P]):
+            if (c.rank, c.step) not in left_out:
+                by_key.setdefault((c.name, c.bytes), []).append(c)
         return Groups(
             tuple(
                 (tuple(cs), statistics.median(c.total_ns for c in cs))
@@ -72,7 +81,7 @@ class CollectiveOutliers(Rule[Groups]):
     def explain(self, facts: Groups, evidence: Evidence) -> Draft:
         outliers = self.outliers(facts)
         extra = sum(c.total_ns - med for c, med in outliers)
-        wait = sum(c.wait_ns for c, _ in outliers)
+        wait = sum(c.total_ns - c.transfer_ns for c, _ in outliers)
         transfer = sum(c.transfer_ns for c, _ in outliers)
         worst = outliers[0][0]
         return Draft(
@@ -92,7 +101,7 @@ class CollectiveOutliers(Rule[Groups]):
                         label=f"{c.name} rank {c.rank} step {c.step}",
                         dur_ns=c.total_ns,
                         count=1,
-                        note=f"median {fmt_ms(med)}; wait {fmt_ms(c.wait_ns)}, "
+                        note=f"median {fmt_ms(med)}; wait {fmt_ms(c.total_ns - c.transfer_ns)}, "
                         f"transfer {fmt_ms(c.transfer_ns)}",
                     )
                     for c, med in outliers[:10]

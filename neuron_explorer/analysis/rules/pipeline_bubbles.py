@@ -5,12 +5,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..collectives import collectives, rank_step_waits
+from ..collectives import P2P, collectives, rank_step_waits, with_blocked
 from ..context import AnalysisContext
 from ..findings import Evidence, Hotspot
 from ..rule import Draft, Rule, fmt_ms
-
-P2P = "p2p"  # the device name of a point-to-point send or receive (runtime/collectives.py)
 
 
 @dataclass(frozen=True)
@@ -54,22 +52,28 @@ class PipelineBubbles(Rule[Stages]):
     layers or heavier ones, every other stage also waits for it in each micro-batch, and the
     step runs at the pace of the slowest stage.
     Algorithm: only profiles with point-to-point collectives (neuron captures record each
-    receive's wait for its sender). Per rank and step: busy time = step time minus the rank's
-    collective waits, bubble = its point-to-point wait. Fires when the busiest stage's median
-    busy time is at least RATIO times the least busy stage's and at least MIN_EXTRA_NS above
-    the mean stage's, and the least busy stage spends at least MIN_BUBBLE_SHARE of its steps
-    waiting to receive. Needs MIN_STEPS steps on at least two ranks. The saving is, per step,
-    the busiest stage's busy time above the mean stage's: what balancing the stages gives back.
-    A data-parallel or FSDP rank with more work than the others is the straggler rule's.
+    receive's wait for its sender). Per rank and steady step (a job's first step of each rank
+    holds the ranks' start-up skew and is left out): busy time = step time minus the time the
+    rank waited for the others (analysis/collectives.py: its host blocked while a collective
+    waited), bubble = the part of that wait at point-to-point receives. Fires when the least
+    busy stage spends at least MIN_BUBBLE_SHARE of its steps waiting to receive (median over
+    the steps; a balanced 2-stage GPipe of 4 micro-batches waits about 1/5 in fill and drain),
+    and the busiest stage's median busy time is at least RATIO times the least busy stage's and
+    at least MIN_EXTRA_NS above the mean stage's (the host work every stage repeats, the
+    schedule's own and the loss, keeps a 3:1 split of the layers near 2x in busy time; an even
+    split by layer count, whose last stage also runs the loss, comes near 1.5x). Needs
+    MIN_STEPS steps on at least two ranks. The saving is, per step, the busiest stage's busy
+    time above the mean stage's: what balancing the stages gives back. A data-parallel or FSDP
+    rank with more work than the others is the straggler rule's.
     """
 
     id = "pipeline-bubbles"
     title = "Pipeline stages unbalanced"
     severity = "high"
-    RATIO = 2.5
-    MIN_EXTRA_NS = 2_000_000
-    MIN_BUBBLE_SHARE = 0.3
-    MIN_STEPS = 3
+    RATIO = 1.75
+    MIN_EXTRA_NS = 1_000_000
+    MIN_BUBBLE_SHARE = 0.35
+    MIN_STEPS = 2
     fix = (
         "Balance the stages by measured time, not by layer count: move layers from the busiest "
         "stage to the idle ones (the split points of torch.distributed.pipelining's pipeline() or "
@@ -79,14 +83,15 @@ class PipelineBubbles(Rule[Stages]):
     )
 
     def measure(self, ctx: AnalysisContext) -> Stages | None:
-        bubbles: dict[tuple[int, int], int] = {}
-        for c in collectives(ctx):
-            if c.name == P2P and c.step is not None:
-                bubbles[(c.rank, c.step)] = bubbles.get((c.rank, c.step), 0) + c.wait_ns
-        if not bubbles:
+        bubbles: dict[tuple[int, int | None], int] = {}
+        p2p = [c for c in collectives(ctx) if c.name == P2P and c.step is not None]
+        for c in with_blocked(ctx, p2p):
+            key = (c.rank, c.step)
+            bubbles[key] = bubbles.get(key, 0) + (c.total_ns - c.transfer_ns)
+        if not p2p:
             return None
         stages = []
-        for rank, steps in rank_step_waits(ctx).items():
+        for rank, steps in rank_step_waits(ctx, steady=True).items():
             if len(steps) < self.MIN_STEPS:
                 continue
             waits = [bubbles.get((rank, s.step), 0) for s in steps]

@@ -50,8 +50,9 @@ class StepTimeOutliers(Rule[Outliers]):
     most similar normal step, with their share of the name's time; that extra work must account
     for at least MIN_EXPLAINED_SHARE of the time above the median. A step that runs the same
     work as the others, only slower, is the host's noise (another process, the OS), with
-    nothing in the script to change. The saving is the time above the median that the extra
-    work accounts for.
+    nothing in the script to change. In a job of several ranks each rank's first step is
+    left out (facts.steady_w): it holds the ranks' start-up skew. The saving is the time above
+    the median that the extra work accounts for.
     Evidence: the outlier steps, and the host ops whose time per step is most above their mean
     over the other steps.
     """
@@ -74,7 +75,7 @@ class StepTimeOutliers(Rule[Outliers]):
         # compile time per step: the union of compile events and torch.compile's own tracing
         # spans around them (a recompile's dynamo tracing is recompilation's, not an outlier)
         compiling = ctx.merge_rows(host_cause_rows(ctx)["compile"])
-        windows = ctx.arrow("SELECT rank, s, s AS ws, e AS we FROM steps_w")
+        windows = ctx.arrow("SELECT rank, s, s AS ws, e AS we FROM steady_w")
         comp = pa.array(intervals.covered(compiling, ["rank"], windows), pa.int64())
         per_step = windows.select(["rank", "s"]).append_column("comp", comp)
         out = ctx.arrow(
@@ -82,10 +83,10 @@ class StepTimeOutliers(Rule[Outliers]):
                  -- the median of the steps net of compiling too: a step that compiles
                  -- ops first used there would otherwise raise the bar for the others
                  r AS (SELECT w.rank, median(w.e - w.s - c.comp) AS med, count(*) AS n
-                       FROM steps_w w JOIN c USING (rank, s)
+                       FROM steady_w w JOIN c USING (rank, s)
                        GROUP BY w.rank HAVING count(*) >= {int(self.MIN_STEPS)})
             SELECT w.rank, w.step, w.s, w.e - w.s AS dur_ns, r.med, c.comp
-            FROM steps_w w JOIN r USING (rank) JOIN c USING (rank, s)
+            FROM steady_w w JOIN r USING (rank) JOIN c USING (rank, s)
             WHERE w.e - w.s - c.comp > {float(self.OUTLIER_RATIO)} * r.med
             ORDER BY dur_ns - comp DESC, w.rank, w.s""",
             tables={"step_compile": per_step},

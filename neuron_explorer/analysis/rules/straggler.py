@@ -28,24 +28,30 @@ class Straggler(Rule[RankWork]):
     Pattern: in data-parallel training every rank meets the others at each gradient all-reduce;
     a rank with more work (a bigger batch, a slow data loader, extra logging, a throttled chip)
     arrives last, and every other rank's collective turns into waiting.
-    Algorithm: per rank and step, busy time = step time minus the time the rank waited in
-    collectives in that step (the recorded wait of neuron collectives; on other traces the
-    collective kernels' time, an upper bound). A rank is a straggler when, in at least
-    MIN_STEP_SHARE of the steps, its busy time is more than RATIO times the median busy time of
-    the other ranks in the same step, and its median busy time is at least MIN_EXTRA_NS above
-    theirs: a rank that is slower step after step, not one that lost the CPU once. Needs at
-    least two ranks with MIN_STEPS steps each. The saving is the mean, over the other ranks, of
-    the collective wait they spent in those steps: what each would get back if the straggler
-    kept pace.
+    Algorithm: over the steady steps (a job's first step of each rank left out: it holds the
+    ranks' start-up skew), per rank and step, busy time = step time minus the time the rank
+    waited for the others (analysis/collectives.py: the time its host was blocked while one of
+    its collectives waited for the last rank, the union of both, never a sum; on other traces the
+    union of the collective kernels, an upper bound). Point-to-point waits are left out: a
+    pipeline stage waiting for its neighbour is pipeline-bubbles' finding, whose advice fits. A rank whose host never blocks on its
+    collectives (FSDP2) waits for nobody however late its device starts them. A rank is a
+    straggler when, in at least MIN_STEP_SHARE of the steps, its busy time is at least
+    STEP_EXTRA_NS above the median busy time of the other ranks in the same step while they
+    wait at least half of that for the last rank (they pay for it: a host hiccup on a rank
+    whose peers never block on it is no straggler), and its median busy time is at least MIN_EXTRA_NS and RATIO times above theirs: a rank that is slower
+    step after step, not one that lost the CPU once. Needs at least two ranks with MIN_STEPS
+    steady steps each. The saving is its extra time per step over the judged steps: the job
+    runs at its slowest rank's pace.
     """
 
     id = "straggler"
     title = "Straggler rank"
     severity = "high"
-    RATIO = 1.25
+    RATIO = 1.05
     MIN_STEP_SHARE = 0.6  # 2 of the 3 steps a default capture records
-    MIN_EXTRA_NS = 2_000_000
-    MIN_STEPS = 3
+    MIN_EXTRA_NS = 1_000_000
+    STEP_EXTRA_NS = 500_000
+    MIN_STEPS = 2
     fix = (
         "Find what the slow rank does that the others do not (open its steps beside another "
         "rank's in the timeline): give every rank the same amount of data (drop_last=True, "
@@ -54,7 +60,8 @@ class Straggler(Rule[RankWork]):
     )
 
     def measure(self, ctx: AnalysisContext) -> RankWork | None:
-        per_rank = rank_step_waits(ctx)
+        # a pipeline stage waiting for its neighbour is pipeline-bubbles' (stage imbalance)
+        per_rank = rank_step_waits(ctx, steady=True, p2p=False)
         ranks = {r: v for r, v in per_rank.items() if len(v) >= self.MIN_STEPS}
         if len(ranks) < 2:
             return None
@@ -65,9 +72,10 @@ class Straggler(Rule[RankWork]):
         """The straggler ranks, the busiest first."""
         out = []
         for rank, b in sorted(facts.busy.items(), key=lambda kv: -kv[1]):
-            if b - facts.others_median(rank) < self.MIN_EXTRA_NS:
+            ref = facts.others_median(rank)
+            if b - ref < self.MIN_EXTRA_NS or b < self.RATIO * ref:
                 continue
-            if _slow_share(rank, facts.ranks, self.RATIO) >= self.MIN_STEP_SHARE:
+            if _slow_share(rank, facts.ranks, self.STEP_EXTRA_NS) >= self.MIN_STEP_SHARE:
                 out.append(rank)
         return out
 
@@ -84,16 +92,17 @@ class Straggler(Rule[RankWork]):
         waits = {
             o: sum(s.wait_ns for s in v if s.step in steps) for o, v in ranks.items() if o != rank
         }
-        saving = sum(waits.values()) / len(waits)
+        saving = (b - ref) * len(steps)
         return Draft(
             # the others' busy time is 0 where a rank's whole step was waiting for this one
             title=f"Rank {rank} is a straggler: "
             + (f"{b / ref:.2f}x the other ranks' step work" if ref else "the others only wait"),
             detail=(
                 f"Rank {rank} needs {fmt_ms(b)} of its own work per step (median), the "
-                f"other {len(busy) - 1} rank(s) {fmt_ms(ref)}. They spend "
-                f"{fmt_ms(saving)} each waiting for it in collectives over "
-                f"{len(steps)} step(s)."
+                f"other {len(busy) - 1} rank(s) {fmt_ms(ref)}, over {len(steps)} steady "
+                f"step(s); they wait {fmt_ms(sum(waits.values()) / len(waits))} each for the "
+                "last rank in collectives (time their host was blocked while a collective "
+                "waited)."
             ),
             saving_ns=saving,
             evidence=Evidence(
@@ -111,24 +120,27 @@ class Straggler(Rule[RankWork]):
                     "busy_ns": int(b),
                     "others_busy_ns": int(ref),
                     "ratio": round(b / ref, 3) if ref else -1.0,
-                    "others_wait_ns": int(saving),
+                    "others_wait_ns": int(sum(waits.values()) / len(waits)),
                 },
             ),
         )
 
 
-def _slow_share(rank: int, ranks: dict, ratio: float) -> float:
-    """The share of `rank`'s steps in which it is busy more than `ratio` times the other
-    ranks' median busy time in the same step."""
-    by_step: dict[int, dict[int, int]] = {}
+def _slow_share(rank: int, ranks: dict, extra_ns: int) -> float:
+    """The share of `rank`'s steps in which it is busy at least `extra_ns` more than the other
+    ranks' median busy time in the same step while they wait at least half of that for the
+    last rank: slower, and the others pay for it."""
+    by_step: dict[int, dict[int, RankStep]] = {}
     for r, steps in ranks.items():
         for s in steps:
-            by_step.setdefault(s.step, {})[r] = s.busy_ns
+            by_step.setdefault(s.step, {})[r] = s
     judged = slow = 0
-    for busy in by_step.values():
-        others = [v for r, v in busy.items() if r != rank]
-        if rank not in busy or not others:
+    for step in by_step.values():
+        others = [v for r, v in step.items() if r != rank]
+        if rank not in step or not others:
             continue
         judged += 1
-        slow += busy[rank] > ratio * statistics.median(others)
+        ahead = step[rank].busy_ns - statistics.median(o.busy_ns for o in others)
+        waited = statistics.median(o.wait_ns for o in others)
+        slow += ahead >= extra_ns and waited >= extra_ns / 2
     return slow / judged if judged else 0.0

@@ -24,7 +24,6 @@ whole group.
 
 from __future__ import annotations
 
-import itertools
 import sys
 import time
 import types
@@ -36,7 +35,7 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend import model_ranks
 from neuron_explorer.backend.costmodel import collectives as cc
-from neuron_explorer.backend.runtime import events, model, queues
+from neuron_explorer.backend.runtime import arrivals, events, model, queues
 from neuron_explorer.backend.runtime.source import call_site
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC_LANE
 
@@ -70,9 +69,10 @@ KIND_OF: dict[str, str | None] = {
     **dict.fromkeys(("_c10d_functional::wait_tensor",
                      "_c10d_functional::_wrap_tensor_autograd"), None),
 }  # fmt: skip
-# the argument that holds what a collective sends (its size sets the transfer)
+# the argument of a c10d op that holds this rank's input (a functional op's is its first)
 _SEND_ARG = {cc.ALL_GATHER: 1, cc.REDUCE_SCATTER: 1}
-_seq: dict[str, itertools.count] = {}  # group name -> collectives recorded on it
+_WRAP = "_c10d_functional::_wrap_tensor_autograd"
+stores, group_store = arrivals.stores, arrivals.group_store  # backend/distributed.py fills stores
 
 
 def is_collective(name: str) -> bool:
@@ -104,6 +104,13 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
     host_args = unwrap(args)
     host_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
     kind = KIND_OF[info.name]
+    if info.name == _WRAP:
+        # the functional collectives' AsyncCollectiveTensor would become the payload, a
+        # storage-less wrapper that the CPU kernels cannot read (a segfault on first use): the
+        # collective's data is already in place (its host work was waited for), so its wait is
+        # taken now and the neuron tensor itself comes back; the device still orders its
+        # readers after the collective (_hold)
+        return rewrap(torch.ops._c10d_functional.wait_tensor.default(host_args[0]))
     if kind is None:
         return rewrap(info.call(*host_args, **host_kwargs))
     if not _prof._is_profiler_enabled:
@@ -112,10 +119,10 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
         arrived = model.origin_ns + model.modeled_now(_now())
         group = _group_of(args)
         if kind == cc.P2P:
-            _p2p_arrival(info.name, group, args, arrived)
+            arrivals.p2p_arrival(info.name, group, args, arrived)
         out = info.call(*host_args, **host_kwargs)
         if kind != cc.P2P:
-            _announce(group, _number(group), arrived)
+            arrivals.announce(group, arrivals.number(group), arrived)
         return rewrap(out)
     return rewrap(_run_recorded(info, kind, args, host_args, host_kwargs))
 
@@ -148,30 +155,33 @@ def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs
     name = group.group_name if group is not None else ""
     if kind == cc.P2P:
         blocking = info.name in _RECV  # a receiver needs the data; a sender goes on
-        sender = _p2p_arrival(info.name, group, args, arrival)
+        sender = arrivals.p2p_arrival(info.name, group, args, arrival)
         out = info.call(*host_args, **host_kwargs)
-        last, where = max(arrival, sender), {"group": name, "peer": _peer(args)}
+        last, where = max(arrival, sender), {"group": name, "peer": arrivals.peer(args)}
     else:
         blocking = side is None and (kind == cc.BARRIER or _called_synchronously())
         out = info.call(*host_args, **host_kwargs)
         if kind != cc.BARRIER:
             _wait_for_work(out)
-        seq = _number(group)
-        last = _last_arrival(group, arrival, seq)
+        seq = arrivals.number(group)
+        last = arrivals.last_arrival(group, arrival, seq)
         where = {"group": name, "seq": seq}  # names this collective on every rank of the group
-    nbytes = _bytes(host_args[_SEND_ARG.get(kind, 0)])
     size = group.size() if group is not None else 1
-    if kind == cc.ALL_GATHER and info.name.startswith("_c10d_functional"):
-        nbytes *= size  # the functional op's argument is this rank's shard
+    nbytes = priced_bytes(info.name, kind, host_args, size)
     cost = cc.collective_cost(kind, nbytes, 2 if kind == cc.P2P else size, model.spec().collectives)
     drain = arrival - model.origin_ns - model.modeled_now(t0)  # the buffers' kernels first
     wait = max(0, last - arrival)
     model.collectives_free_ns = end = last - model.origin_ns + cost.transfer_ns
+    functional = info.name.startswith("_c10d_functional")
     if side is not None:  # the stream's later work, and whoever waits on it, follow it
         side.tail_ns = end
         _hold(host_args, end)
+        if functional:  # its result is a new tensor (a c10d op's are its arguments)
+            _hold(out, end)
     elif not blocking:
         _hold(host_args, end)
+        if functional:
+            _hold(out, end)
         _note_async(out, end)
     elif kind == cc.P2P:
         # the caller waits on the receive's Work (waiting twice on a gloo receive hangs): that
@@ -277,8 +287,7 @@ def install_wait() -> None:
     work.wait = wait  # type: ignore[method-assign]
 
 
-_RECV = ("c10d::recv_",)
-_SEND = ("c10d::send",)
+_RECV = arrivals._RECV
 _C10D_FILE = "distributed_c10d.py"
 
 
@@ -294,35 +303,6 @@ def _called_synchronously() -> bool:
             return not f.f_locals["async_op"]
         f = f.f_back
     return False
-
-
-def _peer(args: tuple) -> int:
-    """The group rank a c10d::send / recv_ talks to (its third argument), -1 if unknown."""
-    return int(args[2]) if len(args) > 2 and isinstance(args[2], int) else -1
-
-
-_p2p_seq: dict[tuple[str, int, int], itertools.count] = {}  # (group, src, dst) -> messages
-
-
-def _p2p_arrival(op: str, group: Any, args: tuple, mine: int) -> int:
-    """A send publishes its modeled arrival under (src, dst, n); a receive reads its sender's
-    (the data cannot arrive before it was sent) and returns it; else `mine`."""
-    peer = _peer(args)
-    if peer < 0 or group is None or op not in _SEND + _RECV:
-        return mine
-    store = group_store(group)
-    if store is None:
-        return mine
-    me = group.rank()
-    src, dst = (me, peer) if op in _SEND else (peer, me)
-    n = next(_p2p_seq.setdefault((group.group_name, src, dst), itertools.count()))
-    key = f"neuron-p2p/{src}/{dst}/{n}"
-    if op in _SEND:
-        store.set(key, str(mine))
-        return mine
-    sent = int(store.get(key))  # blocks until the sender issued it, as the data would
-    store.delete_key(key)
-    return sent
 
 
 def _group_of(args: tuple) -> Any:
@@ -351,45 +331,14 @@ def _wait_for_work(out: Any) -> None:
             w.wait()
 
 
-def _number(group: Any) -> int:
-    """This collective's number in its group: the same on every rank (they issue a group's
-    collectives in one order), profiled or not."""
-    name = group.group_name if group is not None else ""
-    return next(_seq.setdefault(name, itertools.count()))
-
-
-def _announce(group: Any, seq: int, mine: int) -> Any:
-    """Publish this rank's modeled arrival at collective `seq`; the group's store, or None."""
-    if group is None or group.size() <= 1:
-        return None
-    store = group_store(group)
-    if store is None:
-        return None
-    rank = group.rank()
-    store.set(f"neuron-clock/{seq}/{rank}", str(mine))
-    # every rank leaves collective seq - 1 only once all have entered it, after any profiling
-    # rank read all of seq - 2: this rank's key of seq - 2 is no longer needed
-    if seq >= 2:
-        store.delete_key(f"neuron-clock/{seq - 2}/{rank}")
-    return store
-
-
-def _last_arrival(group: Any, mine: int, seq: int) -> int:
-    """The latest modeled arrival of any rank of `group` at its collective number `seq`."""
-    store = _announce(group, seq, mine)
-    if store is None:
-        return mine
-    keys = [f"neuron-clock/{seq}/{r}" for r in range(group.size())]
-    return max(int(v) for v in store.multi_get(keys))
-
-
-# group name -> the store its neuron backend was created with (backend/distributed.py fills it)
-stores: dict[str, Any] = {}
-
-
-def group_store(group: Any) -> Any:
-    """The store the neuron backend of `group` was created with (None for other backends)."""
-    return stores.get(group.group_name)
+def priced_bytes(op: str, kind: str, host_args: Any, size: int) -> int:
+    """The buffer the cost model prices (costmodel/collectives.py): an all-gather's gathered
+    output (this rank's shard times the group), a reduce-scatter's unreduced input, else what
+    the op sends. Read from the input, which every rank holds (a c10d gather's or scatter's
+    other side is empty off the root)."""
+    functional = op.startswith("_c10d_functional")
+    nbytes = _bytes(host_args[0 if functional else _SEND_ARG.get(kind, 0)])
+    return nbytes * size if kind == cc.ALL_GATHER else nbytes
 
 
 def _bytes(a: Any) -> int:

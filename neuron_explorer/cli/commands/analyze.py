@@ -80,8 +80,19 @@ def render_explain(doc: dict) -> None:
     c.print(f"[bold]Fix[/]: {doc['fix']}", highlight=False)
 
 
+def _ending_lines(ending: dict | None) -> list[str]:
+    """The job-ending document's sentences (analysis.job.JobEnding)."""
+    from ...analysis.job import JobEnding, RankEnding
+
+    if not ending:
+        return []
+    ended = tuple(RankEnding(**e) for e in ending["ended"])
+    return JobEnding(ended, tuple(ending["missing_ranks"])).lines()
+
+
 def render_findings(doc: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from .lines import _short
@@ -93,19 +104,26 @@ def render_findings(doc: dict) -> None:
         f"[bold]{doc['profile']}[/]: {len(findings)} finding(s) from "
         f"{len(doc['rules_run'])} rules over {_ms(doc['total_step_ns'])} of steps"
     )
-    if doc.get("run_ended"):
-        c.print(f"[bold red]{run_ended_line(doc['run_ended'])}[/]", highlight=False)
+    ending = doc.get("job_ending") or {}
+    one_run = len(ending.get("ended", ())) == 1 and not ending.get("missing_ranks")
+    if doc.get("run_ended") and (one_run or not ending):  # one process's run, as summary says it
+        c.print(f"[bold red]{escape(run_ended_line(doc['run_ended']))}[/]", highlight=False)
+    else:
+        for text in _ending_lines(ending or None):
+            c.print(f"[bold red]{escape(text)}[/]", highlight=False)
     colour = {"high": "red", "medium": "yellow", "low": "cyan"}
     for i, f in enumerate(findings, 1):
         sev = f"[{colour.get(f['severity'], 'white')}]{f['severity'].upper()}[/]"
         c.print()
         tag = " [magenta]READINESS[/]" if f.get("category") == "readiness" else ""
-        c.print(f"{i}. {sev}{tag} [bold]{f['title']}[/]  [dim]({f['rule']})[/]", highlight=False)
+        c.print(
+            f"{i}. {sev}{tag} [bold]{escape(f['title'])}[/]  [dim]({f['rule']})[/]", highlight=False
+        )
         c.print(
             f"   saves ~{_ms(f['saving_ns'])} ({100 * f['saving_share']:.1f}% of step time)",
             highlight=False,
         )
-        c.print(f"   {f['detail']}", highlight=False)
+        c.print(f"   {escape(f['detail'])}", highlight=False)
         ev = f["evidence"]
         rows = [("op", h) for h in ev["ops"]] + [("line", h) for h in ev["source_lines"]]
         rows += [("model line", {**h, "label": _short(h["label"])})
@@ -120,6 +138,6 @@ def render_findings(doc: dict) -> None:
                     "   " + what, h["label"][:100], _ms(h["dur_ns"]), str(h["count"]), h["note"]
                 )
             c.print(t)
-        c.print(f"   [green]fix:[/] {f['fix']}", highlight=False)
+        c.print(f"   [green]fix:[/] {escape(f['fix'])}", highlight=False)
     if not findings:
         c.print("No problems found by the rules that ran.")

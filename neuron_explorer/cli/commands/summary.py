@@ -98,6 +98,7 @@ def _pct(part: float | None, whole: float) -> str:
 
 def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     from rich.console import Console
+    from rich.markup import escape
 
     from ..tables import wrap_parts
 
@@ -105,8 +106,11 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
     head = [f"[bold]{s.profile}[/]  source {s.source}", f"ranks {list(s.ranks)}",
             f"{s.n_events:,} events", f"wall {_ms(s.wall_ns)}"]  # fmt: skip
     c.print(wrap_parts(c.width, head), highlight=False, soft_wrap=True)
-    if s.run_ended:
-        c.print(f"[bold red]{run_ended_line(s.run_ended)}[/]", highlight=False)
+    if s.job_ending is not None and len(s.ranks) + len(s.job_ending.missing_ranks) > 1:
+        for line in s.job_ending.lines():
+            c.print(f"[bold red]{escape(line)}[/]", highlight=False)
+    elif s.run_ended:
+        c.print(f"[bold red]{escape(run_ended_line(s.run_ended))}[/]", highlight=False)
     _render_steps(c, s.step_stats)
     if s.devices:
         _render_devices(c, s.devices)
@@ -140,6 +144,13 @@ def _render_steps(c, st) -> None:  # analysis.steps.StepStats | None
     per_step = [f"steps: {st.count}", f"time per step: mean {_ms(st.mean_ns)}",
                 f"median {_ms(st.median_ns)}", f"min {_ms(st.min_ns)}", f"max {_ms(st.max_ns)}"]  # fmt: skip
     c.print(wrap_parts(c.width, per_step), highlight=False, soft_wrap=True)
+    if st.left_out:
+        c.print(
+            f"  steady state: mean, median, min and max leave out each rank's first step "
+            f"({len(st.left_out)} steps): the ranks started recording "
+            f"{_ms(st.startup_skew_ns)} apart, and the first collective waits for the last",
+            highlight=False,
+        )
     for rank, step in st.partial_last_steps:
         c.print(
             f"  the last step (rank {rank}, step {step}) is partial: the profiler stopped "
@@ -179,13 +190,14 @@ def _render_top(c, s, top: int) -> None:  # the top host ops and device kernels
 
 
 def _render_readiness(c, r, run_ended, top: int) -> None:  # analysis.readiness.Readiness
+    from rich.markup import escape
     from rich.table import Table
 
     from ..tables import wrap_parts
 
     c.print("[bold]Trainium readiness[/]")
     if run_ended:  # "none" below means none before the run died
-        c.print(f"  [bold red]{run_ended_line(run_ended)}[/]", highlight=False)
+        c.print(f"  [bold red]{escape(run_ended_line(run_ended))}[/]", highlight=False)
     steady = "-" if r.steady_step_ns is None else _ms(r.steady_step_ns)
     timing = [f"  compile {_ms(r.compile_ns)}", f"first step {_ms(r.first_step_ns)} vs "
               f"steady {steady} (median of the rest)"]  # fmt: skip
@@ -291,8 +303,8 @@ def _render_ranks(c, ranks) -> None:  # analysis.ranks.Ranks
 
     sp = ranks.spread
     c.print(f"  spread across ranks (largest / smallest): median step {x(sp.median_step)}, "
-            f"compute {x(sp.compute)}, wait {x(sp.wait)}; wait = time at collectives for the "
-            "last rank to arrive; overlap = collective time under compute (HTA's comm/compute "
+            f"compute {x(sp.compute)}, wait {x(sp.wait)}; wait = time the rank's host was "
+            "blocked while a collective waited for the last rank (never a sum); overlap = collective time under compute (HTA's comm/compute "
             "overlap)", highlight=False)  # fmt: skip
 
 

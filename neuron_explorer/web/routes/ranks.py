@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Query
 
+from neuron_explorer.analysis.job import job_ending
 from neuron_explorer.analysis.page import is_modeled
 from neuron_explorer.analysis.rank_compare import default_pair, rank_pair
 
@@ -24,11 +25,14 @@ def api_ranks(
 ) -> dict[str, Any]:
     """Rank `b` against rank `a` as `pair`, which is null for a profile of one rank; without
     them, the rank that waited longest against the one it waited for (rank_compare.default_pair);
-    404 for a rank the profile does not hold."""
+    404 for a rank the profile does not hold. `job_ending` (analysis.job, with its `lines`)
+    names the rank that failed first and the ranks that wrote nothing; null for a clean run."""
     p = svc.store.open(name)
     ranks = list(p.manifest.ranks)
     # the page's badge, shown for a neuron profile of one rank too (which has no pair)
-    head = {"name": name, "ranks": ranks, "device_time_modeled": is_modeled(p)}
+    ending = job_ending(p.manifest)  # a rank that failed first, or wrote nothing, is named
+    head = {"name": name, "ranks": ranks, "device_time_modeled": is_modeled(p),
+            "job_ending": None if ending is None else {**ending.to_dict(), "lines": ending.lines()}}  # fmt: skip
     if len(ranks) < 2:
         return {**head, "pair": None}
     if a is None or b is None:

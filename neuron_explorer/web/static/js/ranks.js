@@ -27,7 +27,10 @@ run(async () => {
   const doc = await api(`/p/${enc(profile)}/ranks${qs("a") !== null && qs("b") !== null ? `?a=${enc(qs("a"))}&b=${enc(qs("b"))}` : ""}`);
   setModeled(doc.device_time_modeled);  // a neuron profile of one rank has the badge too
   const d = doc.pair;
-  if (!d) return mount(h("h1", {}, "Ranks side by side"), h("p", { class: "note", id: "one-rank" },
+  // the rank that failed first (with its exception) and the ranks that wrote nothing, first
+  const ending = doc.job_ending ? h("div", { class: "note warn", id: "job-ending" },
+    doc.job_ending.lines.map((l) => h("p", {}, l))) : null;
+  if (!d) return mount(h("h1", {}, "Ranks side by side"), ending, h("p", { class: "note", id: "one-rank" },
     `${profile} holds one rank (${doc.ranks.join(", ") || "none"}): there is nothing to put side by side.`));
   const c = d.comparison, none = { count: 0, mean_ns: null };
   const sa = c.steps.a || none, sb = c.steps.b || none;
@@ -35,6 +38,7 @@ run(async () => {
   const ev = (x) => (x ? h("a", { href: timelineUrl(profile, { id: x.id }) }, `#${x.id}`) : "–");
   mount(
     h("h1", {}, "Ranks side by side: ", h("a", { href: pUrl(profile) }, profile)),
+    ending,
     section("Pick two ranks", picker(d)),
     h("div", { class: "cards" },
       card(`Rank ${d.a}`, fmtNs(sa.mean_ns), `${sa.count} steps, mean`),

@@ -1,4 +1,7 @@
 import { api, h, mount, run, fmtNs, fmtNum, fmtPct, dataTable, findingChips, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile } from "./common.js";
+// a job's steady-state figures leave out each rank's first step (the ranks' start-up skew)
+const steadyNote = (st) => ((st.left_out || []).length
+  ? ` · each rank's first step left out (ranks started ${fmtNs(st.startup_skew_ns)} apart)` : "");
 
 
 function findingList(name, findings, pending) {
@@ -94,7 +97,7 @@ function gpuSummary(d) {
     h("div", { class: "cards", id: "gpu-cards" },
       card("Steps", String((d.steps && d.steps.count) || (s.step_stats ? s.step_stats.count : 0)), !d.steps ? "no ProfilerStep spans"
         : s.step_stats && (s.step_stats.partial_last_steps || []).length ? "the last step is partial (the profiler stopped in it)" : ""),
-      card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
+      card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}${steadyNote(s.step_stats)}` : "whole trace, no steps"),
       card("GPU compute", fmtPct(share(part("device_compute_ns"))), fmtNs(part("device_compute_ns"))),
       card("Communication", fmtPct(share(part("communication_ns"))), `${fmtNs(part("communication_ns"))} not hidden by compute`),
       card("Comm. overlap", fmtNs(hidden), "communication hidden under compute"),
@@ -162,7 +165,7 @@ run(async () => {
     h("div", { class: "cards" },
       card("Steps", String((d.steps && d.steps.count) || (s.step_stats ? s.step_stats.count : 0)), !d.steps ? "no ProfilerStep spans"
         : s.step_stats && (s.step_stats.partial_last_steps || []).length ? "the last step is partial (the profiler stopped in it)" : ""),
-      card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}` : "whole trace, no steps"),
+      card(s.step_stats ? "Step time" : "Profiled time", fmtNs(s.step_stats ? s.step_stats.median_ns : b.steps_ns), s.step_stats ? `median · min ${fmtNs(s.step_stats.min_ns)} · max ${fmtNs(s.step_stats.max_ns)}${steadyNote(s.step_stats)}` : "whole trace, no steps"),
       b.device_compute_ns !== null ? card("Device compute" + modeled, fmtPct(share(b.device_compute_ns)), fmtNs(b.device_compute_ns)) : null,
       b.device_idle_ns !== null ? card("Device idle" + modeled, fmtPct(share(b.device_idle_ns)), fmtNs(b.device_idle_ns)) : null,
       s.mfu === null ? null : card("MFU", fmtPct(s.mfu), "TensorE vs bf16 peak"),
