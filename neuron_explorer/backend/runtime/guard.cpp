@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
 
 namespace {
 using SyncCallback = void (*)();
@@ -22,6 +23,10 @@ SyncCallback g_sync = nullptr;
 // the modeled queues. Ids from here start far above the ones streams.py gives out.
 using StreamCallback = void (*)(int64_t);
 StreamCallback g_stream_changed = nullptr;
+// Only the thread that registered the device is told: autograd's device threads switch streams
+// for each node (and back after the graph task ends, when the interpreter may be finalizing),
+// and a call into Python there would take the GIL for nothing.
+std::thread::id g_python_thread;
 thread_local c10::StreamId t_stream = 0;
 std::atomic<c10::StreamId> g_next_stream{c10::StreamId(1) << 40};
 
@@ -44,7 +49,9 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     c10::Stream before = getStream(s.device());
     if (s.id() != t_stream) {
       t_stream = s.id();
-      if (g_stream_changed) g_stream_changed(s.id());
+      if (g_stream_changed && std::this_thread::get_id() == g_python_thread) {
+        g_stream_changed(s.id());
+      }
     }
     return before;
   }
@@ -144,7 +151,10 @@ extern "C" void neuron_set_memory_callbacks(MemoryStats stats, ResetPeak reset) 
 
 extern "C" void neuron_set_sync_callback(SyncCallback cb) { g_sync = cb; }
 
-extern "C" void neuron_set_stream_callback(StreamCallback cb) { g_stream_changed = cb; }
+extern "C" void neuron_set_stream_callback(StreamCallback cb) {
+  g_python_thread = std::this_thread::get_id();
+  g_stream_changed = cb;
+}
 
 // streams.py made `id` current on this thread itself: torch's view follows, with no callback
 extern "C" void neuron_set_current_stream(int64_t id) { t_stream = id; }
