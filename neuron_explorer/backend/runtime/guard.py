@@ -82,8 +82,9 @@ def _library_path(source: Path = _SOURCE, stem: str = "neuron_guard") -> Path:
     return cache_dir() / f"{stem}_{digest}.so"
 
 
-def build(path: Path, source: Path = _SOURCE) -> None:
-    """Compile `source` (guard.cpp) into `path` (atomically: a temp file, then rename)."""
+def build(path: Path, source: Path = _SOURCE, includes: tuple[str, ...] = ()) -> None:
+    """Compile `source` (guard.cpp) into `path` (atomically: a temp file, then rename);
+    `includes`: header folders under torch/include beside it (kineto_plugin.cpp's kineto)."""
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no C++ compiler (g++) found")
@@ -94,7 +95,8 @@ def build(path: Path, source: Path = _SOURCE) -> None:
     cmd = [
         compiler, "-O1", "-std=c++17", "-shared", "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-        f"-I{torch_dir / 'include'}", str(source), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
+        f"-I{torch_dir / 'include'}", *(f"-I{torch_dir / 'include' / d}" for d in includes),
+        str(source), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
         f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", tmp,
     ]  # fmt: skip
     try:

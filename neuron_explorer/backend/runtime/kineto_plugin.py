@@ -23,7 +23,6 @@ import ctypes
 import os
 import shutil
 import subprocess
-import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,28 +52,7 @@ native: ctypes.CDLL | None = None  # the plugin once loaded
 
 def build(path: Path) -> None:
     """Compile kineto_plugin.cpp into `path` (atomically), against torch's Kineto headers."""
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        raise RuntimeError("no C++ compiler (g++) found")
-    torch_dir = Path(torch.__file__).parent
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-    os.close(fd)
-    cmd = [
-        compiler, "-O1", "-std=c++17", "-shared", "-fPIC",
-        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-        f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include' / 'kineto'}", str(_SOURCE),
-        f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}",
-        "-o", tmp,
-    ]  # fmt: skip
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-        os.replace(tmp, path)
-    except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"building {_SOURCE.name} failed: {exc.stderr.decode()[-500:]}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    guard.build(path, _SOURCE, includes=("kineto",))
 
 
 def install() -> bool:
