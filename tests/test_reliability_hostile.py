@@ -221,3 +221,19 @@ def test_past_the_ceiling_pages_wait_and_static_files_are_served(tmp_path, capsy
     assert main(["serve", str(root), "--max-memory", "lots"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "neuron-explorer: error: --max-memory: 'lots' is not a size such as 4G or 512M"
+
+
+def test_the_cli_on_a_profile_whose_times_overflow_is_one_line(tmp_path):
+    # the server answers 422 for it; the command line says the same in one line, no traceback
+    import subprocess
+    import sys
+
+    import hostile_sizes
+
+    far = hostile_sizes.far_start(hostile_sizes.base_profile(tmp_path / "good"), tmp_path / "far")
+    for command in ("summary", "analyze"):
+        done = subprocess.run([sys.executable, "-m", "neuron_explorer", command, str(far)],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 2, (command, done.stderr[-500:])
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert f"{far}: cannot be analysed" in done.stderr

@@ -64,6 +64,10 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, str] = COMMAN
     except ExplorerError as e:
         print(f"neuron-explorer: error: {e}", file=sys.stderr)
         return 2
+    except OverflowError as e:  # times too wide for int64 (a damaged or hostile profile)
+        where = getattr(args, "profile", None) or getattr(args, "path", None) or "input"
+        print(f"neuron-explorer: error: {where}: cannot be analysed ({e})", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("neuron-explorer: interrupted", file=sys.stderr)
         return 130
