@@ -457,6 +457,8 @@ def test_the_wrappers_frees_between_ops_keep_only_the_modeled_free(tmp_path):
     # a wrapper's free (the subclass instance, its payload, the memory accounting's weak
     # reference: several microseconds) is simulator time where a real device's tensor costs
     # the CPU's free: between two ops, 2,000 frees keep free_ns each on the modeled host clock
+    import ctypes
+
     import neuron_explorer
     from neuron_explorer.backend.runtime import hostcost, model
     from neuron_explorer.model.profile import Profile
@@ -471,9 +473,14 @@ def test_the_wrappers_frees_between_ops_keep_only_the_modeled_free(tmp_path):
         for _ in range(2):
             xs = [x + 1 for _ in range(n)]  # each its own storage
             kept.append(x.mul(2))
-            t0 = time.time_ns()
+            t_a = time.time_ns()
+            slots = (ctypes.c_int64 * hostcost.SLOTS).from_address(
+                hostcost.NATIVE.neuron_round_trip_slot()  # type: ignore[union-attr]
+            )
+            t0, cut0 = time.time_ns(), slots[hostcost.FREE]
             xs.clear()
-            real = time.time_ns() - t0
+            real, cut = time.time_ns() - t0, slots[hostcost.FREE] - cut0
+            t_b = time.time_ns()
             kept.append(x.mul(3))
             prof.step()
     con = Profile.open(tmp_path / "p").duckdb()
@@ -484,8 +491,14 @@ def test_the_wrappers_frees_between_ops_keep_only_the_modeled_free(tmp_path):
     ).fetchall()
     gap = b_start - a_end
     assert real > 2 * n * free_ns  # the wrapper's frees: 2.4-5 us each here
-    # each free keeps the modeled free; the list's own loop and the clock readings stay real
-    assert 0.9 * n * free_ns <= gap <= n * free_ns + 0.25 * real, (gap, real)
+    # each free keeps the modeled free; what the frees took beyond it is cut, all of it (the
+    # list's own loop, the clock readings and the OS's preemptions between frees stay real:
+    # what is left of t_b - t_a once the cut is taken, measured in this run, so the bound
+    # holds on a loaded machine too; 0.2 ms and 5% for the ops' own entry and return, where
+    # a loaded machine's preemptions also stay real)
+    assert cut > 0.5 * real, (real, cut)  # the frees are most of the clear, and they are cut
+    assert 0.9 * n * free_ns <= gap, (gap, real, cut)
+    assert gap <= (t_b - t_a) * 1.05 - cut + 200_000, (gap, t_b - t_a, real, cut)
 
 
 @needs_native_guard
