@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.profile import Profile
+from .memory_alive import alive_at_peak
 from .page import PageModel, fetch_rows
 
 
@@ -67,6 +68,9 @@ class MemoryPage(PageModel):
 
     counters: tuple[dict[str, Any], ...]
     peak: dict[str, Any] | None
+    alive: dict[str, Any] | None = (
+        None  # a snapshot's allocations alive at the peak (memory_alive.py)
+    )
 
 
 def memory_page(profile: Profile, con) -> MemoryPage:
@@ -76,7 +80,10 @@ def memory_page(profile: Profile, con) -> MemoryPage:
     # a device's memory is what runs out first: its peak, else the host's
     devices = [s for s in allocated if s["track"] != "cpu"] or allocated
     top = max(devices, key=lambda s: s["peak"], default=None)
-    return MemoryPage(tuple(series), _at_peak(profile, con, top) if top else None)
+    if top is None:
+        return MemoryPage(tuple(series), None)
+    alive = alive_at_peak(con, top["rank"], top["track"], int(top["peak_ts_ns"]))
+    return MemoryPage(tuple(series), _at_peak(profile, con, top), alive)
 
 
 def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
