@@ -109,8 +109,9 @@ def test_torchs_memory_viz_reads_the_devices_snapshot(recorded):
 def imported(recorded, tmp_path_factory):
     _snapshot, path, _figures = recorded
     out = tmp_path_factory.mktemp("root") / "snap"
-    r = subprocess.run([*CLI, "import", str(path), "-o", str(out)], capture_output=True,
-                       text=True, env=ENV, timeout=300)  # fmt: skip
+    r = subprocess.run([*CLI, "import", str(path), "-o", str(out), "--source-root",
+                        str(Path(__file__).parent)], capture_output=True, text=True, env=ENV,
+                       timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     return out
 
@@ -134,6 +135,8 @@ def test_the_imported_snapshot_shows_the_peak_and_what_was_alive_there(recorded,
     assert mlp and mlp[0]["bytes"] > 0
     modules = {r["module"] for r in alive["by_module"]}
     assert {"0.mlp.0", "1.mlp.0"} & modules, modules
+    # the line's file is kept, for the source view (under --source-root)
+    assert [p.name for p in (imported / "sources").rglob(Path(__file__).name)]
     # the parameters were allocated before the history began: alive, with no line
     assert any(r["before_history"] and r["file"] is None for r in alive["largest"])
 

@@ -29,6 +29,7 @@ from ..model.io import ProfileWriter
 from ..model.manifest import Manifest
 from ..vocab import frames as scopes
 from . import safe_pickle
+from .sources import select
 
 SUFFIXES = (".pickle", ".pkl")
 PICKLE_PROTOCOL_2_ON = b"\x80"  # a pickle of protocol 2 or later starts with PROTO
@@ -67,8 +68,10 @@ _EVENT_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "device", "sta
 
 
 def import_snapshot(paths: Sequence[Path], out: Path, *, overwrite: bool = False,
-                    **_ignored: object) -> Path:  # fmt: skip
-    """Import one memory snapshot pickle into a profile directory at `out`, atomically."""
+                    source_roots: Sequence[Path] = (), **_ignored: object) -> Path:  # fmt: skip
+    """Import one memory snapshot pickle into a profile directory at `out`, atomically; the
+    user's and libraries' files its stacks name are kept when they lie under `source_roots` or
+    the pickle's own directory (importers/sources.py)."""
     if len(paths) != 1:
         raise BadInputError(paths[0], "a memory snapshot is imported alone (one file)")
     path = Path(paths[0])
@@ -87,11 +90,17 @@ def import_snapshot(paths: Sequence[Path], out: Path, *, overwrite: bool = False
         writer.write_events(built.events)
         writer.write_table("counters", built.counters)
         writer.write_table("stacks", built.stacks)
+        named = {f for f, scope in zip(built.stacks["file"], built.stacks["scope"], strict=True)
+                 if scope in MODEL_SCOPES}  # fmt: skip
+        chosen = select(sorted(named), [*source_roots, path.resolve().parent])
+        for name, text in chosen.kept:
+            writer.add_source(name, text)
         manifest = Manifest(
             source="memory_snapshot", origin_unix_ns=max(0, origin), inputs=(str(path),),
             extra={"memory_snapshot": {"device_type": device_type,
                                        "entries": sum(len(t) for t in timed),
-                                       "live_blocks": sum(len(b) for b in live.values())}},
+                                       "live_blocks": sum(len(b) for b in live.values())},
+                   **chosen.manifest_extra()},
         )  # fmt: skip
         return writer.commit(manifest)
 
