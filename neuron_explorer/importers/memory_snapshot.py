@@ -48,6 +48,11 @@ def recognises(path: Path) -> bool:
         return False
 
 
+_EVENT_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "device", "start_ns", "dur_ns",
+                  "stack_id", "src_file", "src_line", "src_func", "module", "model_file",
+                  "model_line", "model_func", "args")  # fmt: skip
+
+
 @dataclass
 class _Built:
     """The tables of one snapshot, filled as its devices are read."""
@@ -60,11 +65,6 @@ class _Built:
         default_factory=lambda: {"stack_id": [], "depth": [], "file": [], "line": [],
                                  "function": [], "scope": []})  # fmt: skip
     stack_ids: dict[tuple, int] = field(default_factory=dict)
-
-
-_EVENT_COLUMNS = ("id", "rank", "layer", "kind", "name", "track", "device", "start_ns", "dur_ns",
-                  "stack_id", "src_file", "src_line", "src_func", "module", "model_file",
-                  "model_line", "model_func", "args")  # fmt: skip
 
 
 def import_snapshot(paths: Sequence[Path], out: Path, *, overwrite: bool = False,
@@ -179,20 +179,21 @@ def _read_device(path: Path, built: _Built, device: str, entries: list[tuple[int
     spans: list[tuple[int, int, dict, bool]] = []  # (start, end, what, before the history)
     open_: dict[int, tuple[int, dict]] = {}
     end = (entries[-1][0] if entries else origin) + 1
-    for ns, e in entries:
-        action = e["action"]
+    for k, (ns, e) in enumerate(entries):
+        action, where = e["action"], f"{device}'s trace entry {k}"
         if action == "alloc":
-            what = {"addr": _int(path, device, e, "addr"), "size": _int(path, device, e, "size"),
+            addr = _int(path, where, e, "addr")
+            what = {"addr": addr, "size": _int(path, where, e, "size"),
                     "frames": e.get("frames"), "module": e.get("module")}  # fmt: skip
-            prior = open_.pop(what["addr"], None)
+            prior = open_.pop(addr, None)
             if prior is not None:  # allocated twice without a free between: the first ends
                 spans.append((prior[0], ns, prior[1], prior[0] == origin))
-            open_[what["addr"]] = (ns, what)
+            open_[addr] = (ns, what)
         elif action == "free_completed":
-            addr = _int(path, device, e, "addr")
+            addr = _int(path, where, e, "addr")
             opened = open_.pop(addr, None)
             if opened is None:  # allocated before the history began
-                what = {"addr": addr, "size": _int(path, device, e, "size"), "frames": None,
+                what = {"addr": addr, "size": _int(path, where, e, "size"), "frames": None,
                         "module": e.get("module")}  # fmt: skip
                 spans.append((origin, ns, what, True))
             else:

@@ -12,6 +12,8 @@ import functools
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.autograd import profiler as _prof
@@ -31,8 +33,8 @@ _weakref, _partial = weakref.ref, functools.partial
 _buf, _ids, _thread, _Memory = events._buf, events._ids, events._thread, events.MemoryRecord
 _now = time.time_ns
 # memory_history.py's hooks while it records: ON_ALLOC(key, storage, nbytes), ON_FREE(key, nbytes)
-ON_ALLOC = None
-ON_FREE = None
+ON_ALLOC: Callable[[int, Any, int], None] | None = None
+ON_FREE: Callable[[int, int], None] | None = None
 
 
 # What held device memory: bytes of live storages by role, tagged once they are known to be a
@@ -123,7 +125,7 @@ def resized(storage, old_nbytes: int) -> None:
             _peak_serial = _serial
             _at_peak.update(_role_bytes)
     if ON_ALLOC is not None:  # the history sees a resize as a free and a new allocation
-        if counted and old_nbytes > 0:
+        if counted and old_nbytes > 0 and ON_FREE is not None:
             ON_FREE(key, old_nbytes)
         if new > 0:
             ON_ALLOC(key, storage, new)

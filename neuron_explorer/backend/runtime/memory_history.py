@@ -139,7 +139,7 @@ def _freed(key: int, nbytes: int) -> None:
         if not _trace_on:
             return
         addr, module = (block[0], block[3]) if block is not None else (key, None)
-    frames = []
+    frames: list = []
     if _context == "all":
         frames, _ = _site()
     with _lock:
