@@ -214,3 +214,38 @@ def test_torch_neuron_has_torch_cudas_memory_names():
     torch.accelerator.empty_cache()
     torch.accelerator.empty_host_cache()  # no host allocator was registered: it crashed
     assert torch.neuron.memory_allocated() >= x.numel() * 4
+
+
+def test_a_snapshot_torch_made_imports_with_torchs_own_peak(tmp_path):
+    """torch's own snapshot producer (_memory_viz._profile_to_snapshot of a CPU run profiled
+    with profile_memory=True: a caching segment with inactive gaps, tensors that existed before
+    the profile) imports with the peak of the profiler's own memory timeline."""
+    from torch.profiler._memory_profiler import Action, TensorKey
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.profiler.profile(profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        model(torch.randn(32, 64)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    snapshot = _memory_viz._profile_to_snapshot(prof)
+    assert any(b["state"] == "inactive" for s in snapshot["segments"] for b in s["blocks"])
+    total = peak = 0
+    for _t, action, (key, _version), size in prof._memory_profile().timeline:
+        if isinstance(key, TensorKey):
+            total += size if action in (Action.CREATE, Action.PREEXISTING) else 0
+            total -= size if action == Action.DESTROY else 0
+            peak = max(peak, total)
+    path = tmp_path / "cpu.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    out = tmp_path / "p"
+    r = subprocess.run([*CLI, "import", str(path), "-o", str(out)], capture_output=True,
+                       text=True, env=ENV, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    from neuron_explorer.analysis.memory import memory_page
+
+    profile = Profile.open(out)
+    page = memory_page(profile, profile.duckdb()).to_dict()
+    assert page["peak"]["value"] == peak > 0 and page["alive"]["bytes"] == peak
+    assert page["counters"][0]["last"][-1] == total
