@@ -249,3 +249,14 @@ def test_a_snapshot_torch_made_imports_with_torchs_own_peak(tmp_path):
     page = memory_page(profile, profile.duckdb()).to_dict()
     assert page["peak"]["value"] == peak > 0 and page["alive"]["bytes"] == peak
     assert page["counters"][0]["last"][-1] == total
+
+
+def test_serve_takes_a_snapshot_pickle_as_it_takes_a_trace(recorded, tmp_path, monkeypatch):
+    from neuron_explorer.model.profile import is_profile
+    from neuron_explorer.web import resolve_root
+
+    _snapshot, path, _figures = recorded
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    served = resolve_root(path)
+    assert served.name == "snapshot" and is_profile(served)
+    assert Profile.open(served).manifest.source == "memory_snapshot"
