@@ -260,3 +260,24 @@ def test_serve_takes_a_snapshot_pickle_as_it_takes_a_trace(recorded, tmp_path, m
     served = resolve_root(path)
     assert served.name == "snapshot" and is_profile(served)
     assert Profile.open(served).manifest.source == "memory_snapshot"
+
+
+def test_state_only_recording_keeps_stacks_of_live_blocks_and_no_history():
+    from neuron_explorer.backend.runtime import memory
+
+    torch.neuron.memory._record_memory_history(enabled="state", clear_history=True)
+    try:
+        kept = torch.ones(1000, device="neuron") * 2  # KEPT_LINE
+        (torch.ones(500, device="neuron") + 1).sum()
+        snapshot = torch.neuron.memory._snapshot()
+    finally:
+        torch.neuron.memory._record_memory_history(enabled=None)
+    assert memory.ON_ALLOC is None and memory.ON_FREE is None  # off: nothing on the op path
+    assert snapshot["device_traces"] == [[]]
+    line = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if t.endswith("# KEPT_LINE"))  # fmt: skip
+    blocks = [b for s in snapshot["segments"] for b in s["blocks"] if b["size"] == 4000]
+    assert any(b["frames"] and b["frames"][0]["line"] == line for b in blocks)
+    del kept
+    with pytest.raises(ValueError, match="enabled must be one of"):
+        torch.neuron.memory._record_memory_history(enabled="sometimes")
