@@ -64,13 +64,13 @@ def counter_series(con, start_ns: int | None = None, end_ns: int | None = None,
 class MemoryPage(PageModel):
     """Every counter's series and peak, and what was held at the highest peak of a device's
     memory_allocated (the host's when no device has one), by op, by source line and by
-    module (None without such a counter)."""
+    module (None without such a counter); for a memory snapshot's profile, the allocations
+    alive at that peak."""
 
     counters: tuple[dict[str, Any], ...]
     peak: dict[str, Any] | None
-    alive: dict[str, Any] | None = (
-        None  # a snapshot's allocations alive at the peak (memory_alive.py)
-    )
+    # a memory snapshot's allocations alive at the peak (memory_alive.py)
+    alive: dict[str, Any] | None = None
 
 
 def memory_page(profile: Profile, con) -> MemoryPage:
