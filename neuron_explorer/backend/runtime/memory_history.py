@@ -97,8 +97,9 @@ def _site() -> tuple[list, str | None]:
         seq = _sequence_nr() - 1
         if seq >= 0 and seq not in _forward_site:
             if len(_forward_site) > 2 * FORWARD_SITES_KEPT:
-                for old in [k for k in _forward_site if k < seq - FORWARD_SITES_KEPT]:
-                    del _forward_site[old]
+                # list(dict) is one step under the GIL: autograd's thread may insert meanwhile
+                for old in [k for k in list(_forward_site) if k < seq - FORWARD_SITES_KEPT]:
+                    _forward_site.pop(old, None)
             _forward_site[seq] = (sid, module)
     return _frames(sid), module
 
