@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.profile import Profile
+from .memory_alive import alive_at_peak
 from .page import PageModel, fetch_rows
 
 
@@ -63,10 +64,13 @@ def counter_series(con, start_ns: int | None = None, end_ns: int | None = None,
 class MemoryPage(PageModel):
     """Every counter's series and peak, and what was held at the highest peak of a device's
     memory_allocated (the host's when no device has one), by op, by source line and by
-    module (None without such a counter)."""
+    module (None without such a counter); for a memory snapshot's profile, the allocations
+    alive at that peak."""
 
     counters: tuple[dict[str, Any], ...]
     peak: dict[str, Any] | None
+    # a memory snapshot's allocations alive at the peak (memory_alive.py)
+    alive: dict[str, Any] | None = None
 
 
 def memory_page(profile: Profile, con) -> MemoryPage:
@@ -76,7 +80,10 @@ def memory_page(profile: Profile, con) -> MemoryPage:
     # a device's memory is what runs out first: its peak, else the host's
     devices = [s for s in allocated if s["track"] != "cpu"] or allocated
     top = max(devices, key=lambda s: s["peak"], default=None)
-    return MemoryPage(tuple(series), _at_peak(profile, con, top) if top else None)
+    if top is None:
+        return MemoryPage(tuple(series), None)
+    alive = alive_at_peak(con, top["rank"], top["track"], int(top["peak_ts_ns"]))
+    return MemoryPage(tuple(series), _at_peak(profile, con, top), alive)
 
 
 def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:

@@ -90,36 +90,6 @@ def set_rng_state(new_state: torch.Tensor, device: int | str = "neuron") -> None
     torch.default_generator.set_state(new_state)
 
 
-def memory_allocated(device: int | None = None) -> int:
-    """Bytes held by live neuron tensors."""
-    from neuron_explorer.backend.runtime import memory
-
-    return memory.allocated()
-
-
-def max_memory_allocated(device: int | None = None) -> int:
-    """Peak of memory_allocated() since start or the last reset_peak_memory_stats()."""
-    from neuron_explorer.backend.runtime import memory
-
-    return memory.peak()
-
-
-def reset_peak_memory_stats(device: int | None = None) -> None:
-    from neuron_explorer.backend.runtime import memory
-
-    memory.reset_peak()
-
-
-def memory_stats(device: int | None = None) -> dict[str, int]:
-    from neuron_explorer.backend.runtime import memory
-
-    return {
-        "allocated_bytes.all.current": memory.allocated(),
-        "allocated_bytes.all.peak": memory.peak(),
-        "num_alloc_retries": 0,
-    }
-
-
 def get_fallback_ops() -> list[str]:
     """Ops that ran as CPU fallbacks since the last clear_op_tracking() (TorchNeuron's call)."""
     from neuron_explorer.backend.runtime import tracking
@@ -139,10 +109,6 @@ def clear_op_tracking() -> None:
     from neuron_explorer.backend.runtime import tracking
 
     tracking.clear_op_tracking()
-
-
-def empty_cache() -> None:
-    """Nothing is cached: payload memory is freed when the last tensor goes."""
 
 
 # Autocast (torch.amp reads these hooks). Without a dtype, `torch.autocast("neuron")` takes
@@ -166,6 +132,22 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 # streams and events, as torch.cuda's (the device is one in-order queue: streams.py)
+# memory, as torch.cuda's: `torch.neuron.memory` and its public names here too
+from neuron_explorer.backend import device_memory as memory  # noqa: E402
+from neuron_explorer.backend.device_memory import (  # noqa: E402
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_snapshot,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+)
 from neuron_explorer.backend.streams import (  # noqa: E402
     Event,
     Stream,
@@ -175,4 +157,8 @@ from neuron_explorer.backend.streams import (  # noqa: E402
     stream,
 )
 
-__all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream"]
+__all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream",
+           "memory", "empty_cache", "max_memory_allocated", "max_memory_reserved",
+           "mem_get_info", "memory_allocated", "memory_reserved", "memory_snapshot",
+           "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
+           "reset_max_memory_allocated", "reset_peak_memory_stats"]  # fmt: skip

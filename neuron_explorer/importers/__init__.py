@@ -44,12 +44,30 @@ def _kineto_run(paths: Sequence[Path], out: Path, **kw: object) -> Path:
     return import_kineto(paths, out, **kw)  # type: ignore[arg-type]
 
 
+def _snapshot_recognises(path: Path) -> bool:
+    from .memory_snapshot import recognises
+
+    return recognises(path)
+
+
+def _snapshot_run(paths: Sequence[Path], out: Path, **kw: object) -> Path:
+    from .memory_snapshot import import_snapshot
+
+    return import_snapshot(paths, out, **kw)  # type: ignore[arg-type]
+
+
 IMPORTERS: dict[str, Importer] = {
     "kineto": Importer(
         "kineto",
         "torch.profiler (Kineto) Chrome trace JSON, .json or .json.gz, one file per rank",
         _kineto_recognises,
         _kineto_run,
+    ),
+    "memory_snapshot": Importer(
+        "memory_snapshot",
+        "a memory snapshot pickle (torch.cuda.memory._dump_snapshot, torch.neuron.memory's)",
+        _snapshot_recognises,
+        _snapshot_run,
     ),
 }
 

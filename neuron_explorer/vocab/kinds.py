@@ -38,6 +38,10 @@ DECLARED: tuple[Kind, ...] = (
     Kind("gpu_memset", "A GPU memory set."),
     Kind("gpu_annotation", "A record_function span on a GPU stream."),
     Kind("memory", "A neuron memory sample (capture puts them in counters; old profiles)."),
+    Kind(
+        "allocation",
+        "A device memory allocation, from its allocation to its free (a memory snapshot's).",
+    ),
     Kind("other", "Anything a trace holds that no other kind names."),
 )
 EVENT_KINDS: tuple[str, ...] = tuple(k.name for k in DECLARED)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from neuron_explorer.errors import ExplorerError
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+# torch.profiler traces, and memory snapshot pickles (importers/memory_snapshot.py)
+TRACE_SUFFIXES = (".json", ".json.gz", ".pickle", ".pkl")
 
 
 def cache_dir() -> Path:
@@ -28,7 +29,7 @@ def _is_trace(path: Path) -> bool:
 
 def _profile_name(trace: Path) -> str:
     stem = trace.name
-    for suffix in (".gz", ".json", ".trace", ".pt"):
+    for suffix in (".gz", ".json", ".pickle", ".pkl", ".trace", ".pt"):
         stem = stem.removesuffix(suffix)
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", stem).strip("-.") or "trace"
 
@@ -73,5 +74,7 @@ def resolve_root(path: str | Path, source_roots: Sequence[Path] = ()) -> Path:
         if not has_profiles:
             raise ExplorerError(f"{p}: no profiles or torch.profiler traces in this directory")
     elif not p.is_dir():
-        raise ExplorerError(f"{p}: not a profile, a directory of profiles or a .json(.gz) trace")
+        raise ExplorerError(
+            f"{p}: not a profile, a directory of profiles, a .json(.gz) trace or a memory snapshot"
+        )
     return p

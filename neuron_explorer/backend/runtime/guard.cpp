@@ -2,6 +2,7 @@
 // kernel on the device aborts the process at exit; this one never calls into Python on unwind.
 // Built by guard.py with g++ against the installed torch headers and cached.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
@@ -98,7 +99,7 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
 // reset_peak_memory_stats) reads the device type's DeviceAllocator. The payloads are host
 // memory, so allocating stays with the allocator registered before this one; the figures are
 // the device's own accounting (runtime/memory.py), read through a Python callback.
-using MemoryStats = void (*)(int64_t* allocated_and_peak);
+using MemoryStats = void (*)(int64_t* allocated_peak_free_total);
 using ResetPeak = void (*)();
 MemoryStats g_memory_stats = nullptr;
 ResetPeak g_reset_peak = nullptr;
@@ -118,7 +119,7 @@ struct NeuronAllocator final : public c10::DeviceAllocator {
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex) override {
     c10::CachingDeviceAllocator::DeviceStats stats;
-    int64_t figures[2] = {0, 0};
+    int64_t figures[4] = {0, 0, 0, 0};
     if (g_memory_stats) g_memory_stats(figures);
     constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     for (auto* bytes : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
@@ -132,7 +133,34 @@ struct NeuronAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex) override {
     if (g_reset_peak) g_reset_peak();
   }
+  // torch.accelerator.get_memory_info(): (free, total) of the modeled chip's HBM
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex) override {
+    int64_t figures[4] = {0, 0, 0, 0};
+    if (g_memory_stats) g_memory_stats(figures);
+    return {static_cast<size_t>(figures[2]), static_cast<size_t>(figures[3])};
+  }
 };
+
+// torch.accelerator.empty_host_cache() (and pinned memory's stats) read the device type's host
+// allocator, and with none registered for PrivateUse1 it dereferenced a null pointer. Pinned
+// memory is plain host memory here (the hooks' getPinnedMemoryAllocator): nothing is cached.
+struct NeuronHostAllocator final : public at::HostAllocator {
+  c10::DataPtr allocate(size_t n) override { return c10::GetCPUAllocator()->allocate(n); }
+  c10::DeleterFnPtr raw_deleter() const override { return c10::GetCPUAllocator()->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    c10::GetCPUAllocator()->copy_data(dest, src, count);
+  }
+  bool record_event(void*, void*, c10::Stream) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override { return at::HostStats(); }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
+};
+NeuronHostAllocator g_host_allocator;
+struct HostRegistrar {
+  HostRegistrar() { at::setHostAllocator(c10::DeviceType::PrivateUse1, &g_host_allocator); }
+};
+HostRegistrar host_registrar;
 
 NeuronAllocator* install_allocator() {
   static NeuronAllocator allocator;

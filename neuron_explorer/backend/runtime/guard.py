@@ -129,11 +129,14 @@ def _stream_changed(stream_id: int) -> None:
 
 
 def _memory_stats(out) -> None:
-    """torch.accelerator's memory figures (guard.cpp's DeviceAllocator): allocated, peak."""
+    """torch.accelerator's memory figures (guard.cpp's DeviceAllocator): allocated, peak, and
+    the free and total bytes of the modeled chip's HBM."""
     try:
-        from neuron_explorer.backend.runtime import memory
+        from neuron_explorer.backend.runtime import memory, model
 
+        total = int(model.spec().hbm_bytes)
         out[0], out[1] = memory.allocated(), memory.peak()
+        out[2], out[3] = max(0, total - out[0]), total
     except Exception:  # noqa: BLE001 - never raise across the C boundary
         pass
 

@@ -12,6 +12,8 @@ import functools
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.autograd import profiler as _prof
@@ -30,6 +32,9 @@ _weakref, _partial = weakref.ref, functools.partial
 # every new tensor's path: four Python calls each were a third of a recorded mm's; issue 16)
 _buf, _ids, _thread, _Memory = events._buf, events._ids, events._thread, events.MemoryRecord
 _now = time.time_ns
+# memory_history.py's hooks while it records: ON_ALLOC(key, storage, nbytes), ON_FREE(key, nbytes)
+ON_ALLOC: Callable[[int, Any, int], None] | None = None
+ON_FREE: Callable[[int, int], None] | None = None
 
 
 # What held device memory: bytes of live storages by role, tagged once they are known to be a
@@ -102,6 +107,7 @@ def resized(storage, old_nbytes: int) -> None:
     delta = new - old_nbytes
     if not delta:
         return
+    counted = key in _live
     with _lock:
         if key not in _live:  # made empty, never counted: counted from now, at its new size
             if new <= 0:
@@ -118,6 +124,11 @@ def resized(storage, old_nbytes: int) -> None:
             _peak = _allocated
             _peak_serial = _serial
             _at_peak.update(_role_bytes)
+    if ON_ALLOC is not None:  # the history sees a resize as a free and a new allocation
+        if counted and old_nbytes > 0 and ON_FREE is not None:
+            ON_FREE(key, old_nbytes)
+        if new > 0:
+            ON_ALLOC(key, storage, new)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, delta, _peak))
 
@@ -143,6 +154,8 @@ def track(payload) -> None:
             _peak = _allocated
             _peak_serial = _serial
             _at_peak.update(_role_bytes)
+    if ON_ALLOC is not None:
+        ON_ALLOC(key, storage, nbytes)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, nbytes, _peak))
 
@@ -159,8 +172,22 @@ def _free(key: int, nbytes: int, _ref: object = None) -> None:
         role = _role_of.pop(key, None)
         if role is not None:
             _role_bytes[role] -= nbytes
+    if ON_FREE is not None:
+        ON_FREE(key, nbytes)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, -nbytes, _peak))
+
+
+def live_storages() -> list[tuple[int, int, int]]:
+    """(key, bytes, address) of every storage counted now."""
+    with _lock:
+        refs = list(_live.items())
+    out = []
+    for key, ref in refs:
+        storage = ref()
+        if storage is not None and storage.nbytes() > 0:
+            out.append((key, storage.nbytes(), storage.data_ptr()))
+    return out
 
 
 def _tid() -> int:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 NAME = "import"
 HELP = (
     "Import torch.profiler (Kineto) traces (.json or .json.gz; several files or a directory "
-    "for several ranks) into a profile directory."
+    "for several ranks), or a memory snapshot pickle, into a profile directory."
 )
 PROGRESS_MIN_BYTES = 16 << 20  # about 0.4 s of import: below this, no bar
 

@@ -16,4 +16,6 @@ def memory_json(profile: Profile, con) -> dict[str, Any]:
     doc = _memory.memory_page(profile, con).to_dict()
     if doc["peak"] is not None:
         with_file_ids(doc["peak"]["by_line"])
+    if doc.get("alive") is not None:
+        with_file_ids(doc["alive"])
     return doc

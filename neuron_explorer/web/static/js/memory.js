@@ -2,6 +2,7 @@
 // peak is drawn as it was), the peak of memory_allocated, and what was held at the peak by op
 // and by source line (the baseline held when the step began, plus the step's own growth).
 import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile, plotText } from "./common.js";
+import { aliveSections } from "./memory_alive.js";
 
 const fmtVal = (unit) => (v) => (unit === "bytes" ? fmtBytes(v) : v === null || v === undefined ? "–" : String(v));
 
@@ -47,6 +48,7 @@ run(async () => {
       { key: "allocated_bytes", label: "Allocated", num: true, fmt: unit },
     ], pk.by_module, { compact: true, sortKey: "held_bytes" })));
   }
+  parts.push(...aliveSections(d.alive, profile));
   mount(...parts);
   const traces = d.counters.map((c) => ({
     type: "scatter", mode: "lines", name: `${c.track} ${c.name}`, x: c.ts_ns.map((t) => t / 1e6), y: c.max, line: { width: 1.5, shape: "hv" },

@@ -1,0 +1,283 @@
+"""Memory snapshots as torch has them (issue 28): a real model's training step on the device with
+the history recorded, the dumped pickle read by torch's own torch.cuda._memory_viz, imported
+with the CLI into a profile whose Memory page shows the peak with the allocations alive at it;
+a hostile pickle is refused with one line."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import uvicorn_server
+from torch.cuda import _memory_viz
+
+import neuron_explorer.backend  # noqa: F401 - registers the device
+from neuron_explorer.model import Profile
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "neuron_explorer"]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+        self.norm = torch.nn.LayerNorm(64)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                       torch.nn.Linear(256, 64))  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(x, x, x, need_weights=False)[0]
+        return x + self.mlp(self.norm(x))  # MLP_LINE
+
+
+MLP_LINE = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if t.endswith("# MLP_LINE"))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One recorded training step: (snapshot, its pickle, figures read from torch.neuron)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Block(), Block(), torch.nn.Linear(64, 10)).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 16, 64, device="neuron")
+    y = torch.randint(0, 10, (8, 16), device="neuron")
+    torch.neuron.memory._record_memory_history(max_entries=1_000_000)
+    try:
+        torch.neuron.reset_peak_memory_stats()
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        path = tmp_path_factory.mktemp("snapshot") / "snapshot.pickle"
+        torch.neuron.memory._dump_snapshot(str(path))
+        figures = {"allocated": torch.neuron.memory_allocated(),
+                   "peak": torch.neuron.max_memory_allocated()}  # fmt: skip
+    finally:
+        torch.neuron.memory._record_memory_history(enabled=None)
+    with path.open("rb") as f:
+        snapshot = pickle.load(f)
+    return snapshot, path, figures
+
+
+@pytest.mark.slow
+def test_torchs_memory_viz_reads_the_devices_snapshot(recorded):
+    snapshot, _path, figures = recorded
+    # segsum checks that every segment's blocks add up; its total is the device's accounting
+    summary = _memory_viz.segsum(snapshot)
+    blocks = [b for s in snapshot["segments"] for b in s["blocks"]]
+    assert sum(b["size"] for b in blocks) == figures["allocated"]
+    assert f"total_allocated: {_memory_viz.Bytes(figures['allocated'])}" in summary
+    trace = snapshot["device_traces"][0]
+    actions = [e["action"] for e in trace]
+    assert actions.count("alloc") > 50 and actions.count("free_completed") > 20
+    text = _memory_viz.trace(snapshot)
+    assert text.count(" = MEM[") + text.count(" = seg_") + text.count("cudaMalloc") > 0
+    # the flamegraph of what is live (AdamW's state, made in its step) and the stacks of the
+    # history: the user's line, and torch's module frames inside it
+    lines = _memory_viz.memory(snapshot, format_flamegraph=lambda t: t).splitlines()
+    assert any("adam.py" in ln for ln in lines)
+    here = Path(__file__).name
+    stacks = [
+        ";".join(_memory_viz._frames_fmt(e["frames"])) for e in trace if e["action"] == "alloc"
+    ]
+    assert any(f"{here}:{MLP_LINE}:forward" in s and "linear.py" in s for s in stacks)
+    # backward's allocations: the autograd node, then the forward op's stack
+    grads = [e for e in trace if e["action"] == "alloc" and e["frames"]
+             and e["frames"][0]["filename"] == "<autograd>"]  # fmt: skip
+    assert grads and any(e["frames"][1:] and e["module"] for e in grads)
+    # the HTML plots embed the snapshot itself (pytorch.org/memory_viz's reader)
+    for html in (_memory_viz.trace_plot(snapshot), _memory_viz.segment_plot(snapshot)):
+        encoded = json.loads(re.search(r"const local_files = (\[.*\])", html).group(1))
+        again = pickle.loads(base64.b64decode(encoded[0]["base64"]).rstrip(b"\x00"))
+        assert len(again["device_traces"][0]) == len(trace)
+    kept = _memory_viz.filter_alloc_free_pairs(pickle.loads(pickle.dumps(snapshot)))
+    assert sum(e["action"] == "alloc" for e in kept["device_traces"][0]) < actions.count("alloc")
+
+
+@pytest.fixture(scope="module")
+def imported(recorded, tmp_path_factory):
+    _snapshot, path, _figures = recorded
+    out = tmp_path_factory.mktemp("root") / "snap"
+    r = subprocess.run([*CLI, "import", str(path), "-o", str(out), "--source-root",
+                        str(Path(__file__).parent)], capture_output=True, text=True, env=ENV,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_the_imported_snapshot_shows_the_peak_and_what_was_alive_there(recorded, imported):
+    from neuron_explorer.analysis.memory import memory_page
+
+    _snapshot, _path, figures = recorded
+    profile = Profile.open(imported)
+    assert profile.manifest.source == "memory_snapshot"
+    page = memory_page(profile, profile.duckdb()).to_dict()
+    assert page["peak"]["value"] == figures["peak"]
+    final = [c for c in page["counters"] if c["name"] == "memory_allocated"][0]["last"][-1]
+    assert final == figures["allocated"]
+    alive = page["alive"]
+    assert alive["bytes"] == figures["peak"]  # the allocations alive at the peak are the peak
+    assert alive["count"] >= len(alive["largest"]) > 0
+    here = str(Path(__file__))
+    mlp = [r for r in alive["by_line"] if r["file"] == here and r["line"] == MLP_LINE]
+    assert mlp and mlp[0]["bytes"] > 0
+    modules = {r["module"] for r in alive["by_module"]}
+    assert {"0.mlp.0", "1.mlp.0"} & modules, modules
+    # the line's file is kept, for the source view (under --source-root)
+    assert [p.name for p in (imported / "sources").rglob(Path(__file__).name)]
+    # the parameters were allocated before the history began: alive, with no line
+    assert any(r["before_history"] and r["file"] is None for r in alive["largest"])
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_memory_page_lists_the_alive_allocations(imported, tmp_path):
+    browser_test = pytest.importorskip("playwright.sync_api")
+    chromium = "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.skip("Debian's chromium is not installed (make browser)")
+    from neuron_explorer.web.app import create_app
+
+    app = create_app(imported.parent, analysis_cache=tmp_path / "cache")
+    with uvicorn_server(app) as url, browser_test.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        page = b.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{url}/p/snap/memory")
+        page.wait_for_selector("#memory-alive table tbody tr", timeout=60_000)
+        cells = page.inner_text("#memory-alive")
+        sums = page.inner_text("#memory-alive-sums")
+        b.close()
+    assert errors == []
+    assert f"{Path(__file__).name}:{MLP_LINE}" in sums and "0.mlp.0" in sums
+    assert "before the history" in cells
+
+
+class _Hostile:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (_Hostile(), "refused: not a memory snapshot: it names posix.system"),
+        (
+            {"segments": [{"blocks": [{"size": "big"}]}]},
+            "segments[0].blocks[0] has no integer 'size'",
+        ),
+        ({"device_traces": [[{"action": "alloc", "addr": 1}]]}, "has no integer 'size'"),
+        (b"not a pickle at all", "not a memory snapshot (a broken pickle"),
+    ],
+)
+def test_a_bad_snapshot_is_one_line_naming_it(tmp_path, data, says):
+    path = tmp_path / "snapshot.pickle"
+    path.write_bytes(data[2:] if isinstance(data, bytes) else pickle.dumps(data))
+    r = subprocess.run([*CLI, "import", str(path), "-o", str(tmp_path / "out")], cwd=tmp_path,
+                       capture_output=True, text=True, env=ENV, timeout=120)  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and str(path) in r.stderr and says in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "out").exists()
+
+
+def test_torch_neuron_has_torch_cudas_memory_names():
+    names = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+             "memory_stats", "memory_summary", "memory_snapshot", "reset_peak_memory_stats",
+             "reset_max_memory_allocated", "reset_accumulated_memory_stats", "empty_cache",
+             "mem_get_info")  # fmt: skip
+    for name in names:
+        assert callable(getattr(torch.neuron, name)) and callable(getattr(torch.cuda, name))
+    for name in ("_record_memory_history", "_snapshot", "_dump_snapshot"):
+        assert callable(getattr(torch.neuron.memory, name))
+    from neuron_explorer.backend.runtime import model
+
+    x = torch.ones(1000, device="neuron")
+    free, total = torch.neuron.mem_get_info()
+    assert total == model.spec().hbm_bytes and free == total - torch.neuron.memory_allocated()
+    assert torch.accelerator.memory_allocated() == torch.neuron.memory_allocated()
+    assert torch.accelerator.get_memory_info() == (free, total)
+    torch.neuron.empty_cache()
+    torch.accelerator.empty_cache()
+    torch.accelerator.empty_host_cache()  # no host allocator was registered: it crashed
+    assert torch.neuron.memory_allocated() >= x.numel() * 4
+
+
+def test_a_snapshot_torch_made_imports_with_torchs_own_peak(tmp_path):
+    """torch's own snapshot producer (_memory_viz._profile_to_snapshot of a CPU run profiled
+    with profile_memory=True: a caching segment with inactive gaps, tensors that existed before
+    the profile) imports with the peak of the profiler's own memory timeline."""
+    from torch.profiler._memory_profiler import Action, TensorKey
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.profiler.profile(profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        model(torch.randn(32, 64)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    snapshot = _memory_viz._profile_to_snapshot(prof)
+    assert any(b["state"] == "inactive" for s in snapshot["segments"] for b in s["blocks"])
+    total = peak = 0
+    for _t, action, (key, _version), size in prof._memory_profile().timeline:
+        if isinstance(key, TensorKey):
+            total += size if action in (Action.CREATE, Action.PREEXISTING) else 0
+            total -= size if action == Action.DESTROY else 0
+            peak = max(peak, total)
+    path = tmp_path / "cpu.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    out = tmp_path / "p"
+    r = subprocess.run([*CLI, "import", str(path), "-o", str(out)], capture_output=True,
+                       text=True, env=ENV, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    from neuron_explorer.analysis.memory import memory_page
+
+    profile = Profile.open(out)
+    page = memory_page(profile, profile.duckdb()).to_dict()
+    assert page["peak"]["value"] == peak > 0 and page["alive"]["bytes"] == peak
+    assert page["counters"][0]["last"][-1] == total
+
+
+def test_serve_takes_a_snapshot_pickle_as_it_takes_a_trace(recorded, tmp_path, monkeypatch):
+    from neuron_explorer.model.profile import is_profile
+    from neuron_explorer.web import resolve_root
+
+    _snapshot, path, _figures = recorded
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    served = resolve_root(path)
+    assert served.name == "snapshot" and is_profile(served)
+    assert Profile.open(served).manifest.source == "memory_snapshot"
+
+
+def test_state_only_recording_keeps_stacks_of_live_blocks_and_no_history():
+    from neuron_explorer.backend.runtime import memory
+
+    torch.neuron.memory._record_memory_history(enabled="state", clear_history=True)
+    try:
+        kept = torch.ones(1000, device="neuron") * 2  # KEPT_LINE
+        (torch.ones(500, device="neuron") + 1).sum()
+        snapshot = torch.neuron.memory._snapshot()
+    finally:
+        torch.neuron.memory._record_memory_history(enabled=None)
+    assert memory.ON_ALLOC is None and memory.ON_FREE is None  # off: nothing on the op path
+    assert snapshot["device_traces"] == [[]]
+    line = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if t.endswith("# KEPT_LINE"))  # fmt: skip
+    blocks = [b for s in snapshot["segments"] for b in s["blocks"] if b["size"] == 4000]
+    assert any(b["frames"] and b["frames"][0]["line"] == line for b in blocks)
+    del kept
+    with pytest.raises(ValueError, match="enabled must be one of"):
+        torch.neuron.memory._record_memory_history(enabled="sometimes")
