@@ -1,7 +1,7 @@
 // The call tree and flame graph of host time: by Python call path (the stacks the profile
 // holds) or by nn.Module path (?by=module). The flame graph is an icicle drawn root at the
 // bottom; the tree table opens along the heaviest path, and a click on a row folds or unfolds it.
-import { api, h, mount, run, fmtNs, fmtPct, heatBar, section, profile, plot, qs, enc, pUrl, sourceUrl, nameMatcher } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtPct, heatBar, section, profile, plot, qs, enc, pUrl, sourceUrl, moduleUrl, nameMatcher } from "./common.js";
 
 const OPEN_DEPTH = 40; // the heaviest path opens this deep on load
 const FLAME_DEPTH = 14; // levels drawn at once: a click on a frame zooms into it
@@ -15,6 +15,16 @@ async function calltree() {
   const by = qs("by") === "module" ? "module" : "stack";
   const d = await api(`/p/${enc(profile)}/calltree?by=${by}`);
   const nodes = d.nodes;
+  // a module node's whole path (its name is its last part), for its link to the Modules page
+  const byId = new Map(nodes.map((n) => [n.id, n]));
+  const pathOf = (n) => {
+    if (!n || n.kind !== "module") return undefined;
+    if (n.name === "(model)") return "";
+    if (n.name.startsWith("(")) return undefined;  // work outside every module
+    const up = pathOf(byId.get(n.parent));
+    return up === undefined ? undefined : up ? `${up}.${n.name}` : n.name;
+  };
+  for (const n of nodes) if (n.kind === "module") n.path = pathOf(n);
   const head = h("h1", {}, "Call tree", h("span", { class: "note" }, "  host time: self is a node's own, total adds its callees; every rank added together"));
   const picker = h("p", { class: "note", id: "calltree-by" }, "Group by: ", byLink("stack", by, "Python call path"), " · ",
     byLink("module", by, "nn.Module path"),
@@ -118,6 +128,7 @@ function row(n, hasKids, isOpen, totalNs, isFound, toggle) {
   const name = h("span", { class: "mono", style: { paddingLeft: `${Math.min(n.depth, 60) * 0.9}em` } }, twisty, n.name);
   let link = null;
   if (n.file_id) link = h("a", { href: sourceUrl(profile, n.file_id, n.line), class: "src-link" }, "source");
+  else if (n.kind === "module" && n.path !== undefined) link = h("a", { href: moduleUrl(profile, n.path), class: "module-link" }, "module");
   else if (n.kind !== "frame" && n.kind !== "module" && n.kind !== "root") link = h("a", { href: pUrl(profile, `/timeline?find=${enc(n.name)}`), class: "tl-link" }, "timeline");
   const tr = h("tr", { class: "clickable" + (isOpen ? " open" : "") + (isFound ? " found" : ""), "data-node": n.id, "data-kind": n.kind },
     h("td", { title: n.name }, name), h("td", {}, heatBar(n.total_ns / Math.max(1, totalNs))),

@@ -91,6 +91,9 @@ export function qs(name) {
 export const enc = encodeURIComponent;
 export const pUrl = (name, rest = "") => `/p/${enc(name)}${rest}`;
 export const sourceUrl = (name, fid, line) => `${pUrl(name, "/source/" + enc(fid))}${line ? "#L" + line : ""}`;
+// the Modules page at one module ("" is the model itself)
+export const moduleUrl = (name, path) => pUrl(name, `/modules?module=${enc(path)}`);
+export const moduleLink = (name, path, cls = "") => h("a", { href: moduleUrl(name, path), class: `mono module-link ${cls}`.trim() }, path === "" ? "(model)" : path);
 export const timelineUrl = (name, ev) =>
   pUrl(name, `/timeline?event=${enc(ev.id)}` + (ev.start_ns !== undefined && ev.start_ns !== null ? `&start_ns=${Math.max(0, ev.start_ns - (ev.dur_ns || 1000) * 3)}&end_ns=${ev.start_ns + (ev.dur_ns || 1000) * 4}` : ""));
 

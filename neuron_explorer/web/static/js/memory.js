@@ -1,7 +1,7 @@
 // Memory over time: every counter of the profile on one chart (each bucket's maximum, so the
 // peak is drawn as it was), the peak of memory_allocated, and what was held at the peak by op
 // and by source line (the baseline held when the step began, plus what the step's ops hold).
-import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile, plotText } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, moduleLink, enc, card, section, setModeled, profile, plotText } from "./common.js";
 
 const fmtVal = (unit) => (v) => (unit === "bytes" ? fmtBytes(v) : v === null || v === undefined ? "–" : String(v));
 
@@ -42,7 +42,7 @@ run(async () => {
         { key: "allocated_bytes", label: "Allocated", num: true, fmt: unit },
       ], pk.by_line, { compact: true, sortKey: "held_bytes" }) : h("p", { class: "note" }, "The ops holding memory at the peak have no source lines."))));
     if (pk.by_module && pk.by_module.length) parts.push(section("Held at the peak, by module", dataTable([
-      { key: "module", label: "Module (nn.Module path)", cell: (r) => h("span", { class: "mono" }, r.module) },
+      { key: "module", label: "Module (nn.Module path)", cell: (r) => moduleLink(profile, r.module === "(model)" ? "" : r.module) },
       { key: "held_bytes", label: "Held", num: true, fmt: unit },
       { key: "allocated_bytes", label: "Allocated", num: true, fmt: unit },
     ], pk.by_module, { compact: true, sortKey: "held_bytes" })));
