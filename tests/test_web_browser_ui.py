@@ -33,7 +33,9 @@ def long_name_trace(path: Path) -> Path:
         {"ph": "X", "cat": "kernel", "name": LONG, "pid": 0, "tid": 7, "ts": 1100, "dur": 500,
          "args": {"correlation": 7, "device": 0, "stream": 7, "External id": 5}},
     ]  # fmt: skip
-    path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1_700_000_000 * 10**9}))
+    path.write_text(
+        json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1_700_000_000 * 10**9})
+    )
     return path
 
 
@@ -125,7 +127,11 @@ def test_no_name_is_transformed_by_css(server, page):
 def test_a_400_character_kernel_name_stays_on_one_line(server, page):
     assert len(LONG) == 400
     # SQL
-    page.goto(server + "/p/long/sql?q=" + "SELECT%20name,%20dur_ns%20FROM%20events%20WHERE%20kind%20%3D%20'gpu_kernel'")
+    page.goto(
+        server
+        + "/p/long/sql?q="
+        + "SELECT%20name,%20dur_ns%20FROM%20events%20WHERE%20kind%20%3D%20'gpu_kernel'"
+    )
     cell = page.locator("#sql-result td", has_text=LONG[:40]).first
     cell.wait_for()
     shot(page, "sql-long-name")
@@ -184,14 +190,18 @@ def test_a_module_link_lands_at_the_module_and_its_events(server, page):
     page.goto(server + "/p/gpt/modules?module=blocks.1.attn")
     row = page.wait_for_selector("#module-table tr.chosen")
     assert "blocks.1.attn" in row.inner_text()
-    assert page.evaluate("() => { const r = document.querySelector('#module-table tr.chosen').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }")
+    assert page.evaluate(
+        "() => { const r = document.querySelector('#module-table tr.chosen').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }"
+    )
     shot(page, "modules-chosen")
     with page.expect_navigation():
         page.click("#module-timeline")
     page.wait_for_selector("#tl-canvas[data-ready]")
     count = page.wait_for_selector("#tl-find-count[data-total]")
     total = int(count.get_attribute("data-total"))
-    want = page.evaluate("fetch('/api/p/gpt/modules/events?module=blocks.1.attn').then((r) => r.json())")
+    want = page.evaluate(
+        "fetch('/api/p/gpt/modules/events?module=blocks.1.attn').then((r) => r.json())"
+    )
     assert total == want["total"] > 0 and "module blocks.1.attn" in count.inner_text()
     assert all(m["id"] for m in want["matches"])
     # a selected event's module is a link, and it lands on that module
@@ -203,3 +213,25 @@ def test_a_module_link_lands_at_the_module_and_its_events(server, page):
     link.click()
     page.wait_for_selector("#module-table tr.chosen")
     assert page.locator("#module-chosen b").inner_text() == path
+
+
+def test_compare_reads_medians_and_labels_each_part(server, page):
+    """Compare: the cards are median steps and say what the median left aside, and the
+    breakdown rows are labelled parts of the median step (no raw column name, no "host, other"
+    row equal to the whole step) that add up to it."""
+    page.goto(server + "/compare?a=cpu_mlp&b=gpt")
+    page.wait_for_selector("#compare-chart .main-svg")
+    shot(page, "compare")
+    d = page.evaluate("fetch('/api/compare?a=cpu_mlp&b=gpt').then((r) => r.json())")
+    sa, sb = d["steps"]["a"], d["steps"]["b"]
+    assert d["step_ns_delta"] == round(sb["median_ns"] - sa["median_ns"])
+    assert "median of" in page.locator("#cmp-card-b .card-note").inner_text()
+    cells = [
+        c.inner_text()
+        for c in page.locator("section.panel", has_text="The median step")
+        .locator("tbody td:first-child")
+        .all()
+    ]
+    assert cells and not any(c.endswith("_ns") or c == "host, other" for c in cells), cells
+    steps = {r["step"]: r["dur_ns"] for r in sb["per_step"]}
+    assert sum(r["b"] for r in d["breakdown"]) in steps.values()  # the parts of one real step

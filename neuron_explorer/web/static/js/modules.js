@@ -67,7 +67,7 @@ async function modules() {
   }
   plot(chart, [{ type: "icicle", branchvalues: "total", ids, parents, labels, values, hovertext: hover, hoverinfo: "text",
     level: chosen ? index.get(chosen.path) : undefined }],
-    { height: ICICLE_H, margin: { t: 10, l: 10, r: 10, b: 10 } });
+    { height: ICICLE_H, margin: { t: chosen ? 30 : 10, l: 10, r: 10, b: 10 } });
 }
 
 run(modules);
