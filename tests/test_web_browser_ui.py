@@ -235,3 +235,40 @@ def test_compare_reads_medians_and_labels_each_part(server, page):
     assert cells and not any(c.endswith("_ns") or c == "host, other" for c in cells), cells
     steps = {r["step"]: r["dur_ns"] for r in sb["per_step"]}
     assert sum(r["b"] for r in d["breakdown"]) in steps.values()  # the parts of one real step
+
+
+def test_the_flame_graph_is_linked_to_the_call_tree_and_coloured(server, page):
+    """A frame clicked in the flame graph opens and marks its row in the call tree, at once (no
+    zoom animation: the focus is set in the same turn); a row clicked focuses the flame graph;
+    colour by library gives torch's frames one colour and the script's another."""
+    page.goto(server + "/p/gpt/calltree")
+    page.wait_for_selector("#flame .main-svg")
+    d = page.evaluate("fetch('/api/p/gpt/calltree').then((r) => r.json())")
+    deep = max((n for n in d["nodes"] if n["kind"] == "op" and n["total_ns"] > 0.02 * d["total_ns"]),
+               key=lambda n: n["depth"])  # fmt: skip
+    page.evaluate(
+        "id => document.getElementById('flame').emit('plotly_icicleclick', {points: [{id: String(id)}]})",
+        deep["id"],
+    )
+    row = page.wait_for_selector(
+        f'#calltree-table tr.current[data-node="{deep["id"]}"]', timeout=2000
+    )
+    assert row.is_visible()
+    has_kids = any(n["parent"] == deep["id"] for n in d["nodes"])
+    want = deep["id"] if has_kids else deep["parent"]  # a leaf: its caller
+    assert page.get_attribute("#flame", "data-level") == str(want)
+    shot(page, "calltree-linked")
+    page.click('#calltree-table tr[data-node="0"]')
+    assert page.get_attribute("#flame", "data-level") == ""
+    page.select_option("#flame-color", "library")
+    legend = page.locator("#flame-legend .legend-item").all_inner_texts()
+    assert "torch" in legend and len(legend) > 2, legend
+    assert "color=library" in page.url
+    colors = page.evaluate("document.getElementById('flame').data[0].marker.colors")
+    lib = {}
+    for n, c in zip(d["nodes"], colors, strict=True):
+        if n.get("file") and "site-packages/torch/" in n["file"]:
+            lib.setdefault("torch", set()).add(c)
+        elif (n.get("file") or "").startswith("samples/"):
+            lib.setdefault("samples", set()).add(c)
+    assert len(lib["torch"]) == 1 and len(lib["samples"]) == 1 and lib["torch"] != lib["samples"]
