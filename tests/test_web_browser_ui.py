@@ -272,3 +272,51 @@ def test_the_flame_graph_is_linked_to_the_call_tree_and_coloured(server, page):
         elif (n.get("file") or "").startswith("samples/"):
             lib.setdefault("samples", set()).add(c)
     assert len(lib["torch"]) == 1 and len(lib["samples"]) == 1 and lib["torch"] != lib["samples"]
+
+
+def test_smaller_layout_fixes(server, page):
+    """No Ranks tab on a one-rank profile; the profiler's own threads are not drawn as lanes;
+    a long source line wraps inside its panel; the SQL page shows the schema (a click puts a
+    column's name into the query) and the queries run before."""
+    page.goto(server + "/p/cpu_mlp/timeline")
+    page.wait_for_selector("#tl-canvas[data-ready]")
+    assert page.locator("nav.tabs a", has_text="Ranks").count() == 0
+    assert page.locator("nav.tabs a", has_text="Timeline").count() == 1
+    lanes = page.evaluate("window.neTimeline.state.lanes.map((l) => l.track)")
+    drawn = page.evaluate("window.neTimeline.state.rows.map((r) => r.lane.track)")
+    assert {"thread PyTorch Profiler", "thread Trace PyTorch Profiler"} <= set(lanes)
+    assert not any("PyTorch Profiler" in t or t.strip() == "thread" for t in drawn), drawn
+    assert any(t.startswith("thread 7934") for t in drawn)
+    shot(page, "timeline-no-profiler-lanes")
+    # source: the longest line of the file stays inside its panel
+    page.goto(server + "/p/gpt/source")
+    page.click("a.file-link >> nth=0")
+    page.wait_for_selector(".code td.src")
+    panel = page.locator(".source-layout > *", has=page.locator(".code")).first.bounding_box()
+    widest = max(
+        c["x"] + c["width"]
+        for c in (e.bounding_box() for e in page.locator(".code td.src").all()[:400])
+    )
+    assert widest <= panel["x"] + panel["width"] + 1
+    # sql: schema and history
+    page.goto(server + "/p/gpt/sql")
+    page.wait_for_selector("#sql-schema")
+    page.evaluate("localStorage.removeItem('ne.sql.history')")
+    page.fill("#sql-input", "SELECT ")
+    page.locator("#sql-schema a", has_text="dur_ns").first.click()
+    assert page.input_value("#sql-input") == "SELECT dur_ns"
+    page.fill("#sql-input", "SELECT count(*) AS n FROM events")
+    page.click("#sql-run")
+    page.wait_for_selector("#sql-status")
+    page.fill("#sql-input", "SELECT 1 AS one")
+    page.click("#sql-run")
+    page.wait_for_selector("#sql-history li >> nth=1")
+    assert page.locator("#sql-history li").all_inner_texts()[:2] == [
+        "SELECT 1 AS one",
+        "SELECT count(*) AS n FROM events",
+    ]
+    shot(page, "sql-schema-history")
+    page.locator("#sql-history a").nth(1).click()
+    page.wait_for_function(
+        "() => document.querySelector('#sql-status') && document.querySelector('#sql-input').value.includes('count')"
+    )

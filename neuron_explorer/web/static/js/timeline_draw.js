@@ -12,13 +12,19 @@ const clampGutter = (px) => Math.round(Math.max(GUTTER_MIN, Math.min(GUTTER_MAX,
 export let GUTTER = clampGutter(Number(localStorage.getItem("ne.tl.gutter")) || 190);
 export const PIN_W = 16; // the pin column at the right of the lane labels
 export const state = { lanes: [], extent: null, view: null, win: null, laneY: [], laneRows: [], rows: [], collapsed: new Set(), pinned: new Set(),
-  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind" };
+  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind", hiddenLanes: new Set() };
 export const dom = { canvas: null, ctx: null, wrap: null, overview: null };  // set once by the page
 
 export function laneLabel(l) {
   const dev = l.layer === "host" ? (l.device || "host") : l.device;
   return `${l.rank ? "r" + l.rank + " " : ""}${dev} · ${l.track}`;
 }
+
+// the profiler's own threads: Kineto's markers ("PyTorch Profiler (0)", "Iteration Start",
+// "Record Window End") each on a thread of their own, one named after the profiler and one
+// nameless. A lane holding nothing else is not drawn (the lanes' table and the SQL keep it).
+const OWN_TRACK = /^thread(?: (?:Trace )?PyTorch Profiler)?\s*$/, OWN_MAX_EVENTS = 3;
+export const ownLane = (l) => l.layer === "host" && OWN_TRACK.test(l.track || "") && l.events <= OWN_MAX_EVENTS;
 
 export function groupOf(l) {  // lanes that fold into one row: a device's DMA queues
   return l.layer === "device" && /^DMA q\d+$/.test(l.track) ? `${l.rank}|${l.device}|DMA` : null;
@@ -42,7 +48,9 @@ export function layout() {
   // pinned lanes first (in the order they were pinned), then the rest in the server's order
   const pins = [...state.pinned];
   const order = state.lanes.map((_, i) => i).sort((a, b) => (state.pinned.has(b) - state.pinned.has(a)) || (pins.indexOf(a) - pins.indexOf(b)) || a - b);
+  state.hiddenLanes = new Set(order.filter((i) => ownLane(state.lanes[i])));
   for (const i of order) {
+    if (state.hiddenLanes.has(i)) continue;
     const l = state.lanes[i], g = groupOf(l);
     if (g && state.collapsed.has(g)) {
       if (!seen.has(g)) {
@@ -176,7 +184,9 @@ export function draw() {
     ctx.save();
     ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, height - AXIS); ctx.clip();
     for (let i = 0; i < n; i++) {
-      const lane = r.lane[i], y = rowOf(lane, r.depth[i]);
+      const lane = r.lane[i];
+      if (state.hiddenLanes.has(lane)) continue;
+      const y = rowOf(lane, r.depth[i]);
       const x0 = xOf(r.start_ns[i]), x1 = xOf(r.start_ns[i] + r.dur_ns[i]);
       if (x1 < GUTTER || x0 > width) continue;
       const x = Math.max(x0, GUTTER - 2), w = Math.max(1, Math.min(x1, width + 2) - x);
