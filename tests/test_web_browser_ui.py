@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from conftest import ROOT, SAMPLE_TRACE, uvicorn_server
@@ -187,6 +188,15 @@ def test_memory_by_line_sums_to_at_most_the_peak(server, page, name):
 def test_a_module_link_lands_at_the_module_and_its_events(server, page):
     """From a kernel's details on the timeline to its module on the Modules page (scrolled to,
     marked), and from there to the module's events outlined on the timeline."""
+    # a finding's module evidence deep-links to the module
+    page.goto(server + "/p/gpt/findings")
+    page.wait_for_selector(".finding")
+    assert page.locator("a.finding-module").count() > 0
+    for a in page.locator("a.finding-module").all():
+        label = a.inner_text()
+        assert a.get_attribute("href") == "/p/gpt/modules?module=" + (
+            "" if label == "(model)" else quote(label, safe="")
+        )
     page.goto(server + "/p/gpt/modules?module=blocks.1.attn")
     row = page.wait_for_selector("#module-table tr.chosen")
     assert "blocks.1.attn" in row.inner_text()
