@@ -12,6 +12,7 @@ const pct = (r) => {
 // what the median leaves aside: each rank's first step in a job (the stats' left_out), and the
 // steps far from it (a compile step) that a mean would be moved by
 const OUTLIER = 2;  // a step over twice the median is named
+const LOG_SPREAD = 10;  // the step chart's axis is logarithmic when a step is this many medians
 function stepsNote(s) {
   if (!s.count) return "no steps";
   const parts = [`median of ${s.count - (s.left_out || []).length} steps`];
@@ -83,6 +84,8 @@ run(async () => {
     section("Findings that appeared or went", findingsDiff(d.findings, a, b)),
   );
   const trace = (s, name, color) => ({ type: "bar", name, x: s.per_step.map((_, i) => i), y: s.per_step.map((p) => p.dur_ns / 1e6), marker: { color } });
+  // one compile step many times the others flattens them: a log axis then
+  const spread = [sa, sb].some((s) => s.median_ns && s.max_ns > LOG_SPREAD * s.median_ns);
   plot(chart, [trace(sa, `A ${a}`, "#94a3b8"), trace(sb, `B ${b}`, "#3b82f6")],
-    { barmode: "group", xaxis: { title: { text: "step (index in profile)" }, dtick: 1 }, yaxis: { title: { text: "ms" } }, margin: { l: 60, r: 10, t: 30, b: 50 } });
+    { barmode: "group", xaxis: { title: { text: "step (index in profile)" }, dtick: 1 }, yaxis: { title: { text: spread ? "ms (log scale)" : "ms" }, type: spread ? "log" : "linear" }, margin: { l: 60, r: 10, t: 30, b: 50 } });
 });

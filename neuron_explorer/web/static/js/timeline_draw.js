@@ -2,7 +2,7 @@
 // lanes), the rectangles, flows, counter tracks, span selection and axis on one canvas. The
 // page (timeline.js) owns the state's changes and the requests; this module only reads them.
 import { fmtNum, clean } from "./common.js";
-import { colorFor, textColor } from "./timeline_overview.js";
+import { colorFor, textColor, ownLane } from "./timeline_overview.js";
 
 export const AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
 // the lane label column: widened by dragging its edge, kept for the next visit (importers
@@ -19,12 +19,6 @@ export function laneLabel(l) {
   const dev = l.layer === "host" ? (l.device || "host") : l.device;
   return `${l.rank ? "r" + l.rank + " " : ""}${dev} · ${l.track}`;
 }
-
-// the profiler's own threads: Kineto's markers ("PyTorch Profiler (0)", "Iteration Start",
-// "Record Window End") each on a thread of their own, one named after the profiler and one
-// nameless. A lane holding nothing else is not drawn (the lanes' table and the SQL keep it).
-const OWN_TRACK = /^thread(?: (?:Trace )?PyTorch Profiler)?\s*$/, OWN_MAX_EVENTS = 3;
-export const ownLane = (l) => l.layer === "host" && OWN_TRACK.test(l.track || "") && l.events <= OWN_MAX_EVENTS;
 
 export function groupOf(l) {  // lanes that fold into one row: a device's DMA queues
   return l.layer === "device" && /^DMA q\d+$/.test(l.track) ? `${l.rank}|${l.device}|DMA` : null;
