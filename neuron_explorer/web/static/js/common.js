@@ -103,7 +103,7 @@ export function card(label, value, note) {
 }
 
 export function section(title, ...body) {
-  return h("section", { class: "panel" }, h("h2", { title }, title), ...body);
+  return h("section", { class: "panel" }, h("h2", { title: typeof title === "string" ? title : null }, title), ...body);
 }
 
 export function severityChip(sev) {
