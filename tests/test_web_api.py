@@ -527,7 +527,9 @@ def test_memory_at_the_peak_by_module_of_a_real_capture(tmp_path):
     outside = by_op.get("(outside any op)", {"held_bytes": 0, "allocations": 0})
     assert outside["allocations"] == 0, json.dumps(pk)[:1500]
     # the modules' shares are those of the ops that ran in one: no more than the ops got
-    assert sum(m["held_bytes"] for m in pk["by_module"]) <= pk["charged"] - outside["held_bytes"] + 1
+    assert (
+        sum(m["held_bytes"] for m in pk["by_module"]) <= pk["charged"] - outside["held_bytes"] + 1
+    )
 
 
 @pytest.mark.parametrize("name", ["neuron", "alexnet"])

@@ -153,7 +153,9 @@ def test_long_kernel_name_stays_in_its_column(server, page):
     assert cell_box["x"] + cell_box["width"] <= col_box["x"] + col_box["width"] + 1
     # on one line, cut with an ellipsis, whole in its title
     assert cell.get_attribute("title") == LONG_KERNEL
-    assert cell_box["height"] < 2 * float(cell.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)"))
+    assert cell_box["height"] < 2 * float(
+        cell.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)")
+    )
 
 
 def test_validation_error_reads_as_a_sentence(server, page):
