@@ -204,6 +204,22 @@ def test_a_module_link_lands_at_the_module_and_its_events(server, page):
         "() => { const r = document.querySelector('#module-table tr.chosen').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }"
     )
     shot(page, "modules-chosen")
+    # a module clicked in the icicle is chosen the same way, and Back returns
+    mods = page.evaluate("fetch('/api/p/gpt/modules').then((r) => r.json())")["modules"]
+    k = next(i for i, m in enumerate(mods) if m["path"] == "blocks.0")
+    page.evaluate(
+        "k => document.getElementById('module-icicle').emit('plotly_icicleclick', {points: [{id: String(k)}]})",
+        k,
+    )
+    page.wait_for_function(
+        "() => document.querySelector('#module-chosen b') && document.querySelector('#module-chosen b').textContent === 'blocks.0'"
+    )
+    assert page.url.endswith("/p/gpt/modules?module=blocks.0")
+    assert page.locator("#module-table tr.chosen").inner_text().startswith("blocks.0")
+    page.go_back()
+    page.wait_for_function(
+        "() => document.querySelector('#module-chosen b') && document.querySelector('#module-chosen b').textContent === 'blocks.1.attn'"
+    )
     with page.expect_navigation():
         page.click("#module-timeline")
     page.wait_for_selector("#tl-canvas[data-ready]")

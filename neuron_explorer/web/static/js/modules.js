@@ -68,6 +68,19 @@ async function modules() {
   plot(chart, [{ type: "icicle", branchvalues: "total", ids, parents, labels, values, hovertext: hover, hoverinfo: "text",
     level: chosen ? index.get(chosen.path) : undefined }],
     { height: ICICLE_H, margin: { t: chosen ? 30 : 10, l: 10, r: 10, b: 10 } });
+  // a module clicked in the icicle is chosen as a link to it would (its row marked, its events
+  // linked); clicking the chosen one again goes up to its parent. Ops and kernels zoom as usual.
+  chart.on("plotly_icicleclick", (e) => {
+    const p = e && e.points && e.points[0];
+    const m = p && /^\d+$/.test(String(p.id)) ? d.modules[Number(p.id)] : null;
+    if (!m) return true;
+    const path = chosen && m.path === chosen.path && m.path !== "" ? parentOf(m.path) : m.path;
+    history.pushState(null, "", moduleUrl(profile, path));
+    run(modules);
+    return false;
+  });
 }
+
+window.addEventListener("popstate", () => run(modules));
 
 run(modules);
