@@ -459,12 +459,21 @@ def test_memory_peak_and_what_was_held_there(client, name):
         assert all(lo <= hi for lo, hi in zip(c["min"], c["max"], strict=True))
     pk = d["peak"]
     assert (pk["track"], pk["value"]) == want[0][:2]
-    before = con.execute("SELECT value FROM counters WHERE name = 'memory_allocated' AND track = ? "
-                         "AND ts_ns < ? ORDER BY ts_ns DESC LIMIT 1", [pk["track"], pk["since_ns"]]).fetchall()  # fmt: skip
-    assert pk["baseline"] == (before[0][0] if before else 0.0)
+    series = con.execute("SELECT ts_ns, value FROM counters WHERE name = 'memory_allocated' "
+                         "AND track = ?", [pk["track"]]).fetchall()  # fmt: skip
+    before = [v for t, v in series if pk["since_ns"] is not None and t < pk["since_ns"]]
+    # with no sample before the step, the first sample's value was held before it
+    assert pk["baseline"] == (before[-1] if before else series[0][1])
     assert pk["growth"] == pk["value"] - pk["baseline"]
+    assert 0 <= pk["baseline_held"] <= pk["baseline"]
+    # the holdings and the baseline still held add up to the peak; nothing holds more than
+    # it allocated, nor less than nothing
     if len(pk["by_op"]) < 25:
-        assert sum(r["held_bytes"] for r in pk["by_op"]) == pytest.approx(pk["growth"])
+        assert sum(r["held_bytes"] for r in pk["by_op"]) == pytest.approx(pk["charged"])
+    assert pk["charged"] == pytest.approx(pk["value"] - pk["baseline_held"])
+    for r in pk["by_op"] + pk["by_line"] + pk["by_module"]:
+        assert -1e-6 <= r["held_bytes"] <= r["allocated_bytes"] + 1e-6, r
+    assert sum(r["held_bytes"] for r in pk["by_line"]) <= pk["value"]
     assert pk["by_op"] and pk["by_op"][0]["held_bytes"] > 0
     assert all(r["file_id"] for r in pk["by_line"])
 
@@ -511,14 +520,16 @@ def test_memory_at_the_peak_by_module_of_a_real_capture(tmp_path):
                                                       "WHERE module IS NOT NULL").fetchall()}  # fmt: skip
     assert pk["track"] == "neuron:0" and pk["by_module"], json.dumps(pk)[:1500]
     assert {m["module"] for m in pk["by_module"]} <= modules
-    # every change is charged once: the op shares add up to the growth; allocations are op
-    # outputs, so nothing grows outside an op (frees may: a Python reference dropped)
+    # every rise is charged once: the op shares add up to what the step's ops still hold;
+    # allocations are op outputs, so nothing grows outside an op
     by_op = {o["op"]: o for o in pk["by_op"]}
-    assert abs(sum(o["held_bytes"] for o in by_op.values()) - pk["growth"]) <= 1
+    assert abs(sum(o["held_bytes"] for o in by_op.values()) - pk["charged"]) <= 1
     outside = by_op.get("(outside any op)", {"held_bytes": 0, "allocations": 0})
     assert outside["allocations"] == 0, json.dumps(pk)[:1500]
     # the modules' shares are those of the ops that ran in one: no more than the ops got
-    assert sum(m["held_bytes"] for m in pk["by_module"]) <= pk["growth"] - outside["held_bytes"] + 1
+    assert (
+        sum(m["held_bytes"] for m in pk["by_module"]) <= pk["charged"] - outside["held_bytes"] + 1
+    )
 
 
 @pytest.mark.parametrize("name", ["neuron", "alexnet"])

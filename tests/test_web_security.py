@@ -298,8 +298,9 @@ def test_a_hung_profile_costs_only_its_row(tmp_path):
     rows = listing.rows(["a", "hung", "b"], make_row, row_s=0.5)
     assert time.monotonic() - t0 < 3
     assert [r["name"] for r in rows] == ["a", "hung", "b"]
-    assert rows[0]["error"] is None and "not readable within 0.5 s" in rows[1]["error"]
-    assert "not readable" in listing.rows(["hung"], make_row, row_s=0.2)[0]["error"]
+    # a row not read yet is still being read (a slow profile is only slow), not an error
+    assert rows[0]["error"] is None and rows[1]["error"] is None and rows[1]["reading_s"] >= 0.5
+    assert listing.rows(["hung"], make_row, row_s=0.2)[0]["reading_s"] >= rows[1]["reading_s"]
     assert started == ["hung"]
     with open(fifo, "wb"):  # release the reader
         pass

@@ -87,8 +87,8 @@ class Comparison(PageModel):
     a: str
     b: str
     steps: dict[str, StepStats | None]
-    step_ns_delta: int | None  # mean step time, B minus A
-    breakdown: tuple[dict[str, Any], ...]  # per step and category
+    step_ns_delta: int | None  # median step time, B minus A (one slow compile step moves a mean)
+    breakdown: tuple[dict[str, Any], ...]  # the median step of each, by part of the step
     ops: tuple[dict[str, Any], ...]  # host self plus device time
     lines: tuple[dict[str, Any], ...]  # host plus device time
     kernels: tuple[dict[str, Any], ...]  # device time
@@ -104,7 +104,7 @@ def compare(a: Side, b: Side, top: int = TOP) -> Comparison:
         a=a.name,
         b=b.name,
         steps={"a": sa, "b": sb},
-        step_ns_delta=round(sb.mean_ns - sa.mean_ns) if sa and sb else None,
+        step_ns_delta=round(sb.median_ns - sa.median_ns) if sa and sb else None,
         breakdown=tuple(compare_breakdown(a.summary, b.summary)),
         ops=tuple(compare_ops(a.ops, b.ops)[:top]),
         lines=tuple(compare_lines(a.lines, b.lines)[:top]),
@@ -173,24 +173,35 @@ def compare_modules(a: tuple[dict, ...], b: tuple[dict, ...]) -> list[dict[str, 
 
 
 def compare_breakdown(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[dict]:
-    """Per-step, per-category deltas of two summaries' step-time breakdowns."""
-    ba, bb = _breakdown(a), _breakdown(b)
+    """The median step of each side, part by part (the summary's one partition of a step:
+    device compute, communication, transfers, device idle by host cause), with deltas; the
+    parts of each add up to its median step. Parts that are zero on both sides are left out."""
+    ba, bb = _median_step(a), _median_step(b)
     if ba is None or bb is None:
         return []
-    keys = list(dict.fromkeys([*ba, *bb]))
-    rows = [{"category": k, "a": ba.get(k, 0), "b": bb.get(k, 0),
+    labels = {**_part_labels(a), **_part_labels(b)}
+    keys = [k for k in labels if ba.get(k) or bb.get(k)]
+    rows = [{"category": k, "label": labels[k], "a": ba.get(k, 0), "b": bb.get(k, 0),
              "delta": bb.get(k, 0) - ba.get(k, 0)} for k in keys]  # fmt: skip
     return sorted(rows, key=lambda r: -abs(r["delta"]))
 
 
-def _breakdown(summary: dict[str, Any] | None) -> dict[str, float] | None:
-    if not summary:
+def _part_labels(summary: dict[str, Any] | None) -> dict[str, str]:
+    parts = ((summary or {}).get("breakdown") or {}).get("parts") or []
+    return {p["key"]: p["label"] for p in parts}
+
+
+def _median_step(summary: dict[str, Any] | None) -> dict[str, int] | None:
+    """The per-step row of the step whose time is the median of the steps the statistics
+    kept (the lower of the two middle ones), None without steps."""
+    if not summary or not summary.get("steps") or not summary.get("step_stats"):
         return None
-    b = summary.get("breakdown")
-    if not isinstance(b, dict):
-        return None
-    steps = (summary.get("step_stats") or {}).get("count") or 1  # per step, so runs compare
-    return {k: v / steps for k, v in b.items() if isinstance(v, (int, float))}
+    st = summary["step_stats"]
+    out = {tuple(x) for x in (st.get("left_out") or [])}
+    kept = [r for r in summary["steps"] if (r.get("rank"), r.get("step")) not in out]
+    kept = sorted(kept or summary["steps"], key=lambda r: r["dur_ns"])
+    row = kept[(len(kept) - 1) // 2]
+    return {k: int(v) for k, v in row.items() if k.endswith("_ns") and isinstance(v, (int, float))}
 
 
 def compare_findings(a, b) -> FindingsDiff:  # sequences of Finding.to_dict()s, or None

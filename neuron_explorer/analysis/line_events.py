@@ -1,5 +1,6 @@
-"""The events of one source line, for the timeline to highlight (the source view's "show on the
-timeline"): every event whose own line, model line or Python stack names `file`:`line`.
+"""The events of one source line, or of one nn.Module, for the timeline to highlight (the source
+view's and the Modules page's "show on the timeline"): every event whose own line, model line or
+Python stack names `file`:`line`; every event run inside a module or one of its submodules.
 
 Pattern: a hot line in the source view is a set of events spread over the whole run; the
 timeline shows them all at once, outlined, and steps through them in time order.
@@ -30,10 +31,39 @@ class LineEvents(PageModel):
 
 def line_events(con: Any, file: str, line: int, limit: int = MAX_EVENTS) -> LineEvents:
     """Every event at `file`:`line` (its own line, its model line, or a frame of its stack)."""
-    limit = max(1, min(int(limit), MAX_EVENTS))
     where = """(src_file = $file AND src_line = $line) OR (model_file = $file AND model_line = $line)
         OR stack_id IN (SELECT stack_id FROM stacks WHERE file = $file AND line = $line)"""
-    params = {"file": file, "line": int(line)}
+    total, matches = _matching(con, where, {"file": file, "line": int(line)}, limit)
+    return LineEvents(file, int(line), total, total > len(matches), matches)
+
+
+@dataclass(frozen=True)
+class ModuleEvents(PageModel):
+    """The events run inside the nn.Module `module` ("" is the model) or its submodules, the
+    first `limit` in time order: its host ops and the device kernels they launched."""
+
+    module: str
+    total: int
+    truncated: bool
+    matches: tuple[dict[str, Any], ...]
+
+
+def module_events(con: Any, module: str, limit: int = MAX_EVENTS) -> ModuleEvents:
+    """Every event whose module path is `module` or lies below it (a profile without module
+    paths has none)."""
+    cols = {r[0] for r in con.execute("DESCRIBE events").fetchall()}
+    if "module" not in cols:
+        return ModuleEvents(module, 0, False, ())
+    # a prefix test, not LIKE: a module path may hold "_" or "%"
+    where = """module IS NOT NULL AND ($module = '' OR CAST(module AS VARCHAR) = $module
+        OR starts_with(CAST(module AS VARCHAR), $module || '.'))"""
+    total, matches = _matching(con, where, {"module": module}, limit)
+    return ModuleEvents(module, total, total > len(matches), matches)
+
+
+def _matching(con: Any, where: str, params: dict[str, Any], limit: int) -> tuple[int, tuple]:
+    """How many events match `where`, and the first `limit` of them in time order."""
+    limit = max(1, min(int(limit), MAX_EVENTS))
     total = con.execute(f"SELECT count(*) FROM events WHERE {where}", params).fetchall()[0][0]
     rel = con.execute(
         f"""SELECT id, CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) AS name,
@@ -43,5 +73,4 @@ def line_events(con: Any, file: str, line: int, limit: int = MAX_EVENTS) -> Line
         params,
     )
     names = [d[0] for d in rel.description]
-    matches = tuple(dict(zip(names, r, strict=True)) for r in rel.fetchall())
-    return LineEvents(file, int(line), int(total), int(total) > len(matches), matches)
+    return int(total), tuple(dict(zip(names, r, strict=True)) for r in rel.fetchall())

@@ -2,11 +2,14 @@
 (the minimum and maximum of every bucket, so a peak is never smoothed away), its peak, and what
 was held at the peak of memory_allocated by op and by source line.
 
-What was held at the peak is split into the baseline (already allocated when the step holding
-the peak began) and the step's own growth up to the peak: each change between two samples is
-charged to the innermost host op running at the sample, so an op's share is what it allocated
-minus what it freed, up to the peak. A counter has no addresses, so a tensor freed by a later
-op is charged to the op that freed it, and the shares add up to the growth exactly."""
+What was held at the peak is split into the baseline (held when the step holding the peak
+began; with no sample before it, the first sample's value, as a counter starts with what the
+process already held) and what the step's ops allocated and still hold at the peak. A rise of
+the counter is charged to the innermost host op running at its sample (its source line and
+module with it). A counter has no addresses, so a fall is taken from what is held in proportion
+to the holdings, and from the baseline past them: no op or line holds more than it allocated,
+and the holdings plus the baseline still held add up to the peak. Samples are read in the order
+written: frees cut to one instant share a timestamp."""
 
 from __future__ import annotations
 
@@ -92,66 +95,117 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
                  and s.start_ns <= peak_ts < s.start_ns + s.dur_ns), None)  # fmt: skip
     since = step.start_ns if step else None
     key = [top["rank"], top["track"], PEAK_COUNTER]
-    samples = ("SELECT ts_ns, value, value - lag(value, 1, 0) OVER (ORDER BY ts_ns, value) AS delta "
-               "FROM counters WHERE rank = ? AND CAST(track AS VARCHAR) = ? "
-               "AND CAST(name AS VARCHAR) = ?")  # fmt: skip
-    baseline = 0.0
-    if since is not None:
-        before = con.execute(f"SELECT value FROM ({samples}) WHERE ts_ns < ? ORDER BY ts_ns DESC "
-                             "LIMIT 1", [*key, since]).fetchall()  # fmt: skip
-        baseline = float(before[0][0]) if before else 0.0
+    # in the order written (k): frees cut to one instant share a timestamp, and any other
+    # tie-break turns a run of them into growths and falls
+    samples = ("SELECT row_number() OVER () AS k, ts_ns, value FROM counters WHERE rank = ? "
+               "AND CAST(track AS VARCHAR) = ? AND CAST(name AS VARCHAR) = ?")  # fmt: skip
     lo = since if since is not None else -(2**62)
+    before = con.execute(f"SELECT value FROM ({samples}) WHERE ts_ns < ? ORDER BY ts_ns DESC, k DESC "
+                         "LIMIT 1", [*key, lo]).fetchall()  # fmt: skip
     # the module path (profiles of schema 2 on): what a by-module table is made of
     cols = {r[0] for r in con.execute("DESCRIBE events").fetchall()}
     module = "CAST(e.module AS VARCHAR)" if "module" in cols else "CAST(NULL AS VARCHAR)"
-    # each change, charged to the innermost host op running at its sample (latest start wins)
+    # each sample, with the innermost host op running at it (latest start wins)
     charged = (
-        # one row per sample (k): samples of one timestamp are several changes, each charged
-        f"WITH d AS (SELECT row_number() OVER () AS k, ts_ns, delta FROM ({samples}) "
-        "WHERE ts_ns >= ? AND ts_ns <= ?), "
-        "j AS (SELECT d.ts_ns, any_value(d.delta) AS delta, "
+        f"WITH d AS (SELECT k, ts_ns, value FROM ({samples}) WHERE ts_ns >= ? AND ts_ns <= ?) "
+        "SELECT d.k, d.ts_ns, any_value(d.value) AS value, "
         "arg_max(CAST(e.name AS VARCHAR), e.start_ns) AS op, "
         "arg_max(CAST(e.src_file AS VARCHAR), e.start_ns) AS file, "
         "arg_max(e.src_line, e.start_ns) AS line, "
         f"arg_max({module}, e.start_ns) AS module FROM d LEFT JOIN events e "
         "ON e.layer = 'host' AND e.kind = 'op' AND e.rank = ? "
         "AND e.start_ns <= ? AND e.start_ns <= d.ts_ns AND e.start_ns + e.dur_ns > d.ts_ns "
-        "GROUP BY d.k, d.ts_ns) SELECT ts_ns, delta, op, file, line, module FROM j"
+        "GROUP BY d.k, d.ts_ns ORDER BY d.ts_ns, d.k"
     )
-    # the range join runs once (the events after the peak are skipped by row group); the three
-    # tables are sums over its few rows
-    j = con.sql(charged, params=[*key, lo, peak_ts, top["rank"], peak_ts]).to_arrow_table()
-    con.register("_memory_charged", j)
-    try:
-        by_op, by_line, by_module = _shares(con)
-    finally:
-        con.unregister("_memory_charged")
+    # the range join runs once (the events after the peak are skipped by row group)
+    rows = con.execute(charged, [*key, lo, peak_ts, top["rank"], peak_ts]).fetchall()
+    rows = _to_peak(rows, float(top["peak"]))
+    # with no sample before the step, the first one's change is unknown (the counter starts
+    # with what the process already held, a model's weights): its value was held before
+    baseline = float(before[0][0]) if before else (float(rows[0][2]) if rows else 0.0)
+    shares, baseline_held = apportion(baseline, [(r[2], r[3:]) for r in rows])
+    by_op, by_line, by_module = _tables(shares)
     return {
         "rank": top["rank"], "track": top["track"], "counter": PEAK_COUNTER, "unit": top["unit"],
         "value": top["peak"], "ts_ns": peak_ts, "step": step.step if step else None,
         "since_ns": since, "baseline": baseline, "growth": top["peak"] - baseline,
+        "baseline_held": baseline_held, "charged": top["peak"] - baseline_held,
         "by_op": by_op, "by_line": by_line, "by_module": by_module,
     }  # fmt: skip
 
 
-def _shares(con):
-    """What the charged changes add up to by op, by source line and by module."""
-    by_op = _dicts(
-        con,
-        f"SELECT coalesce(op, '(outside any op)') AS op, sum(delta) AS held_bytes, "
-        "sum(greatest(delta, 0)) AS allocated_bytes, count(*) FILTER (WHERE delta > 0) AS allocations "
-        f"FROM _memory_charged GROUP BY 1 ORDER BY held_bytes DESC, 1 LIMIT {TOP}",
-    )
-    by_line = _dicts(
-        con,
-        f"SELECT file, line, any_value(op) AS op, sum(delta) AS held_bytes, "
-        "sum(greatest(delta, 0)) AS allocated_bytes FROM _memory_charged WHERE file IS NOT NULL "
-        f"GROUP BY file, line ORDER BY held_bytes DESC, file, line LIMIT {TOP}",
-    )
-    by_module = _dicts(
-        con,
-        f"SELECT CASE WHEN module = '' THEN '(model)' ELSE module END AS module, "
-        "sum(delta) AS held_bytes, sum(greatest(delta, 0)) AS allocated_bytes FROM _memory_charged "
-        f"WHERE module IS NOT NULL GROUP BY 1 ORDER BY held_bytes DESC, 1 LIMIT {TOP}",
-    )
-    return by_op, by_line, by_module
+def _to_peak(rows: list[tuple], peak: float) -> list[tuple]:
+    """The samples up to the first that reaches the peak (several share its timestamp)."""
+    for i, r in enumerate(rows):
+        if r[2] >= peak:
+            return rows[: i + 1]
+    return rows
+
+
+def apportion(
+    baseline: float, samples: list[tuple[float, Any]]
+) -> tuple[dict[Any, list[float]], float]:
+    """What each charge key (op, file, line, module) still holds at the last of `samples`
+    (value, key), with what of `baseline` is still held. A rise is charged to its key; a counter
+    has no addresses, so a fall is taken from what the keys hold in proportion to their holdings
+    (and from the baseline past them): no key holds more than it allocated, none less than
+    nothing, and the holdings and the baseline held add up to the last value. Each value of
+    the map is [held, allocated, allocations]."""
+    out: dict[Any, list[float]] = {}
+    raw: dict[Any, float] = {}  # held = raw * scale: a fall rescales all at once
+    scale, held, base = 1.0, 0.0, baseline
+    prev = baseline
+    for value, key in samples:
+        delta, prev = value - prev, value
+        if delta > 0:
+            raw[key] = raw.get(key, 0.0) + delta / scale
+            held += delta
+            acc = out.setdefault(key, [0.0, 0.0, 0])
+            acc[1] += delta
+            acc[2] += 1
+        elif delta < 0:
+            take = min(-delta, held)
+            base -= -delta - take
+            if take >= held:
+                raw, scale, held = {}, 1.0, 0.0
+            else:
+                scale *= (held - take) / held
+                held -= take
+                if scale < 1e-150:  # renormalise before it underflows
+                    raw, scale = {k: v * scale for k, v in raw.items()}, 1.0
+    for key, acc in out.items():
+        acc[0] = raw.get(key, 0.0) * scale
+    return out, base
+
+
+def _tables(shares: dict[Any, list[float]]) -> tuple[list, list, list]:
+    """The holdings summed by op, by source line and by module, largest first (TOP of each)."""
+    ops: dict[str, list[float]] = {}
+    lines: dict[tuple[str, int], list[Any]] = {}
+    mods: dict[str, list[float]] = {}
+    for (op, file, line, mod), (held, allocated, n) in shares.items():
+        o = ops.setdefault(op if op is not None else "(outside any op)", [0.0, 0.0, 0])
+        o[0] += held
+        o[1] += allocated
+        o[2] += n
+        if file is not None:
+            ln = lines.setdefault((file, line), [0.0, 0.0, {}])
+            ln[0] += held
+            ln[1] += allocated
+            ln[2][op] = ln[2].get(op, 0.0) + allocated
+        if mod is not None:
+            m = mods.setdefault(mod or "(model)", [0.0, 0.0])
+            m[0] += held
+            m[1] += allocated
+    by_op = [{"op": k, "held_bytes": v[0], "allocated_bytes": v[1], "allocations": v[2]}
+             for k, v in ops.items()]  # fmt: skip
+    by_line = [{"file": f, "line": n, "op": max(v[2], key=v[2].get) if v[2] else None,
+                "held_bytes": v[0], "allocated_bytes": v[1]} for (f, n), v in lines.items()]  # fmt: skip
+    by_module = [
+        {"module": k, "held_bytes": v[0], "allocated_bytes": v[1]} for k, v in mods.items()
+    ]
+
+    def top(rows, *tie):
+        return sorted(rows, key=lambda r: (-r["held_bytes"], *(str(r[t]) for t in tie)))[:TOP]
+
+    return top(by_op, "op"), top(by_line, "file", "line"), top(by_module, "module")

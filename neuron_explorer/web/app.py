@@ -119,13 +119,16 @@ def _html_route(page: Page, service: Service) -> Callable[..., HTMLResponse]:
 
     def route(**values: str) -> HTMLResponse:
         name = values.pop("name", None)
+        hidden: tuple[str, ...] = ()
         if name is not None:
             # a 404 page for unknown names, an error page for a corrupt profile
-            service.store.open(name)
+            p = service.store.open(name)
+            if len(p.manifest.ranks) < 2:
+                hidden = ("ranks",)  # one rank: nothing to set side by side
         title = f"{page.shell.title} · {name}" if name else page.shell.title
         extra = {k: html.escape(v) for k, v in values.items()}  # file_id, as the script reads it
         return HTMLResponse(render_page(page.kind, page.shell, title=title, pages=PAGES,
-                                        profile=name or "", **extra))  # fmt: skip
+                                        profile=name or "", hidden_tabs=hidden, **extra))  # fmt: skip
 
     kw = inspect.Parameter.KEYWORD_ONLY
     route.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ only its own row, never the list."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import Any
@@ -28,7 +29,9 @@ class ProfileList:
         """One row per name, built in order (so the first profiles get the inline analysis
         budget, as before), each waited for at most `row_s`; a row still running from an
         earlier request (a hung profile) is waited for only briefly. A failed profile's row is
-        {name, error}."""
+        {name, error}; a row not built yet is {name, error: None, reading_s}: a slow profile
+        is only slow (the page says "still reading" and asks again), and a hung one costs only
+        its row."""
         out = []
         for name in names:
             with self._lock:
@@ -42,6 +45,7 @@ class ProfileList:
 
     def _start(self, name: str, make_row: Callable[[str], dict[str, Any]]) -> Future:
         future: Future = Future()
+        future.started = time.monotonic()  # type: ignore[attr-defined]
 
         def build() -> None:
             try:
@@ -58,8 +62,8 @@ class ProfileList:
     @staticmethod
     def _row(name: str, f: Future, row_s: float) -> dict[str, Any]:
         if not f.done():
-            return {"name": name, "error": f"not readable within {row_s:g} s (a hung mount, or a "
-                                           "pipe in place of a file?); still trying"}  # fmt: skip
+            waited = time.monotonic() - getattr(f, "started", time.monotonic())
+            return {"name": name, "error": None, "reading_s": round(max(waited, row_s), 1)}
         exc = f.exception()
         if exc is None:
             return f.result()

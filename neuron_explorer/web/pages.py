@@ -61,12 +61,14 @@ def _template() -> Template:
     return Template((TEMPLATES / "page.html").read_text(encoding="utf-8"))
 
 
-def _tabs(pages: Sequence[Page], kind: str, profile: str) -> str:
+def _tabs(pages: Sequence[Page], kind: str, profile: str, hidden: Sequence[str] = ()) -> str:
     if not profile:
         return ""
     base = f"/p/{html.escape(profile)}"
     links, seen = [], set()
     for page in pages:
+        if page.kind in hidden and page.kind != kind:
+            continue
         if page.shell.tab and page.kind not in seen:  # one tab per kind (Source and its files)
             seen.add(page.kind)
             href = base if page.kind == "summary" else f"{base}/{page.kind}"
@@ -84,9 +86,10 @@ def render_page(
     profile: str = "",
     error: str = "",
     file_id: str = "",
+    hidden_tabs: Sequence[str] = (),
 ) -> str:
-    """The HTML shell of a page (with the tab bar of `pages` when it shows a profile); `error`
-    renders an error page instead of a script."""
+    """The HTML shell of a page (with the tab bar of `pages` when it shows a profile, less the
+    kinds in `hidden_tabs`); `error` renders an error page instead of a script."""
     body = (
         f'<div class="error-box"><h2>Something went wrong</h2><p>{html.escape(error)}</p>'
         '<p><a href="/">Back to the profiles</a></p></div>'
@@ -99,7 +102,7 @@ def render_page(
         profile=html.escape(profile, quote=True),
         profile_label=html.escape(profile),
         file_id=html.escape(file_id, quote=True),
-        tabs=_tabs(pages, kind, profile),
+        tabs=_tabs(pages, kind, profile, hidden_tabs),
         plotly='<script src="/static/plotly.min.js"></script>' if shell.plotly else "",
         script="" if error else f'<script type="module" src="/static/js/{shell.script}"></script>',
         body=body,

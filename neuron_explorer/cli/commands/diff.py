@@ -75,19 +75,23 @@ def render_comparison(doc, top: int = 10) -> None:  # analysis.compare.Compariso
     c.print(wrap_parts(c.width, [f"A {escape(doc.a)}", f"B {escape(doc.b)}"], "  ->  "),
             highlight=False, soft_wrap=True)  # fmt: skip
     sa, sb = doc.steps["a"], doc.steps["b"]
-    parts = [f"mean step A {_ms(sa.mean_ns if sa else None)} ({sa.count if sa else 0} steps)",
-             f"B {_ms(sb.mean_ns if sb else None)} ({sb.count if sb else 0} steps)"]  # fmt: skip
+    parts = [f"median step A {_ms(sa.median_ns if sa else None)} ({sa.count if sa else 0} steps)",
+             f"B {_ms(sb.median_ns if sb else None)} ({sb.count if sb else 0} steps)"]  # fmt: skip
     if doc.step_ns_delta is not None:
         parts.append(f"change {_delta(doc.step_ns_delta)}")
     c.print(wrap_parts(c.width, parts), highlight=False)
     if doc.device_time_modeled:
         c.print("device times come from the cost model", highlight=False)
     if doc.breakdown:
-        rows = [(r["category"].removesuffix("_ns").replace("_", " "), _ms(r["a"]), _ms(r["b"]), _delta(r["delta"]))
+        rows = [(r["label"], _ms(r["a"]), _ms(r["b"]), _delta(r["delta"]))
                 for r in doc.breakdown if r["a"] or r["b"]]  # fmt: skip
         c.print(
             fit_table(
-                c.width, ("per step", "A", "B", "change"), rows, title="Breakdown", right=(1, 2, 3)
+                c.width,
+                ("part of the step", "A", "B", "change"),
+                rows,
+                title="The median step",
+                right=(1, 2, 3),
             )
         )
     tables = (

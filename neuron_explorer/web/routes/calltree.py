@@ -1,5 +1,5 @@
-"""The call tree and flame graph of host time, and the events of one source line (which the
-timeline outlines when the source view links to it)."""
+"""The call tree and flame graph of host time, and the events of one source line or one module
+(which the timeline outlines when the source view or the Modules page links to it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Query
 
 from neuron_explorer.analysis.calltree import call_tree
-from neuron_explorer.analysis.line_events import MAX_EVENTS, line_events
+from neuron_explorer.analysis.line_events import MAX_EVENTS, line_events, module_events
 
 from ..pages import Api, Page, Shell
 from ..views import overview, source
@@ -41,8 +41,19 @@ def api_line_events(
     return {"name": name, "file_id": file_id, **found.to_dict()}
 
 
+def api_module_events(
+    svc: Service, name: str, module: str = Query(..., max_length=4096),
+    limit: int = Query(MAX_EVENTS, ge=1),
+) -> dict[str, Any]:  # fmt: skip
+    svc.store.open(name)
+    return {"name": name, **module_events(svc.store.connection(name), module, limit).to_dict()}
+
+
 PAGES = (
     Page("calltree", "/p/{name}/calltree", api_calltree,
          Shell("Call tree", "calltree.js", plotly=True, tab="Call tree")),
 )  # fmt: skip
-API = (Api("/api/p/{name}/source/{file_id}/lines/{line}/events", api_line_events, "timeline"),)
+API = (
+    Api("/api/p/{name}/source/{file_id}/lines/{line}/events", api_line_events, "timeline"),
+    Api("/api/p/{name}/modules/events", api_module_events, "timeline"),
+)

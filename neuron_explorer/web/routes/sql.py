@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from ..service import Service
 
 PARQUET = "application/vnd.apache.parquet"
+# the schema panel: every table's columns with their type, unit and meaning (model/schema.py)
+SCHEMA = [
+    {"table": t.name, "doc": t.doc,
+     "columns": [{"name": c.name, "type": str(c.type), "unit": c.unit, "doc": c.doc} for c in t.columns]}
+    for t in TABLES.values()
+]  # fmt: skip
 
 
 # SQL runs on the gate's own threads (async routes hold no thread of the shared pool while
@@ -37,7 +43,7 @@ async def api_sql(
         out: dict[str, Any] = {"name": name, "max_rows": sql.MAX_ROWS, "timeout_s": sql.TIMEOUT_S,
                                "max_result_bytes": sql.MAX_RESULT_BYTES,
                                "examples": [{"title": t, "sql": s} for t, s in sql.EXAMPLES],
-                               "tables": list(TABLES), "result": None}  # fmt: skip
+                               "tables": list(TABLES), "schema": SCHEMA, "result": None}  # fmt: skip
         if q.strip():
             out["result"] = sql.run_query(p, q, limit)
         return out

@@ -91,16 +91,19 @@ export function qs(name) {
 export const enc = encodeURIComponent;
 export const pUrl = (name, rest = "") => `/p/${enc(name)}${rest}`;
 export const sourceUrl = (name, fid, line) => `${pUrl(name, "/source/" + enc(fid))}${line ? "#L" + line : ""}`;
+// the Modules page at one module ("" is the model itself)
+export const moduleUrl = (name, path) => pUrl(name, `/modules?module=${enc(path)}`);
+export const moduleLink = (name, path, cls = "") => h("a", { href: moduleUrl(name, path), class: `mono module-link ${cls}`.trim() }, path === "" ? "(model)" : path);
 export const timelineUrl = (name, ev) =>
   pUrl(name, `/timeline?event=${enc(ev.id)}` + (ev.start_ns !== undefined && ev.start_ns !== null ? `&start_ns=${Math.max(0, ev.start_ns - (ev.dur_ns || 1000) * 3)}&end_ns=${ev.start_ns + (ev.dur_ns || 1000) * 4}` : ""));
 
 export function card(label, value, note) {
-  return h("div", { class: "card" }, h("div", { class: "card-label" }, label),
+  return h("div", { class: "card" }, h("div", { class: "card-label", title: label }, label),
     h("div", { class: "card-value" }, value), note ? h("div", { class: "card-note" }, note) : null);
 }
 
 export function section(title, ...body) {
-  return h("section", { class: "panel" }, h("h2", {}, title), ...body);
+  return h("section", { class: "panel" }, h("h2", { title: typeof title === "string" ? title : null }, title), ...body);
 }
 
 export function severityChip(sev) {
@@ -138,7 +141,9 @@ export function dataTable(columns, rows, opts = {}) {
       const tr = h("tr", { class: opts.rowClass ? opts.rowClass(r) : null });
       for (const c of columns) {
         const v = c.cell ? c.cell(r) : c.fmt ? c.fmt(r[c.key], r) : r[c.key];
-        tr.append(h("td", { class: c.num ? "num" : null, title: c.title ? c.title(r) : null }, v === null || v === undefined ? "–" : v));
+        const td = h("td", { class: c.num ? "num" : null, title: c.title ? c.title(r) : null }, v === null || v === undefined ? "–" : v);
+        if (!td.title && td.textContent.length > 24) td.title = td.textContent;  // cut to one line: whole on hover
+        tr.append(td);
       }
       if (opts.onRowClick) {
         tr.classList.add("clickable");

@@ -9,7 +9,19 @@ const pct = (r) => {
   if (!a) return b ? "new" : "0%";
   return `${b >= a ? "+" : ""}${((b / a - 1) * 100).toFixed(0)}%`;
 };
-const CATEGORY = { steps_ns: "step", device_compute_ns: "device compute", dma_ns: "DMA", device_idle_ns: "device idle", compile_ns: "compile", fallback_ns: "CPU fallback", sync_ns: "sync", host_other_ns: "host, other" };
+// what the median leaves aside: each rank's first step in a job (the stats' left_out), and the
+// steps far from it (a compile step) that a mean would be moved by
+const OUTLIER = 2;  // a step over twice the median is named
+const LOG_SPREAD = 10;  // the step chart's axis is logarithmic when a step is this many medians
+function stepsNote(s) {
+  if (!s.count) return "no steps";
+  const parts = [`median of ${s.count - (s.left_out || []).length} steps`];
+  if ((s.left_out || []).length) parts.push(`left out: ${s.left_out.map(([r, st]) => `rank ${r} step ${st ?? "–"}`).join(", ")} (start-up)`);
+  const slow = (s.per_step || []).filter((p) => s.median_ns && p.dur_ns > OUTLIER * s.median_ns);
+  if (slow.length) parts.push(`outside the median: step ${slow.map((p) => `${p.step ?? "–"} (${fmtNs(p.dur_ns)})`).join(", ")}; mean ${fmtNs(s.mean_ns)}`);
+  if ((s.partial_last_steps || []).length) parts.push(`cut short: step ${s.partial_last_steps.map(([, st]) => st ?? "–").join(", ")}`);
+  return parts.join(" · ");
+}
 
 async function picker() {
   const d = await api("/profiles");
@@ -34,21 +46,21 @@ run(async () => {
   if (!a || !b) return picker();
   const d = await api(`/compare?a=${enc(a)}&b=${enc(b)}`);
   setModeled(d.device_time_modeled);
-  const none = { count: 0, mean_ns: null, per_step: [] };  // a profile without steps
+  const none = { count: 0, mean_ns: null, median_ns: null, per_step: [] };  // a profile without steps
   const sa = d.steps.a || none, sb = d.steps.b || none;
   const chart = h("div", { class: "chart", id: "compare-chart" });
-  const ratio = sa.mean_ns && sb.mean_ns ? sb.mean_ns / sa.mean_ns : null;
+  const ratio = sa.median_ns && sb.median_ns ? sb.median_ns / sa.median_ns : null;
   const sideVal = (side, key) => (r) => (r[side] && r[side][key] !== undefined ? fmtNs(r[side][key]) : "–");
   mount(
     h("h1", {}, "Compare ", h("a", { href: pUrl(a) }, a), " → ", h("a", { href: pUrl(b) }, b)),
     h("div", { class: "cards" },
-      card(`A: ${a}`, fmtNs(sa.mean_ns), `${sa.count} steps, mean`),
-      card(`B: ${b}`, fmtNs(sb.mean_ns), `${sb.count} steps, mean`),
-      card("Change", d.step_ns_delta === null ? "–" : fmtDelta(d.step_ns_delta), ratio ? `${((ratio - 1) * 100).toFixed(1)}% step time` : "")),
+      h("div", { class: "card", id: "cmp-card-a" }, h("div", { class: "card-label", title: a }, `A: ${a}`), h("div", { class: "card-value" }, fmtNs(sa.median_ns)), h("div", { class: "card-note" }, stepsNote(sa))),
+      h("div", { class: "card", id: "cmp-card-b" }, h("div", { class: "card-label", title: b }, `B: ${b}`), h("div", { class: "card-value" }, fmtNs(sb.median_ns)), h("div", { class: "card-note" }, stepsNote(sb))),
+      card("Change of the median step", d.step_ns_delta === null ? "–" : fmtDelta(d.step_ns_delta), ratio ? `${((ratio - 1) * 100).toFixed(1)}% step time` : "")),
     h("div", { class: "grid2" },
       section("Step time per step", chart),
-      section("Breakdown", d.breakdown.length ? dataTable([
-        { key: "category", label: "Per step", fmt: (v) => CATEGORY[v] || v }, { key: "a", label: "A", num: true, fmt: fmtNs }, { key: "b", label: "B", num: true, fmt: fmtNs },
+      section("The median step of each, part by part", d.breakdown.length ? dataTable([
+        { key: "label", label: "Part of the step" }, { key: "a", label: "A", num: true, fmt: fmtNs }, { key: "b", label: "B", num: true, fmt: fmtNs },
         { key: "delta", label: "Δ", num: true, cell: (r) => deltaCell(r.delta) }], d.breakdown, { compact: true, sortable: false })
         : h("p", { class: "note" }, "The step-time breakdown needs the analysis summary of both profiles."))),
     section("Timelines, stacked: the same step of each from its start, one time scale", stackedTimelines(a, b)),
@@ -72,6 +84,8 @@ run(async () => {
     section("Findings that appeared or went", findingsDiff(d.findings, a, b)),
   );
   const trace = (s, name, color) => ({ type: "bar", name, x: s.per_step.map((_, i) => i), y: s.per_step.map((p) => p.dur_ns / 1e6), marker: { color } });
+  // one compile step many times the others flattens them: a log axis then
+  const spread = [sa, sb].some((s) => s.median_ns && s.max_ns > LOG_SPREAD * s.median_ns);
   plot(chart, [trace(sa, `A ${a}`, "#94a3b8"), trace(sb, `B ${b}`, "#3b82f6")],
-    { barmode: "group", xaxis: { title: { text: "step (index in profile)" }, dtick: 1 }, yaxis: { title: { text: "ms" } }, margin: { l: 60, r: 10, t: 30, b: 50 } });
+    { barmode: "group", xaxis: { title: { text: "step (index in profile)" }, dtick: 1 }, yaxis: { title: { text: spread ? "ms (log scale)" : "ms" }, type: spread ? "log" : "linear" }, margin: { l: 60, r: 10, t: 30, b: 50 } });
 });

@@ -6,7 +6,7 @@
 // from the earlier of the two ranks' starts of the step, so a wait on one rank lines up with
 // the work of the other.
 import { api, h, enc, fmtNs, clean } from "./common.js";
-import { colorFor, textColor } from "./timeline_overview.js";
+import { colorFor, textColor, ownLane } from "./timeline_overview.js";
 
 const GUTTER = 150, AXIS = 22, ROW = 14, GAP = 4, MAX_ROWS = 3;
 
@@ -83,7 +83,7 @@ function fetchBoth(st, delay = 60) {
 function draw(st, side, index) {
   const { canvas, win, lanes } = side;
   const used = new Map();  // lanes with work in view, rows up to MAX_ROWS each
-  const mine = (l) => side.rank === undefined || (lanes[l].rank || 0) === side.rank;
+  const mine = (l) => (side.rank === undefined || (lanes[l].rank || 0) === side.rank) && !ownLane(lanes[l]);
   for (let i = 0; i < win.rects.lane.length; i++) if (mine(win.rects.lane[i])) used.set(win.rects.lane[i], Math.max(used.get(win.rects.lane[i]) || 0, Math.min(MAX_ROWS, win.rects.depth[i] + 1)));
   const order = [...used.keys()].sort((x, y) => x - y);
   const top = new Map();

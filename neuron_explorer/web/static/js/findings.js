@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, fmtPct, findingChips, sourceUrl, timelineUrl, pUrl, enc, section, profile } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtPct, findingChips, sourceUrl, timelineUrl, moduleUrl, pUrl, enc, section, profile } from "./common.js";
 
 function evidence(f) {
   const ev = f.evidence || {};
@@ -23,7 +23,7 @@ function evidence(f) {
   }
   if (ev.modules && ev.modules.length) {
     parts.push(h("div", {}, "Modules: ", ev.modules.slice(0, 5).map((m, i) => h("span", {}, i ? ", " : "",
-      h("a", { href: pUrl(profile, "/modules"), class: "mono finding-module" }, m.label), ` ${fmtNs(m.dur_ns)}`))));
+      h("a", { href: moduleUrl(profile, m.label === "(model)" ? "" : m.label), class: "mono finding-module" }, m.label), ` ${fmtNs(m.dur_ns)}`))));
   }
   if (ev.event_ids && ev.event_ids.length) {
     parts.push(h("div", {}, "Events: ", ev.event_ids.slice(0, 12).map((id, i) => h("span", {}, i ? " " : "", h("a", { href: timelineUrl(profile, { id }) }, `#${id}`)))));

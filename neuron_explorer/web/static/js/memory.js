@@ -1,7 +1,7 @@
 // Memory over time: every counter of the profile on one chart (each bucket's maximum, so the
 // peak is drawn as it was), the peak of memory_allocated, and what was held at the peak by op
-// and by source line (the baseline held when the step began, plus the step's own growth).
-import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, enc, card, section, setModeled, profile, plotText } from "./common.js";
+// and by source line (the baseline held when the step began, plus what the step's ops hold).
+import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, moduleLink, enc, card, section, setModeled, profile, plotText } from "./common.js";
 import { aliveSections } from "./memory_alive.js";
 
 const fmtVal = (unit) => (v) => (unit === "bytes" ? fmtBytes(v) : v === null || v === undefined ? "–" : String(v));
@@ -21,9 +21,9 @@ run(async () => {
     parts.push(h("div", { class: "cards", id: "memory-peak" },
       card(`Peak ${pk.counter}`, fmtVal(pk.unit)(pk.value), `${pk.track}${pk.rank ? " rank " + pk.rank : ""}`),
       card("At", fmtNs(pk.ts_ns), pk.step !== null ? `step ${pk.step}` : "outside the steps"),
-      card("Held when the step began", fmtVal(pk.unit)(pk.baseline), pk.since_ns !== null ? `at ${fmtNs(pk.since_ns)}` : "no step: from the start"),
-      card("Growth to the peak", fmtVal(pk.unit)(pk.growth), "charged to ops below")),
-      h("p", { class: "note" }, "Each change of the counter is charged to the innermost host op running when it was sampled: an op's share is what it allocated minus what it freed, up to the peak. ",
+      card("Held when the step began", fmtVal(pk.unit)(pk.baseline), `${pk.since_ns !== null ? "at " + fmtNs(pk.since_ns) : "no step: the first sample"}; ${fmtVal(pk.unit)(pk.baseline_held)} of it still held at the peak`),
+      card("Allocated in the step, held at the peak", fmtVal(pk.unit)(pk.charged), "charged to ops below")),
+      h("p", { class: "note" }, "Each rise of the counter is charged to the innermost host op running when it was sampled; a counter has no addresses, so each fall is taken from what is held in proportion to the holdings (then from what the step began with): no op or line is charged more than it allocated, and the rows add up to the peak less the start still held. ",
         h("a", { href: pUrl(profile, `/timeline?start_ns=${Math.max(0, pk.ts_ns - 500000)}&end_ns=${pk.ts_ns + 500000}`), id: "peak-timeline" }, "The timeline at the peak")));
   }
   parts.push(section("Counters over time", chart));
@@ -43,7 +43,7 @@ run(async () => {
         { key: "allocated_bytes", label: "Allocated", num: true, fmt: unit },
       ], pk.by_line, { compact: true, sortKey: "held_bytes" }) : h("p", { class: "note" }, "The ops holding memory at the peak have no source lines."))));
     if (pk.by_module && pk.by_module.length) parts.push(section("Held at the peak, by module", dataTable([
-      { key: "module", label: "Module (nn.Module path)", cell: (r) => h("span", { class: "mono" }, r.module) },
+      { key: "module", label: "Module (nn.Module path)", cell: (r) => moduleLink(profile, r.module === "(model)" ? "" : r.module) },
       { key: "held_bytes", label: "Held", num: true, fmt: unit },
       { key: "allocated_bytes", label: "Allocated", num: true, fmt: unit },
     ], pk.by_module, { compact: true, sortKey: "held_bytes" })));

@@ -14,7 +14,7 @@ function render(data) {
   const update = () => { button.disabled = chosen.size !== 2; };
   const cols = [
     { label: "", cell: (r) => {
-      const box = h("input", { type: "checkbox", class: "pick", "data-name": r.name, disabled: !!r.error, checked: chosen.has(r.name) });
+      const box = h("input", { type: "checkbox", class: "pick", "data-name": r.name, disabled: !!r.error || r.reading_s !== undefined, checked: chosen.has(r.name) });
       box.addEventListener("change", () => {
         if (box.checked) chosen.add(r.name); else chosen.delete(r.name);
         if (chosen.size > 2) { const first = [...chosen][0]; chosen.delete(first); document.querySelector(`input.pick[data-name="${CSS.escape(first)}"]`).checked = false; }
@@ -22,13 +22,14 @@ function render(data) {
       });
       return box;
     } },
-    { key: "name", label: "Profile", cell: (r) => r.error ? h("span", {}, r.name) : h("a", { href: pUrl(r.name) }, r.name) },
+    { key: "name", label: "Profile", cell: (r) => r.error || r.reading_s !== undefined ? h("span", {}, r.name) : h("a", { href: pUrl(r.name) }, r.name) },
     { key: "source", label: "Source" },
     { key: "devices", label: "Devices", cell: (r) => (r.devices || []).join(", ") + (r.device_spec ? ` (${r.device_spec}, modeled)` : "") },
     { key: "events", label: "Events", num: true, fmt: (v) => fmtNum(v) },
     { key: "step_count", label: "Steps", num: true },
     { key: "step_mean_ns", label: "Step time", num: true, fmt: fmtNs },
     { key: "top_finding", label: "Top finding", cell: (r) => r.error ? h("span", { class: "pos" }, "cannot open: " + r.error)
+      : r.reading_s !== undefined ? h("span", { class: "note reading" }, `still reading (${Math.round(r.reading_s)} s so far)…`)
       : r.top_finding ? h("span", {}, findingChips(r.top_finding), " ", h("a", { href: pUrl(r.name, "/findings") }, r.top_finding.title))
       : r.analysis_pending ? h("span", { class: "note" }, "analysing…") : "" },
   ];
@@ -43,7 +44,7 @@ function render(data) {
   );
   // large profiles are analysed in the background: ask the list again (never reload the page,
   // which would lose what is ticked) until their top finding is known
-  if (data.profiles.some((r) => r.analysis_pending)) setTimeout(() => api("/profiles").then(render).catch((e) => console.warn(e)), POLL_MS);
+  if (data.profiles.some((r) => r.analysis_pending || r.reading_s !== undefined)) setTimeout(() => api("/profiles").then(render).catch((e) => console.warn(e)), POLL_MS);
 }
 
 // a row's step statistics (analysis.steps, as the summary page's) as the two sortable columns

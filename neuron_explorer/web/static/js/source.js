@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, dataTable, heatBar, sourceUrl as fileUrl, timelineUrl, pUrl, enc, section, setModeled, profile, fileId, qs, nameMatcher, filteredTable } from "./common.js";
+import { api, h, mount, run, fmtNs, dataTable, heatBar, sourceUrl as fileUrl, timelineUrl, moduleLink, pUrl, enc, section, setModeled, profile, fileId, qs, nameMatcher, filteredTable } from "./common.js";
 
 // Which frame is "the line" for device self time: your code, model code (the default: your
 // code or a library's, such as transformers' modeling files) or every frame. Kept in ?level=.
@@ -77,7 +77,7 @@ async function showLine(side, line, modeled) {
     d.kernels && d.kernels.length ? h("div", {}, h("h2", { style: { marginTop: "12px" } }, "Device work with this line on its stack"),
       h("ul", { class: "list-plain", id: "line-kernels" }, d.kernels.map((k) => h("li", {},
         h("a", { href: timelineUrl(profile, k), class: "jump" }, k.name),
-        h("span", { class: "note" }, `  ${k.module === "" ? "(model)" : (k.module || "")} · step ${k.step ?? "–"} · ${fmtNs(k.dur_ns)}`))))) : null,
+        "  ", k.module === null || k.module === undefined ? null : moduleLink(profile, k.module), h("span", { class: "note" }, ` · step ${k.step ?? "–"} · ${fmtNs(k.dur_ns)}`))))) : null,
     modeled ? h("p", { class: "note" }, "* device time from the cost model") : null));
 }
 

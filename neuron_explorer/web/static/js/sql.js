@@ -1,4 +1,27 @@
+// The SQL box: a query over the profile's tables, with the schema beside it (each column's
+// type, unit and meaning; a click puts its name into the query) and the queries run before
+// (kept in the browser, newest first, shared by every profile).
 import { api, h, mount, run, dataTable, enc, section, profile, qs } from "./common.js";
+
+const HISTORY_KEY = "ne.sql.history", HISTORY_MAX = 30;
+const pastQueries = () => { try { return JSON.parse(localStorage.getItem(HISTORY_KEY) || "[]"); } catch (e) { return []; } };
+function remember(q) {
+  const kept = [q, ...pastQueries().filter((x) => x !== q)].slice(0, HISTORY_MAX);
+  localStorage.setItem(HISTORY_KEY, JSON.stringify(kept));
+}
+
+function schemaPanel(schema, box) {
+  const insert = (text) => {
+    const [a, b] = [box.selectionStart, box.selectionEnd];
+    box.setRangeText(text, a, b, "end");
+    box.focus();
+  };
+  return h("div", { id: "sql-schema" }, schema.map((t) => h("details", { open: t.table === "events" },
+    h("summary", { title: t.doc }, h("b", { class: "mono" }, t.table), h("span", { class: "note" }, ` ${t.columns.length} columns`)),
+    h("ul", { class: "list-plain schema-cols" }, t.columns.map((c) => h("li", { title: c.doc },
+      h("a", { href: "#", class: "mono", onclick: (e) => { e.preventDefault(); insert(c.name); } }, c.name),
+      h("span", { class: "note" }, ` ${c.type}${c.unit ? " · " + c.unit : ""}`)))))));
+}
 
 run(async () => {
   const meta = await api(`/p/${enc(profile)}/sql`);
@@ -14,6 +37,8 @@ run(async () => {
     history.replaceState(null, "", url);
     csv.href = `/api/p/${enc(profile)}/sql.csv?q=${enc(q)}&limit=${enc(limit.value)}`;
     out.replaceChildren(h("p", { class: "note" }, "Running…"));
+    remember(q);
+    drawHistory();
     try {
       const d = await api(`/p/${enc(profile)}/sql?q=${enc(q)}&limit=${enc(limit.value)}`);
       const r = d.result;
@@ -28,6 +53,10 @@ run(async () => {
   };
   const runBtn = h("button", { class: "btn primary", id: "sql-run", onclick: go }, "Run  (Ctrl+Enter)");
   box.addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); go(); } });
+  const hist = h("ol", { class: "list-plain", id: "sql-history" });
+  const drawHistory = () => hist.replaceChildren(...pastQueries().map((q) => h("li", {},
+    h("a", { href: "#", class: "mono sql-past", title: q, onclick: (e) => { e.preventDefault(); box.value = q; go(); } }, q.replace(/\s+/g, " ")))));
+  drawHistory();
   mount(
     h("h1", {}, "SQL", h("span", { class: "note" }, `  DuckDB over this profile's tables (${meta.tables.join(", ")}) · read only · at most ${meta.max_rows} rows and ${meta.timeout_s} s`)),
     section("Query", h("div", { class: "sql-box" }, box),
@@ -35,6 +64,7 @@ run(async () => {
         h("span", { class: "note" }, "Tables as Parquet: ", meta.tables.map((t, i) => h("span", {}, i ? ", " : "", h("a", { href: `/api/p/${enc(profile)}/tables/${t}.parquet` }, t))))),
       h("div", { class: "sql-actions examples" }, h("span", { class: "note" }, "Examples:"),
         meta.examples.map((ex) => h("button", { class: "btn", onclick: () => { box.value = ex.sql; go(); } }, ex.title)))),
-    section("Result", out));
+    h("div", { class: "sql-side" }, section("Result", out),
+      h("div", {}, section("Schema", meta.schema ? schemaPanel(meta.schema, box) : null), section("History", hist))));
   if (qs("q")) go();
 });

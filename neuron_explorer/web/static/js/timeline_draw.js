@@ -2,12 +2,17 @@
 // lanes), the rectangles, flows, counter tracks, span selection and axis on one canvas. The
 // page (timeline.js) owns the state's changes and the requests; this module only reads them.
 import { fmtNum, clean } from "./common.js";
-import { colorFor, textColor } from "./timeline_overview.js";
+import { colorFor, textColor, ownLane } from "./timeline_overview.js";
 
-export const GUTTER = 190, AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
+export const AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
+// the lane label column: widened by dragging its edge, kept for the next visit (importers
+// read the live binding)
+const GUTTER_MIN = 120, GUTTER_MAX = 900;
+const clampGutter = (px) => Math.round(Math.max(GUTTER_MIN, Math.min(GUTTER_MAX, px)));
+export let GUTTER = clampGutter(Number(localStorage.getItem("ne.tl.gutter")) || 190);
 export const PIN_W = 16; // the pin column at the right of the lane labels
 export const state = { lanes: [], extent: null, view: null, win: null, laneY: [], laneRows: [], rows: [], collapsed: new Set(), pinned: new Set(),
-  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind" };
+  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind", hiddenLanes: new Set() };
 export const dom = { canvas: null, ctx: null, wrap: null, overview: null };  // set once by the page
 
 export function laneLabel(l) {
@@ -37,7 +42,9 @@ export function layout() {
   // pinned lanes first (in the order they were pinned), then the rest in the server's order
   const pins = [...state.pinned];
   const order = state.lanes.map((_, i) => i).sort((a, b) => (state.pinned.has(b) - state.pinned.has(a)) || (pins.indexOf(a) - pins.indexOf(b)) || a - b);
+  state.hiddenLanes = new Set(order.filter((i) => ownLane(state.lanes[i])));
   for (const i of order) {
+    if (state.hiddenLanes.has(i)) continue;
     const l = state.lanes[i], g = groupOf(l);
     if (g && state.collapsed.has(g)) {
       if (!seen.has(g)) {
@@ -98,6 +105,17 @@ export function xOf(ns) {
   return GUTTER + ((ns - state.view[0]) / (state.view[1] - state.view[0])) * w;
 }
 
+// `text` cut with an ellipsis to `px` wide (a binary search on its measured width)
+function fitText(ctx, text, px) {
+  if (ctx.measureText(text).width <= px) return text;
+  let lo = 0, hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (ctx.measureText(text.slice(0, mid) + "…").width <= px) lo = mid; else hi = mid - 1;
+  }
+  return text.slice(0, lo) + "…";
+}
+
 function fmtTick(t, step) {  // enough decimals that neighbouring ticks differ
   const a = Math.abs(t) || step;
   const [scale, unit] = a >= 1e9 ? [1e9, "s"] : a >= 1e6 ? [1e6, "ms"] : a >= 1e3 ? [1e3, "µs"] : [1, "ns"];
@@ -110,6 +128,24 @@ function niceStep(span, px) {
   const p = Math.pow(10, Math.floor(Math.log10(raw)));
   for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
   return 10 * p;
+}
+
+// a handle over the label column's edge: dragging it widens the column
+function gutterHandle(height) {
+  if (!dom.gutter) {
+    const hd = dom.gutter = document.createElement("div");
+    hd.id = "tl-gutter-handle"; hd.className = "tl-gutter-handle"; hd.title = "Drag to widen the lane names";
+    let dragging = false;
+    hd.addEventListener("pointerdown", (e) => { e.preventDefault(); e.stopPropagation(); dragging = true; hd.setPointerCapture(e.pointerId); });
+    hd.addEventListener("pointermove", (e) => {
+      if (!dragging) return;
+      GUTTER = clampGutter(e.clientX - dom.canvas.getBoundingClientRect().left);
+      draw();
+    });
+    hd.addEventListener("pointerup", () => { dragging = false; localStorage.setItem("ne.tl.gutter", String(GUTTER)); });
+    dom.wrap.append(hd);
+  }
+  Object.assign(dom.gutter.style, { left: `${GUTTER - 3}px`, height: `${height}px` });
 }
 
 export function draw() {
@@ -142,7 +178,9 @@ export function draw() {
     ctx.save();
     ctx.beginPath(); ctx.rect(GUTTER, AXIS, width - GUTTER, height - AXIS); ctx.clip();
     for (let i = 0; i < n; i++) {
-      const lane = r.lane[i], y = rowOf(lane, r.depth[i]);
+      const lane = r.lane[i];
+      if (state.hiddenLanes.has(lane)) continue;
+      const y = rowOf(lane, r.depth[i]);
       const x0 = xOf(r.start_ns[i]), x1 = xOf(r.start_ns[i] + r.dur_ns[i]);
       if (x1 < GUTTER || x0 > width) continue;
       const x = Math.max(x0, GUTTER - 2), w = Math.max(1, Math.min(x1, width + 2) - x);
@@ -178,13 +216,14 @@ export function draw() {
     let label = clean(laneLabel(r.lane));
     if (r.count) label = `▸ ${r.lane.device} · DMA (${r.count} queues)`;
     else label = (r.folded ? "▸ " : r.group || r.lane.depth > 1 ? "▾ " : "  ") + label;
-    ctx.fillText(label.length > 28 ? label.slice(0, 27) + "…" : label, 8, r.top + ROW / 2);
+    ctx.fillText(fitText(ctx, label, GUTTER - PIN_W - 12), 8, r.top + ROW / 2);
     const pinned = state.pinned.has(r.index);
     ctx.fillStyle = pinned ? "#2563eb" : "#cbd5e1";
     ctx.fillText(pinned ? "●" : "○", GUTTER - PIN_W + 2, r.top + ROW / 2);
   });
   drawCounters(width);
   drawRange(height);
+  gutterHandle(height);
   // axis
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(0, AXIS - 1, width, 1);
@@ -198,7 +237,7 @@ export function draw() {
   }
   ctx.fillStyle = "#6b7280";
   ctx.fillText(state.win && state.win.device_time_modeled ? "time (device: modeled)" : "time", 8, AXIS / 2);
-  if (overview) overview.draw(state.view, width);
+  if (overview) { overview.gutter = GUTTER; overview.draw(state.view, width); }
 }
 
 

@@ -1,5 +1,6 @@
 // Find on the timeline: a name substring (any case) or /a regular expression/ matched by the
-// server over every event, or a source line's events (?line=); matches are outlined, the rest
+// server over every event, a source line's events (?line=) or an nn.Module's (?module=, the
+// Modules page's link: the module and its submodules); matches are outlined, the rest
 // fade, and Enter / Shift+Enter (or ▼ ▲) step through them in time order.
 import { api, fmtNum, enc, profile } from "./common.js";
 import { draw, state } from "./timeline_draw.js";
@@ -45,7 +46,7 @@ function stepFound(step) {
     f.cursor = (f.cursor + step + f.matches.length) % f.matches.length;
     findUi.focusEvent(f.matches[f.cursor]);
   } else draw();
-  findUi.count.textContent = (f.line ? `line ${f.line}: ` : "") + `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
+  findUi.count.textContent = (f.line ? `${f.line}: ` : "") + `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
   findUi.count.dataset.total = f.total;
 }
 
@@ -54,8 +55,16 @@ export async function findLine(spec, step) {
   const m = /^([0-9a-f]{1,40}):(\d+)$/.exec(spec || "");
   if (!m) return;
   const d = await api(`/p/${enc(profile)}/source/${m[1]}/lines/${m[2]}/events`);
-  state.find = { text: null, line: `${d.file.split("/").pop()}:${d.line}`, matches: d.matches, total: d.total, names: null,
+  state.find = { text: null, line: `line ${d.file.split("/").pop()}:${d.line}`, matches: d.matches, total: d.total, names: null,
     ids: new Set(d.matches.map((x) => x.id)), cursor: -1 };
   stepFound(step);
 }
 
+
+// ?module=PATH (the Modules page's link): the events run in that module or below it
+export async function findModule(path, step) {
+  const d = await api(`/p/${enc(profile)}/modules/events?module=${enc(path)}`);
+  state.find = { text: null, line: `module ${path === "" ? "(model)" : path}`, matches: d.matches, total: d.total, names: null,
+    ids: new Set(d.matches.map((x) => x.id)), cursor: -1 };
+  stepFound(step);
+}

@@ -1,10 +1,16 @@
 // Parts of the timeline that need none of its state: the overview strip (the whole profile's
 // activity, host above and device below, with the window in view as a box: click or drag on it
-// to move there) and the colour schemes (by category, the event's kind; or by name, one hue per
-// op or kernel name).
+// to move there), the colour schemes (by category, the event's kind; or by name, one hue per
+// op or kernel name) and which lanes are the profiler's own.
 import { KIND_COLORS } from "./common.js";
 
 export const OVERVIEW_H = 34;
+
+// the profiler's own threads: Kineto's markers ("PyTorch Profiler (0)", "Iteration Start",
+// "Record Window End") each on a thread of their own, one named after the profiler and one
+// nameless. A lane holding nothing else is not drawn (the lanes' table and the SQL keep it).
+const OWN_TRACK = /^thread(?: (?:Trace )?PyTorch Profiler)?\s*$/, OWN_MAX_EVENTS = 3;
+export const ownLane = (l) => l.layer === "host" && OWN_TRACK.test(l.track || "") && l.events <= OWN_MAX_EVENTS;
 
 export class Overview {
   constructor(canvas, gutter, onJump) {

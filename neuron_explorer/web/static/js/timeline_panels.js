@@ -1,6 +1,6 @@
 // The timeline's panels, drawn from their JSON: one event in the side panel (its source line,
 // its whole Python stack, its columns and relatives) and the totals of a selected span.
-import { h, fmtNs, fmtNum, fmtPct, sourceUrl, profile, section, dataTable } from "./common.js";
+import { h, fmtNs, fmtNum, fmtPct, sourceUrl, moduleLink, profile, section, dataTable } from "./common.js";
 
 // `d` is /api/p/NAME/events/ID; `onEvent(e)` shows a related event
 export function eventPanel(d, { startNs, modeled, onEvent }) {
@@ -8,10 +8,10 @@ export function eventPanel(d, { startNs, modeled, onEvent }) {
   const item = (e) => h("li", {}, h("a", { href: "#", onclick: (x) => { x.preventDefault(); onEvent(e); } }, `${e.kind} · ${e.name}`),
     h("span", { class: "note" }, `  ${e.track} · ${fmtNs(e.dur_ns)}`));
   const kv = h("dl", { class: "kv" });
-  const add = (k, v) => { if (v !== null && v !== undefined && v !== "") kv.append(h("dt", {}, k), h("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))); };
+  const add = (k, v) => { if (v !== null && v !== undefined && v !== "") kv.append(h("dt", {}, k), h("dd", {}, v instanceof Node ? v : typeof v === "object" ? JSON.stringify(v) : String(v))); };
   add("name", ev.name); add("kind", ev.kind); add("layer", ev.layer); add("track", `${ev.device || ""} ${ev.track}`);
   add("start", fmtNs(ev.start_ns - startNs)); add("duration", fmtNs(ev.dur_ns) + (ev.layer === "device" && modeled ? " (modeled)" : ""));
-  add("op", ev.op_name); add("module", ev.module === "" ? "(model)" : ev.module); add("step", ev.step); add("shapes", ev.shapes); add("dtypes", ev.dtypes);
+  add("op", ev.op_name); add("module", ev.module === null || ev.module === undefined ? null : moduleLink(profile, ev.module, "event-module")); add("step", ev.step); add("shapes", ev.shapes); add("dtypes", ev.dtypes);
   add("flops", ev.flops ? fmtNum(ev.flops) : null); add("bytes read", ev.bytes_read); add("bytes written", ev.bytes_written);
   add("id", ev.id); add("flow", ev.flow_id);
   for (const [k, v] of Object.entries(ev.args || {})) add(k, v);
