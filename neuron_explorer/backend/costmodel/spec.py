@@ -40,16 +40,32 @@ SRC_ISSUE = "issue 3 of this project (figure given by the lead; not found in the
 ASSUMPTION = "ASSUMPTION (not published; see docs/costmodel.md)"
 
 
+SRC_CC_INTRANODE = f"{_DOCS}/neuron-runtime/explore/intranode-collective-comm.html"
+
 # Collective links per chip generation; the sources are in each DeviceSpec's `sources`.
 # trn1: nccom-test's 2-rank all-reduce (tools/neuron-sys-tools/nccom-test.rst) runs at a 58 us
-# floor up to 64 KiB (two 5 us ring steps, so 48 us of fixed cost) and 52.83 GB/s of bus
-# bandwidth at 1 GiB: the one published trn1 collective curve, so its link figures
-CC_TRN1 = CollectiveSpec(52.83e9, 800e9 / 8 / 16, 16, 5_000, 48_000)
-CC_TRN2 = CollectiveSpec(1.28e12, 3.2e12 / 8 / 16, 16, 3_000)
-CC_TRN3 = CollectiveSpec(2.56e12, 3.2e12 / 8 / 16, 16, 3_000)
+# floor up to 64 KiB (two 2 us hops, so 54 us of fixed cost) and 52.83 GB/s of bus bandwidth
+# at 1 GiB: the one published trn1 collective curve, so its link figures. Within an instance
+# the runtime picks the algorithm by size (intranode-collective-comm.html): mesh under 1 MB
+# (O(1) hops), recursive doubling-halving to 56 MB (O(log n)), ring-like past it
+_MESH_MAX, _RDH_MAX = 1 << 20, 56 << 20
+CC_TRN1 = CollectiveSpec(52.83e9, 800e9 / 8 / 16, 16, 2_000, 54_000, 32, _MESH_MAX, _RDH_MAX)
+CC_TRN2 = CollectiveSpec(1.28e12, 3.2e12 / 8 / 16, 16, 2_000, 0, 64, _MESH_MAX, _RDH_MAX)
+CC_TRN3 = CollectiveSpec(2.56e12, 3.2e12 / 8 / 16, 16, 2_000, 0, 64, _MESH_MAX, _RDH_MAX)
 _CC_SOURCES = (
     ("collectives.chips_per_node", "trn1.32xlarge / trn2.48xlarge: 16 chips per instance"),
-    ("collectives.step_latency_ns", ASSUMPTION + ": a few us per ring step, as NCCL's"),
+    (
+        "collectives.step_latency_ns",
+        SRC_CC_INTRANODE + ": the per-hop latency of Ring/KangaRing is about 1-2 us",
+    ),
+    (
+        "collectives.mesh_max_bytes",
+        SRC_CC_INTRANODE + ": Mesh (O(1) latency) is the algorithm for messages under 1 MB",
+    ),
+    (
+        "collectives.rdh_max_bytes",
+        SRC_CC_INTRANODE + ": recursive doubling-halving (O(log n)) for 1-56 MB, ring past it",
+    ),
 )
 
 
@@ -176,7 +192,11 @@ TRN1 = DeviceSpec(
         ),
         (
             "collectives.launch_ns",
-            SRC_NCCOM + ": the 58 us floor of the 2-rank all-reduce less its two ring steps",
+            SRC_NCCOM + ": the 58 us floor of the 2-rank all-reduce less its two hops",
+        ),
+        (
+            "collectives.ranks_per_node",
+            SRC_NCCOM + ": 32 ranks on one trn1.32xlarge (16 chips x 2 NeuronCores)",
         ),
         (
             "collectives.efa_bytes_per_s",
@@ -256,6 +276,10 @@ TRN2 = DeviceSpec(
             "trn2.48xlarge: 3.2 Tbps EFAv3 over 16 chips (" + SRC_TRN2_CHIP + ")",
         ),
         ("collectives.launch_ns", ASSUMPTION + ": 0 (no published floor; trn1's not carried over)"),
+        (
+            "collectives.ranks_per_node",
+            SRC_CC_INTRANODE + ": 16 chips x 4 ranks (LNC=2) on one instance",
+        ),
         *_CC_SOURCES,
         *_RUNTIME_SOURCES,
     ),
@@ -322,6 +346,7 @@ TRN3 = DeviceSpec(
         ("collectives.link_bytes_per_s", SRC_TRN3_CHIP + ": NeuronLink-v4, 2.56 TB/s per device"),
         ("collectives.efa_bytes_per_s", ASSUMPTION + ": as trn2 (3.2 Tbps per 16 chips)"),
         ("collectives.launch_ns", ASSUMPTION + ": 0 (no published floor; trn1's not carried over)"),
+        ("collectives.ranks_per_node", ASSUMPTION + ": as trn2, 16 chips x 4 ranks (LNC=2)"),
         *_CC_SOURCES,
         *_RUNTIME_SOURCES,
     ),
