@@ -20,6 +20,7 @@ class EngineSpec:
     elems_per_cycle_16bit: int  # bf16/fp16 elements processed per cycle
     elems_per_cycle_32bit: int  # fp32 (and wider) elements per cycle
     instr_overhead_cycles: int  # fixed issue/drain cost of one instruction
+    reciprocal_cost: int = 1  # a reciprocal costs this many one-input passes on the engine
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class ModelPolicy:
     # share of SBUF a compiled graph (one NEFF) keeps live intermediates in; the rest holds the
     # operands being streamed. Past it an intermediate is spilled to HBM
     sbuf_resident_share: float = 0.5
+    # a NEFF's loop of Vector/Scalar work (a group without matmuls) is pipelined this finely:
+    # the compiler's own loops run hundreds of tiles, and engines that alternate along a chain
+    # overlap only across stages
+    loop_max_stages: int = 32
 
 
 @dataclass(frozen=True)
