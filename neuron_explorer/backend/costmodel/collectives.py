@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .spec import CollectiveSpec
+from neuron_explorer.vocab.device_spec import CollectiveSpec
 
 # what each collective is, as the ring/tree model sees it
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, ALL_TO_ALL, P2P, BARRIER, REDUCE = (
