@@ -440,16 +440,36 @@ def test_collectives_follow_the_ring_bounds_and_cross_instances_over_efa():
     from neuron_explorer.backend.costmodel.collectives import collective_cost
     from neuron_explorer.backend.costmodel.spec import CC_TRN2
 
-    mb = 64 << 20
+    mb = 64 << 20  # past the mesh and RDH ranges: the ring
     ar = collective_cost("all_reduce", mb, 16, CC_TRN2)
-    # 2(n-1)/n of the buffer through each chip at NeuronLink's 1.28 TB/s, plus 2(n-1) steps
+    # 2(n-1)/n of the buffer through each rank at NeuronLink's 1.28 TB/s, plus 2(n-1) steps
     expect = 2 * 15 / 16 * mb / 1.28e12 * 1e9 + 30 * CC_TRN2.step_latency_ns
     assert ar.link == "neuronlink" and ar.algorithm == "ring"
     assert abs(ar.transfer_ns - expect) <= 1
     ag = collective_cost("all_gather", mb, 16, CC_TRN2)
     assert abs(ag.transfer_ns - (15 / 16 * mb / 1.28e12 * 1e9 + 15 * CC_TRN2.step_latency_ns)) <= 1
-    # 32 ranks span two instances: the same all-reduce is EFA-bound, tens of times slower
-    far = collective_cost("all_reduce", mb, 32, CC_TRN2)
+    # 128 ranks span two instances of 64: the same all-reduce is EFA-bound, tens of times slower
+    far = collective_cost("all_reduce", mb, 128, CC_TRN2)
     assert far.link == "efa" and far.transfer_ns > 20 * ar.transfer_ns
     assert collective_cost("all_reduce", mb, 1, CC_TRN2).transfer_ns == 0
     assert collective_cost("barrier", 0, 8, CC_TRN2).transfer_ns == 6 * CC_TRN2.step_latency_ns
+
+
+def test_a_small_all_reduce_costs_the_floor_whatever_the_group_size():
+    """Under the mesh range an all-reduce takes two hops at any group size within an instance
+    (the runtime's mesh algorithm): the trn1 floor of 2 ranks is the floor of 32; a mid-size
+    one takes log2(n) hops a pass (RDH), and a group across instances rings over EFA."""
+    from neuron_explorer.backend.costmodel.collectives import collective_cost
+    from neuron_explorer.backend.costmodel.spec import CC_TRN1
+
+    small = [collective_cost("all_reduce", 8 << 10, n, CC_TRN1) for n in (2, 8, 32)]
+    assert {c.algorithm for c in small} == {"mesh"} and {c.link for c in small} == {"neuronlink"}
+    floor = CC_TRN1.launch_ns + 2 * CC_TRN1.step_latency_ns
+    assert all(floor <= c.transfer_ns <= floor + 1_000 for c in small)  # the bytes: < 1 us
+    mid = collective_cost("all_reduce", 8 << 20, 32, CC_TRN1)
+    bus = 2 * 31 / 32 * (8 << 20) / CC_TRN1.link_bytes_per_s * 1e9
+    assert mid.algorithm == "rdh"
+    assert abs(mid.transfer_ns - (CC_TRN1.launch_ns + bus + 10 * CC_TRN1.step_latency_ns)) <= 1
+    far = collective_cost("all_reduce", 8 << 10, 64, CC_TRN1)
+    assert far.link == "efa" and far.algorithm == "ring"
+    assert far.transfer_ns >= floor + 124 * CC_TRN1.step_latency_ns  # 126 hops, not 2

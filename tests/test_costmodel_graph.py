@@ -111,3 +111,52 @@ def test_only_a_matmul_reading_its_a_from_hbm_transposes_it():
     first, second = lower_graph(mlp_layer(256, 512), "g", SPEC).groups
     assert "nc_transpose" in {c.opcode for c in first.plan.computes}  # x, a graph input
     assert "nc_transpose" not in {c.opcode for c in second.plan.computes}  # relu's output
+
+
+def _engine_ns(plan) -> dict[tuple[str, str], int]:
+    busy: dict[tuple[str, str], int] = {}
+    for i in plan.instrs:
+        busy[i.engine, i.opcode] = busy.get((i.engine, i.opcode), 0) + i.dur_ns
+    return busy
+
+
+def silu_graph(rows: int, cols: int) -> list[GraphOp]:
+    """NKIBench's silu reference x / (1 + exp(-x)), as the graph torch.compile hands over."""
+    x, s = T(rows, cols, dtype="float32"), T(dtype="float32")
+    return [
+        GraphOp("aten::neg", (x,), (x,), ((-1, 0),)),
+        GraphOp("aten::exp", (x,), (x,), ((0, 0),)),
+        GraphOp("aten::add.Tensor", (x, s), (x,), ((1, 0), None)),
+        GraphOp("aten::div.Tensor", (x, x), (x,), ((-1, 0), (2, 0)), (True,)),
+    ]
+
+
+def test_a_scale_by_a_scalar_folds_into_the_activation_that_reads_it():
+    """exp(-x): the negation is the activation's scale, at no cost of its own; an op the
+    activation does not read alone (or a non-affine one) keeps its instruction."""
+    busy = _engine_ns(lower_graph(silu_graph(1024, 2048), "g", SPEC).plan)
+    exp_alone = lower_op("aten::exp", [T(1024, 2048, dtype="float32")], [], spec=SPEC)
+    assert busy["ScalarE", "activation"] == sum(
+        i.dur_ns for i in exp_alone.instrs if i.engine == "ScalarE"
+    )
+    # one tensor_scalar is left (the + 1), not two: the neg is gone
+    ts = [k for k in busy if k[1] == "tensor_scalar"]
+    assert len(ts) == 1
+    relu = silu_graph(1024, 2048)
+    relu[0] = GraphOp("aten::relu", relu[0].inputs, relu[0].outputs, relu[0].sources)
+    kept = _engine_ns(lower_graph(relu, "g", SPEC).plan)
+    assert sum(v for k, v in kept.items() if k[1] == "tensor_scalar") > busy[ts[0]]
+
+
+def test_a_division_pays_vectors_precise_reciprocal_and_scalar_ops_move_to_scalare():
+    """x / y is a VectorE reciprocal (8 one-input passes, nki.isa.reciprocal) and a multiply;
+    with VectorE loaded by it, the group's scalar add runs on ScalarE."""
+    busy = _engine_ns(lower_graph(silu_graph(1024, 2048), "g", SPEC).plan)
+    assert ("ScalarE", "tensor_scalar") in busy and ("VectorE", "tensor_scalar") not in busy
+    mul = busy["VectorE", "tensor_tensor"]
+    assert 7 * mul <= busy["VectorE", "reciprocal"] <= 9 * mul
+    # a lone scalar op has nothing to balance against: it stays on VectorE
+    x = T(1024, 2048, dtype="float32")
+    lone = lower_graph([GraphOp("aten::mul.Tensor", (x, T(dtype="float32")), (x,),
+                                ((-1, 0), None), (True,))], "g", SPEC)  # fmt: skip
+    assert ("VectorE", "tensor_scalar") in _engine_ns(lone.plan)

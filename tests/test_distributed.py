@@ -166,7 +166,8 @@ def test_collectives_end_together_and_the_fast_rank_waits_for_the_straggler(stra
     assert sum(waits[0]) > 0.7 * 6 * SLEEP_S * 1e9, waits
     assert all(w < 0.2 * SLEEP_S * 1e9 for w in waits[1]), waits
     transfer = json.loads(by_rank[0][0][3])
-    assert transfer["transfer_ns"] > 0 and transfer["algorithm"] == "ring"
+    # a tiny model's gradient bucket is under the mesh range: two hops whatever the group
+    assert transfer["transfer_ns"] > 0 and transfer["algorithm"] == "mesh"
     assert transfer["link"] == "neuronlink" and transfer["world_size"] == 2
 
 

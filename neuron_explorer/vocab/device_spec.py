@@ -20,6 +20,7 @@ class EngineSpec:
     elems_per_cycle_16bit: int  # bf16/fp16 elements processed per cycle
     elems_per_cycle_32bit: int  # fp32 (and wider) elements per cycle
     instr_overhead_cycles: int  # fixed issue/drain cost of one instruction
+    reciprocal_cost: int = 1  # a reciprocal costs this many one-input passes on the engine
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,19 @@ class RuntimeSpec:
 
 @dataclass(frozen=True)
 class CollectiveSpec:
-    """Chip-to-chip links the collectives run over (one rank per chip in the model)."""
+    """Links the collectives run over and the algorithms the runtime picks by message size
+    (a rank is a NeuronCore; the link figures are what one rank sees)."""
 
     link_bytes_per_s: float  # NeuronLink, per chip, all its links together
     efa_bytes_per_s: float  # EFA between instances, the instance's bandwidth per chip
     chips_per_node: int  # chips one NeuronLink domain (an instance) holds
     step_latency_ns: int  # fixed cost of one ring or tree step (a hop's handshake)
     launch_ns: int = 0  # fixed cost of one collective (its launch and the CC cores' sync)
+    ranks_per_node: int = 0  # ranks (NeuronCores) one instance holds; 0: one per chip
+    # within an instance, a buffer under mesh_max_bytes runs the mesh algorithm (O(1) hops),
+    # one under rdh_max_bytes recursive doubling-halving (O(log n)); past both, the ring (O(n))
+    mesh_max_bytes: int = 0
+    rdh_max_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,10 @@ class ModelPolicy:
     # share of SBUF a compiled graph (one NEFF) keeps live intermediates in; the rest holds the
     # operands being streamed. Past it an intermediate is spilled to HBM
     sbuf_resident_share: float = 0.5
+    # a NEFF's loop of Vector/Scalar work (a group without matmuls) is pipelined this finely:
+    # the compiler's own loops run hundreds of tiles, and engines that alternate along a chain
+    # overlap only across stages
+    loop_max_stages: int = 32
 
 
 @dataclass(frozen=True)

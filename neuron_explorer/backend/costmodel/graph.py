@@ -182,7 +182,8 @@ def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, las
                     hbm_deps.add(group_of[v[0]])
         # the op's own HBM reads (a gather's rows, a matmul's re-reads) less what SBUF holds
         reads.append(max(0, plan.bytes_read - skipped))
-        computes.extend(plan.computes or _copy_work(spec, plan))
+        if not _folds_into_activation(i, members, graph, plans, alias, spec):
+            computes.extend(plan.computes or _copy_work(spec, plan))
     writes: list[int] = []
     outs: list[TensorInfo] = []
     spill = 0
@@ -215,11 +216,59 @@ def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, las
     op = first.op if len(work) == 1 else "+".join(p.op for p in work)
     category = first.category if len(work) == 1 else "fused"
     gemms = tuple(gm for p in work for gm in p.gemms)
-    plan = assemble(spec, gname[:120], op, category, tuple(ins), tuple(outs), reads, computes,
-                    writes, gemms)  # fmt: skip
+    loop = None if gemms else spec.policy.loop_max_stages  # a matmul-free loop: finer stages
+    plan = assemble(spec, gname[:120], op, category, tuple(ins), tuple(outs), reads,
+                    _place_tensor_scalar(spec, computes), writes, gemms, loop)  # fmt: skip
     sbuf_deps.discard(gi)
     hbm_deps.discard(gi)
     return plan, sbuf_deps, hbm_deps, spill
+
+
+_AFFINE = frozenset({"mul", "neg", "add", "sub", "rsub", "div"})
+
+
+def _folds_into_activation(i, members, graph, plans, alias, spec: DeviceSpec) -> bool:
+    """An affine op by a scalar whose one reader is the next op, a ScalarE activation, costs
+    nothing: ScalarE computes func(x * scale + bias) in one instruction at the cost of func
+    alone ([nki-arch]: "Instruction Combination"; neuronx-cc's silu is activation(exp,
+    scale=-1), its AdamW activation(sqrt, scale=1000))."""
+    at = members.index(i)
+    own = plans[i].computes
+    if at + 1 == len(members) or len(own) != 1 or own[0].opcode != "tensor_scalar":
+        return False
+    if ops.base_name(graph[i].op) not in _AFFINE or any(graph[i].exported):
+        return False
+    nxt = plans[members[at + 1]].computes
+    if len(nxt) != 1 or nxt[0].opcode != "activation" or nxt[0].engine != spec.scalar.name:
+        return False
+    readers = [k for k, g in enumerate(graph) for src in g.sources
+               if src is not None and alias(src) == (i, 0)]  # fmt: skip
+    return readers == [members[at + 1]]
+
+
+def _place_tensor_scalar(spec: DeviceSpec, computes: list[Compute]) -> list[Compute]:
+    """Each tensor_scalar of a group on whichever of VectorE and ScalarE has less of the
+    group's work so far: both engines run it (nki.isa.tensor_scalar) and neuronx-cc's own
+    kernels leave the engine to the compiler, so a chain of scalar ops spreads over both,
+    placed against the work only one of them can run."""
+    vec, sca = spec.vector.name, spec.scalar.name
+
+    def movable(c: Compute) -> bool:
+        return c.opcode == "tensor_scalar" and c.engine == vec and c.flops > 0
+
+    load = {vec: 0.0, sca: 0.0}  # the work only one engine can run, then each placed one
+    for c in computes:
+        if c.engine in load and not movable(c):
+            load[c.engine] += c.dur_ns
+    placed = []
+    for c in computes:
+        if movable(c):
+            moved = _pass(spec, spec.scalar, "tensor_scalar", c.flops, c.sbuf_bytes // c.flops)
+            if load[sca] + moved.dur_ns < load[vec] + c.dur_ns:
+                c = moved
+            load[c.engine] += c.dur_ns
+        placed.append(c)
+    return placed
 
 
 def _copy_work(spec: DeviceSpec, plan: KernelPlan) -> tuple[Compute, ...]:

@@ -94,12 +94,19 @@ def _itemsize(ts: Sequence[TensorInfo]) -> int:
 
 
 def _pass(
-    spec: DeviceSpec, eng: EngineSpec, opcode: str, elems: int, itemsize: int, flops_per_elem=1
+    spec: DeviceSpec,
+    eng: EngineSpec,
+    opcode: str,
+    elems: int,
+    itemsize: int,
+    flops_per_elem=1,
+    cost: int = 1,
 ) -> Compute:
-    """One pass of an engine over `elems` elements, tiled into instructions of the policy size."""
+    """One pass of an engine over `elems` elements, tiled into instructions of the policy size
+    (`cost` cycles per element where the instruction is that many times slower)."""
     rate = eng.elems_per_cycle_16bit if itemsize <= 2 else eng.elems_per_cycle_32bit
     count = max(1, ceil(elems / spec.policy.engine_tile_elems))
-    cycles = ceil(elems / rate) + count * eng.instr_overhead_cycles
+    cycles = ceil(elems * cost / rate) + count * eng.instr_overhead_cycles
     lanes = spec.tensor_engine_dim  # engines work across the 128 SBUF partitions
     return Compute(
         eng.name,
@@ -153,8 +160,10 @@ def _engine_work(op, category, inputs, outputs, spec) -> tuple[Compute, ...]:
     one = _pass(spec, vec, opcode, max(out_elems, 1), size)
     if opcode == "tensor_tensor" and ops.base_name(op) in ("div", "true_divide", "divide"):
         # VectorE divides by a tensor as a reciprocal, then a multiply (the NKI neuronx-cc
-        # emits for x / y: nisa.reciprocal, nl.multiply)
-        return (_pass(spec, vec, "reciprocal", max(out_elems, 1), size), one)
+        # emits for x / y: nisa.reciprocal, nl.multiply); VectorE's reciprocal is the precise
+        # one, `reciprocal_cost` times slower than a one-input pass (nki.isa.reciprocal: 8N)
+        recip = _pass(spec, vec, "reciprocal", max(out_elems, 1), size, 1, vec.reciprocal_cost)
+        return (recip, one)
     return (one,)
 
 
@@ -261,13 +270,15 @@ def assemble(
     computes: Sequence[Compute],
     writes: Sequence[int],
     gemms: tuple[tuple[int, int, int, int], ...] = (),
+    max_stages: int | None = None,
 ) -> KernelPlan:
-    """Pipeline `reads` -> `computes` -> `writes` in stages, loading stage s+1 during stage s."""
+    """Pipeline `reads` -> `computes` -> `writes` in stages, loading stage s+1 during stage s
+    (at most `max_stages`, the policy's by default)."""
     policy = spec.policy
     reads = [r for r in reads if r > 0]
     writes = [w for w in writes if w > 0]
     total = sum(reads) + sum(writes)
-    stages = max(1, min(policy.max_stages, total // policy.stage_min_bytes))
+    stages = max(1, min(max_stages or policy.max_stages, total // policy.stage_min_bytes))
     if computes:
         stages = min(stages, max(1, min(c.repeat for c in computes)))
     nq = spec.dma_queues
@@ -315,18 +326,26 @@ def assemble(
         )
 
     load(0)
-    for s in range(stages):
-        if s + 1 < stages:
-            load(s + 1)
-        deps = tuple(loads[s])
-        for c in computes:
-            count = part(c.repeat, s)
-            instrs.append(Instr(c.engine, c.opcode, max(1, round(c.dur_ns / stages)), deps,
+    # software pipelining: engine streams interleave the stages along a wavefront (step t runs
+    # work k of stage t - k), so a stage's early work on one engine does not queue behind the
+    # previous stage's late work there, as a compiler's modulo schedule orders it
+    n = len(computes)
+    deps_of: list[tuple[int, ...]] = [()] * stages
+    for t in range(stages + n - 1):
+        for s in range(max(0, t - n + 1), min(stages, t + 1)):
+            k = t - s
+            if k == 0:
+                if s + 1 < stages:
+                    load(s + 1)
+                deps_of[s] = tuple(loads[s])
+            c = computes[k]
+            instrs.append(Instr(c.engine, c.opcode, max(1, round(c.dur_ns / stages)), deps_of[s],
                                 part(c.flops, s), part(c.sbuf_bytes, s), 0, 0,
-                                max(1, count), c.utilization))  # fmt: skip
-            deps = (len(instrs) - 1,)
-        for w in writes:
-            dma(part(w, s), "dma_sbuf_to_hbm", deps, False, True)
+                                max(1, part(c.repeat, s)), c.utilization))  # fmt: skip
+            deps_of[s] = (len(instrs) - 1,)
+            if k == n - 1:
+                for w in writes:
+                    dma(part(w, s), "dma_sbuf_to_hbm", deps_of[s], False, True)
     flops = sum(c.flops for c in computes)
     return _plan(name, op, instrs, flops, sum(reads), sum(writes), inputs, outputs, tuple(computes),
                  category, spec, gemms)  # fmt: skip

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 
 from neuron_explorer.vocab.device_spec import (
-    CollectiveSpec,
     DeviceSpec,
     EngineSpec,
     ModelPolicy,
     RuntimeSpec,
 )
+
+from .links import _CC_SOURCES, CC_TRN1, CC_TRN2, CC_TRN3, SRC_CC_INTRANODE
 
 ENV_VAR = "NEURON_DEVICE_SPEC"
 DEFAULT_SPEC = "trn2"
@@ -36,22 +37,23 @@ SRC_DMA_OVERVIEW = f"{_DOCS}/nki/about/nki-dma-overview.html"
 SRC_NCCOM = (
     "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/nccom-test.html"
 )
+SRC_NKI_RECIPROCAL = f"{_DOCS}/general/nki/api/generated/nki.isa.reciprocal.html"
+SRC_NKI_TENSOR_SCALAR = f"{_DOCS}/general/nki/api/generated/nki.isa.tensor_scalar.html"
 SRC_ISSUE = "issue 3 of this project (figure given by the lead; not found in the pages above)"
 ASSUMPTION = "ASSUMPTION (not published; see docs/costmodel.md)"
 
-
-# Collective links per chip generation; the sources are in each DeviceSpec's `sources`.
-# trn1: nccom-test's 2-rank all-reduce (tools/neuron-sys-tools/nccom-test.rst) runs at a 58 us
-# floor up to 64 KiB (two 5 us ring steps, so 48 us of fixed cost) and 52.83 GB/s of bus
-# bandwidth at 1 GiB: the one published trn1 collective curve, so its link figures
-CC_TRN1 = CollectiveSpec(52.83e9, 800e9 / 8 / 16, 16, 5_000, 48_000)
-CC_TRN2 = CollectiveSpec(1.28e12, 3.2e12 / 8 / 16, 16, 3_000)
-CC_TRN3 = CollectiveSpec(2.56e12, 3.2e12 / 8 / 16, 16, 3_000)
-_CC_SOURCES = (
-    ("collectives.chips_per_node", "trn1.32xlarge / trn2.48xlarge: 16 chips per instance"),
-    ("collectives.step_latency_ns", ASSUMPTION + ": a few us per ring step, as NCCL's"),
+_ENGINE_SOURCES = (
+    (
+        "vector.reciprocal_cost",
+        SRC_NKI_RECIPROCAL + " (Inf2, Trn1, Trn2): max(MIN_II, 8*N) cycles on Vector Engine, "
+        "N on Scalar Engine; trn3: " + ASSUMPTION + " as trn2",
+    ),
+    (
+        "tensor_scalar placement",
+        SRC_NKI_TENSOR_SCALAR + ": runs on Vector, Scalar or GpSimd Engine; neuronx-cc's own "
+        "kernels (NKIBench) leave the engine to the compiler",
+    ),
 )
-
 
 # How the modeled compiler tiles and pipelines work (model choices, not chip facts).
 POLICY = ModelPolicy(
@@ -65,6 +67,9 @@ POLICY = ModelPolicy(
     # share of SBUF a NEFF keeps live intermediates in (the other half double-buffers the
     # operands streamed from HBM): an assumption, as the compiler's allocator is not published
     sbuf_resident_share=0.5,
+    # a NEFF's matmul-free loop (an elementwise chain, AdamW) in up to 32 stages: neuronx-cc's
+    # own loops of that kind run 172-224 iterations of 512 KiB (NKIBench's AdamW and silu)
+    loop_max_stages=32,
 )
 
 _MIB = 1 << 20
@@ -117,7 +122,7 @@ TRN1 = DeviceSpec(
     tensor_instr_overhead_cycles=64,
     fp32_matmul_passes=4,  # 47.5 FP32 TFLOPS per chip vs 190 BF16
     fp8_speedup=1.0,  # trn1 lists FP8 at the BF16 rate
-    vector=EngineSpec("VectorE", 1.4e9, 128, 128, 64),
+    vector=EngineSpec("VectorE", 1.4e9, 128, 128, 64, 8),
     scalar=EngineSpec("ScalarE", 1.4e9, 128, 128, 64),
     gpsimd=EngineSpec("GpSimdE", 1.4e9, 16, 16, 128),
     hbm_bytes=32 * _GIB,
@@ -166,7 +171,11 @@ TRN1 = DeviceSpec(
         ("hbm_bytes_per_s_chip", SRC_TRN1_NKI + ": 820 GB/s per device"),
         ("dma_bytes_per_s", SRC_DMA_OVERVIEW + ": 16 DMA engines per core x 27.2 GB/s"),
         ("dma_queues", SRC_DMA_OVERVIEW + ": each NeuronCore (v2-v4) has 16 DMA engines"),
-        ("dma_latency_ns", ASSUMPTION + ": as trn2 (" + SRC_ISSUE + ")"),
+        (
+            "dma_latency_ns",
+            SRC_DMA_GUIDE + ": every DMA transfer pays descriptor setup, synchronization and "
+            "semaphore-to-start latency, ~1300 ns cross-engine",
+        ),
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN2_NKI + ": 24 MiB in NeuronCore-v2"),
         ("psum_bytes", SRC_TRN1_NKI + ": 2 MiB"),
@@ -176,13 +185,18 @@ TRN1 = DeviceSpec(
         ),
         (
             "collectives.launch_ns",
-            SRC_NCCOM + ": the 58 us floor of the 2-rank all-reduce less its two ring steps",
+            SRC_NCCOM + ": the 58 us floor of the 2-rank all-reduce less its two hops",
+        ),
+        (
+            "collectives.ranks_per_node",
+            SRC_NCCOM + ": 32 ranks on one trn1.32xlarge (16 chips x 2 NeuronCores)",
         ),
         (
             "collectives.efa_bytes_per_s",
             "trn1.32xlarge: 800 Gbps EFA over 16 chips (" + SRC_TRN1_CHIP + ")",
         ),
         *_CC_SOURCES,
+        *_ENGINE_SOURCES,
         *_RUNTIME_SOURCES,
     ),
     collectives=CC_TRN1,
@@ -200,7 +214,7 @@ TRN2 = DeviceSpec(
     tensor_instr_overhead_cycles=64,
     fp32_matmul_passes=4,  # 181 FP32 vs 667 BF16 TFLOPS per chip: ~4x (3.7x)
     fp8_speedup=2.0,  # 158 cFP8 vs 79 BF16 TFLOPS per core
-    vector=EngineSpec("VectorE", 0.96e9, 512, 256, 64),
+    vector=EngineSpec("VectorE", 0.96e9, 512, 256, 64, 8),
     scalar=EngineSpec("ScalarE", 1.2e9, 128, 128, 64),
     gpsimd=EngineSpec("GpSimdE", 1.2e9, 16, 16, 128),
     hbm_bytes=96 * _GIB,
@@ -246,7 +260,11 @@ TRN2 = DeviceSpec(
             + " gives 16 engines x 27.2 GB/s = 435 GB/s theoretical",
         ),
         ("dma_queues", SRC_DMA_OVERVIEW + ": each NeuronCore (v2-v4) has 16 DMA engines"),
-        ("dma_latency_ns", SRC_ISSUE + ": ~1.3 us DMA start latency"),
+        (
+            "dma_latency_ns",
+            SRC_DMA_GUIDE + ": every DMA transfer pays descriptor setup, synchronization and "
+            "semaphore-to-start latency, ~1300 ns cross-engine",
+        ),
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN2_NKI + ": 28 MiB (128 partitions of 224 KiB)"),
         ("psum_bytes", SRC_TRN2_NKI + ": 2 MiB"),
@@ -256,7 +274,12 @@ TRN2 = DeviceSpec(
             "trn2.48xlarge: 3.2 Tbps EFAv3 over 16 chips (" + SRC_TRN2_CHIP + ")",
         ),
         ("collectives.launch_ns", ASSUMPTION + ": 0 (no published floor; trn1's not carried over)"),
+        (
+            "collectives.ranks_per_node",
+            SRC_CC_INTRANODE + ": 16 chips x 4 ranks (LNC=2) on one instance",
+        ),
         *_CC_SOURCES,
+        *_ENGINE_SOURCES,
         *_RUNTIME_SOURCES,
     ),
     collectives=CC_TRN2,
@@ -275,7 +298,7 @@ TRN3 = DeviceSpec(
     tensor_instr_overhead_cycles=64,
     fp32_matmul_passes=4,  # 183 FP32 vs 671 BF16 TFLOPS per chip
     fp8_speedup=3.75,  # 2517 MXFP8 vs 671 BF16 TFLOPS per chip
-    vector=EngineSpec("VectorE", 0.96e9, 512, 256, 64),
+    vector=EngineSpec("VectorE", 0.96e9, 512, 256, 64, 8),
     scalar=EngineSpec("ScalarE", 1.2e9, 128, 128, 64),
     gpsimd=EngineSpec("GpSimdE", 1.2e9, 16, 16, 128),
     hbm_bytes=144 * _GIB,
@@ -315,14 +338,20 @@ TRN3 = DeviceSpec(
         ("hbm_bytes_per_s_chip", SRC_TRN3_CHIP + ": 4.9 TB/s (the NKI guide says 4.7)"),
         ("dma_bytes_per_s", SRC_DMA_OVERVIEW + ": 16 engines x 38.4 GB/s (chip: 4.9 TB/s / 8)"),
         ("dma_queues", SRC_DMA_OVERVIEW + ": each NeuronCore (v2-v4) has 16 DMA engines"),
-        ("dma_latency_ns", ASSUMPTION + ": as trn2 (" + SRC_ISSUE + ")"),
+        (
+            "dma_latency_ns",
+            SRC_DMA_GUIDE + ": every DMA transfer pays descriptor setup, synchronization and "
+            "semaphore-to-start latency, ~1300 ns cross-engine",
+        ),
         ("dma_min_efficient_bytes", SRC_DMA_GUIDE + ": payloads >= 4 KiB to saturate HBM"),
         ("sbuf_bytes", SRC_TRN3_CORE + ": 32 MiB"),
         ("psum_bytes", SRC_TRN3_NKI + ": 2 MiB, as in v3"),
         ("collectives.link_bytes_per_s", SRC_TRN3_CHIP + ": NeuronLink-v4, 2.56 TB/s per device"),
         ("collectives.efa_bytes_per_s", ASSUMPTION + ": as trn2 (3.2 Tbps per 16 chips)"),
         ("collectives.launch_ns", ASSUMPTION + ": 0 (no published floor; trn1's not carried over)"),
+        ("collectives.ranks_per_node", ASSUMPTION + ": as trn2, 16 chips x 4 ranks (LNC=2)"),
         *_CC_SOURCES,
+        *_ENGINE_SOURCES,
         *_RUNTIME_SOURCES,
     ),
     collectives=CC_TRN3,
