@@ -56,6 +56,17 @@ def api_span(
             **span.span_totals(svc.store.connection(name), start_ns, end_ns)}  # fmt: skip
 
 
+def api_span_flame(
+    svc: Service,
+    name: str,
+    start_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+) -> dict[str, Any]:
+    p = svc.store.open(name)
+    return {"name": name, "device_time_modeled": overview.is_modeled(p),
+            **span.span_flame(svc.store.connection(name), start_ns, end_ns)}  # fmt: skip
+
+
 def api_search(
     svc: Service, name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES
 ) -> dict[str, Any]:
@@ -91,6 +102,7 @@ PAGES = (
 API = (
     Api("/api/p/{name}/events/{event_id}", api_event, "timeline"),
     Api("/api/p/{name}/span", api_span, "timeline"),
+    Api("/api/p/{name}/span/flame", api_span_flame, "timeline"),
     Api("/api/p/{name}/search", api_search, "timeline"),
     Api("/api/p/{name}/counters", api_counters, "timeline"),
 )
