@@ -144,13 +144,12 @@ def test_perfetto_keys_selection_marks_flags_and_the_url(server, page):
     _drag(page, 0.35, 0.55)  # a plain drag selects an area
     panel = page.wait_for_selector("#tl-span[data-events]")
     s, e = page.evaluate("window.neTimeline.state.range")
-    assert page.locator("#tl-sel").inner_text() == "selection " + page.evaluate(
-        "([s, e]) => { const a = e - s; return a >= 1e6 ? (a / 1e6).toFixed(a >= 1e8 ? 0 : a >= 1e7 ? 1 : 2) + ' ms' : a >= 1e3 ? (a / 1e3).toFixed(a >= 1e5 ? 0 : a >= 1e4 ? 1 : 2) + ' µs' : Math.round(a) + ' ns'; }",
-        [s, e],
-    )
+    fmt = "async (ns) => (await import('/static/js/common.js')).fmtNs(ns)"  # the page's own
+    assert page.locator("#tl-sel").inner_text() == "selection " + page.evaluate(fmt, e - s)
     assert int(panel.get_attribute("data-events")) > 0
     flame = page.locator("#span-flame")
     assert int(flame.get_attribute("data-nodes")) == page.locator("#span-flame .fr").count() > 0
+    page.screenshot(path=str(SHOTS / "timeline-span-flame.png"), full_page=True)
     page.keyboard.press("m")
     page.keyboard.press("Shift+M")
     box = page.locator("#tl-canvas").bounding_box()
