@@ -397,7 +397,7 @@ run(async () => {
   overview.setData(q ? (await api(`/p/${enc(profile)}/timeline?width_px=${width}`)).window : d.window, d.lanes);
   draw();
   updateStatus();
-  window.neTimeline = { rectCenter, state, setView, laneClick };
+  window.neTimeline = { rectCenter, state, setView, laneClick, holds, fetchWindow };  // for the tests and the benchmark
   showSelection();
   const sel = parseRange(qs("sel"));
   if (sel) await showSpan(sel[0], sel[1]).catch((x) => { spanEl.textContent = x.message; });
