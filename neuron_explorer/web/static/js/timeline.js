@@ -4,101 +4,21 @@
 // server is asked (in the background) only when the view leaves the held window or is zoomed
 // past twice its resolution. A plain drag selects an area, as in Perfetto; the keys are
 // timeline_keys.js. Canvas text is drawn with fillText, so names are never parsed as HTML.
-// Drawing is timeline_draw.js, find timeline_find.js, the side panels timeline_panels.js.
+// The held window is timeline_window.js, drawing timeline_draw.js, marks and flags
+// timeline_marks.js, find timeline_find.js, the side panels timeline_panels.js.
 import { api, h, mount, run, fmtNs, fmtNum, enc, section, setModeled, profile, qs, clean } from "./common.js";
 import { Overview, COLOR_MODES } from "./timeline_overview.js";
 import { eventPanel, spanPanel } from "./timeline_panels.js";
 import { AXIS, GUTTER, ROW, PIN_W, state, dom, draw, xOf, groupOf, hitAt } from "./timeline_draw.js";
 import { find, findLine, findUi } from "./timeline_find.js";
-import { flagNear, rangeText, parseRange, parseList } from "./timeline_marks.js";
+import { flagNear, parseRange, parseList } from "./timeline_marks.js";
+import { URL_NS, fetchCounters, holds, viewChanged, fetchWindow, hold, saveUrl, updateStatus } from "./timeline_window.js";
 import { spanFlame } from "./timeline_flame.js";
 import { wireKeys, KEY_HINT } from "./timeline_keys.js";
 
-// the server refuses times beyond ±2^62 ns; a double near that prints rounded up, so stay below
-const URL_NS = 4000000000000000000n;
-const PAD = 0.5;      // the held window: the view and this many views on each side
-const FINER = 2;      // zoomed in past this many times the held resolution: fetch finer detail
 const MIN_SPAN = 4;   // ns: the narrowest view
 const SIDE_W = 380; // the details side panel
 let canvas, statusEl, detailsEl, tip, findBox, findCount, spanEl;
-
-async function fetchCounters(s, e, width) {
-  const d = await api(`/p/${enc(profile)}/counters?start_ns=${s}&end_ns=${e}&width_px=${width}`);
-  return d.counters;
-}
-
-
-// ns after the origin as the exact integer the server reads (BigInt: no double rounding near 2^60)
-function absText(t) {
-  const v = BigInt(state.origin) + BigInt(Math.round(t));
-  return String(v > URL_NS ? URL_NS : v < -URL_NS ? -URL_NS : v);
-}
-
-const plotWidth = () => Math.max(100, canvas.clientWidth - GUTTER);
-
-// whether the held window covers the view at a resolution fine enough to draw it
-function holds() {
-  const hd = state.held, [s, e] = state.view;
-  return !!hd && s >= hd.s && e <= hd.e && (e - s) / plotWidth() >= hd.nsPerPx / FINER;
-}
-
-// after every change of view: the URL follows, and the server is asked only when needed
-let fetchTimer = null, urlTimer = null;
-function viewChanged(delay = 90) {
-  clearTimeout(urlTimer);
-  urlTimer = setTimeout(saveUrl, 150);
-  if (!holds()) scheduleFetch(delay);
-}
-
-function scheduleFetch(delay = 90) {
-  clearTimeout(fetchTimer);
-  fetchTimer = setTimeout(() => fetchWindow().catch((e) => { statusEl.textContent = "Could not load this window: " + e.message; }), delay);
-}
-
-async function fetchWindow() {
-  const id = ++state.reqId;
-  state.fetches++;
-  statusEl.dataset.fetches = state.fetches;
-  const [v0, v1] = state.view, pad = (v1 - v0) * PAD;
-  const s = absText(v0 - pad), e = absText(v1 + pad);
-  const width = Math.min(8000, Math.round(plotWidth() * (1 + 2 * PAD)));
-  const t0 = performance.now();
-  const [d, counters] = await Promise.all([api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}&window_only=true`),
-    fetchCounters(s, e, width).catch(() => null)]);
-  if (id !== state.reqId) return;
-  state.counters = counters;
-  hold(d.window, d.device_time_modeled);
-  draw();
-  updateStatus(performance.now() - t0);
-}
-
-function hold(win, modeled) {
-  state.win = win;
-  state.win.device_time_modeled = modeled;
-  state.held = { s: win.start_ns - state.origin, e: win.end_ns - state.origin, nsPerPx: (win.end_ns - win.start_ns) / win.width_px };
-}
-
-// the view, the area selection, the marks, the flags and the pinned lanes: a reload restores them
-function saveUrl() {
-  const url = new URL(location.href), p = url.searchParams;
-  p.set("start_ns", absText(state.view[0])); p.set("end_ns", absText(state.view[1]));
-  const put = (k, v) => (v ? p.set(k, v) : p.delete(k));
-  put("sel", state.range && rangeText(state.range));
-  put("mark", state.mark && rangeText(state.mark));
-  put("marks", state.marks.map(rangeText).join(","));
-  put("flags", state.flags.map(Math.round).join(","));
-  put("pins", [...state.pinned].join(","));
-  if (state.selected === null) p.delete("event");
-  history.replaceState(null, "", url);
-}
-
-function updateStatus(ms) {
-  const w = state.win;
-  statusEl.textContent = `${fmtNs(state.view[1] - state.view[0])} window · ${fmtNum(w.events)} events → ${fmtNum(w.rects_count)} rectangles` +
-    (w.merged ? ` (${fmtNum(w.merged)} events narrower than ${fmtNs(w.bucket_ns)} merged)` : "") + (ms ? ` · ${ms.toFixed(0)} ms` : "");
-  statusEl.dataset.start = state.origin + state.view[0];
-  statusEl.dataset.end = state.origin + state.view[1];
-}
 
 function zoom(factor, atX) {
   const [s, e] = state.view;
@@ -349,7 +269,7 @@ run(async () => {
   state.counters = await fetchCounters(d.window.start_ns, d.window.end_ns, width).catch(() => null);
   canvas = h("canvas", { id: "tl-canvas" });
   Object.assign(dom, { canvas, ctx: canvas.getContext("2d"), wrap: h("div", { class: "tl-wrap" }, canvas) });
-  statusEl = h("span", { class: "tl-status", id: "tl-status" });
+  statusEl = dom.status = h("span", { class: "tl-status", id: "tl-status" });
   detailsEl = h("div", { class: "tl-details", id: "tl-details" }, section("Event", h("p", { class: "note" }, "Click an event for its details and its whole Python stack.")));
   const ovCanvas = h("canvas", { id: "tl-overview", title: "The whole profile: click or drag to move the view there" });
   const overview = dom.overview = new Overview(ovCanvas, GUTTER, (t) => { const span = state.view[1] - state.view[0]; setView(t - span / 2, t + span / 2); });

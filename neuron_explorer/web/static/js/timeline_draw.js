@@ -12,7 +12,7 @@ export const state = { lanes: [], extent: null, view: null, win: null, laneY: []
   // `view` is [start, end] in ns after `origin` (the profile's first ns): a double near 2^60
   // is 256 ns apart from the next, an offset from the origin is not (zoom to single ns there)
   origin: 0, held: null, fetches: 0, range: null, marks: [], mark: null, flags: [] };
-export const dom = { canvas: null, ctx: null, wrap: null, overview: null };  // set once by the page
+export const dom = { canvas: null, ctx: null, wrap: null, overview: null, status: null };  // set once by the page
 
 export function laneLabel(l) {
   const dev = l.layer === "host" ? (l.device || "host") : l.device;
