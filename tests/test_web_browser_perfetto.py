@@ -150,6 +150,14 @@ def test_perfetto_keys_selection_marks_flags_and_the_url(server, page):
     flame = page.locator("#span-flame")
     assert int(flame.get_attribute("data-nodes")) == page.locator("#span-flame .fr").count() > 0
     page.screenshot(path=str(SHOTS / "timeline-span-flame.png"), full_page=True)
+    first = page.locator("#span-flame .fr").first  # the heaviest top-level path
+    node = first.get_attribute("data-node")
+    first.click()  # it fills the width; its path above leads back
+    assert flame.get_attribute("data-root") == node
+    assert page.locator("#span-flame .fr").first.evaluate("(e) => e.style.width") == "100%"
+    page.click("#span-flame-path a")
+    assert flame.get_attribute("data-root") == "0"
+    page.evaluate("window.scrollTo(0, 0)")  # back up to the canvas
     page.keyboard.press("m")
     page.keyboard.press("Shift+M")
     box = page.locator("#tl-canvas").bounding_box()

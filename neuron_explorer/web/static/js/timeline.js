@@ -187,6 +187,7 @@ function wire() {
   }, { passive: false });
   canvas.addEventListener("mousedown", (e) => {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
+    tip.hidden = true;  // not over what a drag selects
     if (x >= GUTTER && y < AXIS) { addFlag(nsAt(e.clientX)); return; }  // the ruler: a flag
     if (x >= GUTTER && !e.shiftKey && e.button === 0) { state.sel = { from: nsAt(e.clientX), x: e.clientX, y: e.clientY }; return; }
     drag = { x: e.clientX, view: state.view.slice(), moved: false }; canvas.classList.add("dragging");
