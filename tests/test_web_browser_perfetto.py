@@ -213,3 +213,15 @@ def test_g_then_a_letter_opens_a_tab_and_slash_finds(server, page):
     page.keyboard.press("/")
     assert page.evaluate("document.activeElement.id") == "tl-find"
     assert page.errors == [], page.errors
+
+
+def test_a_link_with_junk_marks_opens_the_timeline(server, page):
+    """Marks, flags and pins from a hand-edited link: what does not parse is left out, never an
+    error or a broken page."""
+    junk = "sel=abc&mark=5_1&marks=1_2,x,3&flags=1e400,zz,-&pins=99999,-1,a"
+    _open(page, f"{server}/p/neuron/timeline?{junk}")
+    state = page.evaluate(
+        "(() => { const s = window.neTimeline.state; return [s.range, s.mark, s.marks, s.flags, [...s.pinned]]; })()"
+    )
+    assert state == [None, None, [[1, 2]], [], []]
+    assert page.errors == [], page.errors

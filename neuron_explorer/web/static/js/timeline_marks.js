@@ -60,4 +60,4 @@ export function parseRange(text) {
   const m = /^(-?\d+)_(-?\d+)$/.exec(text || "");
   return m && +m[2] > +m[1] ? [+m[1], +m[2]] : null;
 }
-export const parseList = (text, one) => (text ? text.split(",").map(one).filter((x) => x !== null && !Number.isNaN(x)) : []);
+export const parseList = (text, one) => (text ? text.split(",").map(one).filter((x) => x !== null && (typeof x !== "number" || Number.isFinite(x))) : []);
