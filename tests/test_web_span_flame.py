@@ -86,3 +86,34 @@ def test_an_empty_span_has_only_its_root(client, root):
 def test_a_span_beyond_int64_is_refused(client):
     r = client.get("/api/p/gpt/span/flame", params={"start_ns": 0, "end_ns": 2**63})
     assert r.status_code == 422
+
+
+def test_a_box_of_lanes_counts_only_their_events(client, root):
+    """An area over some lanes (Perfetto's area selection): the totals and the flame graph hold
+    only those lanes' events, counted by hand from the events table."""
+    lanes = client.get("/api/p/gpt/timeline?width_px=500").json()["lanes"]
+    host = next(x for x in lanes if x["layer"] == "host" and x["depth"] > 1)
+    dev = next(x for x in lanes if x["layer"] == "device")
+    cols = ["id", "start_ns", "dur_ns", "parent_id", "name", "rank", "layer", "device", "track"]
+    t = pq.read_table(root / "gpt" / "events.parquet", columns=cols).to_pylist()
+    key = lambda r: (r["rank"], str(r["layer"]), r["device"], str(r["track"]))  # noqa: E731
+    picked = {key(host), key(dev)}
+    rows = [r for r in t if key(r) in picked]
+    lo = min(r["start_ns"] for r in t)
+    hi = max(r["start_ns"] + r["dur_ns"] for r in t)
+    s, e = lo + (hi - lo) // 3, lo + (hi - lo) // 2
+    on = {"start_ns": s, "end_ns": e, "lanes": f"{host['lane']},{dev['lane']}"}
+    events = {c: [r[c] for r in rows] for c in cols}
+    want = _by_hand(events, s, e)
+    d = client.get("/api/p/gpt/span/flame", params=on).json()
+    assert d["total_ns"] == sum(t for k, (t, _) in want.items() if len(k) == 1) > 0
+    assert len(d["nodes"]) - 1 + d["dropped"] == len(want)
+    inside = [r for r in rows if (r["start_ns"] < e and r["start_ns"] + r["dur_ns"] > s)
+              or (r["dur_ns"] == 0 and s <= r["start_ns"] < e)]  # fmt: skip
+    totals = client.get("/api/p/gpt/span", params=on).json()
+    assert totals["events"] == len(inside) > 0
+    assert {(x["device"], x["track"]) for x in totals["lanes"]} <= {(dev["device"], dev["track"])}
+    everything = client.get("/api/p/gpt/span", params={"start_ns": s, "end_ns": e}).json()
+    assert everything["events"] > totals["events"]
+    assert client.get("/api/p/gpt/span", params={**on, "lanes": "99999"}).status_code == 404
+    assert client.get("/api/p/gpt/span", params={**on, "lanes": "1;2"}).status_code == 422

@@ -10,10 +10,12 @@ path's time inside the span (clipped) and counting its events; a path whose time
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .page import PageModel
+from .span import Lane, lane_filter
 
 MIN_SHARE = 0.001  # paths narrower than this share of the root are too thin to draw
 MAX_NODES = 3000
@@ -49,8 +51,8 @@ class SpanFlame(PageModel):
 _PATHS = """
 WITH RECURSIVE w AS (
   SELECT id, parent_id, CAST(name AS VARCHAR) AS name, CAST(kind AS VARCHAR) AS kind,
-         least(start_ns + dur_ns, $e) - greatest(start_ns, $s) AS inside_ns
-  FROM events WHERE start_ns < $e AND start_ns + dur_ns > $s AND dur_ns > 0),
+         least(start_ns + dur_ns, ?) - greatest(start_ns, ?) AS inside_ns
+  FROM events WHERE start_ns < ? AND start_ns + dur_ns > ? AND dur_ns > 0 AND {lanes}),
 p AS (
   SELECT id, [coalesce(name, '')] AS path FROM w
   WHERE parent_id IS NULL OR parent_id NOT IN (SELECT id FROM w)
@@ -61,10 +63,14 @@ FROM p JOIN w USING (id) GROUP BY p.path
 """
 
 
-def span_flame(con: Any, start_ns: int, end_ns: int) -> SpanFlame:
-    """The flame graph of [start_ns, end_ns) of the profile behind `con` (a DuckDB connection)."""
+def span_flame(
+    con: Any, start_ns: int, end_ns: int, lanes: Sequence[Lane] | None = None
+) -> SpanFlame:
+    """The flame graph of [start_ns, end_ns) of the profile behind `con` (a DuckDB connection),
+    of `lanes` only when given."""
     s, e = int(start_ns), int(max(end_ns, start_ns + 1))
-    rows = con.execute(_PATHS, {"s": s, "e": e}).fetchall()
+    on_lanes, lane_params = lane_filter(lanes)
+    rows = con.execute(_PATHS.format(lanes=on_lanes), [e, s, e, s, *lane_params]).fetchall()
     paths = {tuple(path): (kind or "", int(total), int(n)) for path, kind, total, n in rows}
     total = sum(v[1] for k, v in paths.items() if len(k) == 1)
     nodes = [FlameNode(0, -1, "selection", "", 0, total, 0, 0)]
