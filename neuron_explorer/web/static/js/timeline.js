@@ -82,18 +82,31 @@ function nsAt(clientX) {  // absolute ns under the pointer
 function showSelection() {  // the selection's duration, and the time between the first two flags
   const el = document.getElementById("tl-sel");
   const parts = [];
-  if (state.range) parts.push(`selection ${fmtNs(state.range[1] - state.range[0])}`);
+  if (state.range) parts.push(`selection ${fmtNs(state.range[1] - state.range[0])}` +
+    (state.rangeLanes ? ` on ${state.rangeLanes.length} of ${state.lanes.length} lanes` : ""));
   const f = [...state.flags].sort((a, b) => a - b);
   if (f.length > 1) parts.push(`flags Δ ${fmtNs(f[f.length - 1] - f[0])}`);
   el.textContent = parts.join(" · ");
 }
 
-async function showSpan(s, e) {
+// the lanes whose rows lie between two heights on the canvas (a folded row: all its lanes); null
+// when that is every lane
+function lanesBetween(y0, y1) {
+  const lo = Math.min(y0, y1), hi = Math.max(y0, y1), out = new Set();
+  for (const r of state.rows) {
+    if (r.top + r.rows * ROW < lo || r.top > hi) continue;
+    if (r.count) state.lanes.forEach((l, i) => { if (groupOf(l) === r.group) out.add(i); });
+    else out.add(r.index);
+  }
+  return out.size && out.size < state.lanes.length ? [...out].sort((a, b) => a - b) : null;
+}
+
+async function showSpan(s, e, lanes = null) {
   s = Math.round(s); e = Math.max(Math.round(e), s + 1);
-  state.range = [s, e]; draw(); showSelection(); saveUrl();
+  state.range = [s, e]; state.rangeLanes = lanes; draw(); showSelection(); saveUrl();
   spanEl.replaceChildren(h("p", { class: "note" }, "Totalling the span…"));
   delete spanEl.dataset.events;
-  const q = `start_ns=${s}&end_ns=${e}`;
+  const q = `start_ns=${s}&end_ns=${e}` + (lanes ? `&lanes=${lanes.join(",")}` : "");
   const [d, flame] = await Promise.all([api(`/p/${enc(profile)}/span?${q}`), api(`/p/${enc(profile)}/span/flame?${q}`).catch(() => null)]);
   if (!state.range || state.range[0] !== s || state.range[1] !== e) return;  // replaced meanwhile
   spanEl.replaceChildren(spanPanel(d), flame ? spanFlame(flame) : h("p", { class: "note" }, "No flame graph for this span."));
@@ -101,7 +114,7 @@ async function showSpan(s, e) {
 }
 
 function clearSelection() {
-  state.range = null; state.mark = null; state.selected = null; state.selectedEv = null; state.flowLinks = null;
+  state.range = null; state.rangeLanes = null; state.mark = null; state.selected = null; state.selectedEv = null; state.flowLinks = null;
   spanEl.replaceChildren(); draw(); showSelection(); saveUrl();
 }
 
@@ -189,14 +202,15 @@ function wire() {
     const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top;
     tip.hidden = true;  // not over what a drag selects
     if (x >= GUTTER && y < AXIS) { addFlag(nsAt(e.clientX)); return; }  // the ruler: a flag
-    if (x >= GUTTER && !e.shiftKey && e.button === 0) { state.sel = { from: nsAt(e.clientX), x: e.clientX, y: e.clientY }; return; }
+    if (x >= GUTTER && !e.shiftKey && e.button === 0) { state.sel = { from: nsAt(e.clientX), x: e.clientX, y }; return; }
     drag = { x: e.clientX, view: state.view.slice(), moved: false }; canvas.classList.add("dragging");
   });
   window.addEventListener("mouseup", (e) => {
     if (state.sel) {
       const a = state.sel.from, b = nsAt(e.clientX), start = state.sel;
       state.sel = null;
-      if (Math.abs(e.clientX - start.x) >= 3) { showSpan(Math.min(a, b), Math.max(a, b)).catch((x) => { spanEl.textContent = x.message; }); return; }
+      const lanes = lanesBetween(start.y, e.clientY - canvas.getBoundingClientRect().top);
+      if (Math.abs(e.clientX - start.x) >= 3) { showSpan(Math.min(a, b), Math.max(a, b), lanes).catch((x) => { spanEl.textContent = x.message; }); return; }
       drag = { moved: false };  // no drag: a click, on an event or a merged rectangle
     }
     canvas.classList.remove("dragging");
@@ -224,7 +238,9 @@ function wire() {
     if (state.sel) {
       if (Math.abs(e.clientX - state.sel.x) < 3) return;
       const a = state.sel.from, b = nsAt(e.clientX);
-      state.range = [Math.min(a, b), Math.max(a, b)]; draw(); showSelection(); return;
+      state.range = [Math.min(a, b), Math.max(a, b)];
+      state.rangeLanes = lanesBetween(state.sel.y, e.clientY - canvas.getBoundingClientRect().top);
+      draw(); showSelection(); return;
     }
     const r = canvas.getBoundingClientRect();
     if (drag) {
@@ -321,7 +337,8 @@ run(async () => {
   window.neTimeline = { rectCenter, state, setView, laneClick, holds, fetchWindow };  // for the tests and the benchmark
   showSelection();
   const sel = parseRange(qs("sel"));
-  if (sel) await showSpan(sel[0], sel[1]).catch((x) => { spanEl.textContent = x.message; });
+  const selLanes = parseList(qs("sel_lanes"), Number).filter((i) => Number.isInteger(i) && i >= 0 && i < d.lanes.length);
+  if (sel) await showSpan(sel[0], sel[1], selLanes.length ? selLanes : null).catch((x) => { spanEl.textContent = x.message; });
   const ev = qs("event");
   if (ev !== null) {
     const d = await select(Number(ev));

@@ -11,7 +11,7 @@ export const state = { lanes: [], extent: null, view: null, win: null, laneY: []
   selected: null, hits: [], reqId: 0, find: null, colorMode: "kind",
   // `view` is [start, end] in ns after `origin` (the profile's first ns): a double near 2^60
   // is 256 ns apart from the next, an offset from the origin is not (zoom to single ns there)
-  origin: 0, held: null, fetches: 0, range: null, marks: [], mark: null, flags: [] };
+  origin: 0, held: null, fetches: 0, range: null, rangeLanes: null, marks: [], mark: null, flags: [] };
 export const dom = { canvas: null, ctx: null, wrap: null, overview: null, status: null };  // set once by the page
 
 export function laneLabel(l) {
@@ -241,12 +241,16 @@ function drawFlows(width) {
 }
 
 
-export function drawRange(height) {
+export function drawRange(height) {  // the area selected: its time range, on its lanes
   const { canvas, ctx } = dom;
   if (!state.range) return;
   const x0 = Math.max(GUTTER, xOf(state.range[0])), x1 = Math.min(canvas.clientWidth, xOf(state.range[1]));
   if (x1 <= x0) return;
-  ctx.fillStyle = "rgba(37,99,235,0.12)"; ctx.fillRect(x0, AXIS, x1 - x0, height - AXIS);
-  ctx.fillStyle = "#2563eb"; ctx.fillRect(x0, AXIS, 1, height - AXIS); ctx.fillRect(x1 - 1, AXIS, 1, height - AXIS);
+  const on = state.rangeLanes && new Set(state.rangeLanes);
+  const bands = on ? state.rows.filter((r) => on.has(r.index)).map((r) => [r.top - LANE_GAP / 2, r.rows * ROW + LANE_GAP]) : [[AXIS, height - AXIS]];
+  for (const [y, hgt] of bands) {
+    ctx.fillStyle = "rgba(37,99,235,0.12)"; ctx.fillRect(x0, y, x1 - x0, hgt);
+    ctx.fillStyle = "#2563eb"; ctx.fillRect(x0, y, 1, hgt); ctx.fillRect(x1 - 1, y, 1, hgt);
+  }
 }
 

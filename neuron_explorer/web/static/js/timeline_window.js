@@ -74,6 +74,7 @@ export function saveUrl() {
   p.set("start_ns", absText(state.view[0])); p.set("end_ns", absText(state.view[1]));
   const put = (k, v) => (v ? p.set(k, v) : p.delete(k));
   put("sel", state.range && rangeText(state.range));
+  put("sel_lanes", state.range && state.rangeLanes && state.rangeLanes.join(","));
   put("mark", state.mark && rangeText(state.mark));
   put("marks", state.marks.map(rangeText).join(","));
   put("flags", state.flags.map(Math.round).join(","));
