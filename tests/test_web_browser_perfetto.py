@@ -109,6 +109,23 @@ def test_zoom_and_pan_inside_the_held_window_ask_nothing(server, page):
     assert page.errors == [], page.errors
 
 
+def test_a_window_on_its_way_is_waited_for_not_asked_again(server, page):
+    """A slow server (the page's window requests held back here): zooms and pans that the
+    window already asked for will hold are drawn from what is held, with no second request."""
+    _open(page, server + "/p/neuron/timeline")
+    waiting = []
+    page.route("**/api/p/neuron/timeline?start_ns=*", lambda route: waiting.append(route))
+    for key in ("w", "w", "w", "a", "d"):  # the second W asks; the rest fall inside its answer
+        page.keyboard.press(key)
+        page.wait_for_timeout(200)  # past the 90 ms before a request goes
+    assert len(waiting) == 1
+    waiting[0].continue_()
+    page.wait_for_function("() => window.neTimeline.state.pending === null")
+    assert page.evaluate("window.neTimeline.holds()")
+    assert page.evaluate("window.neTimeline.state.fetches") == 1
+    assert page.errors == [], page.errors
+
+
 def test_the_ruler_reads_single_nanoseconds_near_2_to_the_60(server, page):
     first = FAR + 1_000
     _open(page, f"{server}/p/far/timeline?start_ns={first}&end_ns={first + 8}", "timeline-far-8ns")

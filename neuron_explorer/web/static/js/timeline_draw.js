@@ -11,7 +11,7 @@ export const state = { lanes: [], extent: null, view: null, win: null, laneY: []
   selected: null, hits: [], reqId: 0, find: null, colorMode: "kind",
   // `view` is [start, end] in ns after `origin` (the profile's first ns): a double near 2^60
   // is 256 ns apart from the next, an offset from the origin is not (zoom to single ns there)
-  origin: 0, held: null, fetches: 0, range: null, rangeLanes: null, marks: [], mark: null, flags: [] };
+  origin: 0, held: null, pending: null, fetches: 0, range: null, rangeLanes: null, marks: [], mark: null, flags: [] };
 export const dom = { canvas: null, ctx: null, wrap: null, overview: null, status: null };  // set once by the page
 
 export function laneLabel(l) {

@@ -25,9 +25,10 @@ export function absText(t) {
 
 const plotWidth = () => Math.max(100, dom.canvas.clientWidth - GUTTER);
 
-// whether the held window covers the view at a resolution fine enough to draw it
-export function holds() {
-  const hd = state.held, [s, e] = state.view;
+// whether the held window (or `hd`: the one on its way) covers the view at a resolution fine
+// enough to draw it
+export function holds(hd = state.held) {
+  const [s, e] = state.view;
   return !!hd && s >= hd.s && e <= hd.e && (e - s) / plotWidth() >= hd.nsPerPx / FINER;
 }
 
@@ -37,7 +38,8 @@ export function viewChanged(delay = 90) {
   clearTimeout(urlTimer);
   urlTimer = setTimeout(saveUrl, 150);
   if (state.win) updateStatus();
-  if (!holds()) scheduleFetch(delay);
+  // a slow server: a window on its way that will hold the view is waited for, not asked again
+  if (!holds() && !holds(state.pending)) scheduleFetch(delay);
 }
 
 export function scheduleFetch(delay = 90) {
@@ -52,9 +54,15 @@ export async function fetchWindow() {
   const [v0, v1] = state.view, pad = (v1 - v0) * PAD;
   const s = absText(v0 - pad), e = absText(v1 + pad);
   const width = Math.min(8000, Math.round(plotWidth() * (1 + 2 * PAD)));
+  state.pending = { s: v0 - pad, e: v1 + pad, nsPerPx: (v1 - v0 + 2 * pad) / width };
   const t0 = performance.now();
-  const [d, counters] = await Promise.all([api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}&window_only=true`),
-    fetchCounters(s, e, width).catch(() => null)]);
+  let d, counters;
+  try {
+    [d, counters] = await Promise.all([api(`/p/${enc(profile)}/timeline?start_ns=${s}&end_ns=${e}&width_px=${width}&window_only=true`),
+      fetchCounters(s, e, width).catch(() => null)]);
+  } finally {
+    if (id === state.reqId) state.pending = null;
+  }
   if (id !== state.reqId) return;
   state.counters = counters;
   hold(d.window, d.device_time_modeled);
