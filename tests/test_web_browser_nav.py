@@ -132,7 +132,8 @@ def test_timeline_lanes_overview_colours_and_side_panel(server, page):  # noqa: 
     # a lane is as tall as what the window draws: a narrow window draws less nesting
     with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
         page.evaluate(
-            f"window.neTimeline.setView({st}.view[0], {st}.view[0] + ({st}.view[1] - {st}.view[0]) / 2000)"
+            f"window.neTimeline.setView({st}.origin + {st}.view[0], "  # the view: ns after the origin
+            f"{st}.origin + {st}.view[0] + ({st}.view[1] - {st}.view[0]) / 2000)"
         )
     page.wait_for_timeout(200)
     rows = page.evaluate(f"{st}.rows.filter((r) => !r.count).map((r) => [r.rows, r.lane.depth])")
@@ -145,7 +146,7 @@ def test_timeline_lanes_overview_colours_and_side_panel(server, page):  # noqa: 
     with page.expect_response(lambda r: "/timeline?start_ns=" in r.url):
         page.mouse.click(ov["x"] + 190 + (ov["width"] - 190) * 0.25, ov["y"] + ov["height"] / 2)
     view = page.evaluate(f"{st}.view")
-    centre = (view[0] + view[1]) / 2
+    centre = page.evaluate(f"{st}.origin") + (view[0] + view[1]) / 2
     assert abs(centre - (whole[0] + 0.25 * (whole[1] - whole[0]))) < 0.02 * (whole[1] - whole[0])
     # colour by name, kept in the link
     page.select_option("#tl-color", "name")

@@ -4,6 +4,7 @@ Nested events each count their own time, as in Perfetto: an op and the ops insid
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,21 @@ from .page import PageModel, fetch_rows
 TOP = 20
 # device work, an engine's instructions included (a span shows what each lane did)
 DEVICE_WORK = (*DEVICE_WORK_KINDS, "instruction")
+
+
+# a lane: (rank, layer, device, track), as the timeline's lanes are keyed
+Lane = tuple[int | None, str, str | None, str]
+
+
+def lane_filter(lanes: Sequence[Lane] | None) -> tuple[str, list[Any]]:
+    """An SQL condition on `events` that keeps only `lanes` (all when None), and its parameters."""
+    if lanes is None:
+        return "TRUE", []
+    one = ("(rank IS NOT DISTINCT FROM ? AND CAST(layer AS VARCHAR) = ? "
+           "AND CAST(device AS VARCHAR) IS NOT DISTINCT FROM ? AND CAST(track AS VARCHAR) = ?)")  # fmt: skip
+    return "(" + (" OR ".join([one] * len(lanes)) or "FALSE") + ")", [
+        v for lane in lanes for v in lane
+    ]
 
 
 @dataclass(frozen=True)
@@ -30,17 +46,20 @@ class SpanTotals(PageModel):
     lanes: tuple[dict[str, Any], ...]
 
 
-def span_totals(con, start_ns: int, end_ns: int) -> SpanTotals:
-    """What ran in [start_ns, end_ns) of the profile behind `con` (a DuckDB connection)."""
+def span_totals(con, start_ns: int, end_ns: int, lanes: Sequence[Lane] | None = None) -> SpanTotals:
+    """What ran in [start_ns, end_ns) of the profile behind `con` (a DuckDB connection), on
+    `lanes` only when given (Perfetto's area selection: a time range on the tracks dragged over)."""
     s, e = int(start_ns), int(max(end_ns, start_ns + 1))
+    on_lanes, lane_params = lane_filter(lanes)
     inside = (
         "WITH w AS (SELECT CAST(layer AS VARCHAR) AS layer, CAST(kind AS VARCHAR) AS kind, "
         "CAST(name AS VARCHAR) AS name, CAST(track AS VARCHAR) AS track, "
         "CAST(device AS VARCHAR) AS device, rank, "
         "least(start_ns + dur_ns, ?) - greatest(start_ns, ?) AS inside_ns FROM events "
-        "WHERE (start_ns < ? AND start_ns + dur_ns > ?) OR (dur_ns = 0 AND start_ns >= ? AND start_ns < ?)) "
+        "WHERE ((start_ns < ? AND start_ns + dur_ns > ?) OR (dur_ns = 0 AND start_ns >= ? AND start_ns < ?)) "
+        f"AND {on_lanes}) "
     )
-    params = [e, s, e, s, s, e]
+    params = [e, s, e, s, s, e, *lane_params]
     kinds = sql_list(DEVICE_WORK)
 
     def q(select: str) -> tuple[dict[str, Any], ...]:

@@ -104,7 +104,10 @@ def render_page(
         file_id=html.escape(file_id, quote=True),
         tabs=_tabs(pages, kind, profile, hidden_tabs),
         plotly='<script src="/static/plotly.min.js"></script>' if shell.plotly else "",
-        script="" if error else f'<script type="module" src="/static/js/{shell.script}"></script>',
+        script=""
+        if error
+        else f'<script type="module" src="/static/js/{shell.script}"></script>'
+        '<script type="module" src="/static/js/keys.js"></script>',  # every page's keys
         body=body,
     )
 

@@ -14,6 +14,20 @@ if TYPE_CHECKING:
     from ..service import Service
 
 NS_LIMIT = 2**62  # times in a URL beyond int64 nanoseconds are refused (422), not a 500
+LANES = Query(None, pattern=r"^\d{1,6}(,\d{1,6})*$", max_length=7000)  # the lanes' numbers
+
+
+def _lanes(svc: Service, name: str, text: str | None) -> list[tuple[Any, ...]] | None:
+    """The (rank, layer, device, track) of each lane number in `text` (all lanes when None)."""
+    if text is None:
+        return None
+    rows = svc.index(name).lanes.to_pylist()
+    out = []
+    for n in dict.fromkeys(int(x) for x in text.split(",")):
+        if n >= len(rows):
+            raise NotFound(f"no lane {n} in {name} (it has {len(rows)})")
+        out.append(tuple(rows[n][c] for c in ("rank", "layer", "device", "track")))
+    return out
 
 
 def api_timeline(
@@ -50,10 +64,25 @@ def api_span(
     name: str,
     start_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
     end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    lanes: str | None = LANES,
 ) -> dict[str, Any]:
     p = svc.store.open(name)
+    on = _lanes(svc, name, lanes)
     return {"name": name, "device_time_modeled": overview.is_modeled(p),
-            **span.span_totals(svc.store.connection(name), start_ns, end_ns)}  # fmt: skip
+            **span.span_totals(svc.store.connection(name), start_ns, end_ns, on)}  # fmt: skip
+
+
+def api_span_flame(
+    svc: Service,
+    name: str,
+    start_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
+    lanes: str | None = LANES,
+) -> dict[str, Any]:
+    p = svc.store.open(name)
+    on = _lanes(svc, name, lanes)
+    return {"name": name, "device_time_modeled": overview.is_modeled(p),
+            **span.span_flame(svc.store.connection(name), start_ns, end_ns, on)}  # fmt: skip
 
 
 def api_search(
@@ -91,6 +120,7 @@ PAGES = (
 API = (
     Api("/api/p/{name}/events/{event_id}", api_event, "timeline"),
     Api("/api/p/{name}/span", api_span, "timeline"),
+    Api("/api/p/{name}/span/flame", api_span_flame, "timeline"),
     Api("/api/p/{name}/search", api_search, "timeline"),
     Api("/api/p/{name}/counters", api_counters, "timeline"),
 )

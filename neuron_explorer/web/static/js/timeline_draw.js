@@ -3,6 +3,7 @@
 // page (timeline.js) owns the state's changes and the requests; this module only reads them.
 import { fmtNum, clean } from "./common.js";
 import { colorFor, textColor, ownLane } from "./timeline_overview.js";
+import { drawMarks, niceStep, fmtTick } from "./timeline_marks.js";
 
 export const AXIS = 26, ROW = 17, LANE_GAP = 6, COUNTER_H = 36;
 // the lane label column: widened by dragging its edge, kept for the next visit (importers
@@ -12,8 +13,11 @@ const clampGutter = (px) => Math.round(Math.max(GUTTER_MIN, Math.min(GUTTER_MAX,
 export let GUTTER = clampGutter(Number(localStorage.getItem("ne.tl.gutter")) || 190);
 export const PIN_W = 16; // the pin column at the right of the lane labels
 export const state = { lanes: [], extent: null, view: null, win: null, laneY: [], laneRows: [], rows: [], collapsed: new Set(), pinned: new Set(),
-  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind", hiddenLanes: new Set() };
-export const dom = { canvas: null, ctx: null, wrap: null, overview: null };  // set once by the page
+  selected: null, hits: [], reqId: 0, find: null, colorMode: "kind", hiddenLanes: new Set(),
+  // `view` is [start, end] in ns after `origin` (the profile's first ns): a double near 2^60
+  // is 256 ns apart from the next, an offset from the origin is not (zoom to single ns there)
+  origin: 0, held: null, pending: null, fetches: 0, range: null, rangeLanes: null, marks: [], mark: null, flags: [] };
+export const dom = { canvas: null, ctx: null, wrap: null, overview: null, status: null };  // set once by the page
 
 export function laneLabel(l) {
   const dev = l.layer === "host" ? (l.device || "host") : l.device;
@@ -99,10 +103,13 @@ export function rowOf(lane, depth) {  // the y of an event at `depth` on `lane` 
   return state.laneY[lane] + Math.min(depth, state.laneRows[lane] - 1) * ROW;
 }
 
-export function xOf(ns) {
-  const { canvas } = dom;
-  const w = canvas.clientWidth - GUTTER;
-  return GUTTER + ((ns - state.view[0]) / (state.view[1] - state.view[0])) * w;
+export function xOf(ns) {  // an absolute ns (an event's start) to its x on the canvas
+  return xRel(ns - state.origin);
+}
+
+export function xRel(t) {  // ns after the origin to x
+  const w = dom.canvas.clientWidth - GUTTER;
+  return GUTTER + ((t - state.view[0]) / (state.view[1] - state.view[0])) * w;
 }
 
 // `text` cut with an ellipsis to `px` wide (a binary search on its measured width)
@@ -114,20 +121,6 @@ function fitText(ctx, text, px) {
     if (ctx.measureText(text.slice(0, mid) + "…").width <= px) lo = mid; else hi = mid - 1;
   }
   return text.slice(0, lo) + "…";
-}
-
-function fmtTick(t, step) {  // enough decimals that neighbouring ticks differ
-  const a = Math.abs(t) || step;
-  const [scale, unit] = a >= 1e9 ? [1e9, "s"] : a >= 1e6 ? [1e6, "ms"] : a >= 1e3 ? [1e3, "µs"] : [1, "ns"];
-  const decimals = Math.max(0, Math.min(9, Math.ceil(-Math.log10(step / scale) - 1e-9)));
-  return (t / scale).toFixed(decimals) + " " + unit;
-}
-
-function niceStep(span, px) {
-  const raw = span / Math.max(1, px / 110);
-  const p = Math.pow(10, Math.floor(Math.log10(raw)));
-  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
-  return 10 * p;
 }
 
 // a handle over the label column's edge: dragging it widens the column
@@ -224,20 +217,23 @@ export function draw() {
   drawCounters(width);
   drawRange(height);
   gutterHandle(height);
-  // axis
+  // axis: ticks counted from the origin (an integer k times the step: no sum that stops
+  // moving when the step is below a double's spacing)
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, AXIS);
   ctx.fillStyle = "#d1d5db"; ctx.fillRect(0, AXIS - 1, width, 1);
   const [s, e] = state.view, step = niceStep(e - s, width - GUTTER);
   ctx.fillStyle = "#4b5563";
-  const t0 = state.extent.start_ns;
-  for (let t = t0 + Math.ceil((s - t0) / step) * step; t <= e; t += step) {
-    const x = xOf(t);
+  state.ticks = [];  // the ruler's labels, read by the browser tests
+  for (let k = Math.ceil(s / step); k * step <= e; k++) {
+    const x = xRel(k * step), label = fmtTick(k * step, step);
     ctx.fillRect(x, AXIS - 6, 1, 6);
-    ctx.fillText(fmtTick(t - state.extent.start_ns, step), x + 3, AXIS / 2);
+    ctx.fillText(label, x + 3, AXIS / 2);
+    state.ticks.push(label);
   }
   ctx.fillStyle = "#6b7280";
   ctx.fillText(state.win && state.win.device_time_modeled ? "time (device: modeled)" : "time", 8, AXIS / 2);
-  if (overview) { overview.gutter = GUTTER; overview.draw(state.view, width); }
+  drawMarks(height, width);
+  if (overview) { overview.gutter = GUTTER; overview.draw([state.origin + s, state.origin + e], width); }
 }
 
 
@@ -284,12 +280,16 @@ function drawFlows(width) {
 }
 
 
-export function drawRange(height) {
+export function drawRange(height) {  // the area selected: its time range, on its lanes
   const { canvas, ctx } = dom;
   if (!state.range) return;
   const x0 = Math.max(GUTTER, xOf(state.range[0])), x1 = Math.min(canvas.clientWidth, xOf(state.range[1]));
   if (x1 <= x0) return;
-  ctx.fillStyle = "rgba(37,99,235,0.12)"; ctx.fillRect(x0, AXIS, x1 - x0, height - AXIS);
-  ctx.fillStyle = "#2563eb"; ctx.fillRect(x0, AXIS, 1, height - AXIS); ctx.fillRect(x1 - 1, AXIS, 1, height - AXIS);
+  const on = state.rangeLanes && new Set(state.rangeLanes);
+  const bands = on ? state.rows.filter((r) => on.has(r.index)).map((r) => [r.top - LANE_GAP / 2, r.rows * ROW + LANE_GAP]) : [[AXIS, height - AXIS]];
+  for (const [y, hgt] of bands) {
+    ctx.fillStyle = "rgba(37,99,235,0.12)"; ctx.fillRect(x0, y, x1 - x0, hgt);
+    ctx.fillStyle = "#2563eb"; ctx.fillRect(x0, y, 1, hgt); ctx.fillRect(x1 - 1, y, 1, hgt);
+  }
 }
 

@@ -37,7 +37,7 @@ export function spanPanel(d) {
   const name = { key: "name", label: "Name", cell: (r) => h("span", { class: "mono" }, r.name) };
   const cnt = { key: "count", label: "Count", num: true }, tm = { key: "time_ns", label: "Time inside", num: true, fmt: fmtNs };
   return section(`Selected span: ${fmtNs(d.dur_ns)} · ${fmtNum(d.events)} events`,
-    h("p", { class: "note" }, "Each event's time inside the span; nested events each count their own (Esc clears, Shift+drag selects another)."),
+    h("p", { class: "note" }, "Each event's time inside the span; nested events each count their own (Esc clears, a drag selects another, F fits it, M marks it)."),
     h("div", { class: "grid2" },
       h("div", {}, h("h2", {}, "By kind"), t([{ key: "layer", label: "Layer" }, { key: "kind", label: "Kind" }, cnt, tm], d.by_kind),
         h("h2", {}, "Device lanes" + modeled), t([{ key: "track", label: "Lane", cell: (r) => `${r.device || ""} ${r.track}` }, cnt, tm,
