@@ -101,7 +101,7 @@ def test_against_a_baseline_gives_the_deltas():
     doc = json.loads(run_cli("report", str(after), "--against", str(before), "--format", "json"))
     a = json.loads(run_cli("summary", str(before), "--json"))["step_stats"]
     b = doc["step_stats"]  # the summary's own (test_json_report_is_the_cli_documents)
-    assert abs(doc["against"]["step_ns_delta"] - (b["mean_ns"] - a["mean_ns"])) <= 1
+    assert abs(doc["against"]["step_ns_delta"] - (b["median_ns"] - a["median_ns"])) <= 1
     was = {f["rule"] for f in json.loads(run_cli("analyze", str(before), "--json"))["findings"]}
     now = {f["rule"] for f in doc["findings"]}
     assert doc["against"]["findings_new"] == sorted(now - was)
@@ -111,7 +111,7 @@ def test_against_a_baseline_gives_the_deltas():
         r["delta"] == r["b"].get("time_ns", 0) - r["a"].get("time_ns", 0) for r in ops
     )
     body = _section(render_markdown(doc), "Against `gpt_train`")  # what the md format prints
-    assert "Mean step" in body and "| Ops (largest change) |" in body
+    assert "Median step" in body and "| Ops (largest change) |" in body
     assert "| Lines (largest change) |" in body
 
 

@@ -71,7 +71,8 @@ def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, A
             "profile": str(base.path),
             "name": base.path.name,
             "steps": {"before": sa, "after": sb},
-            "step_ns_delta": int(sb["mean_ns"] - sa["mean_ns"]) if sa and sb else None,
+            # medians, as compare and diff give them: one slow compile step moves a mean
+            "step_ns_delta": int(sb["median_ns"] - sa["median_ns"]) if sa and sb else None,
             "breakdown": compare.compare_breakdown(before, summary),
             "ops": compare.compare_ops(base_ops, ops)[:TOP_DELTAS],
             "lines": compare.compare_lines(base_lines, lines)[:TOP_DELTAS],
@@ -162,7 +163,7 @@ def _breakdown_md(b: dict[str, Any], steps_ns: float | None) -> list[str]:
 def _against_md(a: dict[str, Any]) -> list[str]:
     before, after = a["steps"]["before"], a["steps"]["after"]
     out = [f"## Against `{a['name']}`", "",
-           f"Mean step {_ms((before or {}).get('mean_ns'))} -> {_ms((after or {}).get('mean_ns'))} "
+           f"Median step {_ms((before or {}).get('median_ns'))} -> {_ms((after or {}).get('median_ns'))} "
            f"({_delta_ms(a['step_ns_delta'])}).", ""]  # fmt: skip
     if a["findings_new"] or a["findings_gone"]:
         out += [f"Findings new: {', '.join(f'`{x}`' for x in a['findings_new']) or 'none'}; "
