@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.autograd import profiler as _prof
 
+from neuron_explorer.backend import graph_fallback
 from neuron_explorer.backend.runtime import events, fxstack, model, shapes, stats
 from neuron_explorer.backend.runtime import record as _rec
 
@@ -155,11 +156,12 @@ class DeviceProgram:
 
     def __init__(
         self, gm: torch.fx.GraphModule, name: str, neff: Any, kernels: list[Kernel],
-        graph_id: str = "", backward: bool = False,
+        graph_id: str = "", backward: bool = False, place: bool = True,
     ) -> None:  # fmt: skip
         self.gm, self.name, self.neff, self.kernels = gm, name, neff, kernels
         self.graph_id, self.backward = graph_id, backward
-        self._device_outputs = _device_outputs(gm)
+        # a part of a split graph leaves its outputs as they are: the whole graph places them
+        self._device_outputs = _device_outputs(gm) if place else frozenset()
 
     def _run(self, args: list) -> Any:
         out = self.gm(*args)
@@ -168,13 +170,7 @@ class DeviceProgram:
         return out
 
     def _launch_site(self) -> tuple[int, str | None]:
-        if self.backward:
-            forward = _forward_launch.get(self.graph_id)
-            if forward is not None:
-                return forward
-            return _rec.call_site(3)
-        launch = _forward_launch[self.graph_id] = _rec.call_site(3)
-        return launch
+        return launch_site(self.graph_id, self.backward)
 
     def __call__(self, args: list) -> Any:
         if not _prof._is_profiler_enabled:
@@ -198,6 +194,45 @@ class DeviceProgram:
         t1 = time.time_ns()
         _rec._host("runtime", "launch", self.name, (), (), tid, t0, t1, rt.launch_ns,
                    launch, seq, bwd, flow, args={"kernels": len(self.kernels), "neff": self.name})  # fmt: skip
+        return out
+
+
+def launch_site(graph_id: str, backward: bool) -> tuple[int, str | None]:
+    """The call site a program of this graph launches from (a backward takes its forward's)."""
+    if backward:
+        forward = _forward_launch.get(graph_id)
+        if forward is not None:
+            return forward
+        return _rec.call_site(3)
+    launch = _forward_launch[graph_id] = _rec.call_site(3)
+    return launch
+
+
+class SplitProgram:
+    """A compiled graph with host ops (the opt-in fallback): its device runs are programs of
+    their own, its host ops recorded CPU fallbacks (graph_fallback.py)."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, host: list, name: str, graph_id: str,
+                 backward: bool) -> None:  # fmt: skip
+        from neuron_explorer.backend import graph_fallback
+
+        def device_program(part: torch.fx.GraphModule, part_name: str) -> DeviceProgram:
+            neff, kernels = lower_graph(part, part_name)
+            return DeviceProgram(part, part_name, neff, kernels, graph_id, backward, place=False)
+
+        self.name = name
+        self._device_outputs = _device_outputs(gm)
+        self.parts, self.programs = graph_fallback.split_program(
+            gm, host, name, device_program, lambda: launch_site(graph_id, backward)
+        )
+        self.kernels = [k for p in self.programs for k in p.kernels]
+
+    def __call__(self, args: list) -> Any:
+        out = self.parts(*args)
+        if self._device_outputs:
+            out = _on_device(out, self._device_outputs)
         return out
 
 
@@ -230,13 +265,20 @@ def _on_device(out: Any, where: frozenset[int]) -> Any:
     return place(0, out)
 
 
-def _compile(kind: str, graph_id: str):
+def _compile(kind: str, graph_id: str, fallback: bool):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
         t0 = time.time_ns()
         to_payload_devices(gm)
         name = f"neuron_graph_{graph_id}_{kind}"
-        neff, kernels = lower_graph(gm, name)
-        program = DeviceProgram(gm, name, neff, kernels, graph_id, kind == "backward")
+        host = graph_fallback.host_nodes(gm)
+        program: DeviceProgram | SplitProgram
+        if host and not fallback:
+            raise graph_fallback.refuse(host)
+        if host:
+            program = SplitProgram(gm, host, name, graph_id, kind == "backward")
+        else:
+            neff, kernels = lower_graph(gm, name)
+            program = DeviceProgram(gm, name, neff, kernels, graph_id, kind == "backward")
         if _prof._is_profiler_enabled:
             rt = model.spec().runtime
             n = sum(1 for n in gm.graph.nodes if n.op == "call_function")
@@ -244,7 +286,8 @@ def _compile(kind: str, graph_id: str):
             seq, bwd = _rec.autograd_position()
             _rec._host("compile", "graph compile", program.name, (), (), threading.get_native_id(),
                        t0, time.time_ns(), cost, _rec.call_site(2), seq, bwd,
-                       args={"nodes": n, "kernels": len(kernels), "graph": kind})  # fmt: skip
+                       args={"nodes": n, "kernels": len(program.kernels), "graph": kind,
+                             "host_ops": len(host)})  # fmt: skip
         program._boxed_call = True  # AOTAutograd calls compiled graphs with a list of args
         return program
 
@@ -306,9 +349,18 @@ def _frame_recompiled() -> bool:
     return bool(compile_id is not None and compile_id.frame_compile_id)
 
 
-def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Any:
-    """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends)."""
+def neuron_backend(
+    gm: torch.fx.GraphModule, example_inputs: list, options: dict | None = None, **kwargs: Any
+) -> Any:
+    """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends).
+
+    `options={"fallback": True}` (or NEURON_COMPILE_FALLBACK=1) runs the graph's ops the
+    device cannot lower on the host as recorded fallbacks; without it they fail the compile.
+    """
     from torch._dynamo.backends.common import aot_autograd
+
+    kwargs.pop("mode", None)  # torch.compile's mode= is inductor's; the device has one
+    fallback = graph_fallback.wants_fallback(options)
 
     skip_backend_frames()
     code = graph_key(gm)
@@ -332,6 +384,6 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any
         _rec._host("compile", "recompile", f"neuron_graph_{graph_id}", (), (),
                    threading.get_native_id(), now, now, 0, _rec.call_site(2), -1, False,
                    args={"reason": "new input shapes", "shapes": str(signature)})  # fmt: skip
-    compiler = aot_autograd(fw_compiler=_compile("forward", graph_id),
-                            bw_compiler=_compile("backward", graph_id))  # fmt: skip
+    compiler = aot_autograd(fw_compiler=_compile("forward", graph_id, fallback),
+                            bw_compiler=_compile("backward", graph_id, fallback))  # fmt: skip
     return compiler(gm, example_inputs, **kwargs)
