@@ -8,17 +8,16 @@ lower op by op, fusing elementwise chains, each kernel keeping its FX node's sou
 
 from __future__ import annotations
 
-import operator
 import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.autograd import profiler as _prof
 
-from neuron_explorer.backend import graph_fallback
+from neuron_explorer.backend import graph_fallback, graph_lowering
+from neuron_explorer.backend.graph_lowering import Kernel
 from neuron_explorer.backend.runtime import events, fxstack, model, shapes, stats
 from neuron_explorer.backend.runtime import record as _rec
 
@@ -26,95 +25,10 @@ _seen: dict[str, set[tuple]] = {}  # graph code -> input-shape signatures compil
 _lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """One fused group of a device program: its slice of the NEFF, its FX nodes and the source
-    line of the node that anchors it (the matmul a bias and activation fused into)."""
-
-    group: Any  # costmodel.graph.NeffGroup
-    nodes: tuple[str, ...]
-    src: tuple  # fxstack.node_site: the FX node's whole stack and module path
-
-    @property
-    def plan(self) -> Any:
-        return self.group.plan
-
-
-_source_line = fxstack.node_site
-
-
-def _info(value) -> Any:
-    from neuron_explorer.backend.costmodel import TensorInfo
-
-    if not isinstance(value, torch.Tensor):
-        return None
-    try:
-        shape = tuple(int(d) for d in value.shape)
-    except (TypeError, ValueError):  # symbolic sizes: dynamic=False avoids them
-        return None
-    return TensorInfo(
-        shape=shape, dtype=_rec.dtype_name(value.dtype), transposed=_rec.is_transposed(value)
-    )
-
-
-def graph_ops(gm: torch.fx.GraphModule) -> tuple[list, list[torch.fx.Node]]:
-    """The graph's aten ops as the cost model's GraphOps (each input traced to the op and output
-    that made it), and the FX node of each."""
-    from neuron_explorer.backend.costmodel import TensorInfo
-    from neuron_explorer.backend.costmodel.graph import GraphOp
-
-    value: dict[torch.fx.Node, tuple[int, int]] = {}
-    found: list[tuple[torch.fx.Node, str, list, list, list]] = []
-    placeholders = 0
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":  # graph input k is (-1 - k, 0)
-            placeholders += 1
-            value[node] = (-placeholders, 0)
-        if node.op != "call_function":
-            continue
-        if node.target is operator.getitem and node.args[0] in value:
-            value[node] = (value[node.args[0]][0], int(node.args[1]))
-            continue
-        if not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        args: list[torch.fx.Node] = []
-        torch.fx.node.map_arg((node.args, node.kwargs), args.append)
-        ins, sources = [], []
-        for a in args:
-            info = _info(a.meta.get("val"))
-            if info is not None:
-                ins.append(info)
-                sources.append(value.get(a))
-        val = node.meta.get("val")
-        outs = [_info(v) for v in (val if isinstance(val, list | tuple) else [val])]
-        value[node] = (len(found), 0)
-        found.append((node, node.target._schema.name, ins, outs, sources))
-    exported: set[tuple[int, int]] = set()
-    for node in gm.graph.nodes:
-        if node.op == "output":
-            torch.fx.node.map_arg(node.args, lambda n: exported.add(value.get(n, (-1, -1))))
-    graph = []
-    for i, (_node, name, ins, outs, sources) in enumerate(found):
-        if all(t is None for t in outs):  # no tensor result: lowering takes it as in place
-            outs = []
-        # a non-tensor result keeps its place (an empty tensor), so getitem's index still fits
-        kept = tuple(t if t is not None else TensorInfo((0,)) for t in outs)
-        graph.append(GraphOp(name, tuple(ins), kept, tuple(sources),
-                             tuple((i, j) in exported for j in range(len(kept)))))  # fmt: skip
-    return graph, [f[0] for f in found]
-
-
 def lower_graph(gm: torch.fx.GraphModule, name: str = "neff") -> tuple[Any, list[Kernel]]:
-    """The graph's NEFF (one launch, fused groups, intermediates in SBUF) and its kernels."""
-    from neuron_explorer.backend.costmodel.graph import lower_graph as lower_neff
-
-    graph, nodes = graph_ops(gm)
-    neff = lower_neff(graph, name, model.spec())
-    kernels = [
-        Kernel(g, tuple(nodes[i].name for i in g.ops), _source_line(nodes[g.ops[0]]))
-        for g in neff.groups
-    ]
-    return neff, kernels
+    """The graph's NEFF (one launch, fused groups, intermediates in SBUF) and its kernels, at
+    the sizes it was traced with."""
+    return graph_lowering.lower_graph(gm, name)
 
 
 def to_payload_devices(gm: torch.fx.GraphModule) -> None:
@@ -162,6 +76,19 @@ class DeviceProgram:
         self.graph_id, self.backward = graph_id, backward
         # a part of a split graph leaves its outputs as they are: the whole graph places them
         self._device_outputs = _device_outputs(gm) if place else frozenset()
+        self._symbols = graph_lowering.input_symbols(gm)  # dynamic sizes: lowered per call
+        self._at_sizes: dict[tuple, tuple[Any, list[Kernel]]] = {}
+
+    def _lowered(self, args: list) -> tuple[Any, list[Kernel]]:
+        """The NEFF and kernels at this call's sizes (a dynamic graph runs at many)."""
+        if not self._symbols:
+            return self.neff, self.kernels
+        sizes = graph_lowering.sizes_of(self._symbols, args)
+        key = tuple(sizes.values())
+        found = self._at_sizes.get(key)
+        if found is None:
+            found = self._at_sizes[key] = graph_lowering.lower_graph(self.gm, self.name, sizes)
+        return found
 
     def _run(self, args: list) -> Any:
         out = self.gm(*args)
@@ -177,6 +104,7 @@ class DeviceProgram:
             return self._run(args)
         t0 = time.time_ns()
         m0 = model.modeled_now(t0)
+        neff, kernels = self._lowered(args)  # before the run: a boxed call may clear args
         out = _rec.run_hidden(self._run, (args,), {})
         rt = model.spec().runtime
         flow = events.next_flow()
@@ -188,12 +116,12 @@ class DeviceProgram:
         groups = [
             (k.group, fxstack.site(k.src, launch),
              {"fx_nodes": list(k.nodes), "neff": self.name, "spilled_bytes": k.group.spilled_bytes})
-            for k in self.kernels
+            for k in kernels
         ]  # fmt: skip
-        _rec.submit_neff(self.neff, groups, ready, self.name, tid, flow, seq, bwd)
+        _rec.submit_neff(neff, groups, ready, self.name, tid, flow, seq, bwd)
         t1 = time.time_ns()
         _rec._host("runtime", "launch", self.name, (), (), tid, t0, t1, rt.launch_ns,
-                   launch, seq, bwd, flow, args={"kernels": len(self.kernels), "neff": self.name})  # fmt: skip
+                   launch, seq, bwd, flow, args={"kernels": len(kernels), "neff": self.name})  # fmt: skip
         return out
 
 
@@ -216,8 +144,6 @@ class SplitProgram:
 
     def __init__(self, gm: torch.fx.GraphModule, host: list, name: str, graph_id: str,
                  backward: bool) -> None:  # fmt: skip
-        from neuron_explorer.backend import graph_fallback
-
         def device_program(part: torch.fx.GraphModule, part_name: str) -> DeviceProgram:
             neff, kernels = lower_graph(part, part_name)
             return DeviceProgram(part, part_name, neff, kernels, graph_id, backward, place=False)

@@ -8,10 +8,10 @@ collectives and `backend="cpu:gloo,neuron:neuron"` both work.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
 from typing import Any
+
+from neuron_explorer.backend import after_import
 
 
 def _create(opts: Any, backend_options: Any) -> Any:
@@ -64,39 +64,8 @@ def _install_barrier() -> None:
 _FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `then` once the module `name` is imported: importing FSDP2's modules up front would
-    cost every process group DTensor's import (about a second)."""
-
-    def __init__(self, name: str, then: Any) -> None:
-        self.name, self.then = name, then
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            self.then()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def _after_import(name: str, then: Any) -> None:
-    if name in sys.modules:
-        then()
-    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, then))
-
-
 def _route_fsdp_when_imported() -> None:
-    _after_import(_FSDP_PARAM, _route_fsdp_storage)
+    after_import.run_after(_FSDP_PARAM, _route_fsdp_storage)
 
 
 _FSDP_MESH = "torch.distributed.fsdp._fully_shard._fully_shard"
@@ -177,7 +146,7 @@ def register() -> None:
     if not dist.is_available() or "NEURON" in dist.Backend._plugins:
         return
     dist.Backend.register_backend("neuron", _create, extended_api=True, devices=["neuron", "cpu"])
-    _after_import(_FSDP_MESH, _default_mesh_follows_the_process_group)
+    after_import.run_after(_FSDP_MESH, _default_mesh_follows_the_process_group)
     from neuron_explorer.backend import model_ranks
 
     model_ranks.install()
