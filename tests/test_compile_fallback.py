@@ -120,3 +120,38 @@ def test_training_through_a_host_op_matches_cpu_with_the_backward_split_too():
     loss(cpu, x).backward()
     torch.testing.assert_close(dev[0].weight.grad.cpu(), cpu[0].weight.grad)
     assert {"aten::_fft_r2c"} <= set(backend.get_fallback_ops())
+
+
+@torch.library.custom_op("neuron_explorer_tests::scaled_tanh", mutates_args=())
+def scaled_tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * 3
+
+
+@scaled_tanh.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_a_registered_kernel_runs_a_custom_op_on_the_device_at_its_declared_cost():
+    x = torch.randn(64, 32)
+    scaled_tanh(x.to("neuron"))  # before the declaration: a fallback
+    assert backend.get_fallback_ops() == ["neuron_explorer_tests::scaled_tanh"]
+    backend.register_kernel(scaled_tanh, flops=lambda s: 5 * s[0] * s[1], engine="ScalarE")
+    backend.clear_op_tracking()
+    out, kernels = _events("kernel", lambda: scaled_tanh(x.to("neuron")))
+    assert torch.equal(out.cpu(), scaled_tanh(x)) and backend.get_fallback_ops() == []
+    (kernel,) = [k for k in kernels if k.op_name == "neuron_explorer_tests::scaled_tanh"]
+    assert kernel.flops == 5 * 64 * 32 and kernel.src_file == __file__
+
+    def f(t):
+        return scaled_tanh(t + 1) * 2
+
+    compiled = torch.compile(f, backend="neuron", dynamic=False)  # no opt-in needed now
+    compiled(x.to("neuron"))
+    out, kernels = _events("kernel", lambda: compiled(x.to("neuron")))
+    torch.testing.assert_close(out.cpu(), f(x), rtol=0, atol=0)
+    # its own kernel in the NEFF: the compiler fuses nothing into a user's kernel
+    assert [k.name for k in kernels] == ["add", "scaled_tanh", "mul"]
+    assert kernels[1].flops == 5 * 64 * 32
+    assert kernels[1].src_line == f.__code__.co_firstlineno + 1
+    assert backend.get_fallback_ops() == []
