@@ -81,9 +81,15 @@ def _where(node: torch.fx.Node) -> str:
     return f"{file}:{line} (in {func})"
 
 
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    assert isinstance(target, torch._ops.OpOverload)  # host_nodes finds only these
+    return target._schema.name
+
+
 def refuse(nodes: list[torch.fx.Node]) -> NeuronUnsupportedError:
     """The compile error naming each op the device cannot lower and its line."""
-    seen = dict.fromkeys(f"{n.target._schema.name} at {_where(n)}" for n in nodes)
+    seen = dict.fromkeys(f"{_op_name(n)} at {_where(n)}" for n in nodes)
     return NeuronUnsupportedError(
         "neuron: the graph has ops the device cannot lower: " + "; ".join(seen) + ". "
         'Run them on the host as recorded CPU fallbacks with torch.compile(backend="neuron", '
@@ -109,7 +115,7 @@ def split(gm: torch.fx.GraphModule, host: list[torch.fx.Node]) -> torch.fx.Graph
             part[0] += 1
         last[0] = on_host
         partition[node] = part[0]
-    parts = split_module(gm, None, lambda n: partition[n], keep_original_order=True)
+    parts = split_module(gm, gm, lambda n: partition[n], keep_original_order=True)
     for name, sub in parts.named_children():
         index = int(name.rsplit("_", 1)[1])
         sub.device = not any(  # type: ignore[assignment]
@@ -125,7 +131,7 @@ class HostOp(torch.nn.Module):
         self, gm: torch.fx.GraphModule, node: torch.fx.Node, launch_site: Callable[[], Any]
     ) -> None:
         super().__init__()
-        self.gm, self.name, self.launch_site = gm, node.target._schema.name, launch_site
+        self.gm, self.name, self.launch_site = gm, _op_name(node), launch_site
         self.site = fxstack.node_site(node)
 
     def forward(self, *args: Any) -> Any:
@@ -182,6 +188,7 @@ def split_program(
     parts = split(gm, host)
     programs = []
     for sub_name, sub in list(parts.named_children()):
+        assert isinstance(sub, torch.fx.GraphModule)
         if sub.device:
             program = device_program(sub, f"{name}_part{sub_name.rsplit('_', 1)[1]}")
             programs.append(program)

@@ -54,8 +54,9 @@ def _info(value, sizes: Sizes | None = None) -> Any:
 
     if not isinstance(value, torch.Tensor):
         return None
-    shape = tuple(_traced_size(d, sizes) for d in value.shape)
-    if None in shape:  # a size known only at run time (data-dependent)
+    sized = [_traced_size(d, sizes) for d in value.shape]
+    shape = tuple(d for d in sized if d is not None)
+    if len(shape) != len(sized):  # a size known only at run time (data-dependent)
         return None
     return TensorInfo(
         shape=shape, dtype=_rec.dtype_name(value.dtype), transposed=_rec.is_transposed(value)
