@@ -12,4 +12,8 @@ def __getattr__(name: str):  # lazy, so `import neuron_explorer` does not import
         from .backend.runtime.shapes import shapes_only
 
         return shapes_only
+    if name == "register_kernel":
+        from .backend.custom_kernels import register_kernel
+
+        return register_kernel
     raise AttributeError(f"module 'neuron_explorer' has no attribute {name!r}")

@@ -162,6 +162,66 @@ def test_a_batch_change_under_automatic_dynamic_shapes_is_a_recompile():
     assert stats.graph_compiles == 2 and stats.graph_recompiles == 1
 
 
+def test_a_dynamic_graph_compiles_once_for_every_later_batch_and_is_priced_at_each():
+    # reading a symbolic size with int() to price the graph guarded on it: model.compile()'s
+    # automatic dynamic shapes recompiled at every batch size (issue 28); the NEFF of the one
+    # dynamic graph is lowered at each call's sizes, so its cost follows the batch
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(64, 64)
+
+        def forward(self, x):
+            return self.proj(x).relu()
+
+    torch._dynamo.reset()
+    backend.reset_compile_stats()
+    model = Layer().to("neuron")
+    model.compile(backend="neuron")  # dynamic=None, as model.compile() defaults
+    for batch in (2, 3, 5, 9):
+        x = torch.randn(batch, 64)
+        model(x.to("neuron"))
+    stats = backend.compile_stats()
+    assert (stats.graph_compiles, stats.graph_recompiles) == (2, 1)
+    flops = {}
+    for batch in (4, 32):
+        backend.events.clear()
+        with torch.profiler.profile():
+            model(torch.randn(batch, 64).to("neuron"))
+        (kernel,) = [e for e in _drain_kinds("kernel") if e.op_name.startswith("neuron_graph")]
+        flops[batch] = kernel.flops
+    assert flops[32] == 8 * flops[4] and flops[4] >= 2 * 4 * 64 * 64
+    assert backend.compile_stats().graph_compiles == 2
+
+
+def test_dynamo_never_traces_the_runtime_even_before_the_backend_first_runs(tmp_path):
+    # the runtime's frames were skipped only once the backend first ran: the first frame
+    # dynamo traced reached runtime/unsupported.py (str.startswith), broke the graph and ran
+    # those frames eagerly, one by one (issue 28). A fresh process, as a user's script
+    import subprocess
+    import sys
+
+    script = tmp_path / "fresh.py"
+    script.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "from torch._dynamo.utils import counters\n"
+        "torch.compiler.set_default_backend('neuron')\n"
+        "from torch._dynamo import trace_rules\n"
+        "from neuron_explorer.backend.runtime import dispatch, unsupported\n"
+        "assert trace_rules.check_file(dispatch.__file__).skipped\n"
+        "assert trace_rules.check_file(unsupported.__file__).skipped\n"
+        "m = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).to('neuron')\n"
+        "m.compile()\n"
+        "for b in (2, 3, 4):\n"
+        "    m(torch.randn(b, 8, device='neuron'))\n"
+        "assert not counters['graph_break'], dict(counters['graph_break'])\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
 def test_a_device_factory_under_fake_tensors_stays_fake_while_profiling():
     # dynamo traces with FakeTensorMode; while a profiler records, the payload op of
     # `torch.tensor([], device="neuron")` (transformers' KV cache) once skipped the mode and

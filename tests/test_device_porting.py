@@ -49,6 +49,25 @@ def test_a_module_moves_to_the_device_inside_inference_mode():
         torch.testing.assert_close(moved(x.to("neuron")).cpu(), want, rtol=0, atol=0)
 
 
+def test_a_module_moves_to_the_device_while_a_cpu_graph_holds_its_parameters():
+    # the swap of a wrapper parameter refused a tensor the graph saved ("Couldn't swap
+    # Linear.weight"); CUDA assigns param.data there and works (issue 28)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+    x = torch.randn(2, 4, requires_grad=True)
+    cpu_loss = model(x).sum()  # its graph saves both weights
+    weight = model[0].weight
+    want = copy.deepcopy(model)
+    model.to("neuron")
+    assert model[0].weight is weight  # the same Parameter object, as with CUDA's .data =
+    assert isinstance(weight, nn.Parameter) and weight.device.type == "neuron"
+    model(x.detach().to("neuron")).sum().backward()
+    want(x.detach()).sum().backward()
+    torch.testing.assert_close(weight.grad.cpu(), want[0].weight.grad)
+    with pytest.raises(RuntimeError, match="poisoned|moved to or from the neuron device"):
+        cpu_loss.backward()  # the old graph no longer leads to the module's parameters
+
+
 def test_a_tensor_built_from_0_dim_device_tensors_reads_each_like_item(tmp_path):
     # torch.tensor([a.max(), a.min()], device=a.device) (Qwen2-VL) reads each element with the
     # Python key excluded: the read reaches the backend key, and is a sync like .item()

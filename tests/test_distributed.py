@@ -461,6 +461,24 @@ def test_a_barrier_is_a_collective_its_wait_measured_and_its_transfer_modeled(tm
         assert c1[4] < 0.2 * SLEEP_S * 1e9 <= a0["real_ns"]  # gloo's real time is cut
 
 
+PLAIN_FSDP_WORKER = Path(__file__).resolve().parent / "ranks" / "plain_fsdp2_worker.py"
+
+
+def test_a_plain_gloo_fsdp2_program_runs_with_the_package_as_without_it(tmp_path):
+    """fully_shard with no mesh took the registered accelerator (neuron) for its mesh, so a
+    gloo program of CPU tensors failed on its first parameter move (issue 28): with the device
+    registered it now gets the CPU mesh it gets without the package, and the same losses."""
+    runs = {}
+    for autoload in ("1", "0"):
+        out = tmp_path / f"autoload{autoload}"
+        torchrun(PLAIN_FSDP_WORKER, 2, str(out), env={"TORCH_DEVICE_BACKEND_AUTOLOAD": autoload})
+        runs[autoload] = [json.loads(Path(f"{out}.rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["registered"] for r in runs["1"]] == [True, True]
+    assert [r["registered"] for r in runs["0"]] == [False, False]
+    assert [r["mesh"] for r in runs["1"]] == ["cpu", "cpu"]
+    assert [r["losses"] for r in runs["1"]] == [r["losses"] for r in runs["0"]]
+
+
 FSDP_WORKER = Path(__file__).resolve().parent / "ranks" / "fsdp_overlap_worker.py"
 FSDP_SLEEP_S = 0.05
 

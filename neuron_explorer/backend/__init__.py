@@ -27,6 +27,7 @@ try:
     import torch as _torch  # noqa: F401
 
     from neuron_explorer.backend._registration import is_registered, register
+    from neuron_explorer.backend.custom_kernels import register_kernel
     from neuron_explorer.backend.runtime import events
     from neuron_explorer.backend.runtime.model import set_spec as set_device_spec
     from neuron_explorer.backend.runtime.ops import supported_ops
@@ -56,6 +57,7 @@ __all__ = [
     "get_fallback_ops",
     "is_registered",
     "register",
+    "register_kernel",
     "reset_compile_stats",
     "set_device_spec",
     "shapes_only",

@@ -52,10 +52,11 @@ def register() -> None:
         autocast.register()
         gcpause.install()
         handoff.install()
-        from neuron_explorer.backend import distributed, serialization
+        from neuron_explorer.backend import distributed, serialization, swap
 
         distributed.register()
         serialization.install()
+        swap.install()  # module.to("neuron") while a CPU graph holds its parameters
         from neuron_explorer.backend.runtime import kineto_plugin
 
         kineto_plugin.install()  # the device in torch.profiler's own output, where g++ exists

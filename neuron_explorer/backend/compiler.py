@@ -8,16 +8,16 @@ lower op by op, fusing elementwise chains, each kernel keeping its FX node's sou
 
 from __future__ import annotations
 
-import operator
 import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.autograd import profiler as _prof
 
+from neuron_explorer.backend import graph_fallback, graph_lowering
+from neuron_explorer.backend.graph_lowering import Kernel
 from neuron_explorer.backend.runtime import events, fxstack, model, shapes, stats
 from neuron_explorer.backend.runtime import record as _rec
 
@@ -25,95 +25,10 @@ _seen: dict[str, set[tuple]] = {}  # graph code -> input-shape signatures compil
 _lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """One fused group of a device program: its slice of the NEFF, its FX nodes and the source
-    line of the node that anchors it (the matmul a bias and activation fused into)."""
-
-    group: Any  # costmodel.graph.NeffGroup
-    nodes: tuple[str, ...]
-    src: tuple  # fxstack.node_site: the FX node's whole stack and module path
-
-    @property
-    def plan(self) -> Any:
-        return self.group.plan
-
-
-_source_line = fxstack.node_site
-
-
-def _info(value) -> Any:
-    from neuron_explorer.backend.costmodel import TensorInfo
-
-    if not isinstance(value, torch.Tensor):
-        return None
-    try:
-        shape = tuple(int(d) for d in value.shape)
-    except (TypeError, ValueError):  # symbolic sizes: dynamic=False avoids them
-        return None
-    return TensorInfo(
-        shape=shape, dtype=_rec.dtype_name(value.dtype), transposed=_rec.is_transposed(value)
-    )
-
-
-def graph_ops(gm: torch.fx.GraphModule) -> tuple[list, list[torch.fx.Node]]:
-    """The graph's aten ops as the cost model's GraphOps (each input traced to the op and output
-    that made it), and the FX node of each."""
-    from neuron_explorer.backend.costmodel import TensorInfo
-    from neuron_explorer.backend.costmodel.graph import GraphOp
-
-    value: dict[torch.fx.Node, tuple[int, int]] = {}
-    found: list[tuple[torch.fx.Node, str, list, list, list]] = []
-    placeholders = 0
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":  # graph input k is (-1 - k, 0)
-            placeholders += 1
-            value[node] = (-placeholders, 0)
-        if node.op != "call_function":
-            continue
-        if node.target is operator.getitem and node.args[0] in value:
-            value[node] = (value[node.args[0]][0], int(node.args[1]))
-            continue
-        if not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        args: list[torch.fx.Node] = []
-        torch.fx.node.map_arg((node.args, node.kwargs), args.append)
-        ins, sources = [], []
-        for a in args:
-            info = _info(a.meta.get("val"))
-            if info is not None:
-                ins.append(info)
-                sources.append(value.get(a))
-        val = node.meta.get("val")
-        outs = [_info(v) for v in (val if isinstance(val, list | tuple) else [val])]
-        value[node] = (len(found), 0)
-        found.append((node, node.target._schema.name, ins, outs, sources))
-    exported: set[tuple[int, int]] = set()
-    for node in gm.graph.nodes:
-        if node.op == "output":
-            torch.fx.node.map_arg(node.args, lambda n: exported.add(value.get(n, (-1, -1))))
-    graph = []
-    for i, (_node, name, ins, outs, sources) in enumerate(found):
-        if all(t is None for t in outs):  # no tensor result: lowering takes it as in place
-            outs = []
-        # a non-tensor result keeps its place (an empty tensor), so getitem's index still fits
-        kept = tuple(t if t is not None else TensorInfo((0,)) for t in outs)
-        graph.append(GraphOp(name, tuple(ins), kept, tuple(sources),
-                             tuple((i, j) in exported for j in range(len(kept)))))  # fmt: skip
-    return graph, [f[0] for f in found]
-
-
 def lower_graph(gm: torch.fx.GraphModule, name: str = "neff") -> tuple[Any, list[Kernel]]:
-    """The graph's NEFF (one launch, fused groups, intermediates in SBUF) and its kernels."""
-    from neuron_explorer.backend.costmodel.graph import lower_graph as lower_neff
-
-    graph, nodes = graph_ops(gm)
-    neff = lower_neff(graph, name, model.spec())
-    kernels = [
-        Kernel(g, tuple(nodes[i].name for i in g.ops), _source_line(nodes[g.ops[0]]))
-        for g in neff.groups
-    ]
-    return neff, kernels
+    """The graph's NEFF (one launch, fused groups, intermediates in SBUF) and its kernels, at
+    the sizes it was traced with."""
+    return graph_lowering.lower_graph(gm, name)
 
 
 def to_payload_devices(gm: torch.fx.GraphModule) -> None:
@@ -155,11 +70,25 @@ class DeviceProgram:
 
     def __init__(
         self, gm: torch.fx.GraphModule, name: str, neff: Any, kernels: list[Kernel],
-        graph_id: str = "", backward: bool = False,
+        graph_id: str = "", backward: bool = False, place: bool = True,
     ) -> None:  # fmt: skip
         self.gm, self.name, self.neff, self.kernels = gm, name, neff, kernels
         self.graph_id, self.backward = graph_id, backward
-        self._device_outputs = _device_outputs(gm)
+        # a part of a split graph leaves its outputs as they are: the whole graph places them
+        self._device_outputs = _device_outputs(gm) if place else frozenset()
+        self._symbols = graph_lowering.input_symbols(gm)  # dynamic sizes: lowered per call
+        self._at_sizes: dict[tuple, tuple[Any, list[Kernel]]] = {}
+
+    def _lowered(self, args: list) -> tuple[Any, list[Kernel]]:
+        """The NEFF and kernels at this call's sizes (a dynamic graph runs at many)."""
+        if not self._symbols:
+            return self.neff, self.kernels
+        sizes = graph_lowering.sizes_of(self._symbols, args)
+        key = tuple(sizes.values())
+        found = self._at_sizes.get(key)
+        if found is None:
+            found = self._at_sizes[key] = graph_lowering.lower_graph(self.gm, self.name, sizes)
+        return found
 
     def _run(self, args: list) -> Any:
         out = self.gm(*args)
@@ -168,19 +97,14 @@ class DeviceProgram:
         return out
 
     def _launch_site(self) -> tuple[int, str | None]:
-        if self.backward:
-            forward = _forward_launch.get(self.graph_id)
-            if forward is not None:
-                return forward
-            return _rec.call_site(3)
-        launch = _forward_launch[self.graph_id] = _rec.call_site(3)
-        return launch
+        return launch_site(self.graph_id, self.backward)
 
     def __call__(self, args: list) -> Any:
         if not _prof._is_profiler_enabled:
             return self._run(args)
         t0 = time.time_ns()
         m0 = model.modeled_now(t0)
+        neff, kernels = self._lowered(args)  # before the run: a boxed call may clear args
         out = _rec.run_hidden(self._run, (args,), {})
         rt = model.spec().runtime
         flow = events.next_flow()
@@ -192,12 +116,49 @@ class DeviceProgram:
         groups = [
             (k.group, fxstack.site(k.src, launch),
              {"fx_nodes": list(k.nodes), "neff": self.name, "spilled_bytes": k.group.spilled_bytes})
-            for k in self.kernels
+            for k in kernels
         ]  # fmt: skip
-        _rec.submit_neff(self.neff, groups, ready, self.name, tid, flow, seq, bwd)
+        _rec.submit_neff(neff, groups, ready, self.name, tid, flow, seq, bwd)
         t1 = time.time_ns()
         _rec._host("runtime", "launch", self.name, (), (), tid, t0, t1, rt.launch_ns,
-                   launch, seq, bwd, flow, args={"kernels": len(self.kernels), "neff": self.name})  # fmt: skip
+                   launch, seq, bwd, flow, args={"kernels": len(kernels), "neff": self.name})  # fmt: skip
+        return out
+
+
+def launch_site(graph_id: str, backward: bool) -> tuple[int, str | None]:
+    """The call site a program of this graph launches from (a backward takes its forward's)."""
+    if backward:
+        forward = _forward_launch.get(graph_id)
+        if forward is not None:
+            return forward
+        return _rec.call_site(3)
+    launch = _forward_launch[graph_id] = _rec.call_site(3)
+    return launch
+
+
+class SplitProgram:
+    """A compiled graph with host ops (the opt-in fallback): its device runs are programs of
+    their own, its host ops recorded CPU fallbacks (graph_fallback.py)."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, host: list, name: str, graph_id: str,
+                 backward: bool) -> None:  # fmt: skip
+        def device_program(part: torch.fx.GraphModule, part_name: str) -> DeviceProgram:
+            neff, kernels = lower_graph(part, part_name)
+            return DeviceProgram(part, part_name, neff, kernels, graph_id, backward, place=False)
+
+        self.name = name
+        self._device_outputs = _device_outputs(gm)
+        self.parts, self.programs = graph_fallback.split_program(
+            gm, host, name, device_program, lambda: launch_site(graph_id, backward)
+        )
+        self.kernels = [k for p in self.programs for k in p.kernels]
+
+    def __call__(self, args: list) -> Any:
+        out = self.parts(*args)
+        if self._device_outputs:
+            out = _on_device(out, self._device_outputs)
         return out
 
 
@@ -230,13 +191,20 @@ def _on_device(out: Any, where: frozenset[int]) -> Any:
     return place(0, out)
 
 
-def _compile(kind: str, graph_id: str):
+def _compile(kind: str, graph_id: str, fallback: bool):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
         t0 = time.time_ns()
         to_payload_devices(gm)
         name = f"neuron_graph_{graph_id}_{kind}"
-        neff, kernels = lower_graph(gm, name)
-        program = DeviceProgram(gm, name, neff, kernels, graph_id, kind == "backward")
+        host = graph_fallback.host_nodes(gm)
+        program: DeviceProgram | SplitProgram
+        if host and not fallback:
+            raise graph_fallback.refuse(host)
+        if host:
+            program = SplitProgram(gm, host, name, graph_id, kind == "backward")
+        else:
+            neff, kernels = lower_graph(gm, name)
+            program = DeviceProgram(gm, name, neff, kernels, graph_id, kind == "backward")
         if _prof._is_profiler_enabled:
             rt = model.spec().runtime
             n = sum(1 for n in gm.graph.nodes if n.op == "call_function")
@@ -244,7 +212,8 @@ def _compile(kind: str, graph_id: str):
             seq, bwd = _rec.autograd_position()
             _rec._host("compile", "graph compile", program.name, (), (), threading.get_native_id(),
                        t0, time.time_ns(), cost, _rec.call_site(2), seq, bwd,
-                       args={"nodes": n, "kernels": len(kernels), "graph": kind})  # fmt: skip
+                       args={"nodes": n, "kernels": len(program.kernels), "graph": kind,
+                             "host_ops": len(host)})  # fmt: skip
         program._boxed_call = True  # AOTAutograd calls compiled graphs with a list of args
         return program
 
@@ -306,9 +275,18 @@ def _frame_recompiled() -> bool:
     return bool(compile_id is not None and compile_id.frame_compile_id)
 
 
-def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Any:
-    """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends)."""
+def neuron_backend(
+    gm: torch.fx.GraphModule, example_inputs: list, options: dict | None = None, **kwargs: Any
+) -> Any:
+    """The dynamo backend registered as "neuron" (entry point torch_dynamo_backends).
+
+    `options={"fallback": True}` (or NEURON_COMPILE_FALLBACK=1) runs the graph's ops the
+    device cannot lower on the host as recorded fallbacks; without it they fail the compile.
+    """
     from torch._dynamo.backends.common import aot_autograd
+
+    kwargs.pop("mode", None)  # torch.compile's mode= is inductor's; the device has one
+    fallback = graph_fallback.wants_fallback(options)
 
     skip_backend_frames()
     code = graph_key(gm)
@@ -332,6 +310,6 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any
         _rec._host("compile", "recompile", f"neuron_graph_{graph_id}", (), (),
                    threading.get_native_id(), now, now, 0, _rec.call_site(2), -1, False,
                    args={"reason": "new input shapes", "shapes": str(signature)})  # fmt: skip
-    compiler = aot_autograd(fw_compiler=_compile("forward", graph_id),
-                            bw_compiler=_compile("backward", graph_id))  # fmt: skip
+    compiler = aot_autograd(fw_compiler=_compile("forward", graph_id, fallback),
+                            bw_compiler=_compile("backward", graph_id, fallback))  # fmt: skip
     return compiler(gm, example_inputs, **kwargs)

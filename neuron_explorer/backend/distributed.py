@@ -8,10 +8,10 @@ collectives and `backend="cpu:gloo,neuron:neuron"` both work.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
 from typing import Any
+
+from neuron_explorer.backend import after_import
 
 
 def _create(opts: Any, backend_options: Any) -> Any:
@@ -64,32 +64,38 @@ def _install_barrier() -> None:
 _FSDP_PARAM = "torch.distributed.fsdp._fully_shard._fsdp_param_group"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `_route_fsdp_storage` once FSDP2's modules are imported: importing them up front
-    would cost every process group DTensor's import (about a second)."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != _FSDP_PARAM:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            _route_fsdp_storage()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def _route_fsdp_when_imported() -> None:
-    if _FSDP_PARAM in sys.modules:
-        _route_fsdp_storage()
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    after_import.run_after(_FSDP_PARAM, _route_fsdp_storage)
+
+
+_FSDP_MESH = "torch.distributed.fsdp._fully_shard._fully_shard"
+
+
+def _default_mesh_follows_the_process_group() -> None:
+    """fully_shard(model) with no mesh builds one on `torch._C._get_accelerator()`, which is
+    `neuron` once the device is registered, even in a gloo program of CPU tensors that never
+    names it (its first `tensor.data = tensor.to("neuron")` then failed). The default mesh is
+    a CPU mesh where the default process group has no backend for the device, as it is without
+    the package; a group that has one (backend="neuron") keeps the device mesh."""
+    fully_shard_module = sys.modules.get(_FSDP_MESH)
+    default_mesh = getattr(fully_shard_module, "_init_default_mesh", None)
+    if default_mesh is None or getattr(default_mesh, "_neuron", False):
+        return
+    import torch.distributed as dist
+
+    def init_default_mesh(mesh_dim_names: tuple[str, ...] | None = None) -> Any:
+        if not dist.is_initialized():
+            dist.init_process_group()
+        config = dist.get_backend_config()  # "cpu:gloo,cuda:gloo"
+        if "neuron" in {part.split(":", 1)[0] for part in config.split(",")}:
+            return default_mesh(mesh_dim_names)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        size = dist.get_world_size()
+        return init_device_mesh("cpu", (size,), mesh_dim_names=mesh_dim_names)
+
+    init_default_mesh._neuron = True  # type: ignore[attr-defined]
+    fully_shard_module._init_default_mesh = init_default_mesh  # type: ignore[union-attr]
 
 
 def _route_fsdp_storage() -> None:
@@ -140,6 +146,7 @@ def register() -> None:
     if not dist.is_available() or "NEURON" in dist.Backend._plugins:
         return
     dist.Backend.register_backend("neuron", _create, extended_api=True, devices=["neuron", "cpu"])
+    after_import.run_after(_FSDP_MESH, _default_mesh_follows_the_process_group)
     from neuron_explorer.backend import model_ranks
 
     model_ranks.install()

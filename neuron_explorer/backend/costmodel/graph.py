@@ -76,7 +76,7 @@ class NeffPlan:
 def _group_ops(plans: Sequence[KernelPlan], graph: Sequence[GraphOp], alias) -> list[list[int]]:
     """Op indices per group: a fusable op joins the latest group when it reads one of its
     outputs or runs over as many elements as that all-fusable group; every other op starts a
-    group. Views (empty plans) belong to none."""
+    group, and a declared custom kernel takes no other op. Views (empty plans) belong to none."""
     groups: list[list[int]] = []
     owner: dict[int, int] = {}  # op index -> group index
     loop: int | None = None  # elements of the latest group's loop, when it is all fusable ops
@@ -86,7 +86,9 @@ def _group_ops(plans: Sequence[KernelPlan], graph: Sequence[GraphOp], alias) -> 
         producers = {owner.get(alias(s)[0]) for s in gop.sources if s is not None}
         elems = max((t.numel for t in gop.outputs), default=0)
         fusable = plan.category in FUSABLE
-        if groups and fusable and (len(groups) - 1 in producers or elems == loop):
+        # a user's own kernel (ops.CUSTOM) is opaque to the compiler: nothing joins it
+        sealed = bool(groups) and plans[groups[-1][0]].category == ops.CUSTOM
+        if groups and fusable and not sealed and (len(groups) - 1 in producers or elems == loop):
             # on the latest group's tiles: its consumer, or a sibling over the same elements
             # (loop fusion: the compiler runs independent elementwise chains in one tile loop)
             groups[-1].append(i)

@@ -11,7 +11,7 @@ from math import ceil
 
 from neuron_explorer.vocab.engines import TENSOR_ENGINE
 
-from . import ops
+from . import custom, ops
 from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
 from .spec import DeviceSpec, EngineSpec, get_spec
 
@@ -40,6 +40,9 @@ def lower_op(
 
 
 def _lower(op, inputs, outputs, spec, name) -> KernelPlan:
+    kernel = custom.declared(op)
+    if kernel is not None:
+        return _lower_declared(op, kernel, inputs, outputs, spec, name)
     category = ops.classify(op)
     if ops.is_multi_tensor(op) and inputs:
         return _lower_multi(op, category, inputs, outputs, spec, name)
@@ -67,6 +70,16 @@ def _lower(op, inputs, outputs, spec, name) -> KernelPlan:
         reads = reads[1:] + [sum(t.nbytes for t in outputs)]
     writes = [t.nbytes for t in outputs]
     return assemble(spec, name, op, category, inputs, outputs, reads, computes, writes)
+
+
+def _lower_declared(op, kernel, inputs, outputs, spec, name) -> KernelPlan:
+    """A user's declared kernel (costmodel/custom.py): its reads, one pass of its FLOPs on its
+    engine, its writes."""
+    engine = {"VectorE": spec.vector, "ScalarE": spec.scalar, "GpSimdE": spec.gpsimd}
+    flops, reads = custom.work_of(kernel, inputs)
+    work = _pass(spec, engine[kernel.engine], "custom", flops, _itemsize(inputs + outputs))
+    writes = [t.nbytes for t in outputs]
+    return assemble(spec, name, op, ops.CUSTOM, inputs, outputs, reads, (work,), writes)
 
 
 def _lower_multi(op, category, inputs, outputs, spec, name) -> KernelPlan:

@@ -17,7 +17,9 @@ REDUCTION = "reduction"  # VectorE
 NORM = "norm"  # VectorE statistics + ScalarE normalise
 SOFTMAX = "softmax"  # VectorE max/sum + ScalarE exp
 FILL = "fill"  # writes without reading: VectorE memset / GpSimd iota and RNG
+CUSTOM = "custom"  # a kernel the user declared (costmodel/custom.py): its own, never fused
 CATEGORIES = (
+    CUSTOM,
     VIEW,
     COPY,
     MATMUL,

@@ -106,7 +106,10 @@ def register_library_impls() -> None:
 
     composites.register(lib)
     unsupported.register()
-    from neuron_explorer.backend import compiler
+    from neuron_explorer.backend import after_import, compiler
 
     compiler.no_device_constants()
+    # dynamo must never trace into the runtime, from the first frame it traces on: the rule
+    # goes in as soon as dynamo has loaded (the backend itself is called too late)
+    after_import.run_after("torch._dynamo", compiler.skip_backend_frames)
     _lib = lib

@@ -100,7 +100,7 @@ CATEGORIES: tuple[Category, ...] = (
     )),
     Category("factory", "DMA", (
         "aten::empty", "aten::empty_strided", "aten::zeros", "aten::ones", "aten::full",
-        "aten::scalar_tensor", "aten::lift_fresh",
+        "aten::scalar_tensor", "aten::lift_fresh", "aten::lift_fresh_copy",
     )),
 )  # fmt: skip
 
