@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend.runtime import events, model
@@ -133,10 +135,15 @@ def resized(storage, old_nbytes: int) -> None:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, delta, _peak))
 
 
+_NO_MEMORY = (FakeTensor, FunctionalTensor)
+
+
 def track(payload) -> None:
     """Count the bytes of `payload`'s storage until its last tensor is collected (once per
     storage, however many tensors share it)."""
     global _allocated, _peak, _serial, _peak_serial
+    if isinstance(payload, _NO_MEMORY):  # a compile's tracing payload holds no device memory
+        return
     storage = payload.untyped_storage()
     key = id(storage)
     if key in _live:
@@ -185,8 +192,12 @@ def live_storages() -> list[tuple[int, int, int]]:
     out = []
     for key, ref in refs:
         storage = ref()
-        if storage is not None and storage.nbytes() > 0:
+        if storage is None or storage.nbytes() <= 0:
+            continue
+        try:  # a compile's fake or functional storage has no address: it holds no memory
             out.append((key, storage.nbytes(), storage.data_ptr()))
+        except RuntimeError:
+            continue
     return out
 
 
