@@ -246,7 +246,7 @@ def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) ->
     part = ranks.part_path(path, job.rank)
     part.parent.mkdir(parents=True, exist_ok=True)
     write_profile(raw, part, extra)
-    ranks.assemble(path, job.world_size, job.run_id)
+    ranks.assemble(path, job.world_size, job.run_id, job.rank)
 
 
 def _host_events(trace: Path) -> Assembled:
