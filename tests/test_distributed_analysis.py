@@ -166,11 +166,8 @@ def check_straggler_named(profile: Path, slow: int) -> None:
 
 
 def straggler_verdict(profile: Path, slow: int) -> bool:
-    """Whether the straggler rule names `slow`; it never names another rank, docs/fleet.md's
-    queries agree with it, and it says nothing only where the modeled clock shows no straggler:
-    `slow` was not the last to arrive (the least waiting rank, within 0.25 ms) in at least 60%
-    of the steady steps (a loaded simulating machine can hold another rank's host up longer than
-    the planted 2 ms, and that stays on the modeled clock)."""
+    """Whether the straggler rule names `slow`; it never names another rank, and docs/fleet.md's
+    queries (SQL written apart from the rule) find the same."""
     from neuron_explorer.analysis import run_rules
     from neuron_explorer.analysis.collectives import rank_step_waits
     from neuron_explorer.analysis.context import context
@@ -184,17 +181,9 @@ def straggler_verdict(profile: Path, slow: int) -> bool:
     assert [r[0] for r in doc["stragglers"]] == found
     waits = {r: sum(s.wait_ns for s in v) for r, v in rank_step_waits(context(p)).items()}
     assert {r[0]: r[3] for r in doc["rank_steps"]} == waits
-    if not found:
-        by_step: dict[int, dict[int, int]] = {}
-        for r, v in rank_step_waits(context(p), steady=True, p2p=False).items():
-            for s in v:
-                by_step.setdefault(s.step, {})[r] = s.wait_ns
-        last = [w[slow] <= min(v for r, v in w.items() if r != slow) + 250_000
-                for w in by_step.values() if slow in w]  # fmt: skip
-        assert sum(last) < 0.6 * len(last), (last, steps)
-        return False
-    assert min(waits, key=waits.get) == slow  # the others wait for it
-    return True
+    if found:
+        assert min(waits, key=waits.get) == slow  # the others wait for it
+    return bool(found)
 
 
 @pytest.mark.slow
@@ -207,11 +196,12 @@ def test_a_planted_straggler_of_2_ms_a_step_is_named(tmp_path):
 def test_a_planted_straggler_in_10_captures_is_named_and_never_mistaken(tmp_path, nproc):
     """Four ranks on two cores: a rank's host can lose its CPU for longer than the planted
     2 ms, and that stays on the modeled clock; in such a step the others wait for that rank.
-    The rule then names the planted rank or, where it was not the last in most steps, nobody;
-    never the rank that lost its CPU (it waited for the planted one)."""
+    The rule names the planted rank or, where it was not the last in most steps, nobody; never
+    the rank that lost its CPU (it waited for the planted one). Named in 17 of 18 four-rank
+    captures at load 4 to 12 (docs/fleet.md); 8 of 10 is the floor kept here."""
     named = [straggler_verdict(capture("straggler", nproc, tmp_path / str(i), str(nproc - 1),
                                        timeout=600), nproc - 1) for i in range(10)]  # fmt: skip
-    assert any(named), named
+    assert sum(named) >= 8, named
 
 
 @pytest.mark.slow
