@@ -84,13 +84,13 @@ def test_the_ranks_twin_puts_each_collective_of_both_ranks_side_by_side(server, 
     assert doc["device_time_modeled"] is True and pair["device_time_modeled"] is True
     # every rank's busy and wait time over its steps, the wait defined where it is shown
     from neuron_explorer.analysis.collectives import rank_step_waits
-    from neuron_explorer.analysis.context import context
+    from neuron_explorer.analysis.context import context as analysis_context
     from neuron_explorer.analysis.rank_compare import rank_times
 
     times = doc["every_rank"]
     assert times == json.loads(json.dumps(rank_times(job).to_dict()))
     assert "HTA" in times["wait_definition"] and "never added up" in times["wait_definition"]
-    steps = rank_step_waits(context(job))
+    steps = rank_step_waits(analysis_context(job))
     for t in times["ranks"]:
         mine = steps[t["rank"]]
         assert t["steps"] == len(mine) == 3 and t["step_ns"] == sum(s.dur_ns for s in mine)
