@@ -145,3 +145,21 @@ def test_a_failing_registration_warns_and_import_torch_still_works():
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["imported", "1.0"]
     assert "neuron device not registered" in r.stderr
+
+
+def test_the_exit_waits_until_autograds_device_thread_has_let_go_of_every_tensor():
+    """At exit the device thread must hold no tensor that has a Python object (dropping one
+    takes the GIL, which a finalizing interpreter answers by ending the thread: an abort). The
+    exit hook queues one backward behind everything and returns once the thread let go of it."""
+    import torch
+
+    from neuron_explorer.backend.runtime import guard
+
+    xs = [torch.zeros((), device="neuron", requires_grad=True) for _ in range(200)]
+    grads = torch.autograd.grad(sum(x * 2.0 for x in xs), xs)
+    assert guard._settle_device_thread()
+    assert all(g._use_count() == 1 for g in grads)  # the earlier backward is cleaned up too
+    # a tensor C++ still holds (x's gradient accumulator, in y's graph) is not let go of
+    x = torch.zeros((), device="neuron", requires_grad=True)
+    y = x * 1.0
+    assert y.grad_fn is not None and not guard._wait_released([x], deadline=0)

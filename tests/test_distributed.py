@@ -258,6 +258,37 @@ def test_a_rank_on_another_host_clock_is_aligned_on_the_collectives(straggler_pr
 
 
 @pytest.mark.slow
+def test_ranks_assembling_at_once_leave_one_whole_profile(straggler_profile, tmp_path):
+    """Four ranks that finish together each assemble the job from the parts: whichever writes
+    the whole job removes the parts, and a rank that comes to the lock after that finds its own
+    part gone and leaves the whole profile as it is (it neither fails nor writes a partial one
+    over it)."""
+    from neuron_explorer.model import Profile, combine
+
+    assembler = Path(__file__).resolve().parent / "ranks" / "assemble_worker.py"
+    host = Profile.open(straggler_profile).manifest.host
+    for attempt in range(4):
+        job, ready = tmp_path / f"job{attempt}", tmp_path / f"ready{attempt}"
+        ready.mkdir()
+        combine.parts_dir(job).mkdir()
+        for rank in range(4):
+            _rank_part(straggler_profile, rank % 2, combine.part_path(job, rank), 0, host)
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(assembler), str(job), "4", "run-x", str(rank), str(ready)],
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+            for rank in range(4)
+        ]
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, errors
+        p = Profile.open(job)
+        assert p.manifest.ranks == (0, 1, 2, 3) and p.manifest.extra["missing_ranks"] == []
+        assert not combine.parts_dir(job).exists()
+
+
+@pytest.mark.slow
 def test_capture_of_a_torchrun_launch_writes_one_profile_of_every_rank(tmp_path):
     """`neuron-explorer capture -o DIR -- torchrun ... script.py`: the script is unchanged (it
     has no profiler), every rank is captured, and the job's one profile names the straggler."""

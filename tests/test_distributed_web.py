@@ -78,9 +78,26 @@ def test_the_ranks_twin_puts_each_collective_of_both_ranks_side_by_side(server, 
         "ranks": [0],
         "device_time_modeled": True,  # a neuron capture: the page shows the badge
         "pair": None,
+        "every_rank": None,
         "job_ending": None,  # a clean run
     }
     assert doc["device_time_modeled"] is True and pair["device_time_modeled"] is True
+    # every rank's busy and wait time over its steps, the wait defined where it is shown
+    from neuron_explorer.analysis.collectives import rank_step_waits
+    from neuron_explorer.analysis.context import context as analysis_context
+    from neuron_explorer.analysis.rank_compare import rank_times
+
+    times = doc["every_rank"]
+    assert times == json.loads(json.dumps(rank_times(job).to_dict()))
+    assert "HTA" in times["wait_definition"] and "never added up" in times["wait_definition"]
+    steps = rank_step_waits(analysis_context(job))
+    for t in times["ranks"]:
+        mine = steps[t["rank"]]
+        assert t["steps"] == len(mine) == 3 and t["step_ns"] == sum(s.dur_ns for s in mine)
+        assert t["busy_ns"] + t["wait_ns"] == t["step_ns"]
+    zero, one = times["ranks"]
+    assert zero["wait_ns"] > 10 * max(one["wait_ns"], 1)  # rank 0 waits for the sleeping rank 1
+    assert zero["wait_ns"] <= ar["a"]["wait_ns"]  # its host sat through no more than recorded
 
 
 @pytest.mark.browser
@@ -101,6 +118,9 @@ def test_the_ranks_page_shows_the_straggler_and_both_timelines_on_one_clock(serv
     assert rows.count() == 3
     assert all("rank 0 waited for rank 1" in rows.nth(i).inner_text() for i in range(3))
     assert "all_reduce" in page.locator("#rank-collectives tbody").inner_text()
+    times = page.locator("#rank-times tbody tr")
+    assert times.count() == 2 and times.nth(0).inner_text().split()[0] == "0"
+    assert "HTA" in page.locator("#wait-definition").inner_text()
     assert page.locator("#rank-ops tbody tr").count() > 3
     assert page.locator("#rank-kernels tbody tr").count() > 3
     # one time axis for both ranks: both windows start at the earlier rank's step start and

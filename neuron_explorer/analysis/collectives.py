@@ -25,6 +25,17 @@ from ..vocab.intervals import merge_arrays
 from .context import AnalysisContext
 from .conventions import sync_predicate
 
+# the wait as the pages state it (the Ranks page, docs/fleet.md)
+WAIT_DEFINITION = (
+    "Wait: the time a rank's host was blocked (in a blocking collective, c10d::wait or a device "
+    "sync) while one of its collectives waited for the last rank to arrive: the overlap of the "
+    "two, each a union of spans, so overlapping waits are never added up. Busy: the steps' time "
+    "less that wait. HTA has no cross-rank wait: it counts a collective kernel from its launch, "
+    "its spin-wait for the other ranks included, as communication; here the wait is apart, and "
+    "only the part the host sat through counts (a rank whose host never blocks on its "
+    "collectives, as in FSDP2, waits for nobody). On a GPU trace, which records no wait, the "
+    "union of the collective kernels' spans stands in for it (an upper bound)."
+)
 # A neuron collective records its wait (for the last rank to arrive) and its modeled transfer in
 # args; a GPU trace's collective kernel has only its duration, which holds both.
 COLLECTIVES = "kind = 'collective' AND layer = 'device'"

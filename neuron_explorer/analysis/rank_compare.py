@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..model.combine import rank_view
 from ..model.profile import Profile
-from .collectives import Collective, collectives
+from .collectives import WAIT_DEFINITION, Collective, collectives, rank_step_waits
 from .compare import Comparison, diff
 from .context import context
 from .page import PageModel, is_modeled
@@ -95,18 +95,61 @@ class RankPair(PageModel):
     device_time_modeled: bool
 
 
+@dataclass(frozen=True)
+class RankTime:
+    """One rank's recorded steps split into its own work (`busy_ns`: the steps' time less the
+    wait) and the time it waited for the other ranks (`wait_ns`, collectives.WAIT_DEFINITION)."""
+
+    rank: int
+    steps: int
+    step_ns: int
+    busy_ns: int
+    wait_ns: int
+
+
+@dataclass(frozen=True)
+class RankTimes(PageModel):
+    """Every rank's busy and wait time over its steps, with the definition of the wait."""
+
+    ranks: tuple[RankTime, ...]
+    wait_definition: str
+
+
+def rank_times(profile: Profile) -> RankTimes:
+    """Each rank's steps, busy and wait time (no rank without recorded steps)."""
+    ctx = context(profile)
+    with ctx.lock:
+        per_rank = rank_step_waits(ctx)
+    rows = tuple(
+        RankTime(
+            rank=rank,
+            steps=len(steps),
+            step_ns=sum(s.dur_ns for s in steps),
+            busy_ns=sum(s.busy_ns for s in steps),
+            wait_ns=sum(s.wait_ns for s in steps),
+        )
+        for rank, steps in sorted(per_rank.items())
+    )
+    return RankTimes(rows, WAIT_DEFINITION)
+
+
 def default_pair(profile: Profile) -> tuple[int, int]:
-    """The two ranks to show first: the one that waited longest in collectives (for the others)
-    against the one that waited least (the one they waited for: a straggler); the first two
-    ranks when no rank waited. A profile of fewer than two ranks has no pair (ValueError)."""
+    """The two ranks to show first: the one that waited longest for the others (`rank_times`'
+    wait; without steps, the sum of its collectives' waits) against the one that waited least
+    (the one they waited for: a straggler); the first two ranks when no rank waited. A profile
+    of fewer than two ranks has no pair (ValueError)."""
     ranks = list(profile.manifest.ranks)
     if len(ranks) < 2:
         raise ValueError(f"{profile.name} holds {len(ranks)} rank")
-    ctx = context(profile)
-    with ctx.lock:
-        waits = dict.fromkeys(ranks, 0)
-        for c in collectives(ctx):
-            waits[c.rank] = waits.get(c.rank, 0) + c.wait_ns
+    waits = dict.fromkeys(ranks, 0)
+    times = rank_times(profile).ranks
+    if times:
+        waits.update({t.rank: t.wait_ns for t in times})
+    else:
+        ctx = context(profile)
+        with ctx.lock:
+            for c in collectives(ctx):
+                waits[c.rank] = waits.get(c.rank, 0) + c.wait_ns
     most = max(ranks, key=lambda r: (waits[r], -r))
     least = min(ranks, key=lambda r: (waits[r], r))
     if most == least or waits[most] == 0:

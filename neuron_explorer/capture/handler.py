@@ -182,14 +182,18 @@ class TraceHandler:
         return path
 
     def __call__(self, prof: Any) -> Path | None:
-        try:
-            raw = self.collect(prof)
-        except Exception as e:  # noqa: BLE001 - raising into prof.step() can crash torch.profiler
-            self.cycles += 1
-            print(f"neuron-explorer: profile {self.path_for(self.cycles)} not written: "
-                  f"{failure(e)}", file=sys.stderr)  # fmt: skip
-            return None
-        return self.write(raw)
+        # a run an exception is ending: the launcher's SIGTERM may come while the trace is
+        # still exported (a loaded machine's 2-rank crash lost its survivor's part there)
+        ending = exiting_exception() is not None
+        with sigterm_deferred() if ending else contextlib.nullcontext():
+            try:
+                raw = self.collect(prof)
+            except Exception as e:  # noqa: BLE001 - raising into prof.step() can crash torch.profiler
+                self.cycles += 1
+                print(f"neuron-explorer: profile {self.path_for(self.cycles)} not written: "
+                      f"{failure(e)}", file=sys.stderr)  # fmt: skip
+                return None
+            return self.write(raw)
 
 
 def failure(e: BaseException) -> str:
@@ -246,7 +250,7 @@ def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) ->
     part = ranks.part_path(path, job.rank)
     part.parent.mkdir(parents=True, exist_ok=True)
     write_profile(raw, part, extra)
-    ranks.assemble(path, job.world_size, job.run_id)
+    ranks.assemble(path, job.world_size, job.run_id, job.rank)
 
 
 def _host_events(trace: Path) -> Assembled:

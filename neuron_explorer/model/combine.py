@@ -43,12 +43,27 @@ def part_path(profile: Path, rank: int) -> Path:
     return parts_dir(profile) / f"rank={rank}"
 
 
-def assemble(profile: Path, world_size: int, run_id: str) -> Path:
+def assemble(profile: Path, world_size: int, run_id: str, rank: int | None = None) -> Path:
     """Write `profile` from every rank part present (under a lock); drop the parts when all
-    `world_size` ranks are in."""
+    `world_size` ranks are in.
+
+    Ranks that finish at once race here: the one that writes the whole job removes the parts
+    (the lock file with them) while it still holds the lock, so a rank (`rank`) that opens the
+    lock after that, or waited on it, finds its own part gone: the job's profile already holds
+    it, and is left as it is (rebuilt from no parts, it would be lost or overwritten partial).
+    """
     parts = parts_dir(profile)
-    with open(parts / ".lock", "a") as lock:
+    try:
+        lock = open(parts / ".lock", "a")
+    except FileNotFoundError:
+        if rank is None:
+            raise
+        return profile  # the whole job was written and its parts removed
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if rank is not None and not (part_path(profile, rank) / "manifest.json").is_file():
+            _remove_if_empty(parts)
+            return profile
         present = sorted(
             int(p.name.split("=", 1)[1])
             for p in parts.glob("rank=*")
@@ -56,10 +71,16 @@ def assemble(profile: Path, world_size: int, run_id: str) -> Path:
         )
         profiles = [Profile.open(part_path(profile, r)) for r in present]
         _write(profile, profiles, present, world_size, run_id)
-        complete = len(present) == world_size
-    if complete:
-        shutil.rmtree(parts, ignore_errors=True)
+        if len(present) == world_size:
+            shutil.rmtree(parts, ignore_errors=True)
     return profile
+
+
+def _remove_if_empty(parts: Path) -> None:
+    """Remove a parts folder that holds no part: a late rank's lock file, created there while
+    the rank that wrote the whole job was removing it."""
+    if not any(parts.glob("rank=*")):
+        shutil.rmtree(parts, ignore_errors=True)
 
 
 def _write(

@@ -31,17 +31,21 @@ class Straggler(Rule[RankWork]):
     Algorithm: over the steady steps (a job's first step of each rank left out: it holds the
     ranks' start-up skew), per rank and step, busy time = step time minus the time the rank
     waited for the others (analysis/collectives.py: the time its host was blocked while one of
-    its collectives waited for the last rank, the union of both, never a sum; on other traces the
-    union of the collective kernels, an upper bound). Point-to-point waits are left out: a
-    pipeline stage waiting for its neighbour is pipeline-bubbles' finding, whose advice fits. A rank whose host never blocks on its
-    collectives (FSDP2) waits for nobody however late its device starts them. A rank is a
-    straggler when, in at least MIN_STEP_SHARE of the steps, its busy time is at least
-    STEP_EXTRA_NS above the median busy time of the other ranks in the same step while they
-    wait at least half of that for the last rank (they pay for it: a host hiccup on a rank
-    whose peers never block on it is no straggler), and its median busy time is at least MIN_EXTRA_NS and RATIO times above theirs: a rank that is slower
-    step after step, not one that lost the CPU once. Needs at least two ranks with MIN_STEPS
-    steady steps each. The saving is its extra time per step over the judged steps: the job
-    runs at its slowest rank's pace.
+    its collectives waited for the last rank, the union of both, never a sum; on other traces
+    the union of the collective kernels, an upper bound). Point-to-point waits are left out: a
+    pipeline stage waiting for its neighbour is pipeline-bubbles' finding, whose advice fits. A
+    rank whose host never blocks on its collectives (FSDP2) waits for nobody however late its
+    device starts them. A rank is a straggler when, in at least MIN_STEP_SHARE of the steps, its
+    busy time is at least STEP_EXTRA_NS above the median busy time of the other ranks in the
+    same step while they wait at least half of that for the last rank (they pay for it: a host
+    hiccup on a rank whose peers never block on it is no straggler) and it is that last rank (it
+    waits no more than the least waiting other rank, within half of STEP_EXTRA_NS: a rank that
+    lost its host early in a step, then waited for a slower one, held nobody up), and over the
+    steps its busy time less theirs, step by step, is at least MIN_EXTRA_NS in the median
+    (paired: another rank's host hiccups in some steps do not hide it) and its median busy time
+    RATIO times theirs: a rank that is slower step after step, not one that lost the CPU once.
+    Needs at least two ranks with MIN_STEPS steady steps each. The saving is that median extra
+    per step over the judged steps: the job runs at its slowest rank's pace.
     """
 
     id = "straggler"
@@ -72,10 +76,10 @@ class Straggler(Rule[RankWork]):
         """The straggler ranks, the busiest first."""
         out = []
         for rank, b in sorted(facts.busy.items(), key=lambda kv: -kv[1]):
-            ref = facts.others_median(rank)
-            if b - ref < self.MIN_EXTRA_NS or b < self.RATIO * ref:
+            if b < self.RATIO * facts.others_median(rank):
                 continue
-            if _slow_share(rank, facts.ranks, self.STEP_EXTRA_NS) >= self.MIN_STEP_SHARE:
+            share, extra = _steps_judged(rank, facts.ranks, self.STEP_EXTRA_NS)
+            if share >= self.MIN_STEP_SHARE and extra >= self.MIN_EXTRA_NS:
                 out.append(rank)
         return out
 
@@ -92,7 +96,7 @@ class Straggler(Rule[RankWork]):
         waits = {
             o: sum(s.wait_ns for s in v if s.step in steps) for o, v in ranks.items() if o != rank
         }
-        saving = (b - ref) * len(steps)
+        saving = _steps_judged(rank, ranks, self.STEP_EXTRA_NS)[1] * len(steps)
         return Draft(
             # the others' busy time is 0 where a rank's whole step was waiting for this one
             title=f"Rank {rank} is a straggler: "
@@ -126,21 +130,30 @@ class Straggler(Rule[RankWork]):
         )
 
 
-def _slow_share(rank: int, ranks: dict, extra_ns: int) -> float:
-    """The share of `rank`'s steps in which it is busy at least `extra_ns` more than the other
-    ranks' median busy time in the same step while they wait at least half of that for the
-    last rank: slower, and the others pay for it."""
+def _steps_judged(rank: int, ranks: dict, extra_ns: int) -> tuple[float, float]:
+    """Over the steps `rank` shares with other ranks: the share in which it is busy at least
+    `extra_ns` more than the other ranks' median busy time in the same step while they wait at
+    least half of that for the last rank, and it is the last (slower, and the others pay for
+    it); and the median of its busy time less theirs, step by step (paired, so another rank's
+    host hiccups in some steps do not hide it)."""
     by_step: dict[int, dict[int, RankStep]] = {}
     for r, steps in ranks.items():
         for s in steps:
             by_step.setdefault(s.step, {})[r] = s
-    judged = slow = 0
+    aheads: list[float] = []
+    slow = 0
     for step in by_step.values():
         others = [v for r, v in step.items() if r != rank]
         if rank not in step or not others:
             continue
-        judged += 1
         ahead = step[rank].busy_ns - statistics.median(o.busy_ns for o in others)
+        aheads.append(ahead)
         waited = statistics.median(o.wait_ns for o in others)
-        slow += ahead >= extra_ns and waited >= extra_ns / 2
-    return slow / judged if judged else 0.0
+        # the last to arrive: it waited no longer than the least waiting other rank (within
+        # half the extra); a rank that itself waited for someone was not the one they waited
+        # for, whatever its busy time (a host that lost its CPU early in the step)
+        last = step[rank].wait_ns <= min(o.wait_ns for o in others) + extra_ns / 2
+        slow += ahead >= extra_ns and waited >= extra_ns / 2 and last
+    if not aheads:
+        return 0.0, 0.0
+    return slow / len(aheads), statistics.median(aheads)

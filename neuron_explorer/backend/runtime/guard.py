@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -46,28 +47,46 @@ class _PythonGuard(torch._C._acc.DeviceGuard):
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
-def _settle_device_thread() -> None:
+def _settle_device_thread() -> bool:
     """At exit, with either guard: let autograd's device thread finish what it still holds.
 
     Backward on the device runs on a C++ thread of autograd's, which runs our
     __torch_dispatch__ and drops a finished backward's last references (graph task, input
-    buffers) only after the caller has seen that backward complete. A drop that frees a Python
-    object takes the GIL; should that happen once the interpreter finalizes, CPython ends the
-    thread from C++ frames that cannot unwind and the process aborts (seen at exit after a
-    backward error, with the C++ guard too). The thread works through its queue in order and
-    finishes one task, cleanup included, before it takes the next: so the second of two scalar
-    backwards queued now returns only after everything before it is cleaned up, and keeping
-    their tensors alive in `_keep` means the last cleanup frees no Python object.
+    buffers, the gradients it hands back) only after the caller has seen that backward
+    complete. Dropping a C++ reference to a tensor that has a Python object takes the GIL, not
+    only when it frees the object: torch (2.13) also lets go of the Python object when the C++
+    count falls from 2 to 1, so a tensor that Python keeps alive costs the thread the GIL too.
+    Should that happen once the interpreter finalizes, CPython ends the thread from C++ frames
+    that cannot unwind and the process aborts ("terminate called without an active exception",
+    seen at the exit of 4-rank DDP runs, the device thread in ~GraphTask). The thread works
+    through its queue in order and finishes one task, cleanup included, before it takes the
+    next: so once one scalar backward queued now has returned, everything before it is cleaned
+    up, and waiting (GIL released) until the thread has let go of that backward's own tensors
+    leaves it nothing to drop. True when it did within the bound (a second at most).
     """
     try:
         x = torch.zeros((), device="neuron", requires_grad=True)
-        seed = torch.ones((), device="neuron")  # given, so the thread never holds the last ref
-        _keep.extend([x, seed])
-        for _ in range(2):
-            y = x * 1.0
-            _keep.append((y, torch.autograd.grad(y, x, grad_outputs=seed)))
+        held = [torch.ones((), device="neuron")]  # the seed; given, so Python keeps it
+        held += torch.autograd.grad(x * 1.0, x, grad_outputs=held[0])
     except Exception:  # noqa: BLE001 - best effort at exit, the device may be half torn down
-        pass
+        return False
+    return _wait_released(held, deadline=time.monotonic() + SETTLE_S)
+
+
+SETTLE_S = 1.0  # the most the exit waits for autograd's device thread
+
+
+def _wait_released(held: list, deadline: float) -> bool:
+    """Sleep (the GIL released) until no C++ reference holds any tensor of `held` nor, through
+    it, its Python object: each is then held by its Python object alone (a count of 1) and by
+    `held` and the call's argument alone on the Python side."""
+    while True:
+        if all(held[i]._use_count() == 1 and sys.getrefcount(held[i]) == 2
+               for i in range(len(held))):  # fmt: skip
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
 
 
 def cache_dir() -> Path:

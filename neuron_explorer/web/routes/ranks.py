@@ -10,7 +10,7 @@ from fastapi import Query
 
 from neuron_explorer.analysis.job import job_ending
 from neuron_explorer.analysis.page import is_modeled
-from neuron_explorer.analysis.rank_compare import default_pair, rank_pair
+from neuron_explorer.analysis.rank_compare import default_pair, rank_pair, rank_times
 
 from ..pages import Api, Page, Shell
 from ..store import NotFound
@@ -26,7 +26,9 @@ def api_ranks(
     """Rank `b` against rank `a` as `pair`, which is null for a profile of one rank; without
     them, the rank that waited longest against the one it waited for (rank_compare.default_pair);
     404 for a rank the profile does not hold. `job_ending` (analysis.job, with its `lines`)
-    names the rank that failed first and the ranks that wrote nothing; null for a clean run."""
+    names the rank that failed first and the ranks that wrote nothing; null for a clean run.
+    `every_rank` is rank_times's: each rank's busy and wait time over its steps, with the wait's
+    definition; null for a profile of one rank."""
     p = svc.store.open(name)
     ranks = list(p.manifest.ranks)
     # the page's badge, shown for a neuron profile of one rank too (which has no pair)
@@ -34,7 +36,8 @@ def api_ranks(
     head = {"name": name, "ranks": ranks, "device_time_modeled": is_modeled(p),
             "job_ending": None if ending is None else {**ending.to_dict(), "lines": ending.lines()}}  # fmt: skip
     if len(ranks) < 2:
-        return {**head, "pair": None}
+        return {**head, "every_rank": None, "pair": None}
+    head["every_rank"] = svc.persisted(name, "rank_times", lambda p: rank_times(p).to_dict())
     if a is None or b is None:
         first, second = svc.persisted(name, "rank_default_pair", lambda p: list(default_pair(p)))
         a = first if a is None else a

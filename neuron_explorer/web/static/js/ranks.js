@@ -34,7 +34,11 @@ run(async () => {
     `${profile} holds one rank (${doc.ranks.join(", ") || "none"}): there is nothing to put side by side.`));
   const c = d.comparison, none = { count: 0, mean_ns: null };
   const sa = c.steps.a || none, sb = c.steps.b || none;
-  const total = (s, k) => d.collectives.reduce((acc, x) => acc + x[s][k], 0);
+  // each rank's wait for the others over its steps: its blocked host time while a collective
+  // waited, overlapping waits counted once (every_rank.wait_definition says it all)
+  const times = doc.every_rank.ranks, timeOf = (r) => times.find((t) => t.rank === r);
+  const waited = (r) => (timeOf(r) ? fmtNs(timeOf(r).wait_ns) : "–");
+  const share = (t) => (t.step_ns ? `${((100 * t.wait_ns) / t.step_ns).toFixed(1)}%` : "–");
   const ev = (x) => (x ? h("a", { href: timelineUrl(profile, { id: x.id }) }, `#${x.id}`) : "–");
   mount(
     h("h1", {}, "Ranks side by side: ", h("a", { href: pUrl(profile) }, profile)),
@@ -44,8 +48,15 @@ run(async () => {
       card(`Rank ${d.a}`, fmtNs(sa.mean_ns), `${sa.count} steps, mean`),
       card(`Rank ${d.b}`, fmtNs(sb.mean_ns), `${sb.count} steps, mean`),
       card("Change", c.step_ns_delta === null ? "–" : fmtDelta(c.step_ns_delta), `rank ${d.b} against rank ${d.a}`),
-      card(`Rank ${d.a} waited`, fmtNs(total("a", "wait_ns")), "in collectives, for the last rank"),
-      card(`Rank ${d.b} waited`, fmtNs(total("b", "wait_ns")), "in collectives, for the last rank")),
+      card(`Rank ${d.a} waited`, waited(d.a), "host blocked while a collective waited for the last rank"),
+      card(`Rank ${d.b} waited`, waited(d.b), "host blocked while a collective waited for the last rank")),
+    section("Every rank: its own work (busy) and its wait for the others, over its steps",
+      times.length ? h("div", { id: "rank-times" }, dataTable([
+        { key: "rank", label: "Rank", num: true }, { key: "steps", label: "Steps", num: true },
+        { key: "step_ns", label: "Steps' time", num: true, fmt: fmtNs }, { key: "busy_ns", label: "Busy", num: true, fmt: fmtNs },
+        { key: "wait_ns", label: "Wait", num: true, fmt: fmtNs }, { label: "Wait share", num: true, cell: share },
+      ], times, { compact: true, sortable: false })) : h("p", { class: "note" }, "No rank has recorded steps."),
+      h("p", { class: "note", id: "wait-definition" }, doc.every_rank.wait_definition)),
     section("Collectives: wait (for the last rank to arrive, measured) and transfer" + (d.device_time_modeled ? " (modeled)" : ""),
       d.collectives.length ? h("div", { id: "rank-collectives" }, dataTable([
         { key: "name", label: "Collective", cell: (r) => h("span", { class: "mono" }, r.name) },
