@@ -305,7 +305,7 @@ def test_a_compiled_model_launches_the_same_programs_data_less():
     assert _compiled_step_kernels(True) == real
 
 
-def _mixtral_kernels(data_less: bool) -> list[tuple]:
+def _mixtral_events(data_less: bool, experts: str = "grouped_mm", seq: int = 16) -> list:
     transformers = pytest.importorskip("transformers")
     config = transformers.MixtralConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -313,14 +313,22 @@ def _mixtral_kernels(data_less: bool) -> list[tuple]:
     )  # fmt: skip
     torch.manual_seed(0)
     with shapes.shapes_only(data_less), torch.device("neuron"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
-        ids = torch.randint(0, 256, (2, 16))
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, experts_implementation=experts
+        )
+        ids = torch.randint(0, 256, (2, seq))
         backend.events.clear()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-            model(input_ids=ids, labels=ids).loss.backward()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the eager experts' `if expert_idx == ...`
+                model(input_ids=ids, labels=ids).loss.backward()
             torch.neuron.synchronize()
         events = backend.events.drain()
-    return [(e.op_name, e.shapes, e.dtypes, e.device_dur_ns) for e in events if e.kind == "kernel"]
+    return [e for e in events if e.kind == "kernel"]
+
+
+def _mixtral_kernels(data_less: bool) -> list[tuple]:
+    return [(e.op_name, e.shapes, e.dtypes, e.device_dur_ns) for e in _mixtral_events(data_less)]
 
 
 def test_a_transformers_moe_routes_data_less_with_the_same_kernels():
@@ -329,6 +337,23 @@ def test_a_transformers_moe_routes_data_less_with_the_same_kernels():
     real = _mixtral_kernels(False)
     assert "aten::_grouped_mm" in {k[0] for k in real}
     assert _mixtral_kernels(True) == real
+
+
+def test_eager_moe_routing_by_one_hot_masks_takes_uniform_routing():
+    """Mixtral's eager experts pick each expert's tokens with `torch.where(one_hot(...)[e])`: a
+    data-less run routes uniformly, every expert its share of tokens * top_k, so the experts'
+    matmuls do the work of the real run (the default fill ratio, half of every mask, gave the
+    4 experts 2x the tokens), and the manifest says which ops took uniform routing."""
+    shapes._uniform.clear()
+
+    def expert_flops(data_less: bool) -> int:
+        kernels = _mixtral_events(data_less, "eager", seq=64)
+        return sum(e.flops for e in kernels if ".experts" in (e.module or ""))
+
+    real, data_less = expert_flops(False), expert_flops(True)
+    assert real > 0 and data_less == pytest.approx(real, rel=0.05)
+    doc = shapes.manifest()
+    assert doc is not None and doc["uniform_routing"]["aten::nonzero"] >= 2 * 4  # 2 layers
 
 
 ENV_SCRIPT = """
