@@ -655,3 +655,15 @@ def test_rule_functions_stay_small():
 
 
 FRAMEWORK = ("rule.py", "context.py", "facts.py", "runner.py", "findings.py", "columns.py")
+
+
+def test_hbm_capacity_names_the_modules_the_peak_held():
+    """The Llama-3-8B sample's peak past trn2's HBM: the finding cites the modules whose
+    allocations the peak held (the memory page's split by module), not only the script's lines."""
+    (f,) = get_rule("hbm-capacity").evaluate(sample("llama8b_shapes"))
+    held = {m.label: m.note for m in f.evidence.modules}
+    assert "lm_head" in held and "model.embed_tokens" in held
+    assert all(
+        note.startswith("holds ") and note.endswith(" GiB at the peak") for note in held.values()
+    )
+    assert f.evidence.source_lines  # and the lines, as before
