@@ -135,6 +135,17 @@ def test_cuda_trace_graph_and_path():
     assert outer.step_ns == outer.path_ns == 79_678_000
 
 
+def test_a_rocm_trace_defaults_to_a_whole_step():
+    """The ROCm (MI250) trace ends with a 49 us ProfilerStep#2 the profiler stopped inside: the
+    default step is the whole one (the median of the whole steps), its hipLaunchKernel ->
+    kernel flows in the graph, not the stub's host gap."""
+    prof = real("amd")
+    page = critical_path(prof)
+    assert page.label == "step 1" and page.step_ns == page.path_ns > 9 * MS
+    assert page.edges["launch"] >= 1 and len(page.ops) > 5
+    assert critical_path(prof, step=2).step_ns < 100 * US  # still there when asked for
+
+
 def test_stream_wait_event_edge():
     graph = build_graph(real("alexnet"), annotation="[param|pytorch.model.alex_net|0|0|0]")
     waits = [e for e in graph.edges if e.kind == "stream_wait"]
