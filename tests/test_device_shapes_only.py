@@ -72,6 +72,33 @@ def test_a_data_less_training_step_records_the_same_kernels_shapes_and_modeled_t
     assert data_less == real
 
 
+def _train_step_memory(data_less: bool) -> dict[str, int]:
+    """What held the device memory at the peak of one AdamW training step of TinyBlock."""
+    from neuron_explorer.backend.runtime import memory
+
+    torch.manual_seed(0)
+    with shapes.shapes_only(data_less):
+        model = TinyBlock().to("neuron")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        ids = torch.randint(0, 96, (4, 16)).to("neuron")
+        memory.reset_peak()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            model(ids).sum().backward()
+            opt.step()
+        backend.events.clear()
+        held = memory.held_at_peak()
+    del model, opt
+    return held
+
+
+def test_a_data_less_step_holds_the_same_device_memory_as_a_real_one():
+    """The peak and its holders (what hbm-capacity reads) do not depend on the mode: a step
+    past the chip's HBM is found alike in a normal run and a data-less one."""
+    real = _train_step_memory(False)
+    assert real["parameters"] > 0 and real["optimizer state"] > 0 and real["peak"] > 0
+    assert _train_step_memory(True) == real
+
+
 def test_item_tolist_and_print_warn_once_per_line_and_the_run_goes_on():
     with shapes.shapes_only():
         x = torch.randn(4, 8, device="neuron")
