@@ -234,53 +234,6 @@ def test_a_step_past_the_chips_hbm_is_a_readiness_finding_and_fsdp2_over_four_ra
     assert held["parameters"] == 4 * params // 4  # each rank a quarter of the fp32 weights
 
 
-MODEL_RANKS_WORKER = Path(__file__).resolve().parent / "ranks" / "model_ranks_worker.py"
-
-
-def _collectives(profile_dir: Path) -> list[tuple]:
-    from neuron_explorer.model import Profile
-
-    rows = (
-        Profile.open(profile_dir)
-        .duckdb()
-        .execute(
-            "SELECT name, dur_ns, json_extract(args, '$.bytes')::BIGINT, "
-            "json_extract(args, '$.world_size')::INT, json_extract_string(args, '$.algorithm'), "
-            "json_extract_string(args, '$.link') FROM events "
-            "WHERE kind = 'collective' ORDER BY start_ns"
-        )
-        .fetchall()
-    )
-    return [tuple(r) for r in rows]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # eight real ranks on two cores
-def test_model_ranks_prices_the_collectives_of_a_real_eight_rank_torchrun(tmp_path):
-    """`capture --model-ranks 8` runs rank 0 alone; its DDP all-reduces cost what a real
-    8-process torchrun's rank 0 measured (same bytes, group size, algorithm and transfer), and
-    its manifest says rank 0 ran and ranks 1-7 are copies."""
-    from test_distributed import torchrun
-
-    schedule = ["--wait", "1", "--warmup", "0", "--active", "1"]
-    modeled, real = tmp_path / "modeled", tmp_path / "real"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cli = [sys.executable, "-m", "neuron_explorer", "capture"]
-    subprocess.run([*cli, "-o", str(modeled), "--model-ranks", "8", *schedule, "--", "python",
-                    str(MODEL_RANKS_WORKER)], check=True, capture_output=True, env=env,
-                   timeout=300)  # fmt: skip
-    torchrun(MODEL_RANKS_WORKER, 8, str(real), timeout=600)
-    got, want = _collectives(modeled), _collectives(real / "rank0")
-    assert len(want) >= 2 and all(r[3] == 8 for r in want)  # DDP's buckets, over 8 ranks
-    assert got == want
-    extra = json.loads((modeled / "manifest.json").read_text())["extra"]
-    assert extra["model_ranks"] == {"world_size": 8, "executed": [0], "copies": list(range(1, 8))}
-    from neuron_explorer.analysis.summary import summarize
-    from neuron_explorer.model import Profile
-
-    assert summarize(Profile.open(modeled)).readiness.model_ranks == extra["model_ranks"]
-
-
 def test_tied_weights_are_tagged_once_and_held_memory_adds_up():
     """A tied weight (an embedding shared with the output layer) is one parameter met twice
     while modules are named: tagged once, its gradient once; the roles at the peak add up to
