@@ -185,6 +185,27 @@ def test_chip_swap_relowers_each_kernel():
     assert whatif(prof, chip="trn3").events_changed == kernels  # every kernel of the step
 
 
+def test_chip_swap_says_which_compiled_kernels_it_cannot_lower_again():
+    """A compiled graph's fused groups carry no op and shapes of their own: the chip swap keeps
+    them at their captured time and says how many, rather than calling the step re-lowered."""
+    prof = sample("gpt_compile")
+    swap = whatif(prof, chip="trn3")
+    step = int(swap.label.split()[-1])
+    eager, graph = (
+        prof.duckdb()
+        .execute(
+            "SELECT count(*) FILTER (WHERE shapes IS NOT NULL AND op_name NOT LIKE 'neuron_graph%'),"
+            " count(*) FILTER (WHERE op_name LIKE 'neuron_graph%') FROM events"
+            f" WHERE layer = 'device' AND kind = 'kernel' AND step = {step}"
+        )
+        .fetchone()
+    )
+    assert graph > 0
+    (chip,) = [c for c in swap.changes if "lowered for trn3" in c]
+    assert chip.startswith(f"{swap.events_changed} kernels lowered for trn3 (captured on trn2)")
+    assert f", {graph} kept at their trn2 time" in chip and swap.events_changed <= eager
+
+
 def test_finding_savings_are_replays():
     """host-sync on the known step: its 2.1 ms wait is not what removing the sync saves; the
     replay says 0.9 ms (the device still runs until 4.1 ms)."""

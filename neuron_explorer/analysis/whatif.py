@@ -106,8 +106,12 @@ def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
         raise ExplorerError(f"--chip {chip!r}: {e}") from None
     old = get_spec(profile.manifest.spec.name or "trn2")
     durations = {}
+    kept = 0  # device work with no op and shapes to lower again (a compiled graph's groups)
     for n in graph.nodes:
-        if n.host or n.kind != "device" or not n.op_name or not n.shapes:
+        if n.host or n.kind != "device":
+            continue
+        if not n.op_name or not n.shapes:
+            kept += 1
             continue
         try:
             shapes = json.loads(n.shapes)
@@ -119,7 +123,13 @@ def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
         t_old, t_new = (_plan_ns(lower_op(n.op_name, ins, spec=s)) for s in (old, new))
         if t_old > 0:
             durations[n.event_id] = round(n.dur_ns * t_new / t_old)
-    return Change(f"kernels lowered for {new.name} (captured on {old.name})", durations)
+    what = f"{len(durations)} kernels lowered for {new.name} (captured on {old.name})"
+    if kept:  # say so rather than price them on the old chip silently
+        what += (
+            f", {kept} kept at their {old.name} time (no op and shapes recorded to lower "
+            "again: a compiled graph's fused groups)"
+        )
+    return Change(what, durations)
 
 
 def _plan_ns(plan) -> int:
