@@ -111,7 +111,6 @@ class OpInfo:
         once the mode was on, so a normal run's ops keep their call as it was."""
         if self.name in routing.RULES and not getattr(self.call, "_carries_fill", False):
             self.call = routing.carrying_fill(self.name, self.call)
-            self.call._carries_fill = True
 
 
 def _carry_fills() -> None:

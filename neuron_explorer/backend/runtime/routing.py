@@ -84,7 +84,7 @@ def _propagate(name: str, args: tuple, kwargs: dict, out: Any) -> None:
             return
         if name in _WITH_ZERO and not (len(args) > 1 and args[1] == 0):
             return
-        if name in _REDUCE and type(out) is torch.Tensor:
+        if name in _REDUCE and type(out) is torch.Tensor and type(first) is torch.Tensor:
             summed = first.numel() // max(out.numel(), 1)
             fill = 1.0 - (1.0 - fill) ** summed
     if fill is not None:
@@ -102,4 +102,5 @@ def carrying_fill(name: str, call: Callable) -> Callable:
         _propagate(name, args, kwargs, out)
         return out
 
+    run._carries_fill = True  # type: ignore[attr-defined]
     return run
