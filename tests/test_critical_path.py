@@ -17,6 +17,7 @@ from neuron_explorer.analysis.critical_path import critical_path, path_of
 from neuron_explorer.analysis.depgraph import build_graph
 from neuron_explorer.analysis.replay import replay
 from neuron_explorer.analysis.whatif import whatif
+from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model.io import ProfileWriter
 from neuron_explorer.model.manifest import Manifest, Step
 from neuron_explorer.model.profile import Profile
@@ -204,6 +205,10 @@ def test_chip_swap_says_which_compiled_kernels_it_cannot_lower_again():
     (chip,) = [c for c in swap.changes if "lowered for trn3" in c]
     assert chip.startswith(f"{swap.events_changed} kernels lowered for trn3 (captured on trn2)")
     assert f", {graph} kept at their trn2 time" in chip and swap.events_changed <= eager
+    # an aten op names no fused group: the error says what to name instead
+    with pytest.raises(ExplorerError, match=f"its {graph} compiled-graph kernels are fused"):
+        whatif(prof, ["aten::mm=2"])
+    assert whatif(prof, ["module=blocks:2"]).events_changed > 0  # a module names them
 
 
 def test_finding_savings_are_replays():

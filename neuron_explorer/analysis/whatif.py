@@ -15,6 +15,7 @@ from .depgraph import COLLECTIVE_WAIT_NAMES, Graph, Node, build_graph
 from .page import PageModel
 from .replay import Change, replay
 
+GRAPH_OP = "neuron_graph_"  # a compiled graph's fused groups (backend/compiler.py)
 FIELDS = ("op", "kernel", "module", "line")  # what a --speedup can name before '='
 
 
@@ -154,7 +155,16 @@ def whatif(
         scaled = {n.event_id: change.durations.get(n.event_id, n.dur_ns) for n in graph.nodes
                   if not n.host and match(n)}  # fmt: skip
         if not scaled:
-            raise ExplorerError(f"--speedup {spec!r}: no device work of this step matches")
+            graphs = sum(
+                1 for n in graph.nodes if not n.host and (n.op_name or "").startswith(GRAPH_OP)
+            )
+            hint = (
+                f" (its {graphs} compiled-graph kernels are fused groups, not aten ops: name a "
+                "module=PATH or line=FILE:LINE instead)"
+                if graphs and field in ("name", "op")
+                else ""
+            )
+            raise ExplorerError(f"--speedup {spec!r}: no device work of this step matches{hint}")
         durations = {k: round(v / factor) for k, v in scaled.items()}
         change = change + Change(f"{target} {factor:g}x faster ({len(scaled)} events)", durations)
     if drop_syncs:
