@@ -6,7 +6,7 @@ import { api, h, mount, run, fmtNs, fmtNum, enc, section, setModeled, profile, q
 import { Overview, COLOR_MODES } from "./timeline_overview.js";
 import { eventPanel, spanPanel } from "./timeline_panels.js";
 import { GUTTER, ROW, PIN_W, state, dom, draw, xOf, groupOf, hitAt } from "./timeline_draw.js";
-import { find, findLine, findUi } from "./timeline_find.js";
+import { find, findLine, findPath, findUi } from "./timeline_find.js";
 
 // the server refuses times beyond ±2^62 ns; a double near that prints rounded up, so stay below
 const URL_NS = 4e18;
@@ -284,6 +284,7 @@ run(async () => {
   // a deep link's search: highlighted, and its first match shown unless the link names a place
   if (findBox.value) await find(findBox.value, ev === null && s0 === null ? 1 : 0);
   else if (qs("line")) await findLine(qs("line"), ev === null && s0 === null ? 1 : 0).catch((e) => { findCount.textContent = e.message; });
+  else if (qs("path")) await findPath(new URL(location.href).searchParams, 0).catch((e) => { findCount.textContent = e.message; });
   canvas.dataset.ready = "1";
 });
 
