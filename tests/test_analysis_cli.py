@@ -59,6 +59,20 @@ def test_analyze_json_and_text(capsys):
     assert code == 0 and "host-device-copies" in out and "fix:" in out
 
 
+def test_analyze_says_which_change_each_saving_replays(capsys):
+    """The text names the replayed change beside the saving, as the JSON's `replayed` does: on
+    the launch-bound GPT sample, memory-bound-op's fused kernels replay to ~0."""
+    from test_analysis_profiles import sample
+
+    profile = str(sample("gpt_train").path)
+    _code, out, _ = _run(capsys, "analyze", profile, "--json", "--rule", "memory-bound-op")
+    (f,) = json.loads(out)["findings"]
+    assert f["replayed"].startswith("these memory-bound kernels fused")
+    code, out, _ = _run(capsys, "analyze", profile, "--rule", "memory-bound-op")
+    flat = " ".join(out.split())
+    assert code == 0 and f"replayed: {' '.join(f['replayed'].split())}" in flat
+
+
 def test_analyze_one_rule_and_nothing_found_exit_zero(capsys):
     code, out, _ = _run(capsys, "analyze", str(real("ns_resolution").path), "--rule",
                         "device-idle-gaps", "--json")  # fmt: skip

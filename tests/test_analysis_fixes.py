@@ -5,8 +5,9 @@ second capture measures.
 
 Fixes covered: autocast / a bf16 model (fp32-matmul), a multi-tensor optimizer
 (unfused-optimizer), DataLoader(drop_last=True) and padding to a fixed shape (recompilation),
-building a per-step constant once on the device (host-device-copies). Pinned memory is a GPU
-fix (the neuron device's host memory is all "pinned", guard.cpp) and has no capture here.
+building a per-step constant once on the device (host-device-copies), dims of 128
+(tensor-engine-padding). Pinned memory is a GPU fix (the neuron device's host memory is all
+"pinned", guard.cpp) and has no capture here.
 """
 
 from __future__ import annotations
@@ -272,3 +273,37 @@ def test_fp32_matmul_on_gpt2_predicts_that_autocast_costs_more_than_it_saves():
     assert measured < 0  # autocast adds more device time than its matmuls save
     assert_rough(f.evidence.metrics["autocast_net_ns"], measured)
     assert "torch.autocast" not in f.title and "would not pay" in f.title
+
+
+# tensor-engine-padding: dims a multiple of 128 ------------------------------------------------
+
+
+def _matmul_chain(n: int) -> Profile:
+    """Sixteen n x n matmuls a step, the host waiting for the device: the step is the device's."""
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(n, n).to("neuron") * 0.01
+
+    def step(_i: int) -> None:
+        y = x
+        for _ in range(16):
+            y = y @ x
+        y.sum().item()
+
+    return capture(step)
+
+
+def test_tensor_engine_padding_replays_what_dims_of_128_measure():
+    """642 = 5 x 128 + 2: every matmul pays a sixth tile row and column; 640 fits. The saving
+    is the replayed step with those kernels at their used share, what the 640 run measures; on
+    the launch-bound GPT-2 sample the same waste is off the critical path and saves ~nothing."""
+    padded, fitted = _matmul_chain(642), _matmul_chain(640)
+    (f,) = get_rule("tensor-engine-padding").evaluate(padded)
+    assert f.replayed.startswith("these 48 matmuls without their padded tiles")
+    assert 0 < f.saving_ns <= f.evidence.metrics["wasted_ns"]
+    assert_rough(f.saving_ns, kernel_ns(padded) - kernel_ns(fitted))
+    from test_analysis_profiles import sample
+
+    (host_bound,) = get_rule("tensor-engine-padding").evaluate(sample("gpt_train"))
+    assert host_bound.saving_ns < 0.1 * host_bound.evidence.metrics["wasted_ns"]

@@ -17,6 +17,7 @@ from neuron_explorer.analysis.critical_path import critical_path, path_of
 from neuron_explorer.analysis.depgraph import build_graph
 from neuron_explorer.analysis.replay import replay
 from neuron_explorer.analysis.whatif import whatif
+from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model.io import ProfileWriter
 from neuron_explorer.model.manifest import Manifest, Step
 from neuron_explorer.model.profile import Profile
@@ -135,6 +136,17 @@ def test_cuda_trace_graph_and_path():
     assert outer.step_ns == outer.path_ns == 79_678_000
 
 
+def test_a_rocm_trace_defaults_to_a_whole_step():
+    """The ROCm (MI250) trace ends with a 49 us ProfilerStep#2 the profiler stopped inside: the
+    default step is the whole one (the median of the whole steps), its hipLaunchKernel ->
+    kernel flows in the graph, not the stub's host gap."""
+    prof = real("amd")
+    page = critical_path(prof)
+    assert page.label == "step 1" and page.step_ns == page.path_ns > 9 * MS
+    assert page.edges["launch"] >= 1 and len(page.ops) > 5
+    assert critical_path(prof, step=2).step_ns < 100 * US  # still there when asked for
+
+
 def test_stream_wait_event_edge():
     graph = build_graph(real("alexnet"), annotation="[param|pytorch.model.alex_net|0|0|0]")
     waits = [e for e in graph.edges if e.kind == "stream_wait"]
@@ -172,6 +184,31 @@ def test_chip_swap_relowers_each_kernel():
         .fetchall()[0][0]
     )
     assert whatif(prof, chip="trn3").events_changed == kernels  # every kernel of the step
+
+
+def test_chip_swap_says_which_compiled_kernels_it_cannot_lower_again():
+    """A compiled graph's fused groups carry no op and shapes of their own: the chip swap keeps
+    them at their captured time and says how many, rather than calling the step re-lowered."""
+    prof = sample("gpt_compile")
+    swap = whatif(prof, chip="trn3")
+    step = int(swap.label.split()[-1])
+    eager, graph = (
+        prof.duckdb()
+        .execute(
+            "SELECT count(*) FILTER (WHERE shapes IS NOT NULL AND op_name NOT LIKE 'neuron_graph%'),"
+            " count(*) FILTER (WHERE op_name LIKE 'neuron_graph%') FROM events"
+            f" WHERE layer = 'device' AND kind = 'kernel' AND step = {step}"
+        )
+        .fetchone()
+    )
+    assert graph > 0
+    (chip,) = [c for c in swap.changes if "lowered for trn3" in c]
+    assert chip.startswith(f"{swap.events_changed} kernels lowered for trn3 (captured on trn2)")
+    assert f", {graph} kept at their trn2 time" in chip and swap.events_changed <= eager
+    # an aten op names no fused group: the error says what to name instead
+    with pytest.raises(ExplorerError, match=f"its {graph} compiled-graph kernels are fused"):
+        whatif(prof, ["aten::mm=2"])
+    assert whatif(prof, ["module=blocks:2"]).events_changed > 0  # a module names them
 
 
 def test_finding_savings_are_replays():

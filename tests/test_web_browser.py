@@ -386,7 +386,8 @@ def test_the_selected_event_is_in_the_url(server, page):
 
 def test_critical_path_draws_the_path_and_replays_a_speedup(server, page):
     """The Critical path page of a real CUDA trace's step: the pieces on the step's axis (each
-    a link to its event on the timeline), the ops by share, and a what-if replay typed in."""
+    a link to its event on the timeline), the ops by share, a what-if replay typed in, and the
+    whole path shown on the timeline (its events outlined, the rest faded)."""
     import httpx
 
     query = {"annotation": "[param|pytorch.model.alex_net|0|0|0|measure|forward]", "instance": 1}
@@ -405,4 +406,15 @@ def test_critical_path_draws_the_path_and_replays_a_speedup(server, page):
     assert f"event={doc['segments'][widest]['event_id']}" in href
     page.goto(server + href)
     page.wait_for_selector("#tl-canvas[data-ready]", timeout=30_000)
+    assert page.errors == [], page.errors
+    # the whole path on the timeline: its events outlined (the find state), the rest faded
+    _open(page, url, "alexnet-critical-path", "#cp-ops table")
+    page.click("#cp-timeline")
+    page.wait_for_selector("#tl-canvas[data-ready]", timeout=30_000)
+    ids = {s["event_id"] for s in doc["segments"] if s["event_id"] >= 0}
+    found = page.evaluate("() => [...window.neTimeline.state.find.ids]")
+    assert set(found) == ids
+    count = page.locator("#tl-find-count")
+    assert count.inner_text().startswith(f"critical path of {doc['label']}: ")
+    assert count.get_attribute("data-total") == str(len(ids))
     assert page.errors == [], page.errors

@@ -261,13 +261,18 @@ def cite_model(profile: Profile, findings: list[Finding], con=None) -> list[Find
     return out
 
 
+# the device work a launch makes, not its parts (a neuron kernel's instructions and DMA
+# transfers share its flow: counted too, a line's kernels and time came out about 3x)
+_LAUNCHED_SQL = "(" + ", ".join(f"'{k}'" for k in LAUNCHED_KINDS) + ")"
+
+
 def _cited(con, event_ids: tuple[int, ...]) -> tuple[tuple[Hotspot, ...], tuple[Hotspot, ...]]:
     ids = ", ".join(str(int(i)) for i in event_ids[:10_000])
     base = f"""WITH picked AS (SELECT id, flow_id FROM events WHERE id IN ({ids})),
         rows AS (SELECT e.dur_ns, CAST(e.model_file AS VARCHAR) AS file, e.model_line AS line,
                         CAST(e.model_func AS VARCHAR) AS func, CAST(e.module AS VARCHAR) AS module
                  FROM events e WHERE e.id IN (SELECT id FROM picked)
-                    OR (e.layer = 'device' AND e.flow_id IN
+                    OR (e.layer = 'device' AND e.kind IN {_LAUNCHED_SQL} AND e.flow_id IN
                         (SELECT flow_id FROM picked WHERE flow_id IS NOT NULL)))"""
     lines = con.execute(
         f"""{base} SELECT file, line, any_value(func), CAST(sum(dur_ns) AS BIGINT), count(*)

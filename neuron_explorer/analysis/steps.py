@@ -84,6 +84,11 @@ def profile_steps(profile: Profile) -> StepStats | None:
     )
 
 
+def partial_last_steps(rows: Iterable[StepTime]) -> tuple[tuple[int, int | None], ...]:
+    """(rank, step) of each rank's last step where the profiler stopped inside it."""
+    return _partial_last_steps(tuple(rows))
+
+
 def _partial_last_steps(rows: tuple[StepTime, ...]) -> tuple[tuple[int, int | None], ...]:
     """The last step of each rank with 2+ steps when it is under PARTIAL_STEP_SHARE of the
     median of the rank's other steps."""

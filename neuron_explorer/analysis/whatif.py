@@ -15,6 +15,7 @@ from .depgraph import COLLECTIVE_WAIT_NAMES, Graph, Node, build_graph
 from .page import PageModel
 from .replay import Change, replay
 
+GRAPH_OP = "neuron_graph_"  # a compiled graph's fused groups (backend/compiler.py)
 FIELDS = ("op", "kernel", "module", "line")  # what a --speedup can name before '='
 
 
@@ -106,8 +107,12 @@ def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
         raise ExplorerError(f"--chip {chip!r}: {e}") from None
     old = get_spec(profile.manifest.spec.name or "trn2")
     durations = {}
+    kept = 0  # device work with no op and shapes to lower again (a compiled graph's groups)
     for n in graph.nodes:
-        if n.host or n.kind != "device" or not n.op_name or not n.shapes:
+        if n.host or n.kind != "device":
+            continue
+        if not n.op_name or not n.shapes:
+            kept += 1
             continue
         try:
             shapes = json.loads(n.shapes)
@@ -119,7 +124,13 @@ def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
         t_old, t_new = (_plan_ns(lower_op(n.op_name, ins, spec=s)) for s in (old, new))
         if t_old > 0:
             durations[n.event_id] = round(n.dur_ns * t_new / t_old)
-    return Change(f"kernels lowered for {new.name} (captured on {old.name})", durations)
+    what = f"{len(durations)} kernels lowered for {new.name} (captured on {old.name})"
+    if kept:  # say so rather than price them on the old chip silently
+        what += (
+            f", {kept} kept at their {old.name} time (no op and shapes recorded to lower "
+            "again: a compiled graph's fused groups)"
+        )
+    return Change(what, durations)
 
 
 def _plan_ns(plan) -> int:
@@ -144,7 +155,16 @@ def whatif(
         scaled = {n.event_id: change.durations.get(n.event_id, n.dur_ns) for n in graph.nodes
                   if not n.host and match(n)}  # fmt: skip
         if not scaled:
-            raise ExplorerError(f"--speedup {spec!r}: no device work of this step matches")
+            graphs = sum(
+                1 for n in graph.nodes if not n.host and (n.op_name or "").startswith(GRAPH_OP)
+            )
+            hint = (
+                f" (its {graphs} compiled-graph kernels are fused groups, not aten ops: name a "
+                "module=PATH or line=FILE:LINE instead)"
+                if graphs and field in ("name", "op")
+                else ""
+            )
+            raise ExplorerError(f"--speedup {spec!r}: no device work of this step matches{hint}")
         durations = {k: round(v / factor) for k, v in scaled.items()}
         change = change + Change(f"{target} {factor:g}x faster ({len(scaled)} events)", durations)
     if drop_syncs:

@@ -10,6 +10,7 @@ from ..errors import ExplorerError
 from ..model.profile import Profile
 from ..vocab.kinds import FRAMEWORK_KINDS
 from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND
+from .steps import StepTime, partial_last_steps
 
 # device work that occupies a queue (neuron instructions and DMA transfers are a kernel's parts)
 QUEUED_KINDS = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective", "sync")
@@ -43,9 +44,13 @@ def windows_of(
 
 
 def median_step(wins: list[tuple[int, int | None, int, int]]) -> int | None:
-    """The step whose longest rank is the median of the steps (None: no ProfilerStep)."""
+    """The step whose longest rank is the median of the steps (None: no ProfilerStep), whole
+    steps only: a last step the profiler stopped inside (steps.py) is left out while others
+    remain (of two steps, the whole one, not the 49 us stub a trace ends with)."""
+    partial = set(partial_last_steps(StepTime(s, r, a, b - a) for r, s, a, b in wins))
+    whole = [w for w in wins if (w[0], w[1]) not in partial] or wins
     by_step: dict[int | None, int] = {}
-    for _, s, a, b in wins:
+    for _, s, a, b in whole:
         by_step[s] = max(by_step.get(s, 0), b - a)
     ordered = sorted(by_step.items(), key=lambda kv: (kv[1], -1 if kv[0] is None else kv[0]))
     return ordered[(len(ordered) - 1) // 2][0]

@@ -7,7 +7,9 @@ once, and the runtime prices each for its group of N (runtime/collectives.py: wi
 the group's, no rank waits for another, as identical ranks arrive together). Values a
 collective writes (an all-gather's output, a sum) are not computed: use it with shapes-only
 mode, or where values do not matter. DDP, FSDP2, DTensor tensor parallelism and device meshes
-run over these groups as over real ones.
+run over these groups as over real ones. What needs an object from another rank
+(`recv_object_list`: torch.distributed.pipelining's stage metadata) cannot run modeled, and
+says so.
 """
 
 from __future__ import annotations
@@ -69,6 +71,24 @@ def install() -> None:
 
     init_process_group._neuron_model_ranks = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
+    dist.recv_object_list = _no_object_from_a_copy(dist.recv_object_list)
+
+
+def _no_object_from_a_copy(recv_object_list: Any) -> Any:
+    """`recv_object_list` of a modeled job: the other ranks never run, so an object asked of
+    one (torch.distributed.pipelining's shape and schedule exchange between stages) cannot
+    come; one clear error instead of unpickling the empty buffer a fake group leaves."""
+
+    @functools.wraps(recv_object_list)
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ExplorerError(
+            f"--model-ranks {world_size()}: rank 0 asked another rank for a Python object "
+            "(dist.recv_object_list; torch.distributed.pipelining exchanges stage metadata "
+            "so), but a modeled job runs rank 0 alone and its copies send nothing: run a "
+            "pipeline schedule as a real torchrun job (in shapes-only mode for a large model)"
+        )
+
+    return refuse
 
 
 def fake_group(opts: Any) -> Any:

@@ -1,4 +1,4 @@
-"""One rank of tests/test_device_shapes_only.py's --model-ranks test: a tiny DDP MLP, three SGD
+"""One rank of tests/test_model_ranks.py's 8-rank test: a tiny DDP MLP, three SGD
 steps on the neuron device, run under `neuron-explorer capture --model-ranks N` (rank 0 alone,
 the others its copies), or under torchrun as `model_ranks_worker.py OUT`: every rank real, each
 recording its second step into its own profile OUT/rank<N> (trace_handler's worker_name)."""

@@ -26,18 +26,25 @@ def _gib(n: float) -> str:
     return f"{n / _GIB:,.1f} GiB"
 
 
-def _lines_at_peak(ctx: AnalysisContext, limit: int = 5) -> tuple[Hotspot, ...]:
-    """The source lines whose allocations the peak held most of (analysis/memory.py's split of
-    the step's growth to the peak), each with its share in the note."""
+def _held_at_peak(
+    ctx: AnalysisContext, limit: int = 5
+) -> tuple[tuple[Hotspot, ...], tuple[Hotspot, ...]]:
+    """The source lines and the modules whose allocations the peak held most of
+    (analysis/memory.py's split of the step's growth to the peak), each with its share."""
     with ctx.lock:
         peak = memory_page(ctx.profile, ctx.profile.duckdb()).peak
-    rows = (peak or {}).get("by_line") or []
-    return tuple(
+    lines = tuple(
         Hotspot(f"{r['file']}:{r['line']}", 0, 0, r["file"], int(r["line"]),
                 note=f"holds {_gib(float(r['held_bytes']))} at the peak ({r.get('op') or ''})")
-        for r in rows[:limit]
+        for r in ((peak or {}).get("by_line") or [])[:limit]
         if r.get("held_bytes") and float(r["held_bytes"]) > 0
     )  # fmt: skip
+    modules = tuple(
+        Hotspot(str(r["module"]), 0, 0, note=f"holds {_gib(float(r['held_bytes']))} at the peak")
+        for r in ((peak or {}).get("by_module") or [])[:limit]
+        if r.get("held_bytes") and float(r["held_bytes"]) > 0
+    )
+    return lines, modules
 
 
 class HbmCapacity(Rule[Capacity]):
@@ -49,8 +56,8 @@ class HbmCapacity(Rule[Capacity]):
     Shapes-only mode (docs/device.md) measures this for a full-size model on any host.
     Algorithm: the peak is the higher of the manifest's `device_memory.peak_bytes` and the
     device's `memory_allocated` counter's maximum on any rank; the capacity is the manifest's
-    device spec `hbm_bytes`. Report when the peak exceeds it, with the source lines whose
-    allocations the peak held most of. The fix names the FSDP2 ranks
+    device spec `hbm_bytes`. Report when the peak exceeds it, with the source lines and
+    the modules whose allocations the peak held most of. The fix names the FSDP2 ranks
     that bring parameters, gradients and optimizer state (which FSDP2 shards) below the HBM
     left beside the unsharded rest, and the tensor-parallel degree (a power of two) that
     divides the whole peak below it. A correctness finding: no time saving is claimed.
@@ -92,7 +99,8 @@ class HbmCapacity(Rule[Capacity]):
         if facts.fsdp_ranks:
             metrics["fsdp_ranks"] = facts.fsdp_ranks
         metrics.update({f"{role.replace(' ', '_')}_bytes": b for role, b in mem.held_bytes})
-        return Evidence(source_lines=_lines_at_peak(ctx), metrics=metrics)
+        lines, modules = _held_at_peak(ctx)
+        return Evidence(source_lines=lines, metrics=metrics, modules=modules)
 
     def explain(self, facts: Capacity, evidence: Evidence) -> Draft:
         mem = facts.memory

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..context import AnalysisContext
 from ..findings import Evidence, Hotspot
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct
 from ..shapes import MATMUL_OP_SQL, matmul_dims
 
@@ -30,6 +31,10 @@ def _pad(x: int, t: int) -> int:
     return -(-x // t) * t
 
 
+def _sql_text(value: str | None) -> str:
+    return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
+
+
 @dataclass(frozen=True)
 class Wasteful:
     """One (op, shapes) group of matmuls whose tiles are partly empty."""
@@ -43,6 +48,17 @@ class Wasteful:
     ids: tuple[int, ...]  # its longest kernels
     file: str | None
     line: int | None
+    shapes: str | None = None  # the group's key, with op and mm: its kernels in SQL
+    mm: str | None = None
+
+    @property
+    def where(self) -> str:
+        """Its kernels, as an SQL condition over `ev` (within MATMUL)."""
+        return (
+            f"(coalesce(op_name, name) = {_sql_text(self.op)} AND shapes IS NOT DISTINCT FROM "
+            f"{_sql_text(self.shapes)} AND json_extract(args, '$.matmul')::VARCHAR IS NOT "
+            f"DISTINCT FROM {_sql_text(self.mm)})"
+        )
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,8 @@ class TensorEnginePadding(Rule[Tiles]):
     shapes. With T = the spec's tensor_engine_dim (128), the used share of the tiles is
     (M*K) / (ceil(M/T)*T * ceil(K/T)*T) and the waste is 1 minus it. Groups with waste >=
     MIN_WASTE count; report when their wasted time (duration x waste) is at least MIN_SHARE of
-    matmul time, and claim it as the saving.
+    matmul time. The saving is a replay: those kernels' time cut to their used share (duration
+    x (1 - waste)), so a step that the host, not TensorE, sets saves little of it.
     """
 
     id = "tensor-engine-padding"
@@ -106,6 +123,8 @@ class TensorEnginePadding(Rule[Tiles]):
                         ids=tuple(int(i) for i in g["ids"]),
                         file=g["file"],
                         line=None if g["line"] is None else int(g["line"]),
+                        shapes=g["shapes"],
+                        mm=g["mm"],
                     )
                 )
         wasted = sum(w.wasted_ns for w in wasteful)  # summed in query order, then ranked
@@ -151,5 +170,14 @@ class TensorEnginePadding(Rule[Tiles]):
                 ops=ops,
                 source_lines=lines,
                 metrics={"wasted_ns": round(wasted), "matmul_ns": total, "tile": t},
+            ),
+            change=Replayed(
+                f"these {sum(g.count for g in facts.groups)} matmuls without their padded "
+                "tiles (each one's time cut to the share of the tiles it uses)",
+                f"{MATMUL} AND ({' OR '.join(g.where for g in facts.groups)})",
+                "set",
+                dur_sql="CAST(round(dur_ns * CASE "
+                + " ".join(f"WHEN {g.where} THEN {1 - g.waste!r}" for g in facts.groups)
+                + " ELSE 1 END) AS BIGINT)",
             ),
         )

@@ -20,6 +20,7 @@ from neuron_explorer.backend.runtime import (
     memory,
     ops,
     record,
+    routing,
     shapes,
     tracking,
     unsupported,
@@ -95,6 +96,8 @@ class OpInfo:
         assumed = shapes.data_dependent(self.name, self.call)
         if assumed is not None:  # a data-less payload's output shape takes an assumption
             self.call, self.payload_keys, self.redispatch = assumed, None, None
+        if shapes.SEEN:
+            self.carry_fill()
         # positional Tensor parameters: torch hands __torch_dispatch__ a Python number there for
         # a scalar operand (x * 2), which only a call (not a boxed redispatch) converts back
         self.tensor_slots = tuple(
@@ -102,6 +105,17 @@ class OpInfo:
             for i, a in enumerate(schema.arguments)
             if not a.kwarg_only and isinstance(a.type, torch._C.TensorType)
         )
+
+    def carry_fill(self) -> None:
+        """In shapes-only mode, carry a one-hot mask's fill through this op (routing.py); only
+        once the mode was on, so a normal run's ops keep their call as it was."""
+        if self.name in routing.RULES and not getattr(self.call, "_carries_fill", False):
+            self.call = routing.carrying_fill(self.name, self.call)
+
+
+def _carry_fills() -> None:
+    for info in list(_INFO.values()):
+        info.carry_fill()
 
 
 def _payload_route(func) -> tuple:
@@ -143,6 +157,9 @@ def _falls_through(name: str, key: str) -> bool:
 
 
 _INFO: dict = {}
+
+
+shapes.on_first_use(_carry_fills)
 
 
 def _info(func) -> OpInfo:
@@ -301,6 +318,8 @@ def _cast(info: OpInfo, src, kwargs: dict, device):
     # (no to() signature parsing: ~6k fewer)
     method = _CAST_METHODS.get(dtype)
     out = p.to(dtype) if method is None else method(p)
+    if shapes.SEEN:  # a one-hot mask cast to long keeps its fill (routing.py)
+        routing.carry(p, out)
     w = fresh(out)
     memory.track(out)
     return w

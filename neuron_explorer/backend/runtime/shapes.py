@@ -7,8 +7,9 @@ launch, the device timeline): only the payload op runs on the meta device instea
 What needs values gets a documented answer, with one warning per user line: `.item()`,
 `.tolist()`, `.cpu()`, printing and the comparisons that read a value return a placeholder of
 zeros; an op whose output shape depends on values (`nonzero`, a boolean mask, `unique`,
-`masked_select`) assumes a fill ratio, `FILL_RATIO` of its elements kept, and the profile's
-manifest states it (`manifest()`).
+`masked_select`) assumes a fill ratio, `FILL_RATIO` of its elements kept, or uniform routing
+where it reads a one-hot mask (routing.py), and the profile's manifest states it
+(`manifest()`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+from neuron_explorer.backend.runtime import routing
 
 ENV = "NEURON_EXPLORER_SHAPES_ONLY"
 FILL_ENV = "NEURON_EXPLORER_SHAPES_FILL"
@@ -50,7 +53,9 @@ _META = torch.device("meta")
 _CPU = torch.device("cpu")
 _lock = threading.Lock()
 _assumed: dict[str, int] = {}  # op -> calls whose output shape was assumed
+_uniform: dict[str, int] = {}  # op -> calls that read a one-hot mask: uniform routing
 _placeholders: dict[str, int] = {}  # what asked for values (".item()", print) -> calls
+_first_use: list[Callable[[], None]] = []  # run when SEEN first turns True
 _warned: set[tuple[str, int]] = set()  # (file, line): one warning per user line
 
 
@@ -67,10 +72,21 @@ def payload_device() -> torch.device:
 def set_enabled(on: bool) -> bool:
     """Turn the mode on or off for tensors made from now on; returns the previous setting."""
     global ON, SEEN
-    was = ON
+    was, first = ON, on and not SEEN
     ON = on
     SEEN = SEEN or on
+    if first:
+        for hook in _first_use:
+            hook()
     return was
+
+
+def on_first_use(hook: Callable[[], None]) -> None:
+    """Run `hook` once the mode is first on in this process (now, where it was already)."""
+    if SEEN:
+        hook()
+    else:
+        _first_use.append(hook)
 
 
 @contextlib.contextmanager
@@ -142,24 +158,37 @@ def repr_of(shape: torch.Size, dtype: torch.dtype, device: Any) -> str:
 # ---- ops whose output shape depends on values -----------------------------------------------
 
 
-def _kept(n: int) -> int:
-    return min(n, math.ceil(n * FILL_RATIO))
+def _kept(n: int, fill: float | None = None) -> int:
+    return min(n, math.ceil(n * (FILL_RATIO if fill is None else fill)))
 
 
-def _assume(name: str) -> None:
+def _assume(name: str, mask: Any = None) -> float | None:
+    """Count and warn an assumed output shape of op `name`; the fill it takes: a one-hot
+    mask's uniform-routing fill (routing.py) where `mask` came from one, else None (the
+    default fill ratio)."""
+    fill = routing.fill_of(mask)
+    if fill is not None:
+        _count(_uniform, name)
+        _warn(
+            f"neuron: shapes-only mode: {name} of a one-hot mask assumes uniform routing: "
+            f"{fill:.3g} of its elements set ({DOCS})"
+        )
+        return fill
     _count(_assumed, name)
     _warn(
         f"neuron: shapes-only mode: {name}'s output shape depends on values; assumed "
         f"{FILL_RATIO:g} of its elements kept ({FILL_ENV}; {DOCS})"
     )
+    return None
 
 
 def _nonzero(name: str, call: Callable) -> Callable:
     def run(self, *args, **kwargs):
         if not is_meta(self):
             return call(self, *args, **kwargs)
-        _assume(name)
-        return torch.empty((_kept(self.numel()), self.dim()), dtype=torch.long, device=_META)
+        fill = _assume(name, self)
+        kept = _kept(self.numel(), fill)
+        return torch.empty((kept, self.dim()), dtype=torch.long, device=_META)
 
     return run
 
@@ -168,9 +197,9 @@ def _masked_select(name: str, call: Callable) -> Callable:
     def run(self, mask, *args, **kwargs):
         if not is_meta(self):
             return call(self, mask, *args, **kwargs)
-        _assume(name)
+        fill = _assume(name, mask)
         n = torch.broadcast_shapes(self.shape, mask.shape).numel()
-        return torch.empty((_kept(n),), dtype=self.dtype, device=_META)
+        return torch.empty((_kept(n, fill),), dtype=self.dtype, device=_META)
 
     return run
 
@@ -188,13 +217,13 @@ def _unique(name: str, call: Callable) -> Callable:
     return run
 
 
-def _long_indices(indices: Any) -> Any:
+def _long_indices(indices: Any, fill: float | None) -> Any:
     """Boolean masks among index tensors as the long indices of their assumed kept elements
     (torch's own meta kernel of a masked index asks for the mask's values)."""
     out: list = []
     for ix in indices:
         if is_meta(ix) and ix.dtype in (torch.bool, torch.uint8):
-            n = _kept(ix.numel())
+            n = _kept(ix.numel(), fill)
             out.extend(torch.empty((n,), dtype=torch.long, device=_META) for _ in range(ix.dim()))
         else:
             out.append(ix)
@@ -203,11 +232,9 @@ def _long_indices(indices: Any) -> Any:
 
 def _masked_index(name: str, call: Callable) -> Callable:
     def run(self, indices, *args, **kwargs):
-        if is_meta(self) and any(
-            is_meta(ix) and ix.dtype in (torch.bool, torch.uint8) for ix in indices
-        ):
-            _assume(name)
-            indices = _long_indices(indices)
+        masks = [ix for ix in indices if is_meta(ix) and ix.dtype in (torch.bool, torch.uint8)]
+        if is_meta(self) and masks:
+            indices = _long_indices(indices, _assume(name, masks[0]))
         return call(self, indices, *args, **kwargs)
 
     return run
@@ -258,6 +285,7 @@ def manifest() -> dict[str, Any] | None:
             "fill_ratio": FILL_RATIO,
             "fill_ratio_source": FILL_ENV if os.environ.get(FILL_ENV) else "default",
             "assumed_shapes": dict(sorted(_assumed.items())),
+            "uniform_routing": dict(sorted(_uniform.items())),
             "placeholders": dict(sorted(_placeholders.items())),
             "numerics": "none: tensors carry shapes, dtypes and strides, no values",
         }

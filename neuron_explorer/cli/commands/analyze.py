@@ -120,9 +120,13 @@ def render_findings(doc: dict) -> None:
             f"{i}. {sev}{tag} [bold]{escape(f['title'])}[/]  [dim]({f['rule']})[/]", highlight=False
         )
         c.print(
-            f"   saves ~{_ms(f['saving_ns'])} ({100 * f['saving_share']:.1f}% of step time)",
+            f"   saves ~{_ms(f['saving_ns'])} ({100 * f['saving_share']:.1f}% of step time)"
+            + (f", replayed: {escape(f['replayed'])}" if f.get("replayed") else ""),
             highlight=False,
         )
+        if f.get("overlaps"):  # their changes replayed together save less than the sum
+            c.print(f"   [bold]overlaps {', '.join(f['overlaps'])}: the savings do not add[/]",
+                    highlight=False)  # fmt: skip
         c.print(f"   {escape(f['detail'])}", highlight=False)
         ev = f["evidence"]
         rows = [("op", h) for h in ev["ops"]] + [("line", h) for h in ev["source_lines"]]

@@ -206,9 +206,14 @@ def _render_readiness(c, r, run_ended, top: int) -> None:  # analysis.readiness.
         assumed = ", ".join(
             f"{op} x{n}" for op, n in r.shapes_only.get("assumed_shapes", {}).items()
         )
+        uniform = ", ".join(
+            f"{op} x{n}" for op, n in (r.shapes_only.get("uniform_routing") or {}).items()
+        )
         c.print(f"  shapes-only mode: no numerics (placeholder values); data-dependent shapes "
                 f"keep {r.shapes_only.get('fill_ratio')} of their elements"
-                + (f" ({assumed})" if assumed else ""), highlight=False, soft_wrap=True)  # fmt: skip
+                + (f" ({assumed})" if assumed else "")
+                + (f"; one-hot masks (MoE routing) route uniformly ({uniform})" if uniform
+                   else ""), highlight=False, soft_wrap=True)  # fmt: skip
     if r.model_ranks:
         copies = r.model_ranks.get("copies") or []
         span = f"{copies[0]}-{copies[-1]}" if len(copies) > 1 else ", ".join(map(str, copies))

@@ -30,6 +30,15 @@ function pathBar(d) {
     ...d.segments.map((s) => block(d, s, "cp-seg"))), h("div", { class: "note" }, ...legend), h("div", { id: "cp-lanes" }, ...rows));
 }
 
+// the timeline over the step's window, the path's events outlined (timeline_find.js findPath)
+function pathOnTimeline(d) {
+  const q = new URLSearchParams({ path: "1", start_ns: String(d.start_ns), end_ns: String(d.start_ns + d.step_ns) });
+  if (d.label.startsWith("step ")) q.set("step", d.label.slice(5));
+  q.set("rank", String(d.rank));
+  for (const k of ["annotation", "instance"]) if (qs(k) !== null) q.set(k, qs(k));
+  return pUrl(profile, `/timeline?${q}`);
+}
+
 function whatifBox(d) {
   const input = h("input", { id: "whatif-speedup", type: "text", size: 40, placeholder: "aten::mm=2, module=blocks.0:1.5" });
   const syncs = h("input", { id: "whatif-drop-syncs", type: "checkbox" });
@@ -73,6 +82,7 @@ run(async () => {
       { key: "saving_if_2x_ns", label: "Step saves at 2x", num: true, fmt: (v) => (v === null ? "–" : fmtNs(v)) },
     ], d.ops, { compact: true }))),
     section("What if", whatifBox(d)),
-    h("p", { class: "note" }, h("a", { href: pUrl(profile, "/timeline") }, "Open the timeline")),
+    h("p", { class: "note" }, h("a", { id: "cp-timeline", href: pathOnTimeline(d) }, "Show the path on the timeline"),
+      " (its events outlined, the rest faded)"),
   );
 });

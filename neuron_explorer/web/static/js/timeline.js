@@ -10,7 +10,7 @@ import { api, h, mount, run, fmtNs, fmtNum, enc, section, setModeled, profile, q
 import { Overview, COLOR_MODES } from "./timeline_overview.js";
 import { eventPanel, spanPanel } from "./timeline_panels.js";
 import { AXIS, GUTTER, ROW, PIN_W, state, dom, draw, xOf, groupOf, hitAt } from "./timeline_draw.js";
-import { find, findLine, findModule, findUi } from "./timeline_find.js";
+import { find, findLine, findModule, findPath, findUi } from "./timeline_find.js";
 import { flagNear, parseRange, parseList } from "./timeline_marks.js";
 import { URL_NS, fetchCounters, holds, viewChanged, fetchWindow, hold, saveUrl, updateStatus } from "./timeline_window.js";
 import { spanFlame } from "./timeline_flame.js";
@@ -348,6 +348,7 @@ run(async () => {
   if (findBox.value) await find(findBox.value, ev === null && s0 === null ? 1 : 0);
   else if (qs("line")) await findLine(qs("line"), ev === null && s0 === null ? 1 : 0).catch((e) => { findCount.textContent = e.message; });
   else if (qs("module") !== null) await findModule(qs("module"), ev === null && s0 === null ? 1 : 0).catch((e) => { findCount.textContent = e.message; });
+  else if (qs("path")) await findPath(new URL(location.href).searchParams, 0).catch((e) => { findCount.textContent = e.message; });
   canvas.dataset.ready = "1";
 });
 

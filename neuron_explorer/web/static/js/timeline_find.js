@@ -46,7 +46,7 @@ function stepFound(step) {
     f.cursor = (f.cursor + step + f.matches.length) % f.matches.length;
     findUi.focusEvent(f.matches[f.cursor]);
   } else draw();
-  findUi.count.textContent = (f.line ? `${f.line}: ` : "") + `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
+  findUi.count.textContent = (f.line ? `${f.line}: ` : f.label ? `${f.label}: ` : "") + `${f.cursor >= 0 ? f.cursor + 1 : "–"} / ${fmtNum(f.total)}` + (f.total > f.matches.length ? ` (first ${f.matches.length} in time order)` : "");
   findUi.count.dataset.total = f.total;
 }
 
@@ -66,5 +66,18 @@ export async function findModule(path, step) {
   const d = await api(`/p/${enc(profile)}/modules/events?module=${enc(path)}`);
   state.find = { text: null, line: `module ${path === "" ? "(model)" : path}`, matches: d.matches, total: d.total, names: null,
     ids: new Set(d.matches.map((x) => x.id)), cursor: -1 };
+  stepFound(step);
+}
+
+// ?path=1 (the critical-path page's link, with its step, rank, annotation and instance): the
+// events on the step's critical path outlined, the rest faded, stepped through in time order
+export async function findPath(params, step) {
+  const q = new URLSearchParams();
+  for (const k of ["step", "rank", "annotation", "instance"]) if (params.get(k) !== null) q.set(k, params.get(k));
+  const d = await api(`/p/${enc(profile)}/critical-path${q.toString() ? "?" + q : ""}`);
+  const byId = new Map();
+  for (const s of d.segments) if (s.event_id >= 0 && !byId.has(s.event_id)) byId.set(s.event_id, { id: s.event_id, start_ns: s.start_ns, dur_ns: s.dur_ns });
+  const matches = [...byId.values()].sort((a, b) => a.start_ns - b.start_ns);
+  state.find = { text: null, label: `critical path of ${d.label}`, matches, total: matches.length, names: null, ids: new Set(byId.keys()), cursor: -1 };
   stepFound(step);
 }

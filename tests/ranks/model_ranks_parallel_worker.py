@@ -1,0 +1,59 @@
+"""A job run under `neuron-explorer capture --model-ranks N` by tests/test_model_ranks.py, in
+shapes-only mode: `tp` shards an MLP with DTensor tensor parallelism (ColwiseParallel then
+RowwiseParallel) over the job's ranks and takes three AdamW steps; `pp` runs a GPipe schedule
+of torch.distributed.pipelining, one stage of two Linear layers a rank."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def tensor_parallel() -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("neuron", (dist.get_world_size(),))
+    with torch.device("neuron"):
+        model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256))
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    for _ in range(3):
+        model(torch.randn(32, 256, device="neuron")).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    print("tp local weight", tuple(model[0].weight.to_local().shape))
+
+
+def pipeline() -> None:
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("neuron", 0)
+    stage_module = nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 256)).to(device)
+    stage = PipelineStage(stage_module, rank, world, device)
+    schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=lambda y, t: (y - t).square().mean())
+    x, target = torch.randn(32, 256, device=device), torch.randn(32, 256, device=device)
+    if rank == 0:
+        schedule.step(x)
+    elif rank == world - 1:
+        schedule.step(target=target)
+    else:
+        schedule.step()
+
+
+def main() -> None:
+    dist.init_process_group("neuron")
+    {"tp": tensor_parallel, "pp": pipeline}[sys.argv[1]]()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

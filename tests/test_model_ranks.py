@@ -1,0 +1,103 @@
+"""`neuron-explorer capture --model-ranks N` (docs/device.md, "Many ranks on one machine"): DDP's
+collectives priced as a real 8-rank torchrun's rank 0 measured them; DTensor tensor parallelism
+runs modeled, its collectives priced for the group of N; a pipeline schedule, whose stages
+exchange Python objects no copy sends, stops with one clear error. (FSDP2 modeled over 4 ranks:
+tests/test_device_shapes_only.py, beside the real 4-rank job it models.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # each case captures a small job (seconds)
+
+WORKER = Path(__file__).resolve().parent / "ranks" / "model_ranks_parallel_worker.py"
+
+
+def capture(out: Path, mode: str, ranks: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEURON_EXPLORER_SHAPES_ONLY": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "neuron_explorer", "capture", "-o", str(out),
+                           "--model-ranks", str(ranks), "--", "python", str(WORKER), mode],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+
+
+def test_tensor_parallel_shards_over_the_modeled_ranks_and_prices_its_collectives(tmp_path):
+    from neuron_explorer.model import Profile
+
+    proc = capture(tmp_path / "tp", "tp", 4)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tp local weight (256, 256)" in proc.stdout  # 1024 output rows over 4 ranks
+    rows = (
+        Profile.open(tmp_path / "tp")
+        .duckdb()
+        .execute(
+            "SELECT json_extract(args, '$.world_size')::INT, dur_ns FROM events"
+            " WHERE kind = 'collective'"
+        )
+        .fetchall()
+    )
+    # RowwiseParallel's all-reduce of the output, forward and backward's input grads
+    assert rows and all(size == 4 and dur > 0 for size, dur in rows)
+    extra = json.loads((tmp_path / "tp" / "manifest.json").read_text())["extra"]
+    assert extra["model_ranks"] == {"world_size": 4, "executed": [0], "copies": [1, 2, 3]}
+
+
+def test_a_pipeline_schedule_stops_with_one_error_naming_why(tmp_path):
+    proc = capture(tmp_path / "pp", "pp", 2)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-2]  # before capture's "wrote profile" line
+    assert last.startswith("neuron_explorer.errors.ExplorerError: --model-ranks 2:")
+    assert "recv_object_list" in last and "torchrun" in last
+    assert "EOFError" not in proc.stderr
+
+
+MODEL_RANKS_WORKER = Path(__file__).resolve().parent / "ranks" / "model_ranks_worker.py"
+
+
+def _collectives(profile_dir: Path) -> list[tuple]:
+    from neuron_explorer.model import Profile
+
+    rows = (
+        Profile.open(profile_dir)
+        .duckdb()
+        .execute(
+            "SELECT name, dur_ns, json_extract(args, '$.bytes')::BIGINT, "
+            "json_extract(args, '$.world_size')::INT, json_extract_string(args, '$.algorithm'), "
+            "json_extract_string(args, '$.link') FROM events "
+            "WHERE kind = 'collective' ORDER BY start_ns"
+        )
+        .fetchall()
+    )
+    return [tuple(r) for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # eight real ranks on two cores
+def test_model_ranks_prices_the_collectives_of_a_real_eight_rank_torchrun(tmp_path):
+    """`capture --model-ranks 8` runs rank 0 alone; its DDP all-reduces cost what a real
+    8-process torchrun's rank 0 measured (same bytes, group size, algorithm and transfer), and
+    its manifest says rank 0 ran and ranks 1-7 are copies."""
+    from test_distributed import torchrun
+
+    schedule = ["--wait", "1", "--warmup", "0", "--active", "1"]
+    modeled, real = tmp_path / "modeled", tmp_path / "real"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cli = [sys.executable, "-m", "neuron_explorer", "capture"]
+    subprocess.run([*cli, "-o", str(modeled), "--model-ranks", "8", *schedule, "--", "python",
+                    str(MODEL_RANKS_WORKER)], check=True, capture_output=True, env=env,
+                   timeout=300)  # fmt: skip
+    torchrun(MODEL_RANKS_WORKER, 8, str(real), timeout=600)
+    got, want = _collectives(modeled), _collectives(real / "rank0")
+    assert len(want) >= 2 and all(r[3] == 8 for r in want)  # DDP's buckets, over 8 ranks
+    assert got == want
+    extra = json.loads((modeled / "manifest.json").read_text())["extra"]
+    assert extra["model_ranks"] == {"world_size": 8, "executed": [0], "copies": list(range(1, 8))}
+    from neuron_explorer.analysis.summary import summarize
+    from neuron_explorer.model import Profile
+
+    assert summarize(Profile.open(modeled)).readiness.model_ranks == extra["model_ranks"]
