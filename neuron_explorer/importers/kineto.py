@@ -38,6 +38,7 @@ from .kineto_kinds import (
 )
 from .kineto_links import fwdbwd, launches
 from .kineto_memory import memory_counters
+from .kineto_spill import SpilledText
 
 
 @dataclass
@@ -357,7 +358,7 @@ class PatchedText:
     """A text column given as base values with some rows replaced, materialised by `take` (a
     block at a time as assemble writes the rows in order), so it is never copied whole."""
 
-    base: pa.Array
+    base: pa.Array | SpilledText  # SpilledText: the streaming import's, on disk
     index: np.ndarray  # per row: its replacement in `texts`, or -1
     texts: pa.Array
 
@@ -375,7 +376,8 @@ def _args_column(d: Decoded, r: _Rows, extra: dict[int, str]) -> PatchedText:
     whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
     base, d.row_args = d.row_args, None  # type: ignore[assignment]
     patch = sorted(set(np.flatnonzero(r.kind == K["other"]).tolist()) | set(extra))
-    texts = [_patched_args(d, r, base[i].as_py(), i, extra) for i in patch]
+    at = base.text if isinstance(base, SpilledText) else (lambda i: base[i].as_py())
+    texts = [_patched_args(d, r, at(i), i, extra) for i in patch]
     index = np.full(r.n, -1, dtype=np.int64)
     index[patch] = np.arange(len(patch))
     return PatchedText(base, index, pa.array(texts, base.type))

@@ -26,6 +26,7 @@ from .kineto_ranges import (
     decode_span,
     phases,
 )
+from .kineto_spill import SpilledText
 
 MAX_WORKERS = 4
 PARALLEL_MIN_BYTES = 24 << 20  # below this a second process costs more than it saves
@@ -34,11 +35,12 @@ PARALLEL_MIN_BYTES = 24 << 20  # below this a second process costs more than it 
 @dataclass(frozen=True)
 class DecodeOptions:
     """How to decode: processes (None: one per CPU, up to MAX_WORKERS), range size, smallest
-    file decoded in several processes."""
+    file decoded in several processes; with a memory budget, one forward pass instead."""
 
     workers: int | None = None
     range_bytes: int = RANGE_BYTES
     parallel_min_bytes: int = PARALLEL_MIN_BYTES
+    memory_budget: int | None = None  # bytes: read the file as a stream (kineto_columns)
 
 
 @dataclass
@@ -60,7 +62,7 @@ class Decoded:
     ids: pa.Array
     ts: kd.Times
     dur: kd.Times
-    row_args: pa.Array  # args JSON text of the events that are rows (kinds.Roles)
+    row_args: pa.Array | SpilledText  # args JSON text of the events that are rows (kinds.Roles)
     typed: dict[str, tuple[pa.ChunkedArray, ...]]  # kineto_args.SUBSETS -> columns
     trace: kd.Trace  # top-level keys, traceEvents empty
 
@@ -71,6 +73,10 @@ def extract(
     progress: Callable[[float], None] = lambda f: None,
 ) -> Decoded:
     """Read and decode a trace file into columns (`progress`: the share decoded)."""
+    if options.memory_budget is not None:
+        from .kineto_columns import stream_extract
+
+        return stream_extract(path, options.memory_budget, progress)
     try:
         with path.open("rb") as f:
             head = f.read(kd.HEAD_BYTES)
@@ -121,9 +127,10 @@ def _workers(source: Source, options: DecodeOptions) -> int:
     return max(1, min(MAX_WORKERS, cpus or 1))
 
 
-def _merge(spans: list[Span]) -> Decoded:
+def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
     """The spans' pieces as one set of columns, codes renumbered over all distinct values in
-    file order (so the result does not depend on how the file was cut)."""
+    file order (so the result does not depend on how the file was cut); `row_args`: the args
+    texts when they were spilled instead of kept in the pieces."""
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     codes: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
     pieces = []
@@ -155,7 +162,7 @@ def _merge(spans: list[Span]) -> Decoded:
         ids=kd.as_text(values["id"]),
         ts=kd.Times.concat([p.ts for p in pieces]),
         dur=kd.Times.concat([p.dur for p in pieces]),
-        row_args=_concat_text([p.row_args for p in pieces]),
+        row_args=row_args if row_args is not None else _concat_text([p.row_args for p in pieces]),
         typed={
             k: tuple(
                 _chunked(list(cols)) for cols in zip(*(p.typed[k] for p in pieces), strict=True)

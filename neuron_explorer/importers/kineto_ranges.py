@@ -29,6 +29,7 @@ import pyarrow as pa
 from . import kineto_decode as kd
 from .kineto_args import SUBSETS, typed_columns
 from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, roles
+from .kineto_stream import StreamSource
 
 RANGE_BYTES = 8 << 20  # measured: 4-8 MB ranges decode fastest (cache-friendly) and bound memory
 WRAP_KEY = "~neuron-explorer-range"
@@ -109,6 +110,9 @@ class FileSource:
             raise RangeError("the file shrank while read")
         return view
 
+    def release(self, before: int) -> None:
+        """Nothing to drop: ranges are read into one reused buffer."""
+
 
 class BufferSource:
     """A trace already in memory (a gunzipped file); ranges are views of it."""
@@ -119,8 +123,11 @@ class BufferSource:
     def read(self, lo: int, hi: int) -> memoryview:
         return memoryview(self.buf)[lo:hi]
 
+    def release(self, before: int) -> None:
+        """Nothing to drop: the trace stays in memory."""
 
-Source = FileSource | BufferSource
+
+Source = FileSource | BufferSource | StreamSource
 
 
 def find_cut(source: Source, target: int, end: int) -> int | None:
@@ -154,6 +161,7 @@ def decode_span(
     limit = source.size if end is None else end + len(END)
     while True:
         lo = 0 if pos is None else pos - len(WRAP) + 1
+        source.release(lo)
         cut = _next_cut(source, lo, limit, end, range_bytes)
         for attempt in range(CUT_TRIES):
             hi = source.size if cut is None else cut + len(END)
@@ -180,7 +188,7 @@ def decode_span(
         if cut is None or cut == end:
             break
         pos = cut
-        progress((cut - (begin or 0)) / (limit - (begin or 0)))
+        progress((cut - (begin or 0)) / (min(limit, source.size) - (begin or 0)))
     span.values = {f: z.seen for f, z in factorizers.items()}
     return span
 
@@ -189,7 +197,7 @@ def _next_cut(source: Source, lo: int, limit: int, end: int | None, range_bytes:
     """Where the range starting at `lo` ends: the last cut before `lo + range_bytes` (further
     for an event longer than that), or the span's end when that is near."""
     size = range_bytes
-    while lo + size + range_bytes // 2 < limit:
+    while lo + size + range_bytes // 2 < min(limit, source.size):  # a stream's size is known late
         start = lo + len(WRAP)  # after the range's own first event start
         cut = _last_cut(source, max(start, lo + size - CUT_WINDOW), lo + size)
         if cut is None and lo + size - CUT_WINDOW > start:

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..model.io import ProfileWriter
 from . import kineto
 from .assemble import write_profile
+from .kineto_extract import DecodeOptions
 from .runs import check_one_run
 
 READ_SHARE = 0.85  # share of the progress bar for reading and mapping the files
@@ -22,8 +23,11 @@ def import_kineto(
     source_roots: Sequence[Path] = (),
     thread_names: bool = True,
     mixed_runs: bool = False,
+    memory_budget: int | None = None,
 ) -> Path:
-    """Import Kineto trace files (one per rank) into a profile directory, atomically."""
+    """Import Kineto trace files (one per rank) into a profile directory, atomically
+    (`memory_budget`: bytes; each file read as a stream, its args kept on disk:
+    kineto_columns)."""
     import pyarrow as pa
 
     # The system allocator hands freed buffers straight back to the OS; Arrow's default pool
@@ -31,7 +35,10 @@ def import_kineto(
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _import(paths, out, progress, overwrite, source_roots, thread_names, mixed_runs)
+        options = DecodeOptions(memory_budget=memory_budget)
+        return _import(
+            paths, out, progress, overwrite, source_roots, thread_names, mixed_runs, options
+        )
     finally:
         pa.set_memory_pool(pool)
 
@@ -44,6 +51,7 @@ def _import(
     source_roots: Sequence[Path],
     thread_names: bool,
     mixed_runs: bool,
+    options: DecodeOptions,
 ) -> Path:
     report = progress or (lambda stage, f: None)
     sizes = [max(p.stat().st_size, 1) for p in paths]
@@ -57,7 +65,7 @@ def _import(
             ) -> None:
                 report(f"reading {name}", READ_SHARE * (done + f * size) / total)
 
-            loaded.append(kineto.load(path, file_progress, thread_names=thread_names))
+            loaded.append(kineto.load(path, file_progress, options, thread_names=thread_names))
             done += size
         if not mixed_runs:
             check_one_run(loaded)

@@ -1,0 +1,61 @@
+"""The streaming import's decode: the trace read forward once (kineto_stream), cut and decoded
+range by range as the in-memory import does (kineto_ranges.decode_span), each range's columns
+made compact as they come (codes narrowed to int32, the args texts spilled to disk by
+kineto_spill), then merged into the same Decoded the in-memory import maps. What stays in
+memory is a few dozen bytes per event, never the file's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BadInputError
+from . import kineto_decode as kd
+from .kineto_extract import Decoded, _merge
+from .kineto_ranges import RANGE_BYTES, Piece, RangeError, decode_span
+from .kineto_spill import TextSpill, spill_directory
+from .kineto_stream import StreamSource, open_stream
+
+MIN_RANGE_BYTES = 4 << 10
+BUDGET_PER_RANGE = 256  # the budget over the range size: room for a range's decoded objects
+
+
+def range_bytes_for(budget: int) -> int:
+    """The range size a memory budget allows (the in-memory import's size at most)."""
+    return max(MIN_RANGE_BYTES, min(RANGE_BYTES, budget // BUDGET_PER_RANGE))
+
+
+def stream_extract(
+    path: Path, budget: int, progress: Callable[[float], None] = lambda f: None
+) -> Decoded:
+    """Read and decode a trace file forward once, with bounded buffers; the args texts stay on
+    disk (`progress`: the share of the file read)."""
+    f, gz = open_stream(path)
+    with f:
+        total = max(1, path.stat().st_size)
+        source = StreamSource(f, path, gzip=gz)
+        if not bytes(source.read(0, kd.HEAD_BYTES)).strip() and source.size == 0:
+            raise BadInputError(path, "empty file")
+        spill = TextSpill(spill_directory())
+
+        def keep(piece: Piece) -> Piece:
+            spill.append(piece.row_args)  # type: ignore[arg-type]
+            piece.row_args = None  # type: ignore[assignment]
+            piece.codes = {k: _narrow(v) for k, v in piece.codes.items()}
+            progress(min(1.0, source.bytes_read / total))
+            return piece
+
+        try:
+            span = decode_span(source, None, None, keep=keep, range_bytes=range_bytes_for(budget),
+                               path=path)  # fmt: skip
+        except RangeError as e:
+            raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
+    return _merge([span], row_args=spill.finish())
+
+
+def _narrow(codes: np.ndarray) -> np.ndarray:
+    """Codes held as int32 until the merge (a range has far fewer distinct values)."""
+    return codes.astype(np.int32) if codes.size and codes.max() < 2**31 else codes
