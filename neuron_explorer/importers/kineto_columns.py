@@ -32,7 +32,32 @@ def stream_extract(
     path: Path, budget: int, progress: Callable[[float], None] = lambda f: None
 ) -> Decoded:
     """Read and decode a trace file forward once, with bounded buffers; the args texts stay on
-    disk (`progress`: the share of the file read)."""
+    disk (`progress`: the share of the file read). A file the ranges cannot decode (invalid,
+    or cut points that do not hold) is decoded whole when the budget allows it, which gives
+    the in-memory import's one-line error or its columns; otherwise it is one line."""
+    try:
+        return _stream_extract(path, range_bytes_for(budget), progress)
+    except RangeError as e:
+        if _text_bytes(path) * WHOLE_FILE_FACTOR > budget:
+            raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
+    try:
+        return _stream_extract(path, WHOLE_FILE_RANGE, progress)
+    except RangeError as e:  # not expected: a whole file is decoded as the file
+        raise BadInputError(path, f"invalid JSON ({e})") from None
+
+
+WHOLE_FILE_FACTOR = 8  # a trace decoded whole holds about this many times its text
+WHOLE_FILE_RANGE = 1 << 62
+
+
+def _text_bytes(path: Path) -> int:
+    """The file's size, a gzip file's decompressed size taken as ten times it."""
+    f, gz = open_stream(path)
+    f.close()
+    return path.stat().st_size * (10 if gz else 1)
+
+
+def _stream_extract(path: Path, range_bytes: int, progress: Callable[[float], None]) -> Decoded:
     f, gz = open_stream(path)
     with f:
         total = max(1, path.stat().st_size)
@@ -49,10 +74,10 @@ def stream_extract(
             return piece
 
         try:
-            span = decode_span(source, None, None, keep=keep, range_bytes=range_bytes_for(budget),
-                               path=path)  # fmt: skip
-        except RangeError as e:
-            raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
+            span = decode_span(source, None, None, keep=keep, range_bytes=range_bytes, path=path)
+        except BaseException:
+            spill.finish().close()
+            raise
     return _merge([span], row_args=spill.finish())
 
 

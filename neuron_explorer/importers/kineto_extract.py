@@ -20,6 +20,7 @@ from .kineto_ranges import (
     RANGE_BYTES,
     BufferSource,
     FileSource,
+    Piece,
     RangeError,
     Source,
     Span,
@@ -130,7 +131,8 @@ def _workers(source: Source, options: DecodeOptions) -> int:
 def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
     """The spans' pieces as one set of columns, codes renumbered over all distinct values in
     file order (so the result does not depend on how the file was cut); `row_args`: the args
-    texts when they were spilled instead of kept in the pieces."""
+    texts when they were spilled instead of kept in the pieces. The pieces are emptied as they
+    are joined, a column at a time, so the columns are never all held twice."""
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     codes: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
     pieces = []
@@ -138,30 +140,31 @@ def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
         remaps = {f: factorizers[f].remap(span.values[f]) for f in FIELDS}
         for p in span.pieces:
             for f in FIELDS:
-                codes[f].append(remaps[f][p.codes[f]])
+                codes[f].append(remaps[f][p.codes.pop(f)])
             pieces.append(p)
+        span.pieces = []
     top: dict = {}
     for span in spans:
         top.update(span.top)
     values = {f: z.seen for f, z in factorizers.items()}
-    ph = phases(values["ph"], np.concatenate(codes["ph"]))
+    ph = phases(values["ph"], _join(codes, "ph"))
     typed_keys = pieces[0].typed.keys()
     return Decoded(
         n=len(ph),
         ph=ph,
-        name_code=np.concatenate(codes["name"]),
+        name_code=_join(codes, "name"),
         names=pa.array(values["name"], pa.string()),
         name_list=values["name"],
-        cat_code=np.concatenate(codes["cat"]),
+        cat_code=_join(codes, "cat"),
         cats=values["cat"],
-        pid_code=np.concatenate(codes["pid"]),
+        pid_code=_join(codes, "pid"),
         pids=kd.as_text(values["pid"]),
-        tid_code=np.concatenate(codes["tid"]),
+        tid_code=_join(codes, "tid"),
         tids=kd.as_text(values["tid"]),
-        id_code=np.concatenate(codes["id"]),
+        id_code=_join(codes, "id"),
         ids=kd.as_text(values["id"]),
-        ts=kd.Times.concat([p.ts for p in pieces]),
-        dur=kd.Times.concat([p.dur for p in pieces]),
+        ts=kd.Times.concat([_let_go(p, "ts") for p in pieces]),
+        dur=kd.Times.concat([_let_go(p, "dur") for p in pieces]),
         row_args=row_args if row_args is not None else _concat_text([p.row_args for p in pieces]),
         typed={
             k: tuple(
@@ -171,6 +174,18 @@ def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
         },
         trace=kd.Trace(traceEvents=[], **top),
     )
+
+
+def _let_go(piece: Piece, attr: str) -> kd.Times:
+    """A piece's times, the piece no longer holding them."""
+    times = getattr(piece, attr)
+    setattr(piece, attr, None)
+    return times
+
+
+def _join(codes: dict[str, list[np.ndarray]], field: str) -> np.ndarray:
+    """One field's codes as one array, its pieces let go."""
+    return np.concatenate(codes.pop(field))
 
 
 def _concat_text(arrays: list[pa.Array]) -> pa.Array:

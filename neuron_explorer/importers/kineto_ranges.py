@@ -38,6 +38,7 @@ END = b"]}"
 CUT = re.compile(rb"\}\s*,\s*\{")
 CUT_WINDOW = 1 << 16  # a cut is looked for in the last 64 KB of a read first
 CUT_TRIES = 4  # cuts tried for one range before the caller falls back
+TRACE_EVENTS_KEY = b'"traceEvents"'
 FIELDS = ("ph", "name", "cat", "pid", "tid", "id")  # factorized event fields
 
 
@@ -162,7 +163,8 @@ def decode_span(
     while True:
         lo = 0 if pos is None else pos - len(WRAP) + 1
         source.release(lo)
-        cut = _next_cut(source, lo, limit, end, range_bytes)
+        first = _events_key(source, range_bytes) if pos is None else lo
+        cut = _next_cut(source, lo, first, limit, end, range_bytes)
         for attempt in range(CUT_TRIES):
             hi = source.size if cut is None else cut + len(END)
             view = source.read(lo, hi)
@@ -193,12 +195,30 @@ def decode_span(
     return span
 
 
-def _next_cut(source: Source, lo: int, limit: int, end: int | None, range_bytes: int) -> int | None:
-    """Where the range starting at `lo` ends: the last cut before `lo + range_bytes` (further
-    for an event longer than that), or the span's end when that is near."""
-    size = range_bytes
+def _events_key(source: Source, range_bytes: int) -> int:
+    """Where the traceEvents key is in the file (0 if not found): the first range's cut goes
+    after it, not between the objects of a key written before it (deviceProperties,
+    distributedInfo's pg_config)."""
+    step = max(range_bytes, 1 << 16)
+    for lo in range(0, source.size, step):
+        window = source.read(lo, min(lo + step + len(TRACE_EVENTS_KEY), source.size)).tobytes()
+        at = window.find(TRACE_EVENTS_KEY)
+        if at >= 0:
+            return lo + at
+        if not window:
+            break
+    return 0
+
+
+def _next_cut(
+    source: Source, lo: int, first: int, limit: int, end: int | None, range_bytes: int
+) -> int | None:
+    """Where the range starting at `lo` ends: the last cut after `first` (where its events
+    begin) before `lo + range_bytes` (further for an event longer than that), or the span's
+    end when that is near."""
+    size = max(range_bytes, first - lo + range_bytes // 2)
     while lo + size + range_bytes // 2 < min(limit, source.size):  # a stream's size is known late
-        start = lo + len(WRAP)  # after the range's own first event start
+        start = max(first, lo + len(WRAP))  # after the range's own first event start
         cut = _last_cut(source, max(start, lo + size - CUT_WINDOW), lo + size)
         if cut is None and lo + size - CUT_WINDOW > start:
             cut = _last_cut(source, start, lo + size)
