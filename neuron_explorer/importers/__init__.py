@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInputError, ExplorerError
+from .progress import Progress
 
-# progress(stage, fraction done in [0, 1]) for progress bars
-Progress = Callable[[str, float], None]
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 

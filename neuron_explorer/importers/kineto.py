@@ -8,7 +8,6 @@ Times are integer unix nanoseconds here; the caller shifts them to the profile's
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from .kineto_kinds import (
 from .kineto_links import fwdbwd, launches
 from .kineto_memory import memory_counters
 from .kineto_spill import SpilledText
+from .progress import Share, no_share
 
 
 @dataclass
@@ -68,18 +68,23 @@ def _dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
 
 
+DECODE_SHARE = 0.6  # of a file's progress: reading and decoding it, then mapping
+
+
 def load(
     path: Path,
-    progress: Callable[[float], None] | None = None,
+    progress: Share | None = None,
     options: DecodeOptions | None = None,
     *,
     thread_names: bool = True,
 ) -> FileData:
     """Read, decode and map one trace file (`thread_names`: lanes named by the trace's
     thread_name metadata, else by tid alone)."""
-    report = progress or (lambda f: None)
-    d = extract(path, options or DecodeOptions(), lambda f: report(0.6 * f))
-    report(0.6)
+    report = progress or no_share
+    d = extract(
+        path, options or DecodeOptions(), lambda f, events=None: report(DECODE_SHARE * f, events)
+    )
+    report(DECODE_SHARE, d.n)
     c = _classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
     r = _rows(path, d, c, names if thread_names else None)

@@ -7,7 +7,6 @@ memory is a few dozen bytes per event, never the file's text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from .kineto_extract import Decoded, _merge
 from .kineto_ranges import RANGE_BYTES, Piece, RangeError, decode_span
 from .kineto_spill import TextSpill, spill_directory
 from .kineto_stream import StreamSource, open_stream
+from .progress import Share, no_share
 
 MIN_RANGE_BYTES = 4 << 10
 BUDGET_PER_RANGE = 256  # the budget over the range size: room for a range's decoded objects
@@ -28,9 +28,7 @@ def range_bytes_for(budget: int) -> int:
     return max(MIN_RANGE_BYTES, min(RANGE_BYTES, budget // BUDGET_PER_RANGE))
 
 
-def stream_extract(
-    path: Path, budget: int, progress: Callable[[float], None] = lambda f: None
-) -> Decoded:
+def stream_extract(path: Path, budget: int, progress: Share = no_share) -> Decoded:
     """Read and decode a trace file forward once, with bounded buffers; the args texts stay on
     disk (`progress`: the share of the file read). A file the ranges cannot decode (invalid,
     or cut points that do not hold) is decoded whole when the budget allows it, which gives
@@ -57,7 +55,7 @@ def _text_bytes(path: Path) -> int:
     return path.stat().st_size * (10 if gz else 1)
 
 
-def _stream_extract(path: Path, range_bytes: int, progress: Callable[[float], None]) -> Decoded:
+def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
     f, gz = open_stream(path)
     with f:
         total = max(1, path.stat().st_size)
@@ -65,12 +63,15 @@ def _stream_extract(path: Path, range_bytes: int, progress: Callable[[float], No
         if not bytes(source.read(0, kd.HEAD_BYTES)).strip() and source.size == 0:
             raise BadInputError(path, "empty file")
         spill = TextSpill(spill_directory())
+        events = 0
 
         def keep(piece: Piece) -> Piece:
             spill.append(piece.row_args)  # type: ignore[arg-type]
             piece.row_args = None  # type: ignore[assignment]
+            nonlocal events
             piece.codes = {k: _narrow(v) for k, v in piece.codes.items()}
-            progress(min(1.0, source.bytes_read / total))
+            events += len(piece.codes["ph"])
+            progress(min(1.0, source.bytes_read / total), events)
             return piece
 
         try:

@@ -28,6 +28,7 @@ from .kineto_ranges import (
     phases,
 )
 from .kineto_spill import SpilledText
+from .progress import Share, no_share
 
 MAX_WORKERS = 4
 PARALLEL_MIN_BYTES = 24 << 20  # below this a second process costs more than it saves
@@ -71,7 +72,7 @@ class Decoded:
 def extract(
     path: Path,
     options: DecodeOptions = DecodeOptions(),
-    progress: Callable[[float], None] = lambda f: None,
+    progress: Share = no_share,
 ) -> Decoded:
     """Read and decode a trace file into columns (`progress`: the share decoded)."""
     if options.memory_budget is not None:

@@ -30,7 +30,7 @@ class TextSpill:
 
     def append(self, texts: pa.Array) -> None:
         """Spill one piece's texts (a string array)."""
-        offsets = np.frombuffer(texts.buffers()[1], dtype=_offset_type(texts))
+        offsets: np.ndarray = np.frombuffer(texts.buffers()[1], dtype=_offset_type(texts))
         offsets = offsets[texts.offset : texts.offset + len(texts) + 1]
         data = texts.buffers()[2]
         if data is not None and offsets[-1] > offsets[0]:
