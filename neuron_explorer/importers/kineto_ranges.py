@@ -175,14 +175,14 @@ def decode_span(
                 span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
                 del evs
                 break
-            except RangeError:
+            except RangeError as e:
                 # the range's start is sound (the previous range ended there); a cut we chose
                 # may sit in a string that holds "}, {": try the one before it
                 earlier = None
                 if cut is not None and cut != end:
                     earlier = _last_cut(source, lo + len(WRAP), cut)
                 if earlier is None or attempt == CUT_TRIES - 1:
-                    raise
+                    raise RangeError(_in_file(str(e), lo)) from None
                 cut = earlier
             finally:
                 for at, saved in patches:  # a buffer source's bytes are the file's: restore
@@ -208,6 +208,14 @@ def _events_key(source: Source, range_bytes: int) -> int:
         if not window:
             break
     return 0
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _in_file(message: str, lo: int) -> str:
+    """A decoder's message about a range, its "(byte N)" made the byte of the whole text."""
+    return _BYTE.sub(lambda m: f"(byte {lo + int(m.group(1))})", message)
 
 
 def _next_cut(
