@@ -23,6 +23,7 @@ from . import kineto_decode as kd
 from . import kineto_lanes as kl
 from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
+from .kineto_columns import stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
 from .kineto_kinds import (
     COLLECTIVE_PREFIXES,
@@ -81,9 +82,12 @@ def load(
     """Read, decode and map one trace file (`thread_names`: lanes named by the trace's
     thread_name metadata, else by tid alone)."""
     report = progress or no_share
-    d = extract(
-        path, options or DecodeOptions(), lambda f, events=None: report(DECODE_SHARE * f, events)
-    )
+    options = options or DecodeOptions()
+    share: Share = lambda f, events=None: report(DECODE_SHARE * f, events)  # noqa: E731
+    if options.memory_budget is None:
+        d = extract(path, options, share)
+    else:
+        d = stream_extract(path, options.memory_budget, share)
     report(DECODE_SHARE, d.n)
     c = _classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))

@@ -75,10 +75,6 @@ def extract(
     progress: Share = no_share,
 ) -> Decoded:
     """Read and decode a trace file into columns (`progress`: the share decoded)."""
-    if options.memory_budget is not None:
-        from .kineto_columns import stream_extract
-
-        return stream_extract(path, options.memory_budget, progress)
     try:
         with path.open("rb") as f:
             head = f.read(kd.HEAD_BYTES)
