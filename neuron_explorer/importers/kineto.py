@@ -8,6 +8,7 @@ Times are integer unix nanoseconds here; the caller shifts them to the profile's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,21 +276,28 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
 
 
 def _stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
+    """The frame columns as dictionaries over the distinct frames (codes, not a text per row:
+    the rows' texts would be the mapping's largest columns)."""
     frames, user_frame, model = stacks.frames, stacks.user_frame, stacks.model_frame
     uf = pa.array(user_frame, mask=user_frame < 0)
     mf = pa.array(model, mask=model < 0)
-    files = pa.array([f.file for f in frames], pa.string())
+    files = _by_frame([f.file for f in frames])
     lines = pa.array([f.line for f in frames], pa.int32())
-    funcs = pa.array([f.func for f in frames], pa.string())
-    modules = pa.array(stacks.modules, pa.string()).take(
-        pa.array(stacks.module, mask=stacks.module < 0)
-    )
+    funcs = _by_frame([f.func for f in frames])
+    modules = _dict_take(pa.array(stacks.modules, pa.string()), stacks.module)
     return {
         "stack_id": stacks.stack_id,
-        "src_file": files.take(uf), "src_line": lines.take(uf), "src_func": funcs.take(uf),
-        "model_file": files.take(mf), "model_line": lines.take(mf), "model_func": funcs.take(mf),
+        "src_file": files(user_frame), "src_line": lines.take(uf), "src_func": funcs(user_frame),
+        "model_file": files(model), "model_line": lines.take(mf), "model_func": funcs(model),
         "module": modules,
     }  # fmt: skip
+
+
+def _by_frame(texts: list[str]) -> Callable[[np.ndarray], pa.DictionaryArray]:
+    """Rows' frame indices (-1: none) -> a dictionary column of the frames' `texts`."""
+    encoded = pa.array(texts, pa.string()).dictionary_encode()
+    code = np.append(encoded.indices.to_numpy(zero_copy_only=False), -1)
+    return lambda frame: _dict_take(encoded.dictionary, code[frame])
 
 
 def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
