@@ -7,13 +7,12 @@ memory is a few dozen bytes per event, never the file's text.
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
-
-import numpy as np
 
 from ..errors import BadInputError
 from . import kineto_decode as kd
-from .kineto_extract import Decoded, _merge
+from .kineto_extract import Decoded, _int32, _merge
 from .kineto_ranges import RANGE_BYTES, Piece, RangeError, decode_span
 from .kineto_spill import TextSpill, spill_directory
 from .kineto_stream import StreamSource, open_stream
@@ -69,7 +68,7 @@ def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
             spill.append(piece.row_args)  # type: ignore[arg-type]
             piece.row_args = None  # type: ignore[assignment]
             nonlocal events
-            piece.codes = {k: _narrow(v) for k, v in piece.codes.items()}
+            piece.codes = {k: _int32(v) for k, v in piece.codes.items()}
             events += len(piece.codes["ph"])
             progress(min(1.0, source.bytes_read / total), events)
             return piece
@@ -79,9 +78,19 @@ def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
         except BaseException:
             spill.finish().close()
             raise
-    return _merge([span], row_args=spill.finish())
+    decoded = _merge([span], row_args=spill.finish())
+    give_back_free_memory()
+    return decoded
 
 
-def _narrow(codes: np.ndarray) -> np.ndarray:
-    """Codes held as int32 until the merge (a range has far fewer distinct values)."""
-    return codes.astype(np.int32) if codes.size and codes.max() < 2**31 else codes
+def give_back_free_memory() -> None:
+    """Return the C heap's free pages to the OS (glibc's malloc_trim): the ranges' decoded
+    objects, freed between the columns kept, leave a heap the size of a third of the columns
+    that glibc would otherwise hold through the mapping (330 MB of 1 GB measured on the 1 GB
+    benchmark trace)."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)

@@ -133,17 +133,19 @@ def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     codes: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
     pieces = []
+    one = len(spans) == 1  # its codes are already in file order: no second dict of values
     for span in spans:
-        remaps = {f: factorizers[f].remap(span.values[f]) for f in FIELDS}
+        remaps = {} if one else {f: factorizers[f].remap(span.values[f]) for f in FIELDS}
         for p in span.pieces:
             for f in FIELDS:
-                codes[f].append(remaps[f][p.codes.pop(f)])
+                c = p.codes.pop(f)
+                codes[f].append(_int32(c) if one else remaps[f][c])
             pieces.append(p)
         span.pieces = []
     top: dict = {}
     for span in spans:
         top.update(span.top)
-    values = {f: z.seen for f, z in factorizers.items()}
+    values = spans[0].values if one else {f: z.seen for f, z in factorizers.items()}
     ph = phases(values["ph"], _join(codes, "ph"))
     typed_keys = pieces[0].typed.keys()
     return Decoded(
@@ -178,6 +180,12 @@ def _let_go(piece: Piece, attr: str) -> kd.Times:
     times = getattr(piece, attr)
     setattr(piece, attr, None)
     return times
+
+
+def _int32(codes: np.ndarray) -> np.ndarray:
+    """Codes as int32, as a remap makes them (unless they do not fit)."""
+    small = codes.size == 0 or codes.max() < 2**31
+    return codes.astype(np.int32, copy=False) if small else codes
 
 
 def _join(codes: dict[str, list[np.ndarray]], field: str) -> np.ndarray:
