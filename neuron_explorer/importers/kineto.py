@@ -112,8 +112,7 @@ def load(
     }
     base = d.trace.baseTimeNanoseconds or 0
     counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
-    frame_rows = np.concatenate([stacks.user_frame, stacks.model_frame])
-    used = np.unique(frame_rows[frame_rows >= 0])  # user and model files: sources to keep
+    used = _frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
     report(1.0)
     return FileData(
         path=path,
@@ -291,6 +290,15 @@ def _stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
         "model_file": files(model), "model_line": lines.take(mf), "model_func": funcs(model),
         "module": modules,
     }  # fmt: skip
+
+
+def _frames_used(n: int, *per_row: np.ndarray) -> np.ndarray:
+    """The frames some row names (user and model files: the sources to keep), marked in place
+    rather than the rows' frames joined and sorted (two copies of a column per row)."""
+    seen = np.zeros(n + 1, dtype=bool)  # the last slot takes -1, no frame
+    for frames in per_row:
+        seen[frames] = True
+    return np.flatnonzero(seen[:n])
 
 
 def _by_frame(texts: list[str]) -> Callable[[np.ndarray], pa.DictionaryArray]:
