@@ -53,48 +53,39 @@ def _offset_type(texts: pa.Array) -> type:
 
 
 class SpilledText:
-    """A text column on disk: `take(rows)` as an Arrow string array, `text(i)` one value."""
+    """A text column on disk: `take(rows)` as an Arrow string array, `text(i)` one value. The
+    column is an Arrow array whose data buffer is the memory map, so `take` gathers in C."""
 
     type = pa.large_string()
 
     def __init__(self, file: Any, lengths: np.ndarray, valid: np.ndarray, size: int) -> None:
         self._file = file
-        self.starts = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=self.starts[1:])
-        self.valid = valid
+        starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
         self._map = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) if size else None
-        self._data = np.frombuffer(self._map, np.uint8) if self._map else np.zeros(0, np.uint8)
-
-    def __len__(self) -> int:
-        return len(self.valid)
-
-    def text(self, i: int) -> str | None:
-        if not self.valid[i]:
-            return None
-        return self._data[self.starts[i] : self.starts[i + 1]].tobytes().decode()
-
-    def take(self, rows: np.ndarray) -> pa.Array:
-        """The texts of `rows` (a block of the events table), gathered from the map."""
-        lo, hi = self.starts[rows], self.starts[rows + 1]
-        lengths = hi - lo
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        # byte j of the block is byte lo[row] + (j - offsets[row]) of the file
-        at = np.repeat(lo - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
-        data = self._data[at]
-        self._drop_pages()
-        valid = self.valid[rows]
         mask = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-        return pa.LargeStringArray.from_buffers(
-            len(rows), pa.py_buffer(offsets), pa.py_buffer(data), mask, null_count=-1
+        data = pa.py_buffer(self._map if self._map is not None else b"")
+        self._column: pa.LargeStringArray | None = pa.LargeStringArray.from_buffers(
+            len(lengths), pa.py_buffer(starts), data, mask, null_count=-1
         )
 
-    def _drop_pages(self) -> None:
+    def __len__(self) -> int:
+        return 0 if self._column is None else len(self._column)
+
+    def text(self, i: int) -> str | None:
+        assert self._column is not None, "closed"
+        return self._column[i].as_py()
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        """The texts of `rows` (a block of the events table), read from the map."""
+        assert self._column is not None, "closed"
+        block = self._column.take(pa.array(rows))
         if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
+            self._map.madvise(mmap.MADV_DONTNEED)  # the pages read stay in the page cache only
+        return block
 
     def close(self) -> None:
-        self._data = np.zeros(0, np.uint8)
+        self._column = None  # its buffer is the map: let go of it first
         if self._map is not None:
             self._map.close()
             self._map = None
