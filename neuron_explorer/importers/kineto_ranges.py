@@ -39,6 +39,7 @@ CUT = re.compile(rb"\}\s*,\s*\{")
 CUT_WINDOW = 1 << 16  # a cut is looked for in the last 64 KB of a read first
 CUT_TRIES = 4  # cuts tried for one range before the caller falls back
 TRACE_EVENTS_KEY = b'"traceEvents"'
+KEY_SEARCH_BYTES = 64 << 20  # top-level keys written before traceEvents: far less than this
 FIELDS = ("ph", "name", "cat", "pid", "tid", "id")  # factorized event fields
 
 
@@ -196,11 +197,11 @@ def decode_span(
 
 
 def _events_key(source: Source, range_bytes: int) -> int:
-    """Where the traceEvents key is in the file (0 if not found): the first range's cut goes
-    after it, not between the objects of a key written before it (deviceProperties,
-    distributedInfo's pg_config)."""
+    """Where the traceEvents key is in the file (0 if not found in its first KEY_SEARCH_BYTES:
+    a stream holds what it searched): the first range's cut goes after it, not between the
+    objects of a key written before it (deviceProperties, distributedInfo's pg_config)."""
     step = max(range_bytes, 1 << 16)
-    for lo in range(0, source.size, step):
+    for lo in range(0, min(source.size, KEY_SEARCH_BYTES), step):
         window = source.read(lo, min(lo + step + len(TRACE_EVENTS_KEY), source.size)).tobytes()
         at = window.find(TRACE_EVENTS_KEY)
         if at >= 0:
