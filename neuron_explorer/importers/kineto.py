@@ -8,7 +8,6 @@ Times are integer unix nanoseconds here; the caller shifts them to the profile's
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
 from .kineto_columns import stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
+from .kineto_frames import dict_take, frames_used, stack_columns
 from .kineto_kinds import (
     COLLECTIVE_PREFIXES,
     DMA_PREFIX,
@@ -66,10 +66,6 @@ def _scatter(n: int, idx: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.
     return values.take(pa.array(where, mask=where < 0))
 
 
-def _dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
-
-
 DECODE_SHARE = 0.6  # of a file's progress: reading and decoding it, then mapping
 
 
@@ -104,15 +100,15 @@ def load(
                                      links.launch[links.dev_rows])  # fmt: skip
     columns = {
         **_base_columns(d, r, step),
-        **_stack_columns(stacks),
-        "op_name": _dict_take(d.names, _op_name_code(r, parent, links)),
+        **stack_columns(stacks),
+        "op_name": dict_take(d.names, _op_name_code(r, parent, links)),
         **_op_columns(r.n, np.flatnonzero(r.kind == K["op"]), d.typed["op"]),
         **_byte_columns(r, links),
         "args": _args_column(d, r, flow_extra),
     }
     base = d.trace.baseTimeNanoseconds or 0
     counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
-    used = _frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
+    used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
     report(1.0)
     return FileData(
         path=path,
@@ -263,49 +259,15 @@ def _stacks(
 
 def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
     return {
-        "layer": _dict_take(pa.array(["host", "device"]), r.dev.astype(np.int64)),
-        "kind": _dict_take(KIND_NAMES, r.kind.astype(np.int64)),
-        "name": _dict_take(d.names, r.name_code),
-        "track": _dict_take(r.track_dict, r.track_code),
-        "device": _dict_take(r.device_dict, r.device_code),
+        "layer": dict_take(pa.array(["host", "device"]), r.dev.astype(np.int64)),
+        "kind": dict_take(KIND_NAMES, r.kind.astype(np.int64)),
+        "name": dict_take(d.names, r.name_code),
+        "track": dict_take(r.track_dict, r.track_code),
+        "device": dict_take(r.device_dict, r.device_code),
         "start_ns": r.start,
         "dur_ns": r.dur,
         "step": pa.array(step, pa.int32(), mask=step < 0),
     }
-
-
-def _stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
-    """The frame columns as dictionaries over the distinct frames (codes, not a text per row:
-    the rows' texts would be the mapping's largest columns)."""
-    frames, user_frame, model = stacks.frames, stacks.user_frame, stacks.model_frame
-    uf = pa.array(user_frame, mask=user_frame < 0)
-    mf = pa.array(model, mask=model < 0)
-    files = _by_frame([f.file for f in frames])
-    lines = pa.array([f.line for f in frames], pa.int32())
-    funcs = _by_frame([f.func for f in frames])
-    modules = _dict_take(pa.array(stacks.modules, pa.string()), stacks.module)
-    return {
-        "stack_id": stacks.stack_id,
-        "src_file": files(user_frame), "src_line": lines.take(uf), "src_func": funcs(user_frame),
-        "model_file": files(model), "model_line": lines.take(mf), "model_func": funcs(model),
-        "module": modules,
-    }  # fmt: skip
-
-
-def _frames_used(n: int, *per_row: np.ndarray) -> np.ndarray:
-    """The frames some row names (user and model files: the sources to keep), marked in place
-    rather than the rows' frames joined and sorted (two copies of a column per row)."""
-    seen = np.zeros(n + 1, dtype=bool)  # the last slot takes -1, no frame
-    for frames in per_row:
-        seen[frames] = True
-    return np.flatnonzero(seen[:n])
-
-
-def _by_frame(texts: list[str]) -> Callable[[np.ndarray], pa.DictionaryArray]:
-    """Rows' frame indices (-1: none) -> a dictionary column of the frames' `texts`."""
-    encoded = pa.array(texts, pa.string()).dictionary_encode()
-    code = np.append(encoded.indices.to_numpy(zero_copy_only=False), -1)
-    return lambda frame: _dict_take(encoded.dictionary, code[frame])
 
 
 def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
