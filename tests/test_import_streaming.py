@@ -19,12 +19,17 @@ from neuron_explorer.cli import main
 from neuron_explorer.cli.import_progress import ImportProgress, parse_size
 from neuron_explorer.importers import import_traces
 from neuron_explorer.importers.kineto_columns import range_bytes_for
+from neuron_explorer.importers.kineto_ranges import decode_span
+from neuron_explorer.importers.kineto_stream import MIN_READ, StreamSource, open_stream
 from neuron_explorer.model.profile import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = sorted(DATA.rglob("*.json.gz"))
 SMALL_BUDGET = 1 << 20  # 4 KB ranges: every trace here is cut into many
 TABLES = ("events", "stacks", "counters")
+_ALEXNET = (
+    DATA / "kineto-gpu" / "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
+)
 
 
 def _sorted(table: pa.Table) -> pa.Table:
@@ -95,6 +100,22 @@ def test_multi_member_gzip_streams_whole(tmp_path):
     two.write_bytes(gzip.compress(text[: len(text) // 2]) + gzip.compress(text[len(text) // 2 :]))
     streamed = import_traces([two], tmp_path / "s", memory_budget=SMALL_BUDGET)
     _same_profile(streamed, import_traces([trace], tmp_path / "m"))
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_the_stream_holds_a_window_not_the_file(tmp_path, gz):
+    doc = json.loads(gzip.decompress(_ALEXNET.read_bytes()))
+    doc["traceEvents"] = doc["traceEvents"] * 40  # about 10 MB of text
+    text = json.dumps(doc).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    f, is_gz = open_stream(path)
+    with f:
+        source = StreamSource(f, path, gzip=is_gz)
+        span = decode_span(source, None, None, range_bytes=64 << 10, path=path)
+    assert sum(len(p.ts.ns) for p in span.pieces) == len(doc["traceEvents"])
+    assert len(span.pieces) > 20
+    assert source.largest_window <= 2 * MIN_READ + (64 << 10) < len(text) // 2
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -30,12 +30,14 @@ class StreamSource:
         self.path, self._f = path, f
         self._z = zlib.decompressobj(wbits=31) if gzip else None
         self._buf = bytearray()
+        self._pending = b""  # compressed input not yet decompressed
         self._base = 0  # the absolute offset of _buf[0]
         self._release = 0  # bytes before this are not read again
         self._eof = False
         self._started = False
         self._array = False  # a top-level array of events, read as an object
         self.bytes_read = 0  # of the file on disk (compressed, for gzip): for progress
+        self.largest_window = 0  # bytes held at once: what the stream bounds
 
     @property
     def size(self) -> int:
@@ -70,40 +72,41 @@ class StreamSource:
             else:
                 buf += chunk
         self._buf = buf
+        self.largest_window = max(self.largest_window, len(buf))
 
     def _next_chunk(self, step: int) -> bytes | None:
-        """The next decoded bytes (possibly empty), None at the end of the file."""
+        """The next `step` decoded bytes at most (possibly none), None at the end of the file."""
+        if self._z is not None and self._pending:
+            return self._started_data(self._gunzip(step))
         try:
             raw = self._f.read(step)
         except OSError as e:
             raise BadInputError(self.path, f"cannot read ({e.strerror or e})") from None
         self.bytes_read += len(raw)
-        if self._z is None:
-            data = raw
-        elif raw:
-            data = self._gunzip(raw)
-        else:
-            if not self._z.eof:
-                raise BadInputError(self.path, "truncated gzip file (unexpected end of data)")
-            data = b""
         if not raw:
+            if self._z is not None and not self._z.eof:
+                raise BadInputError(self.path, "truncated gzip file (unexpected end of data)")
             return None
-        if not self._started:
-            data = self._start(data)
-        return data
+        if self._z is None:
+            return self._started_data(raw)
+        self._pending = raw
+        return self._started_data(self._gunzip(step))
 
-    def _gunzip(self, raw: bytes) -> bytes:
+    def _started_data(self, data: bytes) -> bytes:
+        return data if self._started else self._start(data)
+
+    def _gunzip(self, most: int) -> bytes:
+        """Decompress at most `most` bytes of the pending compressed input (a gzip can expand
+        a hundredfold: a read's whole output would not be bounded)."""
         assert self._z is not None
-        out = []
         try:
-            while raw:
-                if self._z.eof:  # a multi-member gzip: go on with the next member
-                    self._z = zlib.decompressobj(wbits=31)
-                out.append(self._z.decompress(raw))
-                raw = self._z.unused_data
+            if self._z.eof:  # a multi-member gzip: go on with the next member
+                self._z = zlib.decompressobj(wbits=31)
+            out = self._z.decompress(self._pending, most)
+            self._pending = self._z.unused_data if self._z.eof else self._z.unconsumed_tail
         except zlib.error as e:
             raise BadInputError(self.path, f"corrupt gzip data ({e})") from None
-        return b"".join(out)
+        return out
 
     def _start(self, data: bytes) -> bytes:
         """At the first text: a top-level array becomes an object holding it."""
