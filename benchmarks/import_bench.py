@@ -2,6 +2,13 @@
 
     .venv/bin/python benchmarks/import_bench.py            # records missing traces, then measures
     .venv/bin/python benchmarks/import_bench.py --mb 10 100 500 --repeat 3
+    .venv/bin/python benchmarks/import_bench.py --cuda --mb 100 --methods orjson import stream
+    .venv/bin/python benchmarks/import_bench.py --cuda --mb 1000 --repeat 1 --methods stream
+
+`import` is the in-memory import (`memory_budget=None`: the file decoded in several processes),
+`stream` the streaming import the CLI runs (`--memory-budget 2G`: read forward once in ranges,
+args spilled to disk). `--cuda`: big_trace.py's synthetic CUDA training trace (written when
+missing) instead of the recorded transformer traces.
 
 Each measurement runs in a fresh subprocess: wall time, CPU time (user+sys, worker processes
 included) and peak RSS of the work (the largest process), next to the RSS the interpreter had
@@ -42,7 +49,8 @@ elif method == "hta":
 else:
     from neuron_explorer.importers import import_traces
     import neuron_explorer.importers.run, pyarrow.parquet, pyarrow.dataset  # libraries count as base
-    load = lambda: import_traces([path], out)
+    budget = 2 << 30 if method == "stream" else None
+    load = lambda: import_traces([path], out, memory_budget=budget)
 def rss_mb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -59,7 +67,7 @@ peak = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resou
 print(json.dumps({"wall": t1 - t0, "cpu": cpu, "peak": peak, "base": base}))
 """
 
-METHODS = ("json", "orjson", "import")
+METHODS = ("json", "orjson", "import", "stream")
 
 
 def tree_mb(root: int) -> float:
@@ -127,6 +135,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument(
+        "--cuda", action="store_true", help="big_trace.py's synthetic CUDA trace of each size"
+    )
     parser.add_argument(
         "--hta-python",
         metavar="PYTHON",
@@ -134,21 +146,25 @@ def main() -> int:
         "(HTA needs pandas and jupyterlab, so it lives in its own venv, not in requirements)",
     )
     args = parser.parse_args()
+    import big_trace
     from import_record import DATA, record_size
 
-    methods = METHODS + (("hta",) if args.hta_python else ())
+    methods = tuple(args.methods) + (("hta",) if args.hta_python else ())
     print(
         "| trace | MB | events | method | wall s | CPU s | peak RSS MB | tree peak MB "
         "| tree / JSON | added MB | added / JSON |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mb in args.mb:
-        trace = DATA / f"transformer_{mb}mb.pt.trace.json"
+        trace = DATA / f"{'cuda' if args.cuda else 'transformer'}_{mb}mb.pt.trace.json"
         if not trace.exists():
-            record_size(mb)
+            if args.cuda:
+                big_trace.write(trace, mb)
+            else:
+                record_size(mb)
         size = trace.stat().st_size / 1e6
         with trace.open("rb") as f:
-            events = f.read().count(b'"ph":')
+            events = sum(chunk.count(b'"ph":') for chunk in iter(lambda: f.read(1 << 24), b""))
         for m, r in bench(trace, args.repeat, methods, args.hta_python).items():
             added = r["peak"] - r["base"]
             print(

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInputError, ExplorerError
+from .progress import Progress
 
-# progress(stage, fraction done in [0, 1]) for progress bars
-Progress = Callable[[str, float], None]
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -104,10 +103,12 @@ def import_traces(
     importer: str | None = None,
     thread_names: bool = True,
     mixed_runs: bool = False,
+    memory_budget: int | None = None,
 ) -> Path:
     """Import trace files (or directories of them) into a new profile directory at `out`
     (`thread_names`: lanes named by the traces' thread_name metadata, else by thread id;
-    `mixed_runs`: merge traces that look like different runs, importers/runs.py)."""
+    `mixed_runs`: merge traces that look like different runs, importers/runs.py;
+    `memory_budget`: bytes, the streaming import, else each file decoded in memory)."""
     files = trace_files(paths)
     if importer is None:
         chosen = next((i for i in IMPORTERS.values() if i.recognises(files[0])), None)
@@ -124,4 +125,5 @@ def import_traces(
         source_roots=source_roots,
         thread_names=thread_names,
         mixed_runs=mixed_runs,
+        memory_budget=memory_budget,
     )

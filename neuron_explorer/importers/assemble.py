@@ -108,7 +108,9 @@ def assemble(files: Sequence[FileData]) -> Assembled:
         c = dict(f.counters)
         c["ts_ns"] = c["ts_ns"] - origin
         c["rank"] = pa.array(np.full(len(c["ts_ns"]), rank, dtype=np.int32))
-        c["unit"] = pa.array(["bytes"] * len(c["ts_ns"]), pa.string())
+        c["unit"] = pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(len(c["ts_ns"]), np.int32)), pa.array(["bytes"], pa.string())
+        )
         counters.append(pa.table(c))
         steps += [Step(s, rank, start - origin, dur) for s, start, dur in f.steps]
     many = len(files) > 1

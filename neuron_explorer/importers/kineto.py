@@ -8,7 +8,6 @@ Times are integer unix nanoseconds here; the caller shifts them to the profile's
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from . import kineto_decode as kd
 from . import kineto_lanes as kl
 from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
+from .kineto_columns import stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
+from .kineto_frames import dict_take, frames_used, stack_columns
 from .kineto_kinds import (
     COLLECTIVE_PREFIXES,
     DMA_PREFIX,
@@ -38,6 +39,8 @@ from .kineto_kinds import (
 )
 from .kineto_links import fwdbwd, launches
 from .kineto_memory import memory_counters
+from .kineto_spill import SpilledText
+from .progress import Share, no_share
 
 
 @dataclass
@@ -63,22 +66,26 @@ def _scatter(n: int, idx: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.
     return values.take(pa.array(where, mask=where < 0))
 
 
-def _dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
+DECODE_SHARE = 0.6  # of a file's progress: reading and decoding it, then mapping
 
 
 def load(
     path: Path,
-    progress: Callable[[float], None] | None = None,
+    progress: Share | None = None,
     options: DecodeOptions | None = None,
     *,
     thread_names: bool = True,
 ) -> FileData:
     """Read, decode and map one trace file (`thread_names`: lanes named by the trace's
     thread_name metadata, else by tid alone)."""
-    report = progress or (lambda f: None)
-    d = extract(path, options or DecodeOptions(), lambda f: report(0.6 * f))
-    report(0.6)
+    report = progress or no_share
+    options = options or DecodeOptions()
+    share: Share = lambda f, events=None: report(DECODE_SHARE * f, events)  # noqa: E731
+    if options.memory_budget is None:
+        d = extract(path, options, share)
+    else:
+        d = stream_extract(path, options.memory_budget, share)
+    report(DECODE_SHARE, d.n)
     c = _classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
     r = _rows(path, d, c, names if thread_names else None)
@@ -93,16 +100,15 @@ def load(
                                      links.launch[links.dev_rows])  # fmt: skip
     columns = {
         **_base_columns(d, r, step),
-        **_stack_columns(stacks),
-        "op_name": _dict_take(d.names, _op_name_code(r, parent, links)),
+        **stack_columns(stacks),
+        "op_name": dict_take(d.names, _op_name_code(r, parent, links)),
         **_op_columns(r.n, np.flatnonzero(r.kind == K["op"]), d.typed["op"]),
         **_byte_columns(r, links),
         "args": _args_column(d, r, flow_extra),
     }
     base = d.trace.baseTimeNanoseconds or 0
     counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
-    frame_rows = np.concatenate([stacks.user_frame, stacks.model_frame])
-    used = np.unique(frame_rows[frame_rows >= 0])  # user and model files: sources to keep
+    used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
     report(1.0)
     return FileData(
         path=path,
@@ -253,33 +259,15 @@ def _stacks(
 
 def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
     return {
-        "layer": _dict_take(pa.array(["host", "device"]), r.dev.astype(np.int64)),
-        "kind": _dict_take(KIND_NAMES, r.kind.astype(np.int64)),
-        "name": _dict_take(d.names, r.name_code),
-        "track": _dict_take(r.track_dict, r.track_code),
-        "device": _dict_take(r.device_dict, r.device_code),
+        "layer": dict_take(pa.array(["host", "device"]), r.dev.astype(np.int64)),
+        "kind": dict_take(KIND_NAMES, r.kind.astype(np.int64)),
+        "name": dict_take(d.names, r.name_code),
+        "track": dict_take(r.track_dict, r.track_code),
+        "device": dict_take(r.device_dict, r.device_code),
         "start_ns": r.start,
         "dur_ns": r.dur,
         "step": pa.array(step, pa.int32(), mask=step < 0),
     }
-
-
-def _stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
-    frames, user_frame, model = stacks.frames, stacks.user_frame, stacks.model_frame
-    uf = pa.array(user_frame, mask=user_frame < 0)
-    mf = pa.array(model, mask=model < 0)
-    files = pa.array([f.file for f in frames], pa.string())
-    lines = pa.array([f.line for f in frames], pa.int32())
-    funcs = pa.array([f.func for f in frames], pa.string())
-    modules = pa.array(stacks.modules, pa.string()).take(
-        pa.array(stacks.module, mask=stacks.module < 0)
-    )
-    return {
-        "stack_id": stacks.stack_id,
-        "src_file": files.take(uf), "src_line": lines.take(uf), "src_func": funcs.take(uf),
-        "model_file": files.take(mf), "model_line": lines.take(mf), "model_func": funcs.take(mf),
-        "module": modules,
-    }  # fmt: skip
 
 
 def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
@@ -357,7 +345,7 @@ class PatchedText:
     """A text column given as base values with some rows replaced, materialised by `take` (a
     block at a time as assemble writes the rows in order), so it is never copied whole."""
 
-    base: pa.Array
+    base: pa.Array | SpilledText  # SpilledText: the streaming import's, on disk
     index: np.ndarray  # per row: its replacement in `texts`, or -1
     texts: pa.Array
 
@@ -375,7 +363,8 @@ def _args_column(d: Decoded, r: _Rows, extra: dict[int, str]) -> PatchedText:
     whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
     base, d.row_args = d.row_args, None  # type: ignore[assignment]
     patch = sorted(set(np.flatnonzero(r.kind == K["other"]).tolist()) | set(extra))
-    texts = [_patched_args(d, r, base[i].as_py(), i, extra) for i in patch]
+    at = base.text if isinstance(base, SpilledText) else (lambda i: base[i].as_py())
+    texts = [_patched_args(d, r, at(i), i, extra) for i in patch]
     index = np.full(r.n, -1, dtype=np.int64)
     index[patch] = np.arange(len(patch))
     return PatchedText(base, index, pa.array(texts, base.type))

@@ -185,8 +185,10 @@ class Factorizer(dict):
 
     def remap(self, values: list[Any]) -> np.ndarray:
         """Another factorizer's distinct `values` in this one's numbering, plus a last -1 so
-        that `remap[codes]` maps its codes (-1 included)."""
-        return np.append(self.codes(values), -1)
+        that `remap[codes]` maps its codes (-1 included); int32 (half the memory of the
+        merged codes) unless there are more values than that holds."""
+        remap = np.append(self.codes(values), -1)
+        return remap.astype(np.int32) if len(values) < 2**31 else remap
 
 
 def as_text(values: list[Any]) -> pa.Array:

@@ -20,12 +20,15 @@ from .kineto_ranges import (
     RANGE_BYTES,
     BufferSource,
     FileSource,
+    Piece,
     RangeError,
     Source,
     Span,
     decode_span,
     phases,
 )
+from .kineto_spill import SpilledText
+from .progress import Share, no_share
 
 MAX_WORKERS = 4
 PARALLEL_MIN_BYTES = 24 << 20  # below this a second process costs more than it saves
@@ -34,11 +37,12 @@ PARALLEL_MIN_BYTES = 24 << 20  # below this a second process costs more than it 
 @dataclass(frozen=True)
 class DecodeOptions:
     """How to decode: processes (None: one per CPU, up to MAX_WORKERS), range size, smallest
-    file decoded in several processes."""
+    file decoded in several processes; with a memory budget, one forward pass instead."""
 
     workers: int | None = None
     range_bytes: int = RANGE_BYTES
     parallel_min_bytes: int = PARALLEL_MIN_BYTES
+    memory_budget: int | None = None  # bytes: read the file as a stream (kineto_columns)
 
 
 @dataclass
@@ -60,7 +64,7 @@ class Decoded:
     ids: pa.Array
     ts: kd.Times
     dur: kd.Times
-    row_args: pa.Array  # args JSON text of the events that are rows (kinds.Roles)
+    row_args: pa.Array | SpilledText  # args JSON text of the events that are rows (kinds.Roles)
     typed: dict[str, tuple[pa.ChunkedArray, ...]]  # kineto_args.SUBSETS -> columns
     trace: kd.Trace  # top-level keys, traceEvents empty
 
@@ -68,7 +72,7 @@ class Decoded:
 def extract(
     path: Path,
     options: DecodeOptions = DecodeOptions(),
-    progress: Callable[[float], None] = lambda f: None,
+    progress: Share = no_share,
 ) -> Decoded:
     """Read and decode a trace file into columns (`progress`: the share decoded)."""
     try:
@@ -121,41 +125,46 @@ def _workers(source: Source, options: DecodeOptions) -> int:
     return max(1, min(MAX_WORKERS, cpus or 1))
 
 
-def _merge(spans: list[Span]) -> Decoded:
+def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
     """The spans' pieces as one set of columns, codes renumbered over all distinct values in
-    file order (so the result does not depend on how the file was cut)."""
+    file order (so the result does not depend on how the file was cut); `row_args`: the args
+    texts when they were spilled instead of kept in the pieces. The pieces are emptied as they
+    are joined, a column at a time, so the columns are never all held twice."""
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     codes: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
     pieces = []
+    one = len(spans) == 1  # its codes are already in file order: no second dict of values
     for span in spans:
-        remaps = {f: factorizers[f].remap(span.values[f]) for f in FIELDS}
+        remaps = {} if one else {f: factorizers[f].remap(span.values[f]) for f in FIELDS}
         for p in span.pieces:
             for f in FIELDS:
-                codes[f].append(remaps[f][p.codes[f]])
+                c = p.codes.pop(f)
+                codes[f].append(_int32(c) if one else remaps[f][c])
             pieces.append(p)
+        span.pieces = []
     top: dict = {}
     for span in spans:
         top.update(span.top)
-    values = {f: z.seen for f, z in factorizers.items()}
-    ph = phases(values["ph"], np.concatenate(codes["ph"]))
+    values = spans[0].values if one else {f: z.seen for f, z in factorizers.items()}
+    ph = phases(values["ph"], _join(codes, "ph"))
     typed_keys = pieces[0].typed.keys()
     return Decoded(
         n=len(ph),
         ph=ph,
-        name_code=np.concatenate(codes["name"]),
+        name_code=_join(codes, "name"),
         names=pa.array(values["name"], pa.string()),
         name_list=values["name"],
-        cat_code=np.concatenate(codes["cat"]),
+        cat_code=_join(codes, "cat"),
         cats=values["cat"],
-        pid_code=np.concatenate(codes["pid"]),
+        pid_code=_join(codes, "pid"),
         pids=kd.as_text(values["pid"]),
-        tid_code=np.concatenate(codes["tid"]),
+        tid_code=_join(codes, "tid"),
         tids=kd.as_text(values["tid"]),
-        id_code=np.concatenate(codes["id"]),
+        id_code=_join(codes, "id"),
         ids=kd.as_text(values["id"]),
-        ts=kd.Times.concat([p.ts for p in pieces]),
-        dur=kd.Times.concat([p.dur for p in pieces]),
-        row_args=_concat_text([p.row_args for p in pieces]),
+        ts=kd.Times.concat([_let_go(p, "ts") for p in pieces]),
+        dur=kd.Times.concat([_let_go(p, "dur") for p in pieces]),
+        row_args=row_args if row_args is not None else _concat_text([p.row_args for p in pieces]),
         typed={
             k: tuple(
                 _chunked(list(cols)) for cols in zip(*(p.typed[k] for p in pieces), strict=True)
@@ -164,6 +173,24 @@ def _merge(spans: list[Span]) -> Decoded:
         },
         trace=kd.Trace(traceEvents=[], **top),
     )
+
+
+def _let_go(piece: Piece, attr: str) -> kd.Times:
+    """A piece's times, the piece no longer holding them."""
+    times = getattr(piece, attr)
+    setattr(piece, attr, None)
+    return times
+
+
+def _int32(codes: np.ndarray) -> np.ndarray:
+    """Codes as int32, as a remap makes them (unless they do not fit)."""
+    small = codes.size == 0 or codes.max() < 2**31
+    return codes.astype(np.int32, copy=False) if small else codes
+
+
+def _join(codes: dict[str, list[np.ndarray]], field: str) -> np.ndarray:
+    """One field's codes as one array, its pieces let go."""
+    return np.concatenate(codes.pop(field))
 
 
 def _concat_text(arrays: list[pa.Array]) -> pa.Array:

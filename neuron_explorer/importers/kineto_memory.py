@@ -29,22 +29,29 @@ def memory_counters(mem: tuple[pa.ChunkedArray, ...], ts: np.ndarray) -> dict[st
     pairs, inverse = np.unique(ti.reshape(-1) * len(ui) + ii.reshape(-1), return_inverse=True)
     labels = [_device_label(int(ut[p // len(ui)]), int(ui[p % len(ui)])) for p in pairs]
     device = inverse.reshape(-1).astype(np.int64)
-    track = pa.array(labels, pa.string()).take(pa.array(device))
     alloc = _with_running_sums(alloc, nbytes, device, ts)
     parts: dict[str, list] = {"track": [], "name": [], "ts_ns": [], "value": []}
-    for name, values in (("memory_allocated", alloc), ("memory_reserved", reserved)):
+    for code, values in enumerate((alloc, reserved)):
         ok = pc.is_valid(values)
         ok_np = ok.to_numpy()
-        parts["track"].append(track.filter(ok_np))
-        parts["name"].append(pa.array([name] * int(ok_np.sum()), pa.string()))
+        parts["track"].append(device[ok_np])
+        parts["name"].append(np.full(int(ok_np.sum()), code, np.int32))
         parts["ts_ns"].append(ts[ok_np])
         parts["value"].append(values.filter(ok).cast(pa.float64()).combine_chunks())
+    # dictionaries: a sample's lane and name are codes, not a text each
     return {
-        "track": pa.concat_arrays(parts["track"]),
-        "name": pa.concat_arrays(parts["name"]),
+        "track": _codes(np.concatenate(parts["track"]), pa.array(labels, pa.string())),
+        "name": _codes(np.concatenate(parts["name"]), NAMES),
         "ts_ns": np.concatenate(parts["ts_ns"]),
         "value": pa.concat_arrays(parts["value"]),
     }
+
+
+NAMES = pa.array(["memory_allocated", "memory_reserved"], pa.string())
+
+
+def _codes(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), dictionary)
 
 
 def _with_running_sums(

@@ -29,6 +29,7 @@ import pyarrow as pa
 from . import kineto_decode as kd
 from .kineto_args import SUBSETS, typed_columns
 from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, roles
+from .kineto_stream import StreamSource
 
 RANGE_BYTES = 8 << 20  # measured: 4-8 MB ranges decode fastest (cache-friendly) and bound memory
 WRAP_KEY = "~neuron-explorer-range"
@@ -37,6 +38,8 @@ END = b"]}"
 CUT = re.compile(rb"\}\s*,\s*\{")
 CUT_WINDOW = 1 << 16  # a cut is looked for in the last 64 KB of a read first
 CUT_TRIES = 4  # cuts tried for one range before the caller falls back
+TRACE_EVENTS_KEY = b'"traceEvents"'
+KEY_SEARCH_BYTES = 64 << 20  # top-level keys written before traceEvents: far less than this
 FIELDS = ("ph", "name", "cat", "pid", "tid", "id")  # factorized event fields
 
 
@@ -109,6 +112,9 @@ class FileSource:
             raise RangeError("the file shrank while read")
         return view
 
+    def release(self, before: int) -> None:
+        """Nothing to drop: ranges are read into one reused buffer."""
+
 
 class BufferSource:
     """A trace already in memory (a gunzipped file); ranges are views of it."""
@@ -119,8 +125,11 @@ class BufferSource:
     def read(self, lo: int, hi: int) -> memoryview:
         return memoryview(self.buf)[lo:hi]
 
+    def release(self, before: int) -> None:
+        """Nothing to drop: the trace stays in memory."""
 
-Source = FileSource | BufferSource
+
+Source = FileSource | BufferSource | StreamSource
 
 
 def find_cut(source: Source, target: int, end: int) -> int | None:
@@ -154,7 +163,9 @@ def decode_span(
     limit = source.size if end is None else end + len(END)
     while True:
         lo = 0 if pos is None else pos - len(WRAP) + 1
-        cut = _next_cut(source, lo, limit, end, range_bytes)
+        source.release(lo)
+        first = _events_key(source, range_bytes) if pos is None else lo
+        cut = _next_cut(source, lo, first, limit, end, range_bytes)
         for attempt in range(CUT_TRIES):
             hi = source.size if cut is None else cut + len(END)
             view = source.read(lo, hi)
@@ -165,14 +176,14 @@ def decode_span(
                 span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
                 del evs
                 break
-            except RangeError:
+            except RangeError as e:
                 # the range's start is sound (the previous range ended there); a cut we chose
                 # may sit in a string that holds "}, {": try the one before it
                 earlier = None
                 if cut is not None and cut != end:
                     earlier = _last_cut(source, lo + len(WRAP), cut)
                 if earlier is None or attempt == CUT_TRIES - 1:
-                    raise
+                    raise RangeError(_in_file(str(e), lo)) from None
                 cut = earlier
             finally:
                 for at, saved in patches:  # a buffer source's bytes are the file's: restore
@@ -180,17 +191,43 @@ def decode_span(
         if cut is None or cut == end:
             break
         pos = cut
-        progress((cut - (begin or 0)) / (limit - (begin or 0)))
+        progress((cut - (begin or 0)) / (min(limit, source.size) - (begin or 0)))
     span.values = {f: z.seen for f, z in factorizers.items()}
     return span
 
 
-def _next_cut(source: Source, lo: int, limit: int, end: int | None, range_bytes: int) -> int | None:
-    """Where the range starting at `lo` ends: the last cut before `lo + range_bytes` (further
-    for an event longer than that), or the span's end when that is near."""
-    size = range_bytes
-    while lo + size + range_bytes // 2 < limit:
-        start = lo + len(WRAP)  # after the range's own first event start
+def _events_key(source: Source, range_bytes: int) -> int:
+    """Where the traceEvents key is in the file (0 if not found in its first KEY_SEARCH_BYTES:
+    a stream holds what it searched): the first range's cut goes after it, not between the
+    objects of a key written before it (deviceProperties, distributedInfo's pg_config)."""
+    step = max(range_bytes, 1 << 16)
+    for lo in range(0, min(source.size, KEY_SEARCH_BYTES), step):
+        window = source.read(lo, min(lo + step + len(TRACE_EVENTS_KEY), source.size)).tobytes()
+        at = window.find(TRACE_EVENTS_KEY)
+        if at >= 0:
+            return lo + at
+        if not window:
+            break
+    return 0
+
+
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _in_file(message: str, lo: int) -> str:
+    """A decoder's message about a range, its "(byte N)" made the byte of the whole text."""
+    return _BYTE.sub(lambda m: f"(byte {lo + int(m.group(1))})", message)
+
+
+def _next_cut(
+    source: Source, lo: int, first: int, limit: int, end: int | None, range_bytes: int
+) -> int | None:
+    """Where the range starting at `lo` ends: the last cut after `first` (where its events
+    begin) before `lo + range_bytes` (further for an event longer than that), or the span's
+    end when that is near."""
+    size = max(range_bytes, first - lo + range_bytes // 2)
+    while lo + size + range_bytes // 2 < min(limit, source.size):  # a stream's size is known late
+        start = max(first, lo + len(WRAP))  # after the range's own first event start
         cut = _last_cut(source, max(start, lo + size - CUT_WINDOW), lo + size)
         if cut is None and lo + size - CUT_WINDOW > start:
             cut = _last_cut(source, start, lo + size)
@@ -274,8 +311,10 @@ def _columns(
 
 
 def phases(values: list[str], codes: np.ndarray) -> np.ndarray:
-    """Event phases as a fixed-width str array (ph is one or two letters)."""
-    return np.array(values or [""], dtype="U4").reshape(-1)[codes]
+    """Event phases as a fixed-width str array (ph is one or two letters; kept to four), as
+    narrow as the longest (one letter: a quarter of the memory of four)."""
+    width = min(4, max([1, *map(len, values)]))
+    return np.array(values or [""], dtype=f"U{width}").reshape(-1)[codes]
 
 
 def _exact_times(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..model.io import ProfileWriter
 from . import kineto
 from .assemble import write_profile
+from .kineto_extract import DecodeOptions
+from .progress import Progress
 from .runs import check_one_run
 
 READ_SHARE = 0.85  # share of the progress bar for reading and mapping the files
@@ -17,13 +19,16 @@ def import_kineto(
     paths: Sequence[Path],
     out: Path,
     *,
-    progress: Callable[[str, float], None] | None = None,
+    progress: Progress | None = None,
     overwrite: bool = False,
     source_roots: Sequence[Path] = (),
     thread_names: bool = True,
     mixed_runs: bool = False,
+    memory_budget: int | None = None,
 ) -> Path:
-    """Import Kineto trace files (one per rank) into a profile directory, atomically."""
+    """Import Kineto trace files (one per rank) into a profile directory, atomically
+    (`memory_budget`: bytes; each file read as a stream, its args kept on disk:
+    kineto_columns)."""
     import pyarrow as pa
 
     # The system allocator hands freed buffers straight back to the OS; Arrow's default pool
@@ -31,34 +36,51 @@ def import_kineto(
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _import(paths, out, progress, overwrite, source_roots, thread_names, mixed_runs)
+        options = DecodeOptions(memory_budget=memory_budget)
+        return _import(
+            paths, out, progress, overwrite, source_roots, thread_names, mixed_runs, options
+        )
     finally:
         pa.set_memory_pool(pool)
+
+
+def _no_progress(
+    stage: str, fraction: float, events: int | None = None, bytes_read: int | None = None
+) -> None:
+    pass
 
 
 def _import(
     paths: Sequence[Path],
     out: Path,
-    progress: Callable[[str, float], None] | None,
+    progress: Progress | None,
     overwrite: bool,
     source_roots: Sequence[Path],
     thread_names: bool,
     mixed_runs: bool,
+    options: DecodeOptions,
 ) -> Path:
-    report = progress or (lambda stage, f: None)
+    report = progress or _no_progress
     sizes = [max(p.stat().st_size, 1) for p in paths]
     total = float(sum(sizes))
     with ProfileWriter(out, overwrite=overwrite) as writer:  # fails now if `out` exists
-        loaded, done = [], 0.0
+        loaded, done, counted = [], 0.0, _Events()
         for path, size in zip(paths, sizes, strict=True):
 
             def file_progress(
-                f: float, done: float = done, size: int = size, name: str = path.name
+                fraction: float,
+                events: int | None = None,
+                done: float = done,
+                size: int = size,
+                name: str = path.name,
             ) -> None:
-                report(f"reading {name}", READ_SHARE * (done + f * size) / total)
+                read = done + min(1.0, fraction / kineto.DECODE_SHARE) * size
+                share = READ_SHARE * (done + fraction * size) / total
+                report(f"reading {name}", share, counted.now(events), int(read))
 
-            loaded.append(kineto.load(path, file_progress, thread_names=thread_names))
+            loaded.append(kineto.load(path, file_progress, options, thread_names=thread_names))
             done += size
+            counted.file_done()
         if not mixed_runs:
             check_one_run(loaded)
         return write_profile(
@@ -66,5 +88,22 @@ def _import(
             out,
             writer=writer,
             source_roots=source_roots,
-            progress=lambda f: report("writing profile", READ_SHARE + (1 - READ_SHARE) * f),
+            progress=lambda f: report(
+                "writing profile", READ_SHARE + (1 - READ_SHARE) * f, counted.now(None), int(total)
+            ),
         )
+
+
+class _Events:
+    """Events decoded: of the files read before, and of the one being read."""
+
+    def __init__(self) -> None:
+        self.before = self.current = 0
+
+    def now(self, current: int | None) -> int:
+        if current is not None:
+            self.current = current
+        return self.before + self.current
+
+    def file_done(self) -> None:
+        self.before, self.current = self.before + self.current, 0

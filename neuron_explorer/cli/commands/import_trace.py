@@ -14,7 +14,7 @@ HELP = (
     "Import torch.profiler (Kineto) traces (.json or .json.gz; several files or a directory "
     "for several ranks), or a memory snapshot pickle, into a profile directory."
 )
-PROGRESS_MIN_BYTES = 16 << 20  # about 0.4 s of import: below this, no bar
+DEFAULT_BUDGET = 2 << 30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="merge traces even when they look like different runs (another world size, or "
         "time spans that do not overlap)",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    parser.add_argument(
+        "--memory-budget",
+        type=_budget,
+        default=DEFAULT_BUDGET,
+        metavar="SIZE",
+        help="memory for reading each trace (512M, 2G...; default 2G): the file is read as a "
+        "stream in ranges sized to it and the events' args wait on disk; 'none' reads each "
+        "file in memory, in several processes (faster, memory grows with the trace)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,20 +61,21 @@ def run(args: argparse.Namespace) -> int:
     from ...model.profile import Profile
 
     files = trace_files(args.traces)
-    size = sum(f.stat().st_size for f in files)
-    gz = any(f.name.endswith(".gz") for f in files)
-    # gzip'd traces are about a tenth of their JSON
-    show_bar = not args.quiet and (size * (10 if gz else 1)) >= PROGRESS_MIN_BYTES
-    kw = {"overwrite": args.force, "source_roots": args.source_root, "mixed_runs": args.mixed_runs}
+    kw = {
+        "overwrite": args.force,
+        "source_roots": args.source_root,
+        "mixed_runs": args.mixed_runs,
+        "memory_budget": args.memory_budget,
+    }
     if len(files) == 1 and _holds_runtime(files[0]):  # the neuron plugin's: merged as captured
         from ...capture.device_import import import_device_trace
 
         out = import_device_trace(files[0], args.output, overwrite=args.force,
                                   source_roots=args.source_root)  # fmt: skip
-    elif show_bar:
-        out = _with_bar(files, args.output, kw)
-    else:
+    elif args.quiet:
         out = import_traces(files, args.output, **kw)
+    else:
+        out = _with_progress(files, args.output, kw)
     profile = Profile.open(out)
     stored = _store_analysis(profile)
     if not args.quiet:
@@ -97,24 +107,28 @@ def _store_analysis(profile: Profile) -> bool:
     return bool(stored.write(profile))
 
 
-def _with_bar(files: list[Path], out: Path, kw: dict) -> Path:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def _with_progress(files: list[Path], out: Path, kw: dict) -> Path:
+    import sys
 
     from ...importers import import_traces
+    from ..import_progress import ImportProgress
 
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("importing", total=1.0)
+    progress = ImportProgress(sys.stderr, sum(f.stat().st_size for f in files))
+    ok = False
+    try:
+        path = import_traces(files, out, progress=progress, **kw)
+        ok = True
+        return path
+    finally:
+        progress.close(ok)
 
-        def progress(stage: str, fraction: float) -> None:
-            bar.update(task, description=stage, completed=fraction)
 
-        return import_traces(files, out, progress=progress, **kw)
+def _budget(text: str) -> int | None:
+    from ..import_progress import parse_size
+
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -1,0 +1,96 @@
+"""The streaming import's decode: the trace read forward once (kineto_stream), cut and decoded
+range by range as the in-memory import does (kineto_ranges.decode_span), each range's columns
+made compact as they come (codes narrowed to int32, the args texts spilled to disk by
+kineto_spill), then merged into the same Decoded the in-memory import maps. What stays in
+memory is a few dozen bytes per event, never the file's text.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from ..errors import BadInputError
+from . import kineto_decode as kd
+from .kineto_extract import Decoded, _int32, _merge
+from .kineto_ranges import RANGE_BYTES, Piece, RangeError, decode_span
+from .kineto_spill import TextSpill, spill_directory
+from .kineto_stream import StreamSource, open_stream
+from .progress import Share, no_share
+
+MIN_RANGE_BYTES = 4 << 10
+BUDGET_PER_RANGE = 256  # the budget over the range size: room for a range's decoded objects
+
+
+def range_bytes_for(budget: int) -> int:
+    """The range size a memory budget allows (the in-memory import's size at most)."""
+    return max(MIN_RANGE_BYTES, min(RANGE_BYTES, budget // BUDGET_PER_RANGE))
+
+
+def stream_extract(path: Path, budget: int, progress: Share = no_share) -> Decoded:
+    """Read and decode a trace file forward once, with bounded buffers; the args texts stay on
+    disk (`progress`: the share of the file read). A file the ranges cannot decode (invalid,
+    or cut points that do not hold) is decoded whole when the budget allows it, which gives
+    the in-memory import's one-line error or its columns; otherwise it is one line."""
+    try:
+        return _stream_extract(path, range_bytes_for(budget), progress)
+    except RangeError as e:
+        if _text_bytes(path) * WHOLE_FILE_FACTOR > budget:
+            raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
+    try:
+        return _stream_extract(path, WHOLE_FILE_RANGE, progress)
+    except RangeError as e:  # not expected: a whole file is decoded as the file
+        raise BadInputError(path, f"invalid JSON ({e})") from None
+
+
+WHOLE_FILE_FACTOR = 8  # a trace decoded whole holds about this many times its text
+WHOLE_FILE_RANGE = 1 << 62
+
+
+def _text_bytes(path: Path) -> int:
+    """The file's size, a gzip file's decompressed size taken as ten times it."""
+    f, gz = open_stream(path)
+    f.close()
+    return path.stat().st_size * (10 if gz else 1)
+
+
+def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
+    f, gz = open_stream(path)
+    with f:
+        total = max(1, path.stat().st_size)
+        source = StreamSource(f, path, gzip=gz)
+        if not bytes(source.read(0, kd.HEAD_BYTES)).strip() and source.size == 0:
+            raise BadInputError(path, "empty file")
+        spill = TextSpill(spill_directory())
+        events = 0
+
+        def keep(piece: Piece) -> Piece:
+            spill.append(piece.row_args)  # type: ignore[arg-type]
+            piece.row_args = None  # type: ignore[assignment]
+            nonlocal events
+            piece.codes = {k: _int32(v) for k, v in piece.codes.items()}
+            events += len(piece.codes["ph"])
+            progress(min(1.0, source.bytes_read / total), events)
+            return piece
+
+        try:
+            span = decode_span(source, None, None, keep=keep, range_bytes=range_bytes, path=path)
+        except BaseException:
+            spill.finish().close()
+            raise
+    decoded = _merge([span], row_args=spill.finish())
+    give_back_free_memory()
+    return decoded
+
+
+def give_back_free_memory() -> None:
+    """Return the C heap's free pages to the OS (glibc's malloc_trim): the ranges' decoded
+    objects, freed between the columns kept, leave a heap the size of a third of the columns
+    that glibc would otherwise hold through the mapping (330 MB of 1 GB measured on the 1 GB
+    benchmark trace)."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)
