@@ -211,7 +211,11 @@ def test_supported_ops_table_is_documented():
     text = open(doc, encoding="utf-8").read()
     ops = backend.supported_ops()
     assert "aten::mm" in ops and "aten::nonzero" not in ops
-    missing = [op for op in ops if f"`{op}`" not in text]
+    from neuron_explorer.backend.costmodel import custom
+
+    # the built-in table; an op a program gave a kernel (register_kernel, as the compile
+    # tests do) is its own, not the docs'
+    missing = [op for op in ops if f"`{op}`" not in text and custom.declared(op) is None]
     assert not missing, f"docs/device.md does not list {missing}"
 
 
