@@ -191,7 +191,7 @@ def test_a_transformers_model_from_config_runs_forward_and_backward_data_less():
 SHAPES_FSDP_WORKER = Path(__file__).resolve().parent / "ranks" / "shapes_fsdp_worker.py"
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # four real ranks of a data-less model: minutes on two cores
 def test_a_step_past_the_chips_hbm_is_a_readiness_finding_and_fsdp2_over_four_ranks_fits(
     tmp_path,
 ):

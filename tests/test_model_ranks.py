@@ -76,8 +76,8 @@ def _collectives(profile_dir: Path) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # eight real ranks on two cores
+@pytest.mark.sweep  # eight real ranks on two cores: minutes; with the other many-rank sweeps
+@pytest.mark.timeout(900)
 def test_model_ranks_prices_the_collectives_of_a_real_eight_rank_torchrun(tmp_path):
     """`capture --model-ranks 8` runs rank 0 alone; its DDP all-reduces cost what a real
     8-process torchrun's rank 0 measured (same bytes, group size, algorithm and transfer), and
