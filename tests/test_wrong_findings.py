@@ -251,9 +251,9 @@ def test_a_compiled_deepseek_v3_moe_claims_no_more_than_its_device_works():
         qk_nope_head_dim=16, v_head_dim=16, max_position_embeddings=64,
     )  # fmt: skip
     model = DeepseekV3ForCausalLM(cfg).to("neuron")
-    # transformers' MoE runs its experts through a custom op (grouped_mm_fallback) that has no
-    # device kernel: the graph runs it on the host, recorded, only when asked to
-    compiled = torch.compile(model, backend="neuron", options={"fallback": True})
+    # transformers' MoE runs its experts through its custom op grouped_mm_fallback: a TensorE
+    # grouped matmul in the NEFF, no host fallback (issue 28)
+    compiled = torch.compile(model, backend="neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, 256, (1, 8)).to("neuron")
 

@@ -122,10 +122,9 @@ def test_inference_mode_like_cpu(name):
         torch.testing.assert_close(dev, cpu, atol=ZOO[name].atol, rtol=ZOO[name].atol)
 
 
+# Mixtral's experts compile as transformers' custom op grouped_mm_fallback, a TensorE grouped
+# matmul on the device (backend/library_kernels.py): no host fallback to opt into (issue 28)
 COMPILED = ("gpt2", "llama", "mistral", "mixtral", "bert", "t5")
-# transformers runs Mixtral's experts through its custom op grouped_mm_fallback, which has no
-# device kernel: a graph holding it compiles only with the host fallback opted into (issue 28)
-HOST_OPS = {"mixtral": {"fallback": True}}
 
 
 def _compiled_run(name: str, compile_model) -> tuple[list, list, int]:
@@ -148,7 +147,7 @@ def _compiled_run(name: str, compile_model) -> tuple[list, list, int]:
 def test_torch_compile_backend_neuron_like_cpu_eager(name):
     got, want, recompiles = _compiled_run(
         name,
-        lambda m: torch.compile(m, backend="neuron", dynamic=False, options=HOST_OPS.get(name)),
+        lambda m: torch.compile(m, backend="neuron", dynamic=False),
     )
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=COMPILE_ATOL, rtol=COMPILE_ATOL)
@@ -162,7 +161,7 @@ def test_model_compile_with_default_backend_like_cpu_eager(name):
     try:
 
         def compile_model(m):
-            m.compile(options=HOST_OPS.get(name))
+            m.compile()
             return m
 
         got, want, recompiles = _compiled_run(name, compile_model)

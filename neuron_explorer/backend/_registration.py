@@ -52,9 +52,10 @@ def register() -> None:
         autocast.register()
         gcpause.install()
         handoff.install()
-        from neuron_explorer.backend import distributed, serialization, swap
+        from neuron_explorer.backend import distributed, library_kernels, serialization, swap
 
         distributed.register()
+        library_kernels.register()  # transformers' MoE grouped matmul, by name (no import)
         serialization.install()
         swap.install()  # module.to("neuron") while a CPU graph holds its parameters
         from neuron_explorer.backend.runtime import kineto_plugin

@@ -29,14 +29,15 @@ def op_name(op: Any) -> str:
 
 
 def register_kernel(
-    op: Any, *, flops: custom.Cost, bytes_read: custom.Cost | None = None,
-    engine: str = "VectorE",
+    op: Any, *, flops: custom.Cost | None = None, bytes_read: custom.Cost | None = None,
+    engine: str = "VectorE", gemms: custom.Gemms | None = None,
 ) -> None:  # fmt: skip
     """Give the custom op `op` a device kernel costing `flops` operations on `engine` (and
     `bytes_read` from HBM, by default its inputs' bytes); each cost is a number or a function
-    of the input shapes, e.g. `flops=lambda x: 4 * x[0] * x[1]`."""
+    of the input shapes, e.g. `flops=lambda x: 4 * x[0] * x[1]`. On TensorE, `gemms` (a function
+    of the input shapes giving (batch, M, K, N) products) prices it as the device's matmuls."""
     name = op_name(op)
-    custom.declare(name, custom.DeclaredKernel(engine, flops, bytes_read))
+    custom.declare(name, custom.DeclaredKernel(engine, flops, bytes_read, gemms))
     ops.ENGINE_OF[name] = engine
     ops.CATEGORY_OF[name] = "custom"
     lowering._CACHE.clear()  # plans lowered before the declaration

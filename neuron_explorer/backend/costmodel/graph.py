@@ -27,7 +27,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from . import ops
+from . import custom, ops
 from .lowering import _pass, assemble, lhs_index, lower_op
 from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
 from .spec import DeviceSpec, get_spec
@@ -146,7 +146,7 @@ def _laid_out(g: GraphOp, alias) -> tuple[TensorInfo, ...]:
     """A matmul's inputs as the compiler lays them out: an A made inside the graph comes K-major
     from its producer (which computes its result transposed, swapping its own operands), so
     only an A read from HBM as the graph got it is transposed on TensorE."""
-    if ops.classify(g.op) != ops.MATMUL:
+    if ops.classify(g.op) != ops.MATMUL and not custom.is_matmul(g.op):
         return g.inputs
     first = lhs_index(g.op)
     source = g.sources[first] if first < len(g.sources) else None

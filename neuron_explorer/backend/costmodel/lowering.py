@@ -74,7 +74,11 @@ def _lower(op, inputs, outputs, spec, name) -> KernelPlan:
 
 def _lower_declared(op, kernel, inputs, outputs, spec, name) -> KernelPlan:
     """A user's declared kernel (costmodel/custom.py): its reads, one pass of its FLOPs on its
-    engine, its writes."""
+    engine, its writes; on TensorE, its GEMMs tiled as the device's own matmuls are."""
+    if kernel.engine == TENSOR_ENGINE:
+        problems = custom.gemms_of(kernel, inputs, spec.tensor_engine_dim)
+        reads = None if kernel.bytes_read is None else custom.reads_of(kernel, inputs)
+        return _lower_matmul(op, inputs, outputs, spec, name, problems, ops.CUSTOM, reads)
     engine = {"VectorE": spec.vector, "ScalarE": spec.scalar, "GpSimdE": spec.gpsimd}
     flops, reads = custom.work_of(kernel, inputs)
     work = _pass(spec, engine[kernel.engine], "custom", flops, _itemsize(inputs + outputs))
@@ -192,9 +196,16 @@ def lhs_index(op: str) -> int:
     return 1 if ops.base_name(op) in ("addmm", "baddbmm", "addbmm", "_addmm_activation") else 0
 
 
-def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
-    """TensorE tiles: stationary K x M (<= 128 x 128), moving columns streamed <= 512 at a time."""
-    problems = ops.gemms(op, inputs, outputs)
+def _lower_matmul(
+    op, inputs, outputs, spec: DeviceSpec, name, problems=None, category=ops.MATMUL, reads=None
+) -> KernelPlan:
+    """TensorE tiles: stationary K x M (<= 128 x 128), moving columns streamed <= 512 at a time.
+
+    `problems` are the GEMMs (batch, M, K, N), by default the op's own (ops.gemms); `reads`
+    the HBM reads, by default its inputs and any re-reads of operands SBUF cannot hold."""
+    declared = problems is not None
+    if problems is None:
+        problems = ops.gemms(op, inputs, outputs)
     dtype = next((t.dtype for t in inputs if len(t.shape) >= 1), "float32")
     size = TensorInfo((), dtype).itemsize
     if "float8" in dtype:
@@ -208,7 +219,8 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
     reread = 0
     budget = spec.sbuf_bytes * spec.policy.sbuf_operand_share
     overhead = max(1.0, passes) * spec.tensor_instr_overhead_cycles
-    plain = not any(w in op for w in ("attention", "scaled_dot_product", "conv"))
+    attention = not declared and ("attention" in op or "scaled_dot_product" in op)
+    plain = not attention and (declared or "conv" not in op)
     first = lhs_index(op)
     if len(inputs) > first and inputs[first].transposed:  # A is K-major: nothing to transpose
         plain = False
@@ -256,7 +268,7 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
     out_elems = sum(b * m * n for b, m, _, n in problems)
     # PSUM holds fp32 partial sums; VectorE moves them to SBUF (and casts) before the store.
     computes.append(_pass(spec, spec.vector, "tensor_copy", out_elems, 4, 0))
-    if "attention" in op or "scaled_dot_product" in op:
+    if attention:
         # one flash-attention kernel (NKI-lib's): the scores never leave SBUF/PSUM; ScalarE
         # exponentiates them with the running row max and sum (forward, and again in backward)
         scores = problems[0][0] * problems[0][1] * problems[0][3]
@@ -265,10 +277,11 @@ def _lower_matmul(op, inputs, outputs, spec: DeviceSpec, name) -> KernelPlan:
             computes.insert(2, _pass(spec, spec.vector, "tensor_tensor", scores, 4, 2))
         if name == ops.base_name(op):
             name = "flash_attention_backward" if "backward" in op else "flash_attention"
-    reads = [t.nbytes for t in inputs] + ([reread] if reread else [])
+    if reads is None:
+        reads = [t.nbytes for t in inputs] + ([reread] if reread else [])
     writes = [t.nbytes for t in outputs]
     return assemble(
-        spec, name, op, ops.MATMUL, inputs, outputs, reads, computes, writes, tuple(problems)
+        spec, name, op, category, inputs, outputs, reads, computes, writes, tuple(problems)
     )
 
 

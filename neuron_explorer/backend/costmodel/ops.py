@@ -53,7 +53,7 @@ _MATMUL_PREFIXES = ("mm", "bmm", "addmm", "matmul", "linear", "conv", "_conv", "
                     "mkldnn_conv", "baddbmm", "addbmm", "_scaled_dot_product", "scaled_dot_product",
                     "einsum", "tensordot", "addmv", "mv", "dot", "vdot", "outer", "ger", "addr",
                     "_addmm_activation", "slow_conv", "thnn_conv", "bilinear", "_efficient_attention",
-                    "_flash_attention", "kron")  # fmt: skip
+                    "_flash_attention", "kron", "_grouped_mm")  # fmt: skip
 _GATHER_WORDS = ("gather", "scatter", "index", "embedding", "masked", "take", "put", "nonzero",
                  "nll_loss", "sort", "topk", "unique", "bincount", "one_hot", "searchsorted",
                  "bucketize", "histc", "kthvalue", "median", "mode", "multinomial", "grid_sampler",
@@ -200,6 +200,8 @@ def gemms(op: str, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ..
         return _conv_gemms(name, inputs, outputs)
     if name in ("addmm", "baddbmm", "addbmm", "addmv", "addr", "_addmm_activation"):
         mats = mats[1:3]
+    if name == "_grouped_mm" and len(mats) >= 3 and len(mats[2].shape) == 1:
+        return grouped_gemms(mats[0].shape, mats[1].shape, mats[2].shape[0])
     if name.startswith("linear"):
         x, w = mats[0], mats[1]
         k = x.shape[-1]
@@ -216,6 +218,27 @@ def gemms(op: str, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ..
     n = b.shape[-1] if len(b.shape) >= 2 else 1
     rows = (out.numel // n) if out is not None else a.numel // max(k, 1)
     return [_mk(1, rows, k, n)]
+
+
+def uniform_groups(total: int, groups: int) -> list[tuple[int, int]]:
+    """(groups, size) pairs splitting `total` rows into `groups` as evenly as can be: the
+    expected split of uniform routing (runtime/routing.py), no group empty unless rows run out."""
+    size, more = divmod(total, max(groups, 1))
+    return [(c, s) for c, s in ((more, size + 1), (groups - more, size)) if c and s]
+
+
+def grouped_gemms(a: tuple[int, ...], b: tuple[int, ...], groups: int) -> list[Gemm]:
+    """The GEMMs of a grouped matmul `a @ b` whose jagged dim is cut into `groups` by offsets
+    (torch's `_grouped_mm`): a (S, K) @ b (G, K, N) cuts the rows, (K, S) @ (S, N) the
+    contraction (the weight gradient), (G, M, K) @ (K, N) the columns. The offsets' values are
+    data, and a kernel is priced by its shapes, so the groups are uniform routing's."""
+    if len(a) == 2 and len(b) == 3:
+        return [_mk(c, s, a[1], b[2]) for c, s in uniform_groups(a[0], groups)]
+    if len(a) == 2 and len(b) == 2:
+        return [_mk(c, a[0], s, b[1]) for c, s in uniform_groups(a[1], groups)]
+    if len(a) == 3 and len(b) == 2:
+        return [_mk(c, a[1], a[2], s) for c, s in uniform_groups(b[1], groups)]
+    raise ValueError(f"no grouped matmul of shapes {a} and {b}")
 
 
 def _qkv(inputs: tuple[TensorInfo, ...], backward: bool) -> tuple[TensorInfo, ...]:
