@@ -10,6 +10,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -124,7 +125,7 @@ def test_the_imported_snapshot_shows_the_peak_and_what_was_alive_there(recorded,
     profile = Profile.open(imported)
     assert profile.manifest.source == "memory_snapshot"
     page = memory_page(profile, profile.duckdb()).to_dict()
-    assert page["peak"]["value"] == figures["peak"]
+    assert page["peak"]["value"] == figures["peak"] and page["peak"]["track"] == "neuron:0"
     final = [c for c in page["counters"] if c["name"] == "memory_allocated"][0]["last"][-1]
     assert final == figures["allocated"]
     alive = page["alive"]
@@ -143,27 +144,54 @@ def test_the_imported_snapshot_shows_the_peak_and_what_was_alive_there(recorded,
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_the_memory_page_lists_the_alive_allocations(imported, tmp_path):
+def test_the_memory_page_of_a_snapshot_lists_what_was_alive_and_charges_no_ops(
+    imported, profiler_made, tmp_path
+):
+    """The device's own snapshot and torch.profiler's, served by a real uvicorn to Chromium at
+    1600x1000: the peak's cards, the allocations alive at it with their lines, and none of the
+    tables of a counter's rises charged to ops (a snapshot has no ops: they were empty).
+    Screenshots: screenshots/ui-memory-snapshot-*.png."""
     browser_test = pytest.importorskip("playwright.sync_api")
     chromium = "/usr/bin/chromium"
     if not Path(chromium).exists():
         pytest.skip("Debian's chromium is not installed (make browser)")
     from neuron_explorer.web.app import create_app
 
-    app = create_app(imported.parent, analysis_cache=tmp_path / "cache")
+    root = tmp_path / "root"
+    shutil.copytree(imported, root / "snap")
+    shutil.copytree(profiler_made[0], root / "cpu")
+    shots = ROOT / "screenshots"
+    shots.mkdir(exist_ok=True)
+    app = create_app(root, analysis_cache=tmp_path / "cache")
+    seen: dict[str, dict[str, str]] = {}
+    errors: list[str] = []
     with uvicorn_server(app) as url, browser_test.sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
-        page = b.new_page()
-        errors: list[str] = []
+        page = b.new_page(viewport={"width": 1600, "height": 1000})
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{url}/p/snap/memory")
-        page.wait_for_selector("#memory-alive table tbody tr", timeout=60_000)
-        cells = page.inner_text("#memory-alive")
-        sums = page.inner_text("#memory-alive-sums")
+        for name in ("snap", "cpu"):
+            page.goto(f"{url}/p/{name}/memory")
+            page.wait_for_selector("#memory-alive table tbody tr", timeout=60_000)
+            page.wait_for_selector("#memory-chart .main-svg")
+            page.screenshot(path=str(shots / f"ui-memory-snapshot-{name}.png"), full_page=True)
+            seen[name] = {k: page.inner_text(sel) for k, sel in (
+                ("cards", "#memory-peak"), ("alive", "#memory-alive"),
+                ("sums", "#memory-alive-sums"), ("body", "body"))}  # fmt: skip
+            seen[name]["links"] = str(page.locator("#memory-alive-sums a.mem-line").count())
         b.close()
     assert errors == []
-    assert f"{Path(__file__).name}:{MLP_LINE}" in sums and "0.mlp.0" in sums
-    assert "before the history" in cells
+    snap, cpu = seen["snap"], seen["cpu"]
+    for one in (snap, cpu):
+        assert (
+            "Allocations alive" in one["cards"] and "Allocated before the history" in one["cards"]
+        )
+        assert "by op" not in one["body"] and "charged to ops" not in one["body"]
+        assert "before the history" in one["alive"] and int(one["links"]) >= 1
+    assert "neuron:0" in snap["cards"] and "0.mlp.0" in snap["sums"]
+    assert f"{Path(__file__).name}:{MLP_LINE}" in snap["sums"]
+    assert "At entry" in cpu["cards"] and "\ncpu" in cpu["cards"]  # no times; the host's
+    assert f"{Path(__file__).name}:{PROFILED_LINE}" in cpu["sums"]
+    assert "no module paths" in cpu["sums"]
 
 
 class _Hostile:
@@ -216,16 +244,21 @@ def test_torch_neuron_has_torch_cudas_memory_names():
     assert torch.neuron.memory_allocated() >= x.numel() * 4
 
 
-def test_a_snapshot_torch_made_imports_with_torchs_own_peak(tmp_path):
+@pytest.fixture(scope="module")
+def profiler_made(tmp_path_factory):
     """torch's own snapshot producer (_memory_viz._profile_to_snapshot of a CPU run profiled
     with profile_memory=True: a caching segment with inactive gaps, tensors that existed before
-    the profile) imports with the peak of the profiler's own memory timeline."""
+    the profile, frames named "file.py(LINE): func", no times), imported with the CLI: (the
+    profile, the peak and the final bytes of the profiler's own memory timeline)."""
     from torch.profiler._memory_profiler import Action, TensorKey
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with torch.profiler.profile(profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    # the profiler names a frame that was running when it started at the line it was at then
+    with torch.profiler.profile(  # PROFILED_LINE
+        profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
         model(torch.randn(32, 64)).sum().backward()
         opt.step()
         opt.zero_grad()
@@ -237,18 +270,55 @@ def test_a_snapshot_torch_made_imports_with_torchs_own_peak(tmp_path):
             total += size if action in (Action.CREATE, Action.PREEXISTING) else 0
             total -= size if action == Action.DESTROY else 0
             peak = max(peak, total)
-    path = tmp_path / "cpu.pickle"
+    tmp = tmp_path_factory.mktemp("profiler-made")
+    path = tmp / "cpu.pickle"
     path.write_bytes(pickle.dumps(snapshot))
-    out = tmp_path / "p"
-    r = subprocess.run([*CLI, "import", str(path), "-o", str(out)], capture_output=True,
-                       text=True, env=ENV, timeout=300)  # fmt: skip
+    out = tmp / "root" / "cpu"
+    r = subprocess.run([*CLI, "import", str(path), "-o", str(out), "--source-root",
+                        str(Path(__file__).parent)], capture_output=True, text=True, env=ENV,
+                       timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
+    return out, peak, total
+
+
+PROFILED_LINE = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1)
+                     if t.endswith("# PROFILED_LINE"))  # fmt: skip
+
+
+def test_a_snapshot_torch_made_imports_with_torchs_own_peak_on_the_host(profiler_made):
     from neuron_explorer.analysis.memory import memory_page
 
+    out, peak, total = profiler_made
     profile = Profile.open(out)
     page = memory_page(profile, profile.duckdb()).to_dict()
     assert page["peak"]["value"] == peak > 0 and page["alive"]["bytes"] == peak
     assert page["counters"][0]["last"][-1] == total
+    # its tensors are the host's (the profiler's to_device puts every non-CUDA one last), not
+    # cuda:0's; its frames name their lines in the frame's name
+    assert page["peak"]["track"] == "cpu" and page["alive"]["timed"] is False
+    assert profile.manifest.extra["memory_snapshot"]["made_by"] == "profiler"
+    here = [r for r in page["alive"]["by_line"] if r["file"].endswith(Path(__file__).name)]
+    assert here and here[0]["line"] == PROFILED_LINE
+    # no ops to charge: the peak is where and when, what was alive is the allocations
+    assert "by_op" not in page["peak"]
+
+
+def test_an_allocator_snapshot_without_a_device_type_is_cudas(recorded, tmp_path):
+    from neuron_explorer.analysis.memory import memory_page
+
+    snapshot, _path, figures = recorded
+    plain = {k: v for k, v in snapshot.items() if k != "device_type"}  # as torch.cuda's has it
+    path = tmp_path / "cuda.pickle"
+    path.write_bytes(pickle.dumps(plain))
+    out = tmp_path / "p"
+    r = subprocess.run([*CLI, "import", str(path), "-o", str(out)], capture_output=True,
+                       text=True, env=ENV, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    profile = Profile.open(out)
+    page = memory_page(profile, profile.duckdb()).to_dict()
+    assert page["peak"]["track"] == "cuda:0" and page["peak"]["value"] == figures["peak"]
+    about = profile.manifest.extra["memory_snapshot"]
+    assert about["made_by"] == "allocator" and about["devices"] == ["cuda:0"] and about["timed"]
 
 
 def test_serve_takes_a_snapshot_pickle_as_it_takes_a_trace(recorded, tmp_path, monkeypatch):

@@ -68,7 +68,7 @@ class MemoryPage(PageModel):
     """Every counter's series and peak, and what was held at the highest peak of a device's
     memory_allocated (the host's when no device has one), by op, by source line and by
     module (None without such a counter); for a memory snapshot's profile, the allocations
-    alive at that peak."""
+    alive at that peak instead (it has no ops: its peak is where and when, nothing charged)."""
 
     counters: tuple[dict[str, Any], ...]
     peak: dict[str, Any] | None
@@ -86,14 +86,29 @@ def memory_page(profile: Profile, con) -> MemoryPage:
     if top is None:
         return MemoryPage(tuple(series), None)
     alive = alive_at_peak(con, top["rank"], top["track"], int(top["peak_ts_ns"]))
+    if alive is not None:
+        # a memory snapshot's: its allocations say what was held and where each was made, and
+        # it has no ops to charge the counter's rises to; a profiler's snapshot has no times
+        # (its entries are a nanosecond apart, in order)
+        about = profile.manifest.extra.get("memory_snapshot")
+        timed = about.get("timed", True) if isinstance(about, dict) else True
+        return MemoryPage(tuple(series), _peak(profile, top), {**alive, "timed": bool(timed)})
     return MemoryPage(tuple(series), _at_peak(profile, con, top), alive)
 
 
-def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
+def _peak(profile: Profile, top: dict[str, Any]) -> dict[str, Any]:
+    """The peak itself: where, when and in which step."""
     peak_ts = int(top["peak_ts_ns"])
     step = next((s for s in profile.manifest.steps if s.rank == top["rank"]
                  and s.start_ns <= peak_ts < s.start_ns + s.dur_ns), None)  # fmt: skip
-    since = step.start_ns if step else None
+    return {"rank": top["rank"], "track": top["track"], "counter": PEAK_COUNTER,
+            "unit": top["unit"], "value": top["peak"], "ts_ns": peak_ts,
+            "step": step.step if step else None, "since_ns": step.start_ns if step else None}  # fmt: skip
+
+
+def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
+    head = _peak(profile, top)
+    peak_ts, since = head["ts_ns"], head["since_ns"]
     key = [top["rank"], top["track"], PEAK_COUNTER]
     # in the order written (k): frees cut to one instant share a timestamp, and any other
     # tie-break turns a run of them into growths and falls
@@ -126,9 +141,7 @@ def _at_peak(profile: Profile, con, top: dict[str, Any]) -> dict[str, Any]:
     shares, baseline_held = apportion(baseline, [(r[2], r[3:]) for r in rows])
     by_op, by_line, by_module = _tables(shares)
     return {
-        "rank": top["rank"], "track": top["track"], "counter": PEAK_COUNTER, "unit": top["unit"],
-        "value": top["peak"], "ts_ns": peak_ts, "step": step.step if step else None,
-        "since_ns": since, "baseline": baseline, "growth": top["peak"] - baseline,
+        **head, "baseline": baseline, "growth": top["peak"] - baseline,
         "baseline_held": baseline_held, "charged": top["peak"] - baseline_held,
         "by_op": by_op, "by_line": by_line, "by_module": by_module,
     }  # fmt: skip

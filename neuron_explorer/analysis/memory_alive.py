@@ -1,7 +1,8 @@
 """The allocations alive at the memory peak, from a memory snapshot's `allocation` events
-(importers/memory_snapshot.py): each with its size, its source line and its module, and their
-sums by line and by module. Where a profile has allocation events, the bytes alive at the peak
-are the peak itself (the importer builds the counter from the same allocations)."""
+(importers/memory_snapshot.py): each with its size, its source line and its module, their sums
+by line and by module, and how much of it was allocated before the history began. Where a
+profile has allocation events, the bytes alive at the peak are the peak itself (the importer
+builds the counter from the same allocations)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,16 @@ def alive_at_peak(con, rank: int, device: str, ts_ns: int) -> dict[str, Any] | N
     if not kinds or not kinds[0]:
         return None
     params = [rank, device, ts_ns, ts_ns]
-    total = con.execute(f"SELECT count(*), coalesce(sum({_BYTES}), 0) {_ALIVE}", params).fetchone()
+    before = "coalesce(CAST(json_extract(args, '$.before_history') AS BOOLEAN), false)"
+    total = con.execute(
+        f"SELECT count(*), coalesce(sum({_BYTES}), 0), count(*) FILTER ({before}), "
+        f"coalesce(sum({_BYTES}) FILTER ({before}), 0) {_ALIVE}",
+        params,
+    ).fetchone()
     largest = list(fetch_rows(con, (
         f"SELECT id, {_BYTES} AS bytes, start_ns, {_FILE} AS file, {_LINE} AS line, "
         f"{_FUNC} AS func, CAST(module AS VARCHAR) AS module, "
-        f"coalesce(CAST(json_extract(args, '$.before_history') AS BOOLEAN), false) AS before_history "
+        f"{before} AS before_history "
         f"{_ALIVE} ORDER BY bytes DESC, start_ns, id LIMIT {TOP}"), params))  # fmt: skip
     by_line = list(fetch_rows(con, (
         f"SELECT {_FILE} AS file, {_LINE} AS line, any_value({_FUNC}) AS func, "
@@ -39,5 +45,6 @@ def alive_at_peak(con, rank: int, device: str, ts_ns: int) -> dict[str, Any] | N
         f"SELECT CASE WHEN CAST(module AS VARCHAR) = '' THEN '(model)' ELSE CAST(module AS VARCHAR) "
         f"END AS module, sum({_BYTES}) AS bytes, count(*) AS allocations {_ALIVE} "
         f"AND module IS NOT NULL GROUP BY 1 ORDER BY bytes DESC, 1 LIMIT {TOP}"), params))  # fmt: skip
-    return {"count": int(total[0]), "bytes": int(total[1]), "largest": largest,
-            "by_line": by_line, "by_module": by_module}  # fmt: skip
+    return {"count": int(total[0]), "bytes": int(total[1]),
+            "before_history": {"count": int(total[2]), "bytes": int(total[3])},
+            "largest": largest, "by_line": by_line, "by_module": by_module}  # fmt: skip

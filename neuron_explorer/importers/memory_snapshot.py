@@ -12,13 +12,15 @@ Each allocation event (layer device, kind allocation, track "allocations") carri
 address in `args` (`bytes`, `addr`), its Python stack in the stacks table (C++ frames are left
 out), its innermost user line (`src_*`), its innermost model-code line (`model_*`) and, for the
 device's own snapshots, its nn.Module path (`module`). Times are the entries' `time_us`, made
-strictly increasing (a nanosecond apart where entries share a microsecond), so no two changes
-of the counter share a sample.
+strictly increasing (a nanosecond apart where entries share a microsecond, or have no time, as a
+profiler's snapshot has none), so no two changes of the counter share a sample. Each device is
+labelled from the snapshot itself (`device_labels`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,9 @@ SUFFIXES = (".pickle", ".pkl")
 PICKLE_PROTOCOL_2_ON = b"\x80"  # a pickle of protocol 2 or later starts with PROTO
 TRACK = "allocations"
 MODEL_SCOPES = (scopes.USER, scopes.LIBRARY)
+# a Python frame as torch.profiler names it, which a profiler's snapshot keeps as the frame's
+# name (its filename "none", its line 0): "torch/nn/modules/linear.py(130): forward"
+_PROFILER_FRAME = re.compile(r"(.+\.py)\((\d{1,9})\): (.*)", re.S)
 
 
 def recognises(path: Path) -> bool:
@@ -76,16 +81,16 @@ def import_snapshot(paths: Sequence[Path], out: Path, *, overwrite: bool = False
         raise BadInputError(paths[0], "a memory snapshot is imported alone (one file)")
     path = Path(paths[0])
     data = _checked(path, safe_pickle.load(path))
-    device_type = data.get("device_type") if isinstance(data.get("device_type"), str) else "cuda"
     traces = data["device_traces"]
     live = _live_blocks(path, data["segments"], len(traces))
     timed = [_timed(path, i, t) for i, t in enumerate(traces)]
     starts = [t[0][0] for t in timed if t]
     origin = min(starts) - 1 if starts else 0  # the allocations from before the history
     built = _Built()
-    for index in range(max(len(traces), max(live, default=-1) + 1)):
+    labels = device_labels(data, max(len(traces), max(live, default=-1) + 1))
+    for index, label in enumerate(labels):
         entries = timed[index] if index < len(timed) else []
-        _read_device(path, built, f"{device_type}:{index}", entries, live.get(index, []), origin)
+        _read_device(path, built, label, entries, live.get(index, []), origin)
     with ProfileWriter(out, overwrite=overwrite) as writer:
         writer.write_events(built.events)
         writer.write_table("counters", built.counters)
@@ -97,12 +102,41 @@ def import_snapshot(paths: Sequence[Path], out: Path, *, overwrite: bool = False
             writer.add_source(name, text)
         manifest = Manifest(
             source="memory_snapshot", origin_unix_ns=max(0, origin), inputs=(str(path),),
-            extra={"memory_snapshot": {"device_type": device_type,
+            extra={"memory_snapshot": {"devices": labels, "made_by": _made_by(data),
+                                       "timed": any("time_us" in e for t in timed for _ns, e in t),
                                        "entries": sum(len(t) for t in timed),
                                        "live_blocks": sum(len(b) for b in live.values())},
                    **chosen.manifest_extra()},
         )  # fmt: skip
         return writer.commit(manifest)
+
+
+def _made_by(data: dict[str, Any]) -> str:
+    """Who wrote the snapshot: "allocator" (torch.cuda.memory._snapshot and its kin, ours
+    included: its segments carry a `segment_type`, its entries a `time_us`), or "profiler"
+    (torch.cuda._memory_viz._profile_to_snapshot of a torch.profiler memory profile: neither)."""
+    segments = [s for s in data["segments"] if isinstance(s, dict)]
+    entries = [e for t in data["device_traces"] if isinstance(t, list) for e in t
+               if isinstance(e, dict)]  # fmt: skip
+    if not (segments or entries):
+        return "allocator"
+    if any("segment_type" in s for s in segments) or any("time_us" in e for e in entries):
+        return "allocator"
+    return "profiler"
+
+
+def device_labels(data: dict[str, Any], devices: int) -> list[str]:
+    """Each device index's label, from the snapshot itself: `device_type:N` where it names its
+    type (the device's own snapshots: `neuron`); a profiler's snapshot has a trace per CUDA
+    device and the host's last (its `to_device` puts every non-CUDA tensor there); an
+    allocator's snapshot with no type is torch.cuda's (XPU's look the same)."""
+    kind = data.get("device_type")
+    if isinstance(kind, str) and kind:
+        return [f"{kind}:{i}" for i in range(devices)]
+    if _made_by(data) == "profiler":
+        host = len(data["device_traces"]) - 1 if data["device_traces"] else devices - 1
+        return ["cpu" if i == host else f"cuda:{i}" for i in range(devices)]
+    return [f"cuda:{i}" for i in range(devices)]
 
 
 def _checked(path: Path, data: Any) -> dict[str, Any]:
@@ -258,6 +292,10 @@ def _stack(built: _Built, frames: Any) -> tuple[int | None, tuple, tuple]:
         if not isinstance(f, dict):
             continue
         file, line, name = f.get("filename"), f.get("line"), f.get("name")
+        if not (isinstance(file, str) and file.endswith(".py")) and isinstance(name, str):
+            named = _PROFILER_FRAME.fullmatch(name)  # a profiler's: "file.py(LINE): func"
+            if named:
+                file, line, name = named[1], int(named[2]), named[3]
         if isinstance(file, str) and file.endswith(".py") and type(line) is int:
             kept.append((file, line, str(name), scopes.scope_of(file)))
     if not kept:

@@ -14,7 +14,7 @@ from .source import with_file_ids
 
 def memory_json(profile: Profile, con) -> dict[str, Any]:
     doc = _memory.memory_page(profile, con).to_dict()
-    if doc["peak"] is not None:
+    if doc["peak"] is not None and "by_line" in doc["peak"]:  # a snapshot's peak charges none
         with_file_ids(doc["peak"]["by_line"])
     if doc.get("alive") is not None:
         with_file_ids(doc["alive"])

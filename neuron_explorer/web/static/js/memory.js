@@ -1,8 +1,9 @@
 // Memory over time: every counter of the profile on one chart (each bucket's maximum, so the
 // peak is drawn as it was), the peak of memory_allocated, and what was held at the peak by op
-// and by source line (the baseline held when the step began, plus what the step's ops hold).
+// and by source line (the baseline held when the step began, plus what the step's ops hold);
+// for a memory snapshot, which has no ops, the allocations alive at the peak instead.
 import { api, h, mount, run, fmtNs, fmtBytes, dataTable, plot, pUrl, sourceUrl, moduleLink, enc, card, section, setModeled, profile, plotText } from "./common.js";
-import { aliveSections } from "./memory_alive.js";
+import { aliveCards, aliveSections } from "./memory_alive.js";
 
 const fmtVal = (unit) => (v) => (unit === "bytes" ? fmtBytes(v) : v === null || v === undefined ? "–" : String(v));
 
@@ -17,7 +18,8 @@ run(async () => {
   const chart = h("div", { class: "chart", id: "memory-chart", style: { height: "360px" } });
   const pk = d.peak;
   const parts = [h("h1", {}, "Memory", h("span", { class: "note" }, `  ${d.counters.length} counters · ${d.counters.reduce((n, c) => n + c.samples, 0).toLocaleString()} samples`))];
-  if (pk) {
+  if (pk && d.alive) parts.push(...aliveCards(pk, d.alive, profile));
+  else if (pk) {
     parts.push(h("div", { class: "cards", id: "memory-peak" },
       card(`Peak ${pk.counter}`, fmtVal(pk.unit)(pk.value), `${pk.track}${pk.rank ? " rank " + pk.rank : ""}`),
       card("At", fmtNs(pk.ts_ns), pk.step !== null ? `step ${pk.step}` : "outside the steps"),
@@ -27,7 +29,7 @@ run(async () => {
         h("a", { href: pUrl(profile, `/timeline?start_ns=${Math.max(0, pk.ts_ns - 500000)}&end_ns=${pk.ts_ns + 500000}`), id: "peak-timeline" }, "The timeline at the peak")));
   }
   parts.push(section("Counters over time", chart));
-  if (pk) {
+  if (pk && !d.alive) {
     const unit = fmtVal(pk.unit);
     parts.push(h("div", { class: "grid2" },
       section("Held at the peak, by op", dataTable([
