@@ -75,3 +75,12 @@ def test_a_declaration_names_work_its_engine_can_do():
         custom.DeclaredKernel("ScalarE", None)
     with pytest.raises(ValueError, match="engine must be one of TensorE"):
         custom.DeclaredKernel("PE", 1)
+
+
+def test_shapes_a_declaration_cannot_read_lower_without_error(declared):
+    # a library op called with another signature than its declaration reads: priced as an
+    # aten matmul of unreadable shapes is, one VectorE pass, never an exception on the op path
+    op = declared("nxtests::grouped", engine="TensorE", flops=None,
+                  gemms=lambda x, w, offs: [(1, x[0], x[1], w[2])])  # fmt: skip
+    plan = lower_op(op, [T(8, 4)], [T(8, 4)])
+    assert plan.category == "custom" and {i.engine for i in plan.instrs} == {"VectorE", "DMA"}

@@ -76,7 +76,14 @@ def _lower_declared(op, kernel, inputs, outputs, spec, name) -> KernelPlan:
     """A user's declared kernel (costmodel/custom.py): its reads, one pass of its FLOPs on its
     engine, its writes; on TensorE, its GEMMs tiled as the device's own matmuls are."""
     if kernel.engine == TENSOR_ENGINE:
-        problems = custom.gemms_of(kernel, inputs, spec.tensor_engine_dim)
+        try:
+            problems = custom.gemms_of(kernel, inputs, spec.tensor_engine_dim)
+        except (ValueError, IndexError, TypeError, ZeroDivisionError):
+            # shapes its declaration cannot read as GEMMs (a library's op of another
+            # signature): one VectorE pass over its output, as an aten matmul's would be
+            work = _engine_work(op, ops.ELEMENTWISE, inputs, outputs, spec)
+            reads, writes = [t.nbytes for t in inputs], [t.nbytes for t in outputs]
+            return assemble(spec, name, op, ops.CUSTOM, inputs, outputs, reads, work, writes)
         reads = None if kernel.bytes_read is None else custom.reads_of(kernel, inputs)
         return _lower_matmul(op, inputs, outputs, spec, name, problems, ops.CUSTOM, reads)
     engine = {"VectorE": spec.vector, "ScalarE": spec.scalar, "GpSimdE": spec.gpsimd}
