@@ -81,11 +81,11 @@ def _lower_declared(op, kernel, inputs, outputs, spec, name) -> KernelPlan:
         except (ValueError, IndexError, TypeError, ZeroDivisionError):
             # shapes its declaration cannot read as GEMMs (a library's op of another
             # signature): one VectorE pass over its output, as an aten matmul's would be
-            work = _engine_work(op, ops.ELEMENTWISE, inputs, outputs, spec)
-            reads, writes = [t.nbytes for t in inputs], [t.nbytes for t in outputs]
-            return assemble(spec, name, op, ops.CUSTOM, inputs, outputs, reads, work, writes)
-        reads = None if kernel.bytes_read is None else custom.reads_of(kernel, inputs)
-        return _lower_matmul(op, inputs, outputs, spec, name, problems, ops.CUSTOM, reads)
+            passes = _engine_work(op, ops.ELEMENTWISE, inputs, outputs, spec)
+            moved = ([t.nbytes for t in inputs], [t.nbytes for t in outputs])
+            return assemble(spec, name, op, ops.CUSTOM, inputs, outputs, moved[0], passes, moved[1])
+        declared = None if kernel.bytes_read is None else custom.reads_of(kernel, inputs)
+        return _lower_matmul(op, inputs, outputs, spec, name, problems, ops.CUSTOM, declared)
     engine = {"VectorE": spec.vector, "ScalarE": spec.scalar, "GpSimdE": spec.gpsimd}
     flops, reads = custom.work_of(kernel, inputs)
     work = _pass(spec, engine[kernel.engine], "custom", flops, _itemsize(inputs + outputs))
