@@ -38,6 +38,7 @@ class Replayed:
     factor: float = 1.0
     dur_sql: str | None = None
     each: tuple[tuple[int, int], ...] = ()
+    then: tuple[Replayed, ...] = ()  # more changes made with this one (their `what` unsaid)
 
 
 _GRAPHS: weakref.WeakKeyDictionary[AnalysisContext, dict] = weakref.WeakKeyDictionary()
@@ -55,7 +56,17 @@ def _graph(ctx: AnalysisContext, step: int | None) -> tuple[Graph, int]:
 
 
 def change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | None]]:
-    """The replay change `rep` names, and the steps its events belong to."""
+    """The replay change `rep` names (with its `then` changes), and the steps its events
+    belong to."""
+    change, steps = _change_of(ctx, rep)
+    for more in rep.then:
+        c, s = change_of(ctx, more)
+        change = change + c
+        steps = sorted(set(steps) | set(s), key=lambda x: -1 if x is None else x)
+    return Change(rep.what, change.durations, change.drop_syncs, change.drop_host), steps
+
+
+def _change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | None]]:
     new = f", ({rep.dur_sql}) AS new_ns" if rep.dur_sql else ""
     where = rep.where
     if rep.action == "set_each":

@@ -5,12 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..context import AnalysisContext
+from ..conventions import TRACE_COMPILE_PREDICATE
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
 from ..rule import torch_compile_trace_ns as trace_ns_of
 
 # recompiles are recompilation's finding (the shared `recompiles` table)
 WHERE = "layer = 'host' AND kind = 'compile' AND id NOT IN (SELECT id FROM recompiles)"
+# what a warm cache removes: those compiles and torch.compile's tracing spans around them that
+# hold no recompile
+COMPILED = (
+    f"({WHERE}) OR ({TRACE_COMPILE_PREDICATE} AND NOT EXISTS (SELECT 1 FROM recompiles r "
+    "WHERE r.rank = ev.rank AND r.start_ns >= ev.start_ns "
+    "AND r.start_ns + r.dur_ns <= ev.start_ns + ev.dur_ns))"
+)
 FIRST_STEP_SQL = """
 WITH r AS (SELECT rank, step, s, e - s AS dur,
                row_number() OVER (PARTITION BY rank ORDER BY s) AS i FROM steps_w),
@@ -135,4 +144,10 @@ class CompileDominated(Rule[Compiles]):
             ),
             saving_ns=ns,
             evidence=evidence,
+            change=Replayed(
+                f"these {facts.compiles} compiles and the tracing around them removed from the "
+                "host (a warm cache)",
+                COMPILED,
+                "remove_host",
+            ),
         )

@@ -6,13 +6,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..context import AnalysisContext
-from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL
+from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL, TRACE_COMPILE_PREDICATE
 from ..findings import Evidence, Hotspot
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, longest_ids, top_lines, torch_compile_trace_ns
 from ..shapes import parse_shapes
 
 RECOMPILE = "id IN (SELECT id FROM recompiles)"
 IS_GRAPH = "coalesce(op_name, '') LIKE 'neuron_graph_%'"
+# what the fix removes: the recompiles and torch.compile's tracing spans around them
+COMPILED_AGAIN = (
+    f"{RECOMPILE} OR ({TRACE_COMPILE_PREDICATE} AND EXISTS (SELECT 1 FROM recompiles r "
+    "WHERE r.rank = ev.rank AND r.start_ns >= ev.start_ns "
+    "AND r.start_ns + r.dur_ns <= ev.start_ns + ev.dur_ns))"
+)
 
 
 def _what(graphs: int, pieces: int, eager: int) -> str:
@@ -172,4 +179,9 @@ class Recompilation(Rule[Recompiles]):
             ),
             saving_ns=ns + trace_ns,
             evidence=evidence,
+            change=Replayed(
+                f"these {n} recompiles and the tracing around them removed from the host",
+                COMPILED_AGAIN,
+                "remove_host",
+            ),
         )
