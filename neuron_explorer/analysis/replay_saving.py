@@ -15,7 +15,7 @@ from .replay import Change, replay
 if TYPE_CHECKING:
     from .context import AnalysisContext
 
-ACTIONS = ("drop_syncs", "scale", "set", "set_each", "remove_host")
+ACTIONS = ("drop_syncs", "scale", "set", "set_each", "remove_host", "remove_spans")
 MAX_STEPS = 12  # steps replayed per finding; with more, the touched steps are sampled evenly
 
 
@@ -29,7 +29,9 @@ class Replayed:
     - set_each: each event of `each` (event id, new dur_ns) gets its own new duration (a
       rule's per-event prediction: a matmul's bf16 time, a kernel without its small DMAs'
       setup); `where` is then ignored;
-    - remove_host: host time removed: the first `factor` share of each selected span.
+    - remove_host: host time removed: the first `factor` share of each selected span;
+    - remove_spans: host time removed: each (rank, start_ns, end_ns) of `spans` (`where` is
+      then ignored; the steps are those the spans start in).
     """
 
     what: str  # the change in words: "these 12 syncs removed"
@@ -39,6 +41,7 @@ class Replayed:
     dur_sql: str | None = None
     each: tuple[tuple[int, int], ...] = ()
     then: tuple[Replayed, ...] = ()  # more changes made with this one (their `what` unsaid)
+    spans: tuple[tuple[int, int, int], ...] = ()
 
 
 _GRAPHS: weakref.WeakKeyDictionary[AnalysisContext, dict] = weakref.WeakKeyDictionary()
@@ -67,6 +70,8 @@ def change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | N
 
 
 def _change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | None]]:
+    if rep.action == "remove_spans":
+        return Change(rep.what, drop_host=rep.spans), _steps_of(ctx, rep.spans)
     new = f", ({rep.dur_sql}) AS new_ns" if rep.dur_sql else ""
     where = rep.where
     if rep.action == "set_each":
@@ -90,6 +95,16 @@ def _change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | 
                      int(r["start_ns"]) + round(int(r["dur_ns"]) * rep.factor)) for r in rows)  # fmt: skip
         return Change(rep.what, drop_host=cut), steps
     raise ValueError(f"unknown replay action {rep.action!r}")
+
+
+def _steps_of(ctx: AnalysisContext, spans: tuple[tuple[int, int, int], ...]) -> list[int | None]:
+    """The steps the spans start in (None: outside every step)."""
+    wins = ctx.profile.manifest.steps
+    if not wins:
+        return [None] if spans else []
+    found = {w.step for r, s, _ in spans for w in wins
+             if w.rank == r and w.start_ns <= s < w.start_ns + w.dur_ns}  # fmt: skip
+    return sorted(found)
 
 
 def saving(ctx: AnalysisContext, change: Change, steps: list[int | None]) -> int:
