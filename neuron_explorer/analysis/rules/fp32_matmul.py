@@ -163,15 +163,15 @@ class Fp32Matmul(Rule[Matmuls]):
             saving_ns=saving,
             fix=fix,
             evidence=evidence,
-            change=Replayed(
-                f"these {n} matmuls at their predicted bf16 time"
-                + (
-                    " with autocast's casts around each"
-                    if autocast
-                    else " in a bf16 model (its boundary casts shared out)"
-                ),
-                "",
-                "set_each",
-                each=est.autocast_each() if autocast else est.model_each(),
-            ),  # fmt: skip
+            change=replayed(est, autocast),
         )
+
+
+def replayed(est: Bf16Estimate, autocast: bool) -> Replayed:
+    """The fix as a replay: each matmul at its predicted bf16 time, with autocast's casts
+    around it, or in a bf16 model with its few boundary casts shared out."""
+    how = (" with autocast's casts around each" if autocast
+           else " in a bf16 model (its boundary casts shared out)")  # fmt: skip
+    each = est.autocast_each() if autocast else est.model_each()
+    return Replayed(f"these {est.matmuls} matmuls at their predicted bf16 time{how}", "",
+                    "set_each", each=each)  # fmt: skip
