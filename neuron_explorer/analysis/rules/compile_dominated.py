@@ -66,8 +66,9 @@ class CompileDominated(Rule[Compiles]):
     each rank with the median
     of its other steps. Report when compile time is at least COMPILE_SHARE of step time, or the
     first step takes at least FIRST_STEP_RATIO times the steady median and contains compiles.
-    The saving is the compile time (a warm persistent cache or a warm-up before the measured
-    run removes it).
+    The saving is the replay of that compile and tracing time removed from the steps' host (a
+    warm persistent cache or a warm-up before the measured run removes it); compiles outside
+    every step shorten no step.
     """
 
     id = "compile-dominated"

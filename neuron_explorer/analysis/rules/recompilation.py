@@ -87,9 +87,10 @@ class Recompilation(Rule[Recompiles]):
     "recompile"), compiles of a graph's later shape signatures (op_name
     neuron_graph_<graph>_<signature>, signature >= 1) and any compile after a rank's first step;
     grouped by graph (or op) and counted as programs (a graph signature's forward and backward
-    compiles are one); report when there are at least MIN_RECOMPILES. The saving is their
+    compiles are one); report when there are at least MIN_RECOMPILES. What they cost is their
     compile time plus the rest of torch.compile's own spans (entire_frame_compile,
-    entire_backward_compile: tracing, AOT autograd) that enclose them.
+    entire_backward_compile: tracing, AOT autograd) that enclose them; the saving is the
+    replay of that host time removed from the steps.
     Evidence: the shapes that caused them and padded sizes (multiples of BUCKET_MULTIPLE) that
     would collapse them into a few signatures.
     """

@@ -73,10 +73,11 @@ class SmallDma(Rule[Transfers]):
     when there are at least MIN_COUNT of them and they are at least MIN_SMALL_SHARE of all
     transfers. Whose they are decides the fix: a kernel's own (its parent), the optimizer's
     (launched inside Optimizer.step), a compiled graph's, or a host copy's. Transfers on
-    parallel queues and under compute overlap, so the saving is the device time when only
+    parallel queues and under compute overlap, so what they cost is the device time when only
     small transfers run (no compute instruction, no large transfer) less the time their bytes
-    take at full bandwidth, never more than the device's busy time; with launch-bound steps the
-    detail says the step shortens less than that.
+    take at full bandwidth (the title's figure). The saving is its replay: each kernel whose
+    small transfers run alone shortened by its part of that (a stretch of small transfers
+    belongs to the kernel of its first), so steps the host sets (launch-bound) save ~nothing.
     """
 
     id = "small-dma"
