@@ -102,9 +102,9 @@ def _steps_of(ctx: AnalysisContext, spans: tuple[tuple[int, int, int], ...]) -> 
     wins = ctx.profile.manifest.steps
     if not wins:
         return [None] if spans else []
-    found = {w.step for r, s, _ in spans for w in wins
-             if w.rank == r and w.start_ns <= s < w.start_ns + w.dur_ns}  # fmt: skip
-    return sorted(found)
+    found: set[int | None] = {w.step for r, s, _ in spans for w in wins
+                              if w.rank == r and w.start_ns <= s < w.start_ns + w.dur_ns}  # fmt: skip
+    return sorted(found, key=lambda x: -1 if x is None else x)
 
 
 def saving(ctx: AnalysisContext, change: Change, steps: list[int | None]) -> int:
