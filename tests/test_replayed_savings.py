@@ -146,5 +146,5 @@ def test_analyze_prints_each_replayed_change_the_bounds_and_the_total(capsys):
     assert main(["analyze", str(sample("ddp_straggler").path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "replayed: the host's time in these" in out
-    assert "saves at most ~" in out and "(an upper bound, not replayed:" in out
+    assert "saves at most ~" in out and "(an upper bound: " in out and "; not replayed: " in out
     assert "replayed change(s) together save ~" in out

@@ -111,7 +111,7 @@ def _finding_md(i: int, f: dict[str, Any]) -> list[str]:
     if f.get("replayed"):
         lines.append(f"   - saving replayed: {_cell(f['replayed'])}")
     elif f.get("bound"):
-        lines.append(f"   - an upper bound, not replayed: {_cell(f['bound'])}")
+        lines.append(f"   - an upper bound: {_cell(f['bound'])}")
     ev = f["evidence"]
     for key, label in (("source_lines", "lines"), ("model_lines", "model lines")):
         shown = ", ".join(f"`{h['file']}:{h['line']}` ({_ms(h['dur_ns'])}, {h['count']}x)"

@@ -123,7 +123,7 @@ def render_findings(doc: dict) -> None:
             f"   saves {'at most ' if f.get('bound') else ''}~{_ms(f['saving_ns'])} "
             f"({100 * f['saving_share']:.1f}% of step time)"
             + (f", replayed: {escape(f['replayed'])}" if f.get("replayed") else "")
-            + (f" (an upper bound, not replayed: {escape(f['bound'])})" if f.get("bound") else ""),
+            + (f" (an upper bound: {escape(f['bound'])})" if f.get("bound") else ""),
             highlight=False,
         )
         if f.get("overlaps"):  # their changes replayed together save less than the sum

@@ -34,7 +34,7 @@ function evidence(f) {
 // the saving is the replayed step's drop with the change named; findings touching the same
 // time say so, since their savings do not add
 function replayNote(f) {
-  if (f.bound) return h("div", { class: "note bound" }, `Saving not replayed, an upper bound: ${f.bound}.`);
+  if (f.bound) return h("div", { class: "note bound" }, `Saving an upper bound: ${f.bound}.`);
   if (!f.replayed) return null;
   return h("div", { class: "note replayed" }, `Saving replayed: ${f.replayed}.`,
     f.overlaps && f.overlaps.length ? h("b", { class: "overlaps" }, ` Overlaps ${f.overlaps.join(", ")}: the savings do not add.`) : null);
