@@ -53,7 +53,9 @@ def mark_overlaps(ctx, findings: list[Finding]) -> list[Finding]:
 
     from .replay_saving import joint_saving
 
-    keyed = [((f.rule, f.title), f) for f in findings if f.replayed]
+    # a saving of 0 overlaps nothing (and most device-side savings are 0 in host-bound steps):
+    # only the others are replayed in pairs
+    keyed = [((f.rule, f.title), f) for f in findings if f.replayed and f.saving_ns > 0]
     overlaps: dict[tuple[str, str], list[str]] = {k: [] for k, _ in keyed}
     for i, (ka, fa) in enumerate(keyed):
         for kb, fb in keyed[i + 1 :]:
@@ -63,7 +65,7 @@ def mark_overlaps(ctx, findings: list[Finding]) -> list[Finding]:
                 overlaps[ka].append(fb.rule)
                 overlaps[kb].append(fa.rule)
     return [dataclasses.replace(f, overlaps=tuple(overlaps[(f.rule, f.title)]))
-            if f.replayed and overlaps[(f.rule, f.title)] else f for f in findings]  # fmt: skip
+            if overlaps.get((f.rule, f.title)) else f for f in findings]  # fmt: skip
 
 
 @dataclass(frozen=True)
