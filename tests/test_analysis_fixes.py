@@ -102,8 +102,38 @@ def test_fp32_matmul_predicts_what_autocast_and_a_bf16_model_measure():
     # casts it adds at its boundary (the loss's y.float()) counted, so do all its kernels
     bf16 = mlp_capture("bf16")
     assert_rough(m["matmul_saving_ns"], kernel_ns(before, MATMULS) - kernel_ns(bf16, MATMULS))
-    assert_rough(f.saving_ns, kernel_ns(before) - kernel_ns(bf16))
+    assert_rough(m["model_net_ns"], kernel_ns(before) - kernel_ns(bf16))
+    # the saving is that prediction replayed: the step is the host's (launch-bound), so
+    # matmuls 0.04 ms faster on the device shorten it by what the replay says, here ~nothing
+    assert f.replayed.startswith("these 24 matmuls at their predicted bf16 time in a bf16 model")
+    assert f.saving_ns == replayed_drop(before, bf16_model_times(before)) < 0.1 * m["model_net_ns"]
     assert get_rule("fp32-matmul").evaluate(bf16) == []  # fixed: nothing left to report
+
+
+def bf16_model_times(profile: Profile) -> dict[int, int]:
+    """Each fp32 matmul's bf16 time as bf16.py predicts it, with the bf16 model's boundary
+    casts shared out (what fp32-matmul's replay applies), read through the rule's own query."""
+    from neuron_explorer.analysis.bf16 import estimate
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.analysis.rules.fp32_matmul import FP32
+
+    ctx = context(profile)
+    with ctx.lock:
+        est = estimate(ctx, FP32, 4.0)
+    return dict(est.model_each())
+
+
+def replayed_drop(profile: Profile, durations: dict[int, int]) -> int:
+    """How much shorter every step gets with these events at these durations, replayed
+    step by step on the step's dependency graph."""
+    from neuron_explorer.analysis.depgraph import build_graph
+    from neuron_explorer.analysis.replay import Change, step_ns
+
+    total = 0
+    for s in profile.manifest.steps:
+        graph = build_graph(profile, s.step)
+        total += max(step_ns(graph) - step_ns(graph, Change("x", durations)), 0)
+    return total
 
 
 # unfused-optimizer: foreach=True ---------------------------------------------------------------
@@ -278,12 +308,12 @@ def test_fp32_matmul_on_gpt2_predicts_that_autocast_costs_more_than_it_saves():
 # tensor-engine-padding: dims a multiple of 128 ------------------------------------------------
 
 
-def _matmul_chain(n: int) -> Profile:
+def _matmul_chain(n: int, dtype: str = "float32") -> Profile:
     """Sixteen n x n matmuls a step, the host waiting for the device: the step is the device's."""
     import torch
 
     torch.manual_seed(0)
-    x = torch.randn(n, n).to("neuron") * 0.01
+    x = (torch.randn(n, n).to("neuron") * 0.01).to(getattr(torch, dtype))
 
     def step(_i: int) -> None:
         y = x
@@ -307,3 +337,14 @@ def test_tensor_engine_padding_replays_what_dims_of_128_measure():
 
     (host_bound,) = get_rule("tensor-engine-padding").evaluate(sample("gpt_train"))
     assert host_bound.saving_ns < 0.1 * host_bound.evidence.metrics["wasted_ns"]
+
+
+def test_fp32_matmul_replays_what_a_bf16_chain_measures():
+    """A step the device sets (sixteen 640 x 640 matmuls, the host waiting in .item()): the
+    matmuls' predicted bf16 time, replayed, shortens the step by about what the same chain in
+    bf16 measures; on the launch-bound GPT-2 sample the same prediction saves ~nothing."""
+    fp32, bf16 = _matmul_chain(640), _matmul_chain(640, "bfloat16")
+    (f,) = get_rule("fp32-matmul").evaluate(fp32)
+    assert f.replayed.startswith("these 48 matmuls at their predicted bf16 time")
+    assert f.saving_ns > 0
+    assert_rough(f.saving_ns, kernel_ns(fp32) - kernel_ns(bf16))

@@ -226,6 +226,23 @@ def test_readiness_findings_come_first_and_say_so(server, page):
     assert "readiness" not in findings.nth(findings.count() - 1).inner_text().lower()
 
 
+def test_findings_say_which_change_each_saving_replays_and_what_all_save_together(server, page):
+    # fallback_float64: every saving there is a replay (cpu-fallback, launch-bound, host-sync,
+    # the device-side ones at ~0 in its launch-bound steps); no correctness finding claims one
+    _open(page, server + "/p/fallback/findings", "fallback-findings", ".finding")
+    doc = page.evaluate("fetch('/api/p/fallback/findings').then((r) => r.json())")
+    texts = {f["rule"]: page.locator(".finding").nth(i).inner_text()
+             for i, f in enumerate(doc["findings"])}  # fmt: skip
+    assert "Saving replayed: the host's per-op dispatch" in texts["launch-bound"]
+    assert "Saving replayed: these 9 fallbacks" in texts["cpu-fallback"]
+    assert "Saving replayed" not in texts["float64-downcast"]
+    assert page.locator(".note.bound").count() == sum(1 for f in doc["findings"] if f["bound"])
+    total = page.locator(".replayed-total").inner_text()
+    assert 0 < doc["replayed_total_ns"] <= doc["total_step_ns"]
+    assert f"All {sum(1 for f in doc['findings'] if f['replayed'])} replayed changes" in total
+    assert not page.errors
+
+
 def test_corrupt_profile_shows_an_error_page(server, page):
     page.goto(server + "/p/corrupt")
     assert "corrupt Parquet table" in page.locator(".error-box").inner_text()

@@ -105,8 +105,13 @@ def _places(evidence: dict[str, Any], key: str) -> list[tuple[Any, Any]]:
 
 
 def _finding_md(i: int, f: dict[str, Any]) -> list[str]:
-    lines = [f"{i}. **{_cell(f['title'])}** (`{f['rule']}`, {f['severity']}, saves ~"
+    at_most = "at most " if f.get("bound") else ""
+    lines = [f"{i}. **{_cell(f['title'])}** (`{f['rule']}`, {f['severity']}, saves {at_most}~"
              f"{_ms(f['saving_ns'])}, {100 * f['saving_share']:.1f}% of step time)"]  # fmt: skip
+    if f.get("replayed"):
+        lines.append(f"   - saving replayed: {_cell(f['replayed'])}")
+    elif f.get("bound"):
+        lines.append(f"   - an upper bound: {_cell(f['bound'])}")
     ev = f["evidence"]
     for key, label in (("source_lines", "lines"), ("model_lines", "model lines")):
         shown = ", ".join(f"`{h['file']}:{h['line']}` ({_ms(h['dur_ns'])}, {h['count']}x)"

@@ -45,6 +45,21 @@ class Bf16Estimate:
     cast_ns: int
     fitted: bool
     model_cast_ns: int = 0  # what a bf16 model adds: its input's cast, its output's (and grad's)
+    # per matmul kernel: (event id, its bf16 time, the casts autocast adds around it), the
+    # prediction a replay applies (fp32-matmul)
+    per_kernel: tuple[tuple[int, int, int], ...] = ()
+
+    def autocast_each(self) -> tuple[tuple[int, int], ...]:
+        """Each matmul's new time under autocast: its bf16 time plus the casts around it (a
+        cast runs just before its matmul on the same queue)."""
+        return tuple((i, bf16 + cast) for i, bf16, cast in self.per_kernel)
+
+    def model_each(self) -> tuple[tuple[int, int], ...]:
+        """Each matmul's new time in a bf16 model: its bf16 time, the model's few boundary
+        casts shared out evenly (they run once a step, between the matmuls)."""
+        n = len(self.per_kernel)
+        extra = self.model_cast_ns / n if n else 0.0
+        return tuple((i, round(bf16 + extra)) for i, bf16, _ in self.per_kernel)
 
     @property
     def matmul_saving_ns(self) -> int:
@@ -123,9 +138,10 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
                          (SELECT flow_id FROM k WHERE flow_id IS NOT NULL)),
              lb AS (SELECT DISTINCT l.rank, l.flow_id FROM l JOIN bw ON bw.rank = l.rank
                     AND bw.track = l.track AND l.start_ns >= bw.s AND l.start_ns < bw.e)
-        SELECT k.dur_ns AS d, k.flops, te.te, k.shapes,
+        SELECT k.id, k.dur_ns AS d, k.flops, te.te, k.shapes,
                lb.flow_id IS NOT NULL AS backward
-        FROM k LEFT JOIN te USING (id) LEFT JOIN lb ON lb.rank = k.rank AND lb.flow_id = k.flow_id"""
+        FROM k LEFT JOIN te USING (id) LEFT JOIN lb ON lb.rank = k.rank AND lb.flow_id = k.flow_id
+        ORDER BY k.id"""
     )
     has_backward = bool(ctx.one(f"SELECT count(*) AS n FROM {backward_spans}").get("n"))
     d = np.array([r["d"] for r in rows], float)
@@ -133,6 +149,7 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
     te = np.array([_tensor_engine_ns(r, peak) for r in rows], float)
     bf16 = d - np.minimum(te, d) * (1 - 1 / speedup)
     forward = [r for r in rows if not r["backward"]]
+    owner = [k for k, r in enumerate(rows) if not r["backward"] for _ in parse_shapes(r["shapes"])]
     elements = [prod(s) for r in forward for s in parse_shapes(r["shapes"])]
     per_cast = 2 if has_backward else 1  # the cast and, with a backward, its gradient's
     cast_bytes = np.array(elements, float) * CAST_BYTES_PER_ELEMENT
@@ -143,6 +160,8 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
         bandwidth = ctx.manifest.spec.hbm_bytes_per_s or 0.0
         each = cast_bytes / bandwidth * 1e9 if bandwidth else cast_bytes * 0.0
     cast_ns = float(np.sum(each)) * per_cast
+    casts_of = np.zeros(len(rows))
+    np.add.at(casts_of, np.array(owner, dtype=np.int64), np.asarray(each, float) * per_cast)
     # a bf16 model casts at its boundary only: the input in, the output out (and, with a
     # backward, the output's gradient back), each about a typical matmul input's cast
     model_cast_ns = float(np.median(each)) * (1 + per_cast) if len(each) else 0.0
@@ -155,4 +174,8 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
         cast_ns=int(cast_ns),
         fitted=ew is not None,
         model_cast_ns=int(model_cast_ns),
+        per_kernel=tuple(
+            (int(r["id"]), round(float(b)), round(float(c)))
+            for r, b, c in zip(rows, bf16, casts_of, strict=True)
+        ),  # fmt: skip
     )

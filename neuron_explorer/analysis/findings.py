@@ -55,6 +55,8 @@ class Finding:
     category: str = "performance"  # readiness (runs wrong or off the device) | performance
     # the change the saving replays ("these 12 syncs removed"); "" when the rule estimates it
     replayed: str = ""
+    # a saving not replayed: an upper bound, and why no replay holds it ("" when replayed or 0)
+    bound: str = ""
     # the other findings (rule ids) whose savings overlap this one's: fixing both saves less
     # than the sum (their changes replayed together; runner.py adds it)
     overlaps: tuple[str, ...] = field(default=(), compare=False)

@@ -15,7 +15,7 @@ from .replay import Change, replay
 if TYPE_CHECKING:
     from .context import AnalysisContext
 
-ACTIONS = ("drop_syncs", "scale", "set", "remove_host")
+ACTIONS = ("drop_syncs", "scale", "set", "set_each", "remove_host", "remove_spans")
 MAX_STEPS = 12  # steps replayed per finding; with more, the touched steps are sampled evenly
 
 
@@ -26,7 +26,12 @@ class Replayed:
     - drop_syncs: those host calls no longer wait for the device, nor cost;
     - scale: their durations divided by `factor`;
     - set: their durations become `dur_sql` (an SQL expression over their columns);
-    - remove_host: host time removed: the first `factor` share of each selected span.
+    - set_each: each event of `each` (event id, new dur_ns) gets its own new duration (a
+      rule's per-event prediction: a matmul's bf16 time, a kernel without its small DMAs'
+      setup); `where` is then ignored;
+    - remove_host: host time removed: the first `factor` share of each selected span;
+    - remove_spans: host time removed: each (rank, start_ns, end_ns) of `spans` (`where` is
+      then ignored; the steps are those the spans start in).
     """
 
     what: str  # the change in words: "these 12 syncs removed"
@@ -34,6 +39,9 @@ class Replayed:
     action: str  # one of ACTIONS
     factor: float = 1.0
     dur_sql: str | None = None
+    each: tuple[tuple[int, int], ...] = ()
+    then: tuple[Replayed, ...] = ()  # more changes made with this one (their `what` unsaid)
+    spans: tuple[tuple[int, int, int], ...] = ()
 
 
 _GRAPHS: weakref.WeakKeyDictionary[AnalysisContext, dict] = weakref.WeakKeyDictionary()
@@ -51,9 +59,24 @@ def _graph(ctx: AnalysisContext, step: int | None) -> tuple[Graph, int]:
 
 
 def change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | None]]:
-    """The replay change `rep` names, and the steps its events belong to."""
+    """The replay change `rep` names (with its `then` changes), and the steps its events
+    belong to."""
+    change, steps = _change_of(ctx, rep)
+    for more in rep.then:
+        c, s = change_of(ctx, more)
+        change = change + c
+        steps = sorted(set(steps) | set(s), key=lambda x: -1 if x is None else x)
+    return Change(rep.what, change.durations, change.drop_syncs, change.drop_host), steps
+
+
+def _change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | None]]:
+    if rep.action == "remove_spans":
+        return Change(rep.what, drop_host=rep.spans), _steps_of(ctx, rep.spans)
     new = f", ({rep.dur_sql}) AS new_ns" if rep.dur_sql else ""
-    rows = ctx.rows(f"SELECT id, rank, step, start_ns, dur_ns{new} FROM ev WHERE {rep.where}")
+    where = rep.where
+    if rep.action == "set_each":
+        where = f"id IN ({', '.join(str(int(i)) for i, _ in rep.each) or 'NULL'})"
+    rows = ctx.rows(f"SELECT id, rank, step, start_ns, dur_ns{new} FROM ev WHERE {where}")
     steps = sorted({r["step"] for r in rows}, key=lambda s: -1 if s is None else s)
     ids = [int(r["id"]) for r in rows]
     if rep.action == "drop_syncs":
@@ -64,11 +87,24 @@ def change_of(ctx: AnalysisContext, rep: Replayed) -> tuple[Change, list[int | N
     if rep.action == "set":
         return Change(rep.what, {i: max(int(r["new_ns"] or 0), 0)
                                  for i, r in zip(ids, rows, strict=True)}), steps  # fmt: skip
+    if rep.action == "set_each":
+        each = {int(i): max(int(ns), 0) for i, ns in rep.each}
+        return Change(rep.what, {i: each[i] for i in ids}), steps
     if rep.action == "remove_host":
         cut = tuple((int(r["rank"]), int(r["start_ns"]),
                      int(r["start_ns"]) + round(int(r["dur_ns"]) * rep.factor)) for r in rows)  # fmt: skip
         return Change(rep.what, drop_host=cut), steps
     raise ValueError(f"unknown replay action {rep.action!r}")
+
+
+def _steps_of(ctx: AnalysisContext, spans: tuple[tuple[int, int, int], ...]) -> list[int | None]:
+    """The steps the spans start in (None: outside every step)."""
+    wins = ctx.profile.manifest.steps
+    if not wins:
+        return [None] if spans else []
+    found: set[int | None] = {w.step for r, s, _ in spans for w in wins
+                              if w.rank == r and w.start_ns <= s < w.start_ns + w.dur_ns}  # fmt: skip
+    return sorted(found, key=lambda x: -1 if x is None else x)
 
 
 def saving(ctx: AnalysisContext, change: Change, steps: list[int | None]) -> int:
@@ -96,11 +132,18 @@ def replay_saving(ctx: AnalysisContext, rep: Replayed, key: tuple[str, str]) -> 
     return saving(ctx, change, steps)
 
 
-def joint_saving(ctx: AnalysisContext, a: tuple[str, str], b: tuple[str, str]) -> int | None:
-    """The saving of two findings' changes replayed together (None: either did not replay)."""
+def joint_saving(ctx: AnalysisContext, *keys: tuple[str, str]) -> int | None:
+    """The saving of several findings' changes replayed together (None: one did not replay):
+    never more than the steps they touch, whatever their own savings add up to."""
     known = CHANGES.get(ctx, {})
-    if a not in known or b not in known:
+    if not keys or any(k not in known for k in keys):
         return None
-    (ca, sa), (cb, sb) = known[a], known[b]
-    steps = sorted(set(sa) | set(sb), key=lambda s: -1 if s is None else s)
-    return saving(ctx, ca + cb, steps)
+    change, steps = known[keys[0]][0], set(known[keys[0]][1])
+    for k in keys[1:]:
+        other = known[k][0]
+        # two fixes of one event (fused, and in bf16): the shorter of the two, not compounded
+        both = {i: min(d, change.durations[i]) for i, d in other.durations.items()
+                if i in change.durations}  # fmt: skip
+        change = change + other + Change(change.what, both)
+        steps |= set(known[k][1])
+    return saving(ctx, change, sorted(steps, key=lambda s: -1 if s is None else s))

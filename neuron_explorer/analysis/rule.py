@@ -35,6 +35,8 @@ class Draft:
     # the change the fix makes, as data: when given, saving_ns is replaced by the replayed
     # steps' drop (replay_saving.py)
     change: Replayed | None = None
+    # a saving the rule cannot replay: why, and that saving_ns is an upper bound (docs/rules.md)
+    bound: str | None = None
 
 
 class Rule(Generic[FactsT]):
@@ -130,6 +132,7 @@ class Rule(Generic[FactsT]):
             evidence=draft.evidence,
             category=draft.category or self.category,
             replayed=draft.change.what if draft.change is not None else "",
+            bound="" if draft.change is not None or saving == 0 else draft.bound or "",
         )
 
 

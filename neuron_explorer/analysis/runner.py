@@ -53,7 +53,9 @@ def mark_overlaps(ctx, findings: list[Finding]) -> list[Finding]:
 
     from .replay_saving import joint_saving
 
-    keyed = [((f.rule, f.title), f) for f in findings if f.replayed]
+    # a saving of 0 overlaps nothing (and most device-side savings are 0 in host-bound steps):
+    # only the others are replayed in pairs
+    keyed = [((f.rule, f.title), f) for f in findings if f.replayed and f.saving_ns > 0]
     overlaps: dict[tuple[str, str], list[str]] = {k: [] for k, _ in keyed}
     for i, (ka, fa) in enumerate(keyed):
         for kb, fb in keyed[i + 1 :]:
@@ -63,7 +65,7 @@ def mark_overlaps(ctx, findings: list[Finding]) -> list[Finding]:
                 overlaps[ka].append(fb.rule)
                 overlaps[kb].append(fa.rule)
     return [dataclasses.replace(f, overlaps=tuple(overlaps[(f.rule, f.title)]))
-            if f.replayed and overlaps[(f.rule, f.title)] else f for f in findings]  # fmt: skip
+            if overlaps.get((f.rule, f.title)) else f for f in findings]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,11 @@ class FindingsReport(PageModel):
     # the exception that ended the run (capture/ending.py): the findings judge only what ran
     run_ended: dict[str, Any] | None = None
     job_ending: JobEnding | None = None  # a job's ranks that failed or wrote nothing (job.py)
+    # the replayed findings' changes replayed together: what fixing all of them saves, never
+    # more than the steps (their own savings may add past it when they touch the same time);
+    # None when no finding replayed its saving
+    replayed_total_ns: int | None = None
+    replayed_total_share: float = 0.0
 
 
 def findings_report(
@@ -93,8 +100,24 @@ def findings_report(
     with ctx.lock:
         steps = ctx.steps().num_rows if ctx.has_steps else 0
         total = ctx.total_step_ns
+        joint = replayed_total(ctx, findings)
     rules = sorted(ids) if ids is not None else sorted(r.id for r in RULES)
+    share = round(min(joint / total, 1.0), 6) if joint is not None and total > 0 else 0.0
     return FindingsReport(str(profile.path), profile.manifest.source, total, steps,
                           tuple(rules), tuple(findings),
                           profile.manifest.extra.get("run_ended"),
-                          job_ending(profile.manifest))  # fmt: skip
+                          job_ending(profile.manifest), joint, share)  # fmt: skip
+
+
+def replayed_total(ctx, findings: Iterable[Finding]) -> int | None:
+    """The saving of every replayed finding's change replayed together (None: none replayed,
+    or their changes are not known to this context)."""
+    from .replay_saving import joint_saving
+
+    keys = [(f.rule, f.title) for f in findings if f.replayed]
+    if not keys:
+        return None
+    joint = joint_saving(ctx, *keys)
+    if joint is None:
+        return None
+    return min(joint, ctx.total_step_ns) if ctx.total_step_ns > 0 else joint

@@ -10,6 +10,11 @@ from ..context import AnalysisContext
 from ..findings import Evidence, Hotspot
 from ..rule import Draft, Rule, fmt_ms
 
+BOUND = (
+    "the outliers at their group's median; not replayed: a late rank's wait comes from what "
+    "another rank did before the call, which this finding does not name as events"
+)
+
 
 @dataclass(frozen=True)
 class Groups:
@@ -94,6 +99,7 @@ class CollectiveOutliers(Rule[Groups]):
                 + (f" in step {worst.step}." if worst.step is not None else ".")
             ),
             saving_ns=extra,
+            bound=BOUND,
             evidence=Evidence(
                 event_ids=tuple(c.id for c, _ in outliers[:20]),
                 ops=tuple(

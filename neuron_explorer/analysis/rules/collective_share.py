@@ -46,6 +46,12 @@ WITH ov AS (SELECT c.rank, c.s, sum(least(c.e, o.e) - greatest(c.s, o.s)) AS ns
 SELECT c.rank, c.s, c.e, coalesce(ov.ns, 0) AS overlap_ns FROM coll c LEFT JOIN ov USING (rank, s)
 ORDER BY c.rank, c.s"""
 
+BOUND = (
+    "all the exposed communication hidden under compute; not replayed: how much of it a "
+    "bucketing or no_sync change hides depends on the order of the backward's work, which "
+    "the profile does not fix"
+)
+
 
 def overlapped(ctx: AnalysisContext) -> pa.Table:
     """The rank's collective spans in its steps, merged (rank, s, e), each with overlap_ns: the
@@ -173,5 +179,6 @@ class CollectiveShare(Rule[Communication]):
                 )
             ),
             saving_ns=total_exposed,
+            bound=BOUND,
             evidence=evidence,
         )

@@ -5,12 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..context import AnalysisContext
+from ..conventions import TRACE_COMPILE_PREDICATE
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
 from ..rule import torch_compile_trace_ns as trace_ns_of
 
 # recompiles are recompilation's finding (the shared `recompiles` table)
 WHERE = "layer = 'host' AND kind = 'compile' AND id NOT IN (SELECT id FROM recompiles)"
+# what a warm cache removes: those compiles and torch.compile's tracing spans around them that
+# hold no recompile
+COMPILED = (
+    f"({WHERE}) OR ({TRACE_COMPILE_PREDICATE} AND NOT EXISTS (SELECT 1 FROM recompiles r "
+    "WHERE r.rank = ev.rank AND r.start_ns >= ev.start_ns "
+    "AND r.start_ns + r.dur_ns <= ev.start_ns + ev.dur_ns))"
+)
 FIRST_STEP_SQL = """
 WITH r AS (SELECT rank, step, s, e - s AS dur,
                row_number() OVER (PARTITION BY rank ORDER BY s) AS i FROM steps_w),
@@ -57,8 +66,9 @@ class CompileDominated(Rule[Compiles]):
     each rank with the median
     of its other steps. Report when compile time is at least COMPILE_SHARE of step time, or the
     first step takes at least FIRST_STEP_RATIO times the steady median and contains compiles.
-    The saving is the compile time (a warm persistent cache or a warm-up before the measured
-    run removes it).
+    The saving is the replay of that compile and tracing time removed from the steps' host (a
+    warm persistent cache or a warm-up before the measured run removes it); compiles outside
+    every step shorten no step.
     """
 
     id = "compile-dominated"
@@ -135,4 +145,10 @@ class CompileDominated(Rule[Compiles]):
             ),
             saving_ns=ns,
             evidence=evidence,
+            change=Replayed(
+                f"these {facts.compiles} compiles and the tracing around them removed from the "
+                "host (a warm cache)",
+                COMPILED,
+                "remove_host",
+            ),
         )

@@ -6,9 +6,17 @@ from dataclasses import dataclass
 
 from ..context import AnalysisContext
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, longest_ids, top_lines, top_ops
 
 WHERE = "layer = 'host' AND kind = 'fallback'"
+# the device sync and the copies out and back that each fallback call costs: the runtime
+# records them with the fallback's op and call site
+AROUND = (
+    "layer = 'host' AND (name = 'sync' OR (kind = 'copy' AND json_extract_string(args, "
+    "'$.direction') IS NULL)) AND (op_name, src_file, src_line) IN "
+    f"(SELECT (op_name, src_file, src_line) FROM ev WHERE {WHERE})"
+)
 
 
 @dataclass(frozen=True)
@@ -25,8 +33,10 @@ class CpuFallback(Rule[Fallbacks]):
     copied to the host, it runs there, and its outputs are copied back, every call.
     Algorithm: the host events of kind fallback (one per fallback call; op_name names the op,
     src_file/src_line the call site) plus the device sync and the copies out and back recorded
-    with the same op and call site. Report when there are at least MIN_FALLBACKS; the saving is
-    that whole time (the op on the device is assumed free in comparison).
+    with the same op and call site. Report when there are at least MIN_FALLBACKS. The saving is
+    a replay of the op back on the device with no cost of its own: the fallbacks' and their
+    copies' host time removed and their syncs dropped (an upper bound: the op's own kernel,
+    not in the profile, would cost something).
     """
 
     id = "cpu-fallback"
@@ -51,13 +61,7 @@ class CpuFallback(Rule[Fallbacks]):
             return None
         # the device sync and the copies out and back that each fallback call costs: the
         # runtime records them with the fallback's op and call site
-        around = ctx.one(
-            f"""SELECT coalesce(sum(x.dur_ns), 0) AS ns FROM ev x
-            WHERE x.layer = 'host' AND (x.name = 'sync' OR (x.kind = 'copy' AND
-                  json_extract_string(x.args, '$.direction') IS NULL))
-              AND (x.op_name, x.src_file, x.src_line) IN
-                  (SELECT (op_name, src_file, src_line) FROM ev WHERE {WHERE})"""
-        )
+        around = ctx.one(f"SELECT coalesce(sum(dur_ns), 0) AS ns FROM ev WHERE {AROUND}")
         ns = int(agg.get("ns") or 0) + int(around.get("ns") or 0)
         return Fallbacks(n, int(agg["ops"]), ns)
 
@@ -84,4 +88,11 @@ class CpuFallback(Rule[Fallbacks]):
             ),
             saving_ns=ns,
             evidence=evidence,
+            change=Replayed(
+                f"these {n} fallbacks, their copies and syncs removed (the op on the device "
+                "counted free: an upper bound)",
+                f"({WHERE}) OR (({AROUND}) AND kind <> 'sync')",
+                "remove_host",
+                then=(Replayed("", f"({AROUND}) AND kind = 'sync'", "drop_syncs"),),
+            ),
         )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..context import AnalysisContext
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
 
 WHERE = "layer = 'host' AND kind IN ('annotation', 'op') AND is_loader"
@@ -37,7 +38,9 @@ class DataloaderStall(Rule[Loading]):
     "enumerate(DataLoader)#...__next__", conventions.DATALOADER_LIKE) per rank and clip them to
     the step windows; add the
     gaps between consecutive steps of a rank. Report when that time is at least MIN_SHARE of
-    step time (plus gaps).
+    step time (plus gaps). The saving is a replay of the batches ready when asked for: the
+    loader spans' host time in the steps removed; the gaps between steps are no step's time,
+    so the detail gives them apart and the saving leaves them out.
     """
 
     id = "dataloader-stall"
@@ -91,7 +94,19 @@ class DataloaderStall(Rule[Loading]):
                 f"The host spent {fmt_ms(facts.loader_ns)} inside the DataLoader's __next__ "
                 f"within steps and {fmt_ms(facts.between_steps_ns)} between steps, "
                 f"{fmt_ms(facts.stall_ns)} in all, while the model waited for its next batch."
+                + (
+                    " The time between steps is outside every step: the saving, a replay of "
+                    "the steps, leaves it out, though the run would end that much sooner too."
+                    if facts.between_steps_ns
+                    else ""
+                )
             ),
             saving_ns=facts.stall_ns,
             evidence=evidence,
+            change=Replayed(
+                "the DataLoader's __next__ removed from the steps' host time (each batch ready "
+                "when asked for)",
+                WHERE,
+                "remove_host",
+            ),
         )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import intervals
 from ..context import AnalysisContext
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, hotspots, ids_of
 
 NOT_BOUND = """NOT EXISTS (SELECT 1 FROM launch_bound_steps l
@@ -42,6 +43,9 @@ class Gaps:
     has_steps: bool
     startup_ns: int  # before the first device work (without steps)
     table: Any  # pa.Table idle_gaps (rank, ws, start_ns, dur_ns), for the evidence
+    # the reported idle time as host time (rank, start_ns, end_ns): the counted gaps outside
+    # launch-bound steps, less their explained and set-up parts (the replay removes them)
+    spans: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def idle_ns(self) -> int:
@@ -65,7 +69,10 @@ class DeviceIdleGaps(Rule[Gaps]):
     launch of 10 ms or more, which loads its module: CUDA and cuDNN start-up, which these fixes
     do not remove; facts.SETUP_RUNTIME_LIKE); report when the rest adds up to at least
     MIN_IDLE_SHARE of step time. Evidence: the host ops and source lines that overlap the
-    TOP_GAPS longest gaps most.
+    TOP_GAPS longest gaps most. The fix is the host's, and which one depends on what the host
+    does there, so the saving is the replay of the host's time in those gaps (less the parts
+    above) removed: what making all of it free would give back, an upper bound of any one fix,
+    and less than the idle time where the device then becomes what the step waits for.
     """
 
     id = "device-idle-gaps"
@@ -103,7 +110,7 @@ class DeviceIdleGaps(Rule[Gaps]):
             )
             with_setup = ctx.one(OVERLAP, tables={"idle_gaps": gaps, "causes": causes})
         bound = ctx.one(IN_BOUND, tables={"idle_gaps": gaps})
-        return Gaps(
+        facts = Gaps(
             gaps=int(agg["n"]),
             gaps_ns=int(agg.get("total") or 0),
             longest_ns=int(agg.get("longest") or 0),
@@ -115,6 +122,12 @@ class DeviceIdleGaps(Rule[Gaps]):
             startup_ns=0 if ctx.has_steps else int(ctx.one(STARTUP).get("ns") or 0),
             table=gaps,
         )
+        if not self.gate(facts):
+            return facts
+        own = ctx.rows(f"SELECT rank, start_ns, dur_ns FROM idle_gaps g WHERE {NOT_BOUND}",
+                       tables={"idle_gaps": gaps})  # fmt: skip
+        causes = ctx.rows("SELECT rank, s, e FROM explained UNION ALL SELECT * FROM setup_calls")
+        return replace(facts, spans=_less(own, causes))
 
     def gate(self, facts: Gaps) -> bool:
         return facts.step_ns > 0 and facts.idle_ns >= self.MIN_IDLE_SHARE * facts.step_ns
@@ -181,4 +194,36 @@ class DeviceIdleGaps(Rule[Gaps]):
             ),
             saving_ns=total,
             evidence=evidence,
+            change=Replayed(
+                f"the host's time in these {n} gaps removed (whatever it does there made free: "
+                "an upper bound of any one fix)",
+                "",
+                "remove_spans",
+                spans=facts.spans,
+            ),
         )
+
+
+def _less(gaps: list[dict[str, Any]], causes: list[dict[str, Any]]) -> tuple:
+    """Each gap (rank, start_ns, dur_ns) less the cause intervals (rank, s, e) of its rank, as
+    (rank, start_ns, end_ns) pieces."""
+    by_rank: dict[int, list[tuple[int, int]]] = {}
+    for c in causes:
+        by_rank.setdefault(int(c["rank"]), []).append((int(c["s"]), int(c["e"])))
+    for v in by_rank.values():
+        v.sort()
+    out = []
+    for g in gaps:
+        r, a = int(g["rank"]), int(g["start_ns"])
+        b = a + int(g["dur_ns"])
+        for s, e in by_rank.get(r, ()):
+            if e <= a or s >= b:
+                continue
+            if s > a:
+                out.append((r, a, s))
+            a = max(a, e)
+            if a >= b:
+                break
+        if a < b:
+            out.append((r, a, b))
+    return tuple(sorted(out))

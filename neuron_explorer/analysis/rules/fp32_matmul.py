@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..bf16 import Bf16Estimate, estimate
 from ..context import AnalysisContext
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, longest_ids, top_lines, top_ops
 from ..shapes import MATMUL_OP_SQL
 
@@ -48,8 +49,9 @@ class Fp32Matmul(Rule[Matmuls]):
     the fix is autocast and the saving is that net; otherwise, when a bf16 model would gain
     that share, the fix is casting the model (model.to(torch.bfloat16): no per-op casts, only
     its input's and output's) and the saving is the matmul saving less those casts; else
-    nothing is reported. The saving is device (kernel) time:
-    in a launch-bound step the step time follows the host instead.
+    nothing is reported. The title and metrics give that device (kernel) time; the saving is
+    its replay: each matmul at its predicted bf16 time (plus, for autocast, the casts around
+    it), so in a launch-bound step, whose time follows the host, it saves little.
     """
 
     id = "fp32-matmul"
@@ -134,7 +136,7 @@ class Fp32Matmul(Rule[Matmuls]):
         else:
             title = (
                 f"{share}; autocast would not pay (its casts cost more), a bf16 model would "
-                f"save ~{fmt_ms(saving)}"
+                f"save ~{fmt_ms(saving)} of device time"
             )
             fix = (
                 "Cast the model instead of autocasting: model.to(torch.bfloat16) (and the "
@@ -161,4 +163,15 @@ class Fp32Matmul(Rule[Matmuls]):
             saving_ns=saving,
             fix=fix,
             evidence=evidence,
+            change=replayed(est, autocast),
         )
+
+
+def replayed(est: Bf16Estimate, autocast: bool) -> Replayed:
+    """The fix as a replay: each matmul at its predicted bf16 time, with autocast's casts
+    around it, or in a bf16 model with its few boundary casts shared out."""
+    how = (" with autocast's casts around each" if autocast
+           else " in a bf16 model (its boundary casts shared out)")  # fmt: skip
+    each = est.autocast_each() if autocast else est.model_each()
+    return Replayed(f"these {est.matmuls} matmuls at their predicted bf16 time{how}", "",
+                    "set_each", each=each)  # fmt: skip

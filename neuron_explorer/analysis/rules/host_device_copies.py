@@ -8,6 +8,7 @@ from typing import Any
 from ..context import AnalysisContext
 from ..conventions import NEURON_COPY_KIND
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, hotspots, longest_ids, top_lines, top_ops
 
 # GPU copies between host and device, by Kineto's memcpy names ("Memcpy HtoD (Pageable -> ...)").
@@ -47,9 +48,10 @@ class HostDeviceCopies(Rule[Copies]):
     least MIN_PAGEABLE_COPIES, and all of them when there are at least MIN_COPIES_PER_STEP per
     step taking at least MIN_SHARE of step time. Neuron: host copy events with direction h2d,
     grouped by source line; report lines that copy in at least EVERY_STEP_FRACTION of the steps
-    (with at least two steps) when those copies take at least MIN_SHARE of step time. Saving:
-    PINNED_SAVING of pageable copy time; the whole time of
-    per-step neuron copies and of frequent GPU copies.
+    (with at least two steps) when those copies take at least MIN_SHARE of step time. The
+    saving is a replay: the pageable copies' device time cut by PINNED_SAVING; frequent GPU
+    copies at no time; the per-step neuron copies gone from the host (and no longer waited
+    for), so a copy the host overlaps with other work saves less than its time.
     """
 
     id = "host-device-copies"
@@ -160,9 +162,23 @@ class HostDeviceCopies(Rule[Copies]):
                     ),
                     saving_ns=facts.lines_ns,
                     evidence=line,
+                    change=Replayed(
+                        f"these lines' {sum(int(r['count']) for r in facts.lines)} copies "
+                        "removed (the tensors built once, on the device)",
+                        self.lines_where(facts),
+                        "remove_host",
+                        then=(Replayed("", self.lines_where(facts), "drop_syncs"),),
+                    ),
                 )
             )
         return out
+
+    def lines_where(self, f: Copies) -> str:
+        """The per-step copies of the lines found, as an SQL condition over `ev`."""
+        keys = ", ".join(
+            f"('{str(r['file']).replace(chr(39), chr(39) * 2)}', {int(r['line'])})" for r in f.lines
+        )
+        return f"{NEURON_PER_STEP} AND (src_file, src_line) IN ({keys})"
 
     def _explain_gpu(self, f: Copies, evidence: Evidence) -> Draft:
         frequent = self.frequent(f)
@@ -180,4 +196,13 @@ class HostDeviceCopies(Rule[Copies]):
             ),
             saving_ns=f.gpu_ns if frequent else f.pageable_ns * self.PINNED_SAVING,
             evidence=evidence,
+            change=Replayed(
+                f"these {f.gpu} copies removed"
+                if frequent
+                else f"these {f.pageable} copies {1 / (1 - self.PINNED_SAVING):g}x faster (pinned)",
+                self.gpu_where(f),
+                "set" if frequent else "scale",
+                factor=1 / (1 - self.PINNED_SAVING),
+                dur_sql="0" if frequent else None,
+            ),  # fmt: skip
         )

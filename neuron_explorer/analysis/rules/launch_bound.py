@@ -14,12 +14,25 @@ from ..facts import (
     TINY_KERNEL_NS,
 )
 from ..findings import Evidence, Hotspot
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, fmt_pct, hotspots, longest_ids
 
 KERNELS = f"layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)}"
 # one launch: the kernels of one program share their launch's flow (a compiled graph's many
 # kernels are one launch, as one NEFF runs); a kernel without a flow is its own launch
 LAUNCH = "coalesce(flow_id, -id)"
+# the host's per-op dispatch in the launch-bound steps: each outermost host op (no host op
+# around it), except those holding what a more specific rule owns (a compile, a CPU fallback,
+# a sync: their idle time is not launch-bound's)
+DISPATCH = (
+    "layer = 'host' AND kind = 'op' AND (parent_id IS NULL OR parent_id NOT IN "
+    "(SELECT id FROM ev WHERE layer = 'host' AND kind = 'op')) AND EXISTS (SELECT 1 FROM "
+    "launch_bound_steps s WHERE s.rank = ev.rank AND ev.start_ns >= s.start_ns "
+    "AND ev.start_ns < s.start_ns + s.dur_ns) AND NOT EXISTS (SELECT 1 FROM ev x WHERE "
+    "x.layer = 'host' AND x.kind IN ('compile', 'fallback', 'sync') AND x.rank = ev.rank "
+    "AND x.track = ev.track AND x.start_ns >= ev.start_ns "
+    "AND x.start_ns < ev.start_ns + ev.dur_ns)"
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +60,11 @@ class LaunchBound(Rule[Bound]):
     breakdown, less the idle time that overlaps compiles, fallbacks, syncs or data loading (the
     more specific rules report that), and the median kernel duration of the rank. A step is
     launch-bound when it has at least MIN_KERNELS_PER_STEP kernels, a median kernel under
-    TINY_KERNEL_NS and that idle time is at least MIN_IDLE_SHARE of the step. The saving
-    assumed is RECOVERABLE_SHARE of the idle time in those steps. The title and evidence
+    TINY_KERNEL_NS and that idle time is at least MIN_IDLE_SHARE of the step. The saving is a
+    replay of fewer, larger launches: the host's per-op dispatch in those steps (each
+    outermost host op, except those holding a compile, a fallback or a sync) cut by
+    RECOVERABLE_SHARE, the kernels kept, so the step shortens until the device's own work sets
+    it. The title and evidence
     count launches, not kernels: a program's kernels share its launch's flow, so a compiled
     graph counts once (its entry line is cited with its launches).
     Fix: conditional on what the profile shows works for the model (analysis/compiled.py):
@@ -66,7 +82,7 @@ class LaunchBound(Rule[Bound]):
     MIN_KERNELS_PER_STEP = LAUNCH_MIN_KERNELS_PER_STEP
     TINY_KERNEL_NS = TINY_KERNEL_NS  # a kernel shorter than this costs about as much to launch
     MIN_IDLE_SHARE = LAUNCH_MIN_IDLE_SHARE
-    RECOVERABLE_SHARE = 0.5  # of the idle time, what fusing launches typically wins back
+    RECOVERABLE_SHARE = 0.5  # of the host's dispatch, what fusing launches typically removes
     fix = (
         "Fewer, larger launches. If the profile shows a compiled step without recompiles, "
         "compile what still runs eagerly; otherwise check the model first with "
@@ -164,6 +180,14 @@ class LaunchBound(Rule[Bound]):
             saving_ns=idle_ns * self.RECOVERABLE_SHARE,
             fix=advice(facts.state, facts.neuron, facts.unfused, n),
             evidence=evidence,
+            change=Replayed(
+                f"the host's per-op dispatch in these {n} steps cut by "
+                f"{self.RECOVERABLE_SHARE:.0%} (its ops fused into fewer launches; the kernels "
+                "kept)",
+                DISPATCH,
+                "remove_host",
+                factor=self.RECOVERABLE_SHARE,
+            ),
         )
 
 

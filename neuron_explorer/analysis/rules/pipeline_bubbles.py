@@ -10,6 +10,11 @@ from ..context import AnalysisContext
 from ..findings import Evidence, Hotspot
 from ..rule import Draft, Rule, fmt_ms
 
+BOUND = (
+    "the busiest stage at the mean stage's busy time (stages balanced exactly); not replayed: "
+    "moving layers moves work between ranks, and a replay re-times each rank's own events"
+)
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -137,6 +142,7 @@ class PipelineBubbles(Rule[Stages]):
                 f"{fmt_ms(saving)} over the {busiest.steps} steps."
             ),
             saving_ns=saving,
+            bound=BOUND,
             evidence=Evidence(
                 ops=tuple(
                     Hotspot(

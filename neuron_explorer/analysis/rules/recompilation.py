@@ -6,13 +6,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..context import AnalysisContext
-from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL
+from ..conventions import COMPILE_GROUP_SQL, PROGRAM_SQL, TRACE_COMPILE_PREDICATE
 from ..findings import Evidence, Hotspot
+from ..replay_saving import Replayed
 from ..rule import Draft, Rule, fmt_ms, longest_ids, top_lines, torch_compile_trace_ns
 from ..shapes import parse_shapes
 
 RECOMPILE = "id IN (SELECT id FROM recompiles)"
 IS_GRAPH = "coalesce(op_name, '') LIKE 'neuron_graph_%'"
+# what the fix removes: the recompiles and torch.compile's tracing spans around them
+COMPILED_AGAIN = (
+    f"{RECOMPILE} OR ({TRACE_COMPILE_PREDICATE} AND EXISTS (SELECT 1 FROM recompiles r "
+    "WHERE r.rank = ev.rank AND r.start_ns >= ev.start_ns "
+    "AND r.start_ns + r.dur_ns <= ev.start_ns + ev.dur_ns))"
+)
 
 
 def _what(graphs: int, pieces: int, eager: int) -> str:
@@ -80,9 +87,10 @@ class Recompilation(Rule[Recompiles]):
     "recompile"), compiles of a graph's later shape signatures (op_name
     neuron_graph_<graph>_<signature>, signature >= 1) and any compile after a rank's first step;
     grouped by graph (or op) and counted as programs (a graph signature's forward and backward
-    compiles are one); report when there are at least MIN_RECOMPILES. The saving is their
+    compiles are one); report when there are at least MIN_RECOMPILES. What they cost is their
     compile time plus the rest of torch.compile's own spans (entire_frame_compile,
-    entire_backward_compile: tracing, AOT autograd) that enclose them.
+    entire_backward_compile: tracing, AOT autograd) that enclose them; the saving is the
+    replay of that host time removed from the steps.
     Evidence: the shapes that caused them and padded sizes (multiples of BUCKET_MULTIPLE) that
     would collapse them into a few signatures.
     """
@@ -172,4 +180,9 @@ class Recompilation(Rule[Recompiles]):
             ),
             saving_ns=ns + trace_ns,
             evidence=evidence,
+            change=Replayed(
+                f"these {n} recompiles and the tracing around them removed from the host",
+                COMPILED_AGAIN,
+                "remove_host",
+            ),
         )

@@ -11,6 +11,7 @@ import pyarrow as pa
 from .. import intervals
 from ..context import AnalysisContext
 from ..findings import Evidence
+from ..replay_saving import Replayed
 from ..rule import (
     HOST_BOUND,
     Draft,
@@ -43,6 +44,9 @@ class Transfers:
     busy_ns: int = 0  # the device's busy time in the steps
     by_source: tuple[tuple[str, int], ...] = ()  # (source, ns of small transfers)
     host_bound: bool = False  # launch-bound steps: the host, not the device, sets their time
+    # each kernel whose small transfers run alone: (kernel id, its new time: less that exposed
+    # time, plus their bytes at full bandwidth), the change a replay applies
+    kernels: tuple[tuple[int, int], ...] = ()
 
     @property
     def where(self) -> str:
@@ -69,10 +73,11 @@ class SmallDma(Rule[Transfers]):
     when there are at least MIN_COUNT of them and they are at least MIN_SMALL_SHARE of all
     transfers. Whose they are decides the fix: a kernel's own (its parent), the optimizer's
     (launched inside Optimizer.step), a compiled graph's, or a host copy's. Transfers on
-    parallel queues and under compute overlap, so the saving is the device time when only
+    parallel queues and under compute overlap, so what they cost is the device time when only
     small transfers run (no compute instruction, no large transfer) less the time their bytes
-    take at full bandwidth, never more than the device's busy time; with launch-bound steps the
-    detail says the step shortens less than that.
+    take at full bandwidth (the title's figure). The saving is its replay: each kernel whose
+    small transfers run alone shortened by its part of that (a stretch of small transfers
+    belongs to the kernel of its first), so steps the host sets (launch-bound) save ~nothing.
     """
 
     id = "small-dma"
@@ -128,9 +133,10 @@ class SmallDma(Rule[Transfers]):
         )
         if not self.gate(facts):
             return facts
-        return replace(facts, exposed_ns=_exposed_ns(ctx, limit), busy_ns=device_busy_ns(ctx),
+        exposed, kernels = _exposed(ctx, limit, bw)
+        return replace(facts, exposed_ns=exposed, busy_ns=device_busy_ns(ctx),
                        by_source=_by_source(ctx, table, facts.where),
-                       host_bound=host_bound(ctx))  # fmt: skip
+                       host_bound=host_bound(ctx), kernels=kernels)  # fmt: skip
 
     def gate(self, facts: Transfers) -> bool:
         k = facts.small
@@ -172,6 +178,13 @@ class SmallDma(Rule[Transfers]):
             saving_ns=saving,
             fix=self.fixes[facts.main_source],
             evidence=evidence,
+            change=Replayed(
+                f"these {len(facts.kernels)} kernels without their small transfers' exposed "
+                "time (their bytes moved at full bandwidth instead)",
+                "",
+                "set_each",
+                each=facts.kernels,
+            ),
         )
 
 
@@ -206,9 +219,13 @@ def _by_source(ctx: AnalysisContext, table: str, where: str) -> tuple[tuple[str,
     return tuple((s, int(row.get(s) or 0)) for s in SOURCES)
 
 
-def _exposed_ns(ctx: AnalysisContext, limit: int) -> int:
+def _exposed(
+    ctx: AnalysisContext, limit: int, bw: float
+) -> tuple[int, tuple[tuple[int, int], ...]]:
     """Device time covered by small transfers and by no other device work (compute
-    instructions, large transfers, collectives; kernel spans hold their transfers)."""
+    instructions, large transfers, collectives; kernel spans hold their transfers); and each
+    kernel's new time with its share of it replaced by its small transfers' bytes at `bw`
+    (a stretch of small transfers belongs to the kernel of the first transfer in it)."""
     cols = ctx.cols
     dma = cols.where("layer", ("device",)) & cols.where("kind", ("dma",))
     written = cols.ints("bytes_written", -1)
@@ -217,10 +234,32 @@ def _exposed_ns(ctx: AnalysisContext, limit: int) -> int:
     other = cols.where("layer", ("device",)) & ~cols.where("kind", ("kernel",)) & ~small
     merged = ctx.merge_rows(small)
     if merged.num_rows == 0:
-        return 0
+        return 0, ()
     windows = pa.table({"rank": merged["rank"], "ws": merged["s"], "we": merged["e"]})
     hidden = intervals.covered(ctx.merge_rows(other), ["rank"], windows)
-    lengths = merged["e"].to_numpy(zero_copy_only=False) - merged["s"].to_numpy(
-        zero_copy_only=False
-    )
-    return int(np.sum(lengths) - np.sum(hidden))
+    starts = merged["s"].to_numpy(zero_copy_only=False)
+    exposed = merged["e"].to_numpy(zero_copy_only=False) - starts - hidden
+    at = np.flatnonzero(small)
+    parent = cols.ints("parent_id", -1)[at]
+    first: dict[
+        tuple[int, int], int
+    ] = {}  # (rank, start) -> the kernel of the first small transfer starting there
+    for r, st, k in zip(cols.ints("rank")[at], cols.ints("start_ns")[at], parent, strict=True):
+        first.setdefault((int(r), int(st)), int(k))
+    cut: dict[int, float] = {}
+    for r, st, x in zip(merged["rank"].to_pylist(), starts, exposed, strict=True):
+        k = first.get((int(r), int(st)), -1)
+        if k >= 0 and x > 0:
+            cut[k] = cut.get(k, 0.0) + float(x)
+    moved: dict[int, float] = {}  # each kernel's small bytes at full bandwidth
+    if bw > 0:
+        for k, b in zip(parent, size[at], strict=True):
+            moved[int(k)] = moved.get(int(k), 0.0) + float(b) / bw * 1e9
+    ids = cols.ints("id")
+    held = np.isin(ids, np.fromiter(cut, np.int64, len(cut)))
+    dur = dict(zip(ids[held].tolist(), cols.ints("dur_ns")[held].tolist(), strict=True))
+    kernels = tuple(sorted(
+        (k, int(round(dur[k] - max(c - moved.get(k, 0.0), 0.0))))
+        for k, c in cut.items() if k in dur and c > moved.get(k, 0.0)
+    ))  # fmt: skip
+    return int(np.sum(exposed)), kernels

@@ -16,6 +16,11 @@ from ..rule import Draft, Rule, fmt_ms, hotspots
 HOST_WORK = "('op', 'annotation', 'python', 'sync', 'fallback')"
 WORK_KINDS = "('op', 'annotation', 'python', 'sync', 'fallback', 'copy')"  # a step's recorded work
 
+BOUND = (
+    "the slow steps' time above the median that their extra work accounts for; not replayed: "
+    "the extra calls are counted by name against a normal step, not picked out one by one"
+)
+
 
 @dataclass(frozen=True)
 class Outliers:
@@ -156,6 +161,7 @@ class StepTimeOutliers(Rule[Outliers]):
                 "steps than usual."
             ),
             saving_ns=facts.extra_ns,
+            bound=BOUND,
             evidence=evidence,
         )
 

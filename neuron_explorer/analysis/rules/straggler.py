@@ -10,6 +10,12 @@ from ..context import AnalysisContext
 from ..findings import Evidence, Hotspot
 from ..rule import Draft, Rule, fmt_ms
 
+BOUND = (
+    "the job at the pace of its other ranks (the straggler's median extra a step); not "
+    "replayed: what the slow rank does more is spread over its step, not a set of events to "
+    "remove"
+)
+
 
 @dataclass(frozen=True)
 class RankWork:
@@ -109,6 +115,7 @@ class Straggler(Rule[RankWork]):
                 "waited)."
             ),
             saving_ns=saving,
+            bound=BOUND,
             evidence=Evidence(
                 ops=tuple(
                     Hotspot(

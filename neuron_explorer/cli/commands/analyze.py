@@ -120,8 +120,10 @@ def render_findings(doc: dict) -> None:
             f"{i}. {sev}{tag} [bold]{escape(f['title'])}[/]  [dim]({f['rule']})[/]", highlight=False
         )
         c.print(
-            f"   saves ~{_ms(f['saving_ns'])} ({100 * f['saving_share']:.1f}% of step time)"
-            + (f", replayed: {escape(f['replayed'])}" if f.get("replayed") else ""),
+            f"   saves {'at most ' if f.get('bound') else ''}~{_ms(f['saving_ns'])} "
+            f"({100 * f['saving_share']:.1f}% of step time)"
+            + (f", replayed: {escape(f['replayed'])}" if f.get("replayed") else "")
+            + (f" (an upper bound: {escape(f['bound'])})" if f.get("bound") else ""),
             highlight=False,
         )
         if f.get("overlaps"):  # their changes replayed together save less than the sum
@@ -145,3 +147,12 @@ def render_findings(doc: dict) -> None:
         c.print(f"   [green]fix:[/] {escape(f['fix'])}", highlight=False)
     if not findings:
         c.print("No problems found by the rules that ran.")
+    elif doc.get("replayed_total_ns") is not None:
+        n = sum(1 for f in findings if f.get("replayed"))
+        c.print()
+        c.print(
+            f"[bold]All {n} replayed change(s) together save ~{_ms(doc['replayed_total_ns'])} "
+            f"({100 * doc['replayed_total_share']:.1f}% of step time)[/]: one replay of every "
+            "change above at once; the findings' own savings do not add where they overlap.",
+            highlight=False,
+        )

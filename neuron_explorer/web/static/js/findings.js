@@ -34,6 +34,7 @@ function evidence(f) {
 // the saving is the replayed step's drop with the change named; findings touching the same
 // time say so, since their savings do not add
 function replayNote(f) {
+  if (f.bound) return h("div", { class: "note bound" }, `Saving an upper bound: ${f.bound}.`);
   if (!f.replayed) return null;
   return h("div", { class: "note replayed" }, `Saving replayed: ${f.replayed}.`,
     f.overlaps && f.overlaps.length ? h("b", { class: "overlaps" }, ` Overlaps ${f.overlaps.join(", ")}: the savings do not add.`) : null);
@@ -44,7 +45,10 @@ run(async () => {
   const body = !d.findings.length ? h("p", { class: "note" }, "No rule found a problem in this profile.")
     : h("div", {}, d.findings.map((f) => h("div", { class: `finding sev-${f.severity}-b` },
       h("div", {}, findingChips(f), h("span", { class: "note mono" }, `  ${f.rule}`),
-        h("span", { class: "note" }, `  · saves ~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)} of step time)`)),
+        h("span", { class: "note" }, `  · saves ${f.bound ? "at most " : ""}~${fmtNs(f.saving_ns)} (${fmtPct(f.saving_share)} of step time)`)),
       h("h3", {}, f.title), h("p", {}, f.detail), f.fix ? h("div", { class: "fix" }, h("b", {}, "Fix: "), f.fix) : null, replayNote(f), evidence(f))));
-  mount(h("h1", {}, "Findings", h("span", { class: "note" }, `  ${d.findings.length} found: readiness problems first, then largest saving first`)), section("Findings", body));
+  // what fixing every replayed finding saves: one replay of all their changes together
+  const total = d.replayed_total_ns == null ? null : h("p", { class: "note replayed-total" },
+    `All ${d.findings.filter((f) => f.replayed).length} replayed changes together save ~${fmtNs(d.replayed_total_ns)} (${fmtPct(d.replayed_total_share)} of step time): one replay of them all at once, never more than the steps; the findings' own savings do not add where they overlap.`);
+  mount(h("h1", {}, "Findings", h("span", { class: "note" }, `  ${d.findings.length} found: readiness problems first, then largest saving first`)), total, section("Findings", body));
 });
