@@ -129,3 +129,34 @@ def test_ranks_assembled_into_one_profile_keep_each_graph_once(captures, tmp_pat
     assert sorted(keys) == sorted(one)
     (what,) = [c for c in whatif(profile, chip="trn3").changes if "lowered for" in c]
     assert "kept" not in what and "compiled graphs' fused groups" in what
+
+
+def test_a_graph_holding_an_op_declared_elsewhere_keeps_its_kernels(captures, tmp_path):
+    """A kernel declared with register_kernel exists in the capturing process only: lowered
+    here its op would be priced as an elementwise op, so its graph's kernels keep their time."""
+    custom = tmp_path / "custom"
+    shutil.copytree(captures["trn2"].path, custom)
+    table = pq.read_table(custom / "graphs.parquet")
+    ops = table.column("op").cast(pa.string()).to_pylist()
+    i = next(k for k, op in enumerate(ops) if op == "aten::mm")
+    ops[i] = "mylib::fast_mm"
+    at = table.schema.get_field_index("op")
+    pq.write_table(table.set_column(at, "op", pa.array(ops).dictionary_encode()),
+                   custom / "graphs.parquet")  # fmt: skip
+    graph_of = table.column("graph").cast(pa.string()).to_pylist()[i]
+    rows = (
+        Profile.open(custom)
+        .duckdb()
+        .execute(
+            "SELECT args FROM events WHERE kind = 'kernel' AND op_name LIKE 'neuron_graph%' AND step = 2"
+        )
+        .fetchall()
+    )
+    held = sum(json.loads(a)["neff_graph"] == graph_of for (a,) in rows)
+    assert held > 0  # the renamed op's graph has kernels in the recorded step
+    swap = whatif(Profile.open(custom), chip="trn3")
+    (what,) = [c for c in swap.changes if "lowered for" in c]
+    assert (
+        f", {held} compiled kernels kept at their trn2 time" in what and "register_kernel" in what
+    )
+    assert f"{len(rows) - held} of them compiled graphs' fused groups" in what

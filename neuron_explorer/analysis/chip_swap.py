@@ -39,11 +39,11 @@ def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
         raise ExplorerError(f"--chip {chip!r}: {e}") from None
     old = get_spec(profile.manifest.spec.name or "trn2")
     device = [n for n in graph.nodes if not n.host and n.kind == "device"]
-    durations = _compiled(profile, [n for n in device if n.neff is not None], old, new)
+    durations, unmatched = _compiled(profile, [n for n in device if n.neff is not None], old, new)
     compiled = len(durations)
     kept = 0  # device work with no op and shapes to lower again (a compiled graph's groups)
     for n in device:
-        if n.event_id in durations:
+        if n.event_id in durations or n.event_id in unmatched:
             continue
         if not n.op_name or not n.shapes:
             kept += 1
@@ -54,6 +54,12 @@ def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
     what = f"{len(durations)} kernels lowered for {new.name} (captured on {old.name})"
     if compiled:
         what += f", {compiled} of them compiled graphs' fused groups (their NEFFs lowered again)"
+    if unmatched:
+        what += (
+            f", {len(unmatched)} compiled kernels kept at their {old.name} time (their graph, "
+            "lowered here, does not give them back: it holds an op declared with "
+            "register_kernel in the captured process, or the graph is not this one's)"
+        )
     if kept:  # say so rather than price them on the old chip silently
         what += (
             f", {kept} kept at their {old.name} time (no op and shapes recorded to lower "
@@ -82,20 +88,24 @@ def _plan_ns(plan) -> int:
     return int(last - first) if starts else 0
 
 
-def _compiled(profile: Profile, nodes: Sequence[Node], old, new) -> dict[int, int]:
+def _compiled(profile: Profile, nodes: Sequence[Node], old, new) -> tuple[dict[int, int], set[int]]:
     """event id -> new time of each compiled kernel whose graph the profile keeps and whose
-    group the graph, lowered for the captured chip, gives back (same kernel name)."""
+    group the graph, lowered for the captured chip, gives back (same kernel name); and the
+    ids of those whose kept graph does not give them back."""
     where = _groups_of(profile, [n.event_id for n in nodes])
     times = _graph_times(profile, {key for key, _ in where.values()}, old, new)
-    out = {}
+    out, unmatched = {}, set()
     for n in nodes:
         key, group = where.get(n.event_id, ("", -1))
-        before, after = times.get(key, ((), ()))
+        if key not in times:
+            continue  # no graph kept for it: kept at its time
+        before, after = times[key]
         if not 0 <= group < len(before) or before[group][0] != n.name:
-            continue  # not this graph's kernel as recorded: kept at its time
+            unmatched.add(n.event_id)  # not this graph's kernel as recorded: kept at its time
+            continue
         t_old, t_new = before[group][1], after[group][1]
         out[n.event_id] = round(n.dur_ns * t_new / t_old) if t_old > 0 else t_new
-    return out
+    return out, unmatched
 
 
 def _groups_of(profile: Profile, ids: list[int]) -> dict[int, tuple[str, int]]:
@@ -119,8 +129,9 @@ def _groups_of(profile: Profile, ids: list[int]) -> dict[int, tuple[str, int]]:
 def _graph_times(
     profile: Profile, keys: set[str], old, new
 ) -> dict[str, tuple[GroupTimes, GroupTimes]]:
-    """Each kept graph's fused groups timed on the captured chip and on the new one."""
-    from ..backend.costmodel.graph_record import from_rows, group_times
+    """Each kept graph's fused groups timed on the captured chip and on the new one (none for
+    a graph this process cannot lower as the capture did: undeclared_op)."""
+    from ..backend.costmodel.graph_record import from_rows, group_times, undeclared_op
 
     table = profile.optional_table("graphs", pc.field("graph").isin(sorted(keys))) if keys else None
     if table is None:
@@ -139,5 +150,7 @@ def _graph_times(
             ops = from_rows([r for _, r in found])
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise BadInputError(profile.path / "graphs.parquet", f"graph {key}: {e}") from None
-        out[key] = (group_times(ops, old), group_times(ops, new))
+        out[key] = (
+            ((), ()) if undeclared_op(ops) else (group_times(ops, old), group_times(ops, new))
+        )
     return out

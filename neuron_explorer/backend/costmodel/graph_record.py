@@ -12,9 +12,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 
+from . import custom
 from .graph import GraphOp, group_span, lower_graph
 from .plan import TensorInfo
 from .spec import DeviceSpec
+
+MODELED_NAMESPACES = ("aten", "prims")  # ops the model lowers without a user's declaration
 
 # one row per op: (op, inputs, outputs, sources, exported), the last four JSON texts
 Row = tuple[str, str, str, str, str]
@@ -70,6 +73,15 @@ def from_rows(rows: Sequence[Row]) -> tuple[GraphOp, ...]:
             raise ValueError(f"op {i} ({op:.40}): its sources do not fit its inputs")
         graph.append(GraphOp(str(op), ins, outs, src, tuple(bool(e) for e in json.loads(exported))))
     return tuple(graph)
+
+
+def undeclared_op(graph: Sequence[GraphOp]) -> str | None:
+    """The first op of the graph this process cannot lower as the capture did: one of another
+    namespace with no kernel declared here (register_kernel declares it per process)."""
+    for g in graph:
+        if g.op.split("::", 1)[0] not in MODELED_NAMESPACES and custom.declared(g.op) is None:
+            return g.op
+    return None
 
 
 def group_times(graph: Sequence[GraphOp], spec: DeviceSpec) -> tuple[tuple[str, int], ...]:
