@@ -221,7 +221,8 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 def _graphs(profiles: Sequence[Profile]) -> pa.Table | None:
     """The ranks' compiled graphs, each once: a key names one graph's content (a hash), so the
     ranks that lowered the same graph kept the same rows."""
-    kept, seen = [], set()
+    kept: list[pa.Table] = []
+    seen: set[str] = set()
     for p in profiles:
         t = p.optional_table("graphs")
         if t is None or not t.num_rows:
