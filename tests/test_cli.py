@@ -12,7 +12,7 @@ import pytest
 
 from neuron_explorer import __version__
 from neuron_explorer.entry import COMMANDS, build_parser, main
-from neuron_explorer.model.schema import SCHEMA_VERSION, TABLES
+from neuron_explorer.model.schema import OPTIONAL_TABLES, SCHEMA_VERSION, TABLES
 
 
 def _subparsers():
@@ -63,7 +63,7 @@ def test_schema_prints_every_column(capsys):
     assert main(["schema"]) == 0
     out = capsys.readouterr().out
     assert f"schema version {SCHEMA_VERSION}" in out
-    for table in TABLES.values():
+    for table in (*TABLES.values(), *OPTIONAL_TABLES.values()):
         assert table.name in out
         for col in table.columns:
             assert col.name in out, f"schema does not print {table.name}.{col.name}"
@@ -73,8 +73,9 @@ def test_schema_json_matches_the_schema_module(capsys):
     assert main(["schema", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema_version"] == SCHEMA_VERSION
-    assert set(doc["tables"]) == set(TABLES)
-    for name, table in TABLES.items():
+    assert set(doc["tables"]) == set(TABLES) | set(OPTIONAL_TABLES)
+    for name, table in {**TABLES, **OPTIONAL_TABLES}.items():
+        assert doc["tables"][name]["optional"] == (name in OPTIONAL_TABLES)
         got = doc["tables"][name]["columns"]
         assert [c["name"] for c in got] == [c.name for c in table.columns]
         assert [c["unit"] for c in got] == [c.unit for c in table.columns]

@@ -13,7 +13,7 @@ import pytest
 
 from neuron_explorer.entry import COMMANDS, build_parser
 from neuron_explorer.model import Manifest, ProfileWriter
-from neuron_explorer.model.schema import TABLES
+from neuron_explorer.model.schema import OPTIONAL_TABLES, TABLES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -53,7 +53,7 @@ def test_cli_md_names_every_option(name):
 
 def test_format_md_names_every_column_of_every_table():
     tables = {h.strip("`"): body for h, body in _sections(DOCS / "format.md", "###").items()}
-    for table in TABLES.values():
+    for table in (*TABLES.values(), *OPTIONAL_TABLES.values()):
         assert table.name in tables, f"docs/format.md has no section for table {table.name}"
         for col in table.columns:
             assert f"`{col.name}`" in tables[table.name], (

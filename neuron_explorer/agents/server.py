@@ -40,15 +40,15 @@ WALKTHROUGH = """Find why the steps of the profile {profile!r} are slow and whic
 
 def schema_document() -> dict[str, Any]:
     """The profile format as `neuron-explorer schema --json` prints it (the same data)."""
-    from neuron_explorer.model.schema import SCHEMA_VERSION, TABLES
+    from neuron_explorer.model.schema import OPTIONAL_TABLES, SCHEMA_VERSION, TABLES
 
     return {
         "schema_version": SCHEMA_VERSION,
         "tables": {
-            t.name: {"doc": t.doc, "columns": [
+            t.name: {"doc": t.doc, "optional": t.name in OPTIONAL_TABLES, "columns": [
                 {"name": c.name, "type": str(c.type), "unit": c.unit, "doc": c.doc}
                 for c in t.columns]}
-            for t in TABLES.values()
+            for t in (*TABLES.values(), *OPTIONAL_TABLES.values())
         },
     }  # fmt: skip
 

@@ -1,16 +1,17 @@
 """What-if: a step replayed (replay.py) with changes a user names: ops, kernels or modules made
 faster, the host's syncs removed, or the kernels lowered again for another chip (a neuron
-capture keeps each kernel's op, shapes and dtypes, so the cost model can time it on trn1, trn2
-or trn3). `neuron-explorer whatif` prints the result; the MCP tool `whatif` returns it."""
+capture keeps each kernel's op, shapes and dtypes, and the graph each compiled program was
+lowered from, so the cost model can time them on trn1, trn2 or trn3: chip_swap.py).
+`neuron-explorer whatif` prints the result; the MCP tool `whatif` returns it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ExplorerError
 from ..model.profile import Profile
+from .chip_swap import chip_change
 from .depgraph import COLLECTIVE_WAIT_NAMES, Graph, Node, build_graph
 from .page import PageModel
 from .replay import Change, replay
@@ -91,51 +92,6 @@ def sync_change(graph: Graph) -> Change:
                     for w in graph.windows.values() for d in w.launched.get(n.index, ()))
     )  # fmt: skip
     return Change(f"{len(ids)} host syncs removed", drop_syncs=ids)
-
-
-def chip_change(graph: Graph, profile: Profile, chip: str) -> Change:
-    """Each kernel lowered again for `chip`: its recorded time times the cost model's ratio of
-    its time on `chip` to its time on the chip it was captured for."""
-    from ..backend.costmodel import TensorInfo, lower_op
-    from ..backend.costmodel.spec import get_spec
-
-    if not graph.modeled:
-        raise ExplorerError(f"{profile.path}: --chip needs a neuron capture (this is an import)")
-    try:
-        new = get_spec(chip)
-    except (KeyError, ValueError) as e:
-        raise ExplorerError(f"--chip {chip!r}: {e}") from None
-    old = get_spec(profile.manifest.spec.name or "trn2")
-    durations = {}
-    kept = 0  # device work with no op and shapes to lower again (a compiled graph's groups)
-    for n in graph.nodes:
-        if n.host or n.kind != "device":
-            continue
-        if not n.op_name or not n.shapes:
-            kept += 1
-            continue
-        try:
-            shapes = json.loads(n.shapes)
-            dtypes = json.loads(n.dtypes or "[]")
-            ins = [TensorInfo(tuple(int(d) for d in s), str(dtypes[i]) if i < len(dtypes) else
-                              "float32") for i, s in enumerate(shapes) if isinstance(s, list)]  # fmt: skip
-        except (ValueError, TypeError):
-            continue
-        t_old, t_new = (_plan_ns(lower_op(n.op_name, ins, spec=s)) for s in (old, new))
-        if t_old > 0:
-            durations[n.event_id] = round(n.dur_ns * t_new / t_old)
-    what = f"{len(durations)} kernels lowered for {new.name} (captured on {old.name})"
-    if kept:  # say so rather than price them on the old chip silently
-        what += (
-            f", {kept} kept at their {old.name} time (no op and shapes recorded to lower "
-            "again: a compiled graph's fused groups)"
-        )
-    return Change(what, durations)
-
-
-def _plan_ns(plan) -> int:
-    starts, _, first, last = plan.idle_schedule
-    return int(last - first) if starts else 0
 
 
 def whatif(

@@ -115,8 +115,9 @@ class DeviceProgram:
         # one launch runs the whole NEFF; its groups stay kernel events, slices of it
         groups = [
             (k.group, fxstack.site(k.src, launch),
-             {"fx_nodes": list(k.nodes), "neff": self.name, "spilled_bytes": k.group.spilled_bytes})
-            for k in kernels
+             {"fx_nodes": list(k.nodes), "neff": self.name, "spilled_bytes": k.group.spilled_bytes,
+              "neff_graph": k.graph, "neff_group": i})
+            for i, k in enumerate(kernels)
         ]  # fmt: skip
         _rec.submit_neff(neff, groups, ready, self.name, tid, flow, seq, bwd)
         t1 = time.time_ns()

@@ -25,6 +25,7 @@ class Kernel:
     group: Any  # costmodel.graph.NeffGroup
     nodes: tuple[str, ...]
     src: tuple  # fxstack.node_site: the FX node's whole stack and module path
+    graph: str = ""  # the key of the graph its NEFF was lowered from (recorded_graphs)
 
     @property
     def plan(self) -> Any:
@@ -121,11 +122,31 @@ def lower_graph(
 
     graph, nodes = graph_ops(gm, sizes)
     neff = lower_neff(graph, name, model.spec())
+    key = _remember(graph)
     kernels = [
-        Kernel(g, tuple(nodes[i].name for i in g.ops), fxstack.node_site(nodes[g.ops[0]]))
+        Kernel(g, tuple(nodes[i].name for i in g.ops), fxstack.node_site(nodes[g.ops[0]]), key)
         for g in neff.groups
     ]
     return neff, kernels
+
+
+# graph key -> its rows (costmodel/graph_record.py): every graph this process lowered, for a
+# capture to keep the ones its kernels came from, so that `whatif --chip` lowers them again
+_graphs: dict[str, tuple] = {}
+
+
+def _remember(graph: list) -> str:
+    from neuron_explorer.backend.costmodel.graph_record import graph_key, to_rows
+
+    rows = to_rows(graph)
+    key = graph_key(rows)
+    _graphs.setdefault(key, rows)
+    return key
+
+
+def recorded_graphs(keys: Any) -> dict[str, tuple]:
+    """The rows of each graph named in `keys` that this process lowered."""
+    return {k: _graphs[k] for k in keys if k in _graphs}
 
 
 def input_symbols(gm: torch.fx.GraphModule) -> tuple[tuple[int, int, Any], ...]:

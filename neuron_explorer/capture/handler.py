@@ -16,7 +16,7 @@ import platform
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class RawCapture:
     device_spec: dict[str, Any] | None
     roots: tuple[str, ...]  # where user source files may be copied from
     torch_version: str
+    graphs: dict[str, tuple] = field(default_factory=dict)  # compiled graphs' rows, by key
 
 
 def _runtime_module() -> Any | None:
@@ -84,6 +85,29 @@ def _device_spec() -> dict[str, Any] | None:
         return model.spec().to_dict()
     except Exception:  # noqa: BLE001 - a missing or broken cost model leaves the spec out
         return None
+
+
+def _neff_graphs(drained: tuple[Any, ...]) -> dict[str, tuple]:
+    """The graphs the drained kernels of compiled programs were lowered from, by key."""
+    keys = {e.args["neff_graph"] for e in drained if e.kind == "kernel" and e.args
+            and e.args.get("neff_graph")}  # fmt: skip
+    if not keys:
+        return {}
+    from neuron_explorer.backend.graph_lowering import recorded_graphs
+
+    return recorded_graphs(keys)
+
+
+def graph_columns(graphs: dict[str, tuple], events: list[Any]) -> dict[str, list] | None:
+    """The `graphs` table of the graphs that `events` (RuntimeEvents) name; None for none."""
+    named = {e.args.get("neff_graph") for e in events if e.kind == "kernel" and e.args}
+    cols: dict[str, list] = {c: [] for c in ("graph", "op_index", "op", "inputs", "outputs",
+                                              "sources", "exported")}  # fmt: skip
+    for key in sorted(named.intersection(graphs)):
+        for i, row in enumerate(graphs[key]):  # (op, inputs, outputs, sources, exported)
+            for c, v in zip(cols.values(), (key, i, *row), strict=True):
+                c.append(v)
+    return cols if cols["graph"] else None
 
 
 def _roots() -> tuple[str, ...]:
@@ -145,7 +169,7 @@ class TraceHandler:
         import torch
 
         return RawCapture(workdir, trace, drained, _device_spec() if drained else None,
-                          _roots(), torch.__version__)  # fmt: skip
+                          _roots(), torch.__version__, _neff_graphs(drained))  # fmt: skip
 
     def discard(self, raw: RawCapture) -> None:
         shutil.rmtree(raw.workdir, ignore_errors=True)
@@ -291,6 +315,9 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
         writer.write_events(merged.events)
         writer.write_table("stacks", stacks)
         writer.write_table("counters", counters)
+        graphs = graph_columns(raw.graphs, runtime)
+        if graphs is not None:  # what `whatif --chip` lowers again (costmodel/graph_record.py)
+            writer.write_table("graphs", graphs)
         files = sources.named_files(merged.events, stacks)
         kept = sources.select(files, [*raw.roots, *sources.library_roots()])
         for file, text in kept.kept:

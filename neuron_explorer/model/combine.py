@@ -140,6 +140,9 @@ def _write(
                                                      ("id", "ascending")]))  # fmt: skip
         writer.write_table("stacks", _concat(stacks))
         writer.write_table("counters", _concat(counters))
+        graphs = _graphs(profiles)
+        if graphs is not None:
+            writer.write_table("graphs", graphs)
         for p in profiles:
             for name, text in _sources(p):
                 writer.add_source(name, text)
@@ -213,6 +216,25 @@ def _span(table: pa.Table, name: str) -> int:
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
+
+
+def _graphs(profiles: Sequence[Profile]) -> pa.Table | None:
+    """The ranks' compiled graphs, each once: a key names one graph's content (a hash), so the
+    ranks that lowered the same graph kept the same rows."""
+    kept: list[pa.Table] = []
+    seen: set[str] = set()
+    for p in profiles:
+        t = p.optional_table("graphs")
+        if t is None or not t.num_rows:
+            continue
+        new = pc.invert(
+            pc.is_in(
+                t.column("graph").cast(pa.string()), value_set=pa.array(sorted(seen), pa.string())
+            )
+        )
+        kept.append(t.filter(new))
+        seen.update(t.column("graph").cast(pa.string()).to_pylist())
+    return _concat(kept) if kept else None
 
 
 def _sources(p: Profile) -> list[tuple[str, str]]:

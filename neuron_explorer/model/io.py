@@ -21,7 +21,16 @@ from .. import __version__
 from ..errors import ExplorerError
 from ..vocab.kinds import LAYERS, undeclared
 from .manifest import Manifest
-from .schema import COUNTERS, EVENTS, STACKS, TABLES, Table, conform, empty_table
+from .schema import (
+    COUNTERS,
+    EVENTS,
+    OPTIONAL_TABLES,
+    STACKS,
+    TABLES,
+    Table,
+    conform,
+    empty_table,
+)
 
 MANIFEST = "manifest.json"
 SOURCES = "sources"
@@ -29,7 +38,7 @@ ROW_GROUP_ROWS = 64 * 1024  # small enough for predicate push-down on start_ns
 
 
 # JSON text columns: their min/max statistics cost a fifth of an events write and filter nothing
-NO_STATISTICS = frozenset({"args", "shapes", "dtypes"})
+NO_STATISTICS = frozenset({"args", "shapes", "dtypes", "inputs", "outputs", "sources", "exported"})
 ZSTD_LEVEL = 1  # measured: as small as the default level on profiles, 10% faster to write
 
 
@@ -180,7 +189,8 @@ class ProfileWriter:
         return writers[rank]
 
     def write_table(self, name: str, data: pa.Table | dict) -> None:
-        table = TABLES[name]
+        """Write one table (an optional one too: OPTIONAL_TABLES)."""
+        table = TABLES.get(name) or OPTIONAL_TABLES[name]
         if table is EVENTS:
             return self.write_events(data)
         conformed = conform(table, data)

@@ -16,7 +16,7 @@ from ..errors import BadInputError
 from . import bounds
 from .io import MANIFEST, SOURCES, source_relpath
 from .manifest import Manifest
-from .schema import ADDED_IN, FORMAT, SCHEMA_VERSION, TABLES
+from .schema import ADDED_IN, FORMAT, OPTIONAL_TABLES, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
     import duckdb
@@ -71,6 +71,9 @@ class Profile:
             if not profile._table_path(name).exists():
                 raise BadInputError(path, f"table {name} is missing")
             profile._check_footers(name)
+        for name in OPTIONAL_TABLES:
+            if profile._table_path(name).exists():
+                profile._check_footers(name)
         return profile
 
     def check_values(self) -> None:
@@ -94,7 +97,7 @@ class Profile:
         import pyarrow.parquet as pq
 
         p = self._table_path(name)
-        wanted = TABLES[name].arrow_schema().names
+        wanted = (TABLES.get(name) or OPTIONAL_TABLES[name]).arrow_schema().names
         groups = rows = 0
         for file in bounds.table_files(p):
             bounds.footer_size(file)
@@ -146,6 +149,21 @@ class Profile:
             return self.dataset(name).to_table(columns=columns, filter=filter)
         except (pa.ArrowInvalid, OSError) as e:
             raise BadInputError(self._table_path(name), f"corrupt Parquet table ({e})") from None
+
+    def optional_table(self, name: str, filter: Any = None) -> pa.Table | None:
+        """An optional table (OPTIONAL_TABLES), optionally filtered; None when the profile has
+        none."""
+        p = self._table_path(name)
+        if not p.exists():
+            return None
+        if name not in self.footer_rows:  # written since open(): read its footers first
+            self._check_footers(name)
+        try:
+            bounds.check_values(bounds.table_files(p))
+            data = ds.dataset(str(p), format="parquet", schema=OPTIONAL_TABLES[name].arrow_schema())
+            return data.to_table(filter=filter)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BadInputError(p, f"corrupt Parquet table ({e})") from None
 
     def parquet(self, name: str) -> Path | bytes:
         """The table as one Parquet file: the path of its own file when it is one, else its

@@ -115,7 +115,25 @@ COUNTERS = Table(
     ),
 )  # fmt: skip
 
+GRAPHS = Table(
+    "graphs",
+    "The graphs a capture's compiled programs (NEFFs) were lowered from, one row per aten op, so "
+    "that their kernels can be lowered again for another chip (`whatif --chip`).",
+    (
+        Column("graph", _DICT, "", "The graph's key, a hash of its rows; a compiled kernel's args.neff_graph names it.", nullable=False),
+        Column("op_index", pa.int32(), "", "The op's place in the graph (topological order, as the FX graph lists it).", nullable=False),
+        Column("op", _DICT, "", "The aten op, e.g. aten::mm.", nullable=False),
+        Column("inputs", pa.string(), "", "Its input tensors as JSON: [[shape, dtype], ...], [shape, dtype, 1] for one stored transposed.", nullable=False),
+        Column("outputs", pa.string(), "", "Its output tensors, written as inputs are.", nullable=False),
+        Column("sources", pa.string(), "", "Where each input comes from as JSON: [op_index, output] (graph input k is [-1 - k, 0]), null when unknown.", nullable=False),
+        Column("exported", pa.string(), "", "Whether the graph returns each output, as JSON 0/1.", nullable=False),
+    ),
+)  # fmt: skip
+
 TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, STACKS, COUNTERS)}
+# Tables a profile may lack (written only when there is something to keep; older profiles have
+# none): a missing one reads as empty.
+OPTIONAL_TABLES: dict[str, Table] = {t.name: t for t in (GRAPHS,)}
 
 
 def empty_table(table: Table) -> pa.Table:

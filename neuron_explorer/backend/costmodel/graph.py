@@ -386,3 +386,17 @@ def _slice(plan: KernelPlan, issued: Sequence[Instr], index: tuple[int, ...]) ->
     return KernelPlan(plan.name, plan.op, instrs, plan.flops, plan.bytes_read, plan.bytes_written,
                       plan.inputs, plan.outputs, plan.computes, plan.category, plan.spec,
                       plan.gemms)  # fmt: skip
+
+
+def group_span(plan: KernelPlan, index: Sequence[int], offsets: Sequence[int]) -> tuple[int, int]:
+    """A group's kernel span in its NEFF, placed with instruction start `offsets`: to its last
+    end, from its first instruction, or for a group after the NEFF's first from its compute:
+    the loads it prefetched under earlier groups are on the DMA lanes, not in its span, so a
+    NEFF's kernels tile its span instead of stacking their prefetches."""
+    mine = [offsets[n] for n in index]
+    end = max((o + i.dur_ns for o, i in zip(mine, plan.instrs, strict=True)), default=0)
+    work = mine
+    if index and index[0] != 0:
+        work = [o for o, i in zip(mine, plan.instrs, strict=True)
+                if i.engine != DMA or i.bytes_written]  # fmt: skip
+    return min(work or mine, default=0), end

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from neuron_explorer.backend.runtime import model, source
-from neuron_explorer.vocab.engines import DMA_ENGINE as DMA
 from neuron_explorer.vocab.engines import KERNEL_TRACK
 from neuron_explorer.vocab.kinds import RUNTIME_HOST_KINDS as HOST_KINDS
 
@@ -328,6 +327,7 @@ def _launch_events(r: LaunchRecord, out: list[RuntimeEvent], budget: int) -> int
 
 
 def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int:
+    from neuron_explorer.backend.costmodel.graph import group_span
     from neuron_explorer.backend.costmodel.timeline import KernelRun
 
     eid, op, tid, plan, flow, seq, bwd = k.id, k.op, k.tid, k.plan, k.flow, k.seq, k.bwd
@@ -338,15 +338,7 @@ def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int
     else:  # a slice of its NEFF's placement
         _first, _last, offsets, rot, nq, shift = k.cell[-1]
         mine = tuple([offsets[n] for n in k.neff_index])
-        end = max((o + i.dur_ns for o, i in zip(mine, plan.instrs, strict=True)), default=0)
-        # a kernel after the NEFF's first starts with its compute: the loads it prefetched
-        # under earlier kernels are on the DMA lanes (its instruction events), not in its span,
-        # so a NEFF's kernels tile its span instead of stacking their prefetches
-        work = list(mine)
-        if k.neff_index[0] != 0:
-            work = [o for o, i in zip(mine, plan.instrs, strict=True)
-                    if i.engine != DMA or i.bytes_written]  # fmt: skip
-        start = min(work or mine, default=0)
+        start, end = group_span(plan, k.neff_index, offsets)  # as whatif --chip reads it
         run = KernelRun(plan, shift + start, shift + end, mine, rot, nq, shift)
     file, line, func, stack, module = where(k.site)
     base = model.origin_ns

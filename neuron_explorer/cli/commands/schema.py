@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ...model.schema import SCHEMA_VERSION, TABLES
+    from ...model.schema import OPTIONAL_TABLES, SCHEMA_VERSION, TABLES
 
     if args.json:
         doc = {
@@ -23,12 +23,13 @@ def run(args: argparse.Namespace) -> int:
             "tables": {
                 t.name: {
                     "doc": t.doc,
+                    "optional": t.name in OPTIONAL_TABLES,
                     "columns": [
                         {"name": c.name, "type": str(c.type), "unit": c.unit, "doc": c.doc}
                         for c in t.columns
                     ],
                 }
-                for t in TABLES.values()
+                for t in (*TABLES.values(), *OPTIONAL_TABLES.values())
             },
         }
         print(json.dumps(doc, indent=2))
@@ -38,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     console.print(f"[bold]neuron-explorer profile format, schema version {SCHEMA_VERSION}[/]")
-    for t in TABLES.values():
-        rt = RichTable(title=f"{t.name}  ({t.doc})", title_justify="left", expand=False)
+    for t in (*TABLES.values(), *OPTIONAL_TABLES.values()):
+        optional = " (optional)" if t.name in OPTIONAL_TABLES else ""
+        rt = RichTable(title=f"{t.name}{optional}  ({t.doc})", title_justify="left", expand=False)
         for h in ("column", "type", "unit", "meaning"):
             rt.add_column(h, overflow="fold")
         for c in t.columns:
