@@ -71,7 +71,7 @@ def _event_blocks(
         block["flow_id"] = _masked(flow[rows])
         block["start_ns"] = block["start_ns"] - origin
         sid = block["stack_id"]
-        block["stack_id"] = pa.array(sid + first_stack, mask=sid < 0)
+        block["stack_id"] = pa.array(sid.astype(np.int64) + first_stack, mask=sid < 0)
         yield block
 
 

@@ -8,7 +8,7 @@ Times are integer unix nanoseconds here; the caller shifts them to the profile's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
 from .kineto_columns import stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
-from .kineto_frames import dict_take, frames_used, stack_columns
+from .kineto_frames import RowColumn, dict_take, frames_used, narrow, stack_columns
 from .kineto_kinds import (
     COLLECTIVE_PREFIXES,
     DMA_PREFIX,
@@ -59,11 +59,16 @@ class FileData:
     user_files: set[str] = field(default_factory=set)
 
 
-def _scatter(n: int, idx: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A length-n array holding `values` at rows `idx` and null elsewhere."""
-    where = np.full(n, -1, dtype=np.int64)
+def _scatter(n: int, idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
+    """Length-n columns holding each of `columns` at rows `idx` and null elsewhere, made a
+    block of rows at a time (one int32 index a row held, not the columns)."""
+    where = np.full(n, -1, dtype=np.int32 if len(idx) < 2**31 else np.int64)
     where[idx] = np.arange(len(idx))
-    return values.take(pa.array(where, mask=where < 0))
+
+    def column(values: pa.Array | pa.ChunkedArray) -> RowColumn:
+        return RowColumn(lambda rows: values.take(pa.array(where[rows], mask=where[rows] < 0)))
+
+    return [column(c) for c in columns]
 
 
 DECODE_SHARE = 0.6  # of a file's progress: reading and decoding it, then mapping
@@ -114,7 +119,7 @@ def load(
         path=path,
         rank=_rank(d.trace.distributedInfo),
         columns=columns,
-        links={"parent": parent, "flow_src": links.flow_src},
+        links={"parent": narrow(parent), "flow_src": narrow(links.flow_src)},
         stacks=stacks.table,
         counters=counters,
         steps=steps,
@@ -253,6 +258,8 @@ def _stacks(
     stacks = pystacks.build(
         is_py, nearest(parent, is_py), local_code[r.name_code], [c.names[i] for i in py_names]
     )
+    stacks = replace(stacks, stack_id=narrow(stacks.stack_id), user_frame=narrow(stacks.user_frame),
+                     model_frame=narrow(stacks.model_frame), module=narrow(stacks.module))  # fmt: skip
     dev_rows, launch = links.dev_rows, links.launch
     return stacks.take_launch(dev_rows, launch[dev_rows])
 
@@ -271,18 +278,25 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
 
 
 def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
-    shapes, dtypes, flops = (_scatter(n, op_rows, col) for col in typed)
+    shapes, dtypes, flops = _scatter(n, op_rows, *typed)
     return {"shapes": shapes, "dtypes": dtypes, "flops": flops}
 
 
 def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
     """Copies read and write their bytes; memsets only write them."""
-    col = _scatter(r.n, links.gpu_rows, links.nbytes)
-    none = pa.nulls(r.n, pa.int64())
-    is_copy = r.kind == K["gpu_memcpy"]
+    (col,) = _scatter(r.n, links.gpu_rows, links.nbytes)
+    kind = r.kind
+
+    def only(kinds: tuple[int, ...]) -> RowColumn:
+        def make(rows: np.ndarray) -> pa.Array:
+            values = col.take(rows)
+            return pc.if_else(np.isin(kind[rows], kinds), values, pa.nulls(len(rows), pa.int64()))
+
+        return RowColumn(make)
+
     return {
-        "bytes_read": pc.if_else(is_copy, col, none),
-        "bytes_written": pc.if_else(is_copy | (r.kind == K["gpu_memset"]), col, none),
+        "bytes_read": only((K["gpu_memcpy"],)),
+        "bytes_written": only((K["gpu_memcpy"], K["gpu_memset"])),
     }
 
 
