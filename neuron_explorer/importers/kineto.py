@@ -37,7 +37,7 @@ from .kineto_kinds import (
     K,
     roles,
 )
-from .kineto_links import fwdbwd, launches
+from .kineto_links import FlowPoints, fwdbwd, launches
 from .kineto_memory import memory_counters
 from .kineto_spill import SpilledText
 from .progress import Share, no_share
@@ -94,25 +94,31 @@ def load(
     c = _classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
     r = _rows(path, d, c, names if thread_names else None)
+    base = d.trace.baseTimeNanoseconds or 0
+    counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
+    points = _fwdbwd_points(d, c, r)
+    other = _other_tags(d, c, r)
+    d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
+    step_no, frame_names = c.step_no, c.names
+    del c
     report(0.7)
     parent = _host_parents(r)
     links = _launch_links(d, r)
-    step, steps = _steps(r, c, links)
-    stacks = _stacks(d, c, r, parent, links)
+    step, steps = _steps(r, step_no, links)
+    stacks = _stacks(frame_names, r, parent, links)
     report(0.8)
-    flow_extra = _fwdbwd_links(d, c, r, parent, links.flow_src)
-    stacks = stacks.inherit_backward(links.flow_src, r.kind == K["op"], parent, links.dev_rows,
+    is_op = r.kind == K["op"]
+    flow_extra = fwdbwd(points, d.ids, r.track_code, r.start, r.dur, parent, is_op, links.flow_src)
+    stacks = stacks.inherit_backward(links.flow_src, is_op, parent, links.dev_rows,
                                      links.launch[links.dev_rows])  # fmt: skip
     columns = {
         **_base_columns(d, r, step),
         **stack_columns(stacks),
         "op_name": dict_take(d.names, _op_name_code(r, parent, links)),
-        **_op_columns(r.n, np.flatnonzero(r.kind == K["op"]), d.typed["op"]),
+        **_op_columns(r.n, np.flatnonzero(is_op), d.typed["op"]),
         **_byte_columns(r, links),
-        "args": _args_column(d, r, flow_extra),
+        "args": _args_column(d, r, other, flow_extra),
     }
-    base = d.trace.baseTimeNanoseconds or 0
-    counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
     report(1.0)
     return FileData(
@@ -165,7 +171,7 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
     lanes = kl.lanes(d, rows, dev, names)
     device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
     return _Rows(
-        rows=rows,
+        rows=narrow(rows),
         n=rows.size,
         start=start,
         dur=dur,
@@ -174,7 +180,7 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
         name_code=d.name_code[rows],
         track_code=lanes.code,
         track_dict=lanes.names,
-        device_code=device_code,
+        device_code=narrow(device_code),
         device_dict=device_dict,
         lanes=lanes,
     )
@@ -212,11 +218,11 @@ def _launch_links(d: Decoded, r: _Rows) -> _Links:
     return _Links(gpu_rows, nbytes, launch, dev_rows, flow_src)
 
 
-def _steps(r: _Rows, c: _Classes, links: _Links) -> tuple[np.ndarray, list]:
+def _steps(r: _Rows, step_no: np.ndarray, links: _Links) -> tuple[np.ndarray, list]:
     """Each row's step (host rows by containment of their start, device work its launch's,
     unlaunched device work by its own start) and the steps as (step, start, dur)."""
     step_rows = np.flatnonzero(r.kind == K["step"])
-    numbers = c.step_no[r.name_code[step_rows]]
+    numbers = step_no[r.name_code[step_rows]]
     starts, durs = r.start[step_rows], r.dur[step_rows]
     step = np.where(r.dev, NONE, _step_of(r.start, starts, durs, numbers))
     step[links.dev_rows] = step[links.launch[links.dev_rows]]
@@ -228,13 +234,10 @@ def _steps(r: _Rows, c: _Classes, links: _Links) -> tuple[np.ndarray, list]:
     return step, steps
 
 
-def _fwdbwd_links(
-    d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, flow_src: np.ndarray
-) -> dict[int, str]:
+def _fwdbwd_points(d: Decoded, c: _Classes, r: _Rows) -> FlowPoints:
     is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
     points = np.flatnonzero(is_fwdbwd)
-    return fwdbwd(d, points, r.rows, r.track_code, r.lanes.host_lane_of(d, points), r.start,
-                  r.dur, parent, r.kind == K["op"], flow_src)  # fmt: skip
+    return FlowPoints.of(d, points, r.lanes.host_lane_of(d, points))
 
 
 def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
@@ -247,16 +250,14 @@ def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
     return np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE)
 
 
-def _stacks(
-    d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, links: _Links
-) -> pystacks.Stacks:
+def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> pystacks.Stacks:
     """Python stacks and source lines; device work takes its launch's."""
     is_py = r.kind == K["python"]
     py_names = np.unique(r.name_code[is_py])
-    local_code = np.zeros(len(c.names), dtype=np.int64)
+    local_code = np.zeros(len(names), dtype=np.int32)
     local_code[py_names] = np.arange(len(py_names))
     stacks = pystacks.build(
-        is_py, nearest(parent, is_py), local_code[r.name_code], [c.names[i] for i in py_names]
+        is_py, nearest(parent, is_py), local_code[r.name_code], [names[i] for i in py_names]
     )
     stacks = replace(stacks, stack_id=narrow(stacks.stack_id), user_frame=narrow(stacks.user_frame),
                      model_frame=narrow(stacks.model_frame), module=narrow(stacks.module))  # fmt: skip
@@ -372,26 +373,35 @@ class PatchedText:
         return block
 
 
-def _args_column(d: Decoded, r: _Rows, extra: dict[int, str]) -> PatchedText:
+def _other_tags(d: Decoded, c: _Classes, r: _Rows) -> dict[int, tuple[str, str]]:
+    """The rows of unknown categories, each with the cat and ph its args keep."""
+    other = np.flatnonzero(r.kind == K["other"])
+    events = r.rows[other]
+    cats, phs = d.cat_code[events].tolist(), d.ph[events].tolist()
+    return {i: (d.cats[k], str(p)) for i, k, p in zip(other.tolist(), cats, phs, strict=True)}
+
+
+def _args_column(
+    d: Decoded, r: _Rows, other: dict[int, tuple[str, str]], extra: dict[int, str]
+) -> PatchedText:
     """The events' args as JSON text; unknown categories also keep their cat and ph, and rows
     whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
     base, d.row_args = d.row_args, None  # type: ignore[assignment]
-    patch = sorted(set(np.flatnonzero(r.kind == K["other"]).tolist()) | set(extra))
+    patch = sorted(set(other) | set(extra))
     at = base.text if isinstance(base, SpilledText) else (lambda i: base[i].as_py())
-    texts = [_patched_args(d, r, at(i), i, extra) for i in patch]
-    index = np.full(r.n, -1, dtype=np.int64)
+    texts = [_patched_args(at(i), other.get(i), extra.get(i)) for i in patch]
+    index = np.full(r.n, -1, dtype=np.int32 if r.n < 2**31 else np.int64)
     index[patch] = np.arange(len(patch))
     return PatchedText(base, index, pa.array(texts, base.type))
 
 
-def _patched_args(d: Decoded, r: _Rows, raw: str | None, i: int, extra: dict[int, str]) -> str:
+def _patched_args(raw: str | None, tag: tuple[str, str] | None, flow: str | None) -> str:
     a = msgspec.json.decode(raw) if raw else {}
     a = a if isinstance(a, dict) else {"args": a}
-    if r.kind[i] == K["other"]:
-        e = r.rows[i]
-        a = {"cat": d.cats[d.cat_code[e]], "ph": str(d.ph[e]), **a}
-    if i in extra:
-        a["fwdbwd_flow"] = extra[i]
+    if tag is not None:
+        a = {"cat": tag[0], "ph": tag[1], **a}
+    if flow is not None:
+        a["fwdbwd_flow"] = flow
     return msgspec.json.encode(a).decode()
 
 

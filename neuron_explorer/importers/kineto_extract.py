@@ -68,6 +68,17 @@ class Decoded:
     typed: dict[str, tuple[pa.ChunkedArray, ...]]  # kineto_args.SUBSETS -> columns
     trace: kd.Trace  # top-level keys, traceEvents empty
 
+    def let_go_events(self) -> None:
+        """Drop the per-event columns (phase, codes, times) and the typed columns the rows no
+        longer need, once the mapping has read what it needs from them (kineto.load): the
+        distinct values, the op and gpu args and the args texts stay."""
+        empty = np.zeros(0, np.int32)
+        self.ph = np.zeros(0, self.ph.dtype)
+        self.name_code = self.cat_code = self.pid_code = self.tid_code = self.id_code = empty
+        none = np.zeros(0, bool)
+        self.ts = self.dur = kd.Times(np.zeros(0, np.int64), none, none)
+        self.typed = {k: v for k, v in self.typed.items() if k in ("op", "gpu")}
+
 
 def extract(
     path: Path,
