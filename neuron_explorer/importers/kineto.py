@@ -95,12 +95,15 @@ def load(
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
     r = _rows(path, d, c, names if thread_names else None)
     base = d.trace.baseTimeNanoseconds or 0
-    counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
+    sample_ts = d.ts.ns[np.flatnonzero(c.is_counter)] + base
     points = _fwdbwd_points(d, c, r)
     other = _other_tags(d, c, r)
+    mem = d.typed["mem"]
     d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
     step_no, frame_names = c.step_no, c.names
     del c
+    counters = memory_counters(mem, sample_ts)
+    del mem, sample_ts
     report(0.7)
     parent = _host_parents(r)
     links = _launch_links(d, r)

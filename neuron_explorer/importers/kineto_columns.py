@@ -82,7 +82,7 @@ def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
         except BaseException:
             spill.finish().close()
             raise
-    decoded = _merge([span], row_args=spill.finish())
+    decoded = _merge([span], row_args=spill.finish(), joined=give_back_free_memory)
     give_back_free_memory()
     return decoded
 

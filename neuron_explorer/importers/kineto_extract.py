@@ -136,11 +136,16 @@ def _workers(source: Source, options: DecodeOptions) -> int:
     return max(1, min(MAX_WORKERS, cpus or 1))
 
 
-def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
+def _merge(
+    spans: list[Span],
+    row_args: SpilledText | None = None,
+    joined: Callable[[], None] = lambda: None,
+) -> Decoded:
     """The spans' pieces as one set of columns, codes renumbered over all distinct values in
     file order (so the result does not depend on how the file was cut); `row_args`: the args
     texts when they were spilled instead of kept in the pieces. The pieces are emptied as they
-    are joined, a column at a time, so the columns are never all held twice."""
+    are joined, a column at a time, so the columns are never all held twice (`joined` runs
+    after each column: the streaming import hands the pieces' freed heap back there)."""
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     codes: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
     pieces = []
@@ -157,24 +162,35 @@ def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
     for span in spans:
         top.update(span.top)
     values = spans[0].values if one else {f: z.seen for f, z in factorizers.items()}
-    ph = phases(values["ph"], _join(codes, "ph"))
+
+    def join(field: str) -> np.ndarray:
+        out = _join(codes, field)
+        joined()
+        return out
+
+    def times(attr: str) -> kd.Times:
+        out = kd.Times.concat([_let_go(p, attr) for p in pieces])
+        joined()
+        return out
+
+    ph = phases(values["ph"], join("ph"))
     typed_keys = pieces[0].typed.keys()
     return Decoded(
         n=len(ph),
         ph=ph,
-        name_code=_join(codes, "name"),
+        name_code=join("name"),
         names=pa.array(values["name"], pa.string()),
         name_list=values["name"],
-        cat_code=_join(codes, "cat"),
+        cat_code=join("cat"),
         cats=values["cat"],
-        pid_code=_join(codes, "pid"),
+        pid_code=join("pid"),
         pids=kd.as_text(values["pid"]),
-        tid_code=_join(codes, "tid"),
+        tid_code=join("tid"),
         tids=kd.as_text(values["tid"]),
-        id_code=_join(codes, "id"),
+        id_code=join("id"),
         ids=kd.as_text(values["id"]),
-        ts=kd.Times.concat([_let_go(p, "ts") for p in pieces]),
-        dur=kd.Times.concat([_let_go(p, "dur") for p in pieces]),
+        ts=times("ts"),
+        dur=times("dur"),
         row_args=row_args if row_args is not None else _concat_text([p.row_args for p in pieces]),
         typed={
             k: tuple(
