@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,7 +38,7 @@ from .kineto_kinds import (
 )
 from .kineto_links import FlowPoints, fwdbwd, launches
 from .kineto_memory import memory_counters
-from .kineto_spill import SpilledText
+from .kineto_patch import args_column
 from .progress import Share, no_share
 
 
@@ -120,7 +119,7 @@ def load(
         "op_name": dict_take(d.names, _op_name_code(r, parent, links)),
         **_op_columns(r.n, np.flatnonzero(is_op), d.typed["op"]),
         **_byte_columns(r, links),
-        "args": _args_column(d, r, other, flow_extra),
+        "args": args_column(d.take_row_args(), r.n, other, flow_extra),
     }
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
     report(1.0)
@@ -358,54 +357,12 @@ def _step_number(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-@dataclass(frozen=True)
-class PatchedText:
-    """A text column given as base values with some rows replaced, materialised by `take` (a
-    block at a time as assemble writes the rows in order), so it is never copied whole."""
-
-    base: pa.Array | SpilledText  # SpilledText: the streaming import's, on disk
-    index: np.ndarray  # per row: its replacement in `texts`, or -1
-    texts: pa.Array
-
-    def take(self, rows: np.ndarray) -> pa.Array:
-        block = self.base.take(rows)
-        at = self.index[rows]
-        patched = at >= 0
-        if patched.any():
-            block = pc.replace_with_mask(block, patched, self.texts.take(at[patched]))
-        return block
-
-
 def _other_tags(d: Decoded, c: _Classes, r: _Rows) -> dict[int, tuple[str, str]]:
     """The rows of unknown categories, each with the cat and ph its args keep."""
     other = np.flatnonzero(r.kind == K["other"])
     events = r.rows[other]
     cats, phs = d.cat_code[events].tolist(), d.ph[events].tolist()
     return {i: (d.cats[k], str(p)) for i, k, p in zip(other.tolist(), cats, phs, strict=True)}
-
-
-def _args_column(
-    d: Decoded, r: _Rows, other: dict[int, tuple[str, str]], extra: dict[int, str]
-) -> PatchedText:
-    """The events' args as JSON text; unknown categories also keep their cat and ph, and rows
-    whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
-    base, d.row_args = d.row_args, None  # type: ignore[assignment]
-    patch = sorted(set(other) | set(extra))
-    at = base.text if isinstance(base, SpilledText) else (lambda i: base[i].as_py())
-    texts = [_patched_args(at(i), other.get(i), extra.get(i)) for i in patch]
-    index = np.full(r.n, -1, dtype=np.int32 if r.n < 2**31 else np.int64)
-    index[patch] = np.arange(len(patch))
-    return PatchedText(base, index, pa.array(texts, base.type))
-
-
-def _patched_args(raw: str | None, tag: tuple[str, str] | None, flow: str | None) -> str:
-    a = msgspec.json.decode(raw) if raw else {}
-    a = a if isinstance(a, dict) else {"args": a}
-    if tag is not None:
-        a = {"cat": tag[0], "ph": tag[1], **a}
-    if flow is not None:
-        a["fwdbwd_flow"] = flow
-    return msgspec.json.encode(a).decode()
 
 
 def _rank(info: dict[str, Any] | None) -> int | None:

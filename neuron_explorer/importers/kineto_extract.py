@@ -68,6 +68,11 @@ class Decoded:
     typed: dict[str, tuple[pa.ChunkedArray, ...]]  # kineto_args.SUBSETS -> columns
     trace: kd.Trace  # top-level keys, traceEvents empty
 
+    def take_row_args(self) -> pa.Array | SpilledText:
+        """The args texts, no longer held here (they go to the events table's column)."""
+        texts, self.row_args = self.row_args, None  # type: ignore[assignment]
+        return texts
+
     def let_go_events(self) -> None:
         """Drop the per-event columns (phase, codes, times) and the typed columns the rows no
         longer need, once the mapping has read what it needs from them (kineto.load): the
