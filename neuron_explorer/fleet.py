@@ -20,12 +20,12 @@ from .model import combine
 
 def _import_part(item: tuple[int, str, str]) -> tuple[int, int | None, str]:
     """One Spark task: trace -> a part named by its rank; (file index, rank, part path)."""
-    from .importers import import_traces
+    from .importers import DEFAULT_MEMORY_BUDGET, import_traces
     from .model import Profile
 
     index, trace, out = item
     tmp = combine.parts_dir(Path(out)) / f"file={index}"
-    import_traces([trace], tmp, overwrite=True)
+    import_traces([trace], tmp, overwrite=True, memory_budget=DEFAULT_MEMORY_BUDGET)
     info = Profile.open(tmp).manifest.extra.get("kineto", [{}])[0].get("distributed", {})
     rank = info.get("rank")
     return index, rank if isinstance(rank, int) else None, str(tmp)

@@ -14,6 +14,7 @@ from ..errors import BadInputError, ExplorerError
 from .progress import Progress
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+DEFAULT_MEMORY_BUDGET = 2 << 30  # bytes: the streaming import's budget (CLI, serve, fleet)
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ def _take(col: Any, rows: np.ndarray) -> Any:
     return col.take(rows)
 
 
-def _ids_of(ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _ids_of(ids: np.ndarray, rows: np.ndarray, first_id: int) -> np.ndarray:
     """Row indices (-1: none) as the ids of those rows (-1: none)."""
-    return np.where(rows >= 0, ids[np.clip(rows, 0, None)], -1)
+    return np.where(rows >= 0, ids[np.clip(rows, 0, None)] + np.int64(first_id), -1)
 
 
 def _masked(ids: np.ndarray) -> pa.Array:
@@ -58,20 +58,20 @@ def _event_blocks(
     """The file's events in their final order, a row group at a time: the reordered table
     never exists whole, and each block is written while the next is taken."""
     order = _order(f)
-    ids = np.empty(len(order), dtype=np.int64)
-    ids[order] = np.arange(first_id, first_id + len(order), dtype=np.int64)
-    parent = _ids_of(ids, f.links["parent"])
-    flow = _ids_of(ids, f.links["flow_src"])
+    small = len(order) < 2**31  # positions as int32: half the memory of the two arrays
+    order = order.astype(np.int32) if small else order
+    ids = np.empty(len(order), dtype=np.int32 if small else np.int64)
+    ids[order] = np.arange(len(order), dtype=ids.dtype)  # the file's ids, less first_id
     for i in range(0, len(order), ROW_GROUP_ROWS):
         rows = order[i : i + ROW_GROUP_ROWS]
         block = {name: _take(col, rows) for name, col in f.columns.items()}
-        block["id"] = ids[rows]
+        block["id"] = ids[rows] + np.int64(first_id)
         block["rank"] = np.full(len(rows), rank, dtype=np.int32)
-        block["parent_id"] = _masked(parent[rows])
-        block["flow_id"] = _masked(flow[rows])
+        block["parent_id"] = _masked(_ids_of(ids, f.links["parent"][rows], first_id))
+        block["flow_id"] = _masked(_ids_of(ids, f.links["flow_src"][rows], first_id))
         block["start_ns"] = block["start_ns"] - origin
         sid = block["stack_id"]
-        block["stack_id"] = pa.array(sid + first_stack, mask=sid < 0)
+        block["stack_id"] = pa.array(sid.astype(np.int64) + first_stack, mask=sid < 0)
         yield block
 
 

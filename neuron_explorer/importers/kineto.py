@@ -8,11 +8,10 @@ Times are integer unix nanoseconds here; the caller shifts them to the profile's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,7 +24,7 @@ from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
 from .kineto_columns import stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
-from .kineto_frames import dict_take, frames_used, stack_columns
+from .kineto_frames import RowColumn, dict_take, frames_used, narrow, stack_columns
 from .kineto_kinds import (
     COLLECTIVE_PREFIXES,
     DMA_PREFIX,
@@ -37,9 +36,9 @@ from .kineto_kinds import (
     K,
     roles,
 )
-from .kineto_links import fwdbwd, launches
+from .kineto_links import FlowPoints, fwdbwd, launches
 from .kineto_memory import memory_counters
-from .kineto_spill import SpilledText
+from .kineto_patch import args_column
 from .progress import Share, no_share
 
 
@@ -59,11 +58,16 @@ class FileData:
     user_files: set[str] = field(default_factory=set)
 
 
-def _scatter(n: int, idx: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A length-n array holding `values` at rows `idx` and null elsewhere."""
-    where = np.full(n, -1, dtype=np.int64)
+def _scatter(n: int, idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
+    """Length-n columns holding each of `columns` at rows `idx` and null elsewhere, made a
+    block of rows at a time (one int32 index a row held, not the columns)."""
+    where = np.full(n, -1, dtype=np.int32 if len(idx) < 2**31 else np.int64)
     where[idx] = np.arange(len(idx))
-    return values.take(pa.array(where, mask=where < 0))
+
+    def column(values: pa.Array | pa.ChunkedArray) -> RowColumn:
+        return RowColumn(lambda rows: values.take(pa.array(where[rows], mask=where[rows] < 0)))
+
+    return [column(c) for c in columns]
 
 
 DECODE_SHARE = 0.6  # of a file's progress: reading and decoding it, then mapping
@@ -89,32 +93,41 @@ def load(
     c = _classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
     r = _rows(path, d, c, names if thread_names else None)
+    base = d.trace.baseTimeNanoseconds or 0
+    sample_ts = d.ts.ns[np.flatnonzero(c.is_counter)] + base
+    points = _fwdbwd_points(d, c, r)
+    other = _other_tags(d, c, r)
+    mem = d.typed["mem"]
+    d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
+    step_no, frame_names = c.step_no, c.names
+    del c
+    counters = memory_counters(mem, sample_ts)
+    del mem, sample_ts
     report(0.7)
     parent = _host_parents(r)
     links = _launch_links(d, r)
-    step, steps = _steps(r, c, links)
-    stacks = _stacks(d, c, r, parent, links)
+    step, steps = _steps(r, step_no, links)
+    stacks = _stacks(frame_names, r, parent, links)
     report(0.8)
-    flow_extra = _fwdbwd_links(d, c, r, parent, links.flow_src)
-    stacks = stacks.inherit_backward(links.flow_src, r.kind == K["op"], parent, links.dev_rows,
+    is_op = r.kind == K["op"]
+    flow_extra = fwdbwd(points, d.ids, r.track_code, r.start, r.dur, parent, is_op, links.flow_src)
+    stacks = stacks.inherit_backward(links.flow_src, is_op, parent, links.dev_rows,
                                      links.launch[links.dev_rows])  # fmt: skip
     columns = {
         **_base_columns(d, r, step),
         **stack_columns(stacks),
         "op_name": dict_take(d.names, _op_name_code(r, parent, links)),
-        **_op_columns(r.n, np.flatnonzero(r.kind == K["op"]), d.typed["op"]),
+        **_op_columns(r.n, np.flatnonzero(is_op), d.typed["op"]),
         **_byte_columns(r, links),
-        "args": _args_column(d, r, flow_extra),
+        "args": args_column(d.take_row_args(), r.n, other, flow_extra),
     }
-    base = d.trace.baseTimeNanoseconds or 0
-    counters = memory_counters(d.typed["mem"], d.ts.ns[np.flatnonzero(c.is_counter)] + base)
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
     report(1.0)
     return FileData(
         path=path,
         rank=_rank(d.trace.distributedInfo),
         columns=columns,
-        links={"parent": parent, "flow_src": links.flow_src},
+        links={"parent": narrow(parent), "flow_src": narrow(links.flow_src)},
         stacks=stacks.table,
         counters=counters,
         steps=steps,
@@ -160,7 +173,7 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
     lanes = kl.lanes(d, rows, dev, names)
     device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
     return _Rows(
-        rows=rows,
+        rows=narrow(rows),
         n=rows.size,
         start=start,
         dur=dur,
@@ -169,7 +182,7 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
         name_code=d.name_code[rows],
         track_code=lanes.code,
         track_dict=lanes.names,
-        device_code=device_code,
+        device_code=narrow(device_code),
         device_dict=device_dict,
         lanes=lanes,
     )
@@ -207,11 +220,11 @@ def _launch_links(d: Decoded, r: _Rows) -> _Links:
     return _Links(gpu_rows, nbytes, launch, dev_rows, flow_src)
 
 
-def _steps(r: _Rows, c: _Classes, links: _Links) -> tuple[np.ndarray, list]:
+def _steps(r: _Rows, step_no: np.ndarray, links: _Links) -> tuple[np.ndarray, list]:
     """Each row's step (host rows by containment of their start, device work its launch's,
     unlaunched device work by its own start) and the steps as (step, start, dur)."""
     step_rows = np.flatnonzero(r.kind == K["step"])
-    numbers = c.step_no[r.name_code[step_rows]]
+    numbers = step_no[r.name_code[step_rows]]
     starts, durs = r.start[step_rows], r.dur[step_rows]
     step = np.where(r.dev, NONE, _step_of(r.start, starts, durs, numbers))
     step[links.dev_rows] = step[links.launch[links.dev_rows]]
@@ -223,13 +236,10 @@ def _steps(r: _Rows, c: _Classes, links: _Links) -> tuple[np.ndarray, list]:
     return step, steps
 
 
-def _fwdbwd_links(
-    d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, flow_src: np.ndarray
-) -> dict[int, str]:
+def _fwdbwd_points(d: Decoded, c: _Classes, r: _Rows) -> FlowPoints:
     is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
     points = np.flatnonzero(is_fwdbwd)
-    return fwdbwd(d, points, r.rows, r.track_code, r.lanes.host_lane_of(d, points), r.start,
-                  r.dur, parent, r.kind == K["op"], flow_src)  # fmt: skip
+    return FlowPoints.of(d, points, r.lanes.host_lane_of(d, points))
 
 
 def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
@@ -242,17 +252,17 @@ def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
     return np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE)
 
 
-def _stacks(
-    d: Decoded, c: _Classes, r: _Rows, parent: np.ndarray, links: _Links
-) -> pystacks.Stacks:
+def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> pystacks.Stacks:
     """Python stacks and source lines; device work takes its launch's."""
     is_py = r.kind == K["python"]
     py_names = np.unique(r.name_code[is_py])
-    local_code = np.zeros(len(c.names), dtype=np.int64)
+    local_code = np.zeros(len(names), dtype=np.int32)
     local_code[py_names] = np.arange(len(py_names))
     stacks = pystacks.build(
-        is_py, nearest(parent, is_py), local_code[r.name_code], [c.names[i] for i in py_names]
+        is_py, nearest(parent, is_py), local_code[r.name_code], [names[i] for i in py_names]
     )
+    stacks = replace(stacks, stack_id=narrow(stacks.stack_id), user_frame=narrow(stacks.user_frame),
+                     model_frame=narrow(stacks.model_frame), module=narrow(stacks.module))  # fmt: skip
     dev_rows, launch = links.dev_rows, links.launch
     return stacks.take_launch(dev_rows, launch[dev_rows])
 
@@ -271,18 +281,25 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
 
 
 def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
-    shapes, dtypes, flops = (_scatter(n, op_rows, col) for col in typed)
+    shapes, dtypes, flops = _scatter(n, op_rows, *typed)
     return {"shapes": shapes, "dtypes": dtypes, "flops": flops}
 
 
 def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
     """Copies read and write their bytes; memsets only write them."""
-    col = _scatter(r.n, links.gpu_rows, links.nbytes)
-    none = pa.nulls(r.n, pa.int64())
-    is_copy = r.kind == K["gpu_memcpy"]
+    (col,) = _scatter(r.n, links.gpu_rows, links.nbytes)
+    kind = r.kind
+
+    def only(kinds: tuple[int, ...]) -> RowColumn:
+        def make(rows: np.ndarray) -> pa.Array:
+            values = col.take(rows)
+            return pc.if_else(np.isin(kind[rows], kinds), values, pa.nulls(len(rows), pa.int64()))
+
+        return RowColumn(make)
+
     return {
-        "bytes_read": pc.if_else(is_copy, col, none),
-        "bytes_written": pc.if_else(is_copy | (r.kind == K["gpu_memset"]), col, none),
+        "bytes_read": only((K["gpu_memcpy"],)),
+        "bytes_written": only((K["gpu_memcpy"], K["gpu_memset"])),
     }
 
 
@@ -340,45 +357,12 @@ def _step_number(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-@dataclass(frozen=True)
-class PatchedText:
-    """A text column given as base values with some rows replaced, materialised by `take` (a
-    block at a time as assemble writes the rows in order), so it is never copied whole."""
-
-    base: pa.Array | SpilledText  # SpilledText: the streaming import's, on disk
-    index: np.ndarray  # per row: its replacement in `texts`, or -1
-    texts: pa.Array
-
-    def take(self, rows: np.ndarray) -> pa.Array:
-        block = self.base.take(rows)
-        at = self.index[rows]
-        patched = at >= 0
-        if patched.any():
-            block = pc.replace_with_mask(block, patched, self.texts.take(at[patched]))
-        return block
-
-
-def _args_column(d: Decoded, r: _Rows, extra: dict[int, str]) -> PatchedText:
-    """The events' args as JSON text; unknown categories also keep their cat and ph, and rows
-    whose fwdbwd flow could not take flow_id keep the Kineto flow id."""
-    base, d.row_args = d.row_args, None  # type: ignore[assignment]
-    patch = sorted(set(np.flatnonzero(r.kind == K["other"]).tolist()) | set(extra))
-    at = base.text if isinstance(base, SpilledText) else (lambda i: base[i].as_py())
-    texts = [_patched_args(d, r, at(i), i, extra) for i in patch]
-    index = np.full(r.n, -1, dtype=np.int64)
-    index[patch] = np.arange(len(patch))
-    return PatchedText(base, index, pa.array(texts, base.type))
-
-
-def _patched_args(d: Decoded, r: _Rows, raw: str | None, i: int, extra: dict[int, str]) -> str:
-    a = msgspec.json.decode(raw) if raw else {}
-    a = a if isinstance(a, dict) else {"args": a}
-    if r.kind[i] == K["other"]:
-        e = r.rows[i]
-        a = {"cat": d.cats[d.cat_code[e]], "ph": str(d.ph[e]), **a}
-    if i in extra:
-        a["fwdbwd_flow"] = extra[i]
-    return msgspec.json.encode(a).decode()
+def _other_tags(d: Decoded, c: _Classes, r: _Rows) -> dict[int, tuple[str, str]]:
+    """The rows of unknown categories, each with the cat and ph its args keep."""
+    other = np.flatnonzero(r.kind == K["other"])
+    events = r.rows[other]
+    cats, phs = d.cat_code[events].tolist(), d.ph[events].tolist()
+    return {i: (d.cats[k], str(p)) for i, k, p in zip(other.tolist(), cats, phs, strict=True)}
 
 
 def _rank(info: dict[str, Any] | None) -> int | None:

@@ -19,6 +19,7 @@ from .kineto_stream import StreamSource, open_stream
 from .progress import Share, no_share
 
 MIN_RANGE_BYTES = 4 << 10
+TRIM_BYTES = 64 << 20  # of the file read between two returns of the freed heap to the OS
 BUDGET_PER_RANGE = 256  # the budget over the range size: room for a range's decoded objects
 
 
@@ -62,15 +63,18 @@ def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
         if not bytes(source.read(0, kd.HEAD_BYTES)).strip() and source.size == 0:
             raise BadInputError(path, "empty file")
         spill = TextSpill(spill_directory())
-        events = 0
+        events, trimmed = 0, 0
 
         def keep(piece: Piece) -> Piece:
             spill.append(piece.row_args)  # type: ignore[arg-type]
             piece.row_args = None  # type: ignore[assignment]
-            nonlocal events
+            nonlocal events, trimmed
             piece.codes = {k: _int32(v) for k, v in piece.codes.items()}
             events += len(piece.codes["ph"])
             progress(min(1.0, source.bytes_read / total), events)
+            if source.bytes_read - trimmed >= TRIM_BYTES:
+                give_back_free_memory()
+                trimmed = source.bytes_read
             return piece
 
         try:
@@ -78,7 +82,7 @@ def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
         except BaseException:
             spill.finish().close()
             raise
-    decoded = _merge([span], row_args=spill.finish())
+    decoded = _merge([span], row_args=spill.finish(), joined=give_back_free_memory)
     give_back_free_memory()
     return decoded
 

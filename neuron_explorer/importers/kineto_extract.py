@@ -68,6 +68,22 @@ class Decoded:
     typed: dict[str, tuple[pa.ChunkedArray, ...]]  # kineto_args.SUBSETS -> columns
     trace: kd.Trace  # top-level keys, traceEvents empty
 
+    def take_row_args(self) -> pa.Array | SpilledText:
+        """The args texts, no longer held here (they go to the events table's column)."""
+        texts, self.row_args = self.row_args, None  # type: ignore[assignment]
+        return texts
+
+    def let_go_events(self) -> None:
+        """Drop the per-event columns (phase, codes, times) and the typed columns the rows no
+        longer need, once the mapping has read what it needs from them (kineto.load): the
+        distinct values, the op and gpu args and the args texts stay."""
+        empty = np.zeros(0, np.int32)
+        self.ph = np.zeros(0, self.ph.dtype)
+        self.name_code = self.cat_code = self.pid_code = self.tid_code = self.id_code = empty
+        none = np.zeros(0, bool)
+        self.ts = self.dur = kd.Times(np.zeros(0, np.int64), none, none)
+        self.typed = {k: v for k, v in self.typed.items() if k in ("op", "gpu")}
+
 
 def extract(
     path: Path,
@@ -125,11 +141,16 @@ def _workers(source: Source, options: DecodeOptions) -> int:
     return max(1, min(MAX_WORKERS, cpus or 1))
 
 
-def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
+def _merge(
+    spans: list[Span],
+    row_args: SpilledText | None = None,
+    joined: Callable[[], None] = lambda: None,
+) -> Decoded:
     """The spans' pieces as one set of columns, codes renumbered over all distinct values in
     file order (so the result does not depend on how the file was cut); `row_args`: the args
     texts when they were spilled instead of kept in the pieces. The pieces are emptied as they
-    are joined, a column at a time, so the columns are never all held twice."""
+    are joined, a column at a time, so the columns are never all held twice (`joined` runs
+    after each column: the streaming import hands the pieces' freed heap back there)."""
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     codes: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
     pieces = []
@@ -146,24 +167,35 @@ def _merge(spans: list[Span], row_args: SpilledText | None = None) -> Decoded:
     for span in spans:
         top.update(span.top)
     values = spans[0].values if one else {f: z.seen for f, z in factorizers.items()}
-    ph = phases(values["ph"], _join(codes, "ph"))
+
+    def join(field: str) -> np.ndarray:
+        out = _join(codes, field)
+        joined()
+        return out
+
+    def times(attr: str) -> kd.Times:
+        out = kd.Times.concat([_let_go(p, attr) for p in pieces])
+        joined()
+        return out
+
+    ph = phases(values["ph"], join("ph"))
     typed_keys = pieces[0].typed.keys()
     return Decoded(
         n=len(ph),
         ph=ph,
-        name_code=_join(codes, "name"),
+        name_code=join("name"),
         names=pa.array(values["name"], pa.string()),
         name_list=values["name"],
-        cat_code=_join(codes, "cat"),
+        cat_code=join("cat"),
         cats=values["cat"],
-        pid_code=_join(codes, "pid"),
+        pid_code=join("pid"),
         pids=kd.as_text(values["pid"]),
-        tid_code=_join(codes, "tid"),
+        tid_code=join("tid"),
         tids=kd.as_text(values["tid"]),
-        id_code=_join(codes, "id"),
+        id_code=join("id"),
         ids=kd.as_text(values["id"]),
-        ts=kd.Times.concat([_let_go(p, "ts") for p in pieces]),
-        dur=kd.Times.concat([_let_go(p, "dur") for p in pieces]),
+        ts=times("ts"),
+        dur=times("dur"),
         row_args=row_args if row_args is not None else _concat_text([p.row_args for p in pieces]),
         typed={
             k: tuple(

@@ -5,6 +5,7 @@ mapping's largest columns), and which frames the rows name (the sources to keep)
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,22 +19,48 @@ def dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
 
 
+@dataclass(frozen=True)
+class RowColumn:
+    """A column made a block of rows at a time (assemble takes the events in row groups) from
+    compact per-row codes: seven columns of a row's frames and module cost three int32 codes
+    a row held, not seven columns."""
+
+    make: Callable[[np.ndarray], pa.Array]
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        return self.make(rows)
+
+
+def narrow(codes: np.ndarray) -> np.ndarray:
+    """Row indices or codes (-1: none) as int32 when they fit (they do below 2**31 rows)."""
+    fits = codes.size == 0 or (codes.max() < 2**31 and codes.min() >= -(2**31))
+    return codes.astype(np.int32, copy=False) if fits else codes
+
+
 def stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
     """The frame columns as dictionaries over the distinct frames (codes, not a text per row:
-    the rows' texts would be the mapping's largest columns)."""
-    frames, user_frame, model = stacks.frames, stacks.user_frame, stacks.model_frame
-    uf = pa.array(user_frame, mask=user_frame < 0)
-    mf = pa.array(model, mask=model < 0)
+    the rows' texts would be the mapping's largest columns), each made per block of rows."""
+    frames = stacks.frames
+    user_frame, model, module = (narrow(a) for a in (stacks.user_frame, stacks.model_frame,
+                                                     stacks.module))  # fmt: skip
     files = _by_frame([f.file for f in frames])
     lines = pa.array([f.line for f in frames], pa.int32())
     funcs = _by_frame([f.func for f in frames])
-    modules = dict_take(pa.array(stacks.modules, pa.string()), stacks.module)
+    modules = pa.array(stacks.modules, pa.string())
+
+    def line(codes: np.ndarray) -> RowColumn:
+        return RowColumn(lambda rows: lines.take(pa.array(codes[rows], mask=codes[rows] < 0)))
+
     return {
-        "stack_id": stacks.stack_id,
-        "src_file": files(user_frame), "src_line": lines.take(uf), "src_func": funcs(user_frame),
-        "model_file": files(model), "model_line": lines.take(mf), "model_func": funcs(model),
-        "module": modules,
-    }  # fmt: skip
+        "stack_id": narrow(stacks.stack_id),
+        "src_file": RowColumn(lambda rows: files(user_frame[rows])),
+        "src_line": line(user_frame),
+        "src_func": RowColumn(lambda rows: funcs(user_frame[rows])),
+        "model_file": RowColumn(lambda rows: files(model[rows])),
+        "model_line": line(model),
+        "model_func": RowColumn(lambda rows: funcs(model[rows])),
+        "module": RowColumn(lambda rows: dict_take(modules, module[rows])),
+    }
 
 
 def frames_used(n: int, *per_row: np.ndarray) -> np.ndarray:

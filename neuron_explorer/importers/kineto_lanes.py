@@ -39,9 +39,9 @@ class Lanes:
 
 
 def _key(d: Decoded, events: np.ndarray, dev: np.ndarray) -> np.ndarray:
-    _, pid_of = _texts(d.pids, d.pid_code)
-    tids, tid_of = _texts(d.tids, d.tid_code)
-    return (pid_of[events] * len(tids) + tid_of[events]) * 2 + dev.astype(np.int64)
+    _, pid_of = _texts(d.pids, d.pid_code[events])
+    tids, tid_of = _texts(d.tids, d.tid_code[events])
+    return (pid_of * len(tids) + tid_of) * 2 + dev.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class Metadata:
 
 
 def _texts(values: pa.Array, codes: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """The distinct texts of `values` and, per event, the code of its value's text (values
+    """The distinct texts of `values` and, per code of `codes` (the events asked about: never
+    every event's, a column the size of the trace), the code of its value's text (values
     equal as text share a code; a null value reads as "")."""
     texts = np.array([*values.to_pylist(), ""], dtype=object)
     distinct, inverse = np.unique(texts.astype(str), return_inverse=True)
@@ -82,15 +83,15 @@ def metadata(d: Decoded, events: np.ndarray) -> Metadata:
 def lanes(d: Decoded, rows: np.ndarray, dev: np.ndarray, meta: Metadata | None) -> Lanes:
     """The lanes of `rows` (`dev`: on the device layer), named by `meta` where it names them
     (None: by tid only)."""
-    pids, _ = _texts(d.pids, d.pid_code)
-    tids, _ = _texts(d.tids, d.tid_code)
+    pids, _ = _texts(d.pids, d.pid_code[:0])
+    tids, _ = _texts(d.tids, d.tid_code[:0])
     distinct, code = _factorize(_key(d, rows, dev), 2 * len(pids) * len(tids))
     names = []
     for k in distinct.tolist():
         pid, tid, on_device = pids[k // 2 // len(tids)], tids[k // 2 % len(tids)], k % 2
         given = meta.threads.get((pid, tid)) if meta else None
         names.append(given or _default_name(tid, bool(on_device)))
-    return Lanes(code.reshape(-1).astype(np.int64), pa.array(names, pa.string()), distinct)
+    return Lanes(code.reshape(-1).astype(np.int32), pa.array(names, pa.string()), distinct)
 
 
 DENSE_KEYS = 1 << 22  # below this many possible keys, a table beats sorting the rows
@@ -120,8 +121,8 @@ def devices(
 ) -> tuple[np.ndarray, pa.Array]:
     """Per row a code into the device names: cpu for the host, cuda:<pid> for device work
     (ROCm too, as torch names it), mtia:<pid> for MTIA device work."""
-    pids, pid_of = _texts(d.pids, d.pid_code)
+    pids, pid_of = _texts(d.pids, d.pid_code[rows])
     on_mtia = np.where(mtia[rows], len(pids), 0)
-    code = np.where(dev, pid_of[rows] + 1 + on_mtia, 0)
+    code = np.where(dev, pid_of + 1 + on_mtia, 0)
     names: list[Any] = ["cpu", *(f"cuda:{p}" for p in pids), *(f"mtia:{p}" for p in pids)]
     return code, pa.array(names, pa.string())

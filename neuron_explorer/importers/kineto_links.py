@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,12 +29,27 @@ def launches(gpu_rows: np.ndarray, corr: pa.Array, is_dev: np.ndarray, n: int) -
     return launch
 
 
+@dataclass(frozen=True)
+class FlowPoints:
+    """The fwdbwd flow events (with an id), read out before the decoded columns are let go."""
+
+    ts: np.ndarray  # unix ns
+    is_start: np.ndarray  # ph "s" (else the flow's end)
+    flow: np.ndarray  # code into the trace's distinct flow ids
+    track: np.ndarray  # the host lane of the point's thread (-1: none)
+
+    @staticmethod
+    def of(d: Decoded, points: np.ndarray, track: np.ndarray) -> FlowPoints:
+        keep = d.id_code[points] >= 0
+        points, track = points[keep], track[keep]
+        base = d.trace.baseTimeNanoseconds or 0
+        return FlowPoints(d.ts.ns[points] + base, d.ph[points] == "s", d.id_code[points], track)
+
+
 def fwdbwd(
-    d: Decoded,
-    points: np.ndarray,
-    rows: np.ndarray,
+    p: FlowPoints,
+    ids: pa.Array,
     track_code: np.ndarray,
-    point_track: np.ndarray,
     start: np.ndarray,
     dur: np.ndarray,
     parent: np.ndarray,
@@ -40,7 +57,8 @@ def fwdbwd(
     flow_src: np.ndarray,
 ) -> dict[int, str]:
     """Link forward ops to their backward ops (fwdbwd flows): both get the forward op as flow
-    source in `flow_src`; a row whose flow is taken keeps the Kineto flow id for its args.
+    source in `flow_src`; a row whose flow is taken keeps the Kineto flow id (of `ids`) for
+    its args.
 
     A flow point binds to the innermost op on its thread that contains its time (Kineto puts it
     at the op's start): a searchsorted over ops sorted by (thread, start), then a climb to the
@@ -48,18 +66,14 @@ def fwdbwd(
     """
     extra: dict[int, str] = {}
     op_rows = np.flatnonzero(is_op)
-    keep = d.id_code[points] >= 0
-    points, point_track = points[keep], point_track[keep]
-    if points.size == 0 or op_rows.size == 0:
+    if p.ts.size == 0 or op_rows.size == 0:
         return extra
-    base = d.trace.baseTimeNanoseconds or 0
-    p_ts = d.ts.ns[points] + base
-    p_track = point_track  # the host lane of the point's thread (-1: none)
+    p_ts, p_track = p.ts, p.track
     lo = min(int(start[op_rows].min()), int(p_ts.min()))
     span = max(int(start[op_rows].max()), int(p_ts.max())) - lo + 1
     if (int(track_code.max()) + 1) * span >= 2**62:
         return extra
-    okey = track_code[op_rows] * span + (start[op_rows] - lo)
+    okey = track_code[op_rows].astype(np.int64) * span + (start[op_rows] - lo)
     order = np.argsort(okey, kind="stable")
     pos = np.searchsorted(okey[order], p_track * span + (p_ts - lo), side="right") - 1
     cand = np.where(pos >= 0, op_rows[order[np.clip(pos, 0, None)]], NONE)
@@ -71,10 +85,10 @@ def fwdbwd(
         if not out.any():
             break
         cand = np.where(out, op_anc[c], cand)
-    code = d.id_code[points]
-    src = np.full(len(d.ids), NONE, dtype=np.int64)
+    code = p.flow
+    src = np.full(len(ids), NONE, dtype=np.int64)
     dst = src.copy()
-    is_s = d.ph[points] == "s"
+    is_s = p.is_start
     src[code[is_s]] = cand[is_s]
     dst[code[~is_s]] = cand[~is_s]
     for flow in np.flatnonzero((src >= 0) & (dst >= 0)).tolist():
@@ -83,5 +97,5 @@ def fwdbwd(
             if flow_src[row] in (NONE, fwd):
                 flow_src[row] = fwd
             else:
-                extra[row] = d.ids[flow].as_py()
+                extra[row] = ids[flow].as_py()
     return extra

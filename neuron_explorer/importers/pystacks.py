@@ -116,12 +116,12 @@ def build(
     user = np.array([sc == "user" for sc in scopes], dtype=bool)
     model = np.array([sc in ("user", "library") for sc in scopes], dtype=bool)
     py_idx = np.flatnonzero(is_python)
-    own_sid = np.full(n, NONE, dtype=np.int64)
+    own_sid = np.full(n + 1, NONE, dtype=np.int64)  # the last slot: what parent -1 reads
     stack_parent: list[np.ndarray] = []
     stack_frame: list[np.ndarray] = []
     next_id = 0
     # python depth of each python event, by walking up the python parents (few levels)
-    level = np.zeros(n, dtype=np.int64)
+    level = np.zeros(n, dtype=np.int32)
     cur = py_parent[py_idx]
     while True:
         up = cur >= 0
@@ -144,12 +144,16 @@ def build(
     s_user = _innermost(user, s_parent, s_frame, len(stack_parent))
     s_model = _innermost(model, s_parent, s_frame, len(stack_parent))
     s_module, modules = _module_paths(frames, s_parent, s_frame)
-    sid = np.where(is_python, own_sid, np.where(py_parent >= 0, own_sid[py_parent], NONE))
+    sid = np.where(is_python, own_sid[:n], own_sid[py_parent])  # parent -1: NONE
+    del own_sid, level
+    codes = np.int32 if next_id < 2**31 and len(frames) < 2**31 else np.int64
+    sid = sid.astype(codes)
 
     def per_event(per_stack: np.ndarray) -> np.ndarray:
+        """Per event, its stack's value (int32 codes: a column the size of the trace each)."""
         if not len(per_stack):
-            return np.full(n, NONE, dtype=np.int64)
-        return np.where(sid >= 0, per_stack[np.clip(sid, 0, None)], NONE)
+            return np.full(n, NONE, dtype=codes)
+        return np.append(per_stack.astype(codes), codes(NONE))[sid]
 
     table = _table(s_parent, s_frame, frames)
     table["scope"] = pa.array(scopes, pa.string()).take(pa.array(_frame_index(table, s_frame)))

@@ -38,7 +38,7 @@ def import_cached(traces: list[Path], source_roots: Sequence[Path] = ()) -> Path
     """Import raw torch.profiler traces into a cache folder keyed by their paths, sizes and
     mtimes and the source roots (reused while they are unchanged); returns the folder of
     profiles. Sources are kept from each trace's own folder and `source_roots` only."""
-    from neuron_explorer.importers import import_traces
+    from neuron_explorer.importers import DEFAULT_MEMORY_BUDGET, import_traces
     from neuron_explorer.model.profile import is_profile
 
     key = hashlib.sha1(b"sources: the trace's folder and the roots named\n")  # not older imports'
@@ -52,7 +52,7 @@ def import_cached(traces: list[Path], source_roots: Sequence[Path] = ()) -> Path
         out = out_dir / _profile_name(t)
         if not is_profile(out):
             print(f"importing {t} into {out}", file=sys.stderr)
-            import_traces([t], out, source_roots=source_roots)
+            import_traces([t], out, source_roots=source_roots, memory_budget=DEFAULT_MEMORY_BUDGET)
     return out_dir
 
 

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...importers import DEFAULT_MEMORY_BUDGET  # light: the registry imports no numpy or Arrow
+
 if TYPE_CHECKING:
     from ...model.profile import Profile
 
@@ -14,7 +16,6 @@ HELP = (
     "Import torch.profiler (Kineto) traces (.json or .json.gz; several files or a directory "
     "for several ranks), or a memory snapshot pickle, into a profile directory."
 )
-DEFAULT_BUDGET = 2 << 30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--memory-budget",
         type=_budget,
-        default=DEFAULT_BUDGET,
+        default=DEFAULT_MEMORY_BUDGET,
         metavar="SIZE",
         help="memory for reading each trace (512M, 2G...; default 2G): the file is read as a "
         "stream in ranges sized to it and the events' args wait on disk; 'none' reads each "
