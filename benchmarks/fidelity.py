@@ -10,14 +10,17 @@ Each point runs its workload on the `neuron` device with the stated chip while a
 records, and reads the modeled device time from the recorded kernel events: a compiled model's
 whole NEFF span, a single kernel's duration. The collective is read from the cost model's
 collective function directly (one rank per process here). The goal (issue 24): every point
-within 20% of the published figure, none faster than the chip's peak allows. Takes 1-3 minutes
-on a 2-core machine (the fp32 and bf16 matmuls compute half a TFLOP each on the CPU payloads).
+within 20% of the published figure, none faster than the chip's peak allows. Takes 5-12 minutes
+on a 2-core machine (the fp32 and bf16 matmuls compute half a TFLOP each on the CPU payloads;
+tracing the compiled Llama decode's 32 tensor-parallel layers is about a CPU-minute).
 
 The full-size points (issue 25: Llama-2-7B decode at TP=32, BERT-Large pretraining at DP=32)
-run in shapes-only mode (no data) over modeled ranks, and are marked so in the table; their
-device time is the eager device queue's: kernels' busy time plus the collectives the step
-waits for (the eager host's launch gaps left out: Neuron runs these models as compiled graphs,
-whose launches do not wait on Python). Their goal (issue 25) is 25%.
+run in shapes-only mode (no data) over modeled ranks, and are marked so in the table. The
+decode is compiled as the published run is (one graph per token, its all-reduces inside, a
+static KV cache of the median token's bucket) and read as its NEFF's span; BERT-Large's device
+time is the eager device queue's: kernels' busy time plus the collectives the step waits for
+(the eager host's launch gaps left out: Neuron runs it as compiled graphs, whose launches do
+not wait on Python). Their goal (issue 25) is 25%.
 """
 
 from __future__ import annotations

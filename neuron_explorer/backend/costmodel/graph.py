@@ -122,7 +122,9 @@ def lower_graph(
     updates = graph_forms.in_place_updates(graph, alias)
     graph = list(graph)
     for u in updates:  # its result is the graph input it wrote into, read back from HBM
-        alias_of[(u, 0)] = alias(graph[u].sources[0])
+        target = graph[u].sources[0]
+        assert target is not None  # in_place_updates found it a graph input
+        alias_of[(u, 0)] = alias(target)
         graph[u] = graph_forms.as_row_write(graph[u])
     copies_back = set(updates.values())
     plans = [_plan_of(i, g, alias, updates, copies_back, spec) for i, g in enumerate(graph)]
