@@ -160,3 +160,47 @@ def test_a_division_pays_vectors_precise_reciprocal_and_scalar_ops_move_to_scala
     lone = lower_graph([GraphOp("aten::mul.Tensor", (x, T(dtype="float32")), (x,),
                                 ((-1, 0), None), (True,))], "g", SPEC)  # fmt: skip
     assert ("VectorE", "tensor_scalar") in _engine_ns(lone.plan)
+
+
+def test_a_collective_runs_in_the_neff_on_the_collective_cores_and_its_reader_waits():
+    """A tensor-parallel layer: o_proj's partial sums all-reduced over 32 ranks in the graph."""
+    from neuron_explorer.backend.costmodel.collectives import ALL_REDUCE, collective_cost
+
+    x, w, h = T(1, 128), T(128, 4096), T(1, 4096)
+    graph = [
+        GraphOp("aten::mm", (x, w), (h,), (None, None)),
+        GraphOp("_c10d_functional::all_reduce", (h,), (h,), ((0, 0),), collective=(ALL_REDUCE, 32)),
+        GraphOp("_c10d_functional::wait_tensor", (h,), (h,), ((1, 0),)),
+        GraphOp("aten::add.Tensor", (h, h), (h,), ((2, 0), None), (True,)),
+    ]
+    neff = lower_graph(graph, "g", SPEC)
+    assert [g.plan.name for g in neff.groups] == ["mm", "all_reduce", "add"]  # nothing fuses in
+    cc = neff.groups[1].plan
+    expected = collective_cost(ALL_REDUCE, 4096 * 2, 32, SPEC.collectives).transfer_ns
+    assert [(i.engine, i.opcode, i.dur_ns) for i in cc.instrs] == [("CC", "all_reduce", expected)]
+    assert cc.bytes_read == cc.bytes_written == 0  # the collective cores move it, not the DMA
+    run = DeviceTimeline(SPEC).submit(neff.plan, 0)
+    (at,) = neff.groups[1].instr_index
+    reader = neff.groups[2]
+    first = reader.instr_index[
+        next(k for k, i in enumerate(reader.plan.instrs) if i.engine != DMA_ENGINE)
+    ]
+    assert run.starts[first] >= run.starts[at] + expected
+    assert run.dur_ns > expected
+
+
+def test_a_static_caches_update_writes_its_rows_in_place_and_attention_reads_the_cache():
+    """`copy_(cache, index_copy(cache, 2, pos, k))`, as AOTAutograd keeps a KV cache's write:
+    the rows are written, not the cache, and the attention reads the cache from HBM."""
+    cache, k, q, pos = T(1, 1, 8192, 128), T(1, 1, 1, 128), T(1, 1, 1, 128), T(1, dtype="int64")
+    out = T(1, 1, 1, 128)
+    graph = [
+        GraphOp("aten::index_copy", (cache, pos, k), (cache,), ((-1, 0), (-2, 0), (-3, 0))),
+        GraphOp("aten::_scaled_dot_product_flash_attention_for_cpu", (q, cache, cache), (out,),
+                ((-4, 0), (0, 0), (0, 0)), (True,)),
+        GraphOp("aten::copy_", (cache, cache), (cache,), ((-1, 0), (0, 0))),
+    ]  # fmt: skip
+    update, attention = (g.plan for g in lower_graph(graph, "g", SPEC).groups)
+    assert update.bytes_written == 128 * 2  # one row of the cache
+    assert update.bytes_read < cache.nbytes
+    assert attention.bytes_read >= cache.nbytes  # the whole cache, from HBM

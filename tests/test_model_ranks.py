@@ -56,6 +56,34 @@ def test_a_pipeline_schedule_stops_with_one_error_naming_why(tmp_path):
     assert "EOFError" not in proc.stderr
 
 
+def test_a_compiled_tensor_parallel_decode_runs_its_all_reduces_inside_its_neff(tmp_path):
+    """One graph a token, as transformers-neuronx compiles it: each layer's two all-reduces are
+    groups of the NEFF on the collective cores, not eager collectives, and the static KV
+    cache's update writes its new row only."""
+    from neuron_explorer.backend.costmodel import get_spec
+    from neuron_explorer.backend.costmodel.collectives import ALL_REDUCE, collective_cost
+    from neuron_explorer.model import Profile
+
+    proc = capture(tmp_path / "decode", "decode", 4)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    db = Profile.open(tmp_path / "decode").duckdb()
+    neff = db.execute(
+        "SELECT max(op_name) FROM events WHERE kind = 'kernel' AND op_name LIKE 'neuron_graph_%'"
+    ).fetchone()[0]
+    kernels = db.execute(
+        "SELECT name, dur_ns, bytes_written FROM events WHERE kind = 'kernel' AND op_name = ?"
+        " ORDER BY start_ns", [neff]
+    ).fetchall()  # fmt: skip
+    all_reduces = [dur for name, dur, _w in kernels if name == "all_reduce"]
+    assert all_reduces and len(all_reduces) % 4 == 0  # two layers, two a layer, each run
+    expected = collective_cost(ALL_REDUCE, 256 * 2, 4, get_spec().collectives).transfer_ns
+    assert set(all_reduces) == {expected}  # the hidden state's, among the 4 ranks
+    # the cache row of one step: 2 of 8 heads (4 ranks) x 32 dims x bf16
+    assert {w for n, _d, w in kernels if n == "index_copy"} == {2 * 32 * 2}
+    eager = "SELECT count(*) FROM events WHERE kind = 'collective' AND name = 'all_reduce'"
+    assert not db.execute(eager).fetchone()[0]  # (parallelize_module's scatters are eager)
+
+
 MODEL_RANKS_WORKER = Path(__file__).resolve().parent / "ranks" / "model_ranks_worker.py"
 
 

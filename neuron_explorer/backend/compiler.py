@@ -311,6 +311,9 @@ def neuron_backend(
         _rec._host("compile", "recompile", f"neuron_graph_{graph_id}", (), (),
                    threading.get_native_id(), now, now, 0, _rec.call_site(2), -1, False,
                    args={"reason": "new input shapes", "shapes": str(signature)})  # fmt: skip
+    # an inference graph keeps its writes into its inputs (a static KV cache's new rows): the
+    # NEFF writes them in place (costmodel/graph_forms.py), not eager copies after it
     compiler = aot_autograd(fw_compiler=_compile("forward", graph_id, fallback),
-                            bw_compiler=_compile("backward", graph_id, fallback))  # fmt: skip
+                            bw_compiler=_compile("backward", graph_id, fallback),
+                            keep_inference_input_mutations=True)  # fmt: skip
     return compiler(gm, example_inputs, **kwargs)

@@ -44,9 +44,11 @@ _GRAPH_FORMS = frozenset({
 
 
 def _lowerable(target: torch._ops.OpOverload) -> bool:
+    from neuron_explorer.backend.runtime.collectives import KIND_OF  # torch.distributed: late
+
     name = target._schema.name
-    if ops.is_supported(target) or name in _GRAPH_FORMS:
-        return True
+    if ops.is_supported(target) or name in _GRAPH_FORMS or name in KIND_OF:
+        return True  # a collective runs in the NEFF, on the collective cores
     if name.endswith("_copy") and name.startswith("aten::"):  # view_copy: a view, copied
         packet = getattr(torch.ops.aten, name[6:-5], None)
         if packet is not None and packet.default.is_view:

@@ -103,14 +103,26 @@ def graph_ops(
         if node.op == "output":
             torch.fx.node.map_arg(node.args, lambda n: exported.add(value.get(n, (-1, -1))))
     graph = []
-    for i, (_node, name, ins, outs, sources) in enumerate(found):
+    for i, (node, name, ins, outs, sources) in enumerate(found):
         if all(t is None for t in outs):  # no tensor result: lowering takes it as in place
             outs = []
         # a non-tensor result keeps its place (an empty tensor), so getitem's index still fits
         kept = tuple(t if t is not None else TensorInfo((0,)) for t in outs)
         graph.append(GraphOp(name, tuple(ins), kept, tuple(sources),
-                             tuple((i, j) in exported for j in range(len(kept)))))  # fmt: skip
+                             tuple((i, j) in exported for j in range(len(kept))),
+                             _collective(node, name)))  # fmt: skip
     return graph, [f[0] for f in found]
+
+
+def _collective(node: torch.fx.Node, name: str) -> tuple[str, int] | None:
+    """A collective node's (kind, ranks of its group): it runs in the NEFF (graph_forms.py)."""
+    from neuron_explorer.backend.runtime import collectives
+
+    kind = collectives.KIND_OF.get(name)
+    if kind is None:
+        return None
+    group = collectives._group_of(tuple(node.args))
+    return kind, group.size() if group is not None else 1
 
 
 def lower_graph(

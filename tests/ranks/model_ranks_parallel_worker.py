@@ -1,7 +1,8 @@
 """A job run under `neuron-explorer capture --model-ranks N` by tests/test_model_ranks.py, in
 shapes-only mode: `tp` shards an MLP with DTensor tensor parallelism (ColwiseParallel then
 RowwiseParallel) over the job's ranks and takes three AdamW steps; `pp` runs a GPipe schedule
-of torch.distributed.pipelining, one stage of two Linear layers a rank."""
+of torch.distributed.pipelining, one stage of two Linear layers a rank; `decode` shards a
+two-layer Llama the same way and runs its decode step compiled, with a static KV cache."""
 
 from __future__ import annotations
 
@@ -32,6 +33,39 @@ def tensor_parallel() -> None:
     print("tp local weight", tuple(model[0].weight.to_local().shape))
 
 
+def compiled_decode() -> None:
+    import transformers
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("neuron", (dist.get_world_size(),))
+    config = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=512,
+    )  # fmt: skip
+    plan = {}
+    for i in range(config.num_hidden_layers):
+        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        plan.update({f"{attn}.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")})
+        plan.update({f"{mlp}.{n}": ColwiseParallel() for n in ("gate_proj", "up_proj")})
+        plan[f"{attn}.o_proj"] = plan[f"{mlp}.down_proj"] = RowwiseParallel()
+    with torch.no_grad():
+        with torch.device("neuron"):
+            model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+            parallelize_module(model, mesh, plan)
+            cache = transformers.StaticCache(config=config, max_cache_len=512)
+        token = torch.zeros(1, 1, dtype=torch.long).to("neuron")
+        position = torch.tensor([[300]]).to("neuron")
+        step = torch.compile(model, backend="neuron", dynamic=False)
+        for _ in range(3):  # compiles, compiles again once the cache holds tensors, runs
+            step(input_ids=token, cache=cache, position_ids=position, use_cache=True)
+        torch.neuron.synchronize()
+
+
 def pipeline() -> None:
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
@@ -51,7 +85,7 @@ def pipeline() -> None:
 
 def main() -> None:
     dist.init_process_group("neuron")
-    {"tp": tensor_parallel, "pp": pipeline}[sys.argv[1]]()
+    {"tp": tensor_parallel, "pp": pipeline, "decode": compiled_decode}[sys.argv[1]]()
     dist.destroy_process_group()
 
 

@@ -27,7 +27,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from . import custom, ops
+from . import custom, graph_forms, ops
 from .lowering import _pass, assemble, lhs_index, lower_op
 from .plan import DMA, Compute, Instr, KernelPlan, TensorInfo
 from .spec import DeviceSpec, get_spec
@@ -51,6 +51,8 @@ class GraphOp:
     outputs: tuple[TensorInfo, ...]
     sources: tuple[Value | None, ...]
     exported: tuple[bool, ...] = ()
+    # a collective's (kind, ranks of its group), as costmodel/collectives.py names the kind
+    collective: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,9 @@ def _group_ops(plans: Sequence[KernelPlan], graph: Sequence[GraphOp], alias) -> 
         producers = {owner.get(alias(s)[0]) for s in gop.sources if s is not None}
         elems = max((t.numel for t in gop.outputs), default=0)
         fusable = plan.category in FUSABLE
-        # a user's own kernel (ops.CUSTOM) is opaque to the compiler: nothing joins it
-        sealed = bool(groups) and plans[groups[-1][0]].category == ops.CUSTOM
+        # a user's own kernel (ops.CUSTOM) is opaque to the compiler, and a collective runs on
+        # the collective cores: nothing joins either
+        sealed = bool(groups) and plans[groups[-1][0]].category in (ops.CUSTOM, ops.COLLECTIVE)
         if groups and fusable and not sealed and (len(groups) - 1 in producers or elems == loop):
             # on the latest group's tiles: its consumer, or a sibling over the same elements
             # (loop fusion: the compiler runs independent elementwise chains in one tile loop)
@@ -112,13 +115,24 @@ def lower_graph(
                 alias_of[(i, j)] = alias_of.get(g.sources[0], g.sources[0])
 
     def alias(v: Value) -> Value:
-        return alias_of.get(v, v)
+        while v in alias_of:  # a view of an in-place update: the graph input it wrote into
+            v = alias_of[v]
+        return v
 
-    plans = [lower_op(g.op, _laid_out(g, alias), g.outputs, spec) for g in graph]
+    updates = graph_forms.in_place_updates(graph, alias)
+    graph = list(graph)
+    for u in updates:  # its result is the graph input it wrote into, read back from HBM
+        target = graph[u].sources[0]
+        assert target is not None  # in_place_updates found it a graph input
+        alias_of[(u, 0)] = alias(target)
+        graph[u] = graph_forms.as_row_write(graph[u])
+    copies_back = set(updates.values())
+    plans = [_plan_of(i, g, alias, updates, copies_back, spec) for i, g in enumerate(graph)]
 
     exported: set[Value] = set()
     for i, g in enumerate(graph):
         exported.update(alias((i, j)) for j, e in enumerate(g.exported) if e)
+    exported.update((u, 0) for u in updates)  # the rows an update writes reach HBM
     groups = _group_ops(plans, graph, alias)
     group_of = {i: gi for gi, members in enumerate(groups) for i in members}
     last_use: dict[Value, int] = {}  # value -> last group reading it
@@ -140,6 +154,19 @@ def lower_graph(
         for v in [v for v, last in last_use.items() if last <= gi and v in resident]:
             del resident[v]
     return _assemble_neff(name, built, groups, spec)
+
+
+def _plan_of(i: int, g: GraphOp, alias, updates, copies_back, spec: DeviceSpec) -> KernelPlan:
+    """The op's kernel as a member of the NEFF (graph_forms.py: collectives on the collective
+    cores, in-place updates of a graph input writing their rows only)."""
+    if g.collective is not None:
+        kind, ranks = g.collective
+        return graph_forms.collective_plan(g.op, kind, ranks, g.inputs, g.outputs, spec)
+    if i in copies_back:  # the update before it already wrote into the input
+        return lower_op("aten::alias", g.inputs[:1], g.inputs[:1], spec)
+    if i in updates:
+        return graph_forms.update_plan(g, spec)
+    return lower_op(g.op, _laid_out(g, alias), g.outputs, spec)
 
 
 def _laid_out(g: GraphOp, alias) -> tuple[TensorInfo, ...]:
@@ -213,6 +240,8 @@ def _build_group(gi, members, graph, plans, spec, alias, group_of, exported, las
         if last_use.get(v, -1) > gi and v not in spilled and used + nbytes <= capacity:
             resident[v] = (gi, nbytes)
     first = plans[members[0]]
+    if first.category == ops.COLLECTIVE:  # the collective cores move its data, not the DMA
+        return first, sbuf_deps - {gi}, hbm_deps - {gi}, spill
     work = [plans[i] for i in members]
     gname = first.name if len(work) == 1 else "fused_" + "_".join(p.name for p in work)
     op = first.op if len(work) == 1 else "+".join(p.op for p in work)

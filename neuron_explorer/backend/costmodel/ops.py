@@ -18,8 +18,10 @@ NORM = "norm"  # VectorE statistics + ScalarE normalise
 SOFTMAX = "softmax"  # VectorE max/sum + ScalarE exp
 FILL = "fill"  # writes without reading: VectorE memset / GpSimd iota and RNG
 CUSTOM = "custom"  # a kernel the user declared (costmodel/custom.py): its own, never fused
+COLLECTIVE = "collective"  # a compiled graph's collective, on the collective cores (graph.py)
 CATEGORIES = (
     CUSTOM,
+    COLLECTIVE,
     VIEW,
     COPY,
     MATMUL,
@@ -39,7 +41,7 @@ _VIEWS = frozenset(
     "new_empty new_empty_strided resize set numpy_t mt mh movedim moveaxis unfold "
     "_neg_view _conj real imag view_as_real view_as_complex swapaxes swapdims "
     "tensor_split hsplit vsplit unsafe_split unsafe_chunk indices values "
-    "lift lift_fresh_copy _local_scalar_dense output_nr is_same_size".split()
+    "lift lift_fresh_copy _local_scalar_dense output_nr is_same_size wait_tensor".split()
 )
 _COPIES = frozenset(
     "copy _copy_from _copy_from_and_resize clone cat concat concatenate stack hstack vstack "

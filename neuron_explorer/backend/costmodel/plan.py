@@ -7,6 +7,7 @@ from functools import cached_property
 from math import prod
 from typing import NamedTuple
 
+from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC
 from neuron_explorer.vocab.engines import DMA_ENGINE as DMA
 from neuron_explorer.vocab.engines import ENGINES as ENGINES
 from neuron_explorer.vocab.engines import TENSOR_ENGINE
@@ -21,7 +22,9 @@ DTYPE_BYTES: dict[str, int] = {
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
 }  # fmt: skip
 
-ENGINE_INDEX = {e: i for i, e in enumerate(ENGINES)}
+# the lanes a plan's non-DMA instructions run on: the compute engines, then the collective
+# cores (CC), which run a compiled graph's collectives (costmodel/graph.py)
+ENGINE_INDEX = {e: i for i, e in enumerate((*ENGINES, CC))}
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -7,7 +7,7 @@ from functools import cached_property
 
 from neuron_explorer.vocab.engines import DMA_PREFIX, dma_queue
 
-from .plan import DMA, ENGINES, KernelPlan
+from .plan import DMA, ENGINE_INDEX, KernelPlan
 from .spec import DeviceSpec, get_spec
 
 
@@ -87,7 +87,7 @@ class DeviceTimeline:
     def __init__(self, spec: DeviceSpec | None = None) -> None:
         self.spec = spec or get_spec()
         self._nq = self.spec.dma_queues
-        self._free = [0] * (len(ENGINES) + self._nq)
+        self._free = [0] * (len(ENGINE_INDEX) + self._nq)
         self._rotation = 0  # successive kernels start on different DMA queues
         self._horizon = 0  # max(self._free): when the whole device is idle
 
@@ -107,7 +107,7 @@ class DeviceTimeline:
         if not plan.sched:
             return ready, ready, (), 0, nq, 0
         free = self._free
-        base = len(ENGINES)
+        base = len(ENGINE_INDEX)
         self._rotation = (rot + plan.dma_queues_used) % nq
         if plan.dma_queues_used <= nq:
             # The device is idle by `ready`, so the plan runs exactly at its idle schedule
@@ -152,8 +152,8 @@ class DeviceTimeline:
         """When `track` ("TensorE", ..., "DMA q3") finishes the work queued on it."""
         queue = dma_queue(track)
         if queue is not None:
-            return self._free[len(ENGINES) + queue]
-        return self._free[ENGINES.index(track)]
+            return self._free[len(ENGINE_INDEX) + queue]
+        return self._free[ENGINE_INDEX[track]]
 
     def reset(self) -> None:
         self._free = [0] * len(self._free)

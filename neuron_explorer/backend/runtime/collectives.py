@@ -111,7 +111,7 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
         # taken now and the neuron tensor itself comes back; the device still orders its
         # readers after the collective (_hold)
         return rewrap(torch.ops._c10d_functional.wait_tensor.default(host_args[0]))
-    if kind is None:
+    if kind is None or _tracing(host_args):  # torch.compile traces it: nothing runs yet
         return rewrap(info.call(*host_args, **host_kwargs))
     if not _prof._is_profiler_enabled:
         # still numbered and announced: a rank that profiles (perhaps only rank 0) reads every
@@ -125,6 +125,15 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
             arrivals.announce(group, arrivals.number(group), arrived)
         return rewrap(out)
     return rewrap(_run_recorded(info, kind, args, host_args, host_kwargs))
+
+
+def _tracing(host_args: Any) -> bool:
+    """The payloads are fake tensors: torch.compile traces the collective (into a graph whose
+    NEFF runs it, backend/graph_lowering.py), so it is neither numbered nor recorded here."""
+    first = host_args[0] if host_args else None
+    if type(first) in (list, tuple):
+        first = first[0] if first else None
+    return isinstance(first, torch.Tensor) and type(first) is not torch.Tensor
 
 
 class _HostCall(NamedTuple):  # what `run` reads of an op: its name and how to call it

@@ -47,7 +47,8 @@ def _unwrap(a, inputs: list, info):
         if type(a) is not _Tensor and a.device.type == "neuron":
             # a factory's result while torch.compile traces (`torch.ones(3, device="neuron")`):
             # a fake tensor on the device, not a wrapper; its value belongs beside the payloads
-            return a.to(_CPU)
+            # (meta ones in shapes-only mode, as compiler.to_payload_devices places it at run)
+            return a.to(_shapes.payload_device())
         return a
     if type(a) in _SEQ and a and isinstance(a[0], _TENSOR_OR_NONE):
         return type(a)(_unwrap(x, inputs, info) for x in a)
