@@ -243,13 +243,11 @@ def _recv_meta_from_own_outputs(self: Any, src_stage: int) -> Any:
     stage's outputs (they have the outputs' shapes); a previous stage's outputs are unknown."""
     from torch.distributed.pipelining._utils import _derive_grad_metas, _StageBackwardMeta
 
-    from neuron_explorer.backend import model_ranks
-
     outputs = self._stage_meta.outputs
     if src_stage == self.stage_index + 1 and outputs is not None:
         return _StageBackwardMeta(backward_metas=_derive_grad_metas(outputs))
     raise ExplorerError(
-        f"--model-ranks {model_ranks.world_size()}: rank 0 runs pipeline stage "
+        f"--model-ranks: rank 0 runs pipeline stage "
         f"{self.stage_index}, whose inputs come from stage {src_stage} that no copy runs "
         "(a modeled pipeline executes its first stage): give rank 0 stage 0, or run the "
         "pipeline as a real torchrun job"
