@@ -186,8 +186,8 @@ def _hook_schedules() -> None:
         )
 
     step._neuron = True  # type: ignore[attr-defined]
-    single.step = step
-    multi.step = refuse
+    single.step = step  # type: ignore[method-assign]
+    multi.step = refuse  # type: ignore[method-assign]
 
 
 def _hook_stage() -> None:
@@ -232,10 +232,10 @@ def _hook_stage() -> None:
         return ops
 
     forward_one_chunk._neuron = True  # type: ignore[attr-defined]
-    base.forward_one_chunk = forward_one_chunk
-    base.backward_one_chunk = backward_one_chunk
-    base.get_bwd_recv_ops = get_bwd_recv_ops
-    plain._recv_meta = _recv_meta_from_own_outputs
+    base.forward_one_chunk = forward_one_chunk  # type: ignore[method-assign]
+    base.backward_one_chunk = backward_one_chunk  # type: ignore[method-assign]
+    base.get_bwd_recv_ops = get_bwd_recv_ops  # type: ignore[method-assign]
+    plain._recv_meta = _recv_meta_from_own_outputs  # type: ignore[method-assign]
 
 
 def _recv_meta_from_own_outputs(self: Any, src_stage: int) -> Any:
