@@ -8,6 +8,7 @@ collectives and `backend="cpu:gloo,neuron:neuron"` both work.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -139,6 +140,40 @@ def _route_fsdp_storage() -> None:
     _fsdp_param_group.alloc_storage = alloc_storage
 
 
+# the object collectives: pickled bytes in a tensor on `device` (torch.distributed.pipelining
+# sends its stages' shapes so, on the stage's device)
+_OBJECT_COLLECTIVES = ("send_object_list", "recv_object_list", "broadcast_object_list",
+                       "all_gather_object", "gather_object", "scatter_object_list")  # fmt: skip
+
+
+def _objects_through_the_host() -> None:
+    """In shapes-only mode a neuron tensor holds no bytes, so a pickled object sent in one
+    (`send_object_list(..., device="neuron")`) would arrive as zeros: its bytes go through the
+    host instead (the backend serves CPU tensors through gloo), as they would be data on the
+    chip. Idempotent; a no-op for any other device and outside the mode."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from neuron_explorer.backend.runtime import shapes
+
+    for name in _OBJECT_COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None or getattr(original, "_neuron", False):
+            continue
+
+        @functools.wraps(original)
+        def on_host(*args: Any, _call: Any = original, **kwargs: Any) -> Any:
+            device = kwargs.get("device")
+            if shapes.enabled() and device is not None and torch.device(device).type == "neuron":
+                kwargs["device"] = torch.device("cpu")
+            return _call(*args, **kwargs)
+
+        on_host._neuron = True  # type: ignore[attr-defined]
+        setattr(c10d, name, on_host)
+        setattr(dist, name, on_host)
+
+
 def register() -> None:
     """Make "neuron" a torch.distributed backend for neuron and CPU tensors (idempotent)."""
     import torch.distributed as dist
@@ -147,6 +182,7 @@ def register() -> None:
         return
     dist.Backend.register_backend("neuron", _create, extended_api=True, devices=["neuron", "cpu"])
     after_import.run_after(_FSDP_MESH, _default_mesh_follows_the_process_group)
+    _objects_through_the_host()
     from neuron_explorer.backend import model_ranks
 
     model_ranks.install()

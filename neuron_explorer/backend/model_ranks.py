@@ -7,9 +7,9 @@ once, and the runtime prices each for its group of N (runtime/collectives.py: wi
 the group's, no rank waits for another, as identical ranks arrive together). Values a
 collective writes (an all-gather's output, a sum) are not computed: use it with shapes-only
 mode, or where values do not matter. DDP, FSDP2, DTensor tensor parallelism and device meshes
-run over these groups as over real ones. What needs an object from another rank
-(`recv_object_list`: torch.distributed.pipelining's stage metadata) cannot run modeled, and
-says so.
+run over these groups as over real ones, and so do pipeline schedules: rank 0 runs stage 0,
+the other stages are its copies (backend/pipeline_ranks.py). Any other object asked of another
+rank (`recv_object_list`) cannot come, and the run says so.
 """
 
 from __future__ import annotations
@@ -72,20 +72,24 @@ def install() -> None:
     init_process_group._neuron_model_ranks = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
     dist.recv_object_list = _no_object_from_a_copy(dist.recv_object_list)
+    from neuron_explorer.backend import pipeline_ranks
+
+    pipeline_ranks.install()
 
 
 def _no_object_from_a_copy(recv_object_list: Any) -> Any:
     """`recv_object_list` of a modeled job: the other ranks never run, so an object asked of
-    one (torch.distributed.pipelining's shape and schedule exchange between stages) cannot
-    come; one clear error instead of unpickling the empty buffer a fake group leaves."""
+    one cannot come (a pipeline's stage metadata is made from stage 0's own, pipeline_ranks.py,
+    without asking); one clear error instead of unpickling the empty buffer a fake group
+    leaves."""
 
     @functools.wraps(recv_object_list)
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ExplorerError(
             f"--model-ranks {world_size()}: rank 0 asked another rank for a Python object "
-            "(dist.recv_object_list; torch.distributed.pipelining exchanges stage metadata "
-            "so), but a modeled job runs rank 0 alone and its copies send nothing: run a "
-            "pipeline schedule as a real torchrun job (in shapes-only mode for a large model)"
+            "(dist.recv_object_list), but a modeled job runs rank 0 alone and its copies "
+            "send nothing: run this job as a real torchrun job (in shapes-only mode for a "
+            "large model)"
         )
 
     return refuse

@@ -273,6 +273,10 @@ def run_captured(
         exit_code = 130
         print("KeyboardInterrupt", file=sys.stderr)
         handler.extra["run_ended"] = run_ended(exc)
+    except ExplorerError as exc:  # the device refused what the script asked: one line, as the CLI
+        print(f"neuron-explorer: error: {exc}", file=sys.stderr)
+        exit_code = 2
+        handler.extra["run_ended"] = run_ended(exc)
     except BaseException as exc:  # noqa: BLE001 - the script's error is shown, the profile kept
         _print_script_error(exc)
         exit_code = 1

@@ -1,8 +1,9 @@
 """A job run under `neuron-explorer capture --model-ranks N` by tests/test_model_ranks.py, in
 shapes-only mode: `tp` shards an MLP with DTensor tensor parallelism (ColwiseParallel then
-RowwiseParallel) over the job's ranks and takes three AdamW steps; `pp` runs a GPipe schedule
-of torch.distributed.pipelining, one stage of two Linear layers a rank; `decode` shards a
-two-layer Llama the same way and runs its decode step compiled, with a static KV cache."""
+RowwiseParallel) over the job's ranks and takes three AdamW steps; `pp KIND` runs a schedule of
+torch.distributed.pipelining (`gpipe`, `1f1b`, `interleaved`), modeled or under a real
+torchrun; `decode` shards a two-layer Llama the same way and runs its decode step compiled,
+with a static KV cache."""
 
 from __future__ import annotations
 
@@ -66,26 +67,55 @@ def compiled_decode() -> None:
         torch.neuron.synchronize()
 
 
-def pipeline() -> None:
-    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+def pipeline(kind: str) -> None:
+    """One stage a rank of four Linear(4096, 4096) + Tanh layers, 4 micro-batches of 1024 rows,
+    three steps: device-bound (each micro-batch's forward is milliseconds of modeled TensorE
+    work, far above the host's launches), so the bubble is the modeled device's, not the host's
+    noise. `interleaved`: two stages a rank (ScheduleInterleaved1F1B), which a modeled job
+    cannot run."""
+    from torch.distributed import pipelining
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("neuron", 0)
-    stage_module = nn.Sequential(nn.Linear(256, 256), nn.Linear(256, 256)).to(device)
-    stage = PipelineStage(stage_module, rank, world, device)
-    schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=lambda y, t: (y - t).square().mean())
-    x, target = torch.randn(32, 256, device=device), torch.randn(32, 256, device=device)
-    if rank == 0:
-        schedule.step(x)
-    elif rank == world - 1:
-        schedule.step(target=target)
+    device = torch.device("neuron")
+
+    def part() -> nn.Module:
+        layers = [m for _ in range(4) for m in (nn.Linear(4096, 4096), nn.Tanh())]
+        return nn.Sequential(*layers).to(device)
+
+    if kind == "interleaved":
+        stages = [pipelining.PipelineStage(part(), s, 2 * world, device)
+                  for s in (rank, rank + world)]  # fmt: skip
+        params = [p for s in stages for p in s.submod.parameters()]
+        schedule = pipelining.ScheduleInterleaved1F1B(stages, 4, loss_fn=nn.functional.mse_loss)
+        first, last = rank == 0, rank == world - 1
     else:
-        schedule.step()
+        stage = pipelining.PipelineStage(part(), rank, world, device)
+        params = list(stage.submod.parameters())
+        schedules = {"gpipe": pipelining.ScheduleGPipe, "1f1b": pipelining.Schedule1F1B}
+        schedule = schedules[kind](stage, 4, loss_fn=nn.functional.mse_loss)
+        first, last = rank == 0, rank == world - 1
+    opt = torch.optim.SGD(params, lr=0.01)
+    for _ in range(3):
+        x = torch.randn(4096, 4096, device=device)
+        target = torch.randn(4096, 4096, device=device)
+        if first:
+            schedule.step(x)
+        elif last:
+            schedule.step(target=target)
+        else:
+            schedule.step()
+        opt.step()
+        opt.zero_grad()
 
 
 def main() -> None:
     dist.init_process_group("neuron")
-    {"tp": tensor_parallel, "pp": pipeline, "decode": compiled_decode}[sys.argv[1]]()
+    if sys.argv[1] == "tp":
+        tensor_parallel()
+    elif sys.argv[1] == "decode":
+        compiled_decode()
+    else:
+        pipeline(sys.argv[2])
     dist.destroy_process_group()
 
 

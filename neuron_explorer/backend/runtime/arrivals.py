@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from neuron_explorer.backend import model_ranks, pipeline_ranks
+
 _seq: dict[str, itertools.count] = {}  # group name -> collectives recorded on it
 _SEND = ("c10d::send",)
 _RECV = ("c10d::recv_",)
@@ -29,8 +31,9 @@ def p2p_arrival(op: str, group: Any, args: tuple, mine: int) -> int:
     if other < 0 or group is None or op not in _SEND + _RECV:
         return mine
     store = group_store(group)
-    if store is None:
-        return mine
+    if store is None:  # a modeled job: a pipeline's gradient comes when its copy sends it
+        sent = pipeline_ranks.sender(other) if op in _RECV and model_ranks.world_size() else None
+        return mine if sent is None else sent
     me = group.rank()
     src, dst = (me, other) if op in _SEND else (other, me)
     n = next(_p2p_seq.setdefault((group.group_name, src, dst), itertools.count()))

@@ -11,6 +11,7 @@ path would cost 2-4x the literal: measured 225-300 ns against 90 ns for a launch
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -20,6 +21,23 @@ from neuron_explorer.vocab.engines import KERNEL_TRACK
 from neuron_explorer.vocab.kinds import RUNTIME_HOST_KINDS as HOST_KINDS
 
 DEFAULT_INSTRUCTION_LIMIT = 200_000
+# the limit for this process (`set_instruction_limit` changes it): instruction and DMA events
+# are most of a profiled step's memory (about 460 MiB at the default for a Llama-3-8B step), so
+# a job of many real ranks on one machine lowers it (docs/device.md)
+INSTRUCTION_LIMIT_ENV = "NEURON_EXPLORER_INSTRUCTION_LIMIT"
+
+
+def _limit_from_env() -> int:
+    raw = os.environ.get(INSTRUCTION_LIMIT_ENV, "")
+    if not raw:
+        return DEFAULT_INSTRUCTION_LIMIT
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise ValueError(f"{INSTRUCTION_LIMIT_ENV}={raw!r}: expected a number of events >= 0")
+    return limit
 
 
 @dataclass(frozen=True)
@@ -159,7 +177,7 @@ _ids = itertools.count(1)
 _flows = itertools.count(1)
 _buf: list[Any] = []  # raw records: (layout, *fields), and ("event", RuntimeEvent)
 _lock = threading.Lock()
-_instruction_limit = DEFAULT_INSTRUCTION_LIMIT
+_instruction_limit = _limit_from_env()
 # Events drained and handed back (`keep`): the Kineto plugin drains at the profiler's stop,
 # before on_trace_ready runs trace_handler, which drains them again
 _kept: list[RuntimeEvent] = []
