@@ -50,56 +50,52 @@ def _python_work() -> int:
     return total
 
 
-def test_a_preempted_threads_run_queue_delay_is_cut_and_recorded(tmp_path):
+def _loop(out, busy: bool) -> tuple[int, dict, int]:
+    """Capture OPS ops with the user's code between them, on one CPU shared with a busy process
+    or not: (the loop's modeled span, the manifest's run_queue, ns this thread waited on a run
+    queue during the capture)."""
     cpu = min(os.sched_getaffinity(0))
     affinity = os.sched_getaffinity(0)
     x = torch.randn(16, device="neuron")
-    busy = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})"
-                             "\nwhile True: pass"])  # fmt: skip
+    hog = None
+    if busy:
+        hog = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, "
+                                f"{{{cpu}}})\nwhile True: pass"])  # fmt: skip
     os.sched_setaffinity(0, {cpu})  # this thread only: it shares one CPU with the busy loop
     gc.disable()  # an op after a collection cuts no delay (the pause is cut, by itself)
     try:
         time.sleep(0.2)  # the busy process is running
         _, waited0 = _schedstat()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                    on_trace_ready=neuron_explorer.trace_handler(tmp_path / "p")):  # fmt: skip
+                                    on_trace_ready=neuron_explorer.trace_handler(out)):  # fmt: skip
             x = x + 1  # the op before the loop: the loop's first gap has a return to start from
-            _, waited_a = _schedstat()
-            t_a = time.time_ns()
             with torch.profiler.record_function("loop"):
                 for _ in range(OPS):
                     x = x + 1
                     _python_work()
                 x = x + 1  # the last gap ends at an op too
-            t_b = time.time_ns()
-            _, waited_b = _schedstat()
         _, waited1 = _schedstat()
     finally:
         gc.enable()
         os.sched_setaffinity(0, affinity)
-        busy.kill()
-        busy.wait()
-    p = Profile.open(tmp_path / "p")
-    run_queue = p.manifest.extra["run_queue"]
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+    p = Profile.open(out)
+    ((loop_ns,),) = p.duckdb().execute("SELECT dur_ns FROM events WHERE name = 'loop'").fetchall()
+    return loop_ns, p.manifest.extra["run_queue"], waited1 - waited0
+
+
+def test_a_preempted_threads_run_queue_delay_is_cut_and_recorded(tmp_path):
+    alone, _, _ = _loop(tmp_path / "alone", busy=False)
+    shared, run_queue, waited = _loop(tmp_path / "shared", busy=True)
     assert run_queue["source"] == SCHEDSTAT
-    con = p.duckdb()
-    ((loop_ns,),) = con.execute("SELECT dur_ns FROM events WHERE name = 'loop'").fetchall()
-    ((modeled_ns,),) = con.execute(
-        "SELECT coalesce(sum(e.dur_ns), 0) FROM events e, events l WHERE l.name = 'loop' AND "
-        "e.layer = 'host' AND e.kind = 'runtime' AND e.start_ns >= l.start_ns AND "
-        "e.start_ns + e.dur_ns <= l.start_ns + l.dur_ns"
-    ).fetchall()
-    waited = waited_b - waited_a
-    assert waited > 0, "the busy process never took the CPU"  # both runnable on one CPU
-    # what was cut is run-queue delay this thread had (one thread records here), never more
-    assert 0 < run_queue["cut_ns"] <= waited1 - waited0, (run_queue, waited1 - waited0)
-    # the loop on the modeled clock: its real time less the delay, each op's modeled cost in
-    # place of its real span, 0.1 ms for the clock readings of the test itself. What is left
-    # of the real time once the delay is taken does not depend on the busy process (a stall
-    # of the virtual machine's CPU, not seen by Linux's scheduler, stays in both)
-    assert loop_ns <= (t_b - t_a) - waited + modeled_ns + 100_000, (
-        loop_ns,
-        t_b - t_a,
-        waited,
-        run_queue,
-    )
+    # the busy process took the CPU (both runnable on one CPU: the thread waited), and what was
+    # cut is run-queue delay the thread had (one thread records here), never more
+    assert 0 < run_queue["cut_ns"] <= waited, (run_queue, waited)
+    # On the modeled clock the loop takes what it takes with the CPU to itself: the delay is
+    # cut, the user's code kept. Compared with the same loop alone, not with real time less the
+    # delay: on this virtual machine the scheduler's clock and the wall clock part by up to a
+    # third of the delay, and the host's stalls of the machine's CPU show in neither. Left on
+    # the clock, the shared CPU made the loop 2-7x as long.
+    assert shared <= 1.5 * alone + 1_000_000, (shared, alone, run_queue, waited)

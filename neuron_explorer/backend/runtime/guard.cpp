@@ -257,6 +257,24 @@ int64_t run_delay_ns() {
   return end == second ? -1 : static_cast<int64_t>(delay);
 }
 
+// A reading at the end of a stretch: (delay, its time). Linux accounts a wait when the thread
+// runs again, so a preemption at the read's own return to user space is missing from the value
+// read, and must lie after the reading's time too, or it would be cut twice (with the stretch
+// and from the delay that follows). A read that took over kReadNs (~0.5 us unpreempted) was
+// preempted: it is dated at its start.
+constexpr int64_t kReadNs = 50000;
+struct Reading {
+  int64_t delay;
+  int64_t at;
+};
+
+Reading read_at_end() {
+  const int64_t before = realtime_ns();
+  const int64_t delay = run_delay_ns();
+  const int64_t after = realtime_ns();
+  return {delay, after - before < kReadNs ? after : before};
+}
+
 // The free of a wrapper (issue 14): a neuron tensor's Python object is a subclass instance
 // holding a CPU payload, whose storage the runtime's memory accounting watches (memory.py), so
 // its free costs several microseconds where a real device's tensor, a plain C++ tensor, costs
@@ -318,8 +336,9 @@ void on_record_end(const at::RecordFunction& fn, at::ObserverContext*) {
   RoundTrip& rt = t_round_trip;
   if (rt.depth > 0) --rt.depth;  // a record opened before the callback was added has no start
   if (rt.watch == reinterpret_cast<int64_t>(&fn)) {
-    rt.watch_delay = run_delay_ns();  // before the clock: the read is inside the return, cut
-    rt.watch_end = realtime_ns();
+    const Reading r = read_at_end();  // the read is inside the return, cut with it
+    rt.watch_delay = r.delay;
+    rt.watch_end = r.at;
     rt.watch = 0;
   }
 }
@@ -365,8 +384,9 @@ extern "C" void neuron_free_ends(void* obj) {
   if (obj != t_freeing) return;
   t_freeing = nullptr;
   // a preemption inside the free is the run-queue delay's, cut once with it (record.py)
-  const int64_t queued = t_free_queued >= 0 ? run_delay_ns() - t_free_queued : 0;
-  const int64_t spent = realtime_ns() - t_free_start - g_free_ns - (queued > 0 ? queued : 0);
+  const Reading r = read_at_end();
+  const int64_t queued = t_free_queued >= 0 && r.delay >= 0 ? r.delay - t_free_queued : 0;
+  const int64_t spent = r.at - t_free_start - g_free_ns - (queued > 0 ? queued : 0);
   if (spent <= 0) return;
   RoundTrip& rt = t_round_trip;
   if (rt.capture != g_capture) {
