@@ -138,13 +138,10 @@ def replayed_drop(profile: Profile, durations: dict[int, int]) -> int:
 
 # unfused-optimizer: foreach=True ---------------------------------------------------------------
 
-# the optimizer's host time of the recorded steps, as the steps' count times its fastest step:
-# the host clock keeps the simulating machine's own Python time, so a loaded machine's
-# preemption lands in one step or another (11 ms once, under 8 helpers on two cores), and the
-# fastest step is the one that ran as the program does
+# the optimizer's host time of the recorded steps (the simulating machine's preemptions are cut
+# from the host clock: docs/device.md)
 OPTIMIZER_NS = (
-    "SELECT min(ns) * count(*) FROM (SELECT step, sum(dur_ns) AS ns FROM events "
-    "WHERE layer = 'host' AND name LIKE 'Optimizer.step#%' AND step IS NOT NULL GROUP BY step)"
+    "SELECT sum(dur_ns) FROM events WHERE layer = 'host' AND name LIKE 'Optimizer.step#%'"
 )
 
 

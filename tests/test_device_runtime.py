@@ -473,15 +473,15 @@ def test_the_wrappers_frees_between_ops_keep_only_the_modeled_free(tmp_path):
         for _ in range(2):
             xs = [x + 1 for _ in range(n)]  # each its own storage
             kept.append(x.mul(2))
-            t_a = time.time_ns()
             slots = (ctypes.c_int64 * hostcost.SLOTS).from_address(
                 hostcost.NATIVE.neuron_round_trip_slot()  # type: ignore[union-attr]
             )
+            queued0 = hostcost.QUEUED_NS[0]
             t0, cut0 = time.time_ns(), slots[hostcost.FREE]
             xs.clear()
             real, cut = time.time_ns() - t0, slots[hostcost.FREE] - cut0
-            t_b = time.time_ns()
             kept.append(x.mul(3))
+            queued = hostcost.QUEUED_NS[0] - queued0  # cut by mul(3): preemptions since mul(2)
             prof.step()
     con = Profile.open(tmp_path / "p").duckdb()
     (a_end, b_start), *_ = con.execute(
@@ -491,14 +491,11 @@ def test_the_wrappers_frees_between_ops_keep_only_the_modeled_free(tmp_path):
     ).fetchall()
     gap = b_start - a_end
     assert real > 2 * n * free_ns  # the wrapper's frees: 2.4-5 us each here
-    # each free keeps the modeled free; what the frees took beyond it is cut, all of it (the
-    # list's own loop, the clock readings and the OS's preemptions between frees stay real:
-    # what is left of t_b - t_a once the cut is taken, measured in this run, so the bound
-    # holds on a loaded machine too; 0.2 ms and 5% for the ops' own entry and return, where
-    # a loaded machine's preemptions also stay real)
-    assert cut > 0.5 * real, (real, cut)  # the frees are most of the clear, and they are cut
-    assert 0.9 * n * free_ns <= gap, (gap, real, cut)
-    assert gap <= (t_b - t_a) * 1.05 - cut + 200_000, (gap, t_b - t_a, real, cut)
+    # each free keeps the modeled free; what the frees took beyond it is cut, and so is the
+    # thread's run-queue delay (a loaded machine's preemptions, in a free or between two:
+    # guard.cpp); the list's own loop and the clock readings stay real
+    assert cut + queued > 0.5 * real, (real, cut, queued)  # most of the clear, cut
+    assert 0.9 * n * free_ns <= gap <= n * free_ns + 0.25 * real, (gap, real, cut, queued)
 
 
 @needs_native_guard

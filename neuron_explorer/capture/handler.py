@@ -66,14 +66,14 @@ def _backend_state() -> tuple[dict[str, Any] | None, ...]:
     """(the shapes-only mode's assumptions and placeholders where this process used it, the
     device memory's peak since the process began or the last reset_peak_memory_stats() with
     what held it (None when nothing was allocated), the modeled job's ranks where it models
-    one)."""
+    one, the run-queue delay cut from its host clock)."""
     from neuron_explorer.backend import model_ranks
-    from neuron_explorer.backend.runtime import memory, shapes
+    from neuron_explorer.backend.runtime import hostcost, memory, shapes
 
     held = memory.held_at_peak()
     peak = held.pop("peak")
     block = {"peak_bytes": peak, "held_bytes": held} if peak > 0 else None
-    return shapes.manifest(), block, model_ranks.manifest()
+    return shapes.manifest(), block, model_ranks.manifest(), hostcost.captured_run_queue()
 
 
 def _device_spec() -> dict[str, Any] | None:
@@ -159,7 +159,9 @@ class TraceHandler:
         if exc is not None:
             self.extra["run_ended"] = run_ended(exc)
         if drained:
-            shapes_only, held, modeled = _backend_state()
+            shapes_only, held, modeled, queued = _backend_state()
+            # the simulating machine's preemptions cut from the host clock (docs/device.md)
+            self.extra["run_queue"] = queued
             if shapes_only is not None:  # a profile without numerics says so, and its assumptions
                 self.extra["shapes_only"] = shapes_only
             if held is not None:  # the device memory's peak and what held it

@@ -134,6 +134,12 @@ def _write(
     }
     if any(host_costs.values()):
         extra["host_costs_ns"] = host_costs
+    # each rank's run-queue delay cut from its host clock (the first rank's is no job's figure)
+    queued = {str(r): p.manifest.extra["run_queue"] for r, p in zip(ranks, profiles, strict=True)
+              if "run_queue" in p.manifest.extra}  # fmt: skip
+    extra.pop("run_queue", None)
+    if queued:
+        extra["run_queue_by_rank"] = queued
     with ProfileWriter(out, overwrite=True) as writer:
         writer.write_events(_concat(events).sort_by([("rank", "ascending"),
                                                      ("start_ns", "ascending"),

@@ -9,9 +9,12 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -204,8 +207,11 @@ struct RoundTrip {
   int64_t free_cut;   // wrapper frees outside every record since Python last took it (below)
   int64_t depth;      // FUNCTION records open on this thread (0: between ops)
   int64_t capture;    // the capture free_cut belongs to (g_capture when it was last added to)
+  int64_t entry_at;   // CLOCK_REALTIME ns at the latest PythonSubclass record's start
+  int64_t queued;     // run-queue delay from the watched record's end to entry_at (below)
+  int64_t watch_delay;  // this thread's run-queue delay total when the watched record ended
 };
-thread_local RoundTrip t_round_trip{0, 0, 0, 0, 0, 0, 0};
+thread_local RoundTrip t_round_trip{0, 0, 0, 0, 0, 0, 0, 0, 0, -1};
 int64_t g_capture = 0;  // captures ended so far: a thread's frees after one are not the next's
 // this thread's callback (a thread-local one, as the profiler's: autograd's device thread gets
 // both with the caller's thread-local state); added after the profiler's, it runs after it,
@@ -218,6 +224,55 @@ inline int64_t realtime_ns() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// The simulating machine's preemptions (issue 27): time this thread was runnable but waiting
+// for a CPU, which a host of its own would not lose. Linux keeps it per thread, in ns, as the
+// second field of /proc/thread-self/schedstat (one pread of a descriptor kept open per thread:
+// ~0.5 us). It is read at the two ends of the stretch the host clock keeps between two ops: when
+// the watched record ends (the previous op's return is over; read before its clock, so the
+// read is inside the return that is cut) and when torch's PythonSubclass record of the next op
+// opens (inside that op's span, cut). `queued` is the difference; record.py cuts it, at most
+// the stretch itself. -1 where the file is missing (not Linux, no /proc): nothing is cut.
+struct SchedStat {
+  int fd = -2;  // -2: not opened yet
+  ~SchedStat() {
+    if (fd >= 0) close(fd);
+  }
+};
+thread_local SchedStat t_schedstat;
+
+int64_t run_delay_ns() {
+  int& fd = t_schedstat.fd;
+  if (fd == -2) fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[96];
+  const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char* end = nullptr;
+  std::strtoll(buf, &end, 10);  // the time spent on the CPU
+  const char* second = end;
+  const long long delay = std::strtoll(second, &end, 10);
+  return end == second ? -1 : static_cast<int64_t>(delay);
+}
+
+// A reading at the end of a stretch: (delay, its time). Linux accounts a wait when the thread
+// runs again, so a preemption at the read's own return to user space is missing from the value
+// read, and must lie after the reading's time too, or it would be cut twice (with the stretch
+// and from the delay that follows). A read that took over kReadNs (~0.5 us unpreempted) was
+// preempted: it is dated at its start.
+constexpr int64_t kReadNs = 50000;
+struct Reading {
+  int64_t delay;
+  int64_t at;
+};
+
+Reading read_at_end() {
+  const int64_t before = realtime_ns();
+  const int64_t delay = run_delay_ns();
+  const int64_t after = realtime_ns();
+  return {delay, after - before < kReadNs ? after : before};
 }
 
 // The free of a wrapper (issue 14): a neuron tensor's Python object is a subclass instance
@@ -245,6 +300,7 @@ bool g_gc = false;         // a garbage collection runs (set by gcpause.py)
 constexpr int64_t kStaleNs = 10000000;  // a free begun this long ago was not one (resurrected)
 thread_local void* t_freeing = nullptr;  // the wrapper whose free is being timed
 thread_local int64_t t_free_start = 0;
+thread_local int64_t t_free_queued = 0;  // the thread's run-queue delay when it began (-1: none)
 
 std::unique_ptr<at::ObserverContext> on_record_start(const at::RecordFunction& fn) {
   // torch's own record around the call into a subclass's __torch_dispatch__ opens inside the
@@ -256,7 +312,12 @@ std::unique_ptr<at::ObserverContext> on_record_start(const at::RecordFunction& f
     rt.capture = g_capture;
   }
   const char* name = fn.name();
-  if (name[0] == 'P' && std::strcmp(name, "PythonSubclass") == 0) return nullptr;
+  if (name[0] == 'P' && std::strcmp(name, "PythonSubclass") == 0) {
+    const int64_t delay = run_delay_ns();  // the op is about to enter the runtime
+    rt.queued = delay >= 0 && rt.watch_delay >= 0 ? delay - rt.watch_delay : 0;
+    rt.entry_at = realtime_ns();
+    return nullptr;
+  }
   // a profiler started after ours was added runs after ours: its event would start after the
   // runtime's span. Then record no start (0): the runtime adds ours anew (hostcost.resume)
   const auto& tls = at::get_record_function_tls_().sorted_tls_callbacks_;
@@ -275,7 +336,9 @@ void on_record_end(const at::RecordFunction& fn, at::ObserverContext*) {
   RoundTrip& rt = t_round_trip;
   if (rt.depth > 0) --rt.depth;  // a record opened before the callback was added has no start
   if (rt.watch == reinterpret_cast<int64_t>(&fn)) {
-    rt.watch_end = realtime_ns();
+    const Reading r = read_at_end();  // the read is inside the return, cut with it
+    rt.watch_delay = r.delay;
+    rt.watch_end = r.at;
     rt.watch = 0;
   }
 }
@@ -312,6 +375,7 @@ extern "C" void neuron_free_begins(void* obj) {
   if (t_freeing != nullptr && now - t_free_start < kStaleNs) return;  // nested in another free
   t_freeing = obj;
   t_free_start = now;
+  t_free_queued = run_delay_ns();  // after the clock: the read is timed with the free, cut
 }
 
 // torch's base tensor type's tp_dealloc: every tensor's free ends here, a wrapper's too.
@@ -319,7 +383,10 @@ extern "C" void neuron_free_ends(void* obj) {
   g_base_dealloc(obj);
   if (obj != t_freeing) return;
   t_freeing = nullptr;
-  const int64_t spent = realtime_ns() - t_free_start - g_free_ns;
+  // a preemption inside the free is the run-queue delay's, cut once with it (record.py)
+  const Reading r = read_at_end();
+  const int64_t queued = t_free_queued >= 0 && r.delay >= 0 ? r.delay - t_free_queued : 0;
+  const int64_t spent = r.at - t_free_start - g_free_ns - (queued > 0 ? queued : 0);
   if (spent <= 0) return;
   RoundTrip& rt = t_round_trip;
   if (rt.capture != g_capture) {

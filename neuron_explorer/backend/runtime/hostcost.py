@@ -70,7 +70,19 @@ _lock = threading.Lock()
 # beyond the modeled free since the last op (guard.cpp times each from the wrapper type's
 # tp_finalize to the end of torch's base tp_dealloc), cut with that op's return.
 START, START_ID, WATCH, WATCH_END, FREE = range(5)  # the fields Python reads of one thread's
-SLOTS = 6  # slots (the sixth, the open records, is guard.cpp's own, as is a seventh not mapped)
+ENTRY_AT, QUEUED = 7, 8  # slots (the sixth and seventh, the open records and the capture, are
+SLOTS = 9  # guard.cpp's own, as is a tenth not mapped)
+# The simulating machine's preemptions (issue 27): with the C++ guard each thread's run-queue
+# delay (Linux's /proc/thread-self/schedstat: time runnable but not running) is read where the
+# previous op's return ends and where the next op enters (guard.cpp); QUEUED is the delay
+# between the two, which the next op cuts with that return, never more than the real time the
+# clock keeps between them (so a preemption inside a span, a return or a garbage collection,
+# cut already, is not cut twice). QUEUED_NS sums the cuts of this process; the manifest gets a
+# capture's part (captured_run_queue).
+RUN_QUEUE_FILE = "/proc/thread-self/schedstat"
+QUEUED_NS = [0]  # run-queue delay cut so far (record.py binds the list once)
+_queued_at_resume = 0  # QUEUED_NS when this capture's first op turned the callback on
+_queued_captured = 0  # what the last capture cut, set when it was drained
 NATIVE: ctypes.CDLL | None = None  # guard.native, set at registration (_registration.py)
 FREES = False  # the wrapper's frees are timed (guard.watch_frees, at registration)
 EXACT = False  # the exact round trip is measured (the C++ guard is loaded)
@@ -79,7 +91,7 @@ THREAD = threading.local()  # .rt: this thread's slots (ctypes int64 array) or N
 
 
 def thread_slots():
-    """This thread's round-trip slots (ctypes array of 4 int64 at the C++ thread_local), or None
+    """This thread's round-trip slots (ctypes array of SLOTS int64 at the C++ thread_local), or None
     with the Python guard; turns the callback on. Stored in THREAD.rt (read once per op)."""
     global EXACT
     lib = NATIVE
@@ -97,8 +109,10 @@ def resume(rt=None) -> None:
     """Turn the record-function callback on, on this thread (the first recorded op of a
     capture: added after the profiler's own, it runs after it; autograd's device thread gets
     it with the caller's thread-local state)."""
-    global ON
+    global ON, _queued_at_resume, _queued_captured
     if NATIVE is not None:
+        if not ON:
+            _queued_at_resume, _queued_captured = QUEUED_NS[0], 0
         if FREES and not ON:
             from neuron_explorer.backend.runtime import model
 
@@ -109,16 +123,32 @@ def resume(rt=None) -> None:
             rt[START] = 0  # (unrecorded ops after an undrained capture still wrote starts)
             rt[WATCH] = 0  # a record left watched when the callback went off never ends
             rt[FREE] = 0  # frees before this capture's first op
+            rt[ENTRY_AT] = 0  # the delay since the last op of the previous capture
 
 
 def pause() -> None:
     """Turn it off (the runtime's events are drained or cleared: the capture is over), so
     unrecorded ops build no record functions and the next capture adds it after its
     profiler's."""
-    global ON
+    global ON, _queued_captured
     if NATIVE is not None and ON:
         NATIVE.neuron_round_trip(0)
         ON = False
+        _queued_captured = QUEUED_NS[0] - _queued_at_resume
+
+
+def captured_run_queue() -> dict[str, object]:
+    """For the manifest: the run-queue delay the last drained capture cut from the host clock
+    (`cut_ns`, all threads of this process) and where it was read, or why nothing was."""
+    import os
+
+    if not EXACT:
+        source = "none: the Python guard (no compiler) reads no run-queue delay"
+    elif not os.access(RUN_QUEUE_FILE, os.R_OK):
+        source = f"none: no {RUN_QUEUE_FILE} (not Linux): preemptions stay on the host clock"
+    else:
+        source = RUN_QUEUE_FILE
+    return {"cut_ns": _queued_captured, "source": source}
 
 
 def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
@@ -130,8 +160,9 @@ def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
     call ended is not this op's (the op came by redispatch, a thread's first op, a capture's
     first): the span starts at t0. An op entered while the previous op's record is still open
     runs inside it (autograd saving a result calls `detach` on it): all the real time since
-    the previous span is that op's return, cut, and the enclosing record stays watched.
-    record.dispatch_recorded inlines this."""
+    the previous span is that op's return, cut, and the enclosing record stays watched. The
+    thread's run-queue delay between that return and this op's entry is cut with the return
+    (QUEUED, above). record.dispatch_recorded inlines this."""
     s = rt[START]
     if not (last_end < s <= t0):
         if not s:  # this thread's first, or a newer profiler's callback runs after ours
@@ -147,6 +178,12 @@ def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
     if f:  # the frees since the previous op: cut with its return, never beyond this op's start
         rt[FREE] = 0
         o = min(o + f, s - last_end) if last_end else o
+    q = rt[QUEUED]  # the run-queue delay between that return and this op's entry
+    if q > 0 and last_end < e <= s and e < rt[ENTRY_AT] <= t0:
+        q = min(q, s - last_end - o)  # never more than the stretch the clock keeps
+        if q > 0:
+            o += q
+            QUEUED_NS[0] += q
     return o, s
 
 

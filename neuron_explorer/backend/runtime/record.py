@@ -45,6 +45,7 @@ _flows = events._flows
 _note_key = tracking.note_key  # (key, compiles now, cache entry) of one kernel call
 _host = events.record_host  # one host call, the clock advanced by its cut
 _gaps = _hostcost.GAPS  # the refit's samples (cleared, never rebound): read without a lookup
+_queued = _hostcost.QUEUED_NS  # [run-queue delay cut so far] (never rebound)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -209,6 +210,12 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
             if f:
                 slots[4] = 0
                 o = min(o + f, s - last) if last else o
+            q = slots[8]  # QUEUED: run-queue delay since that return (hostcost.queued_cut)
+            if q > 0 and last < e <= s and e < slots[7] <= t0:  # ENTRY_AT: this op's entry
+                q = min(q, s - last - o)  # never more than the stretch the clock keeps
+                if q > 0:
+                    o += q
+                    _queued[0] += q
         t0 = s
     else:
         o = _calibrated(t0 - last, seq >= 0 and not bwd, kernel and info.mutates)
