@@ -293,7 +293,10 @@ def test_the_flame_graph_is_linked_to_the_call_tree_and_coloured(server, page):
     colors = page.evaluate("document.getElementById('flame').data[0].marker.colors")
     lib = {}
     for n, c in zip(d["nodes"], colors, strict=True):
-        if n.get("file") and "site-packages/torch/" in n["file"]:
+        # a capture names an installed package's files by import path (capture/relocate.py)
+        if (n.get("file") or "").startswith("torch/") or "site-packages/torch/" in (
+            n.get("file") or ""
+        ):
             lib.setdefault("torch", set()).add(c)
         elif (n.get("file") or "").startswith("samples/"):
             lib.setdefault("samples", set()).add(c)

@@ -149,19 +149,9 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
     te = np.array([_tensor_engine_ns(r, peak) for r in rows], float)
     bf16 = d - np.minimum(te, d) * (1 - 1 / speedup)
     forward = [r for r in rows if not r["backward"]]
-    owner = [k for k, r in enumerate(rows) if not r["backward"] for _ in parse_shapes(r["shapes"])]
-    elements = [prod(s) for r in forward for s in parse_shapes(r["shapes"])]
     per_cast = 2 if has_backward else 1  # the cast and, with a backward, its gradient's
-    cast_bytes = np.array(elements, float) * CAST_BYTES_PER_ELEMENT
-    ew = _elementwise_fit(ctx)
-    if ew is not None:
-        each = ew[0] + ew[1] * cast_bytes
-    else:  # no elementwise kernels to learn from: the bytes at the spec's HBM bandwidth
-        bandwidth = ctx.manifest.spec.hbm_bytes_per_s or 0.0
-        each = cast_bytes / bandwidth * 1e9 if bandwidth else cast_bytes * 0.0
+    each, casts_of, elements, fitted = _cast_costs(ctx, rows, per_cast)
     cast_ns = float(np.sum(each)) * per_cast
-    casts_of = np.zeros(len(rows))
-    np.add.at(casts_of, np.array(owner, dtype=np.int64), np.asarray(each, float) * per_cast)
     # a bf16 model casts at its boundary only: the input in, the output out (and, with a
     # backward, the output's gradient back), each about a typical matmul input's cast
     model_cast_ns = float(np.median(each)) * (1 + per_cast) if len(each) else 0.0
@@ -172,10 +162,28 @@ def estimate(ctx: AnalysisContext, fp32_where: str, speedup: float) -> Bf16Estim
         bf16_matmul_ns=int(bf16.sum()),
         casts=len(elements) * per_cast,
         cast_ns=int(cast_ns),
-        fitted=ew is not None,
+        fitted=fitted,
         model_cast_ns=int(model_cast_ns),
         per_kernel=tuple(
             (int(r["id"]), round(float(b)), round(float(c)))
             for r, b, c in zip(rows, bf16, casts_of, strict=True)
         ),  # fmt: skip
     )
+
+
+def _cast_costs(ctx: AnalysisContext, rows: list, per_cast: int) -> tuple:
+    """Each forward matmul input's cast to bf16 (ns), the casts' time charged to each kernel,
+    the inputs' element counts, and whether the casts' cost was fitted to the profile's
+    elementwise kernels."""
+    owner = [k for k, r in enumerate(rows) if not r["backward"] for _ in parse_shapes(r["shapes"])]
+    elements = [prod(s) for r in rows if not r["backward"] for s in parse_shapes(r["shapes"])]
+    cast_bytes = np.array(elements, float) * CAST_BYTES_PER_ELEMENT
+    ew = _elementwise_fit(ctx)
+    if ew is not None:
+        each = ew[0] + ew[1] * cast_bytes
+    else:  # no elementwise kernels to learn from: the bytes at the spec's HBM bandwidth
+        bandwidth = ctx.manifest.spec.hbm_bytes_per_s or 0.0
+        each = cast_bytes / bandwidth * 1e9 if bandwidth else cast_bytes * 0.0
+    casts_of = np.zeros(len(rows))
+    np.add.at(casts_of, np.array(owner, dtype=np.int64), np.asarray(each, float) * per_cast)
+    return each, casts_of, elements, ew is not None

@@ -93,9 +93,7 @@ def _ending_lines(ending: dict | None) -> list[str]:
 def render_findings(doc: dict) -> None:
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
-    from .lines import _short
     from .summary import run_ended_line
 
     c = Console()
@@ -111,40 +109,8 @@ def render_findings(doc: dict) -> None:
     else:
         for text in _ending_lines(ending or None):
             c.print(f"[bold red]{escape(text)}[/]", highlight=False)
-    colour = {"high": "red", "medium": "yellow", "low": "cyan"}
     for i, f in enumerate(findings, 1):
-        sev = f"[{colour.get(f['severity'], 'white')}]{f['severity'].upper()}[/]"
-        c.print()
-        tag = " [magenta]READINESS[/]" if f.get("category") == "readiness" else ""
-        c.print(
-            f"{i}. {sev}{tag} [bold]{escape(f['title'])}[/]  [dim]({f['rule']})[/]", highlight=False
-        )
-        c.print(
-            f"   saves {'at most ' if f.get('bound') else ''}~{_ms(f['saving_ns'])} "
-            f"({100 * f['saving_share']:.1f}% of step time)"
-            + (f", replayed: {escape(f['replayed'])}" if f.get("replayed") else "")
-            + (f" (an upper bound: {escape(f['bound'])})" if f.get("bound") else ""),
-            highlight=False,
-        )
-        if f.get("overlaps"):  # their changes replayed together save less than the sum
-            c.print(f"   [bold]overlaps {', '.join(f['overlaps'])}: the savings do not add[/]",
-                    highlight=False)  # fmt: skip
-        c.print(f"   {escape(f['detail'])}", highlight=False)
-        ev = f["evidence"]
-        rows = [("op", h) for h in ev["ops"]] + [("line", h) for h in ev["source_lines"]]
-        rows += [("model line", {**h, "label": _short(h["label"])})
-                 for h in ev.get("model_lines", ())[:3]]  # fmt: skip
-        rows += [("module", h) for h in ev.get("modules", ())[:3]]
-        if rows:
-            t = Table(show_header=True, box=None, padding=(0, 1), pad_edge=False)
-            for h in ("", "evidence", "time", "count", "note"):
-                t.add_column(h, overflow="fold")
-            for what, h in rows[:10]:
-                t.add_row(
-                    "   " + what, h["label"][:100], _ms(h["dur_ns"]), str(h["count"]), h["note"]
-                )
-            c.print(t)
-        c.print(f"   [green]fix:[/] {escape(f['fix'])}", highlight=False)
+        _render_finding(c, i, f)
     if not findings:
         c.print("No problems found by the rules that ran.")
     elif doc.get("replayed_total_ns") is not None:
@@ -156,3 +122,43 @@ def render_findings(doc: dict) -> None:
             "change above at once; the findings' own savings do not add where they overlap.",
             highlight=False,
         )
+
+
+def _render_finding(c, i: int, f: dict) -> None:
+    """One finding: its title, saving, detail, evidence table and fix."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .lines import _short
+
+    colour = {"high": "red", "medium": "yellow", "low": "cyan"}
+    sev = f"[{colour.get(f['severity'], 'white')}]{f['severity'].upper()}[/]"
+    c.print()
+    tag = " [magenta]READINESS[/]" if f.get("category") == "readiness" else ""
+    c.print(
+        f"{i}. {sev}{tag} [bold]{escape(f['title'])}[/]  [dim]({f['rule']})[/]", highlight=False
+    )
+    c.print(
+        f"   saves {'at most ' if f.get('bound') else ''}~{_ms(f['saving_ns'])} "
+        f"({100 * f['saving_share']:.1f}% of step time)"
+        + (f", replayed: {escape(f['replayed'])}" if f.get("replayed") else "")
+        + (f" (an upper bound: {escape(f['bound'])})" if f.get("bound") else ""),
+        highlight=False,
+    )
+    if f.get("overlaps"):  # their changes replayed together save less than the sum
+        c.print(f"   [bold]overlaps {', '.join(f['overlaps'])}: the savings do not add[/]",
+                highlight=False)  # fmt: skip
+    c.print(f"   {escape(f['detail'])}", highlight=False)
+    ev = f["evidence"]
+    rows = [("op", h) for h in ev["ops"]] + [("line", h) for h in ev["source_lines"]]
+    rows += [("model line", {**h, "label": _short(h["label"])})
+             for h in ev.get("model_lines", ())[:3]]  # fmt: skip
+    rows += [("module", h) for h in ev.get("modules", ())[:3]]
+    if rows:
+        t = Table(show_header=True, box=None, padding=(0, 1), pad_edge=False)
+        for h in ("", "evidence", "time", "count", "note"):
+            t.add_column(h, overflow="fold")
+        for what, h in rows[:10]:
+            t.add_row("   " + what, h["label"][:100], _ms(h["dur_ns"]), str(h["count"]), h["note"])
+        c.print(t)
+    c.print(f"   [green]fix:[/] {escape(f['fix'])}", highlight=False)
