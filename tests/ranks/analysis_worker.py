@@ -8,8 +8,8 @@ by `neuron_explorer.trace_handler(OUT)` in every rank.
   no sync in the loop; 4 steps recorded.
 - `straggler RANK`: DDP training, 6 steps recorded; rank RANK works 2 ms more in each step
   (a sleep before its backward, as a slow data loader's or a log write's).
-- `pipeline CUT`: an MLP of 8 blocks of 4 layers in two `torch.distributed.pipelining` stages (GPipe, 4
-  micro-batches), the first CUT blocks on rank 0 and the rest on rank 1; 5 steps recorded.
+- `pipeline CUT`: an MLP of 8 blocks of 8 layers in two `torch.distributed.pipelining` stages (GPipe, 4
+  micro-batches), the first CUT blocks on rank 0 and the rest on rank 1; 8 steps recorded.
 - `tp`: tensor parallelism (DTensor: an MLP split column- then row-wise) over all ranks, and
   `fsdp_tp`: FSDP2 over the `dp` dimension of a 2 x 2 mesh with the same split over `tp`;
   3 steps recorded, the losses written to OUT.rank<N>.json.
@@ -137,7 +137,7 @@ def pipeline(rank: int, n: int) -> None:
 
     torch.manual_seed(0)
     # a block of several layers: its own work outweighs what every stage repeats per step
-    blocks = [nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(256, 256), nn.Tanh())])
+    blocks = [nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(256, 256), nn.Tanh())])
               for _ in range(8)]  # fmt: skip
     cut = int(ARG)
     part = nn.Sequential(*(blocks[:cut] if rank == 0 else blocks[cut:])).to("neuron")
@@ -156,7 +156,7 @@ def pipeline(rank: int, n: int) -> None:
         opt.step()
         opt.zero_grad()
 
-    profiled(5, body)
+    profiled(8, body)  # the median of 7 steady steps: host noise of one step moves it little
 
 
 def tensor_parallel(rank: int, n: int) -> None:

@@ -41,6 +41,10 @@ def main() -> None:
     }
     with open(f"{sys.argv[1]}.rank{rank}.json", "w") as f:
         json.dump(out, f)
+    # Every rank's gloo work done before any rank tears its pairs down: without it a rank that
+    # destroys first can abort the other in gloo's teardown ("terminate called without an
+    # active exception", seen once in CI with the package not loaded).
+    dist.barrier()
     dist.destroy_process_group()
 
 
