@@ -13,7 +13,8 @@ import json
 from collections.abc import Sequence
 
 from . import custom
-from .graph import GraphOp, group_span, lower_graph
+from .graph import GraphOp, lower_graph
+from .graph_neff import group_span
 from .plan import TensorInfo
 from .spec import DeviceSpec
 

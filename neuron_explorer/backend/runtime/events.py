@@ -345,7 +345,7 @@ def _launch_events(r: LaunchRecord, out: list[RuntimeEvent], budget: int) -> int
 
 
 def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int:
-    from neuron_explorer.backend.costmodel.graph import group_span
+    from neuron_explorer.backend.costmodel.graph_neff import group_span
     from neuron_explorer.backend.costmodel.timeline import KernelRun
 
     eid, op, tid, plan, flow, seq, bwd = k.id, k.op, k.tid, k.plan, k.flow, k.seq, k.bwd
