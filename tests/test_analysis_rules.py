@@ -143,7 +143,8 @@ def test_findings_are_ranked_and_serialisable():
     assert doc["findings"][0]["rule"] == findings[0].rule
     assert set(doc) == {"profile", "source", "total_step_ns", "steps", "rules_run", "findings",
                         "run_ended", "job_ending", "replayed_total_ns",
-                        "replayed_total_share"}  # fmt: skip
+                        "replayed_total_share", "device_time_modeled"}  # fmt: skip
+    assert doc["device_time_modeled"] is False  # a GPU trace's device times are measured
     assert set(doc["findings"][0]) == {
         "rule", "category", "severity", "title", "detail", "fix", "saving_ns", "saving_share",
         "evidence", "replayed", "bound", "overlaps",

@@ -113,3 +113,25 @@ def test_the_modeled_badge_links_to_the_fidelity_table(app):
     page = client.get(badge.group(1))
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "<th>published</th>" in page.text and "bert-base" in page.text
+
+
+# a tab that shows no time of its own: the SQL console's tables are the profile's raw columns
+NO_TIMES = {"sql"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        p
+        for p in PAGES
+        if p.shell.tab and p.kind not in NO_TIMES and "{" not in p.path.replace("{name}", "")
+    ],  # fmt: skip
+    ids=lambda p: p.kind,
+)
+def test_every_tab_of_a_neuron_capture_shows_the_modeled_badge(app, page):
+    """Its twin says the times are modeled (a finding's saving is modeled device time too) and
+    its script shows the badge that links to the fidelity table."""
+    doc = TestClient(app).get(page.api_path.replace("{name}", SAMPLE.name)).json()
+    assert doc.get("device_time_modeled", doc.get("modeled")) is True, page.kind
+    script = ROOT / "neuron_explorer" / "web" / "static" / "js" / page.shell.script
+    assert "setModeled(" in script.read_text(encoding="utf-8"), page.shell.script

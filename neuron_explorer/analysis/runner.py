@@ -14,7 +14,7 @@ from ..model.profile import Profile
 from .context import context
 from .findings import Finding, rank_findings
 from .job import JobEnding, job_ending
-from .page import PageModel
+from .page import PageModel, is_modeled
 from .rule import applies
 from .rules import RULES, get_rule
 
@@ -87,6 +87,8 @@ class FindingsReport(PageModel):
     # None when no finding replayed its saving
     replayed_total_ns: int | None = None
     replayed_total_share: float = 0.0
+    # a neuron capture's device times, and so the savings, come from the cost model
+    device_time_modeled: bool = False
 
 
 def findings_report(
@@ -106,7 +108,8 @@ def findings_report(
     return FindingsReport(str(profile.path), profile.manifest.source, total, steps,
                           tuple(rules), tuple(findings),
                           profile.manifest.extra.get("run_ended"),
-                          job_ending(profile.manifest), joint, share)  # fmt: skip
+                          job_ending(profile.manifest), joint, share,
+                          is_modeled(profile))  # fmt: skip
 
 
 def replayed_total(ctx, findings: Iterable[Finding]) -> int | None:

@@ -5,7 +5,7 @@
 // focuses the flame graph on it; a focus change redraws at once (no zoom animation). Frames are
 // coloured by category (the node's kind), library (a frame's package, an op's namespace) or
 // module (the top nn.Module, when grouped by module), kept in ?color=.
-import { api, h, mount, run, fmtNs, fmtPct, heatBar, section, profile, plot, qs, enc, pUrl, sourceUrl, moduleUrl, nameMatcher } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtPct, heatBar, section, setModeled, profile, plot, qs, enc, pUrl, sourceUrl, moduleUrl, nameMatcher } from "./common.js";
 
 const OPEN_DEPTH = 40; // the heaviest path opens this deep on load
 const FLAME_DEPTH = 14; // levels drawn at once: a click on a frame zooms into it
@@ -20,6 +20,7 @@ function byLink(by, current, label) {
 async function calltree() {
   const by = qs("by") === "module" ? "module" : "stack";
   const d = await api(`/p/${enc(profile)}/calltree?by=${by}`);
+  setModeled(d.device_time_modeled);  // a capture's host clock holds the runtime's modeled costs
   const nodes = d.nodes;
   // a module node's whole path (its name is its last part), for its link to the Modules page
   const byId = new Map(nodes.map((n) => [n.id, n]));

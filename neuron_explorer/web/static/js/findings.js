@@ -1,4 +1,4 @@
-import { api, h, mount, run, fmtNs, fmtPct, findingChips, sourceUrl, timelineUrl, moduleUrl, pUrl, enc, section, profile } from "./common.js";
+import { api, h, mount, run, fmtNs, fmtPct, findingChips, sourceUrl, timelineUrl, moduleUrl, pUrl, enc, section, setModeled, profile } from "./common.js";
 
 function evidence(f) {
   const ev = f.evidence || {};
@@ -42,6 +42,7 @@ function replayNote(f) {
 
 run(async () => {
   const d = await api(`/p/${enc(profile)}/findings`);
+  setModeled(d.device_time_modeled);  // the savings are modeled device time too
   const body = !d.findings.length ? h("p", { class: "note" }, "No rule found a problem in this profile.")
     : h("div", {}, d.findings.map((f) => h("div", { class: `finding sev-${f.severity}-b` },
       h("div", {}, findingChips(f), h("span", { class: "note mono" }, `  ${f.rule}`),
