@@ -144,9 +144,11 @@ def test_a_whole_cuda_trace_is_host_bound_before_its_first_kernel():
     prof = real("alexnet")
     page = critical_path(prof)
     assert page.label == "whole trace" and page.path_ns == page.step_ns
-    busy = prof.duckdb().execute(
-        "SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND kind <> 'sync'"
-    ).fetchone()[0]
+    busy = (
+        prof.duckdb()
+        .execute("SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND kind <> 'sync'")
+        .fetchone()[0]
+    )
     device = sum(v for k, v in page.by_category.items() if k != "host")
     assert 0 < device <= busy < 0.01 * page.step_ns
     assert all(s.edge != "earlier" for s in page.segments)
