@@ -136,6 +136,25 @@ def test_cuda_trace_graph_and_path():
     assert outer.step_ns == outer.path_ns == 79_678_000
 
 
+def test_a_whole_cuda_trace_is_host_bound_before_its_first_kernel():
+    """The same trace without steps or an annotation, as `critical-path PROFILE` takes it: the
+    host spends 30 s (CUDA's start) before the first copy. cudaStreamSynchronize's device-side
+    "Stream Sync" rows hold no queue, so the copies after them are not waiting on 30 s of
+    "earlier steps' device work" (no earlier steps exist in a whole trace)."""
+    prof = real("alexnet")
+    page = critical_path(prof)
+    assert page.label == "whole trace" and page.path_ns == page.step_ns
+    busy = (
+        prof.duckdb()
+        .execute("SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND kind <> 'sync'")
+        .fetchone()[0]
+    )
+    device = sum(v for k, v in page.by_category.items() if k != "host")
+    assert 0 < device <= busy < 0.01 * page.step_ns
+    assert all(s.edge != "earlier" for s in page.segments)
+    assert page.by_category["host"] > 0.99 * page.step_ns
+
+
 def test_a_rocm_trace_defaults_to_a_whole_step():
     """The ROCm (MI250) trace ends with a 49 us ProfilerStep#2 the profiler stopped inside: the
     default step is the whole one (the median of the whole steps), its hipLaunchKernel ->

@@ -53,7 +53,7 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
         "many matched)."
     ),
     "sql": (
-        "One read-only DuckDB SELECT over the profile's tables events, stacks and counters "
+        "One read-only DuckDB SELECT over the profile's tables events, stacks, counters and graphs "
         "(columns and their meanings: the resource neuron-explorer://schema). No file can be "
         "read or written; at most `limit` rows (capped at 10,000) come back, and a query "
         "running past the time limit is stopped. Returns columns, types, rows (lists), "

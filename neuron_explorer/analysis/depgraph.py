@@ -272,6 +272,8 @@ def _device_nodes(nodes: list[Node], windows: dict[int, Window], rows: list[dict
         inside = launch is not None or (flow is None and win.start_ns <= start < win.end_ns)
         track = str(row["track"])
         if not inside:
+            if row["kind"] == "sync":  # a stream's sync or wait holds no queue: no work of its own
+                continue
             starts, ends = win.foreign.setdefault(track, ([], []))
             starts.append(start)  # rows come in start order
             ends.append(max(start + dur, ends[-1] if ends else start + dur))

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..errors import ExplorerError, private
 from ..model.profile import Profile
-from ..model.schema import TABLES
+from ..model.schema import ALL_TABLES
 
 DEFAULT_LIMIT = 1000
 DEFAULT_TIMEOUT_S = 30.0
@@ -99,8 +99,8 @@ def read_only_connection(profile: Profile, memory_limit: str = MEMORY_LIMIT):
     import duckdb
 
     con = duckdb.connect(":memory:")
-    for name in TABLES:
-        con.register(name, profile.dataset(name))
+    for name in ALL_TABLES:
+        con.register(name, profile.relation(name))
     con.execute(NO_SPILLS).fetchall()
     con.execute("SET enable_progress_bar = false").fetchall()  # never print into a server's log
     con.execute(f"SET memory_limit = '{memory_limit}'").fetchall()

@@ -99,13 +99,15 @@ def read_batches(
     import re
 
     import pyarrow as pa
+    import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from ..model import TABLES
+    from ..model.schema import ALL_TABLES
 
-    schema = TABLES[table].arrow_schema()
+    schema = ALL_TABLES[table].arrow_schema()
     wanted = pa.schema([schema.field(c) for c in columns]) if columns else schema
-    files = sorted(profile.dataset(table).files, key=lambda f: [
+    data = profile.relation(table)  # an optional table the profile lacks: no files, no rows
+    files = sorted(data.files if isinstance(data, ds.FileSystemDataset) else [], key=lambda f: [
         int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f)
     ])  # fmt: skip
     for path in files:

@@ -1,5 +1,6 @@
-"""CSV: one file per table (events.csv, stacks.csv, counters.csv) in an output directory, with
-a copy of manifest.json, streamed batch by batch. Times stay integer nanoseconds."""
+"""CSV: one file per table (events.csv, stacks.csv, counters.csv, graphs.csv: empty but for its
+header when the profile has no graphs) in an output directory, with a copy of manifest.json,
+streamed batch by batch. Times stay integer nanoseconds."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..model import TABLES, Profile
+from ..model import Profile
 from ..model.io import MANIFEST
+from ..model.schema import ALL_TABLES
 from . import Progress, expected_rows, read_batches
 
 NAME = "csv"
-HELP = "one CSV file per table (events, stacks, counters) in a directory"
+HELP = "one CSV file per table (events, stacks, counters, graphs) in a directory"
 DEFAULT_SUFFIX = "-csv"
 
 
@@ -34,11 +36,11 @@ def _plain(schema: pa.Schema) -> pa.Schema:
 
 def write(profile: Profile, tmp: Path, progress: Progress) -> dict[str, int]:
     """Write every table to `tmp/<table>.csv`; returns the rows written per file."""
-    progress.start(expected_rows(profile, *TABLES))
+    progress.start(expected_rows(profile, *ALL_TABLES))
     tmp.mkdir()
     shutil.copyfile(profile.path / MANIFEST, tmp / MANIFEST)
     counts = {}
-    for name, table in TABLES.items():
+    for name, table in ALL_TABLES.items():
         schema = _plain(table.arrow_schema())
         rows = 0
         path = tmp / f"{name}.csv"

@@ -16,7 +16,7 @@ from ..errors import BadInputError
 from . import bounds
 from .io import MANIFEST, SOURCES, source_relpath
 from .manifest import Manifest
-from .schema import ADDED_IN, FORMAT, OPTIONAL_TABLES, SCHEMA_VERSION, TABLES
+from .schema import ADDED_IN, ALL_TABLES, FORMAT, OPTIONAL_TABLES, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
     import duckdb
@@ -165,9 +165,26 @@ class Profile:
         except (pa.ArrowInvalid, OSError) as e:
             raise BadInputError(p, f"corrupt Parquet table ({e})") from None
 
+    def relation(self, name: str) -> ds.Dataset | pa.Table:
+        """Any table of ALL_TABLES as SQL and the exporters read it: a lazy dataset, or, for an
+        optional table the profile lacks, an empty table of its schema."""
+        if name in TABLES:
+            return self.dataset(name)
+        p = self._table_path(name)
+        if not p.exists():
+            return OPTIONAL_TABLES[name].arrow_schema().empty_table()
+        if name not in self.footer_rows:
+            self._check_footers(name)
+        try:
+            bounds.check_values(bounds.table_files(p))
+            return ds.dataset(str(p), format="parquet", schema=OPTIONAL_TABLES[name].arrow_schema())
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BadInputError(p, f"corrupt Parquet table ({e})") from None
+
     def parquet(self, name: str) -> Path | bytes:
         """The table as one Parquet file: the path of its own file when it is one, else its
-        parts (a directory of per-rank files) re-encoded into one (zstd)."""
+        parts (a directory of per-rank files), or an optional table's empty one, re-encoded
+        into one (zstd)."""
         single = self.path / f"{name}.parquet"
         if single.is_file():
             return single
@@ -176,7 +193,9 @@ class Profile:
         import pyarrow.parquet as pq
 
         buf = io.BytesIO()
-        pq.write_table(self.table(name), buf, compression="zstd")
+        data = self.relation(name)
+        pq.write_table(data if isinstance(data, pa.Table) else data.to_table(), buf,
+                       compression="zstd")  # fmt: skip
         return buf.getvalue()
 
     def row_count(self, name: str) -> int:
@@ -190,12 +209,12 @@ class Profile:
             raise BadInputError(self._table_path(name), f"corrupt Parquet table ({e})") from None
 
     def duckdb(self) -> duckdb.DuckDBPyConnection:
-        """A DuckDB connection with events, stacks and counters registered as views."""
+        """A DuckDB connection with events, stacks, counters and graphs registered as views."""
         import duckdb
 
         con = duckdb.connect()
-        for name in TABLES:
-            con.register(name, self.dataset(name))
+        for name in ALL_TABLES:
+            con.register(name, self.relation(name))
         return con
 
     def source_path(self, file: str) -> Path | None:

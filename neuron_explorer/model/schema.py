@@ -134,6 +134,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, STACKS, COUNTERS)}
 # Tables a profile may lack (written only when there is something to keep; older profiles have
 # none): a missing one reads as empty.
 OPTIONAL_TABLES: dict[str, Table] = {t.name: t for t in (GRAPHS,)}
+# Every table a reader may ask for by name: SQL, the web's tables and the CSV export see these.
+ALL_TABLES: dict[str, Table] = {**TABLES, **OPTIONAL_TABLES}
 
 
 def empty_table(table: Table) -> pa.Table:

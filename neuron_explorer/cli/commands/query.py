@@ -11,7 +11,7 @@ NAME = "query"
 # 1920 MB by default, about the 2 GB the CLI gave DuckDB when it ran queries in-process
 MEMORY_MB = 2560
 HELP = (
-    "Run read-only SQL (DuckDB) over a profile's tables: events, stacks, counters "
+    "Run read-only SQL (DuckDB) over a profile's tables: events, stacks, counters, graphs "
     "(see `neuron-explorer schema` and docs/agents.md)."
 )
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from neuron_explorer.model.schema import TABLES
+from neuron_explorer.model.schema import ALL_TABLES
 
 from ..pages import Api, Page, Shell
 from ..responses import attachment
@@ -25,7 +25,7 @@ PARQUET = "application/vnd.apache.parquet"
 SCHEMA = [
     {"table": t.name, "doc": t.doc,
      "columns": [{"name": c.name, "type": str(c.type), "unit": c.unit, "doc": c.doc} for c in t.columns]}
-    for t in TABLES.values()
+    for t in ALL_TABLES.values()
 ]  # fmt: skip
 
 
@@ -43,7 +43,7 @@ async def api_sql(
         out: dict[str, Any] = {"name": name, "max_rows": sql.MAX_ROWS, "timeout_s": sql.TIMEOUT_S,
                                "max_result_bytes": sql.MAX_RESULT_BYTES,
                                "examples": [{"title": t, "sql": s} for t, s in sql.EXAMPLES],
-                               "tables": list(TABLES), "schema": SCHEMA, "result": None}  # fmt: skip
+                               "tables": list(ALL_TABLES), "schema": SCHEMA, "result": None}  # fmt: skip
         if q.strip():
             out["result"] = sql.run_query(p, q, limit)
         return out
@@ -59,8 +59,8 @@ async def api_sql_csv(svc: Service, name: str, q: str, limit: int = sql.MAX_ROWS
 
 def api_table(svc: Service, name: str, table: str) -> Response:
     p = svc.store.open(name)
-    if table not in TABLES:
-        raise NotFound(f"no table {table!r}; tables are {', '.join(TABLES)}")
+    if table not in ALL_TABLES:
+        raise NotFound(f"no table {table!r}; tables are {', '.join(ALL_TABLES)}")
     data, headers = p.parquet(table), attachment(f"{name}-{table}.parquet")
     if isinstance(data, Path):  # the table's own file, streamed
         return FileResponse(data, media_type=PARQUET, headers=headers)
