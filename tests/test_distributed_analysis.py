@@ -223,7 +223,7 @@ def test_a_symmetric_fsdp2_job_has_no_straggler_and_waits_never_add_up_past_the_
     collective when the last rank arrives. That wait is no time the rank lost: no straggler, no
     collective outlier, and no rank waits longer than its steps. The same kernel is modeled the
     same on every rank, one kernel at a time (kernels run in launch order on a NeuronCore)."""
-    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.analysis import get_rule, run_rules
     from neuron_explorer.analysis.collectives import rank_step_waits
     from neuron_explorer.analysis.context import context
     from neuron_explorer.analysis.summary import summarize
@@ -232,6 +232,13 @@ def test_a_symmetric_fsdp2_job_has_no_straggler_and_waits_never_add_up_past_the_
     p = Profile.open(capture("fsdp", 2, tmp_path))
     rules = {f.rule for f in run_rules(p)}
     assert not rules & {"straggler", "collective-outliers"}, rules
+    # the early rank's device runs its collectives after its host steps ended: what each rank's
+    # steps launched is the same, and collective-share sees no uneven ranks
+    share = get_rule("collective-share")
+    facts = share.measure(context(p))
+    assert facts is not None and set(facts.launched) == {0, 1}
+    assert facts.launched[0] == facts.launched[1] > 0, facts.launched
+    assert facts.spread < share.SPREAD_RATIO
     for rank, steps in rank_step_waits(context(p)).items():
         assert all(0 <= s.wait_ns <= s.dur_ns for s in steps), (rank, steps)
     table = summarize(p).ranks_table

@@ -22,6 +22,14 @@ WHERE = f"""(({DEVICE}) OR (({HOST}) AND rank NOT IN
 SPANS = f"""SELECT x.rank, greatest(x.start_ns, w.s) AS s, least(x.start_ns + x.dur_ns, w.e) AS e
 FROM (SELECT * FROM ev WHERE {WHERE}) x JOIN steps_w w ON w.rank = x.rank
      AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s"""
+# The spread compares what each rank's steps launched, whenever its device ran it (by the time
+# windows where an event has no step): a rank whose host runs ahead of its device (FSDP2's never
+# blocks on its collectives) would otherwise count fewer of its collectives inside its host
+# windows than a symmetric peer, and look uneven.
+LAUNCHED = f"""SELECT x.rank, x.start_ns AS s, x.start_ns + x.dur_ns AS e
+FROM (SELECT * FROM ev WHERE {WHERE}) x JOIN steps_w w ON w.rank = x.rank
+     AND (x.step = w.step OR ((x.step IS NULL OR w.step IS NULL)
+                              AND x.start_ns < w.e AND x.start_ns + x.dur_ns > w.s))"""
 OTHER_COMPUTE = (
     f"SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM ev WHERE layer = 'device' "
     f"AND kind IN {sql_list(COMPUTE_KINDS)} AND kind <> 'collective' "
@@ -68,6 +76,7 @@ def overlapped(ctx: AnalysisContext) -> pa.Table:
 @dataclass(frozen=True)
 class Communication:
     rows: tuple[dict[str, Any], ...]  # per rank: rank, coll, overlap, step_ns
+    launched: dict[int, int]  # rank -> time of the collectives its steps launched
 
     @property
     def exposed(self) -> dict[int, int]:
@@ -84,8 +93,10 @@ class Communication:
 
     @property
     def spread(self) -> float:
-        """The busiest rank's collective time over the least busy one's."""
-        colls, many = self.colls, len(self.rows) > 1
+        """The busiest rank's collective time over the least busy one's, each over the
+        collectives its steps launched."""
+        colls = [self.launched.get(int(r["rank"]), 0) for r in self.rows]
+        many = len(self.rows) > 1
         if many and min(colls) > 0:
             return max(colls) / min(colls)
         return float("inf") if many else 1.0
@@ -94,6 +105,14 @@ class Communication:
     def worst(self) -> int | None:
         shares = self.shares
         return max(shares, key=lambda k: shares[k]) if shares else None
+
+
+def intervals_total(merged: pa.Table) -> dict[int, int]:
+    """rank -> the summed length of its merged (rank, s, e) intervals."""
+    out: dict[int, int] = {}
+    for rank, s, e in zip(*(merged.column(c).to_pylist() for c in ("rank", "s", "e"))):
+        out[int(rank)] = out.get(int(rank), 0) + int(e) - int(s)
+    return out
 
 
 class CollectiveShare(Rule[Communication]):
@@ -106,8 +125,10 @@ class CollectiveShare(Rule[Communication]):
     the device layer) when the rank has any, else its host spans of kind collective (nccl:*,
     gloo:* record_functions), clipped to the step windows. Exposed time = collective time not overlapped by other device
     compute on the rank. Report when a rank's exposed time is at least MIN_SHARE of its step
-    time, or when with several ranks the largest collective time is at least SPREAD_RATIO times
-    the smallest. The saving is the exposed time (an upper bound: full overlap).
+    time, or when with several ranks the largest collective time (over the collectives each
+    rank's steps launched, whenever its device ran them: a host that runs ahead of its device,
+    as FSDP2's does, keeps fewer of them inside its step windows) is at least SPREAD_RATIO
+    times the smallest. The saving is the exposed time (an upper bound: full overlap).
     """
 
     id = "collective-share"
@@ -128,7 +149,7 @@ class CollectiveShare(Rule[Communication]):
         rows = [r for r in rows if r["coll"] > 0 or len(rows) > 1]
         if not any(r["coll"] > 0 for r in rows):
             return None
-        return Communication(tuple(rows))
+        return Communication(tuple(rows), intervals_total(ctx.merge(LAUNCHED)))
 
     def uneven(self, facts: Communication) -> bool:
         return len(facts.rows) > 1 and facts.spread >= self.SPREAD_RATIO
