@@ -10,7 +10,7 @@ Each point runs its workload on the `neuron` device with the stated chip while a
 records, and reads the modeled device time from the recorded kernel events: a compiled model's
 whole NEFF span, a single kernel's duration. The collective is read from the cost model's
 collective function directly (one rank per process here). The goal (issue 24): every point
-within 20% of the published figure, none faster than the chip's peak allows. Takes 5-12 minutes
+within 20% of the published figure, none faster than the chip's peak allows. Takes 3-12 minutes
 on a 2-core machine (the fp32 and bf16 matmuls compute half a TFLOP each on the CPU payloads;
 tracing the compiled Llama decode's 32 tensor-parallel layers is about a CPU-minute).
 
