@@ -22,9 +22,16 @@ from . import kineto_decode as kd
 from . import kineto_lanes as kl
 from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
-from .kineto_columns import stream_extract
+from .kineto_columns import give_back_free_memory, map_large_blocks, stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
-from .kineto_frames import RowColumn, dict_take, frames_used, narrow, stack_columns
+from .kineto_frames import (
+    RowColumn,
+    dict_take,
+    frames_used,
+    narrow,
+    row_index_type,
+    stack_columns,
+)
 from .kineto_kinds import (
     COLLECTIVE_PREFIXES,
     DMA_PREFIX,
@@ -88,6 +95,7 @@ def load(
     if options.memory_budget is None:
         d = extract(path, options, share)
     else:
+        map_large_blocks()
         d = stream_extract(path, options.memory_budget, share)
     report(DECODE_SHARE, d.n)
     c = _classify(d)
@@ -122,6 +130,8 @@ def load(
         "args": args_column(d.take_row_args(), r.n, other, flow_extra),
     }
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
+    if options.memory_budget is not None:
+        give_back_free_memory()  # the mapping's small temporaries, before the write's
     report(1.0)
     return FileData(
         path=path,
@@ -156,7 +166,7 @@ class _Rows:
 
 
 def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Rows:
-    rows = np.flatnonzero(c.is_row)
+    rows = narrow(np.flatnonzero(c.is_row))  # held through the mapping: int32
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
     check_times(path, d, rows, d.ts.missing[rows], "ts")
@@ -173,7 +183,7 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
     lanes = kl.lanes(d, rows, dev, names)
     device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
     return _Rows(
-        rows=narrow(rows),
+        rows=rows,
         n=rows.size,
         start=start,
         dur=dur,
@@ -191,7 +201,7 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
 def _host_parents(r: _Rows) -> np.ndarray:
     """Host nesting, per track: the row index of each host row's enclosing row, or -1."""
     host = np.flatnonzero(~r.dev)
-    parent = np.full(r.n, NONE, dtype=np.int64)
+    parent = np.full(r.n, NONE, dtype=row_index_type(r.n))
     hp = nest(r.track_code[host], r.start[host], r.start[host] + r.dur[host])
     parent[host] = np.where(hp >= 0, host[np.clip(hp, 0, None)], NONE)
     return parent
@@ -212,7 +222,7 @@ def _launch_links(d: Decoded, r: _Rows) -> _Links:
     gpu_rows = np.flatnonzero((r.kind == K["runtime"]) | r.dev)
     corr, nbytes = d.typed["gpu"]
     launch = launches(gpu_rows, corr, r.dev[gpu_rows], r.n)
-    flow_src = np.full(r.n, NONE, dtype=np.int64)
+    flow_src = np.full(r.n, NONE, dtype=row_index_type(r.n))
     linked = np.flatnonzero(launch >= 0)
     flow_src[linked] = launch[linked]
     flow_src[launch[linked]] = launch[linked]

@@ -37,6 +37,12 @@ def narrow(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.int32, copy=False) if fits else codes
 
 
+def row_index_type(n: int) -> np.dtype:
+    """The dtype of a column of row indices into `n` rows: int32 below 2**31 rows (the mapping
+    holds several such columns at once, so this halves a term of its peak)."""
+    return np.dtype(np.int32 if n < 2**31 else np.int64)
+
+
 def stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
     """The frame columns as dictionaries over the distinct frames (codes, not a text per row:
     the rows' texts would be the mapping's largest columns), each made per block of rows."""

@@ -10,11 +10,12 @@ import pyarrow.compute as pc
 
 from ..vocab.intervals import NONE, nearest
 from .kineto_extract import Decoded
+from .kineto_frames import row_index_type
 
 
 def launches(gpu_rows: np.ndarray, corr: pa.Array, is_dev: np.ndarray, n: int) -> np.ndarray:
     """For each row, the runtime row that launched it (same correlation id), or -1."""
-    launch = np.full(n, NONE, dtype=np.int64)
+    launch = np.full(n, NONE, dtype=row_index_type(n))
     c = pc.fill_null(corr, -1).to_numpy(zero_copy_only=False)
     rt = ~is_dev & (c >= 0)
     dv = is_dev & (c >= 0)
