@@ -123,7 +123,12 @@ def completed(result: Any) -> Any:
 
 def manifest() -> dict[str, Any] | None:
     """What a profile of a modeled job says about its ranks, None when not modeling one."""
+    from neuron_explorer.backend import pipeline_ranks
+
     n = world_size()
     if not n:
         return None
-    return {"world_size": n, "executed": [0], "copies": list(range(1, n))}
+    out: dict[str, Any] = {"world_size": n, "executed": [0], "copies": list(range(1, n))}
+    if pipeline_ranks.last_step:
+        out["pipeline"] = dict(pipeline_ranks.last_step)
+    return out

@@ -12,12 +12,15 @@ Two things a real job's peers would give rank 0 are made here from its own stage
 - **Time.** Each receive of a gradient waits, on the one modeled clock, until the copy of
   stage 1 would have sent it. The copies run their schedule's order (`order`, as each
   stage's `_step_microbatches` runs it) at stage 0's measured costs: a forward of a
-  micro-batch the least it took on rank 0, a backward the least any took (a step's first
-  backward comes before rank 0 runs one; before any ran, twice the forward), and an
+  micro-batch the least it took on rank 0; a backward the least any took, less the adding of
+  its gradients to an earlier micro-batch's, plus that adding as rank 0 did it for the same
+  micro-batch (`accumulate_ns`) and the gradient of the copy's input, which stage 0 never
+  computes and a later stage does (`input_grad_ns`: each matmul whose input needs no
+  gradient on stage 0, priced by the cost model); before any ran, twice the forward. An
   activation or a gradient arrives one modeled point-to-point transfer after it was sent
   (costmodel/collectives.py). So rank 0's wait for stage 1 is the bubble of a pipeline of
-  identical stages. A real later stage does a little more: the gradient of its input (stage
-  0 computes none: one matmul of its first layer a micro-batch) and, the last, the loss.
+  identical stages, and `stages()` is each copy's busy time and waits in the step (the
+  profile's manifest keeps the last recorded step's). The last stage's loss is not modeled.
 """
 
 from __future__ import annotations
@@ -53,7 +56,9 @@ class _Peers:
         # the least measured costs, kept between steps: a host pause on rank 0 (its Python,
         # a busy machine) is its own, not its copies'
         self.forward_ns: dict[int, int] = {}  # micro-batch -> its forward's
-        self.backward_ns = 0  # any backward's
+        self.backward_ns = 0  # any backward's, less its gradients' accumulation
+        self.accumulate_ns: dict[int, int] = {}  # micro-batch -> adding to earlier gradients
+        self.input_grad_ns = 0  # what a later stage's backward adds: its input's gradient
         self.start()
 
     def start(self) -> None:
@@ -63,17 +68,28 @@ class _Peers:
         self.grads: deque[int] = deque()  # micro-batches whose gradient rank 0 receives next
 
     def backward_cost(self, mb: int) -> int:
-        """A copy's backward of `mb`: the least of those rank 0 ran (a step's first backward
-        comes before rank 0 runs any; the micro-batches of a step cost the same), before any
-        twice the forward (two matmuls for each of the forward's)."""
-        return self.backward_ns or 2 * self.forward_ns.get(mb, 0)
+        """A copy's backward of `mb`: the least of those rank 0 ran, less the adding of its
+        gradients to earlier micro-batches' (a step's first backward comes before rank 0 runs
+        any, and its time can hold a wait for the gradient), plus that adding as rank 0 did it
+        for `mb` and the gradient of the copy's input, which stage 0 never computes; before
+        any ran, twice the forward (two matmuls for each of the forward's)."""
+        if self.backward_ns:
+            return self.backward_ns + self.accumulate_ns.get(mb, 0) + self.input_grad_ns
+        return 2 * self.forward_ns.get(mb, 0)
 
     def sender_end(self, mb: int) -> int | None:
         """When the copy of stage 1 sends the gradient of micro-batch `mb`, None if the
         copies cannot get there with what rank 0 sent so far."""
+        return self.run()[0].get(("B", 1, mb))
+
+    def run(self) -> tuple[dict[tuple[str, int, int], int], dict[int, int], dict[int, int]]:
+        """The copies' step as far as what rank 0 sent allows: each action's end by (kind,
+        stage, micro-batch), and each copy's busy time and its waits for an activation or a
+        gradient after its first action (before it, the pipeline's fill)."""
         start = self.step_start or 0
         free = dict.fromkeys(self.actions, start)
-        done: dict[tuple[str, int, int], int] = {}  # (kind, stage, micro-batch) -> end
+        done: dict[tuple[str, int, int], int] = {}
+        busy, wait = dict.fromkeys(self.actions, 0), dict.fromkeys(self.actions, 0)
         at = dict.fromkeys(self.actions, 0)
         progressed = True
         while progressed:
@@ -90,10 +106,22 @@ class _Peers:
                     if src is None or cost is None:
                         break
                     hop = 0 if kind == "B" and s == self.n_stages - 1 else self.transfer_ns
+                    if at[s]:
+                        wait[s] += max(0, src - free[s])
                     free[s] = done[(kind, s, j)] = max(free[s], src) + hop + cost
+                    busy[s] += cost
                     at[s] += 1
                     progressed = True
-        return done.get(("B", 1, mb))
+        return done, busy, wait
+
+    def stages(self) -> dict[str, Any]:
+        """What the copies did in the step (docs/device.md): each one's busy time and waits,
+        beside the busy time of stage 0 as rank 0 ran it."""
+        _, busy, wait = self.run()
+        own = sum(self.forward_ns[j] + self.backward_ns + self.accumulate_ns.get(j, 0)
+                  for j in self.forward_ns)  # fmt: skip
+        copies = [{"stage": s, "busy_ns": busy[s], "wait_ns": wait[s]} for s in busy]
+        return {"stage0_busy_ns": own, "copies": copies}
 
 
 def order(schedule: str, stage: int, n_stages: int, m: int) -> list[tuple[str, int]]:
@@ -122,6 +150,7 @@ def order(schedule: str, stage: int, n_stages: int, m: int) -> list[tuple[str, i
 
 _peers: dict[int, _Peers] = {}  # id(stage) -> its copies
 _active: list[_Peers] = []  # the schedule stepping now
+last_step: dict[str, Any] = {}  # the copies of the last step a profiler recorded (stages())
 
 
 def _measuring(stage: Any) -> _Peers | None:
@@ -172,7 +201,11 @@ def _hook_schedules() -> None:
         peers.start()
         _active.append(peers)
         try:
-            return step_single(self, *args, **kwargs)
+            out = step_single(self, *args, **kwargs)
+            if _measuring(stage):
+                last_step.clear()
+                last_step.update(peers.stages())
+            return out
         finally:
             _active.pop()
 
@@ -212,16 +245,19 @@ def _hook_stage() -> None:
             if peers.step_start is None:
                 peers.step_start = begin
             peers.transfer_ns = _transfer_ns(out)
+            peers.input_grad_ns = input_grad_ns(out)
         return out
 
     @functools.wraps(backward)
     def backward_one_chunk(self: Any, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
         peers = _measuring(self)
         begin = _now_on_device() if peers else 0
+        adds = accumulate_ns(self.submod) if peers else 0
         out = backward(self, bwd_chunk_id, *args, **kwargs)
         if peers:
-            cost = _now_on_device() - begin
+            cost = max(1, _now_on_device() - begin - adds)
             peers.backward_ns = min(cost, peers.backward_ns or cost)
+            peers.accumulate_ns[bwd_chunk_id] = adds
         return out
 
     @functools.wraps(grads)
@@ -265,3 +301,82 @@ def _transfer_ns(out: Any) -> int:
     tensors = [out] if isinstance(out, torch.Tensor) else list(out or ())
     nbytes = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
     return cc.collective_cost(cc.P2P, nbytes, 2, model.spec().collectives).transfer_ns
+
+
+# autograd node -> (its first operand's saved name, the other's, the first's input slot, op):
+# the matmuls whose nodes keep both operands' sizes and strides (a Linear's; bmm keeps
+# tensors only, and not the one its missing gradient would need)
+_MATMUL_NODES = {
+    "AddmmBackward0": ("mat1", "mat2", 1, "aten::mm"),
+    "MmBackward0": ("self", "mat2", 0, "aten::mm"),
+}
+
+
+def input_grad_ns(out: Any) -> int:
+    """The modeled kernels of the input gradient a later stage computes and stage 0 does not
+    (its input needs none): each matmul of stage 0's graph whose first operand has no
+    gradient path, priced as the `grad @ other.T` a stage whose input needs a gradient runs
+    (the elementwise ops on the way to the input, a norm's or an activation's, are left
+    out: a matmul's is most of it)."""
+    import torch
+
+    roots = [out] if isinstance(out, torch.Tensor) else list(out or ())
+    todo = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen: set[int] = set()
+    total = 0
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        form = _MATMUL_NODES.get(type(node).__name__)
+        if form and node.next_functions[form[2]][0] is None:
+            total += _operand_grad_ns(node, *form)
+        todo.extend(f for f, _ in node.next_functions if f is not None)
+    return total
+
+
+def accumulate_ns(module: Any) -> int:
+    """The modeled adds of a backward's gradients to those an earlier micro-batch left
+    (autograd's AccumulateGrad: one `add_` for each parameter that holds a gradient)."""
+    from neuron_explorer.backend.costmodel import TensorInfo, lower_op
+    from neuron_explorer.backend.runtime import model
+
+    total = 0
+    for p in module.parameters():
+        if p.requires_grad and p.grad is not None:
+            grad = TensorInfo(tuple(p.grad.shape), _dtype_name(p.grad.dtype))
+            total += _plan_ns(lower_op("aten::add_", (grad, grad), (grad,), model.spec()))
+    return total
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A torch dtype as the cost model names it (runtime/record.py's, which imports this
+    module through the collectives)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _plan_ns(plan: Any) -> int:
+    """A kernel plan's modeled time on an idle device."""
+    starts, _, begin, end = plan.idle_schedule
+    return int(end - begin) if starts else 0
+
+
+def _operand_grad_ns(node: Any, first: str, other: str, _slot: int, op: str) -> int:
+    """The modeled time of `grad @ other.T`, the gradient of `node`'s first operand."""
+    from neuron_explorer.backend.costmodel import TensorInfo, lower_op
+    from neuron_explorer.backend.runtime import model
+
+    try:
+        sizes = tuple(int(d) for d in getattr(node, f"_saved_{first}_sym_sizes"))
+        o_sizes = tuple(int(d) for d in getattr(node, f"_saved_{other}_sym_sizes"))
+        o_strides = tuple(int(d) for d in getattr(node, f"_saved_{other}_sym_strides"))
+    except (AttributeError, RuntimeError, TypeError):  # a node saving other names or none
+        return 0
+    saved = getattr(node, f"_saved_{first}", None)
+    dtype = _dtype_name(saved.dtype) if saved is not None else "float32"
+    grad = TensorInfo((*sizes[:-1], o_sizes[-1]), dtype)
+    # other.T is column-major where other is row-major (runtime/record.py's is_transposed)
+    column_major = o_strides[-1] == 1 and o_strides[-2] > 1 and o_sizes[-1] > 1
+    other_t = TensorInfo((*o_sizes[:-2], o_sizes[-1], o_sizes[-2]), dtype, column_major)
+    return _plan_ns(lower_op(op, (grad, other_t), (TensorInfo(sizes, dtype),), model.spec()))
