@@ -155,6 +155,32 @@ def test_a_whole_cuda_trace_is_host_bound_before_its_first_kernel():
     assert page.by_category["host"] > 0.99 * page.step_ns
 
 
+def _earlier_pieces(page) -> int:
+    return sum(s.dur_ns for s in page.segments if s.edge == "earlier")
+
+
+def test_waiting_behind_earlier_steps_counts_only_their_work():
+    """A kernel queued behind another step's work waits for that work's run, not from the
+    step's start: on HTA's trimmed trace_compare trace, step 1009's last kernel runs right
+    after step 1010's copies (under 1 ms of work), 157 ms into the step; on ns_resolution the
+    GPU is a step behind, and the step's first kernels wait for the previous step's 88 ms."""
+    page = critical_path(real("compare_base"))
+    assert page.label == "step 1009" and page.path_ns == page.step_ns > 150 * MS
+    foreign = (
+        real("compare_base")
+        .duckdb()
+        .execute(
+            "SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND rank = 1 AND step = 1010"
+        )
+        .fetchone()[0]
+    )
+    assert 0 < _earlier_pieces(page) <= foreign < 1 * MS
+    assert page.by_category["host"] > 0.99 * page.step_ns
+    behind = critical_path(real("ns_resolution"))
+    assert 80 * MS < _earlier_pieces(behind) < behind.step_ns / 2
+    assert behind.by_category["host"] < 0.01 * behind.step_ns
+
+
 def test_a_rocm_trace_defaults_to_a_whole_step():
     """The ROCm (MI250) trace ends with a 49 us ProfilerStep#2 the profiler stopped inside: the
     default step is the whole one (the median of the whole steps), its hipLaunchKernel ->
