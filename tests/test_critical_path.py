@@ -289,6 +289,28 @@ def test_overlapping_changes_are_marked():
     assert [f.overlaps for f in marked] == [("b",), ("a",)]
 
 
+def test_bounds_on_collective_waits_say_what_they_overlap():
+    """ddp_straggler: rank 1's extra host work makes rank 0 wait at every all-reduce. The
+    straggler's bound and the slow all-reduce's are both those waits, and device-idle-gaps'
+    replay (the host's time in the gaps removed, rank 1's extra work with it) shortens them:
+    each names the others. The waits it cuts are real replayed waits, most of the bound."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.analysis.replay_saving import waits_cut
+
+    profile = sample("ddp_straggler")
+    found = {f.rule: f for f in run_rules(profile)}
+    assert not found["straggler"].replayed and found["device-idle-gaps"].replayed
+    assert set(found["straggler"].overlaps) == {"collective-outliers", "device-idle-gaps"}
+    assert set(found["collective-outliers"].overlaps) == {"straggler", "device-idle-gaps"}
+    assert {"straggler", "collective-outliers"} <= set(found["device-idle-gaps"].overlaps)
+    ctx = context(profile)
+    with ctx.lock:
+        cut = waits_cut(ctx, ("device-idle-gaps", found["device-idle-gaps"].title))
+    assert found["straggler"].saving_ns / 2 < cut <= found["device-idle-gaps"].saving_ns
+    assert found["host-sync"].overlaps == ()  # a change that leaves the waits alone
+
+
 @pytest.mark.parametrize("name", SAMPLES)
 def test_no_saving_exceeds_its_steps(name):
     """Every finding's saving at most the profiled steps; a replayed change of device work at
