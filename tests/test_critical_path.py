@@ -155,6 +155,32 @@ def test_a_whole_cuda_trace_is_host_bound_before_its_first_kernel():
     assert page.by_category["host"] > 0.99 * page.step_ns
 
 
+def _earlier_pieces(page) -> int:
+    return sum(s.dur_ns for s in page.segments if s.edge == "earlier")
+
+
+def test_waiting_behind_earlier_steps_counts_only_their_work():
+    """A kernel queued behind another step's work waits for that work's run, not from the
+    step's start: on HTA's trimmed trace_compare trace, step 1009's last kernel runs right
+    after step 1010's copies (under 1 ms of work), 157 ms into the step; on ns_resolution the
+    GPU is a step behind, and the step's first kernels wait for the previous step's 88 ms."""
+    page = critical_path(real("compare_base"))
+    assert page.label == "step 1009" and page.path_ns == page.step_ns > 150 * MS
+    foreign = (
+        real("compare_base")
+        .duckdb()
+        .execute(
+            "SELECT sum(dur_ns) FROM events WHERE layer = 'device' AND rank = 1 AND step = 1010"
+        )
+        .fetchone()[0]
+    )
+    assert 0 < _earlier_pieces(page) <= foreign < 1 * MS
+    assert page.by_category["host"] > 0.99 * page.step_ns
+    behind = critical_path(real("ns_resolution"))
+    assert 80 * MS < _earlier_pieces(behind) < behind.step_ns / 2
+    assert behind.by_category["host"] < 0.01 * behind.step_ns
+
+
 def test_a_rocm_trace_defaults_to_a_whole_step():
     """The ROCm (MI250) trace ends with a 49 us ProfilerStep#2 the profiler stopped inside: the
     default step is the whole one (the median of the whole steps), its hipLaunchKernel ->
@@ -261,6 +287,28 @@ def test_overlapping_changes_are_marked():
                  Finding("b", "low", "y", "", "", fast, 0.4, replayed="4x")]  # fmt: skip
         marked = mark_overlaps(ctx, found)
     assert [f.overlaps for f in marked] == [("b",), ("a",)]
+
+
+def test_bounds_on_collective_waits_say_what_they_overlap():
+    """ddp_straggler: rank 1's extra host work makes rank 0 wait at every all-reduce. The
+    straggler's bound and the slow all-reduce's are both those waits, and device-idle-gaps'
+    replay (the host's time in the gaps removed, rank 1's extra work with it) shortens them:
+    each names the others. The waits it cuts are real replayed waits, most of the bound."""
+    from neuron_explorer.analysis import run_rules
+    from neuron_explorer.analysis.context import context
+    from neuron_explorer.analysis.replay_saving import waits_cut
+
+    profile = sample("ddp_straggler")
+    found = {f.rule: f for f in run_rules(profile)}
+    assert not found["straggler"].replayed and found["device-idle-gaps"].replayed
+    assert set(found["straggler"].overlaps) == {"collective-outliers", "device-idle-gaps"}
+    assert set(found["collective-outliers"].overlaps) == {"straggler", "device-idle-gaps"}
+    assert {"straggler", "collective-outliers"} <= set(found["device-idle-gaps"].overlaps)
+    ctx = context(profile)
+    with ctx.lock:
+        cut = waits_cut(ctx, ("device-idle-gaps", found["device-idle-gaps"].title))
+    assert found["straggler"].saving_ns / 2 < cut <= found["device-idle-gaps"].saving_ns
+    assert found["host-sync"].overlaps == ()  # a change that leaves the waits alone
 
 
 @pytest.mark.parametrize("name", SAMPLES)

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from ..errors import ExplorerError
 from ..model.profile import Profile
-from ..model.schema import EVENTS, TABLES
+from ..model.schema import ALL_TABLES, EVENTS
 from ..vocab.kinds import GPU_WORK_KINDS  # what makes a GPU profile
 from . import facts, intervals
 from .columns import Columns
@@ -265,7 +265,7 @@ class AnalysisContext:
     def shared_names(self) -> set[str]:
         """The names of every table the context itself registers (the profile's tables,
         events, subsets, facts)."""
-        return {*TABLES, "ev", *self._subsets, *facts.TABLES, *facts.INTERNAL}
+        return {*ALL_TABLES, "ev", *self._subsets, *facts.TABLES, *facts.INTERNAL}
 
     @property
     def spec(self) -> SpecFigures:

@@ -156,8 +156,7 @@ def _step(graph: Graph, sched: Schedule, cur: int, upto: int, out: list[Segment]
     gap = min(upto, start) - pred_end
     if gap > 0:
         if kind == "earlier":  # the queue still ran an earlier step's work
-            out.append(Segment(-1, x.rank, "(earlier steps' device work)", "device compute",
-                               kind, x.track, pred_end, gap))  # fmt: skip
+            _earlier(out, x, win, pred, pred_end, gap)
         elif kind == "launch" and not x.host:  # from the launch call to the work starting
             out.append(Segment(x.event_id, x.rank, f"{x.op_name or x.name} (launch latency)",
                                "host", kind, x.track, pred_end, gap, x.module, x.src))  # fmt: skip
@@ -167,6 +166,19 @@ def _step(graph: Graph, sched: Schedule, cur: int, upto: int, out: list[Segment]
         else:
             out.append(_seg(x, kind, x.category, pred_end, gap))
     return pred, min(pred_end, upto)  # its part ends where this one picks up
+
+
+def _earlier(out: list[Segment], x, win, pred: int | None, pred_end: int, gap: int) -> None:
+    """The wait of device work `x` behind other steps' work on its queue: that work's run
+    (where it kept the queue busy without a gap), and before it, from `x`'s launch, the launch
+    latency (a trimmed trace's queue may sit idle long before the run)."""
+    run = pred_end if pred is None else max(pred_end, win.busy_from(x.track, x.start_ns))
+    run = min(run, pred_end + gap)
+    out.append(Segment(-1, x.rank, "(earlier steps' device work)", "device compute", "earlier",
+                       x.track, run, pred_end + gap - run))  # fmt: skip
+    if run > pred_end:
+        out.append(Segment(x.event_id, x.rank, f"{x.op_name or x.name} (launch latency)", "host",
+                           "launch", x.track, pred_end, run - pred_end, x.module, x.src))  # fmt: skip
 
 
 def _seg(x, edge: str, category: str, start: int, dur: int) -> Segment:

@@ -18,17 +18,16 @@ for), `stream_wait` (cudaStreamWaitEvent: a stream waits for work recorded on an
 
 from __future__ import annotations
 
-import bisect
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from ..vocab.kinds import FRAMEWORK_KINDS
 from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND, SYNC_RUNTIME_NAMES
-from .windows import median_step, read_events, windows_of
+from .windows import Window, median_step, read_events, windows_of
 
 # host runtime calls that wait for every queue (the others wait for their own queue's work)
 WAIT_ALL_NAMES = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
@@ -75,35 +74,6 @@ class Edge:
     src: int  # node index
     dst: int
     kind: str  # one of EDGE_KINDS
-
-
-@dataclass
-class Window:
-    """One rank's step (or other window): its host nodes in program order, and the device
-    work they launched, with what each host node waits for."""
-
-    rank: int
-    step: int | None
-    start_ns: int
-    end_ns: int  # the host window's end
-    host: list[int] = field(default_factory=list)  # node indices in program order
-    launched: dict[int, list[int]] = field(default_factory=dict)  # launch -> device nodes
-    orphans: list[int] = field(default_factory=list)  # device work with no launch here
-    waits_for: dict[int, str] = field(default_factory=dict)  # host node -> all | collectives | own
-    # a stream's wait node -> the work it waits for (cudaStreamWaitEvent)
-    stream_waits: dict[int, int] = field(default_factory=dict)
-    pending_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # -> (track, record)
-    # the framework spans inside the window, (start, end, event id, name), to name host time
-    spans: list[tuple[int, int, int, str, str | None, str | None]] = field(default_factory=list)
-    span_starts: list[int] = field(default_factory=list)  # the spans' starts, sorted with them
-    # track -> other windows' work on it (starts, and the latest end up to each), fixed
-    foreign: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
-
-    def busy_until(self, track: str, t: int) -> int:
-        """Where other windows' work started by `t` leaves the track free."""
-        starts, ends = self.foreign.get(track, ((), ()))  # type: ignore[arg-type]
-        i = bisect.bisect_right(starts, t)
-        return ends[i - 1] if i else -(1 << 62)
 
 
 @dataclass

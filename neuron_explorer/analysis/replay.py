@@ -191,7 +191,9 @@ class _Queues:
         if q_new > base_new:
             own_q = self.free_new.get(t, -(1 << 62))
             kind = self.free_kind.get(t, "queue")
-            bound = (self.free_node.get(t), kind) if own_q >= floor else (None, "earlier")
+            # behind other steps' work: the path goes on through the launch (critical_path
+            # names the wait from the launch to that work's run as launch latency)
+            bound = (self.free_node.get(t), kind) if own_q >= floor else (launch, "earlier")
             base_new = q_new
         base_orig = max(base_orig, q_orig)
         dep = self.win.stream_waits.get(d)

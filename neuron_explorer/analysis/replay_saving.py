@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .depgraph import Graph, build_graph
-from .replay import Change, replay
+from .replay import Change, Schedule, replay
 
 if TYPE_CHECKING:
     from .context import AnalysisContext
@@ -147,3 +147,28 @@ def joint_saving(ctx: AnalysisContext, *keys: tuple[str, str]) -> int | None:
         change = change + other + Change(change.what, both)
         steps |= set(known[k][1])
     return saving(ctx, change, sorted(steps, key=lambda s: -1 if s is None else s))
+
+
+def waits_cut(ctx: AnalysisContext, key: tuple[str, str]) -> int:
+    """How much less the ranks wait at collectives (for their last rank to arrive) when the
+    finding `key`'s change is replayed, over its steps as saving() takes them: time that a
+    bound on those waits (a straggler's, a slow collective's) counts too."""
+    known = CHANGES.get(ctx, {})
+    if key not in known:
+        return 0
+    change, steps = known[key]
+    have = {s.step for s in ctx.profile.manifest.steps}
+    steps = [s for s in steps if s in have] if have else [None]
+    if not steps:
+        return 0
+    picked = steps if len(steps) <= MAX_STEPS else steps[:: -(-len(steps) // MAX_STEPS)]
+    total = 0
+    for s in picked:
+        graph, _ = _graph(ctx, s)
+        total += _waits(replay(graph)) - _waits(replay(graph, change))
+    return max(round(total * len(steps) / len(picked)), 0)
+
+
+def _waits(sched: Schedule) -> int:
+    """The replayed collectives' waits: from each rank's arrival to the transfer's start."""
+    return sum(max(begin - sched.arrival.get(d, begin), 0) for d, (begin, _) in sched.begin.items())

@@ -44,11 +44,15 @@ def run_rules(profile: Profile, ids: Iterable[str] | None = None) -> list[Findin
 
 
 OVERLAP_SLACK = 0.02  # two savings "add" when their joint replay is within this of the sum
+# the rules whose bound is time ranks wait at collectives for the last rank (or spend in them)
+WAIT_BOUNDS = ("straggler", "collective-outliers", "pipeline-bubbles", "collective-share")
 
 
 def mark_overlaps(ctx, findings: list[Finding]) -> list[Finding]:
     """Each replayed finding names the others whose changes, replayed together, save less
-    than their two savings added: they touch the same time, and fixing both saves less."""
+    than their two savings added: they touch the same time, and fixing both saves less. The
+    bounds on collectives' waits overlap each other, and a replayed finding whose change cuts
+    those waits."""
     import dataclasses
 
     from .replay_saving import joint_saving
@@ -64,8 +68,32 @@ def mark_overlaps(ctx, findings: list[Finding]) -> list[Finding]:
             if joint is not None and joint < both * (1 - OVERLAP_SLACK):
                 overlaps[ka].append(fb.rule)
                 overlaps[kb].append(fa.rule)
+    _wait_overlaps(ctx, findings, keyed, overlaps)
     return [dataclasses.replace(f, overlaps=tuple(overlaps[(f.rule, f.title)]))
             if overlaps.get((f.rule, f.title)) else f for f in findings]  # fmt: skip
+
+
+def _wait_overlaps(ctx, findings: list[Finding], keyed: list, overlaps: dict) -> None:
+    """Bounds on collectives' waits (not replayed) touch the same time as each other, and as
+    a replayed change that shortens the waits by more than OVERLAP_SLACK of the bound."""
+    from .replay_saving import waits_cut
+
+    bounds = [((f.rule, f.title), f) for f in findings
+              if not f.replayed and f.saving_ns > 0 and f.rule in WAIT_BOUNDS]  # fmt: skip
+    for kb, _ in bounds:
+        overlaps.setdefault(kb, [])
+    for i, (ka, fa) in enumerate(bounds):
+        for kb, fb in bounds[i + 1 :]:
+            overlaps[ka].append(fb.rule)
+            overlaps[kb].append(fa.rule)
+    if not bounds:
+        return
+    for kr, fr in keyed:
+        cut = waits_cut(ctx, kr)
+        for kb, fb in bounds:
+            if cut > fb.saving_ns * OVERLAP_SLACK:
+                overlaps[kr].append(fb.rule)
+                overlaps[kb].append(fr.rule)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """The windows a step's dependency graph is built over (depgraph.py): each rank's ProfilerStep
-spans, the whole trace per rank without them, or the instances of a named host span; and the
-events such a graph reads from the profile."""
+spans, the whole trace per rank without them, or the instances of a named host span; the events
+such a graph reads from the profile; and `Window`, one rank's window in the graph."""
 
 from __future__ import annotations
 
+import bisect
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ExplorerError
@@ -11,6 +13,52 @@ from ..model.profile import Profile
 from ..vocab.kinds import FRAMEWORK_KINDS
 from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND
 from .steps import StepTime, partial_last_steps
+
+# a queue's gap shorter than this between two kernels is the next launch's latency, not the
+# queue running dry (device-idle-gaps' MIN_GAP_NS)
+QUEUE_GAP_NS = 50_000
+
+
+@dataclass
+class Window:
+    """One rank's step (or other window): its host nodes in program order, and the device
+    work they launched, with what each host node waits for."""
+
+    rank: int
+    step: int | None
+    start_ns: int
+    end_ns: int  # the host window's end
+    host: list[int] = field(default_factory=list)  # node indices in program order
+    launched: dict[int, list[int]] = field(default_factory=dict)  # launch -> device nodes
+    orphans: list[int] = field(default_factory=list)  # device work with no launch here
+    waits_for: dict[int, str] = field(default_factory=dict)  # host node -> all | collectives | own
+    # a stream's wait node -> the work it waits for (cudaStreamWaitEvent)
+    stream_waits: dict[int, int] = field(default_factory=dict)
+    pending_waits: dict[int, tuple[str, int]] = field(default_factory=dict)  # -> (track, record)
+    # the framework spans inside the window, (start, end, event id, name), to name host time
+    spans: list[tuple[int, int, int, str, str | None, str | None]] = field(default_factory=list)
+    span_starts: list[int] = field(default_factory=list)  # the spans' starts, sorted with them
+    # track -> other windows' work on it (starts, and the latest end up to each), fixed
+    foreign: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
+
+    def busy_until(self, track: str, t: int) -> int:
+        """Where other windows' work started by `t` leaves the track free."""
+        starts, ends = self.foreign.get(track, ((), ()))  # type: ignore[arg-type]
+        i = bisect.bisect_right(starts, t)
+        return ends[i - 1] if i else -(1 << 62)
+
+    def busy_from(self, track: str, t: int) -> int:
+        """Where the run of other windows' work that busy_until(track, t) ends began: that
+        work kept the track busy from there, each gap shorter than QUEUE_GAP_NS (t when none
+        started by t)."""
+        starts, ends = self.foreign.get(track, ((), ()))  # type: ignore[arg-type]
+        i = bisect.bisect_right(starts, t) - 1
+        if i < 0:
+            return t
+        while i > 0 and starts[i] - ends[i - 1] < QUEUE_GAP_NS:
+            i -= 1
+        return starts[i]
+
 
 # device work that occupies a queue (neuron instructions and DMA transfers are a kernel's parts)
 QUEUED_KINDS = ("kernel", "gpu_kernel", "gpu_memcpy", "gpu_memset", "collective", "sync")
