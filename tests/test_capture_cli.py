@@ -91,6 +91,25 @@ def test_a_script_that_raises_still_leaves_its_profile(tmp_path):
     assert _steps(out) == [2, 3]
 
 
+def test_a_torchrun_rank_keeps_what_its_script_left_until_it_exits(tmp_path, monkeypatch):
+    """A torchrun rank keeps the script's globals (its DDP model, whose gloo group's teardown
+    with the GIL held hung both ranks one capture in five when runpy's copy was dropped), as
+    `python script.py` keeps them until exit; another process frees them after the capture."""
+    import torch
+
+    from neuron_explorer.capture import runner
+
+    script, once = _script(tmp_path, TRAIN), Schedule(1, 1, 1)
+    before = len(runner._SCRIPT_STATE)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert run_captured(["python", str(script), "4"], tmp_path / "a", once).exit_code == 0
+    assert len(runner._SCRIPT_STATE) == before
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's static rendezvous sets it so
+    assert run_captured(["python", str(script), "4"], tmp_path / "b", once).exit_code == 0
+    kept = runner._SCRIPT_STATE.pop()
+    assert len(runner._SCRIPT_STATE) == before and isinstance(kept["model"], torch.nn.Linear)
+
+
 def test_steps_come_from_optimizer_step(tmp_path):
     script = _script(tmp_path, TRAIN)
     out = tmp_path / "run"

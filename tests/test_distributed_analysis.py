@@ -245,6 +245,7 @@ def test_a_symmetric_fsdp2_job_has_no_straggler_and_waits_never_add_up_past_the_
     assert table is not None
     for row in table.rows:
         assert row.wait_ns <= row.steps * row.median_step_ns * 2
+    assert table.rows[0].compute_ns == table.rows[1].compute_ns > 0  # what the steps launched
     kernels = (
         p.duckdb()
         .execute(

@@ -74,3 +74,12 @@ def gaps(merged: pa.Table, part: list[str], windows: pa.Table, min_ns: int) -> p
     out["start_ns"] = pa.array(start, pa.int64())
     out["dur_ns"] = pa.array(dur, pa.int64())
     return pa.table(out)
+
+
+def length_by_rank(merged: pa.Table) -> dict[int, int]:
+    """rank -> the summed length of its disjoint (rank, s, e) intervals."""
+    out: dict[int, int] = {}
+    cols = (merged.column(c).to_pylist() for c in ("rank", "s", "e"))
+    for rank, s, e in zip(*cols, strict=True):
+        out[int(rank)] = out.get(int(rank), 0) + int(e) - int(s)
+    return out

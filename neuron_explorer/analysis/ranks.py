@@ -1,16 +1,17 @@
 """The summary's per-rank table: each rank's steps side by side, and the spread across ranks.
 
 Nothing here sums ranks: a job's ranks run at the same time, so their times are compared, never
-added. Per rank: its steps, their median time, and over its steps the device compute, the
-communication (modeled transfer of collectives, or collective kernels), the time it waited for
-the other ranks (analysis/collectives.py: its host blocked while a collective waited for the
-last rank), the device idle time, and HTA's comm/compute overlap (`overlap`: the time its
-collectives run while its compute kernels run, over its collectives' time, within the steps). As
-HTA times an NCCL kernel from its launch, spin-wait included, a neuron collective counts here
-from when this rank's collective queue could start it, its wait for the last rank included: the
-first rank to arrive computes under its wait. The spread of a column is its largest rank value
-over its smallest.
-"""
+added. Per rank: its steps, their median time, the device compute its steps launched (whenever
+its device ran it: a host that runs ahead of its device, as FSDP2's does, would keep less of it
+inside its step windows than a symmetric peer; its windows' compute where kernels carry no
+step), and over its steps the communication (modeled transfer of collectives, or collective
+kernels), the time it waited for the other ranks (analysis/collectives.py: its host blocked
+while a collective waited for the last rank), the device idle time, and HTA's comm/compute
+overlap (`overlap`: the time its collectives run while its compute kernels run, over its
+collectives' time, within the steps). As HTA times an NCCL kernel from its launch, spin-wait
+included, a neuron collective counts here from when this rank's collective queue could start it,
+its wait for the last rank included: the first rank to arrive computes under its wait. The
+spread of a column is its largest rank value over its smallest."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import pyarrow.compute as pc
 
 from .collectives import collectives, rank_step_waits
 from .context import AnalysisContext
-from .conventions import COMPUTE_KINDS
+from .conventions import COMPUTE_KINDS, sql_list
+from .intervals import length_by_rank
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
         return None
     waits = {r: sum(s.wait_ns for s in v) for r, v in rank_step_waits(ctx).items()}
     hta = hta_overlap(ctx, steps)
+    launched = launched_compute(ctx, steps)
     rows = []
     for rank in sorted(set(steps.column("rank").to_pylist())):
         mine = [r for r in steps.to_pylist() if r["rank"] == rank]
@@ -73,7 +76,7 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
                 rank=int(rank),
                 steps=len(mine),
                 median_step_ns=int(statistics.median(r["dur_ns"] for r in mine)),
-                compute_ns=total("device_compute_ns"),
+                compute_ns=launched.get(int(rank), total("device_compute_ns")),
                 communication_ns=total("communication_ns"),
                 wait_ns=int(waits.get(rank, 0)),
                 idle_ns=total("device_idle_ns"),
@@ -89,6 +92,18 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
             wait=_spread([r.wait_ns for r in rows]),
         ),
     )
+
+
+LAUNCHED = f"""SELECT x.rank, x.start_ns AS s, x.start_ns + x.dur_ns AS e
+FROM ev x JOIN rank_steps w ON w.rank = x.rank AND w.step = x.step
+WHERE x.layer = 'device' AND x.kind IN {sql_list(COMPUTE_KINDS)}"""
+
+
+def launched_compute(ctx: AnalysisContext, steps: pa.Table) -> dict[int, int]:
+    """rank -> the time of the device compute its steps launched (merged), for the ranks whose
+    kernels carry their launching step."""
+    merged = ctx.merge(LAUNCHED, rank_steps=steps.select(["rank", "step"]))
+    return length_by_rank(merged)
 
 
 def hta_overlap(ctx: AnalysisContext, steps: pa.Table) -> dict[int, tuple[int, int]]:

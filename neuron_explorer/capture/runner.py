@@ -231,6 +231,34 @@ def _print_script_error(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
+# What a torchrun rank's script left: its globals (what runpy returns) or the exception that
+# ended it (its traceback holds the script's frames). They live until the rank's process exits,
+# as a script's globals do under `python script.py`. Freed sooner, a DDP model's last reference
+# took its gloo process group down with the GIL held, while gloo's run loop, destroying a
+# finished all-reduce whose thread-local state holds a Python object, waited for the GIL: both
+# ranks hung after writing their profile (one capture in five of a DDP job). At exit Python
+# stops that thread. Not kept outside torchrun: a process that captures again (tests) frees them.
+_SCRIPT_STATE: list[Any] = []
+
+
+def _run_script(target: str, is_module: bool) -> None:
+    """Run the script as `__main__`; a torchrun rank keeps what it leaves (_SCRIPT_STATE)."""
+    try:
+        if is_module:
+            state = runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            state = runpy.run_path(target, run_name="__main__")
+    except BaseException as exc:
+        _keep(exc)
+        raise
+    _keep(state)
+
+
+def _keep(state: Any) -> None:
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank: its process ends after this
+        _SCRIPT_STATE.append(state)
+
+
 def run_captured(
     command: Sequence[str], out: str | Path, schedule: Schedule = Schedule()
 ) -> CaptureResult:
@@ -263,10 +291,7 @@ def run_captured(
     with kineto_lines_filtered():
         prof.__enter__()
     try:
-        if is_module:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(target, run_name="__main__")
+        _run_script(target, is_module)
     except SystemExit as exc:
         exit_code = _exit_code(exc)
     except KeyboardInterrupt as exc:

@@ -107,14 +107,6 @@ class Communication:
         return max(shares, key=lambda k: shares[k]) if shares else None
 
 
-def intervals_total(merged: pa.Table) -> dict[int, int]:
-    """rank -> the summed length of its merged (rank, s, e) intervals."""
-    out: dict[int, int] = {}
-    for rank, s, e in zip(*(merged.column(c).to_pylist() for c in ("rank", "s", "e"))):
-        out[int(rank)] = out.get(int(rank), 0) + int(e) - int(s)
-    return out
-
-
 class CollectiveShare(Rule[Communication]):
     """Collective communication that is exposed (not overlapped) or uneven across ranks.
 
@@ -149,7 +141,7 @@ class CollectiveShare(Rule[Communication]):
         rows = [r for r in rows if r["coll"] > 0 or len(rows) > 1]
         if not any(r["coll"] > 0 for r in rows):
             return None
-        return Communication(tuple(rows), intervals_total(ctx.merge(LAUNCHED)))
+        return Communication(tuple(rows), intervals.length_by_rank(ctx.merge(LAUNCHED)))
 
     def uneven(self, facts: Communication) -> bool:
         return len(facts.rows) > 1 and facts.spread >= self.SPREAD_RATIO
