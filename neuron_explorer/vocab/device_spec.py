@@ -75,7 +75,8 @@ class ModelPolicy:
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One NeuronCore of a Trainium chip; `sources` names the public origin of each figure."""
+    """One NeuronCore of a Trainium chip (a logical one of `logical_cores` physical cores);
+    `sources` names the public origin of each figure."""
 
     name: str
     chip: str
@@ -102,6 +103,10 @@ class DeviceSpec:
     collectives: CollectiveSpec
     policy: ModelPolicy
     sources: tuple[tuple[str, str], ...] = ()  # (field, public source or ASSUMPTION)
+    # physical NeuronCores one modeled core holds (the Neuron SDK's logical NeuronCore config,
+    # LNC): at 2, cores_per_chip counts logical cores and the DMA, SBUF and PSUM figures are
+    # the pair's; the engines stay one physical core's, and lowering splits work over the pair
+    logical_cores: int = 1
 
     @property
     def clock_hz(self) -> float:
@@ -110,8 +115,8 @@ class DeviceSpec:
 
     @property
     def peak_flops_bf16(self) -> float:
-        """dim x dim multiply-accumulates per cycle, two flops each."""
-        return 2.0 * self.tensor_engine_dim**2 * self.tensor_clock_hz
+        """dim x dim multiply-accumulates per cycle, two flops each, on each physical core."""
+        return 2.0 * self.tensor_engine_dim**2 * self.tensor_clock_hz * self.logical_cores
 
     @property
     def peak_flops_fp32(self) -> float:

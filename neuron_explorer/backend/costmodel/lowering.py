@@ -127,17 +127,21 @@ def _pass(
     cost: int = 1,
 ) -> Compute:
     """One pass of an engine over `elems` elements, tiled into instructions of the policy size
-    (`cost` cycles per element where the instruction is that many times slower)."""
+    (`cost` cycles per element where the instruction is that many times slower). On a logical
+    core the elements are split over its physical cores' engines, each paying its own
+    instructions' overhead, unless a core would get less than a row of the partitions."""
     rate = eng.elems_per_cycle_16bit if itemsize <= 2 else eng.elems_per_cycle_32bit
-    count = max(1, ceil(elems / spec.policy.engine_tile_elems))
-    cycles = ceil(elems * cost / rate) + count * eng.instr_overhead_cycles
     lanes = spec.tensor_engine_dim  # engines work across the 128 SBUF partitions
+    cores = spec.logical_cores if elems >= spec.logical_cores * lanes else 1
+    per_core = ceil(elems / cores)
+    count = max(1, ceil(per_core / spec.policy.engine_tile_elems))
+    cycles = ceil(per_core * cost / rate) + count * eng.instr_overhead_cycles
     return Compute(
         eng.name,
         opcode,
         cycles * 1e9 / eng.clock_hz,
         int(elems * flops_per_elem),
-        count,
+        count * cores,
         min(1.0, elems / lanes),
         elems * itemsize,
     )
@@ -191,6 +195,19 @@ def _engine_work(op, category, inputs, outputs, spec) -> tuple[Compute, ...]:
     return (one,)
 
 
+def _core_share(spec: DeviceSpec, batch: int, units: int, smaller: int) -> tuple[float, int]:
+    """The share of a GEMM's TensorE time one physical core of a logical core runs, and the HBM
+    bytes the split adds. Its work splits by batch, else by its units (a 128-row block of M
+    times a column chunk of N), each core taking whole ones; a GEMM of one unit runs on one
+    core. Split by units, both cores read the smaller operand whole (the other's own part)."""
+    cores = spec.logical_cores
+    if cores == 1 or batch * units < 2:
+        return 1.0, 0
+    if batch >= cores:
+        return ceil(batch / cores) / batch, 0
+    return ceil(units / cores) / units, (cores - 1) * smaller
+
+
 def _split(extent: int, dim: int) -> list[tuple[int, int]]:
     """(tile size, tile count) pairs covering `extent` with tiles of at most `dim`."""
     full, rest = divmod(extent, dim)
@@ -224,7 +241,8 @@ def _lower_matmul(
     dim, fmax = spec.tensor_engine_dim, spec.tensor_moving_fmax
     groups: dict[tuple[int, int], list[float]] = {}  # (k, m) tile -> [count, cycles, flops]
     reread = 0
-    budget = spec.sbuf_bytes * spec.policy.sbuf_operand_share
+    # each physical core of a logical one blocks its part of the GEMM in its own SBUF
+    budget = spec.sbuf_bytes / spec.logical_cores * spec.policy.sbuf_operand_share
     overhead = max(1.0, passes) * spec.tensor_instr_overhead_cycles
     attention = not declared and ("attention" in op or "scaled_dot_product" in op)
     plain = not attention and (declared or "conv" not in op)
@@ -236,14 +254,16 @@ def _lower_matmul(
         n_chunks = ceil(n / fmax)
         # an fp32 matmul is `passes` bf16-rate passes, each paying the instruction overhead
         col_cycles = n * passes + n_chunks * overhead
+        a_bytes, b_bytes = b * m * k * size, b * k * n * size
+        share, dup = _core_share(spec, b, ceil(m / dim) * n_chunks, min(a_bytes, b_bytes))
+        reread += dup
         for ks, kc in _split(k, dim):
             for ms, mc in _split(m, dim):
                 g = groups.setdefault((ks, ms), [0, 0.0, 0])
                 tiles = b * kc * mc
                 g[0] += tiles * n_chunks
-                g[1] += tiles * col_cycles
+                g[1] += tiles * col_cycles * share
                 g[2] += 2 * b * kc * ks * mc * ms * n
-        a_bytes, b_bytes = b * m * k * size, b * k * n * size
         if not plain:
             if a_bytes + b_bytes > budget:  # operands do not fit SBUF: stream B per A block
                 reread += (ceil(a_bytes / budget) - 1) * b_bytes
@@ -256,7 +276,7 @@ def _lower_matmul(
         blocks = b * ceil(n / width)
         tiles = blocks * ceil(m / dim) * ceil(k / dim)
         transposes[0] += tiles
-        transposes[1] += tiles * (dim * passes + overhead)
+        transposes[1] += tiles * (dim * passes + overhead) * share
         transposes[2] += blocks * m * k
         reread += (ceil(n / width) - 1) * a_bytes
     computes = []

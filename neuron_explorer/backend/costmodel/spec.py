@@ -16,6 +16,7 @@ from neuron_explorer.vocab.device_spec import (
     RuntimeSpec,
 )
 
+from . import lnc
 from .links import _CC_SOURCES, CC_TRN1, CC_TRN2, CC_TRN3, SRC_CC_INTRANODE
 
 ENV_VAR = "NEURON_DEVICE_SPEC"
@@ -195,6 +196,7 @@ TRN1 = DeviceSpec(
             "collectives.efa_bytes_per_s",
             "trn1.32xlarge: 800 Gbps EFA over 16 chips (" + SRC_TRN1_CHIP + ")",
         ),
+        ("logical_cores", lnc.physical_source("trn1")),
         *_CC_SOURCES,
         *_ENGINE_SOURCES,
         *_RUNTIME_SOURCES,
@@ -278,6 +280,7 @@ TRN2 = DeviceSpec(
             "collectives.ranks_per_node",
             SRC_CC_INTRANODE + ": 16 chips x 4 ranks (LNC=2) on one instance",
         ),
+        ("logical_cores", lnc.physical_source("trn2")),
         *_CC_SOURCES,
         *_ENGINE_SOURCES,
         *_RUNTIME_SOURCES,
@@ -350,6 +353,7 @@ TRN3 = DeviceSpec(
         ("collectives.efa_bytes_per_s", ASSUMPTION + ": as trn2 (3.2 Tbps per 16 chips)"),
         ("collectives.launch_ns", ASSUMPTION + ": 0 (no published floor; trn1's not carried over)"),
         ("collectives.ranks_per_node", ASSUMPTION + ": as trn2, 16 chips x 4 ranks (LNC=2)"),
+        ("logical_cores", lnc.physical_source("trn3")),
         *_CC_SOURCES,
         *_ENGINE_SOURCES,
         *_RUNTIME_SOURCES,
@@ -358,21 +362,30 @@ TRN3 = DeviceSpec(
     policy=POLICY,
 )
 
-SPECS: dict[str, DeviceSpec] = {s.name: s for s in (TRN1, TRN2, TRN3)}
+SPECS: dict[str, DeviceSpec] = {s.name: s for s in (TRN1, TRN2, TRN3)}  # physical cores
+# the logical cores of two physical ones (NEURON_LOGICAL_NC_CONFIG=2): "trn2-lnc2", "trn3-lnc2"
+LOGICAL: dict[str, DeviceSpec] = {
+    s.name: s for s in (lnc.logical_spec(SPECS[c], 2) for c in SPECS if 2 in lnc.DEGREES[c])
+}
 _default: str | None = None
 
 
 def _lookup(name: str) -> DeviceSpec:
-    try:
-        return SPECS[name.strip().lower()]
-    except KeyError:
-        raise ValueError(
-            f"unknown neuron device spec {name!r} (known: {', '.join(SPECS)})"
-        ) from None
+    chip, degree = lnc.physical_name(name.strip().lower())
+    if chip not in SPECS:
+        raise ValueError(f"unknown neuron device spec {name!r} (known: {', '.join(SPECS)})")
+    return _of(chip, degree)
+
+
+def _of(chip: str, degree: int) -> DeviceSpec:
+    if degree == 1:
+        return SPECS[chip]
+    return LOGICAL.get(f"{chip}{lnc.SUFFIX}{degree}") or lnc.logical_spec(SPECS[chip], degree)
 
 
 def set_default_spec(name: str | None) -> DeviceSpec | None:
-    """Make `name` (trn1, trn2, trn3) the spec get_spec() returns; None goes back to the env var."""
+    """Make `name` (trn1, trn2, trn3, or trn2-lnc2, trn3-lnc2) the spec get_spec() returns;
+    None goes back to the env var."""
     global _default
     if name is None:
         _default = None
@@ -383,9 +396,10 @@ def set_default_spec(name: str | None) -> DeviceSpec | None:
 
 
 def get_spec(name: str | None = None) -> DeviceSpec:
-    """The named spec, else the one set by set_default_spec, else $NEURON_DEVICE_SPEC, else trn2."""
+    """The named spec, else the one set by set_default_spec, else $NEURON_DEVICE_SPEC, else trn2;
+    without a name, $NEURON_LOGICAL_NC_CONFIG (1 or 2) sets its logical core's size when set."""
     if name is not None:
         return _lookup(name)
-    if _default is not None:
-        return SPECS[_default]
-    return _lookup(os.environ.get(ENV_VAR) or DEFAULT_SPEC)
+    spec = _lookup(_default or os.environ.get(ENV_VAR) or DEFAULT_SPEC)
+    degree = lnc.degree_from_env()
+    return spec if degree is None else _of(lnc.physical_name(spec.name)[0], degree)

@@ -56,8 +56,9 @@ def timeline() -> Any:
     return _timeline
 
 
-def set_spec(name: str) -> None:
-    """Switch the modeled chip (trn1 | trn2 | trn3); the device timeline starts over."""
+def set_spec(name: str | None) -> None:
+    """Switch the modeled chip (trn1 | trn2 | trn3, or trn2-lnc2 | trn3-lnc2; None: the
+    environment's again); the device timeline starts over."""
     global _spec, _timeline
     from neuron_explorer.backend.costmodel import get_spec, set_default_spec
     from neuron_explorer.backend.runtime.hostcal import with_host_costs

@@ -46,6 +46,12 @@ def run(args: argparse.Namespace) -> int:
         raise ExplorerError(
             "capture: need --wait >= 0, --warmup >= 0, --active >= 1, --repeat >= 1"
         )
+    from ...backend.costmodel.spec import get_spec
+
+    try:  # the chip and its LNC from the environment, refused here rather than mid-run
+        get_spec()
+    except ValueError as e:
+        raise ExplorerError(f"capture: {e}") from None
     from ...capture import torchrun
 
     schedule_args = [f"--wait={args.wait}", f"--warmup={args.warmup}",
