@@ -24,7 +24,13 @@ from neuron_explorer.model import combine
 from neuron_explorer.model.profile import Profile
 
 ROOT = Path(__file__).resolve().parent.parent
-CHIPS = ("trn1", "trn2", "trn3")
+CHIPS = ("trn1", "trn2", "trn3", "trn2-lnc2")  # the last: trn2's logical core of two
+
+
+def _chip_env(chip: str) -> dict:
+    """NEURON_DEVICE_SPEC, and NEURON_LOGICAL_NC_CONFIG for a logical core ("trn2-lnc2")."""
+    name, _, lnc = chip.partition("-lnc")
+    return {**ENV, "NEURON_DEVICE_SPEC": name, "NEURON_LOGICAL_NC_CONFIG": lnc or "1"}
 ENV = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONPATH": str(ROOT)}
 
 
@@ -42,7 +48,7 @@ def captures(tmp_path_factory) -> dict[str, Profile]:
         path = out / f"gpt_compile_{chip}"
         proc = _cli("capture", "-o", str(path), "--wait", "1", "--warmup", "1", "--active", "1",
                     "--", "python", "samples/gpt_compile.py", "--steps", "3", "--switch-at", "9",
-                    env={**ENV, "NEURON_DEVICE_SPEC": chip})  # fmt: skip
+                    env=_chip_env(chip))  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-2000:]
         found[chip] = Profile.open(path)
     return found
