@@ -31,6 +31,8 @@ def _chip_env(chip: str) -> dict:
     """NEURON_DEVICE_SPEC, and NEURON_LOGICAL_NC_CONFIG for a logical core ("trn2-lnc2")."""
     name, _, lnc = chip.partition("-lnc")
     return {**ENV, "NEURON_DEVICE_SPEC": name, "NEURON_LOGICAL_NC_CONFIG": lnc or "1"}
+
+
 ENV = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONPATH": str(ROOT)}
 
 

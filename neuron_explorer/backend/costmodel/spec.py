@@ -1,4 +1,5 @@
-"""Hardware figures of one NeuronCore per chip generation, each with its public source.
+"""Hardware figures of one NeuronCore per chip generation, each with its public source (and,
+through costmodel/lnc.py, of trn2's and trn3's logical cores of two physical ones).
 
 Every constant the cost model uses lives here; lowering and the timeline only read a DeviceSpec
 (the dataclasses are the vocabulary's: neuron_explorer/vocab/device_spec.py).
@@ -363,7 +364,9 @@ TRN3 = DeviceSpec(
 )
 
 SPECS: dict[str, DeviceSpec] = {s.name: s for s in (TRN1, TRN2, TRN3)}  # physical cores
-# the logical cores of two physical ones (NEURON_LOGICAL_NC_CONFIG=2): "trn2-lnc2", "trn3-lnc2"
+# the logical cores of two physical ones (NEURON_LOGICAL_NC_CONFIG=2, the SDK's default on trn2
+# and trn3: lnc.SRC_EVRF066), "trn2-lnc2" and "trn3-lnc2": one core's engines, the pair's DMA,
+# HBM bank, SBUF and PSUM (lnc.SRC_LNC, lnc.SRC_NKI_LNC); trn1 has none (lnc.SRC_EARG001)
 LOGICAL: dict[str, DeviceSpec] = {
     s.name: s for s in (lnc.logical_spec(SPECS[c], 2) for c in SPECS if 2 in lnc.DEGREES[c])
 }

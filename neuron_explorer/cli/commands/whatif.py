@@ -18,7 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speedup", action="append", default=[], metavar="WHAT=FACTOR",
                         help="make device work FACTOR times faster (repeatable)")  # fmt: skip
     parser.add_argument("--drop-syncs", action="store_true", help="remove the host's syncs")
-    parser.add_argument("--chip", default=None, help="re-lower every kernel for trn1, trn2, trn3 (or trn2-lnc2, trn3-lnc2)")
+    parser.add_argument(
+        "--chip",
+        default=None,
+        help="re-lower every kernel for trn1, trn2, trn3 (or trn2-lnc2, trn3-lnc2)",
+    )
     parser.add_argument("--step", type=int, default=None, help="the step (default: the median)")
     parser.add_argument("--annotation", default=None,
                         help="a host span's name to take as the window instead of a step")  # fmt: skip
