@@ -24,6 +24,7 @@ from neuron_explorer.model import combine
 from neuron_explorer.model.profile import Profile
 
 ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONPATH": str(ROOT)}
 CHIPS = ("trn1", "trn2", "trn3", "trn2-lnc2")  # the last: trn2's logical core of two
 
 
@@ -31,9 +32,6 @@ def _chip_env(chip: str) -> dict:
     """NEURON_DEVICE_SPEC, and NEURON_LOGICAL_NC_CONFIG for a logical core ("trn2-lnc2")."""
     name, _, lnc = chip.partition("-lnc")
     return {**ENV, "NEURON_DEVICE_SPEC": name, "NEURON_LOGICAL_NC_CONFIG": lnc or "1"}
-
-
-ENV = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONPATH": str(ROOT)}
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
