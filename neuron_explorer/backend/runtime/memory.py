@@ -37,6 +37,9 @@ _now = time.time_ns
 # memory_history.py's hooks while it records: ON_ALLOC(key, storage, nbytes), ON_FREE(key, nbytes)
 ON_ALLOC: Callable[[int, Any, int], None] | None = None
 ON_FREE: Callable[[int, int], None] | None = None
+# run once, at the process's first device allocation: the hooks only a program that uses the
+# device needs (the autograd engine's entry, gc and optimizer callbacks; _registration.py)
+ON_FIRST_USE: list[Callable[[], None]] = []
 
 
 # What held device memory: bytes of live storages by role, tagged once they are known to be a
@@ -138,6 +141,12 @@ def resized(storage, old_nbytes: int) -> None:
 _NO_MEMORY = (FakeTensor, FunctionalTensor)
 
 
+def _first_use() -> None:
+    hooks, ON_FIRST_USE[:] = ON_FIRST_USE[:], []
+    for hook in hooks:
+        hook()
+
+
 def track(payload) -> None:
     """Count the bytes of `payload`'s storage until its last tensor is collected (once per
     storage, however many tensors share it)."""
@@ -161,6 +170,8 @@ def track(payload) -> None:
             _peak = _allocated
             _peak_serial = _serial
             _at_peak.update(_role_bytes)
+    if ON_FIRST_USE:
+        _first_use()
     if ON_ALLOC is not None:
         ON_ALLOC(key, storage, nbytes)
     if _prof._is_profiler_enabled:
