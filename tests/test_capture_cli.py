@@ -427,6 +427,20 @@ def _venv(where: Path, with_us: bool) -> Path:
     return where / "bin" / "python"
 
 
+def test_an_interpreter_that_sees_the_package_without_its_dependencies_is_one_line(tmp_path):
+    # a PYTHONPATH shows the package to a bare interpreter that has no torch: the probe asked
+    # only for the package, and the rerun there died in a traceback (issue 28)
+    bare = _venv(tmp_path / "bare", with_us=False)
+    script = _script(tmp_path, TRAIN)
+    env = {**CPU_ENV, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(tmp_path / "run"), "--", str(bare), str(script)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "not with its dependencies" in proc.stderr and not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow  # a second venv and a captured subprocess: ~10 s
 def test_an_interpreter_named_by_path_runs_the_script(tmp_path):
     # `capture -- /other/env/bin/python script.py` runs under that interpreter, as the same
