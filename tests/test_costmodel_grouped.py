@@ -110,9 +110,14 @@ def test_a_captured_grouped_matmul_is_uniform_in_every_mode_and_the_manifest_say
             grouped(x, w, offs)
             compiled(x, w, offs)
         torch.neuron.synchronize()
-    kernels = Profile.open(tmp_path / "p").duckdb().execute(
-        "SELECT dur_ns FROM events WHERE kind = 'kernel' AND name = '_grouped_mm' ORDER BY start_ns"
-    ).fetchall()
+    kernels = (
+        Profile.open(tmp_path / "p")
+        .duckdb()
+        .execute(
+            "SELECT dur_ns FROM events WHERE kind = 'kernel' AND name = '_grouped_mm' ORDER BY start_ns"
+        )
+        .fetchall()
+    )
     assert len(kernels) == 4 and kernels[0] == kernels[2] and kernels[1] == kernels[3]
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert manifest["extra"]["grouped_matmul"] == {"groups": "uniform",

@@ -216,7 +216,9 @@ def drop_own_frames(host: pa.Table) -> pa.Table:
     own = python & np.array([_is_own_python_event(n) for n in names])
     if not own.any():
         return host
-    user = python & np.array([p and _is_user_python_event(n) for p, n in zip(python, names)])
+    user = python & np.array(
+        [bool(p) and _is_user_python_event(n) for p, n in zip(python, names, strict=True)]
+    )
     tree = _Tree(host)
     holds_user = tree.any_descendant(user)
     wrapper = own & holds_user

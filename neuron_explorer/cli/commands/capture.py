@@ -95,8 +95,10 @@ def _other_python(command: list[str]) -> str | None:
     if os.path.abspath(first) == os.path.abspath(sys.executable):
         return None
     # the package and what capture imports (a PYTHONPATH can show the package without them)
-    probe = ("import sys, importlib.util as u; print(sys.prefix); "
-             "print(all(u.find_spec(m) for m in ('neuron_explorer', 'torch', 'pyarrow')))")
+    probe = (
+        "import sys, importlib.util as u; print(sys.prefix); "
+        "print(all(u.find_spec(m) for m in ('neuron_explorer', 'torch', 'pyarrow')))"
+    )
     try:
         found = subprocess.run([first, "-c", probe], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
