@@ -37,6 +37,9 @@ _now = time.time_ns
 # memory_history.py's hooks while it records: ON_ALLOC(key, storage, nbytes), ON_FREE(key, nbytes)
 ON_ALLOC: Callable[[int, Any, int], None] | None = None
 ON_FREE: Callable[[int, int], None] | None = None
+# the Kineto plugin's report of an allocation (bytes > 0) or free to torch.profiler's memory
+# profile while a profiler runs: ON_PROFILED(key, bytes, allocated, reserved) (kineto_plugin.py)
+ON_PROFILED: Callable[[int, int, int, int], None] | None = None
 # run once, at the process's first device allocation: the hooks only a program that uses the
 # device needs (the autograd engine's entry, gc and optimizer callbacks; _registration.py)
 ON_FIRST_USE: list[Callable[[], None]] = []
@@ -176,6 +179,8 @@ def track(payload) -> None:
         ON_ALLOC(key, storage, nbytes)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, nbytes, _peak))
+        if ON_PROFILED is not None:
+            ON_PROFILED(key, nbytes, _allocated, _allocated)  # nothing is cached: reserved too
 
 
 def _free(key: int, nbytes: int, _ref: object = None) -> None:
@@ -194,6 +199,8 @@ def _free(key: int, nbytes: int, _ref: object = None) -> None:
         ON_FREE(key, nbytes)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, -nbytes, _peak))
+        if ON_PROFILED is not None:
+            ON_PROFILED(key, -nbytes, _allocated, _allocated)
 
 
 def live_storages() -> list[tuple[int, int, int]]:
