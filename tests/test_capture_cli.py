@@ -261,6 +261,54 @@ after.export_chrome_trace("after.json", use_python_export=False)
     assert _steps(out) == [2, 3]
 
 
+DEVICE_SCRIPT = """
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+model = model.to("neuron")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 16, device="neuron")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], with_stack=True,
+             schedule=schedule(wait=1, warmup=1, active=2),
+             on_trace_ready=tensorboard_trace_handler("tb")) as prof:
+    for _ in range(4):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        prof.step()
+"""
+
+
+def test_a_device_script_profiling_with_stacks_keeps_its_steps_and_frames(tmp_path, monkeypatch):
+    # with_stack=True: capture's runner (our frames) encloses the script's; it went with all it
+    # held, the ProfilerStep spans and the script's frames too, so the profile had no steps
+    # (issue 28). The script's tensorboard trace, imported, gives the same kernels.
+    from neuron_explorer.cli import main
+
+    script = _script(tmp_path, DEVICE_SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    result = run_captured(["python", str(script)], tmp_path / "run", Schedule(1, 1, 3))
+    assert result.exit_code == 0
+    assert _steps(tmp_path / "run") == [2, 3]
+    (trace,) = (tmp_path / "tb").glob("*.pt.trace.json")
+    assert main(["import", str(trace), "-o", str(tmp_path / "imported"), "-q"]) == 0
+    query = (
+        "SELECT step, name, dur_ns, op_name, src_line, module FROM events WHERE kind = 'kernel' "
+        "ORDER BY start_ns"
+    )
+    captured = Profile.open(tmp_path / "run").duckdb()
+    kernels = captured.execute(query).fetchall()
+    assert len(kernels) == 40 and {k[0] for k in kernels} == {2, 3}
+    assert kernels == Profile.open(tmp_path / "imported").duckdb().execute(query).fetchall()
+    frames = captured.execute(
+        "SELECT count(*) FROM events WHERE kind = 'python' AND name LIKE 'script.py(%'"
+    ).fetchone()[0]
+    assert frames >= 1
+    own = "SELECT count(*) FROM events WHERE kind = 'python' AND name LIKE '%neuron_explorer/%'"
+    assert captured.execute(own).fetchone()[0] == 0
+
+
 def test_a_run_shorter_than_the_schedule_keeps_its_first_step(tmp_path):
     script = _script(tmp_path, TRAIN)
     out = tmp_path / "run"
@@ -377,6 +425,20 @@ def _venv(where: Path, with_us: bool) -> Path:
     if with_us:
         (pkgs / "ours.pth").write_text(f"{ROOT}\n" + "\n".join(site.getsitepackages()) + "\n")
     return where / "bin" / "python"
+
+
+def test_an_interpreter_that_sees_the_package_without_its_dependencies_is_one_line(tmp_path):
+    # a PYTHONPATH shows the package to a bare interpreter that has no torch: the probe asked
+    # only for the package, and the rerun there died in a traceback (issue 28)
+    bare = _venv(tmp_path / "bare", with_us=False)
+    script = _script(tmp_path, TRAIN)
+    env = {**CPU_ENV, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [*CLI, "capture", "-o", str(tmp_path / "run"), "--", str(bare), str(script)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "not with its dependencies" in proc.stderr and not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow  # a second venv and a captured subprocess: ~10 s

@@ -84,3 +84,41 @@ def test_shapes_a_declaration_cannot_read_lower_without_error(declared):
                   gemms=lambda x, w, offs: [(1, x[0], x[1], w[2])])  # fmt: skip
     plan = lower_op(op, [T(8, 4)], [T(8, 4)])
     assert plan.category == "custom" and {i.engine for i in plan.instrs} == {"VectorE", "DMA"}
+
+
+def test_a_captured_grouped_matmul_is_uniform_in_every_mode_and_the_manifest_says_so(tmp_path):
+    # the offsets are data: skewed and even routing cost the same, eager and compiled, and
+    # the profile's manifest says the groups were taken uniform (issue 28)
+    import json
+
+    import torch
+
+    import neuron_explorer
+    from neuron_explorer.model.profile import Profile
+
+    x = torch.randn(64, 32, device="neuron", dtype=torch.bfloat16)
+    w = torch.randn(4, 32, 16, device="neuron", dtype=torch.bfloat16)
+    even = torch.tensor([16, 32, 48, 64], device="neuron", dtype=torch.int32)
+    skewed = torch.tensor([1, 2, 3, 64], device="neuron", dtype=torch.int32)
+
+    def grouped(x, w, offs):
+        return torch._grouped_mm(x, w, offs=offs)
+
+    compiled = torch.compile(grouped, backend="neuron")
+    with torch.profiler.profile(on_trace_ready=neuron_explorer.trace_handler(tmp_path / "p")):
+        for offs in (even, skewed):
+            grouped(x, w, offs)
+            compiled(x, w, offs)
+        torch.neuron.synchronize()
+    kernels = (
+        Profile.open(tmp_path / "p")
+        .duckdb()
+        .execute(
+            "SELECT dur_ns FROM events WHERE kind = 'kernel' AND name = '_grouped_mm' ORDER BY start_ns"
+        )
+        .fetchall()
+    )
+    assert len(kernels) == 4 and kernels[0] == kernels[2] and kernels[1] == kernels[3]
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert manifest["extra"]["grouped_matmul"] == {"groups": "uniform",
+                                                   "kernels": {"_grouped_mm": 4}}  # fmt: skip

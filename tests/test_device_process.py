@@ -128,6 +128,34 @@ def test_autoload_off_leaves_torch_alone_until_import_backend_and_the_python_gua
     assert r.stdout.split() == ["refused", "neuron:0", "python", "True"]
 
 
+@pytest.mark.slow  # a fresh interpreter with torch: ~6 s
+def test_a_program_that_never_uses_the_device_runs_through_none_of_its_hooks():
+    # with autoload on, a CPU program's backward, collections and optimizer steps went through
+    # the device's wrappers (issue 28); they now come with the first device tensor
+    r = _python(
+        """
+        import gc, torch
+        from torch.optim import optimizer
+        def ours():
+            return (torch.autograd._engine_run_backward.__module__.startswith("neuron_explorer"),
+                    any("neuron_explorer" in getattr(c, "__module__", "") for c in gc.callbacks),
+                    len(optimizer._global_optimizer_pre_hooks)
+                    + len(optimizer._global_optimizer_post_hooks))
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        gc.collect()
+        print(torch.neuron.is_available(), *ours())
+        torch.ones(2, device="neuron")
+        print(*ours())
+        """,
+        TORCH_DEVICE_BACKEND_AUTOLOAD="1",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False", "False", "0", "True", "True", "2"]
+
+
 def test_a_failing_registration_warns_and_import_torch_still_works():
     r = _python(
         """

@@ -149,6 +149,30 @@ def test_a_tensorboard_trace_handler_trace_imports_with_the_device(tmp_path: Pat
     assert all(r["flow_id"] in launches for r in kernels)
 
 
+def test_profile_memory_sees_the_devices_allocations_once(tmp_path: Path):
+    # profile_memory=True: the device reports each allocation and free to torch.profiler, as a
+    # CUDA allocator does, so key_averages has its memory columns and the trace its samples; the
+    # import keeps one counter of it, the runtime's (issue 28)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to("neuron")
+    x = torch.randn(8, 16, device="neuron")
+    with profile(activities=ACTIVITIES, profile_memory=True) as prof:
+        model(x).square().mean().backward()
+        held = torch.neuron.memory_allocated()
+    assert "NEURON Mem" in prof.key_averages().table(row_limit=3)
+    linear = next(a for a in prof.key_averages() if a.key == "aten::linear")
+    assert linear.device_memory_usage == (8 * 32 + 8 * 4) * 4  # its outputs, on the device
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    samples = [e["args"] for e in events
+               if e.get("name") == "[memory]" and e["args"]["Device Type"] == DEVICE_TYPE.value]  # fmt: skip
+    assert samples and max(s["Total Allocated"] for s in samples) >= held
+    out = tmp_path / "imported"
+    assert main(["import", str(tmp_path / "trace.json"), "-o", str(out), "-q"]) == 0
+    counters = Profile.open(out).table("counters").to_pylist()
+    device = [c for c in counters if c["track"] == "neuron:0" and c["name"] == "memory_allocated"]
+    assert len(device) == len(samples)  # the runtime's records, not the trace's samples again
+
+
 FALLBACK = """
 import json, sys, torch
 from torch.profiler import ProfilerActivity, profile

@@ -257,7 +257,7 @@ def profiler_made(tmp_path_factory):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     # the profiler names a frame that was running when it started at the line it was at then
     with torch.profiler.profile(  # PROFILED_LINE
-        profile_memory=True, record_shapes=True, with_stack=True
+        profile_memory=True, record_shapes=True, with_stack=True, with_modules=True
     ) as prof:
         model(torch.randn(32, 64)).sum().backward()
         opt.step()
@@ -301,6 +301,10 @@ def test_a_snapshot_torch_made_imports_with_torchs_own_peak_on_the_host(profiler
     assert here and here[0]["line"] == PROFILED_LINE
     # no ops to charge: the peak is where and when, what was alive is the allocations
     assert "by_op" not in page["peak"]
+    # recorded with_modules=True: each forward allocation's module, as a trace's are named
+    # (the outermost module the root, ""); the backward's run with no Python stack (issue 28)
+    modules = profile.duckdb().execute("SELECT DISTINCT module FROM events").fetchall()
+    assert {("Linear_0",), ("Linear_1",)} <= set(modules)
 
 
 def test_an_allocator_snapshot_without_a_device_type_is_cudas(recorded, tmp_path):

@@ -45,13 +45,12 @@ def register() -> None:
         from neuron_explorer.backend.runtime import whole_ops
 
         whole_ops.register()
-        from neuron_explorer.backend.runtime import autocast, gcpause, handoff, holders
-
-        holders.install()
+        from neuron_explorer.backend.runtime import autocast, gcpause, handoff, holders, memory
 
         autocast.register()
-        gcpause.install()
-        handoff.install()
+        # A program that never makes a device tensor runs as without the package: its backward,
+        # collections and optimizer steps go through none of ours (issue 28)
+        memory.ON_FIRST_USE.extend((holders.install, gcpause.install, handoff.install))
         from neuron_explorer.backend import distributed, library_kernels, serialization, swap
 
         distributed.register()

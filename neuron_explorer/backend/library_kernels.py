@@ -11,6 +11,9 @@ nothing here imports the library: an op that never gets defined is never called.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from neuron_explorer.backend.costmodel.custom import Gemms
 from neuron_explorer.backend.costmodel.ops import Gemm, grouped_gemms
 from neuron_explorer.backend.custom_kernels import register_kernel
@@ -41,3 +44,21 @@ def register() -> None:
     """Declare each library op's TensorE kernel (by name: the library is not imported)."""
     for name, gemms in KERNELS.items():
         register_kernel(name, engine="TensorE", gemms=gemms)
+
+
+# The kernels priced by `grouped_gemms`, by kernel name (an op's name without its namespace):
+# their groups are uniform routing's in every mode, whatever the offsets hold
+GROUPED_KERNELS = frozenset({"_grouped_mm", *(name.split("::")[1] for name in KERNELS)})
+
+
+def uniform_groups(events: Iterable[Any]) -> dict[str, int]:
+    """Kernels among `events` (RuntimeEvents) priced with uniform groups, counted by name: a
+    kernel of its own, or a NEFF's kernel holding the op (its `fx_nodes`)."""
+    counts: dict[str, int] = {}
+    for e in events:
+        if e.kind != "kernel":
+            continue
+        nodes = (e.args or {}).get("fx_nodes") or ()
+        for name in GROUPED_KERNELS.intersection([e.name, *nodes]):
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))

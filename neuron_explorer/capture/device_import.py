@@ -13,7 +13,7 @@ import msgspec
 
 from ..errors import BadInputError, ExplorerError
 from .device_trace import RUNTIME_KEY, without_plugin_events
-from .handler import RawCapture, write_profile
+from .handler import RawCapture, grouped_matmul_extra, write_profile
 
 
 def import_device_trace(
@@ -44,6 +44,7 @@ def import_device_trace(
                                      *map(str, source_roots)]))  # fmt: skip
         raw = RawCapture(workdir, trace, recorded.events, recorded.device_spec, roots,
                          recorded.torch_version)  # fmt: skip
-        return write_profile(raw, out, {"imported_from": path.name})
+        extra = {"imported_from": path.name, **grouped_matmul_extra(recorded.events)}
+        return write_profile(raw, out, extra)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -19,20 +19,30 @@ RUNTIME_KEY = "neuron_runtime"  # backend/runtime/events_codec.TRACE_KEY
 PLUGIN_ARG = "neuron id"  # kineto_plugin.ID_ARG, in every activity's args
 PLUGIN_FLOW = "ac2g"  # the launch -> kernel flows (a CPU-only trace has no others)
 PLUGIN_SPANS = ("neuron (", "Iteration Start: neuron")  # Kineto's span of the plugin's buffer
+MEMORY_EVENT, DEVICE_TYPE = "[memory]", "Device Type"  # a profile_memory=True sample, its device
+PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, the device's memory as the plugin reports it
+
+
+def _device_memory(e: dict[str, Any]) -> bool:
+    """A `[memory]` sample of the device (profile_memory=True): the runtime's memory records
+    give the same counter on the one clock."""
+    return e.get("name") == MEMORY_EVENT and (e.get("args") or {}).get(DEVICE_TYPE) == PRIVATEUSE1
 
 
 def without_plugin_events(doc: dict[str, Any]) -> bool:
-    """Take the plugin's activities, flows, device lanes and runtime key out of a decoded
-    trace; True when it held any."""
+    """Take the plugin's activities, flows, device lanes, device memory samples and runtime
+    key out of a decoded trace; True when it held any."""
     trace_events = doc.get("traceEvents") or []
     ours = [e for e in trace_events if PLUGIN_ARG in (e.get("args") or {})]
-    if not ours and RUNTIME_KEY not in doc:
+    if not ours and RUNTIME_KEY not in doc and not any(map(_device_memory, trace_events)):
         return False
     doc.pop(RUNTIME_KEY, None)
     device_pids = {e.get("pid") for e in ours if e.get("cat") != "privateuse1_runtime"}
     kept = []
     for e in trace_events:
         if PLUGIN_ARG in (e.get("args") or {}) or e.get("cat") == PLUGIN_FLOW:
+            continue
+        if _device_memory(e):
             continue
         if e.get("ph") == "M" and e.get("pid") in device_pids:
             continue
@@ -47,7 +57,7 @@ def drop_plugin_events(trace: Path) -> bool:
     """Rewrite `trace` (an uncompressed export_chrome_trace file) without the plugin's output;
     True when it held any."""
     text = trace.read_bytes()
-    if PLUGIN_ARG.encode() not in text and RUNTIME_KEY.encode() not in text:
+    if not any(k in text for k in (PLUGIN_ARG.encode(), RUNTIME_KEY.encode(), b"[memory]")):
         return False
     doc = msgspec.json.decode(text)
     if without_plugin_events(doc):

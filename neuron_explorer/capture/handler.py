@@ -16,6 +16,7 @@ import platform
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,15 @@ def _backend_state() -> tuple[dict[str, Any] | None, ...]:
     peak = held.pop("peak")
     block = {"peak_bytes": peak, "held_bytes": held} if peak > 0 else None
     return shapes.manifest(), block, model_ranks.manifest(), hostcost.captured_run_queue()
+
+
+def grouped_matmul_extra(drained: Sequence[Any]) -> dict[str, Any]:
+    """The manifest's `grouped_matmul` where kernels of `drained` priced a grouped matmul: its
+    groups are uniform routing's (the offsets are data, a kernel is priced by its shapes)."""
+    from neuron_explorer.backend.library_kernels import uniform_groups
+
+    kernels = uniform_groups(drained)
+    return {"grouped_matmul": {"groups": "uniform", "kernels": kernels}} if kernels else {}
 
 
 def _device_spec() -> dict[str, Any] | None:
@@ -168,6 +178,8 @@ class TraceHandler:
                 self.extra["device_memory"] = held
             if modeled is not None:  # which ranks ran and which are copies of them
                 self.extra["model_ranks"] = modeled
+            self.extra.pop("grouped_matmul", None)
+            self.extra.update(grouped_matmul_extra(drained))
         import torch
 
         return RawCapture(workdir, trace, drained, _device_spec() if drained else None,

@@ -203,15 +203,75 @@ def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa
 
 def drop_own_frames(host: pa.Table) -> pa.Table:
     """Remove the python events of the backend's and explorer's own functions, with everything
-    they called (builtins, torch internals): that is the simulator at work, not the user."""
+    they called (builtins, torch internals): that is the simulator at work, not the user.
+
+    An own frame the user's code ran inside (`neuron-explorer capture`'s runner, the CLI above
+    it) goes alone: what it ran apart from the user's code goes with it, and the user's frames,
+    the ProfilerStep spans and ops inside them stay, nested in the nearest event kept."""
     if not host.num_rows:
         return host
     kinds = np.array(column_list(host, "kind"), dtype=object)
+    python = kinds == "python"
     names = column_list(host, "name")
-    own = (kinds == "python") & np.array([_is_own_python_event(n) for n in names])
+    own = python & np.array([_is_own_python_event(n) for n in names])
     if not own.any():
         return host
-    return host.filter(pa.array(~with_descendants(host, own)))
+    user = python & np.array(
+        [bool(p) and _is_user_python_event(n) for p, n in zip(python, names, strict=True)]
+    )
+    tree = _Tree(host)
+    holds_user = tree.any_descendant(user)
+    wrapper = own & holds_user
+    drop = own & ~wrapper
+    drop |= tree.child_of(wrapper) & ~holds_user & ~user & ~wrapper  # the runner's own work
+    drop = with_descendants(host, drop) | wrapper
+    return tree.reparented(host, drop)
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_user_python_event(name: str) -> bool:
+    return is_user_file(parse_frame(name).file)
+
+
+class _Tree:
+    """The nesting of host events through parent_id, as row indices (-1: top level)."""
+
+    def __init__(self, host: pa.Table) -> None:
+        ids = column_array(host, "id").astype(np.int64)
+        raw = host.column("parent_id").to_numpy(zero_copy_only=False).astype(float)
+        index = {int(v): i for i, v in enumerate(ids)}
+        self.ids = ids
+        self.parent = np.array([-1 if np.isnan(p) else index.get(int(p), -1) for p in raw],
+                               dtype=np.int64)  # fmt: skip
+        start = column_array(host, "start_ns").astype(np.int64)
+        dur = column_array(host, "dur_ns").astype(np.int64)
+        self.inner_first = np.lexsort((dur, -start))  # children before their parents
+
+    def any_descendant(self, mask: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(mask), dtype=bool)
+        for i in self.inner_first.tolist():
+            p = int(self.parent[i])
+            if p >= 0 and (mask[i] or out[i]):
+                out[p] = True
+        return out
+
+    def child_of(self, mask: np.ndarray) -> np.ndarray:
+        has = self.parent >= 0
+        out = np.zeros(len(mask), dtype=bool)
+        out[has] = mask[self.parent[has]]
+        return out
+
+    def reparented(self, host: pa.Table, drop: np.ndarray) -> pa.Table:
+        """`host` without the dropped rows, each kept row's parent its nearest kept ancestor."""
+        parent = self.parent.copy()
+        for i in self.inner_first[::-1].tolist():  # parents first: theirs are already settled
+            p = int(parent[i])
+            if p >= 0 and drop[p]:
+                parent[i] = parent[p]
+        ids = np.where(parent >= 0, self.ids[np.maximum(parent, 0)], 0)
+        col = pa.array(ids, pa.int64(), mask=parent < 0)
+        host = host.set_column(host.schema.get_field_index("parent_id"), "parent_id", col)
+        return host.filter(pa.array(~drop))
 
 
 @functools.lru_cache(maxsize=65536)

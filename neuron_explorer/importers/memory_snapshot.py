@@ -39,6 +39,7 @@ TRACK = "allocations"
 MODEL_SCOPES = (scopes.USER, scopes.LIBRARY)
 # a Python frame as torch.profiler names it, which a profiler's snapshot keeps as the frame's
 # name (its filename "none", its line 0): "torch/nn/modules/linear.py(130): forward"
+MODULE_PREFIX = "nn.Module: "  # a profiler's module frame, recorded with_modules=True
 _PROFILER_FRAME = re.compile(r"(.+\.py)\((\d{1,9})\): (.*)", re.S)
 
 
@@ -250,6 +251,8 @@ def _add_events(built: _Built, device: str, spans: list, origin: int) -> None:
     for start, end, what, before in spans:
         sid, user, model = _stack(built, what.get("frames"))
         module = what.get("module")
+        if not isinstance(module, str):  # a profiler's snapshot: its nn.Module frames, if any
+            module = _profiler_module(what.get("frames"))
         args = {"bytes": what["size"], "addr": what["addr"]}
         if before:
             args["before_history"] = True
@@ -279,6 +282,17 @@ def _add_counter(built: _Built, device: str, spans: list, origin: int, last: int
         for k, v in (("rank", 0), ("track", device), ("name", "memory_allocated"),
                      ("ts_ns", ns - origin), ("value", float(value)), ("unit", "bytes")):  # fmt: skip
             c[k].append(v)
+
+
+def _profiler_module(frames: Any) -> str | None:
+    """The nn.Module path of a profiler's frames (innermost first) where it was recorded
+    `with_modules=True`: its `nn.Module: NAME` frames, the outermost the root (""), as the
+    Kineto importer names a trace's modules (pystacks.py)."""
+    if not isinstance(frames, list):
+        return None
+    names = [f["name"][len(MODULE_PREFIX):] for f in reversed(frames) if isinstance(f, dict)
+             and isinstance(f.get("name"), str) and f["name"].startswith(MODULE_PREFIX)]  # fmt: skip
+    return ".".join(names[1:]) if names else None
 
 
 def _stack(built: _Built, frames: Any) -> tuple[int | None, tuple, tuple]:

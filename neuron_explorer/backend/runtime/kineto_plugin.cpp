@@ -17,6 +17,7 @@
 #include <output_base.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <c10/core/Allocator.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 #include <unistd.h>
 
@@ -288,4 +289,14 @@ extern "C" void neuron_kineto_metadata(const char* key, const char* value) {
 
 extern "C" int neuron_kineto_registered() {
   return torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().hasFactory() ? 1 : 0;
+}
+
+// A device allocation (bytes > 0) or free (bytes < 0) for torch.profiler's memory profile
+// (profile_memory=True), as a CUDA allocator reports its own: the storage's key stands for its
+// address. A no-op unless this thread's profiler profiles memory.
+extern "C" void neuron_kineto_memory(int64_t key, int64_t bytes, int64_t allocated,
+                                     int64_t reserved) {
+  c10::reportMemoryUsageToProfiler(reinterpret_cast<void*>(key), bytes,
+                                   static_cast<size_t>(allocated), static_cast<size_t>(reserved),
+                                   c10::Device(c10::DeviceType::PrivateUse1, 0));
 }

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import torch
 
-from neuron_explorer.backend.runtime import events, events_codec, guard, model
+from neuron_explorer.backend.runtime import events, events_codec, guard, memory, model
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK, KERNEL_TRACK
 from neuron_explorer.vocab.kinds import NEURON_HOST_KINDS
 
@@ -83,6 +83,9 @@ def install() -> bool:
         lib.neuron_kineto_lane(rid, name.encode())
     callback = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(_collect)
     lib.neuron_kineto_set_collect(callback)
+    lib.neuron_kineto_memory.argtypes = [ctypes.c_int64] * 4
+    lib.neuron_kineto_memory.restype = None
+    memory.ON_PROFILED = lib.neuron_kineto_memory  # profile_memory=True sees the device's memory
     _keep.extend([lib, callback])
     native = lib
     return bool(lib.neuron_kineto_registered())

@@ -37,6 +37,12 @@ _now = time.time_ns
 # memory_history.py's hooks while it records: ON_ALLOC(key, storage, nbytes), ON_FREE(key, nbytes)
 ON_ALLOC: Callable[[int, Any, int], None] | None = None
 ON_FREE: Callable[[int, int], None] | None = None
+# the Kineto plugin's report of an allocation (bytes > 0) or free to torch.profiler's memory
+# profile while a profiler runs: ON_PROFILED(key, bytes, allocated, reserved) (kineto_plugin.py)
+ON_PROFILED: Callable[[int, int, int, int], None] | None = None
+# run once, at the process's first device allocation: the hooks only a program that uses the
+# device needs (the autograd engine's entry, gc and optimizer callbacks; _registration.py)
+ON_FIRST_USE: list[Callable[[], None]] = []
 
 
 # What held device memory: bytes of live storages by role, tagged once they are known to be a
@@ -138,6 +144,12 @@ def resized(storage, old_nbytes: int) -> None:
 _NO_MEMORY = (FakeTensor, FunctionalTensor)
 
 
+def _first_use() -> None:
+    hooks, ON_FIRST_USE[:] = ON_FIRST_USE[:], []
+    for hook in hooks:
+        hook()
+
+
 def track(payload) -> None:
     """Count the bytes of `payload`'s storage until its last tensor is collected (once per
     storage, however many tensors share it)."""
@@ -161,10 +173,14 @@ def track(payload) -> None:
             _peak = _allocated
             _peak_serial = _serial
             _at_peak.update(_role_bytes)
+    if ON_FIRST_USE:
+        _first_use()
     if ON_ALLOC is not None:
         ON_ALLOC(key, storage, nbytes)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, nbytes, _peak))
+        if ON_PROFILED is not None:
+            ON_PROFILED(key, nbytes, _allocated, _allocated)  # nothing is cached: reserved too
 
 
 def _free(key: int, nbytes: int, _ref: object = None) -> None:
@@ -183,6 +199,8 @@ def _free(key: int, nbytes: int, _ref: object = None) -> None:
         ON_FREE(key, nbytes)
     if _prof._is_profiler_enabled:
         _buf.append((_Memory, next(_ids), _tid(), _now(), model.cut_ns, _allocated, -nbytes, _peak))
+        if ON_PROFILED is not None:
+            ON_PROFILED(key, -nbytes, _allocated, _allocated)
 
 
 def live_storages() -> list[tuple[int, int, int]]:

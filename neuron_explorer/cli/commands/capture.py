@@ -100,7 +100,11 @@ def _other_python(command: list[str]) -> str | None:
         raise ExplorerError(f"{first}: no such interpreter")
     if os.path.abspath(first) == os.path.abspath(sys.executable):
         return None
-    probe = "import sys, importlib.util as u; print(sys.prefix); print(bool(u.find_spec('neuron_explorer')))"
+    # the package and what capture imports (a PYTHONPATH can show the package without them)
+    probe = (
+        "import sys, importlib.util as u; print(sys.prefix); "
+        "print(all(u.find_spec(m) for m in ('neuron_explorer', 'torch', 'pyarrow')))"
+    )
     try:
         found = subprocess.run([first, "-c", probe], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -112,7 +116,7 @@ def _other_python(command: list[str]) -> str | None:
         return None
     if lines[1] != "True":
         raise ExplorerError(
-            f"{first}: neuron_explorer is not installed for this interpreter "
-            "(install it there, or name this one)"
+            f"{first}: neuron_explorer is not installed for this interpreter, or not with its "
+            "dependencies (torch, pyarrow): install it there, or name this one"
         )
     return first
