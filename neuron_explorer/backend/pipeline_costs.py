@@ -48,14 +48,14 @@ class _Priced(TorchDispatchMode):
 
 
 def _infos(tree: Any) -> list[Any]:
-    """The tensors of an op's arguments or results as the cost model sees them (as
-    runtime/record.py describes a payload: float64 is computed as float32)."""
+    """The tensors of an op's arguments or results as the cost model sees them, as
+    runtime/record.py describes a payload (which imports this module through the
+    collectives): float64 computed as float32, a column-major matrix transposed."""
     from neuron_explorer.backend.costmodel import TensorInfo
-    from neuron_explorer.backend.runtime.record import is_transposed
 
     return [
         TensorInfo(tuple(t.shape), "float32" if t.dtype is torch.float64 else dtype_name(t.dtype),
-                   is_transposed(t))
+                   t.dim() >= 2 and t.stride(-2) == 1 and t.stride(-1) > 1 and t.shape[-2] > 1)
         for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)
     ]  # fmt: skip
 
@@ -147,8 +147,7 @@ def accumulate_ns(module: Any) -> int:
 
 
 def dtype_name(dtype: Any) -> str:
-    """A torch dtype as the cost model names it (runtime/record.py's, which imports this
-    module through the collectives)."""
+    """A torch dtype as the cost model names it (as runtime/record.py does)."""
     return str(dtype).removeprefix("torch.")
 
 
