@@ -101,6 +101,28 @@ def _bubbles(profile_dir: Path) -> list[int]:
     return bubbles
 
 
+def _late_starts(real: Path, ranks: int) -> int:
+    """How late the real ranks after rank 0 came to the recorded step (ns): each one's first
+    activation received after it was sent, which only a host late to post the receive makes
+    (a rank whose Python started the step late). Each delays rank 0's first gradient by as
+    much, and a modeled job's copies have no host: a GPipe over 4 ranks whose rank 1 came
+    22.9 ms late had rank 0 idle 118.2 ms before its first gradient, 95.2 without it, where
+    the other runs were 95.6 and the model 94.5."""
+    from neuron_explorer.model import Profile
+
+    db = Profile.open(real).duckdb()
+    sql = (
+        "SELECT start_ns, start_ns + dur_ns FROM events WHERE rank = ? AND layer = 'device'"
+        " AND kind = 'collective' AND op_name = ? ORDER BY start_ns LIMIT 1"
+    )
+    late = 0
+    for rank in range(1, ranks):
+        sent = db.execute(sql, [rank - 1, "c10d::send"]).fetchone()
+        received = db.execute(sql, [rank, "c10d::recv_"]).fetchone()
+        late += max(0, received[0] - sent[1])
+    return late
+
+
 def _real_pipeline(out: Path, kind: str, ranks: int) -> None:
     from test_distributed import free_port
 
@@ -135,8 +157,9 @@ def test_a_modeled_pipeline_has_the_bubble_of_a_real_torchrun(tmp_path, kind, ra
     (backend/pipeline_ranks.py), whose backwards add their gradients to the earlier
     micro-batches' as rank 0 does and compute the gradient of their input, which stage 0
     never does. Against a real N-rank torchrun of the same script: rank 0's idle device
-    before its first gradient (the fill and drain) within 12%, and before all its gradients
-    of the step within 10% (`_bubbles`: not the receives' waits, which its host's speed moves);
+    before its first gradient (the fill and drain) within 12%, the real ranks' late starts
+    taken out (`_late_starts`), and before all its gradients of the step within 10%
+    (`_bubbles`: not the receives' waits, which its host's speed moves);
     each copy's busy time beyond stage 0's (its input's gradient, and the last one's loss and
     merged outputs: modeled kernels on both sides) within 1% of what the real rank's kernels
     add to rank 0's, and its waits after its first action within 10% of the real rank's
@@ -147,6 +170,7 @@ def test_a_modeled_pipeline_has_the_bubble_of_a_real_torchrun(tmp_path, kind, ra
     _real_pipeline(real, kind, ranks)
     got, want = _bubbles(modeled), _bubbles(real)
     assert len(got) == len(want) == 4  # one gradient a micro-batch
+    want[0] -= _late_starts(real, ranks)
     assert want[0] > 0 and abs(got[0] - want[0]) <= 0.12 * want[0], (got, want)
     assert abs(sum(got) - sum(want)) <= 0.10 * sum(want), (got, want)
     model = json.loads((modeled / "manifest.json").read_text())["extra"]["model_ranks"]
