@@ -70,6 +70,59 @@ def _gradient_waits(profile_dir: Path, rank: int = 0) -> list[int]:
     return [r[0] for r in rows]
 
 
+def _bubbles(profile_dir: Path) -> list[int]:
+    """Rank 0's device idle time before each gradient it receives in the recorded step (ns),
+    from the previous one's arrival (the first: from its first kernel): its wait in the
+    receive, and any gap its host left before it. A receive's wait alone moves with the
+    host's speed on either side: a host late to launch the backward after a gradient arrives
+    idles the device in that gap, and the next gradient, arriving when it would have, finds a
+    shorter wait (a modeled run under two busy loops: 13.2 ms after an 8.3 ms gap, 21.3 ms
+    without; a real one 17.8 ms after a 3.3 ms gap). Their sum over an interval is the time
+    the device waited for its peers, whatever the host did."""
+    from neuron_explorer.model import Profile
+
+    rows = (
+        Profile.open(profile_dir)
+        .duckdb()
+        .execute(
+            "SELECT start_ns, start_ns + dur_ns, op_name = 'c10d::recv_' FROM events"
+            " WHERE rank = 0 AND layer = 'device' AND kind IN ('kernel', 'collective')"
+            " ORDER BY start_ns"
+        )
+        .fetchall()
+    )
+    bubbles, idle, end = [], 0, rows[0][1]
+    for start, stop, received in rows[1:]:
+        idle += max(0, start - end)
+        end = max(end, stop)
+        if received:  # the receive starts when its gradient arrives
+            bubbles.append(idle)
+            idle = 0
+    return bubbles
+
+
+def _late_starts(real: Path, ranks: int) -> int:
+    """How late the real ranks after rank 0 came to the recorded step (ns): each one's first
+    activation received after it was sent, which only a host late to post the receive makes
+    (a rank whose Python started the step late). Each delays rank 0's first gradient by as
+    much, and a modeled job's copies have no host: a GPipe over 4 ranks whose rank 1 came
+    22.9 ms late had rank 0 idle 118.2 ms before its first gradient, 95.2 without it, where
+    the other runs were 95.6 and the model 94.5."""
+    from neuron_explorer.model import Profile
+
+    db = Profile.open(real).duckdb()
+    sql = (
+        "SELECT start_ns, start_ns + dur_ns FROM events WHERE rank = ? AND layer = 'device'"
+        " AND kind = 'collective' AND op_name = ? ORDER BY start_ns LIMIT 1"
+    )
+    late = 0
+    for rank in range(1, ranks):
+        sent = db.execute(sql, [rank - 1, "c10d::send"]).fetchone()
+        received = db.execute(sql, [rank, "c10d::recv_"]).fetchone()
+        late += max(0, received[0] - sent[1])
+    return late
+
+
 def _real_pipeline(out: Path, kind: str, ranks: int) -> None:
     from test_distributed import free_port
 
@@ -103,18 +156,21 @@ def test_a_modeled_pipeline_has_the_bubble_of_a_real_torchrun(tmp_path, kind, ra
     """`--model-ranks N` runs stage 0 of an N-stage schedule, the other stages copies of it
     (backend/pipeline_ranks.py), whose backwards add their gradients to the earlier
     micro-batches' as rank 0 does and compute the gradient of their input, which stage 0
-    never does. Against a real N-rank torchrun of the same script: rank 0's wait for its
-    first gradient (the fill and drain) within 12%, all its waits of the step within 10%;
-    each copy's busy time beyond stage 0's (its input's gradient: modeled kernels on both
-    sides) within 15% of what the real rank's kernels add to rank 0's (the last stage's loss
-    is not modeled), and its waits after its first action within 10% of the real rank's
+    never does. Against a real N-rank torchrun of the same script: rank 0's idle device
+    before its first gradient (the fill and drain) within 12%, the real ranks' late starts
+    taken out (`_late_starts`), and before all its gradients of the step within 10%
+    (`_bubbles`: not the receives' waits, which its host's speed moves);
+    each copy's busy time beyond stage 0's (its input's gradient, and the last one's loss and
+    merged outputs: modeled kernels on both sides) within 1% of what the real rank's kernels
+    add to rank 0's, and its waits after its first action within 10% of the real rank's
     (or 2% of its busy time, where the real rank waits next to nothing)."""
     modeled, real = tmp_path / "modeled", tmp_path / "real"
     proc = capture(modeled, "pp", ranks, kind)
     assert proc.returncode == 0, proc.stderr[-2000:]
     _real_pipeline(real, kind, ranks)
-    got, want = _gradient_waits(modeled), _gradient_waits(real)
+    got, want = _bubbles(modeled), _bubbles(real)
     assert len(got) == len(want) == 4  # one gradient a micro-batch
+    want[0] -= _late_starts(real, ranks)
     assert want[0] > 0 and abs(got[0] - want[0]) <= 0.12 * want[0], (got, want)
     assert abs(sum(got) - sum(want)) <= 0.10 * sum(want), (got, want)
     model = json.loads((modeled / "manifest.json").read_text())["extra"]["model_ranks"]
@@ -126,7 +182,7 @@ def test_a_modeled_pipeline_has_the_bubble_of_a_real_torchrun(tmp_path, kind, ra
     for stage, copy in copies.items():
         added = copy["busy_ns"] - pipeline["stage0_busy_ns"]
         real_added = _kernel_busy(real, stage) - real_rank0
-        assert real_added > 0 and abs(added - real_added) <= 0.15 * real_added, (stage, copy)
+        assert real_added > 0 and abs(added - real_added) <= 0.01 * real_added, (stage, copy)
         real_waits = sum(_gradient_waits(real, stage)[1:])  # the first: the fill
         slack = max(0.10 * real_waits, 0.02 * copy["busy_ns"])
         assert abs(copy["wait_ns"] - real_waits) <= slack, (stage, copy, real_waits)

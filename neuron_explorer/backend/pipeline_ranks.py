@@ -14,22 +14,25 @@ Two things a real job's peers would give rank 0 are made here from its own stage
   stage's `_step_microbatches` runs it) at stage 0's measured costs: a forward of a
   micro-batch the least it took on rank 0; a backward the least any took, less the adding of
   its gradients to an earlier micro-batch's, plus that adding as rank 0 did it for the same
-  micro-batch (`accumulate_ns`) and the gradient of the copy's input, which stage 0 never
-  computes and a later stage does (`input_grad_ns`: each matmul whose input needs no
-  gradient on stage 0, priced by the cost model); before any ran, twice the forward. An
-  activation or a gradient arrives one modeled point-to-point transfer after it was sent
-  (costmodel/collectives.py). So rank 0's wait for stage 1 is the bubble of a pipeline of
-  identical stages, and `stages()` is each copy's busy time and waits in the step (the
-  profile's manifest keeps the last recorded step's). The last stage's loss is not modeled.
+  micro-batch and the gradient of the copy's input, which stage 0 never computes and a later
+  stage does; the last stage's copy adds its loss to each forward and backward, and the merge
+  of its outputs to its step (all priced by the cost model: backend/pipeline_costs.py);
+  before any backward ran, twice the forward. An activation or a gradient arrives one
+  modeled point-to-point transfer after it was sent (costmodel/collectives.py). So rank 0's
+  wait for stage 1 is the bubble of a pipeline of identical stages, and `stages()` is each
+  copy's busy time and waits in the step (the profile's manifest keeps the last recorded
+  step's).
 """
 
 from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections import deque
 from typing import Any
 
+from neuron_explorer.backend import pipeline_costs
 from neuron_explorer.errors import ExplorerError
 
 _STAGE = "torch.distributed.pipelining.stage"
@@ -48,6 +51,7 @@ class _Peers:
     """The copies of a pipeline's stages, as rank 0's schedule sees them, for one step."""
 
     def __init__(self, schedule: Any, stage: Any) -> None:
+        self.schedule = schedule
         self.stage = stage
         self.n_stages = stage.num_stages
         m = schedule._n_microbatches
@@ -59,6 +63,8 @@ class _Peers:
         self.backward_ns = 0  # any backward's, less its gradients' accumulation
         self.accumulate_ns: dict[int, int] = {}  # micro-batch -> adding to earlier gradients
         self.input_grad_ns = 0  # what a later stage's backward adds: its input's gradient
+        self.loss_ns = (0, 0, 0)  # the last stage's loss, forward and backward; its merge
+        self.priced: tuple | None = None  # the shapes the two above were priced for
         self.start()
 
     def start(self) -> None:
@@ -66,6 +72,27 @@ class _Peers:
         self.step_start: int | None = None
         self.transfer_ns = 0
         self.grads: deque[int] = deque()  # micro-batches whose gradient rank 0 receives next
+
+    def price(self, args: Any, kwargs: Any, out: Any) -> None:
+        """Price what a later stage adds to stage 0's work (pipeline_costs.py), once for each
+        set of shapes stage 0 runs."""
+        import torch
+
+        key = tuple((tuple(t.shape), t.dtype) for t in _tensors((args, kwargs, out)))
+        if key == self.priced:
+            return
+        self.priced = key
+        sch = self.schedule
+        first = out if isinstance(out, torch.Tensor) else next(iter(_tensors(out)), None)
+        try:
+            self.input_grad_ns = pipeline_costs.input_grad_ns(self.stage.submod, args, kwargs)
+            self.loss_ns = pipeline_costs.loss_ns(
+                sch._loss_fn, first, sch._merge_outputs, sch._n_microbatches
+            )
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:  # no meta run
+            warnings.warn(f"--model-ranks: the pipeline's later stages are modeled without "
+                          f"their input's gradient and loss, which could not be priced on "
+                          f"meta tensors ({type(e).__name__}: {e})", stacklevel=2)  # fmt: skip
 
     def backward_cost(self, mb: int) -> int:
         """A copy's backward of `mb`: the least of those rank 0 ran, less the adding of its
@@ -97,14 +124,17 @@ class _Peers:
             for s, acts in self.actions.items():
                 while at[s] < len(acts):
                     kind, j = acts[at[s]]
+                    last = s == self.n_stages - 1
                     if kind == "F":
                         src = self.sent.get(j) if s == 1 else done.get(("F", s - 1, j))
                         cost = self.forward_ns.get(j)
                     else:
-                        src = free[s] if s == self.n_stages - 1 else done.get(("B", s + 1, j))
+                        src = free[s] if last else done.get(("B", s + 1, j))
                         cost = self.backward_cost(j)
                     if src is None or cost is None:
                         break
+                    if last:  # its loss: after the forward, at the start of the backward
+                        cost += self.loss_ns[0] if kind == "F" else self.loss_ns[1]
                     hop = 0 if kind == "B" and s == self.n_stages - 1 else self.transfer_ns
                     if at[s]:
                         wait[s] += max(0, src - free[s])
@@ -118,6 +148,7 @@ class _Peers:
         """What the copies did in the step (docs/device.md): each one's busy time and waits,
         beside the busy time of stage 0 as rank 0 ran it."""
         _, busy, wait = self.run()
+        busy[self.n_stages - 1] += self.loss_ns[2]  # the merge of the outputs step returns
         own = sum(self.forward_ns[j] + self.backward_ns + self.accumulate_ns.get(j, 0)
                   for j in self.forward_ns)  # fmt: skip
         copies = [{"stage": s, "busy_ns": busy[s], "wait_ns": wait[s]} for s in busy]
@@ -245,14 +276,15 @@ def _hook_stage() -> None:
             if peers.step_start is None:
                 peers.step_start = begin
             peers.transfer_ns = _transfer_ns(out)
-            peers.input_grad_ns = input_grad_ns(out)
+            inputs = args[0] if args else kwargs.get("args", ())
+            peers.price(inputs, args[1] if len(args) > 1 else kwargs.get("kwargs"), out)
         return out
 
     @functools.wraps(backward)
     def backward_one_chunk(self: Any, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
         peers = _measuring(self)
         begin = _now_on_device() if peers else 0
-        adds = accumulate_ns(self.submod) if peers else 0
+        adds = pipeline_costs.accumulate_ns(self.submod) if peers else 0
         out = backward(self, bwd_chunk_id, *args, **kwargs)
         if peers:
             cost = max(1, _now_on_device() - begin - adds)
@@ -303,80 +335,8 @@ def _transfer_ns(out: Any) -> int:
     return cc.collective_cost(cc.P2P, nbytes, 2, model.spec().collectives).transfer_ns
 
 
-# autograd node -> (its first operand's saved name, the other's, the first's input slot, op):
-# the matmuls whose nodes keep both operands' sizes and strides (a Linear's; bmm keeps
-# tensors only, and not the one its missing gradient would need)
-_MATMUL_NODES = {
-    "AddmmBackward0": ("mat1", "mat2", 1, "aten::mm"),
-    "MmBackward0": ("self", "mat2", 0, "aten::mm"),
-}
-
-
-def input_grad_ns(out: Any) -> int:
-    """The modeled kernels of the input gradient a later stage computes and stage 0 does not
-    (its input needs none): each matmul of stage 0's graph whose first operand has no
-    gradient path, priced as the `grad @ other.T` a stage whose input needs a gradient runs
-    (the elementwise ops on the way to the input, a norm's or an activation's, are left
-    out: a matmul's is most of it)."""
+def _tensors(tree: Any) -> list[Any]:
     import torch
+    from torch.utils import _pytree as pytree
 
-    roots = [out] if isinstance(out, torch.Tensor) else list(out or ())
-    todo = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen: set[int] = set()
-    total = 0
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        form = _MATMUL_NODES.get(type(node).__name__)
-        if form and node.next_functions[form[2]][0] is None:
-            total += _operand_grad_ns(node, *form)
-        todo.extend(f for f, _ in node.next_functions if f is not None)
-    return total
-
-
-def accumulate_ns(module: Any) -> int:
-    """The modeled adds of a backward's gradients to those an earlier micro-batch left
-    (autograd's AccumulateGrad: one `add_` for each parameter that holds a gradient)."""
-    from neuron_explorer.backend.costmodel import TensorInfo, lower_op
-    from neuron_explorer.backend.runtime import model
-
-    total = 0
-    for p in module.parameters():
-        if p.requires_grad and p.grad is not None:
-            grad = TensorInfo(tuple(p.grad.shape), _dtype_name(p.grad.dtype))
-            total += _plan_ns(lower_op("aten::add_", (grad, grad), (grad,), model.spec()))
-    return total
-
-
-def _dtype_name(dtype: Any) -> str:
-    """A torch dtype as the cost model names it (runtime/record.py's, which imports this
-    module through the collectives)."""
-    return str(dtype).removeprefix("torch.")
-
-
-def _plan_ns(plan: Any) -> int:
-    """A kernel plan's modeled time on an idle device."""
-    starts, _, begin, end = plan.idle_schedule
-    return int(end - begin) if starts else 0
-
-
-def _operand_grad_ns(node: Any, first: str, other: str, _slot: int, op: str) -> int:
-    """The modeled time of `grad @ other.T`, the gradient of `node`'s first operand."""
-    from neuron_explorer.backend.costmodel import TensorInfo, lower_op
-    from neuron_explorer.backend.runtime import model
-
-    try:
-        sizes = tuple(int(d) for d in getattr(node, f"_saved_{first}_sym_sizes"))
-        o_sizes = tuple(int(d) for d in getattr(node, f"_saved_{other}_sym_sizes"))
-        o_strides = tuple(int(d) for d in getattr(node, f"_saved_{other}_sym_strides"))
-    except (AttributeError, RuntimeError, TypeError):  # a node saving other names or none
-        return 0
-    saved = getattr(node, f"_saved_{first}", None)
-    dtype = _dtype_name(saved.dtype) if saved is not None else "float32"
-    grad = TensorInfo((*sizes[:-1], o_sizes[-1]), dtype)
-    # other.T is column-major where other is row-major (runtime/record.py's is_transposed)
-    column_major = o_strides[-1] == 1 and o_strides[-2] > 1 and o_sizes[-1] > 1
-    other_t = TensorInfo((*o_sizes[:-2], o_sizes[-1], o_sizes[-2]), dtype, column_major)
-    return _plan_ns(lower_op(op, (grad, other_t), (TensorInfo(sizes, dtype),), model.spec()))
+    return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
