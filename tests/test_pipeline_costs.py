@@ -17,8 +17,7 @@ from neuron_explorer.backend.runtime import tracking
 class Stage(nn.Module):
     """A stage whose input meets elementwise ops and a bmm with a buffer before any parameter
     (none of which records an autograd node on stage 0), then a norm, a Linear and a bmm with
-    a parameter. (No two of its matmuls share shapes: the device keeps one kernel for each
-    op's shapes, whatever its operands' layouts.)"""
+    a parameter."""
 
     def __init__(self, dim: int = 256, keys: int = 192) -> None:
         super().__init__()
@@ -46,9 +45,8 @@ def _backward_kernels(stage: nn.Module, input_grad: bool) -> list:
     later stage's) or not (stage 0's), from a gradient of its output as the next stage sends;
     its parameters hold no gradient before (a step's first micro-batch: nothing to add to)."""
     stage.zero_grad(set_to_none=True)
-    # each rank lowers its own kernels: the device keeps a kernel by its inputs' shapes, and a
-    # norm's backward without its input's gradient is a smaller one
-    tracking.compile_cache.clear()
+    # each rank lowers its own kernels (and compiles them on first use)
+    tracking.clear_compile_cache()
     x = torch.randn(4, 128, 256, device="neuron").requires_grad_(input_grad)
     out = stage(x)
     grad = torch.ones_like(out)

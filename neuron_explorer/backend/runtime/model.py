@@ -68,7 +68,7 @@ def set_spec(name: str | None) -> None:
     _spec, _timeline = with_host_costs(get_spec()), None
     from neuron_explorer.backend.runtime import tracking
 
-    tracking.compile_cache.clear()  # kernels were lowered for the previous chip
+    tracking.clear_compile_cache()  # kernels were lowered for the previous chip
 
 
 def modeled_now(real_ns: int) -> int:

@@ -43,6 +43,8 @@ _buf = events._buf
 _ids = events._ids
 _flows = events._flows
 _note_key = tracking.note_key  # (key, compiles now, cache entry) of one kernel call
+_sig_get, _sig_set = tracking.compile_sig.get, tracking.compile_sig.__setitem__
+_MATMUL: dict[str, bool] = {}  # op name -> its plan reads operand layout (costmodel MATMUL)
 _host = events.record_host  # one host call, the clock advanced by its cut
 _gaps = _hostcost.GAPS  # the refit's samples (cleared, never rebound): read without a lookup
 _queued = _hostcost.QUEUED_NS  # [run-queue delay cut so far] (never rebound)
@@ -111,6 +113,21 @@ def is_transposed(t: torch.Tensor) -> bool:
         return t.dim() >= 2 and t.stride(-2) == 1 and t.stride(-1) > 1 and t.shape[-2] > 1
     except (RuntimeError, TypeError):  # no strides (sparse, symbolic)
         return False
+
+
+def _signature(info, inputs: list, new: list) -> tuple:
+    """What a kernel's plan depends on beyond its inputs' shapes and dtypes (the cache key):
+    its outputs (a reduction's dim, a backward's output mask) and, for a matmul, which operands
+    are transposed views (a K-major A needs no transposes on TensorE)."""
+    outs = tuple([w._meta for w in new])
+    is_mm = _MATMUL.get(info.name)
+    if is_mm is None:
+        from neuron_explorer.backend.costmodel import ops
+
+        is_mm = _MATMUL[info.name] = ops.classify(info.name) == ops.MATMUL
+    if not is_mm:
+        return outs
+    return outs, tuple([is_transposed(p) for p, _w in inputs])
 
 
 def lower(info, in_payloads, out_payloads):
@@ -256,7 +273,13 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
         result = wrap_result(info, out, inputs, new)
     rt = (model._spec or model.spec()).runtime  # the set spec without a call, once set
     compile_real = 0
+    sig = _signature(info, inputs, new)
+    if entry is not None and _sig_get(key) != sig:  # same inputs, other outputs or layout
+        key = (key, sig)
+        entry = tracking.compile_cache.get(key)
+        compiled = entry is None
     if entry is None:  # first use while recording: lower the kernel (the eager compile)
+        _sig_set(key, sig)
         entry, compile_real = _compile(info, key, compiled, inputs, new, tid, src, seq, bwd)
     launch = rt.launch_ns
     ready = m0 + launch + (rt.eager_compile_ns if compiled else 0)

@@ -31,6 +31,6 @@ def reset_compile_stats() -> None:
     next compile of a graph is a first compile again, the one after with new shapes a
     recompile)."""
     tracking.stats.update(eager_compiles=0, eager_cache_hits=0)
-    tracking.compile_cache.clear()
+    tracking.clear_compile_cache()
     graph.update(graph_compiles=0, graph_recompiles=0)
     graph_signatures.clear()

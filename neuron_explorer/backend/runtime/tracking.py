@@ -15,6 +15,9 @@ _f64_warned = False
 # (op, shapes, dtypes) -> (kernel plan, shapes, dtypes); None until the cost model lowered it.
 # The op is its OpInfo (one per OpOverload), which hashes by identity, unlike an OpOverload.
 compile_cache: dict[tuple, object] = {}
+# key -> what a recorded call's kernel was lowered for beyond its inputs' shapes and dtypes (its
+# outputs, a matmul's operand layout): a call of the same key that differs gets its own entry
+compile_sig: dict[tuple, tuple] = {}
 stats = {"eager_compiles": 0, "eager_cache_hits": 0}
 _MISSING = object()
 # bound once: note_key runs on every kernel call (these containers are cleared, never rebound)
@@ -41,6 +44,11 @@ def note_key(info, inputs: list) -> tuple[tuple, bool, Any]:
     compile_cache[key] = None
     stats["eager_compiles"] += 1
     return key, True, None
+
+
+def clear_compile_cache() -> None:
+    compile_cache.clear()
+    compile_sig.clear()
 
 
 def warn_fallback(name: str) -> None:
