@@ -116,11 +116,12 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
     ),
     "whatif": (
         "Replay one step with changes applied and get the new step time: speedup is a comma "
-        "list of NAME=FACTOR (an op or kernel, e.g. aten::mm=2), module=PATH:FACTOR, "
+        "list of NAME=FACTOR (an op or kernel, e.g. aten::mm=2; an op inside a compiled "
+        "graph's fused kernels is sped up there), module=PATH:FACTOR, "
         "op=NAME:FACTOR, kernel=NAME:FACTOR or line=FILE:LINE:FACTOR; drop_syncs removes the "
         "host's waits for the device; chip (trn1, trn2, trn3) lowers each kernel again for "
         "another chip (neuron captures). Returns before_ns, after_ns, saving_ns, "
-        "saving_share, each rank's before and after, and events_changed."
+        "saving_share, each rank's before and after, events_changed and fused_kernels."
     ),
     "report": (
         "The pull-request report of a profile (optionally against a baseline profile): "
