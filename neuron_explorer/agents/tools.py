@@ -100,7 +100,8 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
     ),
     "compare": (
         "Two profiles side by side (a is the baseline, b the new run), as `neuron-explorer "
-        "diff a b --json` prints it: step statistics of each, step_ns_delta (b minus a), the "
+        "diff a b --json` prints it: step statistics of each, job_steps (each whole step "
+        "as long as its slowest rank) and step_ns_delta (b minus a, of their medians), the "
         "breakdown with deltas, and ops, source lines, kernels and modules with their time "
         "in a and b, delta (ns, b minus a) and ratio, the largest change first (n of each); "
         "and the findings that appeared in b or went."

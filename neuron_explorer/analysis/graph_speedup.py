@@ -35,7 +35,6 @@ def op_in_graphs(
     groups of its graph, lowered for `chip`; `base` holds durations an earlier change set (a
     chip swap), which the ratio scales."""
     from ..backend.costmodel.graph_record import faster_times, undeclared_op
-    from ..backend.costmodel.spec import get_spec
 
     nodes = [n for n in graph.nodes if not n.host and n.kind == "device" and n.neff is not None]
     where = groups_of(profile, [n.event_id for n in nodes]) if graph.modeled and nodes else {}
@@ -50,11 +49,7 @@ def op_in_graphs(
         if not faster:
             decided.update(n.event_id for n in mine)
             continue
-        try:
-            spec = get_spec(chip)
-        except (KeyError, ValueError) as e:
-            raise ExplorerError(f"{profile.path}: its compiled graphs' chip {chip!r}: {e}") from None
-        before, after, holding = faster_times(ops, spec, faster)
+        before, after, holding = faster_times(ops, _spec(profile, chip), faster)
         held = 0
         for n in mine:
             gi = where[n.event_id][1]
@@ -68,3 +63,12 @@ def op_in_graphs(
         kernels += held
         graphs += held > 0
     return InGraphs(durations, frozenset(decided), kernels, graphs)
+
+
+def _spec(profile: Profile, chip: str):
+    from ..backend.costmodel.spec import get_spec
+
+    try:
+        return get_spec(chip)
+    except (KeyError, ValueError) as e:
+        raise ExplorerError(f"{profile.path}: its compiled graphs' chip {chip!r}: {e}") from None
