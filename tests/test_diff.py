@@ -56,8 +56,10 @@ def test_diff_json_is_the_web_compare(sample_json, diff_json):
         deltas = [abs(r["delta"]) for r in d[table]]
         assert deltas and deltas == sorted(deltas, reverse=True) and deltas[0] > 0, table
     sa, sb = d["steps"]["a"], d["steps"]["b"]
-    # a median: one compile step moves a mean
+    # a median: one compile step moves a mean; one rank's whole steps are its steps
     assert d["step_ns_delta"] == round(sb["median_ns"] - sa["median_ns"])
+    ja, jb = d["job_steps"]["a"], d["job_steps"]["b"]
+    assert (ja["median_ns"], jb["median_ns"]) == (sa["median_ns"], sb["median_ns"])
     assert sa["count"] == len(sa["per_step"]) == 3
     # torch.compile of the same model: recompiles appear, and the module tree is the same one
     assert "recompilation" in {f["rule"] for f in d["findings"]["appeared"]}

@@ -249,8 +249,8 @@ def test_compare_reads_medians_and_labels_each_part(server, page):
     page.wait_for_selector("#compare-chart .main-svg")
     shot(page, "compare")
     d = page.evaluate("fetch('/api/compare?a=cpu_mlp&b=gpt').then((r) => r.json())")
-    sa, sb = d["steps"]["a"], d["steps"]["b"]
-    assert d["step_ns_delta"] == round(sb["median_ns"] - sa["median_ns"])
+    sb, ja, jb = d["steps"]["b"], d["job_steps"]["a"], d["job_steps"]["b"]  # diff's, the gate's
+    assert d["step_ns_delta"] == round(jb["median_ns"] - ja["median_ns"])
     assert "median of" in page.locator("#cmp-card-b .card-note").inner_text()
     cells = [
         c.inner_text()

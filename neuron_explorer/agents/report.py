@@ -41,7 +41,7 @@ def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, A
     """The report document of `profile`, with deltas from `base` (the run before) if given."""
     from neuron_explorer.analysis import compare, findings_document, run_rules, summarize
     from neuron_explorer.analysis.page import is_modeled
-    from neuron_explorer.analysis.steps import profile_steps
+    from neuron_explorer.analysis.steps import job_steps, profile_steps
     from neuron_explorer.web.views import source  # the web's file ids on the lines
 
     summary = summarize(profile).to_dict()
@@ -62,18 +62,20 @@ def profile_report(profile: Profile, base: Profile | None = None) -> dict[str, A
     if base is not None:
         before = summarize(base).to_dict()
         base_ops, base_lines = _tables(base)
-        sa, sb = (
-            None if st is None else st.to_dict() for st in map(profile_steps, (base, profile))
-        )
+        stats = [profile_steps(p) for p in (base, profile)]
+        sa, sb = (None if st is None else st.to_dict() for st in stats)
+        ja, jb = (job_steps(st) for st in stats)
         found_before = {f["rule"] for f in findings_document(base, run_rules(base))["findings"]}
         found_now = {f["rule"] for f in doc["findings"]}
         doc["against"] = {
             "profile": str(base.path),
             "name": base.path.name,
             "steps": {"before": sa, "after": sb},
-            # medians, as compare and diff give them: one slow compile step moves a mean
-            "step_ns_delta": int(sb["median_ns"] - sa["median_ns"]) if sa and sb else None,
-            "breakdown": compare.compare_breakdown(before, summary),
+            # medians of each step's slowest rank, as diff and its gate give them
+            "job_steps": {"before": ja.to_dict() if ja else None,
+                          "after": jb.to_dict() if jb else None},
+            "step_ns_delta": round(jb.median_ns - ja.median_ns) if ja and jb else None,
+            "breakdown": compare.compare_breakdown(before, summary, ja, jb),
             "ops": compare.compare_ops(base_ops, ops)[:TOP_DELTAS],
             "lines": compare.compare_lines(base_lines, lines)[:TOP_DELTAS],
             "findings_new": sorted(found_now - found_before),
@@ -166,7 +168,7 @@ def _breakdown_md(b: dict[str, Any], steps_ns: float | None) -> list[str]:
 
 
 def _against_md(a: dict[str, Any]) -> list[str]:
-    before, after = a["steps"]["before"], a["steps"]["after"]
+    before, after = a["job_steps"]["before"], a["job_steps"]["after"]
     out = [f"## Against `{a['name']}`", "",
            f"Median step {_ms((before or {}).get('median_ns'))} -> {_ms((after or {}).get('median_ns'))} "
            f"({_delta_ms(a['step_ns_delta'])}).", ""]  # fmt: skip

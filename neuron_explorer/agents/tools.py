@@ -100,7 +100,8 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
     ),
     "compare": (
         "Two profiles side by side (a is the baseline, b the new run), as `neuron-explorer "
-        "diff a b --json` prints it: step statistics of each, step_ns_delta (b minus a), the "
+        "diff a b --json` prints it: step statistics of each, job_steps (each whole step "
+        "as long as its slowest rank) and step_ns_delta (b minus a, of their medians), the "
         "breakdown with deltas, and ops, source lines, kernels and modules with their time "
         "in a and b, delta (ns, b minus a) and ratio, the largest change first (n of each); "
         "and the findings that appeared in b or went."
@@ -116,11 +117,12 @@ DESCRIPTIONS: dict[str, str] = {  # tool name -> what it returns, in the order a
     ),
     "whatif": (
         "Replay one step with changes applied and get the new step time: speedup is a comma "
-        "list of NAME=FACTOR (an op or kernel, e.g. aten::mm=2), module=PATH:FACTOR, "
+        "list of NAME=FACTOR (an op or kernel, e.g. aten::mm=2; an op inside a compiled "
+        "graph's fused kernels is sped up there), module=PATH:FACTOR, "
         "op=NAME:FACTOR, kernel=NAME:FACTOR or line=FILE:LINE:FACTOR; drop_syncs removes the "
         "host's waits for the device; chip (trn1, trn2, trn3) lowers each kernel again for "
         "another chip (neuron captures). Returns before_ns, after_ns, saving_ns, "
-        "saving_share, each rank's before and after, and events_changed."
+        "saving_share, each rank's before and after, events_changed and fused_kernels."
     ),
     "report": (
         "The pull-request report of a profile (optionally against a baseline profile): "

@@ -92,7 +92,7 @@ def _compiled(profile: Profile, nodes: Sequence[Node], old, new) -> tuple[dict[i
     """event id -> new time of each compiled kernel whose graph the profile keeps and whose
     group the graph, lowered for the captured chip, gives back (same kernel name); and the
     ids of those whose kept graph does not give them back."""
-    where = _groups_of(profile, [n.event_id for n in nodes])
+    where = groups_of(profile, [n.event_id for n in nodes])
     times = _graph_times(profile, {key for key, _ in where.values()}, old, new)
     out, unmatched = {}, set()
     for n in nodes:
@@ -108,7 +108,7 @@ def _compiled(profile: Profile, nodes: Sequence[Node], old, new) -> tuple[dict[i
     return out, unmatched
 
 
-def _groups_of(profile: Profile, ids: list[int]) -> dict[int, tuple[str, int]]:
+def groups_of(profile: Profile, ids: list[int]) -> dict[int, tuple[str, int]]:
     """event id -> (graph key, group index) from each compiled kernel's args."""
     if not ids:
         return {}
@@ -131,7 +131,20 @@ def _graph_times(
 ) -> dict[str, tuple[GroupTimes, GroupTimes]]:
     """Each kept graph's fused groups timed on the captured chip and on the new one (none for
     a graph this process cannot lower as the capture did: undeclared_op)."""
-    from ..backend.costmodel.graph_record import from_rows, group_times, undeclared_op
+    from ..backend.costmodel.graph_record import group_times, undeclared_op
+
+    out = {}
+    for key, ops in kept_graphs(profile, keys).items():
+        out[key] = (
+            ((), ()) if undeclared_op(ops) else (group_times(ops, old), group_times(ops, new))
+        )
+    return out
+
+
+def kept_graphs(profile: Profile, keys: set[str]) -> dict[str, tuple]:
+    """graph key -> its GraphOps, for each of `keys` the profile's `graphs` table keeps (a
+    one-line error naming graphs.parquet when its rows are not a graph)."""
+    from ..backend.costmodel.graph_record import from_rows
 
     table = profile.optional_table("graphs", pc.field("graph").isin(sorted(keys))) if keys else None
     if table is None:
@@ -147,10 +160,7 @@ def _graph_times(
         try:
             if [i for i, _ in found] != list(range(len(found))):
                 raise ValueError("its op_index is not 0, 1, 2, ...")
-            ops = from_rows([r for _, r in found])
+            out[key] = from_rows([r for _, r in found])
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise BadInputError(profile.path / "graphs.parquet", f"graph {key}: {e}") from None
-        out[key] = (
-            ((), ()) if undeclared_op(ops) else (group_times(ops, old), group_times(ops, new))
-        )
     return out

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from ..vocab.kinds import KERNEL_KINDS
 from .page import PageModel, is_modeled
-from .steps import StepStats, profile_steps
+from .steps import JobSteps, StepStats, job_steps, profile_steps
 
 TOP = 200  # rows kept per table, largest change first
 
@@ -86,7 +86,9 @@ class Comparison(PageModel):
 
     a: str
     b: str
-    steps: dict[str, StepStats | None]
+    steps: dict[str, StepStats | None]  # each rank's steps, as the summary gives them
+    # the step time compared, as the gate judges it: each whole step its slowest rank's
+    job_steps: dict[str, JobSteps | None]
     step_ns_delta: int | None  # median step time, B minus A (one slow compile step moves a mean)
     breakdown: tuple[dict[str, Any], ...]  # the median step of each, by part of the step
     ops: tuple[dict[str, Any], ...]  # host self plus device time
@@ -99,13 +101,14 @@ class Comparison(PageModel):
 
 def compare(a: Side, b: Side, top: int = TOP) -> Comparison:
     """B against A, the largest changes first, `top` rows per table."""
-    sa, sb = a.steps, b.steps
+    ja, jb = job_steps(a.steps), job_steps(b.steps)
     return Comparison(
         a=a.name,
         b=b.name,
-        steps={"a": sa, "b": sb},
-        step_ns_delta=round(sb.median_ns - sa.median_ns) if sa and sb else None,
-        breakdown=tuple(compare_breakdown(a.summary, b.summary)),
+        steps={"a": a.steps, "b": b.steps},
+        job_steps={"a": ja, "b": jb},
+        step_ns_delta=round(jb.median_ns - ja.median_ns) if ja and jb else None,
+        breakdown=tuple(compare_breakdown(a.summary, b.summary, ja, jb)),
         ops=tuple(compare_ops(a.ops, b.ops)[:top]),
         lines=tuple(compare_lines(a.lines, b.lines)[:top]),
         kernels=tuple(compare_kernels(a.kernels, b.kernels)[:top]),
@@ -172,11 +175,17 @@ def compare_modules(a: tuple[dict, ...], b: tuple[dict, ...]) -> list[dict[str, 
     return _delta_rows(list(a), list(b), ("path",), "self_ns", ("total_ns", "calls", "kernels"))
 
 
-def compare_breakdown(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[dict]:
+def compare_breakdown(
+    a: dict[str, Any] | None, b: dict[str, Any] | None, ja: JobSteps | None = None,
+    jb: JobSteps | None = None,
+) -> list[dict]:  # fmt: skip
     """The median step of each side, part by part (the summary's one partition of a step:
     device compute, communication, transfers, device idle by host cause), with deltas; the
-    parts of each add up to its median step. Parts that are zero on both sides are left out."""
-    ba, bb = _median_step(a), _median_step(b)
+    parts of each add up to its median step: the job's median step on its slowest rank where
+    `ja`/`jb` are given, else the median of the summary's steps. Parts that are zero on both
+    sides are left out."""
+    ba = _median_step(a, ja.median_step if ja else None)
+    bb = _median_step(b, jb.median_step if jb else None)
     if ba is None or bb is None:
         return []
     labels = {**_part_labels(a), **_part_labels(b)}
@@ -191,11 +200,17 @@ def _part_labels(summary: dict[str, Any] | None) -> dict[str, str]:
     return {p["key"]: p["label"] for p in parts}
 
 
-def _median_step(summary: dict[str, Any] | None) -> dict[str, int] | None:
-    """The per-step row of the step whose time is the median of the steps the statistics
-    kept (the lower of the two middle ones), None without steps."""
+def _median_step(
+    summary: dict[str, Any] | None, at: tuple[int | None, int] | None = None
+) -> dict[str, int] | None:
+    """The per-step row of (step, rank) `at`, or of the step whose time is the median of the
+    steps the statistics kept (the lower of the two middle ones), None without steps."""
     if not summary or not summary.get("steps") or not summary.get("step_stats"):
         return None
+    found = [r for r in summary["steps"] if at and (r.get("step"), r.get("rank")) == at]
+    if found:
+        return {k: int(v) for k, v in found[0].items()
+                if k.endswith("_ns") and isinstance(v, (int, float))}  # fmt: skip
     st = summary["step_stats"]
     out = {tuple(x) for x in (st.get("left_out") or [])}
     kept = [r for r in summary["steps"] if (r.get("rank"), r.get("step")) not in out]

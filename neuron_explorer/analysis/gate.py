@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from .page import PageModel
-from .steps import profile_steps
+from .steps import job_steps, profile_steps
 
 MIN_STEPS = 3  # per side: with 3 and 3, only "every NEW step slower than every BASE step" passes
 ALPHA = 0.05  # the chance of calling noise a regression
@@ -55,18 +55,13 @@ def parse_gate(text: str) -> float:
 
 
 def per_step(profile: Profile, metric: str = "step") -> list[int]:
-    """The metric's value of every whole step (each step's slowest rank; the partial last step
-    torch.profiler leaves is dropped)."""
-    stats = profile_steps(profile)
-    if stats is None:
+    """The metric's value of every whole step of the job (steps.job_steps: each step its
+    slowest rank's; a step the profiler cut short is dropped)."""
+    steps = job_steps(profile_steps(profile))
+    if steps is None:
         return []
-    partial = set(stats.partial_last_steps)
     if metric == "step":
-        worst: dict[int | None, int] = {}
-        for s in stats.per_step:
-            if (s.rank, s.step) not in partial:
-                worst[s.step] = max(worst.get(s.step, 0), s.dur_ns)
-        return [worst[k] for k in sorted(worst, key=lambda k: -1 if k is None else k)]
+        return [ns for _, _, ns in steps.per_step]
     field, sep, name = metric.partition("=")
     if not sep or field not in ("op", "kernel") or not name:
         raise ExplorerError(f"--metric {metric!r}: use step, op=NAME or kernel=NAME")
@@ -81,9 +76,7 @@ def per_step(profile: Profile, metric: str = "step") -> list[int]:
         .fetchall()
     )
     have = {int(s): int(v) for s, v in rows}
-    steps = sorted({s.step for s in stats.per_step if s.step is not None and
-                    not any(p[1] == s.step for p in partial)})  # fmt: skip
-    return [have.get(s, 0) for s in steps]
+    return [have.get(s, 0) for s, _, _ in steps.per_step if s is not None]
 
 
 def mann_whitney_p(base: list[int], new: list[int]) -> float:

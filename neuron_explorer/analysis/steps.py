@@ -11,7 +11,9 @@ import numpy as np
 from ..model.profile import Profile
 from .page import PageModel
 
-PARTIAL_STEP_SHARE = 0.5  # a last step under this share of the median of the others is partial
+# a last step under this share of the shortest of the rank's others is partial (of their median,
+# the step after a recompile would be: the compile step pulls the median of two up)
+PARTIAL_STEP_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,8 @@ class StepStats(PageModel):
     median_ns: float
     min_ns: int
     max_ns: int
-    # (rank, step) of last steps that look cut short: under PARTIAL_STEP_SHARE of the median of
-    # the rank's other steps (torch.profiler closes the last ProfilerStep when it stops, so
+    # (rank, step) of last steps that look cut short: under PARTIAL_STEP_SHARE of the shortest
+    # of the rank's other steps (torch.profiler closes the last ProfilerStep when it stops, so
     # a loop that calls prof.step() at the end leaves a stub step after it). Counted as recorded.
     partial_last_steps: tuple[tuple[int, int | None], ...] = ()
     per_step: tuple[StepTime, ...] = ()
@@ -91,13 +93,52 @@ def partial_last_steps(rows: Iterable[StepTime]) -> tuple[tuple[int, int | None]
 
 def _partial_last_steps(rows: tuple[StepTime, ...]) -> tuple[tuple[int, int | None], ...]:
     """The last step of each rank with 2+ steps when it is under PARTIAL_STEP_SHARE of the
-    median of the rank's other steps."""
+    shortest of the rank's other steps."""
     out = []
     for rank in sorted({r.rank for r in rows}):
         mine = sorted((r for r in rows if r.rank == rank), key=lambda r: r.start_ns)
         if len(mine) < 2:
             continue
-        others = float(np.median([r.dur_ns for r in mine[:-1]]))
+        others = min(r.dur_ns for r in mine[:-1])
         if mine[-1].dur_ns < PARTIAL_STEP_SHARE * others:
             out.append((int(rank), mine[-1].step))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class JobSteps(PageModel):
+    """The steps as the job ran them, the one step time `diff` and its gate compare: a step of
+    a job of several ranks is as long as its slowest rank (one rank: the step itself), and a
+    step that a rank's recording cut short (`partial_last_steps`) is left out. Each rank's
+    first step counts (a median is not moved by one start-up step)."""
+
+    count: int  # whole steps
+    ranks: int
+    median_ns: float
+    per_step: tuple[tuple[int | None, int, int], ...]  # (step, its slowest rank, dur_ns)
+    cut_short: tuple[int | None, ...] = ()  # steps left out: cut short on some rank
+
+    @property
+    def median_step(self) -> tuple[int | None, int]:
+        """(step, rank) of the step whose time is the median (the lower of the two middle)."""
+        row = sorted(self.per_step, key=lambda r: r[2])[(len(self.per_step) - 1) // 2]
+        return row[0], row[1]
+
+
+def job_steps(stats: StepStats | None) -> JobSteps | None:
+    """Each whole step's slowest rank, in step order (None without steps)."""
+    if stats is None:
+        return None
+    partial = set(stats.partial_last_steps)
+    cut = {step for _, step in partial if step is not None}
+    worst: dict[int | None, tuple[int, int]] = {}
+    for s in stats.per_step:
+        if (s.rank, s.step) in partial or s.step in cut:
+            continue
+        if s.step not in worst or s.dur_ns > worst[s.step][1]:
+            worst[s.step] = (s.rank, s.dur_ns)
+    if not worst:
+        return None
+    rows = tuple((k, *worst[k]) for k in sorted(worst, key=lambda k: -1 if k is None else k))
+    return JobSteps(len(rows), len({s.rank for s in stats.per_step}),
+                    float(np.median([r[2] for r in rows])), rows, tuple(sorted(cut)))  # fmt: skip

@@ -1,18 +1,22 @@
 """What-if: a step replayed (replay.py) with changes a user names: ops, kernels or modules made
 faster, the host's syncs removed, or the kernels lowered again for another chip (a neuron
 capture keeps each kernel's op, shapes and dtypes, and the graph each compiled program was
-lowered from, so the cost model can time them on trn1, trn2 or trn3: chip_swap.py).
+lowered from, so the cost model can time them on trn1, trn2 or trn3: chip_swap.py). An op
+named inside a compiled graph's fused groups is sped up there and the groups re-timed
+(graph_speedup.py).
 `neuron-explorer whatif` prints the result; the MCP tool `whatif` returns it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..backend.costmodel.ops import base_name
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from .chip_swap import chip_change
 from .depgraph import COLLECTIVE_WAIT_NAMES, Graph, Node, build_graph
+from .graph_speedup import InGraphs, op_in_graphs
 from .page import PageModel
 from .replay import Change, replay
 
@@ -41,6 +45,7 @@ class WhatIf(PageModel):
     ranks: tuple[RankResult, ...]
     events_changed: int
     modeled: bool
+    fused_kernels: int = 0  # compiled kernels (fused groups) an op's speedup reached inside
 
 
 def parse_speedup(spec: str) -> tuple[str, str, float]:
@@ -106,26 +111,56 @@ def whatif(
     change = Change()
     if chip:
         change = change + chip_change(graph, profile, chip)
+    fused = 0
     for (field, target, factor), spec in zip(parsed, speedups, strict=True):
-        match = matcher(field, target)
-        scaled = {n.event_id: change.durations.get(n.event_id, n.dur_ns) for n in graph.nodes
-                  if not n.host and match(n)}  # fmt: skip
-        if not scaled:
-            graphs = sum(
-                1 for n in graph.nodes if not n.host and (n.op_name or "").startswith(GRAPH_OP)
-            )
-            hint = (
-                f" (its {graphs} compiled-graph kernels are fused groups, not aten ops: name a "
-                "module=PATH or line=FILE:LINE instead)"
-                if graphs and field in ("name", "op")
-                else ""
-            )
-            raise ExplorerError(f"--speedup {spec!r}: no device work of this step matches{hint}")
-        durations = {k: round(v / factor) for k, v in scaled.items()}
-        change = change + Change(f"{target} {factor:g}x faster ({len(scaled)} events)", durations)
+        part, inside = speedup_change(graph, profile, (field, target, factor), change, chip)
+        if not part.durations and not (inside and inside.kernels):
+            raise ExplorerError(f"--speedup {spec!r}: no device work of this step matches"
+                                f"{_hint(graph, inside)}")  # fmt: skip
+        change, fused = change + part, fused + (inside.kernels if inside else 0)
     if drop_syncs:
         change = change + sync_change(graph)
-    return result(graph, str(profile.path), change)
+    return replace(result(graph, str(profile.path), change), fused_kernels=fused)
+
+
+def speedup_change(
+    graph: Graph, profile: Profile, speedup: tuple[str, str, float], base: Change,
+    chip: str | None,
+) -> tuple[Change, InGraphs | None]:  # fmt: skip
+    """One --speedup as a change, and what it does inside compiled kernels (fused groups) for
+    an op: an op (or a kernel's own name) inside a compiled graph is sped up in its groups
+    (graph_speedup.py), any other device work it names is its whole time divided."""
+    field, target, factor = speedup
+    match = matcher(field, target)
+    inside = None
+    if field in ("name", "op"):
+        wanted = (lambda op: op == target) if field == "op" else (
+            lambda op: target in (op, base_name(op)))  # fmt: skip
+        inside = op_in_graphs(graph, profile, wanted, factor,
+                              chip or profile.manifest.spec.name or "trn2", base.durations)  # fmt: skip
+    decided = inside.decided if inside else frozenset()
+    scaled = {n.event_id: base.durations.get(n.event_id, n.dur_ns) for n in graph.nodes
+              if not n.host and n.event_id not in decided and match(n)}  # fmt: skip
+    durations = {k: round(v / factor) for k, v in scaled.items()}
+    what = f"{target} {factor:g}x faster ({len(scaled)} events)"
+    if inside and inside.kernels:
+        durations.update(inside.durations)
+        fused = (f"inside {inside.kernels} fused kernels of {inside.graphs} compiled graphs, "
+                 f"their NEFFs re-timed: {len(inside.durations)} kernels move")  # fmt: skip
+        what = (f"{target} {factor:g}x faster ({len(scaled)} events; and {fused})" if scaled
+                else f"{target} {factor:g}x faster {fused.replace(', ', ' (', 1)})")  # fmt: skip
+    return Change(what, durations), inside
+
+
+def _hint(graph: Graph, inside: InGraphs | None) -> str:
+    compiled = sum(1 for n in graph.nodes if not n.host and (n.op_name or "").startswith(GRAPH_OP))
+    if not compiled or inside is None:
+        return ""
+    lacking = compiled - len(inside.decided)
+    if not lacking:
+        return f", nor an op inside its {compiled} compiled-graph kernels"
+    return (f" ({lacking} of its {compiled} compiled-graph kernels have no graph kept in the "
+            "profile to find ops in: name a module=PATH or line=FILE:LINE instead)")  # fmt: skip
 
 
 def result(graph: Graph, profile: str, change: Change) -> WhatIf:

@@ -24,7 +24,7 @@ Each group remains a kernel (its instructions are a slice of the NEFF's), so ops
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from . import custom, graph_forms, ops
@@ -86,9 +86,11 @@ def _group_ops(plans: Sequence[KernelPlan], graph: Sequence[GraphOp], alias) -> 
 
 
 def lower_graph(
-    graph: Sequence[GraphOp], name: str = "neff", spec: DeviceSpec | None = None
-) -> NeffPlan:
-    """The NEFF of a graph (ops in topological order, as an FX graph lists them)."""
+    graph: Sequence[GraphOp], name: str = "neff", spec: DeviceSpec | None = None,
+    faster: Mapping[int, float] | None = None,
+) -> NeffPlan:  # fmt: skip
+    """The NEFF of a graph (ops in topological order, as an FX graph lists them); `faster`
+    (op index -> factor) makes those ops' work in their groups that many times faster."""
     spec = spec or get_spec()
     # a view's output is its input's storage: resolve values through views
     alias_of: dict[Value, Value] = {}
@@ -124,7 +126,7 @@ def lower_graph(
             for s in g.sources:
                 if s is not None:
                     last_use[alias(s)] = group_of[i]
-    facts = GraphFacts(graph, plans, alias, group_of, exported, last_use, spec)
+    facts = GraphFacts(graph, plans, alias, group_of, exported, last_use, spec, faster or {})
     sbuf = Sbuf(spec.sbuf_bytes * spec.policy.sbuf_resident_share)
     built: list[Built] = []
     for gi, members in enumerate(groups):

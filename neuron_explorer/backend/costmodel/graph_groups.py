@@ -11,7 +11,7 @@ back from HBM.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,9 @@ class GraphFacts:
     exported: set[Value]
     last_use: dict[Value, int]
     spec: DeviceSpec
+    # op index -> factor: that op's work in its group (engine passes, its own HBM bytes) made
+    # this many times faster (`whatif --speedup` on a compiled graph)
+    faster: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +74,7 @@ class _Reads:
     sbuf_deps: set[int] = field(default_factory=set)  # groups whose output it reads from SBUF
     hbm_deps: set[int] = field(default_factory=set)  # ... or from HBM, after they spilled it
     computes: list[Compute] = field(default_factory=list)
+    factors: list[float] = field(default_factory=list)  # each compute's op's speedup (1: none)
 
 
 def build_group(gi: int, members: list[int], facts: GraphFacts, sbuf: Sbuf) -> Built:
@@ -89,7 +93,8 @@ def build_group(gi: int, members: list[int], facts: GraphFacts, sbuf: Sbuf) -> B
     gemms = tuple(gm for p in work for gm in p.gemms)
     loop = None if gemms else spec.policy.loop_max_stages  # a matmul-free loop: finer stages
     plan = assemble(spec, gname[:120], op, category, tuple(got.ins), tuple(outs), got.reads,
-                    _place_tensor_scalar(spec, got.computes), writes, gemms, loop)  # fmt: skip
+                    _place_tensor_scalar(spec, got.computes, got.factors), writes, gemms,
+                    loop)  # fmt: skip
     got.sbuf_deps.discard(gi)
     got.hbm_deps.discard(gi)
     return plan, got.sbuf_deps, got.hbm_deps, spill
@@ -101,6 +106,7 @@ def _reads(members: list[int], facts: GraphFacts, sbuf: Sbuf) -> _Reads:
     got = _Reads()
     for i in members:
         g, plan = facts.graph[i], facts.plans[i]
+        f = facts.faster.get(i, 1.0)
         skipped = 0  # bytes of this op's inputs that never come from HBM
         for t, s in zip(g.inputs, g.sources, strict=True):
             v = facts.alias(s) if s is not None else None
@@ -116,9 +122,11 @@ def _reads(members: list[int], facts: GraphFacts, sbuf: Sbuf) -> _Reads:
                 if v is not None and v[0] in facts.group_of:
                     got.hbm_deps.add(facts.group_of[v[0]])
         # the op's own HBM reads (a gather's rows, a matmul's re-reads) less what SBUF holds
-        got.reads.append(max(0, plan.bytes_read - skipped))
+        got.reads.append(_faster(max(0, plan.bytes_read - skipped), f))
         if not _folds_into_activation(i, members, facts):
-            got.computes.extend(plan.computes or _copy_work(facts.spec, plan))
+            work = plan.computes or _copy_work(facts.spec, plan)
+            got.computes.extend(c._replace(dur_ns=c.dur_ns / f) if f != 1 else c for c in work)
+            got.factors.extend([f] * len(work))
     return got
 
 
@@ -131,11 +139,12 @@ def _writes(
     outs: list[TensorInfo] = []
     spill = 0
     for i in members:
+        f = facts.faster.get(i, 1.0)
         for j, t in enumerate(facts.graph[i].outputs):
             v = (i, j)
             needed_later = facts.last_use.get(v, -1) > gi
             if v in facts.exported:
-                writes.append(t.nbytes)
+                writes.append(_faster(t.nbytes, f))
                 outs.append(t)
             if not needed_later:
                 continue
@@ -144,7 +153,7 @@ def _writes(
             elif v not in facts.exported:  # SBUF is full: the producer writes it out
                 sbuf.spilled.add(v)
                 spill += t.nbytes
-                writes.append(t.nbytes)
+                writes.append(_faster(t.nbytes, f))
                 outs.append(t)
     return writes, outs, spill
 
@@ -184,7 +193,14 @@ def _folds_into_activation(i: int, members: list[int], facts: GraphFacts) -> boo
     return readers == [members[at + 1]]
 
 
-def _place_tensor_scalar(spec: DeviceSpec, computes: list[Compute]) -> list[Compute]:
+def _faster(nbytes: int, factor: float) -> int:
+    """An op's HBM bytes as a transfer `factor` times faster moves them (as many, unsped)."""
+    return nbytes if factor == 1 else round(nbytes / factor)
+
+
+def _place_tensor_scalar(
+    spec: DeviceSpec, computes: list[Compute], factors: Sequence[float] = ()
+) -> list[Compute]:
     """Each tensor_scalar of a group on whichever of VectorE and ScalarE has less of the
     group's work so far: both engines run it (nki.isa.tensor_scalar) and neuronx-cc's own
     kernels leave the engine to the compiler, so a chain of scalar ops spreads over both,
@@ -199,9 +215,12 @@ def _place_tensor_scalar(spec: DeviceSpec, computes: list[Compute]) -> list[Comp
         if c.engine in load and not movable(c):
             load[c.engine] += c.dur_ns
     placed = []
-    for c in computes:
+    for k, c in enumerate(computes):
         if movable(c):
             moved = _pass(spec, spec.scalar, "tensor_scalar", c.flops, c.sbuf_bytes // c.flops)
+            f = factors[k] if k < len(factors) else 1.0
+            if f != 1:  # a sped-up op's pass is as much faster on ScalarE
+                moved = moved._replace(dur_ns=moved.dur_ns / f)
             if load[sca] + moved.dur_ns < load[vec] + c.dur_ns:
                 c = moved
             load[c.engine] += c.dur_ns

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import custom
 from .graph import GraphOp, lower_graph
@@ -85,11 +85,27 @@ def undeclared_op(graph: Sequence[GraphOp]) -> str | None:
     return None
 
 
-def group_times(graph: Sequence[GraphOp], spec: DeviceSpec) -> tuple[tuple[str, int], ...]:
+def group_times(
+    graph: Sequence[GraphOp], spec: DeviceSpec, faster: Mapping[int, float] | None = None
+) -> tuple[tuple[str, int], ...]:
     """Each fused group's (kernel name, duration in ns) when the graph's NEFF is lowered for
-    `spec` and runs on an idle device, as a capture records it (the NEFF is one unit on the
-    timeline, each group's kernel its span in it)."""
+    `spec` (with `faster`'s ops sped up: lower_graph) and runs on an idle device, as a capture
+    records it (the NEFF is one unit on the timeline, each group's kernel its span in it)."""
+    return _spans(lower_graph(graph, "neff", spec, faster))
+
+
+def faster_times(
+    graph: Sequence[GraphOp], spec: DeviceSpec, faster: Mapping[int, float]
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...], frozenset[int]]:
+    """The groups' times as captured and with `faster`'s ops sped up (group_times), and the
+    groups that run one of those ops (sped up, a group's kernel is the same kernel: grouping
+    reads what kind each op is, not its time)."""
     neff = lower_graph(graph, "neff", spec)
+    holding = frozenset(gi for gi, g in enumerate(neff.groups) if set(g.ops) & set(faster))
+    return _spans(neff), group_times(graph, spec, faster), holding
+
+
+def _spans(neff) -> tuple[tuple[str, int], ...]:
     offsets = neff.plan.idle_schedule[0]
     out = []
     for g in neff.groups:

@@ -60,6 +60,15 @@ def _delta(ns: float) -> str:
     return f"{'+' if ns > 0 else ''}{ns / 1e6:,.3f} ms"
 
 
+def _steps(j) -> str:  # analysis.steps.JobSteps
+    if j is None:
+        return "0 steps"
+    text = f"{j.count} whole step{'s' if j.count != 1 else ''}"
+    if j.ranks > 1:
+        text += f", each its slowest of {j.ranks} ranks"
+    return text
+
+
 def _pct(r: dict) -> str:
     return "new" if r["ratio"] is None else f"{100 * (r['ratio'] - 1):+.1f}%"
 
@@ -74,12 +83,15 @@ def render_comparison(doc, top: int = 10) -> None:  # analysis.compare.Compariso
     c = Console()
     c.print(wrap_parts(c.width, [f"A {escape(doc.a)}", f"B {escape(doc.b)}"], "  ->  "),
             highlight=False, soft_wrap=True)  # fmt: skip
-    sa, sb = doc.steps["a"], doc.steps["b"]
-    parts = [f"median step A {_ms(sa.median_ns if sa else None)} ({sa.count if sa else 0} steps)",
-             f"B {_ms(sb.median_ns if sb else None)} ({sb.count if sb else 0} steps)"]  # fmt: skip
+    ja, jb = doc.job_steps["a"], doc.job_steps["b"]
+    parts = [f"median step A {_ms(ja.median_ns if ja else None)} ({_steps(ja)})",
+             f"B {_ms(jb.median_ns if jb else None)} ({_steps(jb)})"]  # fmt: skip
     if doc.step_ns_delta is not None:
         parts.append(f"change {_delta(doc.step_ns_delta)}")
     c.print(wrap_parts(c.width, parts), highlight=False)
+    if max(ja.ranks if ja else 1, jb.ranks if jb else 1) > 1:
+        c.print("a step of several ranks is as long as its slowest rank: the median is over "
+                "steps, as the gate's", highlight=False)  # fmt: skip
     if doc.device_time_modeled:
         c.print("device times come from the cost model", highlight=False)
     if doc.breakdown:

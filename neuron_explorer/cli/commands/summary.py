@@ -136,6 +136,7 @@ def render_summary(s, top: int = 10) -> None:  # analysis.Summary
 
 
 def _render_steps(c, st) -> None:  # analysis.steps.StepStats | None
+    from ...analysis.steps import job_steps
     from ..tables import wrap_parts
 
     if not st:
@@ -155,6 +156,13 @@ def _render_steps(c, st) -> None:  # analysis.steps.StepStats | None
         c.print(
             f"  the last step (rank {rank}, step {step}) is partial: the profiler stopped "
             "during it; it is counted as recorded",
+            highlight=False,
+        )
+    job = job_steps(st)
+    if job is not None and job.ranks > 1:
+        c.print(
+            f"  the job's step (each step as long as its slowest rank, as diff and its gate "
+            f"compare): median {_ms(job.median_ns)} over {job.count} whole steps",
             highlight=False,
         )
 

@@ -9,16 +9,16 @@ const pct = (r) => {
   if (!a) return b ? "new" : "0%";
   return `${b >= a ? "+" : ""}${((b / a - 1) * 100).toFixed(0)}%`;
 };
-// what the median leaves aside: each rank's first step in a job (the stats' left_out), and the
-// steps far from it (a compile step) that a mean would be moved by
+// the step compared (the document's job_steps, as diff and its gate): each whole step as long
+// as its slowest rank; and what the median leaves aside: the steps far from it (a compile
+// step) that a mean would be moved by
 const OUTLIER = 2;  // a step over twice the median is named
 const LOG_SPREAD = 10;  // the step chart's axis is logarithmic when a step is this many medians
-function stepsNote(s) {
-  if (!s.count) return "no steps";
-  const parts = [`median of ${s.count - (s.left_out || []).length} steps`];
-  if ((s.left_out || []).length) parts.push(`left out: ${s.left_out.map(([r, st]) => `rank ${r} step ${st ?? "–"}`).join(", ")} (start-up)`);
-  const slow = (s.per_step || []).filter((p) => s.median_ns && p.dur_ns > OUTLIER * s.median_ns);
-  if (slow.length) parts.push(`outside the median: step ${slow.map((p) => `${p.step ?? "–"} (${fmtNs(p.dur_ns)})`).join(", ")}; mean ${fmtNs(s.mean_ns)}`);
+function stepsNote(s, j) {
+  if (!s.count || !j) return "no steps";
+  const parts = [`median of ${j.count} whole steps${j.ranks > 1 ? `, each its slowest of ${j.ranks} ranks` : ""}`];
+  const slow = (j.per_step || []).filter(([, , ns]) => ns > OUTLIER * j.median_ns);
+  if (slow.length) parts.push(`outside the median: step ${slow.map(([st, , ns]) => `${st ?? "–"} (${fmtNs(ns)})`).join(", ")}; mean ${fmtNs(s.mean_ns)}`);
   if ((s.partial_last_steps || []).length) parts.push(`cut short: step ${s.partial_last_steps.map(([, st]) => st ?? "–").join(", ")}`);
   return parts.join(" · ");
 }
@@ -48,14 +48,15 @@ run(async () => {
   setModeled(d.device_time_modeled);
   const none = { count: 0, mean_ns: null, median_ns: null, per_step: [] };  // a profile without steps
   const sa = d.steps.a || none, sb = d.steps.b || none;
+  const ja = (d.job_steps || {}).a, jb = (d.job_steps || {}).b;
   const chart = h("div", { class: "chart", id: "compare-chart" });
-  const ratio = sa.median_ns && sb.median_ns ? sb.median_ns / sa.median_ns : null;
+  const ratio = ja && jb && ja.median_ns ? jb.median_ns / ja.median_ns : null;
   const sideVal = (side, key) => (r) => (r[side] && r[side][key] !== undefined ? fmtNs(r[side][key]) : "–");
   mount(
     h("h1", {}, "Compare ", h("a", { href: pUrl(a) }, a), " → ", h("a", { href: pUrl(b) }, b)),
     h("div", { class: "cards" },
-      h("div", { class: "card", id: "cmp-card-a" }, h("div", { class: "card-label", title: a }, `A: ${a}`), h("div", { class: "card-value" }, fmtNs(sa.median_ns)), h("div", { class: "card-note" }, stepsNote(sa))),
-      h("div", { class: "card", id: "cmp-card-b" }, h("div", { class: "card-label", title: b }, `B: ${b}`), h("div", { class: "card-value" }, fmtNs(sb.median_ns)), h("div", { class: "card-note" }, stepsNote(sb))),
+      h("div", { class: "card", id: "cmp-card-a" }, h("div", { class: "card-label", title: a }, `A: ${a}`), h("div", { class: "card-value" }, fmtNs(ja ? ja.median_ns : null)), h("div", { class: "card-note" }, stepsNote(sa, ja))),
+      h("div", { class: "card", id: "cmp-card-b" }, h("div", { class: "card-label", title: b }, `B: ${b}`), h("div", { class: "card-value" }, fmtNs(jb ? jb.median_ns : null)), h("div", { class: "card-note" }, stepsNote(sb, jb))),
       card("Change of the median step", d.step_ns_delta === null ? "–" : fmtDelta(d.step_ns_delta), ratio ? `${((ratio - 1) * 100).toFixed(1)}% step time` : "")),
     h("div", { class: "grid2" },
       section("Step time per step", chart),
