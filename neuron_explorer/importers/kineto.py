@@ -26,7 +26,7 @@ from .kineto_columns import give_back_free_memory, map_large_blocks, stream_extr
 from .kineto_extract import Decoded, DecodeOptions, extract
 from .kineto_frames import (
     RowColumn,
-    dict_take,
+    dict_rows,
     frames_used,
     narrow,
     row_index_type,
@@ -124,7 +124,7 @@ def load(
     columns = {
         **_base_columns(d, r, step),
         **stack_columns(stacks),
-        "op_name": dict_take(d.names, _op_name_code(r, parent, links)),
+        "op_name": dict_rows(d.names, _op_name_code(r, parent, links)),
         **_op_columns(r.n, np.flatnonzero(is_op), d.typed["op"]),
         **_byte_columns(r, links),
         "args": args_column(d.take_row_args(), r.n, other, flow_extra),
@@ -200,10 +200,14 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
 
 def _host_parents(r: _Rows) -> np.ndarray:
     """Host nesting, per track: the row index of each host row's enclosing row, or -1."""
-    host = np.flatnonzero(~r.dev)
+    host = narrow(np.flatnonzero(~r.dev))
+    end = r.start[host]
+    end += r.dur[host]
+    hp = nest(r.track_code[host], r.start[host], end)
+    del end
     parent = np.full(r.n, NONE, dtype=row_index_type(r.n))
-    hp = nest(r.track_code[host], r.start[host], r.start[host] + r.dur[host])
-    parent[host] = np.where(hp >= 0, host[np.clip(hp, 0, None)], NONE)
+    inner = hp >= 0
+    parent[host[inner]] = host[hp[inner]]
     return parent
 
 
@@ -243,7 +247,7 @@ def _steps(r: _Rows, step_no: np.ndarray, links: _Links) -> tuple[np.ndarray, li
     steps = sorted(
         (int(s), int(r.start[i]), int(r.dur[i])) for s, i in zip(numbers, step_rows, strict=True)
     )
-    return step, steps
+    return narrow(step), steps
 
 
 def _fwdbwd_points(d: Decoded, c: _Classes, r: _Rows) -> FlowPoints:
@@ -259,7 +263,7 @@ def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
     op_of = nearest(parent, is_op, include_self=True)
     op_of[links.dev_rows] = op_of[links.launch[links.dev_rows]]
     code = np.where(op_of >= 0, r.name_code[np.clip(op_of, 0, None)], NONE)
-    return np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE)
+    return narrow(np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE))
 
 
 def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> pystacks.Stacks:
@@ -278,15 +282,17 @@ def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> py
 
 
 def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
+    """The row columns, each made a block of rows at a time from its compact codes (one to
+    four bytes a row held, not an Arrow column of int32 indices and a validity mask)."""
     return {
-        "layer": dict_take(pa.array(["host", "device"]), r.dev.astype(np.int64)),
-        "kind": dict_take(KIND_NAMES, r.kind.astype(np.int64)),
-        "name": dict_take(d.names, r.name_code),
-        "track": dict_take(r.track_dict, r.track_code),
-        "device": dict_take(r.device_dict, r.device_code),
+        "layer": dict_rows(pa.array(["host", "device"]), r.dev.view(np.int8)),
+        "kind": dict_rows(KIND_NAMES, r.kind),
+        "name": dict_rows(d.names, r.name_code),
+        "track": dict_rows(r.track_dict, r.track_code),
+        "device": dict_rows(r.device_dict, r.device_code),
         "start_ns": r.start,
         "dur_ns": r.dur,
-        "step": pa.array(step, pa.int32(), mask=step < 0),
+        "step": RowColumn(lambda rows: pa.array(step[rows], pa.int32(), mask=step[rows] < 0)),
     }
 
 

@@ -19,6 +19,11 @@ def dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
 
 
+def dict_rows(dictionary: pa.Array, codes: np.ndarray) -> RowColumn:
+    """A dictionary column made a block of rows at a time from `codes` (-1: null)."""
+    return RowColumn(lambda rows: dict_take(dictionary, codes[rows]))
+
+
 @dataclass(frozen=True)
 class RowColumn:
     """A column made a block of rows at a time (assemble takes the events in row groups) from
