@@ -65,14 +65,19 @@ class FileData:
     user_files: set[str] = field(default_factory=set)
 
 
-def _scatter(n: int, idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
-    """Length-n columns holding each of `columns` at rows `idx` and null elsewhere, made a
-    block of rows at a time (one int32 index a row held, not the columns)."""
-    where = np.full(n, -1, dtype=np.int32 if len(idx) < 2**31 else np.int64)
-    where[idx] = np.arange(len(idx))
+def _scatter(idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
+    """Columns of every row holding each of `columns` at rows `idx` (sorted) and null elsewhere,
+    made a block of rows at a time by a search of `idx` (nothing held a row: only `idx`)."""
+    idx = narrow(idx)
 
     def column(values: pa.Array | pa.ChunkedArray) -> RowColumn:
-        return RowColumn(lambda rows: values.take(pa.array(where[rows], mask=where[rows] < 0)))
+        def make(rows: np.ndarray) -> pa.Array:
+            if not idx.size:
+                return pa.nulls(len(rows), values.type)
+            pos = np.minimum(np.searchsorted(idx, rows), idx.size - 1)
+            return values.take(pa.array(pos, mask=idx[pos] != rows))
+
+        return RowColumn(make)
 
     return [column(c) for c in columns]
 
@@ -107,6 +112,7 @@ def load(
     other = _other_tags(d, c, r)
     mem = d.typed["mem"]
     d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
+    r = replace(r, rows=r.rows[:0])  # events are no longer looked up by row
     step_no, frame_names = c.step_no, c.names
     del c
     counters = memory_counters(mem, sample_ts)
@@ -114,6 +120,7 @@ def load(
     report(0.7)
     parent = _host_parents(r)
     links = _launch_links(d, r)
+    d.typed.pop("gpu")  # the correlation ids: the links hold the bytes args
     step, steps = _steps(r, step_no, links)
     stacks = _stacks(frame_names, r, parent, links)
     report(0.8)
@@ -125,7 +132,7 @@ def load(
         **_base_columns(d, r, step),
         **stack_columns(stacks),
         "op_name": dict_rows(d.names, _op_name_code(r, parent, links)),
-        **_op_columns(r.n, np.flatnonzero(is_op), d.typed["op"]),
+        **_op_columns(np.flatnonzero(is_op), d.typed["op"]),
         **_byte_columns(r, links),
         "args": args_column(d.take_row_args(), r.n, other, flow_extra),
     }
@@ -223,14 +230,14 @@ class _Links:
 
 
 def _launch_links(d: Decoded, r: _Rows) -> _Links:
-    gpu_rows = np.flatnonzero((r.kind == K["runtime"]) | r.dev)
+    gpu_rows = narrow(np.flatnonzero((r.kind == K["runtime"]) | r.dev))
     corr, nbytes = d.typed["gpu"]
     launch = launches(gpu_rows, corr, r.dev[gpu_rows], r.n)
     flow_src = np.full(r.n, NONE, dtype=row_index_type(r.n))
     linked = np.flatnonzero(launch >= 0)
     flow_src[linked] = launch[linked]
     flow_src[launch[linked]] = launch[linked]
-    dev_rows = np.flatnonzero(r.dev & (launch >= 0))
+    dev_rows = narrow(np.flatnonzero(r.dev & (launch >= 0)))
     return _Links(gpu_rows, nbytes, launch, dev_rows, flow_src)
 
 
@@ -296,14 +303,14 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
-    shapes, dtypes, flops = _scatter(n, op_rows, *typed)
+def _op_columns(op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
+    shapes, dtypes, flops = _scatter(op_rows, *typed)
     return {"shapes": shapes, "dtypes": dtypes, "flops": flops}
 
 
 def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
     """Copies read and write their bytes; memsets only write them."""
-    (col,) = _scatter(r.n, links.gpu_rows, links.nbytes)
+    (col,) = _scatter(links.gpu_rows, links.nbytes)
     kind = r.kind
 
     def only(kinds: tuple[int, ...]) -> RowColumn:
