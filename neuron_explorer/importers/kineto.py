@@ -26,6 +26,7 @@ from .kineto_columns import give_back_free_memory, map_large_blocks, stream_extr
 from .kineto_extract import Decoded, DecodeOptions, extract
 from .kineto_frames import (
     RowColumn,
+    compact,
     dict_rows,
     frames_used,
     narrow,
@@ -199,7 +200,7 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
         name_code=d.name_code[rows],
         track_code=lanes.code,
         track_dict=lanes.names,
-        device_code=narrow(device_code),
+        device_code=compact(device_code),
         device_dict=device_dict,
         lanes=lanes,
     )
@@ -254,7 +255,7 @@ def _steps(r: _Rows, step_no: np.ndarray, links: _Links) -> tuple[np.ndarray, li
     steps = sorted(
         (int(s), int(r.start[i]), int(r.dur[i])) for s, i in zip(numbers, step_rows, strict=True)
     )
-    return narrow(step), steps
+    return compact(step), steps
 
 
 def _fwdbwd_points(d: Decoded, c: _Classes, r: _Rows) -> FlowPoints:
@@ -270,7 +271,7 @@ def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
     op_of = nearest(parent, is_op, include_self=True)
     op_of[links.dev_rows] = op_of[links.launch[links.dev_rows]]
     code = np.where(op_of >= 0, r.name_code[np.clip(op_of, 0, None)], NONE)
-    return narrow(np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE))
+    return compact(np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE))
 
 
 def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> pystacks.Stacks:
@@ -282,8 +283,8 @@ def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> py
     stacks = pystacks.build(
         is_py, nearest(parent, is_py), local_code[r.name_code], [names[i] for i in py_names]
     )
-    stacks = replace(stacks, stack_id=narrow(stacks.stack_id), user_frame=narrow(stacks.user_frame),
-                     model_frame=narrow(stacks.model_frame), module=narrow(stacks.module))  # fmt: skip
+    stacks = replace(stacks, stack_id=compact(stacks.stack_id), user_frame=compact(stacks.user_frame),
+                     model_frame=compact(stacks.model_frame), module=compact(stacks.module))  # fmt: skip
     dev_rows, launch = links.dev_rows, links.launch
     return stacks.take_launch(dev_rows, launch[dev_rows])
 

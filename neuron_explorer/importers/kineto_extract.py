@@ -27,6 +27,7 @@ from .kineto_ranges import (
     decode_span,
     phases,
 )
+from .kineto_frames import compact
 from .kineto_spill import SpilledText
 from .progress import Share, no_share
 
@@ -169,7 +170,7 @@ def _merge(
     values = spans[0].values if one else {f: z.seen for f, z in factorizers.items()}
 
     def join(field: str) -> np.ndarray:
-        out = _join(codes, field)
+        out = compact(_join(codes, field))
         joined()
         return out
 
