@@ -106,10 +106,12 @@ def load(
     report(DECODE_SHARE, d.n)
     c = _classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
-    r = _rows(path, d, c, names if thread_names else None)
-    base = d.trace.baseTimeNanoseconds or 0
+    base = _base_ns(path, d)
     sample_ts = d.ts.ns[np.flatnonzero(c.is_counter)] + base
-    points = _fwdbwd_points(d, c, r)
+    points = _fwdbwd_points(d, c)
+    c = replace(c, is_flow=c.is_flow[:0], is_lane_name=c.is_lane_name[:0])  # read: let go
+    r = _rows(path, d, c, names if thread_names else None)  # lets go of the events' times
+    points = points.on_lanes(lambda events: r.lanes.host_lane_of(d, events))
     other = _other_tags(d, c, r)
     mem = d.typed["mem"]
     d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
@@ -179,14 +181,13 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
         raise BadInputError(path, "empty trace (no events in traceEvents)")
     check_times(path, d, rows, d.ts.missing[rows], "ts")
     check_times(path, d, rows, d.dur.missing[rows] & (d.ph[rows] == "X"), "dur")
-    base = d.trace.baseTimeNanoseconds or 0
-    if abs(base) >= MAX_BASE_NS:  # beyond int64 nanoseconds once the event times are added
-        raise BadInputError(path, f"baseTimeNanoseconds {base} is out of range")
+    base = _base_ns(path, d)
     start = d.ts.ns[rows] + base
     dur = np.maximum(d.dur.ns[rows], 0)
     check_range(path, d, rows, start, dur)
     samples = np.flatnonzero(c.is_counter)
     check_range(path, d, samples, d.ts.ns[samples] + base, np.zeros(samples.size, np.int64))
+    d.let_go_times()  # a fifth of the decoded columns, let go before the lanes are made
     dev = c.device[rows]
     lanes = kl.lanes(d, rows, dev, names)
     device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
@@ -204,6 +205,13 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
         device_dict=device_dict,
         lanes=lanes,
     )
+
+
+def _base_ns(path: Path, d: Decoded) -> int:
+    base = d.trace.baseTimeNanoseconds or 0
+    if abs(base) >= MAX_BASE_NS:  # beyond int64 nanoseconds once the event times are added
+        raise BadInputError(path, f"baseTimeNanoseconds {base} is out of range")
+    return base
 
 
 def _host_parents(r: _Rows) -> np.ndarray:
@@ -258,10 +266,9 @@ def _steps(r: _Rows, step_no: np.ndarray, links: _Links) -> tuple[np.ndarray, li
     return compact(step), steps
 
 
-def _fwdbwd_points(d: Decoded, c: _Classes, r: _Rows) -> FlowPoints:
+def _fwdbwd_points(d: Decoded, c: _Classes) -> FlowPoints:
     is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
-    points = np.flatnonzero(is_fwdbwd)
-    return FlowPoints.of(d, points, r.lanes.host_lane_of(d, points))
+    return FlowPoints.of(d, np.flatnonzero(is_fwdbwd))
 
 
 def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:

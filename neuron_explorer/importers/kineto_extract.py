@@ -15,6 +15,7 @@ import pyarrow as pa
 from ..errors import BadInputError
 from . import kineto_decode as kd
 from . import kineto_parallel as parallel
+from .kineto_frames import compact
 from .kineto_ranges import (
     FIELDS,
     RANGE_BYTES,
@@ -27,7 +28,6 @@ from .kineto_ranges import (
     decode_span,
     phases,
 )
-from .kineto_frames import compact
 from .kineto_spill import SpilledText
 from .progress import Share, no_share
 
@@ -73,6 +73,11 @@ class Decoded:
         """The args texts, no longer held here (they go to the events table's column)."""
         texts, self.row_args = self.row_args, None  # type: ignore[assignment]
         return texts
+
+    def let_go_times(self) -> None:
+        """Drop the events' times once the rows have theirs (kineto._rows)."""
+        none = np.zeros(0, bool)
+        self.ts = self.dur = kd.Times(np.zeros(0, np.int64), none, none)
 
     def let_go_events(self) -> None:
         """Drop the per-event columns (phase, codes, times) and the typed columns the rows no

@@ -45,7 +45,9 @@ def _key(d: Decoded, events: np.ndarray, dev: np.ndarray) -> np.ndarray:
     _, pid_of = _texts(d.pids, d.pid_code[events])
     tids, tid_of = _texts(d.tids, d.tid_code[events])
     space = 2 * (int(pid_of.max(initial=0)) + 1) * len(tids)
-    key = pid_of.astype(np.int32 if space < 2**31 else np.int64)  # int32: a few lanes
+    key: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = pid_of.astype(
+        np.int32 if space < 2**31 else np.int64  # int32: a few lanes
+    )
     del pid_of
     key *= len(tids)
     key += tid_of
