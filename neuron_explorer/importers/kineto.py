@@ -31,6 +31,7 @@ from .kineto_frames import (
     frames_used,
     narrow,
     row_index_type,
+    row_indices,
     stack_columns,
 )
 from .kineto_kinds import (
@@ -109,13 +110,14 @@ def load(
     base = _base_ns(path, d)
     sample_ts = d.ts.ns[np.flatnonzero(c.is_counter)] + base
     points = _fwdbwd_points(d, c)
-    c = replace(c, is_flow=c.is_flow[:0], is_lane_name=c.is_lane_name[:0])  # read: let go
+    none = np.zeros(0, bool)  # not a view: a view would keep the column alive
+    c = replace(c, is_flow=none, is_lane_name=none)  # read: let go
     r = _rows(path, d, c, names if thread_names else None)  # lets go of the events' times
     points = points.on_lanes(lambda events: r.lanes.host_lane_of(d, events))
     other = _other_tags(d, c, r)
     mem = d.typed["mem"]
     d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
-    r = replace(r, rows=r.rows[:0])  # events are no longer looked up by row
+    r = replace(r, rows=np.zeros(0, r.rows.dtype))  # events are no longer looked up by row
     step_no, frame_names = c.step_no, c.names
     del c
     counters = memory_counters(mem, sample_ts)
@@ -176,18 +178,23 @@ class _Rows:
 
 
 def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Rows:
-    rows = narrow(np.flatnonzero(c.is_row))  # held through the mapping: int32
+    rows = row_indices(c.is_row)  # held through the mapping: int32
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
     check_times(path, d, rows, d.ts.missing[rows], "ts")
     check_times(path, d, rows, d.dur.missing[rows] & (d.ph[rows] == "X"), "dur")
     base = _base_ns(path, d)
-    start = d.ts.ns[rows] + base
-    dur = np.maximum(d.dur.ns[rows], 0)
-    check_range(path, d, rows, start, dur)
     samples = np.flatnonzero(c.is_counter)
     check_range(path, d, samples, d.ts.ns[samples] + base, np.zeros(samples.size, np.int64))
-    d.let_go_times()  # a fifth of the decoded columns, let go before the lanes are made
+    # the events' times let go as the rows' are taken: a fifth of the decoded columns
+    start = d.ts.ns[rows]
+    start += base  # in place, as below: no second column of the rows
+    d.ts = replace(d.ts, ns=np.zeros(0, np.int64))
+    dur = d.dur.ns[rows]
+    np.maximum(dur, 0, out=dur)
+    d.dur = replace(d.dur, ns=np.zeros(0, np.int64))
+    check_range(path, d, rows, start, dur)
+    d.let_go_times()
     dev = c.device[rows]
     lanes = kl.lanes(d, rows, dev, names)
     device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
@@ -216,7 +223,7 @@ def _base_ns(path: Path, d: Decoded) -> int:
 
 def _host_parents(r: _Rows) -> np.ndarray:
     """Host nesting, per track: the row index of each host row's enclosing row, or -1."""
-    host = narrow(np.flatnonzero(~r.dev))
+    host = row_indices(~r.dev)
     end = r.start[host]
     end += r.dur[host]
     hp = nest(r.track_code[host], r.start[host], end)

@@ -58,6 +58,17 @@ def compact(codes: np.ndarray) -> np.ndarray:
     return codes
 
 
+def row_indices(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero(mask) as int32 below 2**31 rows, found a block at a time (flatnonzero
+    gives int64: twice the column it leaves, at once)."""
+    if len(mask) >= 2**31:
+        return np.flatnonzero(mask)
+    block = 1 << 22
+    parts = [np.flatnonzero(mask[i : i + block]).astype(np.int32) + np.int32(i)
+             for i in range(0, len(mask), block)]  # fmt: skip
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+
+
 def row_index_type(n: int) -> np.dtype:
     """The dtype of a column of row indices into `n` rows: int32 below 2**31 rows (the mapping
     holds several such columns at once, so this halves a term of its peak)."""

@@ -65,9 +65,12 @@ def _previous_container(end: np.ndarray, need: np.ndarray) -> np.ndarray:
     index = np.int32 if n < 2**31 else np.int64
     prev = np.arange(-1, n - 1, dtype=index)
     active = np.arange(n, dtype=index)
-    for _ in range(JUMP_ROUNDS):
-        p = prev[active]
-        active = active[(p >= 0) & (end[np.maximum(p, 0)] < need[active])]
+    for jump in range(JUMP_ROUNDS):
+        if jump == 0:  # every candidate is i - 1: compared by slices, no gathers of n
+            active = (np.flatnonzero(end[:-1] < need[1:]) + 1).astype(index)
+        else:
+            p = prev[active]
+            active = active[(p >= 0) & (end[np.maximum(p, 0)] < need[active])]
         if not active.size:
             return prev
         prev[active] = prev[prev[active]]
