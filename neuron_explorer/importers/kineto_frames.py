@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from . import pystacks
+if TYPE_CHECKING:  # pystacks makes its per-row codes with compact, below
+    from . import pystacks
 
 
 def dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..vocab import frames as vocab_frames
 from ..vocab.intervals import NONE, nearest
+from .kineto_frames import compact
 
 # "path/to/file.py(123): func" as written by torch.profiler
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -56,8 +57,8 @@ class Stacks:
     """Per event: stack_id (or -1) and the index of its innermost user frame in `frames`,
     its innermost model frame, and its module path (index into `modules`)."""
 
-    stack_id: np.ndarray  # int64 per event
-    user_frame: np.ndarray  # int64 per event, index into frames, -1 when none
+    stack_id: np.ndarray  # per event (int32 below 2**31 stacks)
+    user_frame: np.ndarray  # per event, index into frames (narrowest int type), -1 when none
     frames: tuple[Frame, ...]  # distinct frames
     table: dict[str, pa.Array]  # the stacks table
     model_frame: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # as user_frame
@@ -148,10 +149,11 @@ def build(
     sid = sid.astype(codes, copy=False)
 
     def per_event(per_stack: np.ndarray) -> np.ndarray:
-        """Per event, its stack's value (int32 codes: a column the size of the trace each)."""
+        """Per event, its stack's value, in the narrowest codes that hold the values (a column
+        the size of the trace each)."""
         if not len(per_stack):
-            return np.full(n, NONE, dtype=codes)
-        return np.append(per_stack.astype(codes), codes(NONE))[sid]
+            return np.full(n, NONE, dtype=np.int8)
+        return compact(np.append(per_stack, NONE))[sid]
 
     table = _table(s_parent, s_frame, frames)
     table["scope"] = pa.array(scopes, pa.string()).take(pa.array(_frame_index(table, s_frame)))
