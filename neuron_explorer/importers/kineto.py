@@ -373,7 +373,9 @@ def _classify(d: Decoded) -> _Classes:
     if d.n:
         code = d.name_code
         # old traces (torch < 1.9) put ProfilerStep#N under cat Operator, as an op
-        named_step = ((kind == K["annotation"]) | (kind == K["op"])) & (step_no[code] >= 0)
+        is_step = (step_no >= 0)[code]  # a bool an event, not the int64 step numbers
+        named_step = ((kind == K["annotation"]) | (kind == K["op"])) & is_step
+        del is_step
         kind[named_step] = K["step"]
         kind[(kind == K["annotation"]) & coll_name[code]] = K["collective"]
         kind[(kind == K["gpu_kernel"]) & nccl[code]] = K["collective"]
