@@ -22,6 +22,7 @@ from . import kineto_decode as kd
 from . import kineto_lanes as kl
 from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
+from .kineto_classes import Classes, classify
 from .kineto_columns import give_back_free_memory, map_large_blocks, stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
 from .kineto_frames import (
@@ -34,17 +35,7 @@ from .kineto_frames import (
     row_indices,
     stack_columns,
 )
-from .kineto_kinds import (
-    COLLECTIVE_PREFIXES,
-    DMA_PREFIX,
-    KIND_NAMES,
-    LANE_NAME_EVENTS,
-    MEMORY_EVENT,
-    MTIA_CATEGORIES,
-    STEP_NAME,
-    K,
-    roles,
-)
+from .kineto_kinds import KIND_NAMES, K
 from .kineto_links import FlowPoints, fwdbwd, launches
 from .kineto_memory import memory_counters
 from .kineto_patch import args_column
@@ -105,7 +96,7 @@ def load(
         map_large_blocks()
         d = stream_extract(path, options.memory_budget, share)
     report(DECODE_SHARE, d.n)
-    c = _classify(d)
+    c = classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
     base = _base_ns(path, d)
     sample_ts = d.ts.ns[np.flatnonzero(c.is_counter)] + base
@@ -177,7 +168,7 @@ class _Rows:
     lanes: kl.Lanes
 
 
-def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Rows:
+def _rows(path: Path, d: Decoded, c: Classes, names: kl.Metadata | None) -> _Rows:
     rows = row_indices(c.is_row)  # held through the mapping: int32
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
@@ -273,7 +264,7 @@ def _steps(r: _Rows, step_no: np.ndarray, links: _Links) -> tuple[np.ndarray, li
     return compact(step), steps
 
 
-def _fwdbwd_points(d: Decoded, c: _Classes) -> FlowPoints:
+def _fwdbwd_points(d: Decoded, c: Classes) -> FlowPoints:
     is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
     return FlowPoints.of(d, np.flatnonzero(is_fwdbwd))
 
@@ -341,50 +332,6 @@ def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class _Classes:
-    """Per event: kind (refined by name) and layer, what it becomes; per distinct name: step
-    number (-1 if not a step)."""
-
-    names: list[str]
-    kind: np.ndarray  # int8 index into KINDS
-    device: np.ndarray  # bool: device layer
-    step_no: np.ndarray  # by name code
-    is_flow: np.ndarray  # bool: a flow event (ph s, f, t)
-    is_counter: np.ndarray  # bool: a [memory] sample (goes to counters)
-    is_row: np.ndarray  # bool: a row of the events table
-    is_lane_name: np.ndarray  # bool: thread_name / process_name metadata
-    mtia: np.ndarray  # bool: device work of an MTIA category
-
-
-def _classify(d: Decoded) -> _Classes:
-    """Kinds from the category table, refined by name (steps, collectives, MTIA DMAs), decided
-    once per distinct category and name and spread to events by their codes."""
-    names = d.name_list
-    step_no = np.array([_step_number(s) for s in names], dtype=np.int64)
-    coll_name = np.array([s.lower().startswith(COLLECTIVE_PREFIXES) for s in names], dtype=bool)
-    nccl = np.array(["nccl" in s.lower() for s in names], dtype=bool)
-    dma = np.array([s.startswith(DMA_PREFIX) for s in names] or [False], dtype=bool)
-    memory = np.array([s == MEMORY_EVENT for s in names] or [False], dtype=bool)
-    lane = np.array([s in LANE_NAME_EVENTS for s in names] or [False], dtype=bool)
-    r = roles(d.ph, d.cat_code, d.cats, memory[d.name_code], lane[d.name_code])
-    mtia = np.array([c.lower() in MTIA_CATEGORIES for c in d.cats] or [False])[d.cat_code]
-    kind = r.kind.copy()
-    if d.n:
-        code = d.name_code
-        # old traces (torch < 1.9) put ProfilerStep#N under cat Operator, as an op
-        is_step = (step_no >= 0)[code]  # a bool an event, not the int64 step numbers
-        named_step = ((kind == K["annotation"]) | (kind == K["op"])) & is_step
-        del is_step
-        kind[named_step] = K["step"]
-        kind[(kind == K["annotation"]) & coll_name[code]] = K["collective"]
-        kind[(kind == K["gpu_kernel"]) & nccl[code]] = K["collective"]
-        kind[(kind == K["gpu_kernel"]) & mtia & dma[code]] = K["gpu_memcpy"]
-    return _Classes(
-        names, kind, r.device, step_no, r.is_flow, r.is_counter, r.is_row, r.is_lane_name, mtia
-    )
-
-
 def _step_of(
     starts: np.ndarray, step_start: np.ndarray, step_dur: np.ndarray, step_no: np.ndarray
 ) -> np.ndarray:
@@ -392,12 +339,7 @@ def _step_of(
     return np.where(k >= 0, step_no[np.clip(k, 0, None)] if step_no.size else 0, NONE)
 
 
-def _step_number(name: str) -> int:
-    m = STEP_NAME.match(name)
-    return int(m.group(1)) if m else -1
-
-
-def _other_tags(d: Decoded, c: _Classes, r: _Rows) -> dict[int, tuple[str, str]]:
+def _other_tags(d: Decoded, c: Classes, r: _Rows) -> dict[int, tuple[str, str]]:
     """The rows of unknown categories, each with the cat and ph its args keep."""
     other = np.flatnonzero(r.kind == K["other"])
     events = r.rows[other]
