@@ -139,8 +139,9 @@ def test_nesting_by_pointer_jumping_equals_the_sparse_table_descent(name):
     from neuron_explorer.vocab import intervals as nesting
 
     cols = kineto.load(TRACES[name], options=WHOLE).columns
-    host = cols["layer"].indices.to_numpy(zero_copy_only=False) == 0
-    track = cols["track"].indices.to_numpy(zero_copy_only=False)[host]
+    rows = np.arange(len(cols["start_ns"]))  # layer and track are made per block of rows
+    host = cols["layer"].take(rows).indices.to_numpy(zero_copy_only=False) == 0
+    track = cols["track"].take(rows).indices.to_numpy(zero_copy_only=False)[host]
     start, end = cols["start_ns"][host], cols["start_ns"][host] + cols["dur_ns"][host]
     order = nesting._track_start_order(track, start, end)
     e, s = end[order], start[order]

@@ -22,27 +22,20 @@ from . import kineto_decode as kd
 from . import kineto_lanes as kl
 from . import pystacks
 from .kineto_checks import MAX_BASE_NS, check_range, check_times
+from .kineto_classes import Classes, classify
 from .kineto_columns import give_back_free_memory, map_large_blocks, stream_extract
 from .kineto_extract import Decoded, DecodeOptions, extract
 from .kineto_frames import (
     RowColumn,
-    dict_take,
+    compact,
+    dict_rows,
     frames_used,
     narrow,
     row_index_type,
+    row_indices,
     stack_columns,
 )
-from .kineto_kinds import (
-    COLLECTIVE_PREFIXES,
-    DMA_PREFIX,
-    KIND_NAMES,
-    LANE_NAME_EVENTS,
-    MEMORY_EVENT,
-    MTIA_CATEGORIES,
-    STEP_NAME,
-    K,
-    roles,
-)
+from .kineto_kinds import KIND_NAMES, K
 from .kineto_links import FlowPoints, fwdbwd, launches
 from .kineto_memory import memory_counters
 from .kineto_patch import args_column
@@ -65,14 +58,19 @@ class FileData:
     user_files: set[str] = field(default_factory=set)
 
 
-def _scatter(n: int, idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
-    """Length-n columns holding each of `columns` at rows `idx` and null elsewhere, made a
-    block of rows at a time (one int32 index a row held, not the columns)."""
-    where = np.full(n, -1, dtype=np.int32 if len(idx) < 2**31 else np.int64)
-    where[idx] = np.arange(len(idx))
+def _scatter(idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
+    """Columns of every row holding each of `columns` at rows `idx` (sorted) and null elsewhere,
+    made a block of rows at a time by a search of `idx` (nothing held a row: only `idx`)."""
+    idx = narrow(idx)
 
     def column(values: pa.Array | pa.ChunkedArray) -> RowColumn:
-        return RowColumn(lambda rows: values.take(pa.array(where[rows], mask=where[rows] < 0)))
+        def make(rows: np.ndarray) -> pa.Array:
+            if not idx.size:
+                return pa.nulls(len(rows), values.type)
+            pos = np.minimum(np.searchsorted(idx, rows), idx.size - 1)
+            return values.take(pa.array(pos, mask=idx[pos] != rows))
+
+        return RowColumn(make)
 
     return [column(c) for c in columns]
 
@@ -98,15 +96,19 @@ def load(
         map_large_blocks()
         d = stream_extract(path, options.memory_budget, share)
     report(DECODE_SHARE, d.n)
-    c = _classify(d)
+    c = classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))
-    r = _rows(path, d, c, names if thread_names else None)
-    base = d.trace.baseTimeNanoseconds or 0
+    base = _base_ns(path, d)
     sample_ts = d.ts.ns[np.flatnonzero(c.is_counter)] + base
-    points = _fwdbwd_points(d, c, r)
+    points = _fwdbwd_points(d, c)
+    none = np.zeros(0, bool)  # not a view: a view would keep the column alive
+    c = replace(c, is_flow=none, is_lane_name=none)  # read: let go
+    r = _rows(path, d, c, names if thread_names else None)  # lets go of the events' times
+    points = points.on_lanes(lambda events: r.lanes.host_lane_of(d, events))
     other = _other_tags(d, c, r)
     mem = d.typed["mem"]
     d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
+    r = replace(r, rows=np.zeros(0, r.rows.dtype))  # events are no longer looked up by row
     step_no, frame_names = c.step_no, c.names
     del c
     counters = memory_counters(mem, sample_ts)
@@ -114,6 +116,7 @@ def load(
     report(0.7)
     parent = _host_parents(r)
     links = _launch_links(d, r)
+    d.typed.pop("gpu")  # the correlation ids: the links hold the bytes args
     step, steps = _steps(r, step_no, links)
     stacks = _stacks(frame_names, r, parent, links)
     report(0.8)
@@ -124,8 +127,8 @@ def load(
     columns = {
         **_base_columns(d, r, step),
         **stack_columns(stacks),
-        "op_name": dict_take(d.names, _op_name_code(r, parent, links)),
-        **_op_columns(r.n, np.flatnonzero(is_op), d.typed["op"]),
+        "op_name": dict_rows(d.names, _op_name_code(r, parent, links)),
+        **_op_columns(np.flatnonzero(is_op), d.typed["op"]),
         **_byte_columns(r, links),
         "args": args_column(d.take_row_args(), r.n, other, flow_extra),
     }
@@ -165,20 +168,24 @@ class _Rows:
     lanes: kl.Lanes
 
 
-def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Rows:
-    rows = narrow(np.flatnonzero(c.is_row))  # held through the mapping: int32
+def _rows(path: Path, d: Decoded, c: Classes, names: kl.Metadata | None) -> _Rows:
+    rows = row_indices(c.is_row)  # held through the mapping: int32
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
     check_times(path, d, rows, d.ts.missing[rows], "ts")
     check_times(path, d, rows, d.dur.missing[rows] & (d.ph[rows] == "X"), "dur")
-    base = d.trace.baseTimeNanoseconds or 0
-    if abs(base) >= MAX_BASE_NS:  # beyond int64 nanoseconds once the event times are added
-        raise BadInputError(path, f"baseTimeNanoseconds {base} is out of range")
-    start = d.ts.ns[rows] + base
-    dur = np.maximum(d.dur.ns[rows], 0)
-    check_range(path, d, rows, start, dur)
+    base = _base_ns(path, d)
     samples = np.flatnonzero(c.is_counter)
     check_range(path, d, samples, d.ts.ns[samples] + base, np.zeros(samples.size, np.int64))
+    # the events' times let go as the rows' are taken: a fifth of the decoded columns
+    start = d.ts.ns[rows]
+    start += base  # in place, as below: no second column of the rows
+    d.ts = replace(d.ts, ns=np.zeros(0, np.int64))
+    dur = d.dur.ns[rows]
+    np.maximum(dur, 0, out=dur)
+    d.dur = replace(d.dur, ns=np.zeros(0, np.int64))
+    check_range(path, d, rows, start, dur)
+    d.let_go_times()
     dev = c.device[rows]
     lanes = kl.lanes(d, rows, dev, names)
     device_code, device_dict = kl.devices(d, rows, dev, c.mtia)
@@ -192,18 +199,29 @@ def _rows(path: Path, d: Decoded, c: _Classes, names: kl.Metadata | None) -> _Ro
         name_code=d.name_code[rows],
         track_code=lanes.code,
         track_dict=lanes.names,
-        device_code=narrow(device_code),
+        device_code=compact(device_code),
         device_dict=device_dict,
         lanes=lanes,
     )
 
 
+def _base_ns(path: Path, d: Decoded) -> int:
+    base = d.trace.baseTimeNanoseconds or 0
+    if abs(base) >= MAX_BASE_NS:  # beyond int64 nanoseconds once the event times are added
+        raise BadInputError(path, f"baseTimeNanoseconds {base} is out of range")
+    return base
+
+
 def _host_parents(r: _Rows) -> np.ndarray:
     """Host nesting, per track: the row index of each host row's enclosing row, or -1."""
-    host = np.flatnonzero(~r.dev)
+    host = row_indices(~r.dev)
+    end = r.start[host]
+    end += r.dur[host]
+    hp = nest(r.track_code[host], r.start[host], end)
+    del end
     parent = np.full(r.n, NONE, dtype=row_index_type(r.n))
-    hp = nest(r.track_code[host], r.start[host], r.start[host] + r.dur[host])
-    parent[host] = np.where(hp >= 0, host[np.clip(hp, 0, None)], NONE)
+    inner = hp >= 0
+    parent[host[inner]] = host[hp[inner]]
     return parent
 
 
@@ -219,14 +237,14 @@ class _Links:
 
 
 def _launch_links(d: Decoded, r: _Rows) -> _Links:
-    gpu_rows = np.flatnonzero((r.kind == K["runtime"]) | r.dev)
+    gpu_rows = narrow(np.flatnonzero((r.kind == K["runtime"]) | r.dev))
     corr, nbytes = d.typed["gpu"]
     launch = launches(gpu_rows, corr, r.dev[gpu_rows], r.n)
     flow_src = np.full(r.n, NONE, dtype=row_index_type(r.n))
     linked = np.flatnonzero(launch >= 0)
     flow_src[linked] = launch[linked]
     flow_src[launch[linked]] = launch[linked]
-    dev_rows = np.flatnonzero(r.dev & (launch >= 0))
+    dev_rows = narrow(np.flatnonzero(r.dev & (launch >= 0)))
     return _Links(gpu_rows, nbytes, launch, dev_rows, flow_src)
 
 
@@ -243,13 +261,12 @@ def _steps(r: _Rows, step_no: np.ndarray, links: _Links) -> tuple[np.ndarray, li
     steps = sorted(
         (int(s), int(r.start[i]), int(r.dur[i])) for s, i in zip(numbers, step_rows, strict=True)
     )
-    return step, steps
+    return compact(step), steps
 
 
-def _fwdbwd_points(d: Decoded, c: _Classes, r: _Rows) -> FlowPoints:
+def _fwdbwd_points(d: Decoded, c: Classes) -> FlowPoints:
     is_fwdbwd = c.is_flow & np.array([x.lower() == "fwdbwd" for x in d.cats], bool)[d.cat_code]
-    points = np.flatnonzero(is_fwdbwd)
-    return FlowPoints.of(d, points, r.lanes.host_lane_of(d, points))
+    return FlowPoints.of(d, np.flatnonzero(is_fwdbwd))
 
 
 def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
@@ -259,7 +276,7 @@ def _op_name_code(r: _Rows, parent: np.ndarray, links: _Links) -> np.ndarray:
     op_of = nearest(parent, is_op, include_self=True)
     op_of[links.dev_rows] = op_of[links.launch[links.dev_rows]]
     code = np.where(op_of >= 0, r.name_code[np.clip(op_of, 0, None)], NONE)
-    return np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE)
+    return compact(np.where(is_op | (r.kind == K["runtime"]) | r.dev, code, NONE))
 
 
 def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> pystacks.Stacks:
@@ -271,33 +288,35 @@ def _stacks(names: list[str], r: _Rows, parent: np.ndarray, links: _Links) -> py
     stacks = pystacks.build(
         is_py, nearest(parent, is_py), local_code[r.name_code], [names[i] for i in py_names]
     )
-    stacks = replace(stacks, stack_id=narrow(stacks.stack_id), user_frame=narrow(stacks.user_frame),
-                     model_frame=narrow(stacks.model_frame), module=narrow(stacks.module))  # fmt: skip
+    stacks = replace(stacks, stack_id=compact(stacks.stack_id), user_frame=compact(stacks.user_frame),
+                     model_frame=compact(stacks.model_frame), module=compact(stacks.module))  # fmt: skip
     dev_rows, launch = links.dev_rows, links.launch
     return stacks.take_launch(dev_rows, launch[dev_rows])
 
 
 def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
+    """The row columns, each made a block of rows at a time from its compact codes (one to
+    four bytes a row held, not an Arrow column of int32 indices and a validity mask)."""
     return {
-        "layer": dict_take(pa.array(["host", "device"]), r.dev.astype(np.int64)),
-        "kind": dict_take(KIND_NAMES, r.kind.astype(np.int64)),
-        "name": dict_take(d.names, r.name_code),
-        "track": dict_take(r.track_dict, r.track_code),
-        "device": dict_take(r.device_dict, r.device_code),
+        "layer": dict_rows(pa.array(["host", "device"]), r.dev.view(np.int8)),
+        "kind": dict_rows(KIND_NAMES, r.kind),
+        "name": dict_rows(d.names, r.name_code),
+        "track": dict_rows(r.track_dict, r.track_code),
+        "device": dict_rows(r.device_dict, r.device_code),
         "start_ns": r.start,
         "dur_ns": r.dur,
-        "step": pa.array(step, pa.int32(), mask=step < 0),
+        "step": RowColumn(lambda rows: pa.array(step[rows], pa.int32(), mask=step[rows] < 0)),
     }
 
 
-def _op_columns(n: int, op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
-    shapes, dtypes, flops = _scatter(n, op_rows, *typed)
+def _op_columns(op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
+    shapes, dtypes, flops = _scatter(op_rows, *typed)
     return {"shapes": shapes, "dtypes": dtypes, "flops": flops}
 
 
 def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
     """Copies read and write their bytes; memsets only write them."""
-    (col,) = _scatter(r.n, links.gpu_rows, links.nbytes)
+    (col,) = _scatter(links.gpu_rows, links.nbytes)
     kind = r.kind
 
     def only(kinds: tuple[int, ...]) -> RowColumn:
@@ -313,48 +332,6 @@ def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class _Classes:
-    """Per event: kind (refined by name) and layer, what it becomes; per distinct name: step
-    number (-1 if not a step)."""
-
-    names: list[str]
-    kind: np.ndarray  # int8 index into KINDS
-    device: np.ndarray  # bool: device layer
-    step_no: np.ndarray  # by name code
-    is_flow: np.ndarray  # bool: a flow event (ph s, f, t)
-    is_counter: np.ndarray  # bool: a [memory] sample (goes to counters)
-    is_row: np.ndarray  # bool: a row of the events table
-    is_lane_name: np.ndarray  # bool: thread_name / process_name metadata
-    mtia: np.ndarray  # bool: device work of an MTIA category
-
-
-def _classify(d: Decoded) -> _Classes:
-    """Kinds from the category table, refined by name (steps, collectives, MTIA DMAs), decided
-    once per distinct category and name and spread to events by their codes."""
-    names = d.name_list
-    step_no = np.array([_step_number(s) for s in names], dtype=np.int64)
-    coll_name = np.array([s.lower().startswith(COLLECTIVE_PREFIXES) for s in names], dtype=bool)
-    nccl = np.array(["nccl" in s.lower() for s in names], dtype=bool)
-    dma = np.array([s.startswith(DMA_PREFIX) for s in names] or [False], dtype=bool)
-    memory = np.array([s == MEMORY_EVENT for s in names] or [False], dtype=bool)
-    lane = np.array([s in LANE_NAME_EVENTS for s in names] or [False], dtype=bool)
-    r = roles(d.ph, d.cat_code, d.cats, memory[d.name_code], lane[d.name_code])
-    mtia = np.array([c.lower() in MTIA_CATEGORIES for c in d.cats] or [False])[d.cat_code]
-    kind = r.kind.copy()
-    if d.n:
-        code = d.name_code
-        # old traces (torch < 1.9) put ProfilerStep#N under cat Operator, as an op
-        named_step = ((kind == K["annotation"]) | (kind == K["op"])) & (step_no[code] >= 0)
-        kind[named_step] = K["step"]
-        kind[(kind == K["annotation"]) & coll_name[code]] = K["collective"]
-        kind[(kind == K["gpu_kernel"]) & nccl[code]] = K["collective"]
-        kind[(kind == K["gpu_kernel"]) & mtia & dma[code]] = K["gpu_memcpy"]
-    return _Classes(
-        names, kind, r.device, step_no, r.is_flow, r.is_counter, r.is_row, r.is_lane_name, mtia
-    )
-
-
 def _step_of(
     starts: np.ndarray, step_start: np.ndarray, step_dur: np.ndarray, step_no: np.ndarray
 ) -> np.ndarray:
@@ -362,12 +339,7 @@ def _step_of(
     return np.where(k >= 0, step_no[np.clip(k, 0, None)] if step_no.size else 0, NONE)
 
 
-def _step_number(name: str) -> int:
-    m = STEP_NAME.match(name)
-    return int(m.group(1)) if m else -1
-
-
-def _other_tags(d: Decoded, c: _Classes, r: _Rows) -> dict[int, tuple[str, str]]:
+def _other_tags(d: Decoded, c: Classes, r: _Rows) -> dict[int, tuple[str, str]]:
     """The rows of unknown categories, each with the cat and ph its args keep."""
     other = np.flatnonzero(r.kind == K["other"])
     events = r.rows[other]

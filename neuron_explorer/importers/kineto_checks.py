@@ -10,6 +10,7 @@ from ..errors import BadInputError
 from .kineto_extract import Decoded
 
 MAX_BASE_NS = 2**62  # the year 2116; room left for the trace's own times in int64
+CHECK_BLOCK = 1 << 20  # rows checked at once: the checks' temporaries stay a few MB
 
 
 def check_times(path: Path, d: Decoded, rows: np.ndarray, bad: np.ndarray, what: str) -> None:
@@ -27,6 +28,14 @@ def check_range(
 ) -> None:
     """Raise for the first of `rows` whose time cannot be a unix time in int64 nanoseconds:
     ts or dur out of range, or start or end (base time added) beyond +-2**62 ns."""
+    for lo in range(0, len(rows), CHECK_BLOCK):
+        block = slice(lo, lo + CHECK_BLOCK)
+        _check_range(path, d, rows[block], start[block], dur[block])
+
+
+def _check_range(
+    path: Path, d: Decoded, rows: np.ndarray, start: np.ndarray, dur: np.ndarray
+) -> None:
     bad = d.ts.out_of_range[rows] | d.dur.out_of_range[rows]
     bad |= (np.abs(start) >= MAX_BASE_NS) | (np.abs(start + dur) >= MAX_BASE_NS)
     if bad.any():

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..errors import BadInputError
 from . import kineto_decode as kd
-from .kineto_extract import Decoded, _int32, _merge
+from .kineto_extract import Decoded, _merge
+from .kineto_frames import compact
 from .kineto_ranges import RANGE_BYTES, Piece, RangeError, decode_span
 from .kineto_spill import TextSpill, spill_directory
 from .kineto_stream import StreamSource, open_stream
@@ -69,7 +70,7 @@ def _stream_extract(path: Path, range_bytes: int, progress: Share) -> Decoded:
             spill.append(piece.row_args)  # type: ignore[arg-type]
             piece.row_args = None  # type: ignore[assignment]
             nonlocal events, trimmed
-            piece.codes = {k: _int32(v) for k, v in piece.codes.items()}
+            piece.codes = {k: compact(v) for k, v in piece.codes.items()}  # until the merge
             events += len(piece.codes["ph"])
             progress(min(1.0, source.bytes_read / total), events)
             if source.bytes_read - trimmed >= TRIM_BYTES:

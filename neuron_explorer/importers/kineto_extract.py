@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,7 @@ import pyarrow as pa
 from ..errors import BadInputError
 from . import kineto_decode as kd
 from . import kineto_parallel as parallel
+from .kineto_frames import compact
 from .kineto_ranges import (
     FIELDS,
     RANGE_BYTES,
@@ -72,6 +74,11 @@ class Decoded:
         """The args texts, no longer held here (they go to the events table's column)."""
         texts, self.row_args = self.row_args, None  # type: ignore[assignment]
         return texts
+
+    def let_go_times(self) -> None:
+        """Drop the events' times once the rows have theirs (kineto._rows)."""
+        none = np.zeros(0, bool)
+        self.ts = self.dur = kd.Times(np.zeros(0, np.int64), none, none)
 
     def let_go_events(self) -> None:
         """Drop the per-event columns (phase, codes, times) and the typed columns the rows no
@@ -160,7 +167,7 @@ def _merge(
         for p in span.pieces:
             for f in FIELDS:
                 c = p.codes.pop(f)
-                codes[f].append(_int32(c) if one else remaps[f][c])
+                codes[f].append(c if one else remaps[f][c])
             pieces.append(p)
         span.pieces = []
     top: dict = {}
@@ -169,12 +176,17 @@ def _merge(
     values = spans[0].values if one else {f: z.seen for f, z in factorizers.items()}
 
     def join(field: str) -> np.ndarray:
-        out = _join(codes, field)
+        narrowest = compact(np.array([NONE_CODE, len(values[field]) - 1])).dtype
+        out = _fill(codes.pop(field), narrowest)
         joined()
         return out
 
     def times(attr: str) -> kd.Times:
-        out = kd.Times.concat([_let_go(p, attr) for p in pieces])
+        parts = [_let_go(p, attr) for p in pieces]
+        ns, missing = [t.ns for t in parts], [t.missing for t in parts]
+        out_of_range = [t.out_of_range for t in parts]
+        del parts
+        out = kd.Times(_fill(ns, np.int64), _fill(missing, bool), _fill(out_of_range, bool))
         joined()
         return out
 
@@ -207,22 +219,27 @@ def _merge(
     )
 
 
+NONE_CODE = -1
+
+
+def _fill(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """The parts as one array of `dtype`, each part let go once copied (a concatenate would
+    hold every part and the whole column at once: the decode's peak, measured at 3 GB)."""
+    out = np.empty(sum(len(a) for a in parts), dtype=dtype)
+    pos = 0
+    for i in range(len(parts)):
+        part, parts[i] = parts[i], None  # type: ignore[call-overload]
+        out[pos : pos + len(part)] = part
+        pos += len(part)
+        del part
+    return out
+
+
 def _let_go(piece: Piece, attr: str) -> kd.Times:
     """A piece's times, the piece no longer holding them."""
     times = getattr(piece, attr)
     setattr(piece, attr, None)
     return times
-
-
-def _int32(codes: np.ndarray) -> np.ndarray:
-    """Codes as int32, as a remap makes them (unless they do not fit)."""
-    small = codes.size == 0 or codes.max() < 2**31
-    return codes.astype(np.int32, copy=False) if small else codes
-
-
-def _join(codes: dict[str, list[np.ndarray]], field: str) -> np.ndarray:
-    """One field's codes as one array, its pieces let go."""
-    return np.concatenate(codes.pop(field))
 
 
 def _concat_text(arrays: list[pa.Array]) -> pa.Array:

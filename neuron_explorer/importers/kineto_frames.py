@@ -6,17 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from . import pystacks
+if TYPE_CHECKING:  # pystacks makes its per-row codes with compact, below
+    from . import pystacks
 
 
 def dict_take(dictionary: pa.Array, codes: np.ndarray) -> pa.DictionaryArray:
     """A dictionary column: `codes` (-1: null) into `dictionary`."""
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0), dictionary)
+
+
+def dict_rows(dictionary: pa.Array, codes: np.ndarray) -> RowColumn:
+    """A dictionary column made a block of rows at a time from `codes` (-1: null)."""
+    return RowColumn(lambda rows: dict_take(dictionary, codes[rows]))
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,33 @@ def narrow(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.int32, copy=False) if fits else codes
 
 
+CODE_TYPES = (np.int8, np.int16, np.int32)
+
+
+def compact(codes: np.ndarray) -> np.ndarray:
+    """Codes into a few distinct values (-1: none) in the narrowest of int8, int16 and int32
+    that holds them: a trace's names, lanes, devices, frames and steps number far fewer than
+    its rows, and each such column is held a row through the whole mapping."""
+    if codes.size == 0:
+        return codes
+    lo, hi = int(codes.min()), int(codes.max())
+    for t in CODE_TYPES:
+        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+            return codes.astype(t, copy=False)
+    return codes
+
+
+def row_indices(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero(mask) as int32 below 2**31 rows, found a block at a time (flatnonzero
+    gives int64: twice the column it leaves, at once)."""
+    if len(mask) >= 2**31:
+        return np.flatnonzero(mask)
+    block = 1 << 22
+    parts = [np.flatnonzero(mask[i : i + block]).astype(np.int32) + np.int32(i)
+             for i in range(0, len(mask), block)]  # fmt: skip
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+
+
 def row_index_type(n: int) -> np.dtype:
     """The dtype of a column of row indices into `n` rows: int32 below 2**31 rows (the mapping
     holds several such columns at once, so this halves a term of its peak)."""
@@ -47,8 +80,8 @@ def stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
     """The frame columns as dictionaries over the distinct frames (codes, not a text per row:
     the rows' texts would be the mapping's largest columns), each made per block of rows."""
     frames = stacks.frames
-    user_frame, model, module = (narrow(a) for a in (stacks.user_frame, stacks.model_frame,
-                                                     stacks.module))  # fmt: skip
+    user_frame, model, module = (compact(a) for a in (stacks.user_frame, stacks.model_frame,
+                                                      stacks.module))  # fmt: skip
     files = _by_frame([f.file for f in frames])
     lines = pa.array([f.line for f in frames], pa.int32())
     funcs = _by_frame([f.func for f in frames])
@@ -58,7 +91,7 @@ def stack_columns(stacks: pystacks.Stacks) -> dict[str, Any]:
         return RowColumn(lambda rows: lines.take(pa.array(codes[rows], mask=codes[rows] < 0)))
 
     return {
-        "stack_id": narrow(stacks.stack_id),
+        "stack_id": compact(stacks.stack_id),
         "src_file": RowColumn(lambda rows: files(user_frame[rows])),
         "src_line": line(user_frame),
         "src_func": RowColumn(lambda rows: funcs(user_frame[rows])),

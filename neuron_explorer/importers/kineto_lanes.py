@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from .kineto_extract import Decoded
+from .kineto_frames import compact
 
 LANE_WORDS = ("thread", "stream")  # a tid starting so is a lane name already
 
@@ -43,7 +44,10 @@ def _key(d: Decoded, events: np.ndarray, dev: np.ndarray) -> np.ndarray:
     size of the rows each step would otherwise be: the mapping's peak, measured)."""
     _, pid_of = _texts(d.pids, d.pid_code[events])
     tids, tid_of = _texts(d.tids, d.tid_code[events])
-    key = pid_of.astype(np.int64)
+    space = 2 * (int(pid_of.max(initial=0)) + 1) * len(tids)
+    key: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = pid_of.astype(
+        np.int32 if space < 2**31 else np.int64  # int32: a few lanes
+    )
     del pid_of
     key *= len(tids)
     key += tid_of
@@ -100,7 +104,8 @@ def lanes(d: Decoded, rows: np.ndarray, dev: np.ndarray, meta: Metadata | None) 
         pid, tid, on_device = pids[k // 2 // len(tids)], tids[k // 2 % len(tids)], k % 2
         given = meta.threads.get((pid, tid)) if meta else None
         names.append(given or _default_name(tid, bool(on_device)))
-    return Lanes(code.reshape(-1).astype(np.int32), pa.array(names, pa.string()), distinct)
+    code = compact(code.reshape(-1))
+    return Lanes(code, pa.array(names, pa.string()), distinct)
 
 
 DENSE_KEYS = 1 << 22  # below this many possible keys, a table beats sorting the rows
@@ -115,7 +120,7 @@ def _factorize(key: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
     present = np.zeros(space, dtype=bool)
     present[key] = True
     distinct = np.flatnonzero(present)
-    index = np.cumsum(present) - 1
+    index = (np.cumsum(present) - 1).astype(np.int32)  # fewer keys than DENSE_KEYS
     return distinct, index[key]
 
 

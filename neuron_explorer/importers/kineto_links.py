@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -37,14 +38,20 @@ class FlowPoints:
     ts: np.ndarray  # unix ns
     is_start: np.ndarray  # ph "s" (else the flow's end)
     flow: np.ndarray  # code into the trace's distinct flow ids
-    track: np.ndarray  # the host lane of the point's thread (-1: none)
+    events: np.ndarray  # the points' event indices
+    track: np.ndarray | None = None  # the host lane of the point's thread (-1: none)
 
     @staticmethod
-    def of(d: Decoded, points: np.ndarray, track: np.ndarray) -> FlowPoints:
-        keep = d.id_code[points] >= 0
-        points, track = points[keep], track[keep]
+    def of(d: Decoded, points: np.ndarray) -> FlowPoints:
+        """The points' times and ids, read before the lanes are known (the events' times are
+        let go as soon as the rows have theirs)."""
+        points = points[d.id_code[points] >= 0]
         base = d.trace.baseTimeNanoseconds or 0
-        return FlowPoints(d.ts.ns[points] + base, d.ph[points] == "s", d.id_code[points], track)
+        return FlowPoints(d.ts.ns[points] + base, d.ph[points] == "s", d.id_code[points], points)
+
+    def on_lanes(self, lane_of: Callable[[np.ndarray], np.ndarray]) -> FlowPoints:
+        """These points with their host lanes (`lane_of`: event indices -> lane codes)."""
+        return replace(self, track=lane_of(self.events))
 
 
 def fwdbwd(
@@ -70,6 +77,7 @@ def fwdbwd(
     if p.ts.size == 0 or op_rows.size == 0:
         return extra
     p_ts, p_track = p.ts, p.track
+    assert p_track is not None, "the points' lanes (FlowPoints.on_lanes)"
     lo = min(int(start[op_rows].min()), int(p_ts.min()))
     span = max(int(start[op_rows].max()), int(p_ts.max())) - lo + 1
     if (int(track_code.max()) + 1) * span >= 2**62:

@@ -20,13 +20,16 @@ import pyarrow as pa
 
 
 class TextSpill:
-    """Texts (null or not) appended in order, each a row; `take` reads rows back as Arrow."""
+    """Texts (null or not) appended in order, each a row; `take` reads rows back as Arrow.
+    The texts' end offsets and validity go to files of their own as they come: a row's
+    offset in memory would be 8 bytes a row held through the whole import."""
 
     def __init__(self, directory: str | None = None) -> None:
         self._file = tempfile.TemporaryFile(dir=directory)
-        self._lengths: list[np.ndarray] = []
-        self._valid: list[np.ndarray] = []
-        self._size = 0
+        self._starts = tempfile.TemporaryFile(dir=directory)
+        self._valid = tempfile.TemporaryFile(dir=directory)
+        self._starts.write(np.zeros(1, np.int64).tobytes())
+        self._size = self._rows = 0
 
     def append(self, texts: pa.Array) -> None:
         """Spill one piece's texts (a string array)."""
@@ -35,17 +38,21 @@ class TextSpill:
         data = texts.buffers()[2]
         if data is not None and offsets[-1] > offsets[0]:
             self._file.write(memoryview(data)[int(offsets[0]) : int(offsets[-1])])
-        self._lengths.append(np.diff(offsets).astype(np.int64))
-        self._valid.append(texts.is_valid().to_numpy(zero_copy_only=False))
+        ends = offsets[1:].astype(np.int64)
+        ends += self._size - int(offsets[0])
+        self._starts.write(ends.tobytes())
+        self._valid.write(texts.is_valid().to_numpy(zero_copy_only=False).tobytes())
         self._size += int(offsets[-1] - offsets[0])
+        self._rows += len(texts)
 
     def finish(self) -> SpilledText:
         """The spilled texts as one column to read rows from."""
-        self._file.flush()
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        valid = np.concatenate(self._valid) if self._valid else np.zeros(0, bool)
-        self._lengths = self._valid = []
-        return SpilledText(self._file, lengths, valid, self._size)
+        for f in (self._file, self._starts, self._valid):
+            f.flush()
+        self._valid.seek(0)
+        valid = np.fromfile(self._valid, dtype=bool, count=self._rows)
+        self._valid.close()
+        return SpilledText(self._file, self._starts, valid, self._size)
 
 
 def _offset_type(texts: pa.Array) -> type:
@@ -58,15 +65,14 @@ class SpilledText:
 
     type = pa.large_string()
 
-    def __init__(self, file: Any, lengths: np.ndarray, valid: np.ndarray, size: int) -> None:
-        self._file = file
-        starts = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=starts[1:])
+    def __init__(self, file: Any, starts: Any, valid: np.ndarray, size: int) -> None:
+        self._file, self._starts_file = file, starts
         self._map = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) if size else None
+        self._starts = mmap.mmap(starts.fileno(), 8 * (len(valid) + 1), access=mmap.ACCESS_READ)
         mask = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
         data = pa.py_buffer(self._map if self._map is not None else b"")
         self._column: pa.LargeStringArray | None = pa.LargeStringArray.from_buffers(
-            len(lengths), pa.py_buffer(starts), data, mask, null_count=-1
+            len(valid), pa.py_buffer(self._starts), data, mask, null_count=-1
         )
 
     def __len__(self) -> int:
@@ -80,16 +86,20 @@ class SpilledText:
         """The texts of `rows` (a block of the events table), read from the map."""
         assert self._column is not None, "closed"
         block = self._column.take(pa.array(rows))
-        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)  # the pages read stay in the page cache only
+        if hasattr(mmap, "MADV_DONTNEED"):  # the pages read stay in the page cache only
+            for m in (self._map, self._starts):
+                if m is not None:
+                    m.madvise(mmap.MADV_DONTNEED)
         return block
 
     def close(self) -> None:
-        self._column = None  # its buffer is the map: let go of it first
-        if self._map is not None:
-            self._map.close()
-            self._map = None
+        self._column = None  # its buffers are the maps: let go of it first
+        for m in (self._map, self._starts):
+            if m is not None:
+                m.close()
+        self._map = None
         self._file.close()
+        self._starts_file.close()
 
 
 def spill_directory() -> str | None:

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..vocab import frames as vocab_frames
 from ..vocab.intervals import NONE, nearest
+from .kineto_frames import compact
 
 # "path/to/file.py(123): func" as written by torch.profiler
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -56,8 +57,8 @@ class Stacks:
     """Per event: stack_id (or -1) and the index of its innermost user frame in `frames`,
     its innermost model frame, and its module path (index into `modules`)."""
 
-    stack_id: np.ndarray  # int64 per event
-    user_frame: np.ndarray  # int64 per event, index into frames, -1 when none
+    stack_id: np.ndarray  # per event (int32 below 2**31 stacks)
+    user_frame: np.ndarray  # per event, index into frames (narrowest int type), -1 when none
     frames: tuple[Frame, ...]  # distinct frames
     table: dict[str, pa.Array]  # the stacks table
     model_frame: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # as user_frame
@@ -70,7 +71,8 @@ class Stacks:
     ) -> Stacks:  # fmt: skip
         """Backward ops (the targets of fwdbwd flows from a forward op) take the forward op's
         stack, lines and module, and so does everything nested in them and the device work
-        they launched: a backward kernel belongs where its forward op was called."""
+        they launched: a backward kernel belongs where its forward op was called (in place, as
+        take_launch)."""
         if len(self.module) != len(self.stack_id):
             return self
         src = np.where(is_op & (flow_src >= 0), flow_src, NONE)
@@ -82,22 +84,16 @@ class Stacks:
         anc = nearest(parent, bwd, include_self=True)
         take = np.flatnonzero(anc >= 0)
         fwd = src[anc[take]]
-        out = []
         for a in (self.stack_id, self.user_frame, self.model_frame, self.module):
-            a = a.copy()
-            a[take] = a[fwd]
-            out.append(a)
-        inherited = Stacks(out[0], out[1], self.frames, self.table, out[2], out[3], self.modules)
-        return inherited.take_launch(dev_rows, launch) if len(dev_rows) else inherited
+            a[take] = a[fwd]  # in place: each a column the size of the trace
+        return self.take_launch(dev_rows, launch) if len(dev_rows) else self
 
     def take_launch(self, rows: np.ndarray, launch: np.ndarray) -> Stacks:
-        """Device work takes its launch's stack, lines and module."""
-        out = []
+        """Device work takes its launch's stack, lines and module (the columns are changed in
+        place: build made them for this Stacks alone)."""
         for a in (self.stack_id, self.user_frame, self.model_frame, self.module):
-            a = a.copy()
             a[rows] = a[launch]
-            out.append(a)
-        return Stacks(out[0], out[1], self.frames, self.table, out[2], out[3], self.modules)
+        return self
 
 
 def build(
@@ -116,22 +112,24 @@ def build(
     user = np.array([sc == "user" for sc in scopes], dtype=bool)
     model = np.array([sc in ("user", "library") for sc in scopes], dtype=bool)
     py_idx = np.flatnonzero(is_python)
-    own_sid = np.full(n + 1, NONE, dtype=np.int64)  # the last slot: what parent -1 reads
+    index = np.int32 if n < 2**31 else np.int64  # stack ids: fewer than the events
+    own_sid = np.full(n + 1, NONE, dtype=index)  # the last slot: what parent -1 reads
     stack_parent: list[np.ndarray] = []
     stack_frame: list[np.ndarray] = []
     next_id = 0
     # python depth of each python event, by walking up the python parents (few levels)
-    level = np.zeros(n, dtype=np.int32)
+    level = np.zeros(py_idx.size, dtype=np.int32)  # per python event, not per event
     cur = py_parent[py_idx]
     while True:
         up = cur >= 0
         if not up.any():
             break
-        level[py_idx[up]] += 1
+        level[up] += 1
         cur = np.where(up, py_parent[np.clip(cur, 0, None)], NONE)
-    for d in range(int(level[py_idx].max()) + 1 if py_idx.size else 0):
-        members = py_idx[level[py_idx] == d]
-        psid = np.where(py_parent[members] >= 0, own_sid[np.clip(py_parent[members], 0, None)], -1)
+    for d in range(int(level.max()) + 1 if py_idx.size else 0):
+        members = py_idx[level == d]
+        up_sid = own_sid[np.clip(py_parent[members], 0, None)].astype(np.int64)  # key: int64
+        psid = np.where(py_parent[members] >= 0, up_sid, -1)
         key = (psid + 1) * len(names) + name_code[members]
         uniq, inverse = np.unique(key, return_inverse=True)
         own_sid[members] = inverse + next_id
@@ -144,16 +142,18 @@ def build(
     s_user = _innermost(user, s_parent, s_frame, len(stack_parent))
     s_model = _innermost(model, s_parent, s_frame, len(stack_parent))
     s_module, modules = _module_paths(frames, s_parent, s_frame)
-    sid = np.where(is_python, own_sid[:n], own_sid[py_parent])  # parent -1: NONE
+    sid = own_sid[py_parent]  # parent -1 reads NONE
+    sid[py_idx] = own_sid[py_idx]
     del own_sid, level
     codes = np.int32 if next_id < 2**31 and len(frames) < 2**31 else np.int64
-    sid = sid.astype(codes)
+    sid = sid.astype(codes, copy=False)
 
     def per_event(per_stack: np.ndarray) -> np.ndarray:
-        """Per event, its stack's value (int32 codes: a column the size of the trace each)."""
+        """Per event, its stack's value, in the narrowest codes that hold the values (a column
+        the size of the trace each)."""
         if not len(per_stack):
-            return np.full(n, NONE, dtype=codes)
-        return np.append(per_stack.astype(codes), codes(NONE))[sid]
+            return np.full(n, NONE, dtype=np.int8)
+        return compact(np.append(per_stack, NONE))[sid]
 
     table = _table(s_parent, s_frame, frames)
     table["scope"] = pa.array(scopes, pa.string()).take(pa.array(_frame_index(table, s_frame)))

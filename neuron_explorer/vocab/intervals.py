@@ -33,15 +33,18 @@ def nest(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     import numpy as np
 
     n = len(start)
-    parent = np.full(n, NONE, dtype=np.int64)
+    index = np.int32 if n < 2**31 else np.int64  # positions: half the memory below 2**31
+    parent = np.full(n, NONE, dtype=index)
     if n == 0:
         return parent
-    order = _track_start_order(track, start, end)
-    t, s, e = track[order], start[order], end[order]
-    need = e + (e <= s)  # an instant needs a container that ends strictly after it
+    order = _track_start_order(track, start, end).astype(index)
+    e = end[order]
+    need = e + (e <= start[order])  # an instant needs a container that ends strictly after it
     j = _previous_container(e, need)
-    jj = np.clip(j, 0, None)
-    found = (j >= 0) & (t[jj] == t)
+    del e, need
+    t = track[order]
+    found = (j >= 0) & (t[np.clip(j, 0, None)] == t)
+    del t
     parent[order[found]] = order[j[found]]
     return parent
 
@@ -59,11 +62,15 @@ def _previous_container(end: np.ndarray, need: np.ndarray) -> np.ndarray:
     import numpy as np
 
     n = len(end)
-    prev = np.arange(-1, n - 1, dtype=np.int64)
-    active = np.arange(n, dtype=np.int64)
-    for _ in range(JUMP_ROUNDS):
-        p = prev[active]
-        active = active[(p >= 0) & (end[np.maximum(p, 0)] < need[active])]
+    index = np.int32 if n < 2**31 else np.int64
+    prev = np.arange(-1, n - 1, dtype=index)
+    active = np.arange(n, dtype=index)
+    for jump in range(JUMP_ROUNDS):
+        if jump == 0:  # every candidate is i - 1: compared by slices, no gathers of n
+            active = (np.flatnonzero(end[:-1] < need[1:]) + 1).astype(index)
+        else:
+            p = prev[active]
+            active = active[(p >= 0) & (end[np.maximum(p, 0)] < need[active])]
         if not active.size:
             return prev
         prev[active] = prev[prev[active]]
@@ -101,7 +108,11 @@ def _track_start_order(track: np.ndarray, start: np.ndarray, end: np.ndarray) ->
     lo, hi = int(start.min()), int(start.max())
     tracks = int(track.max()) + 1
     if track.min() >= 0 and (hi - lo + 1) * tracks < 2**62:
-        return np.lexsort((-end, track.astype(np.int64) * (hi - lo + 1) + (start - lo)))
+        key = track.astype(np.int64)  # made in place: one temporary column, not four
+        key *= hi - lo + 1
+        key -= lo  # before the starts: every partial sum stays within int64
+        key += start
+        return np.lexsort((-end, key))
     return np.lexsort((-end, start, track))
 
 
