@@ -35,7 +35,7 @@ from torch.autograd import profiler as _prof
 
 from neuron_explorer.backend import model_ranks
 from neuron_explorer.backend.costmodel import collectives as cc
-from neuron_explorer.backend.runtime import arrivals, events, model, queues
+from neuron_explorer.backend.runtime import arrivals, events, hostcost, model, queues
 from neuron_explorer.backend.runtime.source import call_site
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC_LANE
 
@@ -151,7 +151,10 @@ def barrier(group: Any, call: Callable[[], Any]) -> Any:
 
 def _run_recorded(info: Any, kind: str, args: tuple, host_args: Any, host_kwargs: dict) -> Any:
     """Run one collective while profiling and record its host call and its device event."""
-    t0 = _now()
+    # its record's round trip and the previous op's return are cut as a copy's (record.py), and
+    # its record is watched: the stretches on both sides are cut as between two ops (issue 27)
+    o, t0 = hostcost.round_trip(_now())
+    model.cut_ns += o  # add_cut(o, 0): the previous op's return, before the span
     src = call_site(4)  # (stack id, module path): the whole stack, as for kernels
     group = _group_of(args)
     # absolute modeled times (real minus this process's cut): comparable between the ranks;

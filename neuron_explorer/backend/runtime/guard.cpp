@@ -10,6 +10,7 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -210,8 +211,10 @@ struct RoundTrip {
   int64_t entry_at;   // CLOCK_REALTIME ns at the latest PythonSubclass record's start
   int64_t queued;     // run-queue delay from the watched record's end to entry_at (below)
   int64_t watch_delay;  // this thread's run-queue delay total when the watched record ended
+  int64_t watch_cpu;    // its CPU time then (-1: unknown)
+  int64_t watch_nvcsw;  // its voluntary context switches then (-1: unknown)
 };
-thread_local RoundTrip t_round_trip{0, 0, 0, 0, 0, 0, 0, 0, 0, -1};
+thread_local RoundTrip t_round_trip{0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1};
 int64_t g_capture = 0;  // captures ended so far: a thread's frees after one are not the next's
 // this thread's callback (a thread-local one, as the profiler's: autograd's device thread gets
 // both with the caller's thread-local state); added after the profiler's, it runs after it,
@@ -226,14 +229,26 @@ inline int64_t realtime_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-// The simulating machine's preemptions (issue 27): time this thread was runnable but waiting
-// for a CPU, which a host of its own would not lose. Linux keeps it per thread, in ns, as the
-// second field of /proc/thread-self/schedstat (one pread of a descriptor kept open per thread:
-// ~0.5 us). It is read at the two ends of the stretch the host clock keeps between two ops: when
-// the watched record ends (the previous op's return is over; read before its clock, so the
-// read is inside the return that is cut) and when torch's PythonSubclass record of the next op
-// opens (inside that op's span, cut). `queued` is the difference; record.py cuts it, at most
-// the stretch itself. -1 where the file is missing (not Linux, no /proc): nothing is cut.
+// The simulating machine's preemptions and stalls (issue 27): time this thread was not running
+// its own work though it had not blocked, which a host of its own would not lose. Two kinds:
+// - run-queue delay: runnable but waiting for a CPU Linux gave another thread (4 torchrun ranks
+//   on 2 cores). Linux keeps it per thread, in ns, as the second field of
+//   /proc/thread-self/schedstat (one pread of a descriptor kept open per thread: ~0.5 us);
+// - a stall of the virtual machine's CPU by its host (steal): Linux inside sees the thread
+//   running and no run-queue delay. On this project's 2-core VM it is most of the time lost: 4
+//   busy threads lost 0.9-1.0 s each in 1.3 s to stalls of up to 20 ms, against 0.1 s of
+//   run-queue delay (docs/device.md). With paravirtual steal accounting the thread's CPU clock
+//   (CLOCK_THREAD_CPUTIME_ID, ~0.2 us) leaves both out.
+// Both are read at the two ends of the stretch the host clock keeps between two ops: when the
+// watched record ends (the previous op's return is over; read before its clock, so the read is
+// inside the return that is cut) and when torch's PythonSubclass record of the next op opens
+// (inside that op's span, cut). Where the thread made no voluntary context switch between the
+// two (getrusage's ru_nvcsw unchanged, ~0.1 us: it did not sleep, wait for I/O, a lock or
+// another thread), the stretch's real host work is its CPU time, and `queued` is all the rest:
+// the wall time less the CPU time. Where it did (a data loader's sleep, a read), the time
+// blocked is the program's and stays: `queued` is the run-queue delay alone, and a stall of
+// the VM's CPU in that stretch stays too. record.py cuts `queued`, at most the stretch itself.
+// -1 where a figure cannot be read (not Linux, no /proc): nothing is cut.
 struct SchedStat {
   int fd = -2;  // -2: not opened yet
   ~SchedStat() {
@@ -257,22 +272,53 @@ int64_t run_delay_ns() {
   return end == second ? -1 : static_cast<int64_t>(delay);
 }
 
-// A reading at the end of a stretch: (delay, its time). Linux accounts a wait when the thread
-// runs again, so a preemption at the read's own return to user space is missing from the value
-// read, and must lie after the reading's time too, or it would be cut twice (with the stretch
-// and from the delay that follows). A read that took over kReadNs (~0.5 us unpreempted) was
-// preempted: it is dated at its start.
+inline int64_t thread_cpu_ns() {
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+inline int64_t voluntary_switches() {
+  rusage r;
+  return getrusage(RUSAGE_THREAD, &r) == 0 ? static_cast<int64_t>(r.ru_nvcsw) : -1;
+}
+
+// A reading at the end of a stretch: (delay, CPU time, voluntary switches, its time). Linux
+// accounts a wait when the thread runs again, so a preemption at the read's own return to user
+// space is missing from the delay read, and must lie after the reading's time too, or it would
+// be cut twice (with the stretch and from the delay that follows). A read that took over kReadNs
+// (~1 us unpreempted) was preempted: it is dated at its start. The switches are read first (one
+// after that read lies in the stretch) and the CPU clock last, just before the reading's time.
 constexpr int64_t kReadNs = 50000;
 struct Reading {
   int64_t delay;
+  int64_t cpu;
+  int64_t nvcsw;
   int64_t at;
 };
 
 Reading read_at_end() {
+  const int64_t nvcsw = voluntary_switches();
   const int64_t before = realtime_ns();
   const int64_t delay = run_delay_ns();
+  const int64_t cpu = thread_cpu_ns();
   const int64_t after = realtime_ns();
-  return {delay, after - before < kReadNs ? after : before};
+  return {delay, cpu, nvcsw, after - before < kReadNs ? after : before};
+}
+
+// At the next op's entry: the time since the watched record ended that this thread was not
+// running its own work (above), and the entry's time (after the reads: they lie in the cut span).
+void read_at_entry(RoundTrip& rt) {
+  const int64_t nvcsw = voluntary_switches();
+  if (nvcsw >= 0 && nvcsw == rt.watch_nvcsw && rt.watch_cpu >= 0) {
+    const int64_t cpu = thread_cpu_ns();
+    rt.entry_at = realtime_ns();
+    rt.queued = cpu >= 0 ? (rt.entry_at - rt.watch_end) - (cpu - rt.watch_cpu) : 0;
+    return;
+  }
+  const int64_t delay = run_delay_ns();
+  rt.queued = delay >= 0 && rt.watch_delay >= 0 ? delay - rt.watch_delay : 0;
+  rt.entry_at = realtime_ns();
 }
 
 // The free of a wrapper (issue 14): a neuron tensor's Python object is a subclass instance
@@ -300,7 +346,7 @@ bool g_gc = false;         // a garbage collection runs (set by gcpause.py)
 constexpr int64_t kStaleNs = 10000000;  // a free begun this long ago was not one (resurrected)
 thread_local void* t_freeing = nullptr;  // the wrapper whose free is being timed
 thread_local int64_t t_free_start = 0;
-thread_local int64_t t_free_queued = 0;  // the thread's run-queue delay when it began (-1: none)
+thread_local int64_t t_free_cpu = 0;  // the thread's CPU time when it began (-1: none)
 
 std::unique_ptr<at::ObserverContext> on_record_start(const at::RecordFunction& fn) {
   // torch's own record around the call into a subclass's __torch_dispatch__ opens inside the
@@ -313,9 +359,7 @@ std::unique_ptr<at::ObserverContext> on_record_start(const at::RecordFunction& f
   }
   const char* name = fn.name();
   if (name[0] == 'P' && std::strcmp(name, "PythonSubclass") == 0) {
-    const int64_t delay = run_delay_ns();  // the op is about to enter the runtime
-    rt.queued = delay >= 0 && rt.watch_delay >= 0 ? delay - rt.watch_delay : 0;
-    rt.entry_at = realtime_ns();
+    read_at_entry(rt);  // the op is about to enter the runtime
     return nullptr;
   }
   // a profiler started after ours was added runs after ours: its event would start after the
@@ -338,6 +382,8 @@ void on_record_end(const at::RecordFunction& fn, at::ObserverContext*) {
   if (rt.watch == reinterpret_cast<int64_t>(&fn)) {
     const Reading r = read_at_end();  // the read is inside the return, cut with it
     rt.watch_delay = r.delay;
+    rt.watch_cpu = r.cpu;
+    rt.watch_nvcsw = r.nvcsw;
     rt.watch_end = r.at;
     rt.watch = 0;
   }
@@ -346,6 +392,33 @@ void on_record_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 // This thread's RoundTrip (valid for the thread's life).
 extern "C" int64_t* neuron_round_trip_slot() { return &t_round_trip.start; }
+
+// Stretches no op's record bounds (issue 27): the caller of loss.backward() runs its last op,
+// then enters autograd's engine, whose first op runs on the device thread; once the graph is
+// done it returns and runs its next op. handoff.py ends this thread's stretch where the caller
+// enters the engine (the time it spent off its own work since its last op's return, as at an
+// op's entry, and where that stretch began: 0 where no record's end starts one) and begins one
+// where it returns (as a watched record's end does), so both are cut as between two ops.
+extern "C" int64_t neuron_stretch_off(int64_t* since) {
+  RoundTrip& rt = t_round_trip;
+  *since = 0;
+  if (rt.watch != 0 || rt.watch_end == 0) return 0;  // inside an op's record, or no stretch
+  read_at_entry(rt);
+  const int64_t off = rt.queued;
+  rt.queued = 0;  // taken here: no op's entry takes it again
+  *since = rt.watch_end;
+  return off;
+}
+
+extern "C" void neuron_stretch_begins() {
+  RoundTrip& rt = t_round_trip;
+  if (rt.watch != 0) return;  // a record is watched: its end begins the stretch
+  const Reading r = read_at_end();
+  rt.watch_delay = r.delay;
+  rt.watch_cpu = r.cpu;
+  rt.watch_nvcsw = r.nvcsw;
+  rt.watch_end = r.at;
+}
 
 // Turn this thread's callback on (at a capture's first recorded op: added anew, so it runs
 // after the profiler's callbacks of this capture) or off (the capture is drained): registered,
@@ -375,7 +448,7 @@ extern "C" void neuron_free_begins(void* obj) {
   if (t_freeing != nullptr && now - t_free_start < kStaleNs) return;  // nested in another free
   t_freeing = obj;
   t_free_start = now;
-  t_free_queued = run_delay_ns();  // after the clock: the read is timed with the free, cut
+  t_free_cpu = thread_cpu_ns();  // after the clock: the read is timed with the free, cut
 }
 
 // torch's base tensor type's tp_dealloc: every tensor's free ends here, a wrapper's too.
@@ -383,10 +456,11 @@ extern "C" void neuron_free_ends(void* obj) {
   g_base_dealloc(obj);
   if (obj != t_freeing) return;
   t_freeing = nullptr;
-  // a preemption inside the free is the run-queue delay's, cut once with it (record.py)
-  const Reading r = read_at_end();
-  const int64_t queued = t_free_queued >= 0 && r.delay >= 0 ? r.delay - t_free_queued : 0;
-  const int64_t spent = r.at - t_free_start - g_free_ns - (queued > 0 ? queued : 0);
+  // what the free took is its CPU time: a preemption or a stall of the VM's CPU inside it is
+  // the stretch's, cut once with it (read_at_entry, record.py)
+  const int64_t cpu = t_free_cpu >= 0 ? thread_cpu_ns() : -1;
+  const int64_t took = cpu >= 0 ? cpu - t_free_cpu : realtime_ns() - t_free_start;
+  const int64_t spent = took - g_free_ns;
   if (spent <= 0) return;
   RoundTrip& rt = t_round_trip;
   if (rt.capture != g_capture) {

@@ -181,6 +181,8 @@ def _load_native() -> None:
     lib.neuron_watch_frees.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.neuron_free_cost.argtypes = [ctypes.c_int64]
     lib.neuron_gc.argtypes = [ctypes.c_int]
+    lib.neuron_stretch_off.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    lib.neuron_stretch_off.restype = ctypes.c_int64
     lib.neuron_fast_attrs.argtypes = [ctypes.c_void_p] * 6
     changed = ctypes.CFUNCTYPE(None, ctypes.c_int64)(_stream_changed)
     lib.neuron_set_stream_callback(changed)

@@ -13,19 +13,29 @@ spans (a `cut` record, modeled 0), measured, not assumed: a window [caller enter
 device thread's first op] and [graph task done, caller returns], each less the caller's own CPU
 time over the whole call (computing dependencies, releasing the graph: real host work that
 stays). The start is cut when the first op arrives (before its kernel is placed, so host and
-device stay on one clock); the end when the caller returns. The caller's CPU time is read with
-its thread's CPU clock (`time.pthread_getcpuclockid`); where that is missing nothing is cut.
+device stay on one clock); the end when the caller returns, from the graph task's end or the
+last runtime call after it, whichever is later (DDP's final callbacks, which wait for its
+gradient all-reduces and copy the buckets, run after the one that marks the end). The caller's
+CPU time is read with its thread's CPU clock (`time.pthread_getcpuclockid`); where that is
+missing nothing is cut.
+
+The caller's own stretches on either side (from its last op's return to the engine's entry,
+and from its return to its next op) have no op of the caller's at one end, so an op's entry
+does not bound them (guard.cpp, issue 27): with the C++ guard the caller's stretch is ended at
+the entry (what it spent off its own work since its last op's return is cut there) and begun
+anew at the return, as between two ops.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 
 import torch
 from torch.autograd import profiler as _prof
 
-from neuron_explorer.backend.runtime import model
+from neuron_explorer.backend.runtime import hostcost, model
 
 _now = time.time_ns
 _calls: list[_Call] = []  # backward calls in progress, innermost last (a hook may nest one)
@@ -57,6 +67,7 @@ def install() -> None:
             return _orig(*args, **kwargs)
         owner = threading.get_ident()
         clock = time.pthread_getcpuclockid(owner)
+        _end_stretch(_now())
         call = _Call(owner, clock, time.clock_gettime_ns(clock), _now())
         _calls.append(call)
         try:
@@ -64,6 +75,8 @@ def install() -> None:
         finally:
             _calls.remove(call)
             _settle(call)
+            if hostcost.NATIVE is not None:
+                hostcost.NATIVE.neuron_stretch_begins()
 
     torch.autograd._engine_run_backward = _engine_run_backward  # backward() and grad() call it
 
@@ -92,12 +105,29 @@ def _finished(call: _Call) -> None:
 
 
 def _settle(call: _Call) -> None:
-    if call.done <= 0 or not _prof._is_profiler_enabled or model.cut_ns != call.cut:
+    if call.done <= 0 or not _prof._is_profiler_enabled:
         return
     t_ret = _now()
-    idle = t_ret - call.done - call.owner_cpu()
+    idle = t_ret - max(call.done, model.last_end_ns) - call.owner_cpu()
     if idle > 0:
         _cut(t_ret - idle, t_ret)
+
+
+def _end_stretch(t: int) -> None:
+    """The caller enters the engine at real time `t`: cut what it spent off its own work since
+    its last op's return (guard.cpp's neuron_stretch_off), within that stretch."""
+    lib = hostcost.NATIVE
+    if lib is None or not hostcost.ON:
+        return
+    since = ctypes.c_int64(0)
+    off = lib.neuron_stretch_off(ctypes.byref(since))
+    last = model.last_end_ns
+    if since.value <= last:  # no stretch of this thread's since the last runtime call
+        return
+    off = min(off, t - since.value)
+    if off > 0:
+        hostcost.QUEUED_NS[0] += off
+        _cut(t - off, t)
 
 
 def _cut(t0: int, t1: int) -> None:
