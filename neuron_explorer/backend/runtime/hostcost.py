@@ -72,15 +72,17 @@ _lock = threading.Lock()
 START, START_ID, WATCH, WATCH_END, FREE = range(5)  # the fields Python reads of one thread's
 ENTRY_AT, QUEUED = 7, 8  # slots (the sixth and seventh, the open records and the capture, are
 SLOTS = 9  # guard.cpp's own, as is a tenth not mapped)
-# The simulating machine's preemptions (issue 27): with the C++ guard each thread's run-queue
-# delay (Linux's /proc/thread-self/schedstat: time runnable but not running) is read where the
-# previous op's return ends and where the next op enters (guard.cpp); QUEUED is the delay
-# between the two, which the next op cuts with that return, never more than the real time the
-# clock keeps between them (so a preemption inside a span, a return or a garbage collection,
-# cut already, is not cut twice). QUEUED_NS sums the cuts of this process; the manifest gets a
-# capture's part (captured_run_queue).
+# The simulating machine's preemptions and stalls (issue 27): with the C++ guard each thread's
+# voluntary context switches, CPU time and run-queue delay (Linux's /proc/thread-self/schedstat)
+# are read where the previous op's return ends and where the next op enters (guard.cpp); QUEUED
+# is what the thread spent off its own work between the two (the real time less its CPU time
+# where it did not block, else the run-queue delay alone), which the next op cuts with that
+# return, never more than the real time the clock keeps between them (so a preemption inside a
+# span, a return or a garbage collection, cut already, is not cut twice). QUEUED_NS sums the
+# cuts of this process (handoff.py adds the caller's stretch before a backward); the manifest
+# gets a capture's part (captured_run_queue).
 RUN_QUEUE_FILE = "/proc/thread-self/schedstat"
-QUEUED_NS = [0]  # run-queue delay cut so far (record.py binds the list once)
+QUEUED_NS = [0]  # run-queue delay and stalls cut so far (record.py binds the list once)
 _queued_at_resume = 0  # QUEUED_NS when this capture's first op turned the callback on
 _queued_captured = 0  # what the last capture cut, set when it was drained
 NATIVE: ctypes.CDLL | None = None  # guard.native, set at registration (_registration.py)
@@ -138,8 +140,9 @@ def pause() -> None:
 
 
 def captured_run_queue() -> dict[str, object]:
-    """For the manifest: the run-queue delay the last drained capture cut from the host clock
-    (`cut_ns`, all threads of this process) and where it was read, or why nothing was."""
+    """For the manifest: the run-queue delay and CPU stalls the last drained capture cut from
+    the host clock (`cut_ns`, all threads of this process) and where it was read, or why
+    nothing was."""
     import os
 
     if not EXACT:
@@ -161,7 +164,7 @@ def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
     first): the span starts at t0. An op entered while the previous op's record is still open
     runs inside it (autograd saving a result calls `detach` on it): all the real time since
     the previous span is that op's return, cut, and the enclosing record stays watched. The
-    thread's run-queue delay between that return and this op's entry is cut with the return
+    thread's time off its CPU between that return and this op's entry is cut with the return
     (QUEUED, above). record.dispatch_recorded inlines this."""
     s = rt[START]
     if not (last_end < s <= t0):
@@ -178,7 +181,7 @@ def exact(rt, t0: int, last_end: int) -> tuple[int, int]:
     if f:  # the frees since the previous op: cut with its return, never beyond this op's start
         rt[FREE] = 0
         o = min(o + f, s - last_end) if last_end else o
-    q = rt[QUEUED]  # the run-queue delay between that return and this op's entry
+    q = rt[QUEUED]  # the time off its CPU between that return and this op's entry
     if q > 0 and last_end < e <= s and e < rt[ENTRY_AT] <= t0:
         q = min(q, s - last_end - o)  # never more than the stretch the clock keeps
         if q > 0:

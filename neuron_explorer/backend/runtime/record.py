@@ -47,7 +47,7 @@ _sig_get, _sig_set = tracking.compile_sig.get, tracking.compile_sig.__setitem__
 _MATMUL: dict[str, bool] = {}  # op name -> its plan reads operand layout (costmodel MATMUL)
 _host = events.record_host  # one host call, the clock advanced by its cut
 _gaps = _hostcost.GAPS  # the refit's samples (cleared, never rebound): read without a lookup
-_queued = _hostcost.QUEUED_NS  # [run-queue delay cut so far] (never rebound)
+_queued = _hostcost.QUEUED_NS  # [run-queue delay and stalls cut so far] (never rebound)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -227,7 +227,7 @@ def dispatch_recorded(info, args: tuple, kwargs: dict, t0: int):
             if f:
                 slots[4] = 0
                 o = min(o + f, s - last) if last else o
-            q = slots[8]  # QUEUED: run-queue delay since that return (hostcost.queued_cut)
+            q = slots[8]  # QUEUED: time off its CPU since that return (hostcost.exact)
             if q > 0 and last < e <= s and e < slots[7] <= t0:  # ENTRY_AT: this op's entry
                 q = min(q, s - last - o)  # never more than the stretch the clock keeps
                 if q > 0:
