@@ -150,7 +150,7 @@ class TraceHandler:
         self._check(self.base)
         launched = _launched_rank()
         if self.by_rank and launched is not None:  # present in the job from now on (rank_parts)
-            rank_parts.attend(self.base, launched)
+            _attend(self.base, launched)
 
     @staticmethod
     def _check(path: Path) -> None:
@@ -300,11 +300,21 @@ def _launched_rank() -> int | None:
     return rank
 
 
+def _attend(path: Path, rank: int) -> None:
+    """This process present in the job writing `path`; where the folder takes no lock (some
+    network file systems), the job's profile waits for its last part or for `capture`."""
+    try:
+        rank_parts.attend(path, rank)
+    except OSError as e:
+        print(f"neuron-explorer: {ranks.parts_dir(path)}: no lock ({e})", file=sys.stderr)
+
+
 def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) -> None:
     """This rank's part, then the job's profile if this part completes it or no other rank of
     the job is still present (model/rank_parts.py)."""
-    rank_parts.attend(path, job.rank)
+    _attend(path, job.rank)
     part = ranks.part_path(path, job.rank)
+    part.parent.mkdir(parents=True, exist_ok=True)
     write_profile(raw, part, extra)
     if isinstance(raw.runtime, list):  # written: the rank that assembles the job needs none of it
         raw.runtime.clear()
