@@ -259,10 +259,9 @@ def test_a_rank_on_another_host_clock_is_aligned_on_the_collectives(straggler_pr
 
 @pytest.mark.slow
 def test_ranks_assembling_at_once_leave_one_whole_profile(straggler_profile, tmp_path):
-    """Four ranks that finish together each assemble the job from the parts: whichever writes
-    the whole job removes the parts, and a rank that comes to the lock after that finds its own
-    part gone and leaves the whole profile as it is (it neither fails nor writes a partial one
-    over it)."""
+    """Four ranks whose parts land together: exactly one writes the whole job and removes the
+    parts, and a rank that comes to the lock after that finds its own part gone and leaves the
+    whole profile as it is (it neither fails nor writes a partial one over it)."""
     from neuron_explorer.model import Profile, combine
 
     assembler = Path(__file__).resolve().parent / "ranks" / "assemble_worker.py"
@@ -276,16 +275,52 @@ def test_ranks_assembling_at_once_leave_one_whole_profile(straggler_profile, tmp
         procs = [
             subprocess.Popen(
                 [sys.executable, str(assembler), str(job), "4", "run-x", str(rank), str(ready)],
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )  # fmt: skip
             for rank in range(4)
         ]
-        errors = [p.communicate(timeout=120)[1] for p in procs]
-        assert [p.returncode for p in procs] == [0] * 4, errors
+        said = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, [e for _, e in said]
+        assert [o for o, _ in said].count("wrote\n") == 1  # the job's profile, written once
         p = Profile.open(job)
         assert p.manifest.ranks == (0, 1, 2, 3) and p.manifest.extra["missing_ranks"] == []
         assert not combine.parts_dir(job).exists()
+
+
+@pytest.mark.slow
+def test_a_job_is_assembled_once_and_again_only_for_new_parts_while_no_rank_is_present(
+    straggler_profile, tmp_path
+):
+    """Parts landing while another rank of the job is present write nothing; once no other
+    rank is present (it died, or never profiles), the parts there are the job's profile, its
+    missing ranks named, and that set of parts is not written twice."""
+    from neuron_explorer.model import Profile, combine, rank_parts
+
+    job = tmp_path / "job"
+    host = Profile.open(straggler_profile).manifest.host
+    combine.parts_dir(job).mkdir()
+    present = subprocess.Popen(  # rank 3, alive, its part not written yet
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from neuron_explorer.model import rank_parts; "
+         f"rank_parts.attend(Path({str(job)!r}), 3); print('in', flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert present.stdout is not None and present.stdout.readline() == "in\n"
+    for rank in (0, 1):
+        _rank_part(straggler_profile, rank, combine.part_path(job, rank), 0, host)
+        assert not rank_parts.part_landed(job, 4, "run-x", rank)
+    assert not job.exists() and not rank_parts.settle(job)
+    present.kill()  # rank 3 dies without its part: the others are the job
+    present.wait()
+    assert rank_parts.settle(job) and not rank_parts.settle(job)  # once for this set of parts
+    p = Profile.open(job)
+    assert p.manifest.ranks == (0, 1) and p.manifest.extra["missing_ranks"] == [2, 3]
+    _rank_part(straggler_profile, 0, combine.part_path(job, 2), 0, host)
+    assert rank_parts.part_landed(job, 4, "run-x", 2)  # a new part, and no one else present
+    assert Profile.open(job).manifest.extra["missing_ranks"] == [3]
+    assert combine.parts_dir(job).exists()  # kept until every rank is in
 
 
 @pytest.mark.slow

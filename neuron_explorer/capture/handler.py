@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from ..errors import ExplorerError
 from ..importers.assemble import Assembled
 from ..model import combine as ranks
+from ..model import rank_parts
 from ..model.io import ProfileWriter
 from ..model.profile import is_profile
 from ..model.schema import STACKS, conform
@@ -45,7 +46,9 @@ class RawCapture:
 
     workdir: Path  # temporary; holds the exported Kineto trace
     trace: Path
-    runtime: tuple[Any, ...]  # backend RuntimeEvents drained for this cycle
+    runtime: Sequence[
+        Any
+    ]  # backend RuntimeEvents drained for this cycle (a list: dropped once written)
     device_spec: dict[str, Any] | None
     roots: tuple[str, ...]  # where user source files may be copied from
     torch_version: str
@@ -97,7 +100,7 @@ def _device_spec() -> dict[str, Any] | None:
         return None
 
 
-def _neff_graphs(drained: tuple[Any, ...]) -> dict[str, tuple]:
+def _neff_graphs(drained: Sequence[Any]) -> dict[str, tuple]:
     """The graphs the drained kernels of compiled programs were lowered from, by key."""
     keys = {e.args["neff_graph"] for e in drained if e.kind == "kernel" and e.args
             and e.args.get("neff_graph")}  # fmt: skip
@@ -145,6 +148,9 @@ class TraceHandler:
         self.written: list[Path] = []
         self.extra: dict[str, Any] = {}  # added to each manifest's extra (the capture command)
         self._check(self.base)
+        launched = _launched_rank()
+        if self.by_rank and launched is not None:  # present in the job from now on (rank_parts)
+            _attend(self.base, launched)
 
     @staticmethod
     def _check(path: Path) -> None:
@@ -164,7 +170,7 @@ class TraceHandler:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
         runtime = _runtime_module()
-        drained = tuple(runtime.drain()) if runtime is not None else ()
+        drained = list(runtime.drain()) if runtime is not None else []
         exc = exiting_exception()  # the `with profile(...)` block is ending in an exception
         if exc is not None:
             self.extra["run_ended"] = run_ended(exc)
@@ -283,12 +289,49 @@ def _distributed_job() -> Job | None:
     return Job(rank, world, run_id) if world > 1 and 0 <= rank < world else None
 
 
+def _launched_rank() -> int | None:
+    """This process's rank when a launcher (torchrun) started it as one of several."""
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    if os.environ.get("NEURON_EXPLORER_MODEL_RANKS") or not 0 <= rank < world or world < 2:
+        return None
+    return rank
+
+
+def _attend(path: Path, rank: int) -> None:
+    """This process present in the job writing `path`; where the folder takes no lock (some
+    network file systems), the job's profile waits for its last part or for `capture`."""
+    try:
+        rank_parts.attend(path, rank)
+    except OSError as e:
+        print(f"neuron-explorer: {ranks.parts_dir(path)}: no lock ({e})", file=sys.stderr)
+
+
 def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) -> None:
-    """This rank's part, then the job's profile from every part written so far."""
+    """This rank's part, then the job's profile if this part completes it or no other rank of
+    the job is still present (model/rank_parts.py)."""
+    _attend(path, job.rank)
     part = ranks.part_path(path, job.rank)
     part.parent.mkdir(parents=True, exist_ok=True)
     write_profile(raw, part, extra)
-    ranks.assemble(path, job.world_size, job.run_id, job.rank)
+    if isinstance(raw.runtime, list):  # written: the rank that assembles the job needs none of it
+        raw.runtime.clear()
+    release_memory()  # the rank that assembles the job starts from its step's memory, not more
+    rank_parts.part_landed(path, job.world_size, job.run_id, job.rank)
+
+
+def release_memory() -> None:
+    """Give the heap's free pages back to the system: what merging a step's events freed stays
+    in glibc's arenas and Arrow's pool otherwise (a real-size shapes-only rank kept 0.3 GiB)."""
+    import ctypes
+
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _host_events(trace: Path) -> Assembled:

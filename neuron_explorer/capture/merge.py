@@ -166,7 +166,7 @@ def merge(
         return int(host_ids[p]) if p < n_host else ids[calls[p - n_host].id]
 
     src = Attributor(runtime, first_stack_id)
-    rows: list[tuple] = []
+    rows = _RowBlocks()
     flow_step: dict[int, int] = {}
     call_steps = step_of(c_start, steps_start, steps_end, steps_num)
     for i, e in enumerate(calls):
@@ -189,9 +189,7 @@ def merge(
              int(e.device_dur_ns or 0), pid, step, src.of(e))  # fmt: skip
 
     host = _fill_op_lines(host, parents, calls, src)
-    columns = dict(zip(_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) if rows else {}
-    added = conform(EVENTS, columns) if rows else EVENTS.arrow_schema().empty_table()
-    events = pa.concat_tables([conform(EVENTS, host), added]).unify_dictionaries()
+    events = pa.concat_tables([conform(EVENTS, host), *rows.tables()]).unify_dictionaries()
     counters = _memory_counters(memory, clock, origin_unix_ns, device, rank)
     steps = tuple(
         Step(int(k), rank, int(s), int(e - s))
@@ -261,7 +259,34 @@ def _args(e: Any, layer: str) -> str | None:
     return json.dumps(args, default=str, sort_keys=True) if args else None
 
 
-def _add(rows: list[tuple], rank: int, e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
+class _RowBlocks:
+    """Runtime events' rows made Arrow tables a block at a time: a real-size step's hundreds of
+    thousands of DMA transfers are never all held as Python tuples and column lists at once
+    (they were a third of a shapes-only rank's peak, docs/device.md)."""
+
+    BLOCK = 32_768
+
+    def __init__(self) -> None:
+        self._rows: list[tuple] = []
+        self._tables: list[pa.Table] = []
+
+    def append(self, row: tuple) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= self.BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._rows:
+            columns = dict(zip(_COLUMNS, map(list, zip(*self._rows, strict=True)), strict=True))
+            self._rows = []
+            self._tables.append(conform(EVENTS, columns))
+
+    def tables(self) -> list[pa.Table]:
+        self._flush()
+        return self._tables
+
+
+def _add(rows: _RowBlocks, rank: int, e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
          start: int, dur: int, parent: int | None, step: int | None, at: Attribution) -> None:  # fmt: skip
     """One runtime event as a row, in the order of the events schema's columns."""
     file, lineno, func = at.src or (None, None, None)

@@ -1,9 +1,10 @@
 """One profile for every rank of a torch.distributed job.
 
 Each rank writes its own complete profile as a part, `.NAME.ranks/rank=N` beside the profile
-NAME, then assembles NAME from every part present, under a file lock, so the last rank to finish
-leaves a profile holding all of them. The parts stay until every rank of the job is in; a rank
-that crashed leaves the others' profile readable, and the manifest names the missing ranks.
+NAME; the job's profile NAME is then written once from the parts, under a file lock, by the rank
+whose part completes the job or, when a rank never writes, by the last process of the job
+(rank_parts.py). The parts stay until every rank of the job is in; a rank that crashed leaves
+the others' profile readable, and the manifest names the missing ranks.
 
 Ids (`id`, `parent_id`, `flow_id`, `stack_id`) are renumbered per rank so they stay unique in the
 whole profile, and every rank's times are shifted to the earliest rank's origin (on the
@@ -43,44 +44,33 @@ def part_path(profile: Path, rank: int) -> Path:
     return parts_dir(profile) / f"rank={rank}"
 
 
-def assemble(profile: Path, world_size: int, run_id: str, rank: int | None = None) -> Path:
+def assemble(profile: Path, world_size: int, run_id: str) -> Path:
     """Write `profile` from every rank part present (under a lock); drop the parts when all
-    `world_size` ranks are in.
-
-    Ranks that finish at once race here: the one that writes the whole job removes the parts
-    (the lock file with them) while it still holds the lock, so a rank (`rank`) that opens the
-    lock after that, or waited on it, finds its own part gone: the job's profile already holds
-    it, and is left as it is (rebuilt from no parts, it would be lost or overwritten partial).
-    """
+    `world_size` ranks are in. (Ranks of a live job go through rank_parts.part_landed, which
+    calls this once a job rather than once a rank.)"""
     parts = parts_dir(profile)
-    try:
-        lock = open(parts / ".lock", "a")
-    except FileNotFoundError:
-        if rank is None:
-            raise
-        return profile  # the whole job was written and its parts removed
-    with lock:
+    with open(parts / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if rank is not None and not (part_path(profile, rank) / "manifest.json").is_file():
-            _remove_if_empty(parts)
-            return profile
-        present = sorted(
-            int(p.name.split("=", 1)[1])
-            for p in parts.glob("rank=*")
-            if (p / "manifest.json").is_file()
-        )
-        profiles = [Profile.open(part_path(profile, r)) for r in present]
-        _write(profile, profiles, present, world_size, run_id)
+        present = present_ranks(parts)
+        write_job(profile, present, world_size, run_id)
         if len(present) == world_size:
             shutil.rmtree(parts, ignore_errors=True)
     return profile
 
 
-def _remove_if_empty(parts: Path) -> None:
-    """Remove a parts folder that holds no part: a late rank's lock file, created there while
-    the rank that wrote the whole job was removing it."""
-    if not any(parts.glob("rank=*")):
-        shutil.rmtree(parts, ignore_errors=True)
+def present_ranks(parts: Path) -> list[int]:
+    """The ranks whose parts are complete in the parts folder `parts`, in order."""
+    return sorted(
+        int(p.name.split("=", 1)[1])
+        for p in parts.glob("rank=*")
+        if (p / "manifest.json").is_file()
+    )
+
+
+def write_job(profile: Path, ranks: Sequence[int], world_size: int, run_id: str) -> None:
+    """Write the job's profile `profile` from the parts of `ranks` (the caller holds the lock)."""
+    profiles = [Profile.open(part_path(profile, r)) for r in ranks]
+    _write(profile, profiles, ranks, world_size, run_id)
 
 
 def _write(

@@ -74,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
     if torchrun.is_launch(command):  # every rank captures itself; one profile for the job
         import subprocess
 
-        out = ["-o", str(Path(args.output).resolve())]
-        return subprocess.call(torchrun.rewrite(command, [*out, *schedule_args]))
+        from ...model import rank_parts
+
+        output = Path(args.output).resolve()
+        code = subprocess.call(torchrun.rewrite(command, ["-o", str(output), *schedule_args]))
+        # a rank that died after the others had gone left its job's parts unassembled
+        rank_parts.settle(output)
+        return code
     from ...capture.runner import Schedule, run_captured
 
     schedule = Schedule(args.wait, args.warmup, args.active, args.repeat)
