@@ -168,7 +168,7 @@ def _steps(path: Path) -> list[int]:
 # --- the pages --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # a profiled loop, a capture and every command: ~40 s
+@pytest.mark.sweep  # a profiled loop, a capture and every command: ~70 s (default suite < 15 min)
 def test_readme_snippets_run_as_written(sandbox):
     (python,) = _of("README.md", "python")
     proc = subprocess.run([sys.executable, "-c", python.code], cwd=sandbox, env=_env(),

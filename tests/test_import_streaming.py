@@ -25,6 +25,7 @@ from neuron_explorer.model.profile import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = sorted(DATA.rglob("*.json.gz"))
+BIG = 100_000  # compressed bytes: the traces above it take 10-30 s each, so they run in the sweeps
 SMALL_BUDGET = 1 << 20  # 4 KB ranges: every trace here is cut into many
 TABLES = ("events", "stacks", "counters")
 _ALEXNET = (
@@ -60,7 +61,11 @@ def test_every_trace_here_is_found():
     assert len(TRACES) >= 10
 
 
-@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.name[:40])
+@pytest.mark.parametrize(
+    "trace",
+    [pytest.param(t, marks=pytest.mark.sweep) if t.stat().st_size > BIG else t for t in TRACES],
+    ids=lambda p: p.name[:40],
+)
 def test_streaming_import_equals_the_in_memory_one(trace, tmp_path):
     seen: list[int] = []
 

@@ -117,6 +117,7 @@ def hostile(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.sweep  # ~16 s
 def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hostile, tmp_path):
     with serve(hostile, tmp_path) as (hostport, pid):
         c = KeptAlive(hostport)
@@ -169,6 +170,7 @@ def test_every_hostile_profile_is_a_clear_4xx_on_one_kept_alive_connection(hosti
     assert peak < PEAK_MB
 
 
+@pytest.mark.sweep  # ~16 s
 def test_the_memory_ceiling_refuses_a_profile_that_would_pass_it(tmp_path):
     """`--max-memory 400M`: a 530,000-event profile needs about 410 MB (rows counted in its
     footers), so its pages are refused with 503 before a row is read; the small profile is

@@ -98,7 +98,7 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # ~16 s
 def test_a_real_server_stays_up_and_small_under_a_huge_string(tmp_path):
     root = tmp_path / "profiles"
     root.mkdir()

@@ -84,6 +84,7 @@ def _every_answer(c: httpx.Client, base: str, name: str) -> dict[str, httpx.Resp
     return {u: c.get(base + u) for u in urls}
 
 
+@pytest.mark.sweep  # its server fixture alone ~35 s
 def test_a_huge_line_number_lists_only_the_files_lines(server, hostile):
     base, proc = server
     with httpx.Client(timeout=120) as c:
@@ -111,6 +112,7 @@ def test_a_huge_line_number_lists_only_the_files_lines(server, hostile):
     assert proc.poll() is None and peak_rss_mb(proc.pid) < SERVER_MB
 
 
+@pytest.mark.sweep  # ~50 s: kept out of the default suite's 15 minutes
 def test_a_raw_trace_naming_a_huge_line_is_served_bounded(hostile, server_home, tmp_path):
     with (
         serve(hostile.raw_huge_line, tmp_path, server_home) as (base, proc),

@@ -69,7 +69,7 @@ def neuron_root(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # ~16 s of runaway queries
 def test_sql_is_bounded_for_the_whole_server(neuron_root, tmp_path):
     """A flood of runaway queries: RUNNING run, QUEUED wait, the rest get 503 at once; pages,
     static files and the profile list stay fast; three memory-heavy queries fail on the memory
