@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from math import prod
@@ -11,6 +13,9 @@ from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC
 from neuron_explorer.vocab.engines import DMA_ENGINE as DMA
 from neuron_explorer.vocab.engines import ENGINES as ENGINES
 from neuron_explorer.vocab.engines import TENSOR_ENGINE
+
+from .instr_table import Instr as Instr
+from .instr_table import InstrTable
 
 # Bytes per element by torch dtype name (without "torch.").
 DTYPE_BYTES: dict[str, int] = {
@@ -59,27 +64,6 @@ class TensorInfo:
         return self.numel * self.itemsize
 
 
-class Instr(NamedTuple):
-    """One instruction (or `repeat` identical ones in a row) of a kernel plan.
-
-    `deps` are indices of earlier instructions of the same plan that must finish first; `queue`
-    is the plan-relative DMA queue of a DMA transfer. `utilization` is the share of the engine's
-    peak the work uses (for TensorE: the share of the 128x128 array the tiles fill). A NamedTuple,
-    not a dataclass, because lowering builds thousands of them and a tuple is 5x cheaper to make.
-    """
-
-    engine: str
-    opcode: str
-    dur_ns: int
-    deps: tuple[int, ...] = ()
-    flops: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    queue: int = 0
-    repeat: int = 1
-    utilization: float = 1.0
-
-
 class Compute(NamedTuple):
     """Engine work before it is split into pipeline stages (the unit `fuse` recombines)."""
 
@@ -98,7 +82,7 @@ class KernelPlan:
 
     name: str
     op: str
-    instrs: tuple[Instr, ...]
+    instrs: Sequence[Instr]  # given as a tuple; kept as an InstrTable (instr_table.py)
     flops: int
     bytes_read: int  # HBM bytes read by the kernel's DMA
     bytes_written: int  # HBM bytes written by the kernel's DMA
@@ -108,25 +92,35 @@ class KernelPlan:
     category: str = "elementwise"
     spec: str = "trn2"  # name of the DeviceSpec it was lowered for
     gemms: tuple[tuple[int, int, int, int], ...] = ()  # (batch, M, K, N) of TensorE work
-    # (resource, is_dma, dur_ns, deps) per instruction, precomputed for the timeline's hot loop
-    sched: tuple[tuple[int, bool, int, tuple[int, ...]], ...] = field(
-        default=(), init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
-        sched = tuple(
-            (i.queue, True, i.dur_ns, i.deps)
-            if i.engine == DMA
-            else (ENGINE_INDEX[i.engine], False, i.dur_ns, i.deps)
-            for i in self.instrs
-        )
-        object.__setattr__(self, "sched", sched)
+        # the compile cache keeps every plan: its instructions as columns (instr_table.py)
+        object.__setattr__(self, "instrs", InstrTable.of(self.instrs))
+
+    @property
+    def sched(self) -> list[tuple[int, bool, int, tuple[int, ...]]]:
+        """(resource, is_dma, dur_ns, deps) per instruction, as the timeline schedules them:
+        built when asked (a plan placed on an idle device reads only `idle_schedule`)."""
+        instrs = self.instrs
+        durs: Sequence[int]
+        queues: Sequence[int]
+        if isinstance(instrs, InstrTable):
+            engines, deps = instrs.engines(), instrs.deps()
+            durs, queues = instrs.column("dur_ns"), instrs.column("queue")
+        else:
+            engines, deps = [i.engine for i in instrs], [i.deps for i in instrs]
+            durs, queues = [i.dur_ns for i in instrs], [i.queue for i in instrs]
+        return [
+            (q, True, dur, d) if e == DMA else (ENGINE_INDEX[e], False, dur, d)
+            for e, dur, d, q in zip(engines, durs, deps, queues, strict=True)
+        ]
 
     @cached_property
     def idle_schedule(self) -> tuple:
         """The plan scheduled alone from time 0 with the DMA rotation at 0: (starts, end per
         plan-relative resource, first start, last end). Where every resource the plan uses is
-        free by its ready time, the timeline places it exactly at ready + these offsets."""
+        free by its ready time, the timeline places it exactly at ready + these offsets. The
+        starts are an int64 array (a sequence of ints), one per instruction."""
         free: dict[tuple[bool, int], int] = {}
         starts: list[int] = []
         ends: list[int] = []
@@ -140,7 +134,11 @@ class KernelPlan:
             ends.append(t)
             free[(is_dma, res)] = t
         last = tuple((is_dma, res, end) for (is_dma, res), end in free.items())
-        return tuple(starts), last, min(starts, default=0), max(ends, default=0)
+        first, final = min(starts, default=0), max(ends, default=0)
+        try:
+            return array("q", starts), last, first, final
+        except (TypeError, OverflowError):  # durations that are not 64-bit ints: as they are
+            return tuple(starts), last, first, final
 
     @property
     def is_empty(self) -> bool:
@@ -149,7 +147,7 @@ class KernelPlan:
 
     @cached_property
     def dma_queues_used(self) -> int:
-        return 1 + max((i.queue for i in self.instrs if i.engine == DMA), default=-1)
+        return 1 + max((q for q, is_dma, _d, _p in self.sched if is_dma), default=-1)
 
     @property
     def tensor_utilization(self) -> float | None:

@@ -104,7 +104,7 @@ class DeviceTimeline:
         nq, rot = self._nq, self._rotation
         if ready < self._horizon:
             ready = self._horizon
-        if not plan.sched:
+        if not plan.instrs:
             return ready, ready, (), 0, nq, 0
         free = self._free
         base = len(ENGINE_INDEX)
