@@ -14,10 +14,12 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, NamedTuple
 
 from neuron_explorer.backend.runtime import model, source
-from neuron_explorer.vocab.engines import KERNEL_TRACK
+from neuron_explorer.vocab.engines import DMA_ENGINE as DMA
+from neuron_explorer.vocab.engines import DMA_PREFIX, KERNEL_TRACK
 from neuron_explorer.vocab.kinds import RUNTIME_HOST_KINDS as HOST_KINDS
 
 DEFAULT_INSTRUCTION_LIMIT = 200_000
@@ -370,18 +372,48 @@ def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int
             args={"category": plan.category, **(k.args or {})},
         )
     )  # fmt: skip
-    for r in run.instrs:
-        if budget <= 0:
-            break
-        budget -= 1
+    if budget <= 0 or not plan.instrs:
+        return budget
+    shared = _shared  # one object for each value the drain's many instruction events repeat
+    nq, rot, shift = run.dma_queues, run.queue_offset, run.shift
+    n = min(budget, len(plan.instrs))
+    for ins, at in zip(islice(plan.instrs, n), run.offsets, strict=False):
+        engine = ins.engine
+        track = f"{DMA_PREFIX}{(ins.queue + rot) % nq}" if engine == DMA else engine
         out.append(
             RuntimeEvent(
-                id=next_id(), kind="dma" if r.track.startswith("DMA") else "instruction",
-                name=r.opcode, op_name=op, tid=tid, device_start_ns=base + int(r.start_ns),
-                device_dur_ns=int(r.dur_ns), track=r.track, engine=r.engine, flops=int(r.flops),
-                bytes_read=int(r.bytes_read), bytes_written=int(r.bytes_written), flow_id=flow,
-                parent_id=eid, src_file=file, src_line=line, src_func=func, stack=stack, module=module,
-                seq_nr=seq, is_backward=bwd, args={"count": r.count, "utilization": r.utilization},
+                id=next_id(), kind="dma" if track.startswith("DMA") else "instruction",
+                name=ins.opcode, op_name=op, tid=tid, device_start_ns=base + int(shift + at),
+                device_dur_ns=shared(int(ins.dur_ns)), track=shared(track), engine=engine,
+                flops=shared(int(ins.flops)), bytes_read=shared(int(ins.bytes_read)),
+                bytes_written=shared(int(ins.bytes_written)), flow_id=flow, parent_id=eid,
+                src_file=file, src_line=line, src_func=func, stack=stack, module=module,
+                seq_nr=seq, is_backward=bwd, args=_instr_args(ins.repeat, ins.utilization),
             )
         )  # fmt: skip
-    return budget
+    return budget - n
+
+
+_shared_values: dict = {}
+_args_of: dict[tuple, dict] = {}
+
+
+def _shared(value: Any) -> Any:
+    """`value`, as the one object of its value that the drained events share (a real-size
+    step's 200,000 instruction events repeat a few thousand durations, sizes and tracks)."""
+    got = _shared_values.setdefault(value, value)
+    if len(_shared_values) > 1 << 16:
+        _shared_values.clear()
+    return got if type(got) is type(value) else value  # 1 and 1.0 are one key
+
+
+def _instr_args(count: int, utilization: float) -> dict:
+    """An instruction event's args, one dict for each (count, utilization): read-only, shared
+    by the events that carry it."""
+    key = (count, utilization, type(count), type(utilization))  # 1 and 1.0 are one key
+    args = _args_of.get(key)
+    if args is None:
+        if len(_args_of) > 1 << 16:
+            _args_of.clear()
+        args = _args_of[key] = {"count": count, "utilization": utilization}
+    return args
