@@ -35,7 +35,7 @@ from . import sources
 from .device_trace import drop_plugin_events
 from .ending import exiting_exception, run_ended, sigterm_deferred
 from .host import without_own_frames
-from .merge import in_window, merge
+from .merge import in_window, merge, whole
 
 WINDOW_SLACK_NS = 1_000_000  # runtime events this close outside the trace's span still count
 
@@ -48,7 +48,7 @@ class RawCapture:
     trace: Path
     runtime: Sequence[
         Any
-    ]  # backend RuntimeEvents drained for this cycle (a list: dropped once written)
+    ]  # backend RuntimeEvents drained for this cycle (events.drain()'s: dropped once written)
     device_spec: dict[str, Any] | None
     roots: tuple[str, ...]  # where user source files may be copied from
     torch_version: str
@@ -111,7 +111,7 @@ def _neff_graphs(drained: Sequence[Any]) -> dict[str, tuple]:
     return recorded_graphs(keys)
 
 
-def graph_columns(graphs: dict[str, tuple], events: list[Any]) -> dict[str, list] | None:
+def graph_columns(graphs: dict[str, tuple], events: Sequence[Any]) -> dict[str, list] | None:
     """The `graphs` table of the graphs that `events` (RuntimeEvents) name; None for none."""
     named = {e.args.get("neff_graph") for e in events if e.kind == "kernel" and e.args}
     cols: dict[str, list] = {c: [] for c in ("graph", "op_index", "op", "inputs", "outputs",
@@ -170,7 +170,7 @@ class TraceHandler:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
         runtime = _runtime_module()
-        drained = list(runtime.drain()) if runtime is not None else []
+        drained = runtime.drain() if runtime is not None else []
         exc = exiting_exception()  # the `with profile(...)` block is ending in an exception
         if exc is not None:
             self.extra["run_ended"] = run_ended(exc)
@@ -185,11 +185,11 @@ class TraceHandler:
             if modeled is not None:  # which ranks ran and which are copies of them
                 self.extra["model_ranks"] = modeled
             self.extra.pop("grouped_matmul", None)
-            self.extra.update(grouped_matmul_extra(drained))
+            self.extra.update(grouped_matmul_extra(whole(drained)))
         import torch
 
         return RawCapture(workdir, trace, drained, _device_spec() if drained else None,
-                          _roots(), torch.__version__, _neff_graphs(drained))  # fmt: skip
+                          _roots(), torch.__version__, _neff_graphs(whole(drained)))  # fmt: skip
 
     def discard(self, raw: RawCapture) -> None:
         shutil.rmtree(raw.workdir, ignore_errors=True)
@@ -316,7 +316,7 @@ def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) ->
     part = ranks.part_path(path, job.rank)
     part.parent.mkdir(parents=True, exist_ok=True)
     write_profile(raw, part, extra)
-    if isinstance(raw.runtime, list):  # written: the rank that assembles the job needs none of it
+    if hasattr(raw.runtime, "clear"):  # written: the rank that assembles the job needs none of it
         raw.runtime.clear()
     release_memory()  # the rank that assembles the job starts from its step's memory, not more
     rank_parts.part_landed(path, job.world_size, job.run_id, job.rank)
@@ -372,7 +372,7 @@ def write_profile(raw: RawCapture, path: Path, extra: dict[str, Any] | None = No
         writer.write_events(merged.events)
         writer.write_table("stacks", stacks)
         writer.write_table("counters", counters)
-        graphs = graph_columns(raw.graphs, runtime)
+        graphs = graph_columns(raw.graphs, whole(runtime))
         if graphs is not None:  # what `whatif --chip` lowers again (costmodel/graph_record.py)
             writer.write_table("graphs", graphs)
         files = sources.named_files(merged.events, stacks)

@@ -10,7 +10,7 @@ the forward op with the same autograd sequence number. See clock.py for the time
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -84,15 +84,40 @@ def normalize_calls(calls: Sequence[Any]) -> list[Any]:
     return out
 
 
-def in_window(runtime: Sequence[Any], lo_ns: int, hi_ns: int) -> list[Any]:
+def in_window(runtime: Sequence[Any], lo_ns: int, hi_ns: int) -> Sequence[Any]:
     """The runtime events of the recorded window (real unix ns): host calls made in it, and
-    the device work they launched."""
+    the device work they launched; by id. Drained events (backend/runtime/drained.py) stay
+    so, their kernels' instruction rows built only when read."""
     calls = [
-        e for e in runtime if e.host_start_ns is not None and lo_ns <= e.host_start_ns <= hi_ns
+        e
+        for e in whole(runtime)
+        if e.host_start_ns is not None and lo_ns <= e.host_start_ns <= hi_ns
     ]
     flows = {e.flow_id for e in calls if e.flow_id}
+    if hasattr(runtime, "select"):
+        ids = {e.id for e in calls}
+        return runtime.select(lambda e: e.id in ids or (e.host_start_ns is None and (
+            not e.flow_id or e.flow_id in flows))).sorted_by_id()  # fmt: skip
     work = [e for e in runtime if e.host_start_ns is None and (not e.flow_id or e.flow_id in flows)]
     return sorted([*calls, *work], key=lambda e: e.id)
+
+
+def whole(runtime: Sequence[Any]) -> Sequence[Any]:
+    """The runtime events without kernels' instruction and DMA rows where they are drained
+    events (whose `whole()` builds none of them); else all of them."""
+    return runtime.whole() if hasattr(runtime, "whole") else runtime
+
+
+class _Where:
+    """The events of `runtime` that `keep` accepts, read again at each pass: a drained step's
+    instruction events are built while read, never all held."""
+
+    def __init__(self, runtime: Sequence[Any], keep: Any) -> None:
+        self.runtime, self.keep = runtime, keep
+
+    def __iter__(self) -> Any:
+        keep = self.keep
+        return (e for e in self.runtime if keep(e))
 
 
 def merge(
@@ -106,14 +131,19 @@ def merge(
     -> events and counters on one clock, with the steps and the runtime's stacks."""
     host = close_optimizer_spans(without_stop_marker(drop_own_frames(host)))
     rank = int(host.column("rank")[0].as_py()) if host.num_rows else 0  # one process, one rank
+    built = whole(runtime)  # all but kernels' instruction and DMA rows (drained.py)
     calls = normalize_calls(
-        [e for e in runtime if e.kind in HOST_KINDS and e.host_start_ns is not None]
+        [e for e in built if e.kind in HOST_KINDS and e.host_start_ns is not None]
     )
-    work = [e for e in runtime if e.kind in DEVICE_KINDS and e.device_start_ns is not None]
-    memory = [e for e in runtime if e.kind == "memory" and e.host_start_ns is not None]
+    work: Iterable[Any] = _Where(
+        runtime, lambda e: e.kind in DEVICE_KINDS and e.device_start_ns is not None
+    )  # drained: its instruction events are built at each pass, never all held
+    if built is runtime:
+        work = list(work)
+    memory = [e for e in built if e.kind == "memory" and e.host_start_ns is not None]
     # garbage-collector pauses outside the backend's calls: simulator time, cut, no event
     # and metadata ops' spans ("cut"): no runtime cost, so all of it is simulator time
-    pauses = [e for e in runtime if e.kind in ("gc", "cut") and e.host_start_ns is not None]
+    pauses = [e for e in built if e.kind in ("gc", "cut") and e.host_start_ns is not None]
     # what torch recorded inside an op's cut is the simulator's too (a factory's CPU payload,
     # the host-cost calibration's views: runtime/hostcost.py); not an autograd hand-off's
     # (no op), which is a wait of the caller's
@@ -142,7 +172,7 @@ def merge(
     host = steps_from_markers(host)
     steps_start, steps_end, steps_num = _step_spans(host, h_start, h_end)
     next_id = int(pc.max(host.column("id")).as_py() or 0) + 1 if host.num_rows else 1
-    ids, flows = _new_ids(calls, work, next_id)
+    ids, flows, d_start = _new_ids(calls, work, next_id)
 
     # Runtime calls on the host: mapped times, nested under the innermost host event.
     # Exactly where the runtime's clock put each call: its start minus the cut before it.
@@ -165,7 +195,7 @@ def merge(
             return None
         return int(host_ids[p]) if p < n_host else ids[calls[p - n_host].id]
 
-    src = Attributor(runtime, first_stack_id)
+    src = Attributor(built, first_stack_id)  # instruction events: their kernel's attribution
     rows = _RowBlocks()
     flow_step: dict[int, int] = {}
     call_steps = step_of(c_start, steps_start, steps_end, steps_num)
@@ -177,7 +207,7 @@ def merge(
         _add(rows, rank, e, ids[e.id], flows.get(e.flow_id), "host", f"thread {e.tid}", "cpu", int(c_start[i]),
              int(c_end[i] - c_start[i]), parent_id(int(parents[i])), step, line)  # fmt: skip
 
-    d_start = np.array([e.device_start_ns - device_offset for e in work], dtype=np.int64)
+    d_start -= device_offset
     d_steps = step_of(d_start, steps_start, steps_end, steps_num)
     for i, e in enumerate(work):
         flow = flows.get(e.flow_id)
@@ -210,18 +240,27 @@ def _step_spans(
 
 
 def _new_ids(
-    calls: Sequence[Any], work: Sequence[Any], next_id: int
-) -> tuple[dict[int, int], dict[int, int]]:
+    calls: Sequence[Any], work: Iterable[Any], next_id: int
+) -> tuple[dict[int, int], dict[int, int], np.ndarray]:
     """Event ids for the runtime's events (from `next_id` on), and the runtime's flow ids
     renumbered: a flow takes the id of its launching call, as Kineto flows take their source
-    event's id, so it never collides with the importer's flow ids."""
-    ids = {e.id: next_id + i for i, e in enumerate([*calls, *work])}
+    event's id, so it never collides with the importer's flow ids; and the device work's
+    starts (one pass over `work`, whose instruction events may be built as they are read)."""
+    ids = {e.id: next_id + i for i, e in enumerate(calls)}
     flows = {e.flow_id: ids[e.id] for e in reversed(calls) if e.flow_id}
-    spare = next_id + len(ids)
+    i = len(calls)
+    starts: list[int] = []
+    unlaunched: dict[int, None] = {}  # flows of work no call launched, in order
     for e in work:
+        ids[e.id] = next_id + i
+        i += 1
+        starts.append(e.device_start_ns)
         if e.flow_id and e.flow_id not in flows:
-            flows[e.flow_id], spare = spare, spare + 1
-    return ids, flows
+            unlaunched[e.flow_id] = None
+    spare = next_id + len(ids)
+    for flow in unlaunched:
+        flows[flow], spare = spare, spare + 1
+    return ids, flows, np.array(starts, dtype=np.int64)
 
 
 def _step_number(name: str, step: Any) -> int:

@@ -1,7 +1,7 @@
 """A kernel plan's instructions stored as columns: the compile cache keeps every plan lowered
 while recording, and a real-size model's optimizer steps lower to hundreds of thousands of
 instructions (Llama-3-8B's 32 layers: 405,000 in 99 plans, 110 MiB as one `Instr` tuple each
-with its schedule; as columns about 30 bytes each). Reading one gives back the same `Instr`,
+with its schedule; as columns about 60 bytes each). Reading one gives back the same `Instr`,
 field for field and type for type, so every reader of `plan.instrs` is unchanged.
 """
 

@@ -3,8 +3,9 @@
 Recording appends raw records, cheap: a tuple (a list for a launch, which the device timeline
 completes later) whose first item is its layout, one of the NamedTuples below, and whose other
 items are that layout's fields in order. The layouts are declared once, here; `drain()` reads
-each record by name and turns it into `RuntimeEvent`s, expanding each kernel's instructions and
-DMA transfers up to `instruction_limit()` per drain. (Building the NamedTuple itself in the hot
+each record by name and turns it into `RuntimeEvent`s, each kernel's instructions and DMA
+transfers (up to `instruction_limit()` per drain) as rows of its plan built when read
+(drained.py). (Building the NamedTuple itself in the hot
 path would cost 2-4x the literal: measured 225-300 ns against 90 ns for a launch.)
 """
 
@@ -13,19 +14,22 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, NamedTuple
 
 from neuron_explorer.backend.runtime import model, source
-from neuron_explorer.vocab.engines import DMA_ENGINE as DMA
-from neuron_explorer.vocab.engines import DMA_PREFIX, KERNEL_TRACK
+from neuron_explorer.backend.runtime.drained import Drained, InstrRows
+from neuron_explorer.vocab.engines import KERNEL_TRACK
 from neuron_explorer.vocab.kinds import RUNTIME_HOST_KINDS as HOST_KINDS
 
 DEFAULT_INSTRUCTION_LIMIT = 200_000
 # the limit for this process (`set_instruction_limit` changes it): instruction and DMA events
-# are most of a profiled step's memory (about 460 MiB at the default for a Llama-3-8B step), so
-# a job of many real ranks on one machine lowers it (docs/device.md)
+# are drained as rows (drained.py), but written they are still most of a profiled step's
+# memory (130 MiB of a Llama-3-8B rank's peak at the default), so a job of many real ranks on
+# one machine lowers it (docs/device.md)
 INSTRUCTION_LIMIT_ENV = "NEURON_EXPLORER_INSTRUCTION_LIMIT"
 
 
@@ -182,7 +186,7 @@ _lock = threading.Lock()
 _instruction_limit = _limit_from_env()
 # Events drained and handed back (`keep`): the Kineto plugin drains at the profiler's stop,
 # before on_trace_ready runs trace_handler, which drains them again
-_kept: list[RuntimeEvent] = []
+_kept: list[Any] = []  # events, and kernels' InstrRows (drained.py)
 
 
 _thread = threading.local()
@@ -257,21 +261,22 @@ def clear() -> None:
         _kept.clear()
 
 
-def keep(drained: list[RuntimeEvent]) -> None:
+def keep(drained: Sequence[RuntimeEvent]) -> None:
     """Hand drained events back: the next drain() returns them first, in their order."""
     with _lock:
-        _kept[:0] = drained
+        _kept[:0] = drained.items if isinstance(drained, Drained) else drained
 
 
-def drain() -> list[RuntimeEvent]:
-    """Return the events recorded since the last drain, oldest first, and forget them."""
+def drain() -> Drained:
+    """Return the events recorded since the last drain, oldest first, and forget them (each
+    kernel's instruction and DMA events as rows, built when read: drained.py)."""
     for hook in ON_DRAIN:  # hostcost.pause: the round trip's record callback goes off
         hook()
     with _lock:
         model.schedule_pending()
         raw = _buf[:]
         del _buf[: len(raw)]
-        out: list[RuntimeEvent] = _kept[:]
+        out: list[Any] = _kept[:]  # events, and kernels' InstrRows
         _kept.clear()
     budget = _instruction_limit
     for rec in raw:
@@ -290,7 +295,7 @@ def drain() -> list[RuntimeEvent]:
             out.append(_forward_event(_new(ForwardRecord, rec[1:])))
         elif layout == "event":  # made whole at record time (a collective)
             out.append(rec[1])
-    return out
+    return Drained(out)
 
 
 def where(site: tuple | None) -> tuple:
@@ -334,7 +339,7 @@ def _memory_event(r: MemoryRecord) -> RuntimeEvent:
     )  # fmt: skip
 
 
-def _launch_events(r: LaunchRecord, out: list[RuntimeEvent], budget: int) -> int:
+def _launch_events(r: LaunchRecord, out: list[Any], budget: int) -> int:
     """An eager kernel launch: the kernel (with its instructions), then its launching call."""
     plan, shapes, dtypes = r.entry
     kernel = KernelRecord(r.kernel_id, plan.name, r.op, shapes, dtypes, r.tid, plan,
@@ -346,7 +351,7 @@ def _launch_events(r: LaunchRecord, out: list[RuntimeEvent], budget: int) -> int
     return budget
 
 
-def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int:
+def _kernel_events(k: KernelRecord, out: list[Any], budget: int) -> int:
     from neuron_explorer.backend.costmodel.graph_neff import group_span
     from neuron_explorer.backend.costmodel.timeline import KernelRun
 
@@ -374,46 +379,8 @@ def _kernel_events(k: KernelRecord, out: list[RuntimeEvent], budget: int) -> int
     )  # fmt: skip
     if budget <= 0 or not plan.instrs:
         return budget
-    shared = _shared  # one object for each value the drain's many instruction events repeat
-    nq, rot, shift = run.dma_queues, run.queue_offset, run.shift
     n = min(budget, len(plan.instrs))
-    for ins, at in zip(islice(plan.instrs, n), run.offsets, strict=False):
-        engine = ins.engine
-        track = f"{DMA_PREFIX}{(ins.queue + rot) % nq}" if engine == DMA else engine
-        out.append(
-            RuntimeEvent(
-                id=next_id(), kind="dma" if track.startswith("DMA") else "instruction",
-                name=ins.opcode, op_name=op, tid=tid, device_start_ns=base + int(shift + at),
-                device_dur_ns=shared(int(ins.dur_ns)), track=shared(track), engine=engine,
-                flops=shared(int(ins.flops)), bytes_read=shared(int(ins.bytes_read)),
-                bytes_written=shared(int(ins.bytes_written)), flow_id=flow, parent_id=eid,
-                src_file=file, src_line=line, src_func=func, stack=stack, module=module,
-                seq_nr=seq, is_backward=bwd, args=_instr_args(ins.repeat, ins.utilization),
-            )
-        )  # fmt: skip
+    # its instruction and DMA events as rows of the plan, built when read (drained.py); their
+    # ids are taken now, in the order the events were made one by one
+    out.append(InstrRows(out[-1], plan, run, base, array("q", islice(_ids, n))))
     return budget - n
-
-
-_shared_values: dict = {}
-_args_of: dict[tuple, dict] = {}
-
-
-def _shared(value: Any) -> Any:
-    """`value`, as the one object of its value that the drained events share (a real-size
-    step's 200,000 instruction events repeat a few thousand durations, sizes and tracks)."""
-    got = _shared_values.setdefault(value, value)
-    if len(_shared_values) > 1 << 16:
-        _shared_values.clear()
-    return got if type(got) is type(value) else value  # 1 and 1.0 are one key
-
-
-def _instr_args(count: int, utilization: float) -> dict:
-    """An instruction event's args, one dict for each (count, utilization): read-only, shared
-    by the events that carry it."""
-    key = (count, utilization, type(count), type(utilization))  # 1 and 1.0 are one key
-    args = _args_of.get(key)
-    if args is None:
-        if len(_args_of) > 1 << 16:
-            _args_of.clear()
-        args = _args_of[key] = {"count": count, "utilization": utilization}
-    return args

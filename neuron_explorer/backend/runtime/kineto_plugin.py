@@ -32,6 +32,7 @@ import msgspec
 import torch
 
 from neuron_explorer.backend.runtime import events, events_codec, guard, memory, model
+from neuron_explorer.backend.runtime.drained import Drained
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK, KERNEL_TRACK
 from neuron_explorer.vocab.kinds import NEURON_HOST_KINDS
 
@@ -93,7 +94,7 @@ def install() -> bool:
 
 def _collect(start_ns: int, end_ns: int) -> None:
     """Kineto's processTrace: hand the plugin this window's activities (never raises)."""
-    drained: list = []
+    drained: Sequence[Any] = []
     try:
         drained = events.drain()
         window = in_window(drained, start_ns - WINDOW_SLACK_NS, end_ns + WINDOW_SLACK_NS)
@@ -118,18 +119,28 @@ def _device_spec() -> dict[str, Any] | None:
         return None
 
 
-def in_window(drained: Sequence[Any], lo_ns: int, hi_ns: int) -> list[Any]:
+def in_window(drained: Sequence[Any], lo_ns: int, hi_ns: int) -> Sequence[Any]:
     """The events of runtime calls inside [lo, hi] (real ns) and the device work they caused;
-    an earlier profile's events left undrained (no trace_handler) are dropped."""
-    calls = {e.id for e in drained if e.host_start_ns is not None
+    an earlier profile's events left undrained (no trace_handler) are dropped. Drained events
+    stay so: a kernel's instruction rows are built only when read (drained.py)."""
+    built = drained.whole() if isinstance(drained, Drained) else drained
+    calls = {e.id for e in built if e.host_start_ns is not None
              and lo_ns <= e.host_end_ns and e.host_start_ns <= hi_ns}  # fmt: skip
-    flows = {e.flow_id for e in drained if e.id in calls and e.flow_id}
-    kernels = {e.id for e in drained if e.host_start_ns is None and e.flow_id in flows}
-    return [e for e in drained if e.id in calls or e.id in kernels or e.parent_id in kernels]
+    flows = {e.flow_id for e in built if e.id in calls and e.flow_id}
+    kernels = {e.id for e in built if e.host_start_ns is None and e.flow_id in flows}
+
+    def keep(e: Any) -> bool:
+        return e.id in calls or e.id in kernels or e.parent_id in kernels
+
+    if isinstance(drained, Drained):
+        return drained.select(keep)
+    return [e for e in drained if keep(e)]
 
 
 def activities(drained: Sequence[Any]) -> list[tuple]:
     """neuron_kineto_add's arguments for each runtime call, kernel, collective and copy."""
+    if isinstance(drained, Drained):  # none of these is a kernel's instruction or DMA row
+        drained = drained.whole()
     host = [e for e in drained if e.host_start_ns is not None]
     to_real = RealClock(host)
     launch = {e.flow_id: e for e in host if e.flow_id and e.kind in HOST_KINDS}
