@@ -11,7 +11,16 @@ tensors of its own shapes, each op it dispatches priced as the device would laun
   and backward (from `ones_like` of the loss, as autograd starts it), the target taken as a
   tensor of the output's shape and dtype; and the merge of the micro-batches' outputs that
   the last stage's `step` returns.
-- **The adding of gradients** to those an earlier micro-batch left (`accumulate_ns`).
+- **The adding of gradients** to those an earlier micro-batch left (`accumulate_ns`), on the
+  tensors autograd really adds into: a parameter's `.grad` (a DTensor's local shard), or, for
+  a parameter FSDP2 shards (`fully_shard`), its unsharded gradient, which a pipeline stage's
+  backwards accumulate without reduce-scattering (`set_requires_gradient_sync(False)`; the
+  schedule reduces once after the last): an `add_` of the unsharded size, and with a
+  `reduce_dtype` other than the parameters' the first micro-batch's cast to it and the later
+  ones' `+=` into that copy.
+
+Stage 0's module is priced without FSDP2's hooks (no all-gather on meta tensors): its
+parameters at their unsharded shapes, in the dtype FSDP2 computes in (`param_dtype`).
 """
 
 from __future__ import annotations
@@ -75,24 +84,60 @@ def _off_the_record() -> Iterator[None]:
         model.add_cut(time.time_ns() - begin, 0)
 
 
-def _meta(t: torch.Tensor, grad: bool = False) -> torch.Tensor:
-    out = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta")
+def _meta(t: torch.Tensor, grad: bool = False, dtype: torch.dtype | None = None) -> torch.Tensor:
+    out = torch.empty_strided(tuple(t.shape), t.stride(), dtype=dtype or t.dtype, device="meta")
     return out.requires_grad_(grad)
+
+
+def _fsdp_params(module: Any) -> list[Any]:
+    """The parameters FSDP2 manages in `module` (its FSDPParams), none without FSDP2."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [fp for m in module.modules() if isinstance(m, FSDPModule)
+            for group in m._get_fsdp_state()._fsdp_param_groups for fp in group.fsdp_params]  # fmt: skip
+
+
+def _compute_dtype(fp: Any) -> torch.dtype:
+    """The dtype FSDP2 runs a parameter in: its policy's `param_dtype` (set on first use)."""
+    return getattr(fp, "param_dtype", None) or fp.sharded_param.dtype
+
+
+@contextlib.contextmanager
+def _without_fsdp_hooks(module: Any) -> Iterator[None]:
+    """`module` run as the plain module FSDP2 wraps: its forward hooks (all-gathers, casts,
+    the backward's reduce-scatters) off while the meta copy runs."""
+    from torch.distributed.fsdp import FSDPModule
+
+    saved = []
+    for m in module.modules():
+        if isinstance(m, FSDPModule) and isinstance(m, torch.nn.Module):
+            for hooks in (m._forward_pre_hooks, m._forward_hooks):
+                saved.append((hooks, dict(hooks)))
+                hooks.clear()
+    try:
+        yield
+    finally:
+        for hooks, items in saved:
+            hooks.update(items)
 
 
 def _backward_ns(module: Any, args: Any, input_grad: bool) -> int:
     """The modeled kernels of `module`'s backward on meta copies of `args` (a stage's
     positional and keyword inputs), its inputs needing a gradient or not."""
-    state = {n: _meta(p, p.requires_grad) for n, p in module.named_parameters()}
+    dtypes = {id(fp.sharded_param): _compute_dtype(fp) for fp in _fsdp_params(module)}
+    state = {n: _meta(p, p.requires_grad, dtypes.get(id(p))) for n, p in module.named_parameters()}
     state.update({n: _meta(b) for n, b in module.named_buffers()})
-    inputs = pytree.tree_map_only(
-        torch.Tensor, lambda t: _meta(t, input_grad and t.is_floating_point()), args
-    )
-    outs = [
-        o
-        for o in pytree.tree_leaves(torch.func.functional_call(module, state, *inputs))
-        if isinstance(o, torch.Tensor) and o.requires_grad
-    ]
+    cast = next(iter(dtypes.values()), None)  # FSDP2 casts the stage's float inputs to it
+
+    def meta_input(t: torch.Tensor) -> torch.Tensor:
+        floating = t.is_floating_point()
+        return _meta(t, input_grad and floating, cast if floating else None)
+
+    inputs = pytree.tree_map_only(torch.Tensor, meta_input, args)
+    with _without_fsdp_hooks(module):
+        called = torch.func.functional_call(module, state, *inputs)
+    outs = [o for o in pytree.tree_leaves(called)
+            if isinstance(o, torch.Tensor) and o.requires_grad]  # fmt: skip
     wrt = [t for t in (*state.values(), *pytree.tree_leaves(inputs))
            if isinstance(t, torch.Tensor) and t.requires_grad]  # fmt: skip
     if not outs or not wrt:
@@ -133,16 +178,37 @@ def loss_ns(loss_fn: Any, out: Any, merge: Any = None, n_microbatches: int = 0) 
 
 
 def accumulate_ns(module: Any) -> int:
-    """The modeled adds of a backward's gradients to those an earlier micro-batch left
-    (autograd's AccumulateGrad: one `add_` for each parameter that holds a gradient)."""
+    """The modeled adds of a backward's gradients to those an earlier micro-batch left, as
+    `module`'s gradients stand before it: autograd's AccumulateGrad, one `add_` for each
+    parameter holding a gradient (a DTensor's on its local shard); for a parameter FSDP2
+    shards, on its unsharded gradient, or (a `reduce_dtype` of its own) the cast of the first
+    micro-batch's to it and the `+=` of the later ones' into that copy."""
     from neuron_explorer.backend.costmodel import TensorInfo, lower_op
     from neuron_explorer.backend.runtime import model
 
-    total = 0
+    def info(t: Any, dtype: Any = None) -> Any:
+        return TensorInfo(tuple(t.shape), dtype_name(dtype or t.dtype))
+
+    def priced(op: str, ins: tuple, out: Any) -> int:
+        return plan_ns(lower_op(op, ins, (out,), model.spec()))
+
+    total, sharded = 0, set()
+    for fp in _fsdp_params(module):
+        sharded.add(id(fp.sharded_param))
+        unsharded = getattr(fp, "_unsharded_param", None)
+        if unsharded is None or not unsharded.requires_grad:
+            continue
+        new, accumulated = info(unsharded), fp.unsharded_accumulated_grad
+        if accumulated is not None:  # post_backward's `+=` of the new gradient into it
+            total += priced("aten::add_", (info(accumulated), new), info(accumulated))
+        elif unsharded.grad is not None:
+            total += priced("aten::add_", (new, new), new)
+        elif fp.reduce_dtype is not None and fp.reduce_dtype != unsharded.dtype:
+            total += priced("aten::_to_copy", (new,), info(unsharded, fp.reduce_dtype))
     for p in module.parameters():
-        if p.requires_grad and p.grad is not None:
-            grad = TensorInfo(tuple(p.grad.shape), dtype_name(p.grad.dtype))
-            total += plan_ns(lower_op("aten::add_", (grad, grad), (grad,), model.spec()))
+        if p.requires_grad and p.grad is not None and id(p) not in sharded:
+            grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            total += priced("aten::add_", (info(grad), info(grad)), info(grad))
     return total
 
 

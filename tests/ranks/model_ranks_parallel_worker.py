@@ -2,7 +2,8 @@
 shapes-only mode: `tp` shards an MLP with DTensor tensor parallelism (ColwiseParallel then
 RowwiseParallel) over the job's ranks and takes three AdamW steps; `pp KIND` runs a schedule of
 torch.distributed.pipelining (`gpipe`, `1f1b`, `interleaved`), modeled or under a real
-torchrun; `decode` shards a two-layer Llama the same way and runs its decode step compiled,
+torchrun; `ppdp KIND DP` runs it on a 2-D mesh, each stage sharded with FSDP2 over DP
+ranks; `decode` shards a two-layer Llama the same way and runs its decode step compiled,
 with a static KV cache."""
 
 from __future__ import annotations
@@ -108,12 +109,51 @@ def pipeline(kind: str) -> None:
         opt.zero_grad()
 
 
+def sharded_pipeline(kind: str, dp: int) -> None:
+    """The pipeline of `pipeline` on a 2-D mesh (pp x dp): each stage's module sharded with
+    FSDP2 over its `dp` ranks, the stages over the pp ranks (rank 0: stage 0, sharded with
+    rank 1). `mixed`: bf16 parameters, float32 gradient reduction (FSDP2 then accumulates its
+    micro-batches' gradients in float32 copies)."""
+    from torch.distributed import pipelining
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    world, device = dist.get_world_size(), torch.device("neuron")
+    mesh = init_device_mesh("neuron", (world // dp, dp), mesh_dim_names=("pp", "dp"))
+    pp_rank, pp = mesh["pp"].get_local_rank(), world // dp
+    policy = MixedPrecisionPolicy()
+    if kind.endswith("-mixed"):
+        kind, policy = (
+            kind.removesuffix("-mixed"),
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+        )
+    layers = [m for _ in range(4) for m in (nn.Linear(4096, 4096), nn.Tanh())]
+    module = fully_shard(nn.Sequential(*layers).to(device), mesh=mesh["dp"], mp_policy=policy)
+    stage = pipelining.PipelineStage(module, pp_rank, pp, device, group=mesh["pp"].get_group())
+    schedules = {"gpipe": pipelining.ScheduleGPipe, "1f1b": pipelining.Schedule1F1B}
+    schedule = schedules[kind](stage, 4, loss_fn=nn.functional.mse_loss)
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    for _ in range(3):
+        x = torch.randn(4096, 4096, device=device)
+        target = torch.randn(4096, 4096, device=device)
+        if pp_rank == 0:
+            schedule.step(x)
+        elif pp_rank == pp - 1:
+            schedule.step(target=target)
+        else:
+            schedule.step()
+        opt.step()
+        opt.zero_grad()
+
+
 def main() -> None:
     dist.init_process_group("neuron")
     if sys.argv[1] == "tp":
         tensor_parallel()
     elif sys.argv[1] == "decode":
         compiled_decode()
+    elif sys.argv[1] == "ppdp":
+        sharded_pipeline(sys.argv[2], int(sys.argv[3]))
     else:
         pipeline(sys.argv[2])
     dist.destroy_process_group()
