@@ -4,13 +4,15 @@ own work, and find the steps of a run captured whole from its record_function ma
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 
-from ..importers.pystacks import parse_frame
+from ..importers.pystacks import BUILTIN_FILE, parse_frame
 from ..vocab.frames import is_own_file, is_user_file
 from ..vocab.intervals import inside_spans, step_of
 
@@ -199,6 +201,41 @@ def without_own_frames(events: pa.Table, stacks: pa.Table) -> tuple[pa.Table, pa
                                 (pa.string(), pa.int32(), pa.string()), strict=True):  # fmt: skip
         events = events.set_column(events.schema.get_field_index(name), name, pa.array(values, ty))
     return events, kept
+
+
+def python_files_named_now(host: pa.Table) -> pa.Table:
+    """Python events' files named as torch.profiler names them in a fresh process: relative to
+    the first prefix of `sys.path` (and site's) as it is now. torch computes those prefixes
+    once, at the process's first `with_stack` recording (a static of its python tracer), so a
+    later recording in the same process after `sys.path` changed (`capture`'s runner puts the
+    script's directory first) names the script's files by a stale prefix ("code/script.py"
+    for "script.py"), and which files are the user's would depend on what ran before."""
+    if not host.num_rows or not pa.compute.any(pa.compute.equal(host["kind"], "python")).as_py():
+        return host
+    from torch.profiler.python_tracer import _prefix_regex
+
+    prefixes = tuple(_prefix_regex())
+    kinds, names = column_list(host, "kind"), column_list(host, "name")
+    renamed = [_named_now(n, prefixes) if k == "python" else n
+               for k, n in zip(kinds, names, strict=True)]  # fmt: skip
+    if renamed == names:
+        return host
+    return host.set_column(host.schema.get_field_index("name"), "name", pa.array(renamed))
+
+
+@functools.lru_cache(maxsize=65536)
+def _named_now(name: str, prefixes: tuple[str, ...]) -> str:
+    frame = parse_frame(name)
+    file = frame.file
+    if file == BUILTIN_FILE:
+        return name
+    full = file if os.path.isabs(file) else next(
+        (p + file for p in prefixes if os.path.isfile(p + file)), None
+    )  # fmt: skip
+    if full is None:
+        return name
+    trimmed = next((full[len(p) :] for p in prefixes if full.startswith(p)), full)
+    return f"{trimmed}({frame.line}): {frame.func}"
 
 
 def drop_own_frames(host: pa.Table) -> pa.Table:

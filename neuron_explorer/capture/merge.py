@@ -30,6 +30,7 @@ from .host import (
     column_list,
     drop_own_frames,
     drop_simulator_events,
+    python_files_named_now,
     steps_from_markers,
     without_stop_marker,
 )
@@ -129,6 +130,7 @@ def merge(
 ) -> Merged:
     """Host events (EVENTS schema, real clock since `origin_unix_ns`) plus the runtime's events
     -> events and counters on one clock, with the steps and the runtime's stacks."""
+    host = python_files_named_now(host)
     host = close_optimizer_spans(without_stop_marker(drop_own_frames(host)))
     rank = int(host.column("rank")[0].as_py()) if host.num_rows else 0  # one process, one rank
     built = whole(runtime)  # all but kernels' instruction and DMA rows (drained.py)
