@@ -135,12 +135,12 @@ def _real_pipeline(out: Path, kind: str, ranks: int, mode: str = "pp", *args: st
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def _kernel_busy(profile_dir: Path, rank: int) -> int:
-    """A rank's device busy time in the recorded step (ns): the sum of its kernels."""
+def _kernel_busy(profile_dir: Path, rank: int, op: str = "%") -> int:
+    """A rank's device busy time in the recorded step (ns): the sum of its kernels (of `op`)."""
     from neuron_explorer.model import Profile
 
-    sql = "SELECT sum(dur_ns) FROM events WHERE rank = ? AND kind = 'kernel'"
-    return int(Profile.open(profile_dir).duckdb().execute(sql, [rank]).fetchone()[0])
+    sql = "SELECT sum(dur_ns) FROM events WHERE rank = ? AND kind = 'kernel' AND op_name LIKE ?"
+    return int(Profile.open(profile_dir).duckdb().execute(sql, [rank, op]).fetchone()[0])
 
 
 @pytest.mark.parametrize(
@@ -201,7 +201,7 @@ def test_fsdp2_inside_a_pipeline_stage_accumulates_its_gradients_as_rank_0_did(t
     """GPipe over a 2 x 2 mesh (pp x dp), each stage's module sharded by FSDP2 over its dp
     ranks: a stage's backwards accumulate the unsharded gradients (the schedule turns the
     gradient sync off until its last), full-size `add_`s that the sharded parameters' `.grad`
-    (None in the step) does not show. The copy of stage 1 adds them to its micro-batches after
+    (None in the step) does not show, priced as the real rank 0's to the nanosecond. The copy of stage 1 adds them to its micro-batches after
     the first as rank 0 did, so rank 0's idle device before its later gradients is the real
     rank 0's within 15% (without them: 2.9 ms where the real waited 11.0); and its input's
     gradient and loss, priced on stage 0's module without FSDP2's hooks, add to its busy time
@@ -221,6 +221,11 @@ def test_fsdp2_inside_a_pipeline_stage_accumulates_its_gradients_as_rank_0_did(t
     pipeline = json.loads((modeled / "manifest.json").read_text())["extra"]["model_ranks"][
         "pipeline"
     ]
+    # the adding priced as rank 0's gradients stood before each backward: the real rank 0's
+    # `add_`s (all of them its unsharded gradients'; its SGD adds with `_foreach_add_`)
+    real_adds = _kernel_busy(real, 0, "aten::add_")
+    assert pipeline["stage0_accumulate_ns"][0] == 0 and real_adds > 0
+    assert sum(pipeline["stage0_accumulate_ns"]) == real_adds, (pipeline, real_adds)
     (copy,) = pipeline["copies"]
     added = copy["busy_ns"] - pipeline["stage0_busy_ns"]
     real_added = _kernel_busy(real, 2) - _kernel_busy(real, 0)  # stage 1's first rank

@@ -192,10 +192,10 @@ def accumulate_ns(module: Any) -> int:
     def priced(op: str, ins: tuple, out: Any) -> int:
         return plan_ns(lower_op(op, ins, (out,), model.spec()))
 
-    total, sharded = 0, set()
+    total, sharded = 0, set[int]()
     for fp in _fsdp_params(module):
-        sharded.add(id(fp.sharded_param))
         unsharded = getattr(fp, "_unsharded_param", None)
+        sharded.update((id(fp.sharded_param), id(unsharded)))  # either is the module's now
         if unsharded is None or not unsharded.requires_grad:
             continue
         new, accumulated = info(unsharded), fp.unsharded_accumulated_grad

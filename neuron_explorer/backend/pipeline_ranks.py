@@ -146,13 +146,15 @@ class _Peers:
 
     def stages(self) -> dict[str, Any]:
         """What the copies did in the step (docs/device.md): each one's busy time and waits,
-        beside the busy time of stage 0 as rank 0 ran it."""
+        beside the busy time of stage 0 as rank 0 ran it and its gradients' adding, priced
+        for each micro-batch."""
         _, busy, wait = self.run()
         busy[self.n_stages - 1] += self.loss_ns[2]  # the merge of the outputs step returns
         own = sum(self.forward_ns[j] + self.backward_ns + self.accumulate_ns.get(j, 0)
                   for j in self.forward_ns)  # fmt: skip
         copies = [{"stage": s, "busy_ns": busy[s], "wait_ns": wait[s]} for s in busy]
-        return {"stage0_busy_ns": own, "copies": copies}
+        adds = [self.accumulate_ns.get(j, 0) for j in sorted(self.forward_ns)]
+        return {"stage0_busy_ns": own, "stage0_accumulate_ns": adds, "copies": copies}
 
 
 def order(schedule: str, stage: int, n_stages: int, m: int) -> list[tuple[str, int]]:
