@@ -154,8 +154,24 @@ def write_profile(
     report = progress or (lambda f: None)
     assembled = assemble(files)
     report(0.3)
+    return write_assembled(
+        assembled, files, writer=writer, source_roots=source_roots,
+        progress=lambda f: report(0.3 + 0.7 * f),
+    )  # fmt: skip
+
+
+def write_assembled(
+    assembled: Assembled,
+    files: Sequence[FileData],
+    *,
+    writer: ProfileWriter,
+    source_roots: Sequence[Path] = (),
+    progress: Callable[[float], None] | None = None,
+) -> Path:
+    """Write assembled tables, the sources the files' stacks name, and the manifest."""
+    report = progress or (lambda f: None)
     writer.write_events_in_order(assembled.blocks)
-    report(0.8)
+    report(0.7)
     writer.write_table("stacks", assembled.stacks)
     writer.write_table("counters", assembled.counters)
     skipped = _copy_sources(writer, files, source_roots)
