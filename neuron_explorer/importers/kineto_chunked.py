@@ -10,6 +10,7 @@ the events table's order, and the chunks' stacks are numbered as one trace's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +38,7 @@ from .pystacks import Frame, scope_of
 MAPPING_BYTES_PER_EVENT = 160
 MAPPING_BYTES_PER_TEXT_BYTE = 0.6  # the 1 GB benchmark trace's peak over its size
 MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of the peak
+EVENT_NUMBER = re.compile(r"event #(\d+)")  # a mapping error's event, numbered in its chunk
 
 
 def chunked(path: Path, options: DecodeOptions) -> bool:
@@ -108,8 +110,10 @@ def _load_chunk(
 ) -> None:
     try:
         f = kineto.load(chunk.path, None, options, thread_names=thread_names, event_index=True)
-    except BadInputError as e:
-        raise BadInputError(path, e.problem) from None
+    except BadInputError as e:  # named as the trace's: its file, its events' numbers
+        index = chunk.event_index()
+        problem = EVENT_NUMBER.sub(lambda m: f"event #{index[int(m[1])]}", e.problem)
+        raise BadInputError(path, problem) from None
     got.runs.append(write_run(f, chunk.event_index(), chunk.path.with_suffix(".parquet")))
     chunk.path.unlink()
     got.stacks.append(f.stacks)
