@@ -4,10 +4,13 @@
     .venv/bin/python benchmarks/import_bench.py --mb 10 100 500 --repeat 3
     .venv/bin/python benchmarks/import_bench.py --cuda --mb 100 --methods orjson import stream
     .venv/bin/python benchmarks/import_bench.py --cuda --mb 1000 --repeat 1 --methods stream
+    .venv/bin/python benchmarks/import_bench.py --cuda --mb 1000 --repeat 1 --methods chunked
 
 `import` is the in-memory import (`memory_budget=None`: the file decoded in several processes),
 `stream` the streaming import the CLI runs (`--memory-budget 2G`: read forward once in ranges,
-args spilled to disk). `--cuda`: big_trace.py's synthetic CUDA training trace (written when
+args spilled to disk), `chunked` the streaming import with a budget the trace's mapping does
+not fit (256 MB: from about 430 MB of JSON up, the trace mapped a chunk of time at a time and
+merged, kineto_chunked). `--cuda`: big_trace.py's synthetic CUDA training trace (written when
 missing) instead of the recorded transformer traces.
 
 Each measurement runs in a fresh subprocess: wall time, CPU time (user+sys, worker processes
@@ -36,7 +39,7 @@ sys.path.insert(0, str(HERE))
 # One child per measurement; it prints one JSON line.
 CHILD = r"""
 import json, resource, shutil, sys, time
-method, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
+method, path, out, budget = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if method == "json":
     import json as lib; load = lambda: lib.loads(open(path, "rb").read())
 elif method == "orjson":
@@ -49,7 +52,7 @@ elif method == "hta":
 else:
     from neuron_explorer.importers import import_traces
     import neuron_explorer.importers.run, pyarrow.parquet, pyarrow.dataset  # libraries count as base
-    budget = 2 << 30 if method == "stream" else None
+    budget = budget if method in ("stream", "chunked") else None
     load = lambda: import_traces([path], out, memory_budget=budget)
 def rss_mb():
     with open("/proc/self/status") as f:
@@ -67,7 +70,8 @@ peak = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resou
 print(json.dumps({"wall": t1 - t0, "cpu": cpu, "peak": peak, "base": base}))
 """
 
-METHODS = ("json", "orjson", "import", "stream")
+METHODS = ("json", "orjson", "import", "stream", "chunked")
+BUDGETS = {"chunked": 256 << 20}  # under the 1 GB trace's mapping (600 MB): imported in chunks
 
 
 def tree_mb(root: int) -> float:
@@ -102,7 +106,8 @@ def measure(method: str, trace: Path, python: str = sys.executable) -> dict:
     """One run in a fresh process; its process tree's memory sampled from here every 10 ms
     (a sampling thread inside would contend for the measured interpreter's GIL)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [python, "-c", CHILD, method, str(trace), str(Path(tmp) / "profile")]
+        budget = str(BUDGETS.get(method, 2 << 30))
+        cmd = [python, "-c", CHILD, method, str(trace), str(Path(tmp) / "profile"), budget]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tree = 0.0
         while proc.poll() is None:

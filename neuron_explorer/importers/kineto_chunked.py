@@ -141,7 +141,9 @@ def global_stacks(
         here.sort(key=lambda c: (number[c[:-1]] if level else -1, frame_codes.get(c[-1], 1 << 62)))
         for c in here:
             number[c] = len(number)
-    rows: dict[str, list] = {k: [] for k in ("stack_id", "depth", "file", "line", "function", "scope")}
+    rows: dict[str, list] = {
+        k: [] for k in ("stack_id", "depth", "file", "line", "function", "scope")
+    }
     for c, sid in number.items():
         for depth, frame in enumerate(reversed(c)):
             rows["stack_id"].append(sid)

@@ -50,54 +50,61 @@ def write_run(f: FileData, trace_index: np.ndarray, path: Path) -> Run:
     return Run(path, tie, len(order))
 
 
-def _keys(run: Run) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """A run's (start, -dur, trace index) a block at a time."""
-    at = 0
-    for batch in pq.ParquetFile(run.path).iter_batches(READ_ROWS, columns=["start_ns", "dur_ns"]):
+class _Keys:
+    """A run's keys (start, -dur, trace index) and local rows, read a block at a time; `buf`
+    holds those not yet given ids."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._batches = pq.ParquetFile(run.path).iter_batches(
+            READ_ROWS, columns=["start_ns", "dur_ns"]
+        )
+        self.read = 0  # rows read
+        self.ended = False
+        self.buf = [np.zeros(0, np.int64)] * 4
+
+    def fill(self) -> None:
+        """Read the next block once the buffer is empty."""
+        if self.buf[0].size or self.ended:
+            return
+        batch = next(self._batches, None)
+        if batch is None:
+            self.ended = True
+            return
         n = batch.num_rows
-        tie = np.fromfile(run.trace_index_path, np.int64, count=n, offset=8 * at)
-        yield batch.column(0).to_numpy(), -batch.column(1).to_numpy(), tie
-        at += n
+        tie = np.fromfile(self._run.trace_index_path, np.int64, count=n, offset=8 * self.read)
+        start, dur = batch.column(0).to_numpy(), batch.column(1).to_numpy()
+        self.buf = [start, -dur, tie, np.arange(self.read, self.read + n)]
+        self.read += n
+
+    def last(self) -> tuple[int, int, int]:
+        return int(self.buf[0][-1]), int(self.buf[1][-1]), int(self.buf[2][-1])
 
 
 def global_ids(runs: list[Run]) -> list[np.ndarray]:
-    """Each run's rows' ids in the merged order (increasing within a run)."""
+    """Each run's rows' ids in the merged order (increasing within a run): a k-way merge of
+    sorted blocks, each round giving ids to the rows up to the smallest last key among the
+    blocks of runs not read to their end."""
     ids = [np.empty(r.rows, np.int64) for r in runs]
-    readers = [_keys(r) for r in runs]
-    buf: list[tuple[np.ndarray, ...] | None] = [None] * len(runs)
-    done_at = [0] * len(runs)  # rows of each run given ids
-    exhausted = [False] * len(runs)
+    keys = [_Keys(r) for r in runs]
     next_id = 0
     while True:
-        for i, reader in enumerate(readers):
-            if (buf[i] is None or not buf[i][0].size) and not exhausted[i]:
-                block = next(reader, None)
-                exhausted[i] = block is None
-                buf[i] = None if block is None else (*block, np.arange(done_at[i], done_at[i] + block[0].size))
-        live = [i for i in range(len(runs)) if buf[i] is not None and buf[i][0].size]
+        for k in keys:
+            k.fill()
+        live = [i for i, k in enumerate(keys) if k.buf[0].size]
         if not live:
             return ids
-        parts = [buf[i] for i in live]  # type: ignore[misc]
-        start, ndur, tie, local = (np.concatenate([p[k] for p in parts]) for k in range(4))
-        run = np.concatenate([np.full(p[0].size, i) for i, p in zip(live, parts, strict=True)])
+        start, ndur, tie, local = (np.concatenate([keys[i].buf[c] for i in live]) for c in range(4))
+        run = np.concatenate([np.full(keys[i].buf[0].size, i) for i in live])
         order = np.lexsort((tie, ndur, start))
-        bound = _bound(live, parts, exhausted)
-        take = order if bound is None else order[: int(np.flatnonzero(tie[order] == bound)[0]) + 1]
+        bounds = [keys[i].last() for i in live if not keys[i].ended]
+        if bounds:  # the bound's own row is the last given an id (the trace index is unique)
+            order = order[: int(np.flatnonzero(tie[order] == min(bounds)[2])[0]) + 1]
         for i in live:
-            mine = take[run[take] == i]
-            ids[i][local[mine]] = next_id + np.flatnonzero(run[take] == i)
-            done_at[i] += mine.size
-            b = buf[i]
-            assert b is not None
-            buf[i] = tuple(a[mine.size :] for a in b)
-        next_id += take.size
-
-
-def _bound(live: list[int], parts: list, exhausted: list[bool]) -> int | None:
-    """The trace index of the smallest last key among the blocks of runs not read to the end
-    (rows up to it can be given ids), None when every run is read to its end."""
-    open_runs = [(p[0][-1], p[1][-1], p[2][-1]) for i, p in zip(live, parts, strict=True) if not exhausted[i]]
-    return int(min(open_runs)[2]) if open_runs else None
+            at = np.flatnonzero(run[order] == i)
+            ids[i][local[order[at]]] = next_id + at
+            keys[i].buf = [a[at.size :] for a in keys[i].buf]
+        next_id += order.size
 
 
 class _RowReader:
@@ -134,7 +141,9 @@ def merged_blocks(
             hi = int(np.searchsorted(ids[i], g1))
             lo, lo_of[i] = lo_of[i], hi
             if hi > lo:
-                parts.append(_renumbered(reader.take(hi - lo), ids[i], lo, stack_maps[i], rank, origin))
+                parts.append(
+                    _renumbered(reader.take(hi - lo), ids[i], lo, stack_maps[i], rank, origin)
+                )
         block = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
         yield block.take(pc.sort_indices(block.column("id")))
 

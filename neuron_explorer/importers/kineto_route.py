@@ -47,7 +47,9 @@ class _Writers:
     """The chunks' files, open while the trace is routed."""
 
     def __init__(self, folder: Path, count: int, top: bytes) -> None:
-        self.chunks = [Chunk(folder / f"chunk-{k}.json", folder / f"chunk-{k}.idx") for k in range(count)]
+        self.chunks = [
+            Chunk(folder / f"chunk-{k}.json", folder / f"chunk-{k}.idx") for k in range(count)
+        ]
         self.text: list[BinaryIO] = [c.path.open("wb") for c in self.chunks]
         self.index: list[BinaryIO] = [c.index_path.open("wb") for c in self.chunks]
         self.started = [False] * count
@@ -116,16 +118,17 @@ def _route_piece(
     phs = span.values["ph"]
     chunk[p.codes["ph"] == (phs.index("M") if "M" in phs else -2)] = -1  # every chunk's
     index = np.arange(first, first + ts.size, dtype=np.int64)
-    every = np.flatnonzero(chunk < 0)
     for k in range(plan.chunks):
-        mine = np.flatnonzero((chunk == k) | (chunk < 0)) if every.size else np.flatnonzero(chunk == k)
+        mine = np.flatnonzero((chunk == k) | (chunk < 0))
         writers.write(k, [raws[i] for i in mine.tolist()], index[mine])
 
 
 def _top_keys(plan: Plan) -> bytes:
     """The trace's top-level keys as the text before its events (`"key":value,` each)."""
     keys = {k: v for k, v in plan.top.items() if v is not None}
-    return b"".join(msgspec.json.encode(k) + b":" + msgspec.json.encode(v) + b"," for k, v in keys.items())
+    return b"".join(
+        msgspec.json.encode(k) + b":" + msgspec.json.encode(v) + b"," for k, v in keys.items()
+    )
 
 
 def chunk_folder() -> tempfile.TemporaryDirectory:
