@@ -23,8 +23,10 @@ from ..model.io import ROW_GROUP_ROWS
 from ..model.schema import EVENTS, conform
 from .assemble import _event_blocks, _order
 from .kineto import FileData
+from .kineto_columns import give_back_free_memory
 
-READ_ROWS = 1 << 18  # rows of a run read at a time
+RUN_GROUP_ROWS = 1 << 14  # a run's row group: every run holds one while the runs are merged
+READ_ROWS = RUN_GROUP_ROWS
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ def write_run(f: FileData, trace_index: np.ndarray, path: Path) -> Run:
     schema = EVENTS.arrow_schema()
     with pq.ParquetWriter(path, schema, compression="lz4") as out:
         for block in _event_blocks(f, 0, 0, 0, 0):
-            out.write_table(conform(EVENTS, block))
+            out.write_table(conform(EVENTS, block), RUN_GROUP_ROWS)
     return Run(path, tie, len(order))
 
 
@@ -146,6 +148,8 @@ def merged_blocks(
                 )
         block = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
         yield block.take(pc.sort_indices(block.column("id")))
+        del block, parts
+        give_back_free_memory()  # each block's columns, freed, would otherwise stay as heap
 
 
 def _renumbered(
