@@ -11,13 +11,15 @@ the events table's order, and the chunks' stacks are numbered as one trace's
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..errors import BadInputError
 from ..model.io import ProfileWriter
@@ -60,7 +62,7 @@ class _Gathered:
 
     runs: list[Run] = field(default_factory=list)
     stacks: list[dict[str, pa.Array]] = field(default_factory=list)
-    counters: list[dict[str, Any]] = field(default_factory=list)
+    counters: list[Path] = field(default_factory=list)  # each chunk's, on disk
     steps: list[tuple[int, int, int]] = field(default_factory=list)
     user_files: set[str] = field(default_factory=set)
     origin: int | None = None
@@ -97,12 +99,13 @@ def write_chunked(
         assembled = Assembled(
             merged_blocks(got.runs, ids, maps, rank, got.origin),
             conform(STACKS, stacks),
-            conform(COUNTERS, _counters(got.counters, rank, got.origin)),
+            COUNTERS.arrow_schema().empty_table(),
             _manifest(got, rank),
         )
         files = [replace(got.head, user_files=got.user_files)]
         return write_assembled(assembled, files, writer=writer, source_roots=source_roots,
-                               progress=lambda f: progress(0.8 + 0.2 * f, None))  # fmt: skip
+                               progress=lambda f: progress(0.8 + 0.2 * f, None),
+                               counter_parts=_counters(got.counters, rank, got.origin))  # fmt: skip
 
 
 def _load_chunk(
@@ -117,7 +120,8 @@ def _load_chunk(
     got.runs.append(write_run(f, chunk.event_index(), chunk.path.with_suffix(".parquet")))
     chunk.path.unlink()
     got.stacks.append(f.stacks)
-    got.counters.append(f.counters)
+    got.counters.append(chunk.path.with_suffix(".counters.parquet"))
+    pq.write_table(pa.table(f.counters), got.counters[-1])
     got.steps += f.steps
     got.user_files |= f.user_files
     start = int(f.columns["start_ns"].min())
@@ -169,18 +173,16 @@ def _chains(table: dict[str, pa.Array]) -> list[tuple[Frame, ...]]:
     return [tuple(reversed(c)) for c in out]
 
 
-def _counters(parts: list[dict[str, Any]], rank: int, origin: int) -> pa.Table:
-    tables = []
-    for c in parts:
-        c = dict(c)
-        n = len(c["ts_ns"])
-        c["ts_ns"] = c["ts_ns"] - origin
-        c["rank"] = pa.array(np.full(n, rank, dtype=np.int32))
-        c["unit"] = pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, np.int32)), pa.array(["bytes"], pa.string())
-        )
-        tables.append(pa.table(c))
-    return pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
+def _counters(parts: list[Path], rank: int, origin: int) -> Iterator[pa.Table]:
+    """The chunks' counters, read back a chunk at a time, on the profile's origin."""
+    for path in parts:
+        c = pq.read_table(path)
+        n = c.num_rows
+        ts = pc.subtract(c.column("ts_ns"), origin)
+        c = c.set_column(c.schema.get_field_index("ts_ns"), "ts_ns", ts)
+        c = c.append_column("rank", pa.array(np.full(n, rank, dtype=np.int32)))
+        yield c.append_column("unit", pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array(["bytes"], pa.string())))  # fmt: skip
 
 
 def _manifest(got: _Gathered, rank: int) -> Manifest:

@@ -87,7 +87,8 @@ def global_ids(runs: list[Run]) -> list[np.ndarray]:
     """Each run's rows' ids in the merged order (increasing within a run): a k-way merge of
     sorted blocks, each round giving ids to the rows up to the smallest last key among the
     blocks of runs not read to their end."""
-    ids = [np.empty(r.rows, np.int64) for r in runs]
+    index = np.int32 if sum(r.rows for r in runs) < 2**31 else np.int64  # 4 bytes a row held
+    ids = [np.empty(r.rows, index) for r in runs]
     keys = [_Keys(r) for r in runs]
     next_id = 0
     while True:
