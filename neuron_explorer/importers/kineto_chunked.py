@@ -40,6 +40,7 @@ from .pystacks import Frame, scope_of
 MAPPING_BYTES_PER_EVENT = 160
 MAPPING_BYTES_PER_TEXT_BYTE = 0.6  # the 1 GB benchmark trace's peak over its size
 MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of the peak
+PLAN_SHARE = 0.3  # of the progress: the first pass (the file read; then routed, mapped, merged)
 EVENT_NUMBER = re.compile(r"event #(\d+)")  # a mapping error's event, numbered in its chunk
 
 
@@ -83,10 +84,10 @@ def write_chunked(
     assert budget is not None
     range_bytes = range_bytes_for(options.memory_budget or budget)
     the_plan = plan(path, max(1, budget // MAPPING_BYTES_PER_EVENT), range_bytes,
-                    lambda f, n=None: progress(0.3 * f, n))  # fmt: skip
+                    lambda f, n=None: progress(PLAN_SHARE * f, n))  # fmt: skip
     with chunk_folder() as folder:
         chunks = route(path, the_plan, Path(folder), range_bytes,
-                       lambda f, n=None: progress(0.3 + 0.2 * f, n))  # fmt: skip
+                       lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
         chunk_options = replace(options, chunk_budget=None)
         got = _Gathered()
         for k, chunk in enumerate(chunks):

@@ -70,7 +70,7 @@ def _import(
             return kineto_chunked.write_chunked(
                 paths[0], writer, options, thread_names=thread_names, source_roots=source_roots,
                 progress=lambda f, n=None: report(
-                    f"reading {paths[0].name}", f, n, int(min(1.0, f / 0.5) * total)
+                    f"reading {paths[0].name}", f, n, int(min(1.0, f / kineto_chunked.PLAN_SHARE) * total)
                 ),
             )  # fmt: skip
         loaded, done, counted = [], 0.0, _Events()
