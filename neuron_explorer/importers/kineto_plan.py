@@ -90,7 +90,9 @@ class _Pass:
     """What the first pass gathers from each range's columns."""
 
     def __init__(self, span: Span) -> None:
-        self.span, self.union, self.events, self.host = span, _Union(), 0, 0
+        self.span, self.events, self.host = span, 0, 0
+        self.lanes: dict[int, _Union] = {}  # by (pid code, tid code): nesting is per lane
+        self.flow_union = _Union()
         self.flow_ids: list[np.ndarray] = []
         self.flow_ts: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
@@ -105,7 +107,11 @@ class _Pass:
         host = np.flatnonzero(r.is_row & ~r.device & ok)
         self.host += host.size
         end = ts[host] + np.where(p.dur.missing[host], 0, np.maximum(p.dur.ns[host], 0))
-        self.union.add(ts[host], end, np.ones(host.size, np.int64))
+        lane = p.codes["pid"][host] * (1 << 32) + p.codes["tid"][host]
+        for key in np.unique(lane).tolist():
+            mine = lane == key
+            u = self.lanes.setdefault(key, _Union())
+            u.add(ts[host][mine], end[mine], np.ones(int(mine.sum()), np.int64))
         cats = self.span.values["cat"]
         fwdbwd = np.array([c.lower() == "fwdbwd" for c in cats] or [False])[p.codes["cat"]]
         flows = np.flatnonzero(r.is_flow & fwdbwd & ok & (p.codes["id"] >= 0))
@@ -129,7 +135,19 @@ class _Pass:
         ids, ts = ids[order], ts[order]
         first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
         last = np.r_[first[1:], ids.size] - 1
-        self.union.add(ts[first], ts[last], np.zeros(first.size, np.int64))
+        self.flow_union.add(ts[first], ts[last], np.zeros(first.size, np.int64))
+
+    def union(self) -> _Union:
+        """The lanes' intervals and the flows' spans in one. A lane with one row nests nothing
+        (torch's "PyTorch Profiler" span over the whole trace, on a lane of its own): its row
+        only counts."""
+        u = self.flow_union
+        for lane in self.lanes.values():
+            if lane.count.sum() > 1:
+                u.add(lane.start, lane.end, lane.count)
+            else:
+                u.add(lane.start, lane.start, lane.count)
+        return u
 
 
 def piece_roles(span: Span, p: Piece) -> Roles:
@@ -164,7 +182,7 @@ def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share) -> Pl
 
 
 def _plan(g: _Pass, chunk_events: int) -> Plan:
-    u = g.union
+    u = g.union()
     scale = g.events / max(1, g.host)  # every event, counted where the host rows are
     bounds = [FIRST]
     held = 0.0
