@@ -1,10 +1,12 @@
 """The chunked import's first pass: the trace read forward once to find where it splits into
 chunks that the in-memory mapping can take one at a time.
 
-A chunk is a stretch of time that no host event crosses: the host rows' intervals (every lane,
-spans and instants) and each forward -> backward flow's span (its ops must meet in one chunk)
-are merged into disjoint components, and a chunk is a run of whole components. Host nesting,
-steps, python stacks and fwdbwd flows then never reach across two chunks. Device work follows
+A chunk is a stretch of time that no lane's nesting crosses: each lane's host rows (spans and
+instants; a lane of a single row nests nothing and counts only where it starts) and each
+forward -> backward flow's span (its ops must meet in one chunk) are merged into disjoint
+components, and a chunk is a run of whole components. Host nesting, steps (ProfilerStep spans
+are rows of the busiest lane), python stacks and fwdbwd flows then never reach across two
+chunks. Device work follows
 the runtime call that launched it (a correlation id -> chunk table), so a kernel that runs after
 its chunk's host work still meets its launch; device work with no launch goes by its own time.
 What stays in memory is a component per gap in the host's work (merged pairwise past
