@@ -1,11 +1,11 @@
 """The chunked import: a trace whose mapping would not fit the memory budget, imported a chunk
 at a time by the in-memory mapping (kineto.load), into the same profile.
 
-Three passes: kineto_plan finds the chunks (stretches of time no host event crosses, device
-work with its launch), kineto_route copies each event's bytes to its chunk's file, and each
-chunk is loaded, its rows written as a sorted run and let go; kineto_merge merges the runs in
-the events table's order, and the chunks' stacks are numbered as one trace's
-(`global_stacks`). Counters and steps are a few per step and kept in memory.
+Three passes: kineto_plan finds the chunks (stretches of time no lane's nesting crosses,
+device work with its launch), kineto_route copies each event's bytes to its chunk's file, and
+each chunk is loaded, its rows written as a sorted run, its counters to a file, and let go;
+kineto_merge merges the runs in the events table's order, and the chunks' stacks are numbered
+as one trace's (`global_stacks`). Steps, a few per step, stay in memory.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The merge goes over the runs twice. First over their keys alone (start, duration
 index in the trace), a k-way merge by sorted blocks that gives every run's rows their ids in the
 whole table; then over the rows, each output block taking from each run the rows whose ids fall
 in it, with parent and flow links and stack ids turned from the run's numbering into the
-table's. What is held is a block of each run and each row's id (8 bytes a row).
+table's. What is held is a block of each run and each row's id (4 bytes a row).
 """
 
 from __future__ import annotations

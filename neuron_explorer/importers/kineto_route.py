@@ -107,19 +107,22 @@ def _route_piece(
     r = piece_roles(span, p)
     ts = np.where(p.ts.missing | p.ts.out_of_range, plan.bounds[0], p.ts.ns)
     chunk = plan.chunk_of_time(ts)
-    gpu = np.flatnonzero(r.typed_subsets()["gpu"] & r.device)
-    if gpu.size:
-        corr = pc.fill_null(p.typed["gpu"][0], -1).to_numpy(zero_copy_only=False)
-        corr = corr[r.device[np.flatnonzero(r.typed_subsets()["gpu"])]]
+    gpu = np.flatnonzero(r.typed_subsets()["gpu"])  # the events p.typed["gpu"] holds
+    dev = r.device[gpu]
+    if dev.any():  # device work goes with its launch, when the trace has it
+        corr = pc.fill_null(p.typed["gpu"][0], -1).to_numpy(zero_copy_only=False)[dev]
         launched = plan.chunk_of_launch(corr)
-        chunk[gpu] = np.where(launched >= 0, launched, chunk[gpu])
+        chunk[gpu[dev]] = np.where(launched >= 0, launched, chunk[gpu[dev]])
     if plan.samples_first:
         chunk[r.is_counter] = 0
     phs = span.values["ph"]
     chunk[p.codes["ph"] == (phs.index("M") if "M" in phs else -2)] = -1  # every chunk's
     index = np.arange(first, first + ts.size, dtype=np.int64)
-    for k in range(plan.chunks):
-        mine = np.flatnonzero((chunk == k) | (chunk < 0))
+    order = np.argsort(chunk, kind="stable")  # each chunk's events in the trace's order
+    every = order[: np.searchsorted(chunk[order], 0)]
+    bounds = np.searchsorted(chunk[order], np.arange(plan.chunks + 1))
+    for k in np.flatnonzero(np.diff(bounds)).tolist() if not every.size else range(plan.chunks):
+        mine = np.sort(np.concatenate([every, order[bounds[k] : bounds[k + 1]]]))
         writers.write(k, [raws[i] for i in mine.tolist()], index[mine])
 
 
