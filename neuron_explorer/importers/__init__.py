@@ -111,7 +111,8 @@ def import_traces(
     (`thread_names`: lanes named by the traces' thread_name metadata, else by thread id;
     `mixed_runs`: merge traces that look like different runs, importers/runs.py;
     `memory_budget`: bytes, the streaming import, else each file decoded in memory;
-    `chunk_budget`: bytes a chunk's mapping may take, forcing the chunked import: tests)."""
+    `chunk_budget`: bytes a chunk's mapping may take, forcing the chunked import of a single
+    trace file: tests)."""
     files = trace_files(paths)
     if importer is None:
         chosen = next((i for i in IMPORTERS.values() if i.recognises(files[0])), None)
