@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DATA
-from test_import_streaming import BIG, TRACES, _same_profile
+from test_import_streaming import BIG, TRACES, _plain_forms, _same_profile
 
 from neuron_explorer.errors import BadInputError
 from neuron_explorer.importers import import_traces
@@ -46,6 +46,12 @@ def _chunked(trace: Path, out: Path) -> Path:
 )
 def test_chunked_import_equals_the_in_memory_one(trace, tmp_path):
     _same_profile(_chunked(trace, tmp_path / "c"), import_traces([trace], tmp_path / "m"))
+
+
+def test_plain_and_array_forms_import_in_chunks(tmp_path):
+    for i, path in enumerate(_plain_forms(tmp_path, GPT2)):
+        chunked_profile = _chunked(path, tmp_path / f"c{i}")
+        _same_profile(chunked_profile, import_traces([path], tmp_path / f"m{i}"))
 
 
 def _repeated(trace: Path, copies: int, path: Path) -> Path:
