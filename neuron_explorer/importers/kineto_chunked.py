@@ -29,6 +29,7 @@ from . import kineto
 from .assemble import Assembled, assign_ranks, write_assembled
 from .kineto_columns import range_bytes_for
 from .kineto_extract import DecodeOptions
+from .kineto_memory import NAMES
 from .kineto_merge import Run, global_ids, merged_blocks, write_run
 from .kineto_plan import plan
 from .kineto_route import Chunk, chunk_folder, route
@@ -180,15 +181,18 @@ def _chains(table: dict[str, pa.Array]) -> list[tuple[Frame, ...]]:
 
 
 def _counters(parts: list[Path], rank: int, origin: int) -> Iterator[pa.Table]:
-    """The chunks' counters, read back a chunk at a time, on the profile's origin."""
-    for path in parts:
-        c = pq.read_table(path)
-        n = c.num_rows
-        ts = pc.subtract(c.column("ts_ns"), origin)
-        c = c.set_column(c.schema.get_field_index("ts_ns"), "ts_ns", ts)
-        c = c.append_column("rank", pa.array(np.full(n, rank, dtype=np.int32)))
-        yield c.append_column("unit", pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, np.int32)), pa.array(["bytes"], pa.string())))  # fmt: skip
+    """The chunks' counters, read back a chunk at a time, on the profile's origin, in the
+    in-memory import's order: every chunk's memory_allocated samples, then memory_reserved."""
+    for name in NAMES.to_pylist():
+        for path in parts:
+            c = pq.read_table(path)
+            c = c.filter(pc.equal(c.column("name").cast(pa.string()), name))
+            n = c.num_rows
+            ts = pc.subtract(c.column("ts_ns"), origin)
+            c = c.set_column(c.schema.get_field_index("ts_ns"), "ts_ns", ts)
+            c = c.append_column("rank", pa.array(np.full(n, rank, dtype=np.int32)))
+            yield c.append_column("unit", pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(n, np.int32)), pa.array(["bytes"], pa.string())))  # fmt: skip
 
 
 def _manifest(got: _Gathered, rank: int) -> Manifest:
