@@ -88,7 +88,10 @@ def test_many_chunks_merge_into_the_same_profile(trace, tmp_path):
     path = _repeated(trace, 6, tmp_path / "t.json")
     chunks = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None)
     assert chunks.chunks >= 6
-    _same_profile(_chunked(path, tmp_path / "c"), import_traces([path], tmp_path / "m"))
+    got, want = _chunked(path, tmp_path / "c"), import_traces([path], tmp_path / "m")
+    _same_profile(got, want)
+    manifest = "manifest.json"
+    assert json.loads((got / manifest).read_text()) == json.loads((want / manifest).read_text())
 
 
 def test_chunks_split_only_where_no_host_event_is_open(tmp_path):
