@@ -4,10 +4,14 @@
     .venv/bin/python benchmarks/import_bench.py --mb 10 100 500 --repeat 3
     .venv/bin/python benchmarks/import_bench.py --cuda --mb 100 --methods orjson import stream
     .venv/bin/python benchmarks/import_bench.py --cuda --mb 1000 --repeat 1 --methods stream
+    .venv/bin/python benchmarks/import_bench.py --cuda --mb 1000 --repeat 1 --methods chunked
+    .venv/bin/python benchmarks/import_bench.py --cuda --mb 100 --methods chunked --chunked-mb 32
 
 `import` is the in-memory import (`memory_budget=None`: the file decoded in several processes),
 `stream` the streaming import the CLI runs (`--memory-budget 2G`: read forward once in ranges,
-args spilled to disk). `--cuda`: big_trace.py's synthetic CUDA training trace (written when
+args spilled to disk), `chunked` the streaming import with a budget the trace's mapping does
+not fit (256 MB: from about 430 MB of JSON up, the trace mapped a chunk of time at a time and
+merged, kineto_chunked). `--cuda`: big_trace.py's synthetic CUDA training trace (written when
 missing) instead of the recorded transformer traces.
 
 Each measurement runs in a fresh subprocess: wall time, CPU time (user+sys, worker processes
@@ -36,7 +40,7 @@ sys.path.insert(0, str(HERE))
 # One child per measurement; it prints one JSON line.
 CHILD = r"""
 import json, resource, shutil, sys, time
-method, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
+method, path, out, budget = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if method == "json":
     import json as lib; load = lambda: lib.loads(open(path, "rb").read())
 elif method == "orjson":
@@ -49,7 +53,7 @@ elif method == "hta":
 else:
     from neuron_explorer.importers import import_traces
     import neuron_explorer.importers.run, pyarrow.parquet, pyarrow.dataset  # libraries count as base
-    budget = 2 << 30 if method == "stream" else None
+    budget = budget if method in ("stream", "chunked") else None
     load = lambda: import_traces([path], out, memory_budget=budget)
 def rss_mb():
     with open("/proc/self/status") as f:
@@ -67,7 +71,8 @@ peak = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resou
 print(json.dumps({"wall": t1 - t0, "cpu": cpu, "peak": peak, "base": base}))
 """
 
-METHODS = ("json", "orjson", "import", "stream")
+METHODS = ("json", "orjson", "import", "stream", "chunked")
+CHUNKED_MB = 256  # the chunked method's budget: under the 1 GB trace's mapping (600 MB)
 
 
 def tree_mb(root: int) -> float:
@@ -98,11 +103,14 @@ def tree_mb(root: int) -> float:
     return kb / 1024 + sum(memfds.values()) / 2**20
 
 
-def measure(method: str, trace: Path, python: str = sys.executable) -> dict:
+def measure(
+    method: str, trace: Path, python: str = sys.executable, chunked_mb: int = CHUNKED_MB
+) -> dict:
     """One run in a fresh process; its process tree's memory sampled from here every 10 ms
     (a sampling thread inside would contend for the measured interpreter's GIL)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [python, "-c", CHILD, method, str(trace), str(Path(tmp) / "profile")]
+        budget = str((chunked_mb << 20) if method == "chunked" else 2 << 30)
+        cmd = [python, "-c", CHILD, method, str(trace), str(Path(tmp) / "profile"), budget]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tree = 0.0
         while proc.poll() is None:
@@ -117,7 +125,11 @@ def measure(method: str, trace: Path, python: str = sys.executable) -> dict:
 
 
 def bench(
-    trace: Path, repeat: int, methods: tuple[str, ...], hta_python: str | None
+    trace: Path,
+    repeat: int,
+    methods: tuple[str, ...],
+    hta_python: str | None,
+    chunked_mb: int = CHUNKED_MB,
 ) -> dict[str, dict]:
     """Best (lowest wall) of `repeat` runs per method, the methods interleaved (HTA once)."""
     best: dict[str, dict] = {}
@@ -125,7 +137,7 @@ def bench(
         for m in methods:
             if m == "hta" and (i or hta_python is None):
                 continue
-            r = measure(m, trace, hta_python if m == "hta" else sys.executable)
+            r = measure(m, trace, hta_python if m == "hta" else sys.executable, chunked_mb)
             if m not in best or r["wall"] < best[m]["wall"]:
                 best[m] = r
     return best
@@ -138,6 +150,13 @@ def main() -> int:
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument(
         "--cuda", action="store_true", help="big_trace.py's synthetic CUDA trace of each size"
+    )
+    parser.add_argument(
+        "--chunked-mb",
+        type=int,
+        default=CHUNKED_MB,
+        help="the chunked method's memory budget in MB (a trace of 64 MB or more whose mapping, "
+        "about 0.6x its JSON, is over it is imported in chunks)",
     )
     parser.add_argument(
         "--hta-python",
@@ -165,7 +184,7 @@ def main() -> int:
         size = trace.stat().st_size / 1e6
         with trace.open("rb") as f:
             events = sum(chunk.count(b'"ph":') for chunk in iter(lambda: f.read(1 << 24), b""))
-        for m, r in bench(trace, args.repeat, methods, args.hta_python).items():
+        for m, r in bench(trace, args.repeat, methods, args.hta_python, args.chunked_mb).items():
             added = r["peak"] - r["base"]
             print(
                 f"| {trace.name} | {size:.0f} | {events} | {m} | {r['wall']:.2f} | "

@@ -105,11 +105,14 @@ def import_traces(
     thread_names: bool = True,
     mixed_runs: bool = False,
     memory_budget: int | None = None,
+    chunk_budget: int | None = None,
 ) -> Path:
     """Import trace files (or directories of them) into a new profile directory at `out`
     (`thread_names`: lanes named by the traces' thread_name metadata, else by thread id;
     `mixed_runs`: merge traces that look like different runs, importers/runs.py;
-    `memory_budget`: bytes, the streaming import, else each file decoded in memory)."""
+    `memory_budget`: bytes, the streaming import, else each file decoded in memory;
+    `chunk_budget`: bytes a chunk's mapping may take, forcing the chunked import of a single
+    trace file: tests)."""
     files = trace_files(paths)
     if importer is None:
         chosen = next((i for i in IMPORTERS.values() if i.recognises(files[0])), None)
@@ -127,4 +130,5 @@ def import_traces(
         thread_names=thread_names,
         mixed_runs=mixed_runs,
         memory_budget=memory_budget,
+        **({"chunk_budget": chunk_budget} if chunk_budget is not None else {}),
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -154,10 +154,31 @@ def write_profile(
     report = progress or (lambda f: None)
     assembled = assemble(files)
     report(0.3)
+    return write_assembled(
+        assembled, files, writer=writer, source_roots=source_roots,
+        progress=lambda f: report(0.3 + 0.7 * f),
+    )  # fmt: skip
+
+
+def write_assembled(
+    assembled: Assembled,
+    files: Sequence[FileData],
+    *,
+    writer: ProfileWriter,
+    source_roots: Sequence[Path] = (),
+    progress: Callable[[float], None] | None = None,
+    counter_parts: Iterable[pa.Table] | None = None,
+) -> Path:
+    """Write assembled tables, the sources the files' stacks name, and the manifest
+    (`counter_parts`: the counters a part at a time, instead of `assembled.counters`)."""
+    report = progress or (lambda f: None)
     writer.write_events_in_order(assembled.blocks)
-    report(0.8)
+    report(0.7)
     writer.write_table("stacks", assembled.stacks)
-    writer.write_table("counters", assembled.counters)
+    if counter_parts is None:
+        writer.write_table("counters", assembled.counters)
+    else:
+        writer.write_table_in_parts("counters", counter_parts)
     skipped = _copy_sources(writer, files, source_roots)
     manifest = assembled.manifest
     path = writer.commit(replace(manifest, extra={**manifest.extra, **skipped}))

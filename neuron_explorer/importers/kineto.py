@@ -56,6 +56,7 @@ class FileData:
     devices: list[dict[str, Any]]
     meta: dict[str, Any]
     user_files: set[str] = field(default_factory=set)
+    event_index: np.ndarray | None = None  # per row, its event's index in the file (if asked)
 
 
 def _scatter(idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
@@ -84,9 +85,10 @@ def load(
     options: DecodeOptions | None = None,
     *,
     thread_names: bool = True,
+    event_index: bool = False,
 ) -> FileData:
     """Read, decode and map one trace file (`thread_names`: lanes named by the trace's
-    thread_name metadata, else by tid alone)."""
+    thread_name metadata, else by tid alone; `event_index`: keep each row's event index)."""
     report = progress or no_share
     options = options or DecodeOptions()
     share: Share = lambda f, events=None: report(DECODE_SHARE * f, events)  # noqa: E731
@@ -108,6 +110,7 @@ def load(
     other = _other_tags(d, c, r)
     mem = d.typed["mem"]
     d.let_go_events()  # what the mapping reads on is the rows' columns, not every event's
+    row_events = r.rows if event_index else None
     r = replace(r, rows=np.zeros(0, r.rows.dtype))  # events are no longer looked up by row
     step_no, frame_names = c.step_no, c.names
     del c
@@ -147,6 +150,7 @@ def load(
         devices=list(d.trace.deviceProperties),
         meta=_meta(d.trace, names),
         user_files={stacks.frames[i].file for i in used},
+        event_index=row_events,
     )
 
 

@@ -45,6 +45,7 @@ class DecodeOptions:
     range_bytes: int = RANGE_BYTES
     parallel_min_bytes: int = PARALLEL_MIN_BYTES
     memory_budget: int | None = None  # bytes: read the file as a stream (kineto_columns)
+    chunk_budget: int | None = None  # bytes a chunk's mapping may take (kineto_chunked; tests)
 
 
 @dataclass

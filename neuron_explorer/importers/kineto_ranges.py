@@ -152,13 +152,18 @@ def decode_span(
     range_bytes: int = RANGE_BYTES,
     path: Path | None = None,
     progress: Callable[[float], None] = lambda f: None,
+    span: Span | None = None,
+    on_range: Callable[[memoryview, bool], None] | None = None,
 ) -> Span:
     """Decode the events between cut `begin` (None: the file's start) and cut `end` (None: its
     end), range by range; `keep` turns each range's Piece into what the Span holds, `progress`
     hears the share of the span done. A span that is the whole file in one range decodes as the
-    file (BadInputError naming `path`)."""
-    span = Span()
+    file (BadInputError naming `path`). `span`: the Span to fill, its values (the distinct values
+    so far) readable by `keep`; `on_range` sees each decoded range's bytes, wrapped as decoded
+    (first: the file's first range), before `keep` sees its Piece."""
+    span = span or Span()
     factorizers = {f: kd.Factorizer() for f in FIELDS}
+    span.values = {f: z.seen for f, z in factorizers.items()}  # the lists grow as ranges come
     pos = begin
     limit = source.size if end is None else end + len(END)
     while True:
@@ -173,6 +178,8 @@ def decode_span(
             try:
                 evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
                 span.top.update(top)
+                if on_range is not None:
+                    on_range(view, pos is None)
                 span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
                 del evs
                 break
@@ -192,7 +199,6 @@ def decode_span(
             break
         pos = cut
         progress((cut - (begin or 0)) / (min(limit, source.size) - (begin or 0)))
-    span.values = {f: z.seen for f, z in factorizers.items()}
     return span
 
 

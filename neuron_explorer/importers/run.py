@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..model.io import ProfileWriter
-from . import kineto
+from . import kineto, kineto_chunked
 from .assemble import write_profile
 from .kineto_extract import DecodeOptions
 from .progress import Progress
@@ -25,10 +25,12 @@ def import_kineto(
     thread_names: bool = True,
     mixed_runs: bool = False,
     memory_budget: int | None = None,
+    chunk_budget: int | None = None,
 ) -> Path:
     """Import Kineto trace files (one per rank) into a profile directory, atomically
     (`memory_budget`: bytes; each file read as a stream, its args kept on disk:
-    kineto_columns)."""
+    kineto_columns; a file whose mapping would not fit it, or `chunk_budget`, in chunks:
+    kineto_chunked)."""
     import pyarrow as pa
 
     # The system allocator hands freed buffers straight back to the OS; Arrow's default pool
@@ -36,7 +38,7 @@ def import_kineto(
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        options = DecodeOptions(memory_budget=memory_budget)
+        options = DecodeOptions(memory_budget=memory_budget, chunk_budget=chunk_budget)
         return _import(
             paths, out, progress, overwrite, source_roots, thread_names, mixed_runs, options
         )
@@ -64,6 +66,13 @@ def _import(
     sizes = [max(p.stat().st_size, 1) for p in paths]
     total = float(sum(sizes))
     with ProfileWriter(out, overwrite=overwrite) as writer:  # fails now if `out` exists
+        if len(paths) == 1 and kineto_chunked.chunked(paths[0], options):
+            return kineto_chunked.write_chunked(
+                paths[0], writer, options, thread_names=thread_names, source_roots=source_roots,
+                progress=lambda f, n=None: report(
+                    f"reading {paths[0].name}", f, n, int(min(1.0, f / kineto_chunked.PLAN_SHARE) * total)
+                ),
+            )  # fmt: skip
         loaded, done, counted = [], 0.0, _Events()
         for path, size in zip(paths, sizes, strict=True):
 

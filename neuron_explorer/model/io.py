@@ -197,6 +197,20 @@ class ProfileWriter:
         _write_table(table, conformed, self.tmp / table.file)
         self._counts[name] = conformed.num_rows
 
+    def write_table_in_parts(self, name: str, parts: Iterable[pa.Table | dict]) -> None:
+        """Write one table (not events) from parts that come one at a time, each its own row
+        groups: the whole table never exists at once."""
+        table = TABLES.get(name) or OPTIONAL_TABLES[name]
+        assert table is not EVENTS, "events: write_events_in_order"
+        count = 0
+        with pq.ParquetWriter(self.tmp / table.file, table.arrow_schema(),
+                              **_parquet_options(table)) as out:  # fmt: skip
+            for part in parts:
+                conformed = conform(table, part)
+                out.write_table(conformed, ROW_GROUP_ROWS)
+                count += conformed.num_rows
+        self._counts[name] = count
+
     def add_source(self, file: str, text: str) -> None:
         """Keep the text of a user source file, stored under sources/ by its path."""
         rel = source_relpath(file)

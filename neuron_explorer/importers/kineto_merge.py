@@ -1,0 +1,177 @@
+"""The chunked import's runs: each chunk's rows written as a sorted Parquet run, then the runs
+merged into the events table's (start, longest first, trace order) order, a block at a time.
+
+The merge goes over the runs twice. First over their keys alone (start, duration and each row's
+index in the trace), a k-way merge by sorted blocks that gives every run's rows their ids in the
+whole table; then over the rows, each output block taking from each run the rows whose ids fall
+in it, with parent and flow links and stack ids turned from the run's numbering into the
+table's. What is held is a block of each run and each row's id (4 bytes a row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..model.io import ROW_GROUP_ROWS
+from ..model.schema import EVENTS, conform
+from .assemble import _event_blocks, _order
+from .kineto import FileData
+from .kineto_columns import give_back_free_memory
+
+RUN_GROUP_ROWS = 1 << 14  # a run's row group: every run holds one while the runs are merged
+READ_ROWS = RUN_GROUP_ROWS
+
+
+@dataclass(frozen=True)
+class Run:
+    """One chunk's rows in their order: the events columns (ids, links and stacks the chunk's
+    own) and each row's index in the trace."""
+
+    path: Path
+    trace_index_path: Path
+    rows: int
+
+
+def write_run(f: FileData, trace_index: np.ndarray, path: Path) -> Run:
+    """Write chunk `f`'s rows in order (`trace_index`: its events' indices in the trace)."""
+    assert f.event_index is not None
+    order = _order(f)
+    tie = path.with_suffix(".tie")
+    trace_index[f.event_index[order]].astype(np.int64).tofile(tie)
+    schema = EVENTS.arrow_schema()
+    with pq.ParquetWriter(path, schema, compression="lz4") as out:
+        for block in _event_blocks(f, 0, 0, 0, 0):
+            out.write_table(conform(EVENTS, block), RUN_GROUP_ROWS)
+    return Run(path, tie, len(order))
+
+
+class _Keys:
+    """A run's keys (start, -dur, trace index) and local rows, read a block at a time; `buf`
+    holds those not yet given ids."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._batches = pq.ParquetFile(run.path).iter_batches(
+            READ_ROWS, columns=["start_ns", "dur_ns"]
+        )
+        self.read = 0  # rows read
+        self.ended = False
+        self.buf = [np.zeros(0, np.int64)] * 4
+
+    def fill(self) -> None:
+        """Read the next block once the buffer is empty."""
+        if self.buf[0].size or self.ended:
+            return
+        batch = next(self._batches, None)
+        if batch is None:
+            self.ended = True
+            return
+        n = batch.num_rows
+        tie = np.fromfile(self._run.trace_index_path, np.int64, count=n, offset=8 * self.read)
+        start, dur = batch.column(0).to_numpy(), batch.column(1).to_numpy()
+        self.buf = [start, -dur, tie, np.arange(self.read, self.read + n)]
+        self.read += n
+
+    def last(self) -> tuple[int, int, int]:
+        return int(self.buf[0][-1]), int(self.buf[1][-1]), int(self.buf[2][-1])
+
+
+def global_ids(runs: list[Run]) -> list[np.ndarray]:
+    """Each run's rows' ids in the merged order (increasing within a run): a k-way merge of
+    sorted blocks, each round giving ids to the rows up to the smallest last key among the
+    blocks of runs not read to their end."""
+    index = np.int32 if sum(r.rows for r in runs) < 2**31 else np.int64  # 4 bytes a row held
+    ids = [np.empty(r.rows, index) for r in runs]
+    keys = [_Keys(r) for r in runs]
+    next_id = 0
+    while True:
+        for k in keys:
+            k.fill()
+        live = [i for i, k in enumerate(keys) if k.buf[0].size]
+        if not live:
+            return ids
+        start, ndur, tie, local = (np.concatenate([keys[i].buf[c] for i in live]) for c in range(4))
+        run = np.concatenate([np.full(keys[i].buf[0].size, i) for i in live])
+        order = np.lexsort((tie, ndur, start))
+        bounds = [keys[i].last() for i in live if not keys[i].ended]
+        if bounds:  # the bound's own row is the last given an id (the trace index is unique)
+            order = order[: int(np.flatnonzero(tie[order] == min(bounds)[2])[0]) + 1]
+        for i in live:
+            at = np.flatnonzero(run[order] == i)
+            ids[i][local[order[at]]] = next_id + at
+            keys[i].buf = [a[at.size :] for a in keys[i].buf]
+        next_id += order.size
+
+
+class _RowReader:
+    """A run's rows read forward, a slice at a time."""
+
+    def __init__(self, run: Run) -> None:
+        self._batches = pq.ParquetFile(run.path).iter_batches(READ_ROWS)
+        self._buf = pa.table({})
+        self._at = 0
+
+    def take(self, n: int) -> pa.Table:
+        parts = []
+        while n:
+            if self._at >= self._buf.num_rows:
+                self._buf, self._at = pa.Table.from_batches([next(self._batches)]), 0
+            k = min(n, self._buf.num_rows - self._at)
+            parts.append(self._buf.slice(self._at, k))
+            self._at += k
+            n -= k
+        return pa.concat_tables(parts) if parts else pa.table({})
+
+
+def merged_blocks(
+    runs: list[Run], ids: list[np.ndarray], stack_maps: list[np.ndarray], rank: int, origin: int
+) -> Iterator[pa.Table]:
+    """The runs' rows in the merged order, a row group at a time, in the table's numbering."""
+    readers = [_RowReader(r) for r in runs]
+    total = sum(r.rows for r in runs)
+    lo_of = [0] * len(runs)
+    for g0 in range(0, total, ROW_GROUP_ROWS):
+        g1 = min(total, g0 + ROW_GROUP_ROWS)
+        parts = []
+        for i, reader in enumerate(readers):
+            hi = int(np.searchsorted(ids[i], g1))
+            lo, lo_of[i] = lo_of[i], hi
+            if hi > lo:
+                parts.append(
+                    _renumbered(reader.take(hi - lo), ids[i], lo, stack_maps[i], rank, origin)
+                )
+        block = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
+        yield block.take(pc.sort_indices(block.column("id")))
+        del block, parts
+        give_back_free_memory()  # each block's columns, freed, would otherwise stay as heap
+
+
+def _renumbered(
+    t: pa.Table, ids: np.ndarray, lo: int, stack_map: np.ndarray, rank: int, origin: int
+) -> pa.Table:
+    def link(name: str) -> pa.Array:
+        local = t.column(name).to_numpy(zero_copy_only=False)
+        valid = pc.is_valid(t.column(name)).to_numpy(zero_copy_only=False)
+        return pa.array(ids[np.where(valid, local, 0).astype(np.int64)], mask=~valid)
+
+    sid = t.column("stack_id")
+    valid = pc.is_valid(sid).to_numpy(zero_copy_only=False)
+    local_sid = pc.fill_null(sid, 0).to_numpy(zero_copy_only=False)
+    columns = {
+        "id": pa.array(ids[lo : lo + t.num_rows]),
+        "rank": pa.array(np.full(t.num_rows, rank, np.int32)),
+        "parent_id": link("parent_id"),
+        "flow_id": link("flow_id"),
+        "stack_id": pa.array(stack_map[local_sid] if stack_map.size else local_sid, mask=~valid),
+        "start_ns": pc.subtract(t.column("start_ns"), origin),
+    }
+    for name, col in columns.items():
+        t = t.set_column(t.schema.get_field_index(name), name, col)
+    return t

@@ -1,0 +1,206 @@
+"""The chunked import's first pass: the trace read forward once to find where it splits into
+chunks that the in-memory mapping can take one at a time.
+
+A chunk is a stretch of time that no lane's nesting crosses: each lane's host rows (spans and
+instants; a lane of a single row nests nothing and counts only where it starts) and each
+forward -> backward flow's span (its ops must meet in one chunk) are merged into disjoint
+components, and a chunk is a run of whole components. Host nesting, steps (ProfilerStep spans
+are rows of the busiest lane), python stacks and fwdbwd flows then never reach across two
+chunks. Device work follows
+the runtime call that launched it (a correlation id -> chunk table), so a kernel that runs after
+its chunk's host work still meets its launch; device work with no launch goes by its own time.
+What stays in memory is a component per gap in the host's work (merged pairwise past
+MAX_COMPONENTS, which only removes cuts) and a correlation id per launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from ..errors import BadInputError
+from .kineto_kinds import MEMORY_EVENT, K, Roles, roles
+from .kineto_ranges import Piece, RangeError, Span, decode_span, phases
+from .kineto_stream import StreamSource, open_stream
+from .progress import Share
+from .pystacks import Frame, parse_frame
+
+MAX_COMPONENTS = 1 << 20  # past this many, adjacent components are merged in pairs
+FIRST = np.iinfo(np.int64).min
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each event of the trace goes: chunk k holds the times in [bounds[k], bounds[k+1])
+    (trace ns, before the base time), device work its launch's chunk."""
+
+    bounds: np.ndarray  # int64, bounds[0] = FIRST
+    launch_corr: np.ndarray  # int64, sorted: the correlation ids of runtime rows
+    launch_chunk: np.ndarray  # int32: the chunk of each
+    samples_first: bool  # memory samples all in chunk 0: their running sums span the trace
+    top: dict[str, Any]  # the top-level keys
+    frame_codes: dict[Frame, int]  # a python frame -> its name's place in the trace's names
+    events: int
+
+    @property
+    def chunks(self) -> int:
+        return len(self.bounds)
+
+    def chunk_of_time(self, ts: np.ndarray) -> np.ndarray:
+        return (np.searchsorted(self.bounds, ts, side="right") - 1).astype(np.int32)
+
+    def chunk_of_launch(self, corr: np.ndarray) -> np.ndarray:
+        """The chunk of each correlation id's launch, -1 where no runtime row has it."""
+        if not self.launch_corr.size:
+            return np.full(corr.size, -1, np.int32)
+        pos = np.clip(np.searchsorted(self.launch_corr, corr), 0, self.launch_corr.size - 1)
+        return np.where(self.launch_corr[pos] == corr, self.launch_chunk[pos], -1)
+
+
+class _Union:
+    """Disjoint intervals [start, end] (touching ones merged) with a count of rows each."""
+
+    def __init__(self) -> None:
+        self.start = np.zeros(0, np.int64)
+        self.end = np.zeros(0, np.int64)
+        self.count = np.zeros(0, np.int64)
+
+    def add(self, start: np.ndarray, end: np.ndarray, count: np.ndarray) -> None:
+        s = np.concatenate([self.start, start])
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], np.concatenate([self.end, end])[order]
+        c = np.concatenate([self.count, count])[order]
+        reach = np.maximum.accumulate(e)
+        first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+        self.start, self.end = s[first], np.maximum.reduceat(e, first) if s.size else e
+        self.count = np.add.reduceat(c, first) if s.size else c
+        while self.start.size > MAX_COMPONENTS:
+            self.coarsen()
+
+    def coarsen(self) -> None:
+        first = np.arange(0, self.start.size, 2)
+        self.start = self.start[first]
+        self.end = np.maximum.reduceat(self.end, first)
+        self.count = np.add.reduceat(self.count, first)
+
+
+class _Pass:
+    """What the first pass gathers from each range's columns."""
+
+    def __init__(self, span: Span) -> None:
+        self.span, self.events, self.host = span, 0, 0
+        self.lanes: dict[int, _Union] = {}  # by (pid code, tid code): nesting is per lane
+        self.flow_union = _Union()
+        self.flow_ids: list[np.ndarray] = []
+        self.flow_ts: list[np.ndarray] = []
+        self.corr: list[np.ndarray] = []
+        self.corr_ts: list[np.ndarray] = []
+        self.python: set[int] = set()
+        self.running_sums = False
+
+    def piece(self, p: Piece) -> None:
+        r = piece_roles(self.span, p)
+        ts, ok = p.ts.ns, ~(p.ts.missing | p.ts.out_of_range)
+        self.events += ts.size
+        host = np.flatnonzero(r.is_row & ~r.device & ok)
+        self.host += host.size
+        end = ts[host] + np.where(p.dur.missing[host], 0, np.maximum(p.dur.ns[host], 0))
+        lane = p.codes["pid"][host] * (1 << 32) + p.codes["tid"][host]
+        for key in np.unique(lane).tolist():
+            mine = lane == key
+            u = self.lanes.setdefault(key, _Union())
+            u.add(ts[host][mine], end[mine], np.ones(int(mine.sum()), np.int64))
+        cats = self.span.values["cat"]
+        fwdbwd = np.array([c.lower() == "fwdbwd" for c in cats] or [False])[p.codes["cat"]]
+        flows = np.flatnonzero(r.is_flow & fwdbwd & ok & (p.codes["id"] >= 0))
+        self.flow_ids.append(p.codes["id"][flows])
+        self.flow_ts.append(ts[flows])
+        gpu = np.flatnonzero(r.typed_subsets()["gpu"])
+        corr = pc.fill_null(p.typed["gpu"][0], -1).to_numpy(zero_copy_only=False)
+        launch = (r.kind[gpu] == K["runtime"]) & ~r.device[gpu] & (corr >= 0) & ok[gpu]
+        self.corr.append(corr[launch])
+        self.corr_ts.append(ts[gpu[launch]])
+        self.python.update(np.unique(p.codes["name"][r.is_row & (r.kind == K["python"])]).tolist())
+        alloc, nbytes = p.typed["mem"][0], p.typed["mem"][4]
+        self.running_sums |= bool(pc.any(pc.and_(pc.is_null(alloc), pc.is_valid(nbytes))).as_py())
+
+    def flows(self) -> None:
+        """Each fwdbwd flow's span joins the host's intervals: its ends land in one chunk."""
+        ids, ts = np.concatenate(self.flow_ids), np.concatenate(self.flow_ts)
+        if not ids.size:
+            return
+        order = np.lexsort((ts, ids))
+        ids, ts = ids[order], ts[order]
+        first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        last = np.r_[first[1:], ids.size] - 1
+        self.flow_union.add(ts[first], ts[last], np.zeros(first.size, np.int64))
+
+    def union(self) -> _Union:
+        """The lanes' intervals and the flows' spans in one. A lane with one row nests nothing
+        (torch's "PyTorch Profiler" span over the whole trace, on a lane of its own): its row
+        only counts."""
+        u = self.flow_union
+        for lane in self.lanes.values():
+            if lane.count.sum() > 1:
+                u.add(lane.start, lane.end, lane.count)
+            else:
+                u.add(lane.start, lane.start, lane.count)
+        return u
+
+
+def piece_roles(span: Span, p: Piece) -> Roles:
+    """A range's roles, as its decode found them (codes into the span's distinct values)."""
+    names = span.values["name"]
+    ph = phases(span.values["ph"], p.codes["ph"])
+    memory = np.array([n == MEMORY_EVENT for n in names] or [False])[p.codes["name"]]
+    lane = np.array([n in ("thread_name", "process_name") for n in names] or [False])
+    return roles(ph, p.codes["cat"], span.values["cat"], memory, lane[p.codes["name"]])
+
+
+def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share) -> Plan:
+    """Read the trace once and cut it into chunks of about `chunk_events` events each."""
+    f, gz = open_stream(path)
+    span = Span()
+    gather = _Pass(span)
+    total = max(1, path.stat().st_size)
+    with f:
+        source = StreamSource(f, path, gzip=gz)
+
+        def keep(p: Piece) -> None:
+            gather.piece(p)
+            progress(min(1.0, source.bytes_read / total), gather.events)
+
+        try:
+            decode_span(source, None, None, keep=keep, range_bytes=range_bytes, path=path,
+                        span=span)  # fmt: skip
+        except RangeError as e:
+            raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
+    gather.flows()
+    return _plan(gather, chunk_events)
+
+
+def _plan(g: _Pass, chunk_events: int) -> Plan:
+    u = g.union()
+    scale = g.events / max(1, g.host)  # every event, counted where the host rows are
+    bounds = [FIRST]
+    held = 0.0
+    for start, count in zip(u.start.tolist(), u.count.tolist(), strict=True):
+        if held and held + count * scale > chunk_events:
+            bounds.append(start)
+            held = 0.0
+        held += count * scale
+    cuts = np.array(bounds, np.int64)
+    corr, ts = np.concatenate(g.corr), np.concatenate(g.corr_ts)
+    order = np.argsort(corr, kind="stable")  # the first launch of an id, as the mapping's
+    corr, ts = corr[order], ts[order]
+    first = np.r_[True, corr[1:] != corr[:-1]] if corr.size else np.zeros(0, bool)
+    chunk = (np.searchsorted(cuts, ts[first], side="right") - 1).astype(np.int32)
+    names = g.span.values["name"]
+    frame_codes: dict[Frame, int] = {}
+    for code in sorted(g.python):
+        frame_codes.setdefault(parse_frame(names[code]), code)
+    return Plan(cuts, corr[first], chunk, g.running_sums, dict(g.span.top), frame_codes, g.events)

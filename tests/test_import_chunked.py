@@ -1,0 +1,144 @@
+"""The chunked import (a trace whose mapping would not fit the budget, mapped a stretch of time
+at a time and merged) writes the same profile as the in-memory import, on every trace in
+tests/data and on real traces repeated into many steps; its chunks never split what the
+mapping joins; a bad trace is one line naming it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DATA
+from test_import_streaming import BIG, TRACES, _plain_forms, _same_profile
+
+from neuron_explorer.errors import BadInputError
+from neuron_explorer.importers import import_traces
+from neuron_explorer.importers.kineto_chunked import (
+    MAPPING_BYTES_PER_EVENT,
+    MIN_CHUNKED_TEXT,
+    chunked,
+)
+from neuron_explorer.importers.kineto_extract import DecodeOptions
+from neuron_explorer.importers.kineto_plan import plan
+from neuron_explorer.model.profile import Profile
+
+CHUNK_BUDGET = 16_000  # bytes: 100 events a chunk, so every trace with gaps is cut
+MEMORY_BUDGET = 1 << 20
+GPT2 = DATA / "kineto-cpu-stacks" / "gpt2_cpu_stacks_modules.pt.trace.json.gz"
+ALEXNET = (
+    DATA / "kineto-gpu" / "critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
+)
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def _chunked(trace: Path, out: Path) -> Path:
+    return import_traces([trace], out, memory_budget=MEMORY_BUDGET, chunk_budget=CHUNK_BUDGET)
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [pytest.param(t, marks=pytest.mark.sweep) if t.stat().st_size > BIG else t for t in TRACES],
+    ids=lambda p: p.name[:40],
+)
+def test_chunked_import_equals_the_in_memory_one(trace, tmp_path):
+    _same_profile(_chunked(trace, tmp_path / "c"), import_traces([trace], tmp_path / "m"))
+
+
+def test_plain_and_array_forms_import_in_chunks(tmp_path):
+    for i, path in enumerate(_plain_forms(tmp_path, GPT2)):
+        chunked_profile = _chunked(path, tmp_path / f"c{i}")
+        _same_profile(chunked_profile, import_traces([path], tmp_path / f"m{i}"))
+
+
+def _repeated(trace: Path, copies: int, path: Path) -> Path:
+    """The trace's events `copies` times one after the other (times, correlation and flow ids
+    and step numbers shifted): a real trace of many steps, hence many chunks."""
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    events = doc["traceEvents"]
+    times = [e["ts"] + e.get("dur", 0) for e in events if "ts" in e]
+    span = max(times) - min(times) + 1000
+    out = []
+    for k in range(copies):
+        for e in events:
+            if e.get("ph") == "M" and k:
+                continue
+            e = json.loads(json.dumps(e))
+            if "ts" in e:
+                e["ts"] += k * span
+            if isinstance(e.get("id"), int):
+                e["id"] += k * 1_000_000
+            args = e.get("args") or {}
+            if isinstance(args.get("correlation"), int):
+                args["correlation"] += k * 1_000_000
+            m = STEP.match(str(e.get("name", "")))
+            if m:
+                e["name"] = f"ProfilerStep#{int(m[1]) + k * 1000}"
+            out.append(e)
+    doc["traceEvents"] = out
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("trace", [GPT2, ALEXNET], ids=["gpt2-stacks", "alexnet-gpu"])
+def test_many_chunks_merge_into_the_same_profile(trace, tmp_path):
+    path = _repeated(trace, 6, tmp_path / "t.json")
+    chunks = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None)
+    assert chunks.chunks >= 6
+    got, want = _chunked(path, tmp_path / "c"), import_traces([path], tmp_path / "m")
+    _same_profile(got, want)
+    manifest = "manifest.json"
+    assert json.loads((got / manifest).read_text()) == json.loads((want / manifest).read_text())
+
+
+def test_chunks_split_only_where_no_host_event_is_open(tmp_path):
+    """No host row of a lane with others and no forward -> backward link reaches across a
+    bound: what the mapping nests and links stays in one chunk."""
+    path = _repeated(GPT2, 4, tmp_path / "t.json")
+    p = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None)
+    assert p.chunks >= 4
+    profile = Profile.open(import_traces([path], tmp_path / "m"))
+    ev = profile.table("events")
+    base = json.loads(path.read_text()).get("baseTimeNanoseconds") or 0
+    start = ev["start_ns"].to_numpy() + (profile.manifest.origin_unix_ns - base)
+    end = start + ev["dur_ns"].to_numpy()
+    host = np.array(ev["layer"].to_pylist()) == "host"
+    track = np.array(ev["track"].to_pylist())
+    lanes, count = np.unique(track[host], return_counts=True)
+    nesting = host & np.isin(track, lanes[count > 1])  # a lane of one row nests nothing
+    for bound in p.bounds[1:]:
+        assert not ((start[nesting] < bound) & (end[nesting] >= bound)).any()
+    chunk = p.chunk_of_time(start)
+    ids = ev["id"].to_numpy()
+    flow = np.array([-1 if f is None else f for f in ev["flow_id"].to_pylist()])
+    linked = host & (flow >= 0)
+    row_of = np.searchsorted(ids, flow[linked])  # ids are the rows' positions in order
+    assert linked.sum() > 50
+    assert (chunk[row_of] == chunk[linked]).all()
+
+
+def test_only_big_traces_or_a_chunk_budget_take_the_chunked_path():
+    assert not chunked(GPT2, DecodeOptions(memory_budget=MEMORY_BUDGET))  # under MIN_CHUNKED_TEXT
+    assert chunked(GPT2, DecodeOptions(memory_budget=2 << 30, chunk_budget=CHUNK_BUDGET))
+    assert not chunked(GPT2, DecodeOptions(memory_budget=None))
+    assert MIN_CHUNKED_TEXT * 0.6 < 2 << 30  # a 2 GB budget chunks traces over about 3.5 GB
+
+
+def test_a_bad_trace_in_chunks_is_named_as_the_in_memory_import_names_it(tmp_path):
+    path = _repeated(ALEXNET, 3, tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    late = [i for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X"][-5]
+    del doc["traceEvents"][late]["ts"]  # found by the mapping of a later chunk, not the first pass
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInputError) as chunks:
+        _chunked(path, tmp_path / "c")
+    with pytest.raises(BadInputError) as whole:
+        import_traces([path], tmp_path / "m")
+    assert str(chunks.value) == str(whole.value) and f"event #{late} " in str(whole.value)
+    assert not (tmp_path / "c").exists()
+    path.write_bytes(path.read_bytes()[:-1000])  # truncated: the first pass's error
+    with pytest.raises(BadInputError, match=f"^{re.escape(str(path))}: "):
+        _chunked(path, tmp_path / "c")
