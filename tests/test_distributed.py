@@ -289,6 +289,42 @@ def test_ranks_assembling_at_once_leave_one_whole_profile(straggler_profile, tmp
         assert not combine.parts_dir(job).exists()
 
 
+def test_ranks_write_their_parts_a_few_at_a_time_and_a_dead_writer_frees_its_slot(tmp_path):
+    """A rank waits to write its part while another holds its writing slot (one per CPU this
+    process may use, model/rank_parts.py), and gets it once that writer ends, however it ends;
+    a rank of another slot writes meanwhile."""
+    import threading
+
+    from neuron_explorer.model import rank_parts
+
+    job = tmp_path / "job"
+    slots = len(os.sched_getaffinity(0))
+    holder = subprocess.Popen(  # rank 0, writing its part
+        [sys.executable, "-c", "import time; from pathlib import Path; "
+         "from neuron_explorer.model import rank_parts\n"
+         f"with rank_parts.writing(Path({str(job)!r}), 0):\n"
+         "    print('in', flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == "in\n"
+    if slots > 1:
+        with rank_parts.writing(job, 1):  # another slot: not held
+            pass
+    entered = threading.Event()
+
+    def same_slot() -> None:
+        with rank_parts.writing(job, slots):  # rank 0's slot
+            entered.set()
+
+    waiter = threading.Thread(target=same_slot, daemon=True)
+    waiter.start()
+    assert not entered.wait(1.0)  # rank 0 still writes
+    holder.kill()
+    holder.wait()
+    assert entered.wait(60)
+    waiter.join(60)
+
+
 @pytest.mark.slow
 def test_a_job_is_assembled_once_and_again_only_for_new_parts_while_no_rank_is_present(
     straggler_profile, tmp_path

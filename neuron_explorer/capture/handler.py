@@ -315,10 +315,11 @@ def _write_rank(raw: RawCapture, path: Path, extra: dict[str, Any], job: Job) ->
     _attend(path, job.rank)
     part = ranks.part_path(path, job.rank)
     part.parent.mkdir(parents=True, exist_ok=True)
-    write_profile(raw, part, extra)
-    if hasattr(raw.runtime, "clear"):  # written: the rank that assembles the job needs none of it
-        raw.runtime.clear()
-    release_memory()  # the rank that assembles the job starts from its step's memory, not more
+    with rank_parts.writing(path, job.rank):  # a few ranks at a time (model/rank_parts.py)
+        write_profile(raw, part, extra)
+        if hasattr(raw.runtime, "clear"):  # written: the rank that assembles needs none of it
+            raw.runtime.clear()
+        release_memory()  # the rank that assembles the job starts from its step's memory
     rank_parts.part_landed(path, job.world_size, job.run_id, job.rank)
 
 

@@ -9,7 +9,6 @@ the forward op with the same autograd sequence number. See clock.py for the time
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,7 +21,7 @@ from ..model.manifest import Step
 from ..model.schema import COUNTERS, EVENTS, conform
 from ..vocab.intervals import innermost_parents, step_of
 from ..vocab.kinds import FRAMEWORK_KINDS, NEURON_DEVICE_KINDS, NEURON_HOST_KINDS
-from .attribution import Attribution, Attributor
+from .attribution import Attributor
 from .clock import Call, HostClock
 from .host import (
     close_optimizer_spans,
@@ -34,6 +33,7 @@ from .host import (
     steps_from_markers,
     without_stop_marker,
 )
+from .merge_rows import RowBlocks, add_row, json_text
 
 DEVICE = "neuron:0"
 HOST_KINDS = frozenset(NEURON_HOST_KINDS)
@@ -198,7 +198,7 @@ def merge(
         return int(host_ids[p]) if p < n_host else ids[calls[p - n_host].id]
 
     src = Attributor(built, first_stack_id)  # instruction events: their kernel's attribution
-    rows = _RowBlocks()
+    rows = RowBlocks()
     flow_step: dict[int, int] = {}
     call_steps = step_of(c_start, steps_start, steps_end, steps_num)
     for i, e in enumerate(calls):
@@ -206,7 +206,7 @@ def merge(
         step = int(call_steps[i]) if call_steps[i] >= 0 else None
         if e.flow_id and step is not None:
             flow_step.setdefault(flows[e.flow_id], step)
-        _add(rows, rank, e, ids[e.id], flows.get(e.flow_id), "host", f"thread {e.tid}", "cpu", int(c_start[i]),
+        add_row(rows, rank, e, ids[e.id], flows.get(e.flow_id), "host", f"thread {e.tid}", "cpu", int(c_start[i]),
              int(c_end[i] - c_start[i]), parent_id(int(parents[i])), step, line)  # fmt: skip
 
     d_start -= device_offset
@@ -217,7 +217,7 @@ def merge(
         if step is None and d_steps[i] >= 0:
             step = int(d_steps[i])
         pid = ids.get(e.parent_id) if e.parent_id is not None else None
-        _add(rows, rank, e, ids[e.id], flow, "device", e.track or "kernels", device, int(d_start[i]),
+        add_row(rows, rank, e, ids[e.id], flow, "device", e.track or "kernels", device, int(d_start[i]),
              int(e.device_dur_ns or 0), pid, step, src.of(e))  # fmt: skip
 
     host = _fill_op_lines(host, parents, calls, src)
@@ -272,75 +272,6 @@ def _step_number(name: str, step: Any) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-_COLUMNS = tuple(c.name for c in EVENTS.columns)
-_json_cache: dict[tuple, str] = {}
-
-
-def _json(value: tuple) -> str:
-    """JSON text of a shapes or dtypes tuple; the same few tuples recur, so cache them."""
-    text = _json_cache.get(value)
-    if text is None:
-        text = _json_cache[value] = json.dumps(value)
-        if len(_json_cache) > 100_000:
-            _json_cache.clear()
-    return text
-
-
-def _args(e: Any, layer: str) -> str | None:
-    args = dict(e.args) if e.args else {}
-    if layer == "host":
-        args.setdefault("real_ns", e.host_end_ns - e.host_start_ns)
-        args["modeled_ns"] = e.host_cost_ns
-    if e.engine:
-        args["engine"] = e.engine
-    if e.seq_nr >= 0:
-        args["seq_nr"] = e.seq_nr
-    if e.is_backward:
-        args["backward"] = True
-    return json.dumps(args, default=str, sort_keys=True) if args else None
-
-
-class _RowBlocks:
-    """Runtime events' rows made Arrow tables a block at a time: a real-size step's hundreds of
-    thousands of DMA transfers are never all held as Python tuples and column lists at once
-    (they were a third of a shapes-only rank's peak, docs/device.md)."""
-
-    BLOCK = 32_768
-
-    def __init__(self) -> None:
-        self._rows: list[tuple] = []
-        self._tables: list[pa.Table] = []
-
-    def append(self, row: tuple) -> None:
-        self._rows.append(row)
-        if len(self._rows) >= self.BLOCK:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._rows:
-            columns = dict(zip(_COLUMNS, map(list, zip(*self._rows, strict=True)), strict=True))
-            self._rows = []
-            self._tables.append(conform(EVENTS, columns))
-
-    def tables(self) -> list[pa.Table]:
-        self._flush()
-        return self._tables
-
-
-def _add(rows: _RowBlocks, rank: int, e: Any, eid: int, flow: int | None, layer: str, track: str, device: str,
-         start: int, dur: int, parent: int | None, step: int | None, at: Attribution) -> None:  # fmt: skip
-    """One runtime event as a row, in the order of the events schema's columns."""
-    file, lineno, func = at.src or (None, None, None)
-    mfile, mline, mfunc = at.model or (None, None, None)
-    rows.append((
-        eid, rank, layer, e.kind, e.name, track, device, start, max(dur, 0), parent, flow, step,
-        at.stack_id, file, lineno, func, e.op_name or None,
-        _json(e.shapes) if e.shapes else None, _json(e.dtypes) if e.dtypes else None,
-        e.flops or None, e.bytes_read or None, e.bytes_written or None, _args(e, layer),
-        at.module, mfile, mline, mfunc,
-    ))  # fmt: skip
-
-
 def _fill_op_lines(
     host: pa.Table, parents: np.ndarray, calls: Sequence[Any], src: Attributor
 ) -> pa.Table:
@@ -358,7 +289,7 @@ def _fill_op_lines(
     for i, e in enumerate(calls):
         p = int(parents[i])
         if 0 <= p < host.num_rows and names[p] == e.op_name and shapes[p] is None and e.shapes:
-            shapes[p], dtypes[p] = _json(e.shapes), _json(e.dtypes)
+            shapes[p], dtypes[p] = json_text(e.shapes), json_text(e.dtypes)
         line = src.of(e).src
         while line and 0 <= p < host.num_rows and kinds[p] in FRAMEWORK_KINDS:
             if files[p] is None:

@@ -9,7 +9,9 @@ process is present while it holds an exclusive lock on its own file in the parts
 see it gone. That check is made where a part lands, when a present rank's process exits, and by
 `neuron-explorer capture` once torchrun has ended (`settle`). A set of parts is assembled at most
 once (`.assembled` names the last set written), so a job of N ranks is written once, not N
-times from ever more parts (the cost grew with the square of the ranks).
+times from ever more parts (the cost grew with the square of the ranks). The ranks write their
+parts a few at a time (`writing`): each holds its step's events until its part is written, and
+what merging them adds would otherwise be held by every rank of the job at once.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -42,6 +45,20 @@ def attend(profile: Path, rank: int) -> None:
     if not _held:
         atexit.register(_settle_at_exit)
     _held[key] = handle
+
+
+@contextmanager
+def writing(profile: Path, rank: int) -> Iterator[None]:
+    """Rank `rank` writes its part of `profile` inside this block, at most as many ranks at
+    once as this process may use CPUs: merging a part is CPU-bound, so more at once would not
+    end sooner, and each writer adds what merging its events holds (a 32-layer Llama-3-8B
+    rank's 0.1 GiB) to the job's memory. A writer that ends, however it ends, frees its slot."""
+    slots = max(len(os.sched_getaffinity(0)), 1) if hasattr(os, "sched_getaffinity") else 1
+    folder = combine.parts_dir(Path(profile)) / ".writers"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"slot={rank % slots}", "a") as slot:
+        fcntl.flock(slot, fcntl.LOCK_EX)  # released when closed
+        yield
 
 
 def part_landed(profile: Path, world_size: int, run_id: str, rank: int) -> bool:
