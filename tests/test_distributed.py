@@ -384,6 +384,37 @@ def test_capture_of_a_torchrun_launch_writes_one_profile_of_every_rank(tmp_path)
     ]
 
 
+def test_a_collective_issued_in_backward_gives_gloo_no_python_object():
+    """backward() stashes a Python object in the thread-local state, which reaches the neuron
+    device's autograd thread (where DDP issues its all-reduces) and, copied into a gloo Work,
+    made gloo's thread wait for the GIL to drop it while the group's teardown joined that thread
+    with the GIL held: a torchrun capture hung (runtime/work_tls.py). The host call runs without
+    it, and the backward gets it back."""
+    import threading
+
+    import torch
+
+    from neuron_explorer.backend.runtime.work_tls import without_python_tls
+
+    seen: list[tuple[str, bool]] = []
+
+    def stashed() -> bool:
+        return torch._C._is_key_in_tls("context")
+
+    def hook(grad):
+        seen.append((threading.current_thread().name, stashed()))
+        seen.append(("host call", without_python_tls(stashed)()))
+        seen.append(("after", stashed()))
+        return grad
+
+    x = torch.ones(3, device="neuron", requires_grad=True)
+    y = x * 2
+    y.register_hook(hook)
+    y.sum().backward()
+    assert seen[0][0] != threading.main_thread().name  # the device's own autograd thread
+    assert [s for _, s in seen] == [True, False, True]
+
+
 @pytest.mark.slow
 def test_only_rank_0_profiling_never_hangs_and_names_rank_1_missing(tmp_path):
     from neuron_explorer.model import Profile

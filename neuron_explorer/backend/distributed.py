@@ -29,7 +29,19 @@ def _create(opts: Any, backend_options: Any) -> Any:
     _install_barrier()
     if modeled:
         return model_ranks.fake_group(opts)
-    return ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    gloo = ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    _GLOO[opts.group_id] = gloo  # freed when a group of that id is made again, or at exit
+    return gloo
+
+
+# The gloo backend of each group, held here so that freeing a DDP model (its reducer holds the
+# last reference otherwise) never runs ~ProcessGroupGloo, which joins gloo's run loop with the
+# GIL held, while that loop may be dropping a finished Work that needs the GIL: the Work's output
+# is a neuron tensor's payload, whose Python object the Work keeps once its wrapper is gone
+# (gdb: take_gil under TensorImpl::decref_pyobject under ~AsyncWork in runLoop, the main thread
+# in std::thread::join under ~Reducer). At exit Python stops a thread that waits for the GIL.
+# The Python object the backward stashes is kept out of each Work (runtime/work_tls.py).
+_GLOO: dict[str, Any] = {}
 
 
 def store_of(group_name: str) -> Any:

@@ -243,11 +243,16 @@ def _print_script_error(exc: BaseException) -> None:
 
 # What a torchrun rank's script left: its globals (what runpy returns) or the exception that
 # ended it (its traceback holds the script's frames). They live until the rank's process exits,
-# as a script's globals do under `python script.py`. Freed sooner, a DDP model's last reference
-# took its gloo process group down with the GIL held, while gloo's run loop, destroying a
-# finished all-reduce whose thread-local state holds a Python object, waited for the GIL: both
-# ranks hung after writing their profile (one capture in five of a DDP job). At exit Python
-# stops that thread. Not kept outside torchrun: a process that captures again (tests) frees them.
+# as a script's globals do under `python script.py`. A DDP model's last reference frees its
+# process group (~ProcessGroupGloo joins gloo's run loop) with the GIL held, while that loop may
+# be dropping a finished Work that needs the GIL: gdb showed both ranks hung after writing their
+# profile. The Work held two Python objects: the one every backward() stashes in the
+# thread-local state (now kept out of it: backend/runtime/work_tls.py) and a neuron tensor's
+# payload (a C++ reference to a tensor with a Python object takes the GIL to drop). So the
+# neuron backend holds each gloo group it makes until exit (backend/distributed.py), which
+# covers a model that is a local of main(); this covers a group another backend made ("gloo")
+# whose model is a global. At exit Python stops a thread that waits for the GIL. Not kept
+# outside torchrun: a process that captures again (tests) frees them.
 _SCRIPT_STATE: list[Any] = []
 
 

@@ -37,6 +37,7 @@ from neuron_explorer.backend import model_ranks
 from neuron_explorer.backend.costmodel import collectives as cc
 from neuron_explorer.backend.runtime import arrivals, events, hostcost, model, queues
 from neuron_explorer.backend.runtime.source import call_site
+from neuron_explorer.backend.runtime.work_tls import without_python_tls
 from neuron_explorer.vocab.engines import COLLECTIVE_TRACK as CC_LANE
 
 _now = time.time_ns
@@ -103,6 +104,7 @@ def run(info: Any, args: tuple, kwargs: dict) -> Any:
 
     host_args = unwrap(args)
     host_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+    info = _HostCall(info.name, without_python_tls(info.call))  # its Work: no Python object
     kind = KIND_OF[info.name]
     if info.name == _WRAP:
         # the functional collectives' AsyncCollectiveTensor would become the payload, a
