@@ -37,9 +37,9 @@ def _create(opts: Any, backend_options: Any) -> Any:
 # The gloo backend of each group, held here so that freeing a DDP model (its reducer holds the
 # last reference otherwise) never runs ~ProcessGroupGloo, which joins gloo's run loop with the
 # GIL held, while that loop may be dropping a finished Work that needs the GIL: the Work's output
-# is a neuron tensor's payload, whose Python object the Work keeps once its wrapper is gone
-# (gdb: take_gil under TensorImpl::decref_pyobject under ~AsyncWork in runLoop, the main thread
-# in std::thread::join under ~Reducer). At exit Python stops a thread that waits for the GIL.
+# is a neuron tensor's payload, a tensor with a Python object, which torch 2.13 takes the GIL to
+# drop (gdb: take_gil under TensorImpl::decref_pyobject under ~AsyncWork in runLoop, the main
+# thread in std::thread::join under ~Reducer). At exit Python stops a thread that waits for it.
 # The Python object the backward stashes is kept out of each Work (runtime/work_tls.py).
 _GLOO: dict[str, Any] = {}
 
