@@ -86,7 +86,7 @@ def _repeated(trace: Path, copies: int, path: Path) -> Path:
 @pytest.mark.parametrize("trace", [GPT2, ALEXNET], ids=["gpt2-stacks", "alexnet-gpu"])
 def test_many_chunks_merge_into_the_same_profile(trace, tmp_path):
     path = _repeated(trace, 6, tmp_path / "t.json")
-    chunks = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None)
+    chunks = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None, tmp_path)
     assert chunks.chunks >= 6
     got, want = _chunked(path, tmp_path / "c"), import_traces([path], tmp_path / "m")
     _same_profile(got, want)
@@ -98,7 +98,7 @@ def test_chunks_split_only_where_no_host_event_is_open(tmp_path):
     """No host row of a lane with others and no forward -> backward link reaches across a
     bound: what the mapping nests and links stays in one chunk."""
     path = _repeated(GPT2, 4, tmp_path / "t.json")
-    p = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None)
+    p = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None, tmp_path)
     assert p.chunks >= 4
     profile = Profile.open(import_traces([path], tmp_path / "m"))
     ev = profile.table("events")

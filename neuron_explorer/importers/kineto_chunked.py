@@ -89,9 +89,9 @@ def write_chunked(
     assert budget is not None
     memory = options.memory_budget or budget
     range_bytes = max(range_bytes_for(memory), min(PASS_RANGE_BYTES, memory // 64))
-    the_plan = plan(path, max(1, budget // MAPPING_BYTES_PER_EVENT), range_bytes,
-                    lambda f, n=None: progress(PLAN_SHARE * f, n))  # fmt: skip
     with chunk_folder() as folder:
+        the_plan = plan(path, max(1, budget // MAPPING_BYTES_PER_EVENT), range_bytes,
+                        lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder))  # fmt: skip
         chunks = route(path, the_plan, Path(folder), range_bytes,
                        lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
         chunk_options = replace(options, chunk_budget=None)
