@@ -183,9 +183,7 @@ def piece_roles(span: Span, p: Piece) -> Roles:
     return roles(ph, p.codes["cat"], span.values["cat"], memory, lane[p.codes["name"]])
 
 
-def plan(
-    path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path
-) -> Plan:
+def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
     """Read the trace once and cut it into chunks of about `chunk_events` events each (the
     events' route keys written under `folder`)."""
     f, gz = open_stream(path)
