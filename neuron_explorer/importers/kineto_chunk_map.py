@@ -22,7 +22,7 @@ from .kineto_extract import DecodeOptions
 from .kineto_merge import Run, write_run
 from .kineto_route import Chunk
 
-POOL_MIN_BYTES = 256 << 20  # below this, starting the workers (~1 s) costs what they save
+POOL_MIN_BYTES = 256 << 20  # below this, mapping in one process is quick enough
 EVENT_NUMBER = re.compile(r"event #(\d+)")  # a mapping error's event, numbered in its chunk
 
 
@@ -64,8 +64,9 @@ def map_chunks(
     if workers <= 1 or len(jobs) <= 1:
         yield from map(_map_or_raise, jobs)
         return
-    # spawned, not forked: the parent's pyarrow threads would not be in the child
-    context = multiprocessing.get_context("spawn")
+    # forked, not spawned: a spawned worker imports the caller's main module, which a script
+    # without a main guard cannot take (kineto_parallel forks its decoders likewise)
+    context = multiprocessing.get_context("fork")
     with context.Pool(min(workers, len(jobs))) as pool:
         for got in pool.imap(map_chunk, jobs):
             if isinstance(got, str):

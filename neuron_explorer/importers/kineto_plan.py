@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import BadInputError
-from .kineto_kinds import MEMORY_EVENT, K, Roles, roles
+from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, K, Roles, roles
 from .kineto_ranges import Piece, RangeError, Span, decode_span, phases
 from .kineto_stream import StreamSource, open_stream
 from .progress import Share
@@ -109,9 +109,27 @@ class _Pass:
         self.corr_ts: list[np.ndarray] = []
         self.python: set[int] = set()
         self.running_sums = False
+        self.named = 0  # the distinct names looked at so far (the span's list grows)
+        self.memory_code = -2
+        self.lane_codes: list[int] = []
+
+    def roles(self, p: Piece) -> Roles:
+        """A range's roles, as its decode found them; only the names new in this range are
+        looked at (a trace can have a million distinct names)."""
+        names = self.span.values["name"]
+        for code in range(self.named, len(names)):
+            if names[code] == MEMORY_EVENT:
+                self.memory_code = code
+            elif names[code] in LANE_NAME_EVENTS:
+                self.lane_codes.append(code)
+        self.named = len(names)
+        ph = phases(self.span.values["ph"], p.codes["ph"])
+        memory = p.codes["name"] == self.memory_code
+        lane = np.isin(p.codes["name"], self.lane_codes)
+        return roles(ph, p.codes["cat"], self.span.values["cat"], memory, lane)
 
     def piece(self, p: Piece) -> None:
-        r = piece_roles(self.span, p)
+        r = self.roles(p)
         ts, ok = p.ts.ns, ~(p.ts.missing | p.ts.out_of_range)
         self.events += ts.size
         host = np.flatnonzero(r.is_row & ~r.device & ok)
@@ -174,15 +192,6 @@ class _Pass:
         return u
 
 
-def piece_roles(span: Span, p: Piece) -> Roles:
-    """A range's roles, as its decode found them (codes into the span's distinct values)."""
-    names = span.values["name"]
-    ph = phases(span.values["ph"], p.codes["ph"])
-    memory = np.array([n == MEMORY_EVENT for n in names] or [False])[p.codes["name"]]
-    lane = np.array([n in ("thread_name", "process_name") for n in names] or [False])
-    return roles(ph, p.codes["cat"], span.values["cat"], memory, lane[p.codes["name"]])
-
-
 def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
     """Read the trace once and cut it into chunks of about `chunk_events` events each (the
     events' route keys written under `folder`)."""
@@ -200,7 +209,7 @@ def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folde
 
         try:
             decode_span(source, None, None, keep=keep, range_bytes=range_bytes, path=path,
-                        span=span)  # fmt: skip
+                        span=span, only=("gpu", "mem"))  # fmt: skip
         except RangeError as e:
             raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
     gather.flows()

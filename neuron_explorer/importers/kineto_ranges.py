@@ -162,6 +162,7 @@ def decode_span(
     progress: Callable[[float], None] = lambda f: None,
     span: Span | None = None,
     raw: Callable[[list[msgspec.Raw]], Any] | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> Span:
     """Decode the events between cut `begin` (None: the file's start) and cut `end` (None: its
     end), range by range; `keep` turns each range's Piece into what the Span holds, `progress`
@@ -169,7 +170,8 @@ def decode_span(
     file (BadInputError naming `path`). `span`: the Span to fill, its values (the distinct values
     so far) readable by `keep`. `raw`: each range's events are only split into their texts, not
     decoded into events and columns; `raw` sees the texts (views valid during the call), and
-    its result is what the Span holds."""
+    its result is what the Span holds. `only`: the typed args subsets to decode, and no args
+    text (None: every subset and the rows' args text)."""
     span = span or Span()
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     span.values = {f: z.seen for f, z in factorizers.items()}  # the lists grow as ranges come
@@ -190,7 +192,7 @@ def decode_span(
                     break
                 evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
                 span.top.update(top)
-                span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
+                span.pieces.append(keep(_columns(evs, view, pos is None, factorizers, only)))
                 del evs
                 break
             except RangeError as e:
@@ -307,7 +309,11 @@ def _decode_raw(view: memoryview, *, first: bool) -> list[msgspec.Raw]:
 
 
 def _columns(
-    evs: list[kd.Event], view: memoryview, first: bool, factorizers: dict[str, kd.Factorizer]
+    evs: list[kd.Event],
+    view: memoryview,
+    first: bool,
+    factorizers: dict[str, kd.Factorizer],
+    only: tuple[str, ...] | None = None,
 ) -> Piece:
     """A range's events as columns; its args text and typed args fields decoded in bulk."""
     codes = {
@@ -331,7 +337,10 @@ def _columns(
     typed = {  # compress with a mask: a third of the time of indexing by numpy ints
         key: typed_columns(list(compress(args, mask.tolist())), *SUBSETS[key])
         for key, mask in r.typed_subsets().items()
+        if only is None or key in only
     }
+    if only is not None:
+        return Piece(codes, ts, dur, pa.array([], pa.string()), typed)
     row_args = kd.raw_column(list(compress(args, r.is_row.tolist())))
     return Piece(codes, ts, dur, row_args, typed)
 
