@@ -16,7 +16,7 @@ from conftest import DATA
 from test_import_streaming import BIG, TRACES, _plain_forms, _same_profile
 
 from neuron_explorer.errors import BadInputError
-from neuron_explorer.importers import import_traces
+from neuron_explorer.importers import import_traces, kineto_chunk_map
 from neuron_explorer.importers.kineto_chunked import (
     MAPPING_BYTES_PER_EVENT,
     MIN_CHUNKED_TEXT,
@@ -86,7 +86,9 @@ def _repeated(trace: Path, copies: int, path: Path) -> Path:
 @pytest.mark.parametrize("trace", [GPT2, ALEXNET], ids=["gpt2-stacks", "alexnet-gpu"])
 def test_many_chunks_merge_into_the_same_profile(trace, tmp_path):
     path = _repeated(trace, 6, tmp_path / "t.json")
-    chunks = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None)
+    chunks = plan(
+        path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None, tmp_path
+    )
     assert chunks.chunks >= 6
     got, want = _chunked(path, tmp_path / "c"), import_traces([path], tmp_path / "m")
     _same_profile(got, want)
@@ -94,11 +96,21 @@ def test_many_chunks_merge_into_the_same_profile(trace, tmp_path):
     assert json.loads((got / manifest).read_text()) == json.loads((want / manifest).read_text())
 
 
+def test_chunks_mapped_in_worker_processes_merge_into_the_same_profile(tmp_path, monkeypatch):
+    """A big trace's chunks are mapped by worker processes, one per CPU, in turn (here any
+    trace's): the same profile as mapping them here."""
+    monkeypatch.setattr(kineto_chunk_map, "POOL_MIN_BYTES", 0)
+    path = _repeated(ALEXNET, 6, tmp_path / "t.json")
+    _same_profile(_chunked(path, tmp_path / "c"), import_traces([path], tmp_path / "m"))
+
+
 def test_chunks_split_only_where_no_host_event_is_open(tmp_path):
     """No host row of a lane with others and no forward -> backward link reaches across a
     bound: what the mapping nests and links stays in one chunk."""
     path = _repeated(GPT2, 4, tmp_path / "t.json")
-    p = plan(path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None)
+    p = plan(
+        path, CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT, 1 << 16, lambda f, n=None: None, tmp_path
+    )
     assert p.chunks >= 4
     profile = Profile.open(import_traces([path], tmp_path / "m"))
     ev = profile.table("events")

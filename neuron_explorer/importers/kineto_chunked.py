@@ -2,15 +2,15 @@
 at a time by the in-memory mapping (kineto.load), into the same profile.
 
 Three passes: kineto_plan finds the chunks (stretches of time no lane's nesting crosses,
-device work with its launch), kineto_route copies each event's bytes to its chunk's file, and
-each chunk is loaded, its rows written as a sorted run, its counters to a file, and let go;
-kineto_merge merges the runs in the events table's order, and the chunks' stacks are numbered
+device work with its launch) and writes each event's route, kineto_route copies each event's
+text to its chunk's file by its route (no decode), and each chunk is loaded, its rows written
+as a sorted run, its counters to a file, and let go (kineto_chunk_map: in a worker process
+per CPU for a big trace, each chunk sized to one worker's share of the budget); kineto_merge merges the runs in the events table's order, and the chunks' stacks are numbered
 as one trace's (`global_stacks`). Steps, a few per step, stay in memory.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,18 +21,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import BadInputError
 from ..model.io import ProfileWriter
 from ..model.manifest import Manifest, Step
 from ..model.schema import COUNTERS, STACKS, conform
 from . import kineto
 from .assemble import Assembled, assign_ranks, write_assembled
+from .kineto_chunk_map import Mapped, map_chunks, pool_workers
 from .kineto_columns import range_bytes_for
-from .kineto_extract import DecodeOptions
+from .kineto_extract import DecodeOptions, default_workers
 from .kineto_memory import NAMES
-from .kineto_merge import Run, global_ids, merged_blocks, write_run
+from .kineto_merge import Run, global_ids, merged_blocks
 from .kineto_plan import plan
-from .kineto_route import Chunk, chunk_folder, route
+from .kineto_route import chunk_folder, route
 from .kineto_stream import open_stream
 from .progress import Share, no_share
 from .pystacks import Frame, scope_of
@@ -46,7 +46,6 @@ MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of
 # 2.2 and 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and 1.3 s in 1 MB ones)
 PASS_RANGE_BYTES = 1 << 20
 PLAN_SHARE = 0.3  # of the progress: the first pass (the file read; then routed, mapped, merged)
-EVENT_NUMBER = re.compile(r"event #(\d+)")  # a mapping error's event, numbered in its chunk
 
 
 def chunked(path: Path, options: DecodeOptions) -> bool:
@@ -74,6 +73,15 @@ class _Gathered:
     origin: int | None = None
     head: kineto.FileData | None = None
 
+    def add(self, chunk: Mapped) -> None:
+        self.runs.append(chunk.run)
+        self.stacks.append(chunk.stacks)
+        self.counters.append(chunk.counters)
+        self.steps += chunk.steps
+        self.user_files |= chunk.user_files
+        self.origin = chunk.start_ns if self.origin is None else min(self.origin, chunk.start_ns)
+        self.head = self.head or chunk.head
+
 
 def write_chunked(
     path: Path,
@@ -89,15 +97,17 @@ def write_chunked(
     assert budget is not None
     memory = options.memory_budget or budget
     range_bytes = max(range_bytes_for(memory), min(PASS_RANGE_BYTES, memory // 64))
-    the_plan = plan(path, max(1, budget // MAPPING_BYTES_PER_EVENT), range_bytes,
-                    lambda f, n=None: progress(PLAN_SHARE * f, n))  # fmt: skip
+    workers = pool_workers(path, options.workers or default_workers())
+    chunk_events = max(1, budget // workers // MAPPING_BYTES_PER_EVENT)  # each worker's share
     with chunk_folder() as folder:
+        the_plan = plan(path, chunk_events, range_bytes,
+                        lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder))  # fmt: skip
         chunks = route(path, the_plan, Path(folder), range_bytes,
                        lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
         chunk_options = replace(options, chunk_budget=None)
         got = _Gathered()
-        for k, chunk in enumerate(chunks):
-            _load_chunk(path, chunk, chunk_options, thread_names, got)
+        for k, mapped in enumerate(map_chunks(path, chunks, chunk_options, thread_names, workers)):
+            got.add(mapped)
             progress(0.5 + 0.3 * (k + 1) / len(chunks), None)
         assert got.head is not None and got.origin is not None
         stacks, maps = global_stacks(got.stacks, the_plan.frame_codes)
@@ -113,29 +123,6 @@ def write_chunked(
         return write_assembled(assembled, files, writer=writer, source_roots=source_roots,
                                progress=lambda f: progress(0.8 + 0.2 * f, None),
                                counter_parts=_counters(got.counters, rank, got.origin))  # fmt: skip
-
-
-def _load_chunk(
-    path: Path, chunk: Chunk, options: DecodeOptions, thread_names: bool, got: _Gathered
-) -> None:
-    try:
-        f = kineto.load(chunk.path, None, options, thread_names=thread_names, event_index=True)
-    except BadInputError as e:  # named as the trace's: its file, its events' numbers
-        index = chunk.event_index()
-        problem = EVENT_NUMBER.sub(lambda m: f"event #{index[int(m[1])]}", e.problem)
-        raise BadInputError(path, problem) from None
-    got.runs.append(write_run(f, chunk.event_index(), chunk.path.with_suffix(".parquet")))
-    chunk.path.unlink()
-    got.stacks.append(f.stacks)
-    got.counters.append(chunk.path.with_suffix(".counters.parquet"))
-    pq.write_table(pa.table(f.counters), got.counters[-1])
-    got.steps += f.steps
-    got.user_files |= f.user_files
-    start = int(f.columns["start_ns"].min())
-    got.origin = start if got.origin is None else min(got.origin, start)
-    if got.head is None:
-        got.head = replace(f, path=path, columns={}, links={}, stacks={}, counters={},
-                           event_index=None)  # fmt: skip
 
 
 def global_stacks(

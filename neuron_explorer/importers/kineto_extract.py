@@ -145,6 +145,11 @@ def _workers(source: Source, options: DecodeOptions) -> int:
         return 1
     if options.workers is not None:
         return max(1, options.workers)
+    return default_workers()
+
+
+def default_workers() -> int:
+    """One process per CPU this process may run on, up to MAX_WORKERS."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(MAX_WORKERS, cpus or 1))
 

@@ -10,20 +10,23 @@ chunks. Device work follows
 the runtime call that launched it (a correlation id -> chunk table), so a kernel that runs after
 its chunk's host work still meets its launch; device work with no launch goes by its own time.
 What stays in memory is a component per gap in the host's work (merged pairwise past
-MAX_COMPONENTS, which only removes cuts) and a correlation id per launch.
+MAX_COMPONENTS, which only removes cuts) and a correlation id per launch. What the second pass
+needs of each event to route it (ROUTE_KEY: its time, its correlation id if it is device work,
+whether it is a memory sample or metadata) goes to a file as the events are read, so that pass
+only splits the trace into events' texts and never decodes them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import BadInputError
-from .kineto_kinds import MEMORY_EVENT, K, Roles, roles
+from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, K, Roles, roles
 from .kineto_ranges import Piece, RangeError, Span, decode_span, phases
 from .kineto_stream import StreamSource, open_stream
 from .progress import Share
@@ -31,6 +34,10 @@ from .pystacks import Frame, parse_frame
 
 MAX_COMPONENTS = 1 << 20  # past this many, adjacent components are merged in pairs
 FIRST = np.iinfo(np.int64).min
+# an event's route: its time (FIRST if it has none), the correlation id of device work (else
+# -1), and COUNTER or METADATA flags
+ROUTE_KEY = np.dtype([("ts", "<i8"), ("corr", "<i8"), ("flag", "i1")])
+COUNTER, METADATA = 1, 2
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Plan:
     top: dict[str, Any]  # the top-level keys
     frame_codes: dict[Frame, int]  # a python frame -> its name's place in the trace's names
     events: int
+    keys: Path  # each event's ROUTE_KEY, in the trace's order
 
     @property
     def chunks(self) -> int:
@@ -91,8 +99,8 @@ class _Union:
 class _Pass:
     """What the first pass gathers from each range's columns."""
 
-    def __init__(self, span: Span) -> None:
-        self.span, self.events, self.host = span, 0, 0
+    def __init__(self, span: Span, keys: BinaryIO) -> None:
+        self.span, self.keys, self.events, self.host = span, keys, 0, 0
         self.lanes: dict[int, _Union] = {}  # by (pid code, tid code): nesting is per lane
         self.flow_union = _Union()
         self.flow_ids: list[np.ndarray] = []
@@ -101,9 +109,27 @@ class _Pass:
         self.corr_ts: list[np.ndarray] = []
         self.python: set[int] = set()
         self.running_sums = False
+        self.named = 0  # the distinct names looked at so far (the span's list grows)
+        self.memory_code = -2
+        self.lane_codes: list[int] = []
+
+    def roles(self, p: Piece) -> Roles:
+        """A range's roles, as its decode found them; only the names new in this range are
+        looked at (a trace can have a million distinct names)."""
+        names = self.span.values["name"]
+        for code in range(self.named, len(names)):
+            if names[code] == MEMORY_EVENT:
+                self.memory_code = code
+            elif names[code] in LANE_NAME_EVENTS:
+                self.lane_codes.append(code)
+        self.named = len(names)
+        ph = phases(self.span.values["ph"], p.codes["ph"])
+        memory = p.codes["name"] == self.memory_code
+        lane = np.isin(p.codes["name"], self.lane_codes)
+        return roles(ph, p.codes["cat"], self.span.values["cat"], memory, lane)
 
     def piece(self, p: Piece) -> None:
-        r = piece_roles(self.span, p)
+        r = self.roles(p)
         ts, ok = p.ts.ns, ~(p.ts.missing | p.ts.out_of_range)
         self.events += ts.size
         host = np.flatnonzero(r.is_row & ~r.device & ok)
@@ -127,6 +153,20 @@ class _Pass:
         self.python.update(np.unique(p.codes["name"][r.is_row & (r.kind == K["python"])]).tolist())
         alloc, nbytes = p.typed["mem"][0], p.typed["mem"][4]
         self.running_sums |= bool(pc.any(pc.and_(pc.is_null(alloc), pc.is_valid(nbytes))).as_py())
+        self.route_keys(p, r, ok, corr, gpu)
+
+    def route_keys(
+        self, p: Piece, r: Roles, ok: np.ndarray, corr: np.ndarray, gpu: np.ndarray
+    ) -> None:
+        keys = np.zeros(ok.size, ROUTE_KEY)
+        keys["ts"] = np.where(ok, p.ts.ns, FIRST)
+        keys["corr"] = -1
+        dev = r.device[gpu]
+        keys["corr"][gpu[dev]] = corr[dev]
+        keys["flag"][r.is_counter] = COUNTER
+        ph = self.span.values["ph"]
+        keys["flag"][p.codes["ph"] == (ph.index("M") if "M" in ph else -2)] = METADATA
+        keys.tofile(self.keys)
 
     def flows(self) -> None:
         """Each fwdbwd flow's span joins the host's intervals: its ends land in one chunk."""
@@ -152,22 +192,15 @@ class _Pass:
         return u
 
 
-def piece_roles(span: Span, p: Piece) -> Roles:
-    """A range's roles, as its decode found them (codes into the span's distinct values)."""
-    names = span.values["name"]
-    ph = phases(span.values["ph"], p.codes["ph"])
-    memory = np.array([n == MEMORY_EVENT for n in names] or [False])[p.codes["name"]]
-    lane = np.array([n in ("thread_name", "process_name") for n in names] or [False])
-    return roles(ph, p.codes["cat"], span.values["cat"], memory, lane[p.codes["name"]])
-
-
-def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share) -> Plan:
-    """Read the trace once and cut it into chunks of about `chunk_events` events each."""
+def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
+    """Read the trace once and cut it into chunks of about `chunk_events` events each (the
+    events' route keys written under `folder`)."""
     f, gz = open_stream(path)
     span = Span()
-    gather = _Pass(span)
+    keys = folder / "route-keys"
     total = max(1, path.stat().st_size)
-    with f:
+    with f, keys.open("wb") as keys_file:
+        gather = _Pass(span, keys_file)
         source = StreamSource(f, path, gzip=gz)
 
         def keep(p: Piece) -> None:
@@ -176,14 +209,14 @@ def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share) -> Pl
 
         try:
             decode_span(source, None, None, keep=keep, range_bytes=range_bytes, path=path,
-                        span=span)  # fmt: skip
+                        span=span, only=("gpu", "mem"))  # fmt: skip
         except RangeError as e:
             raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
     gather.flows()
-    return _plan(gather, chunk_events)
+    return _plan(gather, chunk_events, keys)
 
 
-def _plan(g: _Pass, chunk_events: int) -> Plan:
+def _plan(g: _Pass, chunk_events: int, keys: Path) -> Plan:
     u = g.union()
     scale = g.events / max(1, g.host)  # every event, counted where the host rows are
     bounds = [FIRST]
@@ -203,4 +236,5 @@ def _plan(g: _Pass, chunk_events: int) -> Plan:
     frame_codes: dict[Frame, int] = {}
     for code in sorted(g.python):
         frame_codes.setdefault(parse_frame(names[code]), code)
-    return Plan(cuts, corr[first], chunk, g.running_sums, dict(g.span.top), frame_codes, g.events)
+    top = dict(g.span.top)
+    return Plan(cuts, corr[first], chunk, g.running_sums, top, frame_codes, g.events, keys)

@@ -15,21 +15,12 @@ from typing import BinaryIO
 
 import msgspec
 import numpy as np
-import pyarrow.compute as pc
 
 from ..errors import BadInputError
-from .kineto_plan import Plan, piece_roles
-from .kineto_ranges import WRAP_KEY, Piece, RangeError, Span, decode_span
+from .kineto_plan import COUNTER, METADATA, ROUTE_KEY, Plan
+from .kineto_ranges import RangeError, decode_span
 from .kineto_stream import StreamSource, open_stream
 from .progress import Share
-
-
-class _HeadEvents(msgspec.Struct, gc=False):
-    traceEvents: list[msgspec.Raw]
-
-
-class _RangeEvents(msgspec.Struct, gc=False):
-    events: list[msgspec.Raw] = msgspec.field(name=WRAP_KEY)
 
 
 @dataclass(frozen=True)
@@ -73,57 +64,50 @@ class _Writers:
 
 
 def route(path: Path, plan: Plan, folder: Path, range_bytes: int, progress: Share) -> list[Chunk]:
-    """Copy each event of `path` to its chunk's file under `folder`."""
+    """Copy each event of `path` to its chunk's file under `folder`, as its route key (written
+    by the first pass) says."""
     f, gz = open_stream(path)
-    span = Span()
     writers = _Writers(folder, plan.chunks, _top_keys(plan))
-    raws: list[list[bytes]] = []
     done = [0]
     total = max(1, path.stat().st_size)
-    with f:
+    with f, plan.keys.open("rb") as keys:
         source = StreamSource(f, path, gzip=gz)
 
-        def on_range(view: memoryview, first: bool) -> None:
-            events = msgspec.json.decode(view, type=_HeadEvents if first else _RangeEvents)
-            raw = events.traceEvents if first else events.events  # type: ignore[union-attr]
-            raws.append([bytes(r) for r in raw])  # views of a buffer read over: copied
-
-        def keep(p: Piece) -> None:
-            _route_piece(plan, span, p, raws.pop(), done[0], writers)
-            done[0] += p.ts.ns.size
+        def split(raws: list[msgspec.Raw]) -> None:
+            key = np.fromfile(keys, ROUTE_KEY, count=len(raws))
+            if key.size != len(raws):
+                raise RangeError("the trace changed since it was read")
+            _route_range(plan, key, raws, done[0], writers)
+            done[0] += key.size
             progress(min(1.0, source.bytes_read / total), done[0])
 
         try:
-            decode_span(source, None, None, keep=keep, range_bytes=range_bytes, path=path,
-                        span=span, on_range=on_range)  # fmt: skip
+            decode_span(source, None, None, range_bytes=range_bytes, path=path, raw=split)
         except RangeError as e:  # not expected: the first pass decoded the same ranges
             raise BadInputError(path, f"invalid JSON ({e})") from None
+    if done[0] != plan.events:
+        raise BadInputError(path, "the trace changed since it was read")
     return writers.close()
 
 
-def _route_piece(
-    plan: Plan, span: Span, p: Piece, raws: list[bytes], first: int, writers: _Writers
+def _route_range(
+    plan: Plan, key: np.ndarray, raws: list[msgspec.Raw], first: int, writers: _Writers
 ) -> None:
-    r = piece_roles(span, p)
-    ts = np.where(p.ts.missing | p.ts.out_of_range, plan.bounds[0], p.ts.ns)
-    chunk = plan.chunk_of_time(ts)
-    gpu = np.flatnonzero(r.typed_subsets()["gpu"])  # the events p.typed["gpu"] holds
-    dev = r.device[gpu]
-    if dev.any():  # device work goes with its launch, when the trace has it
-        corr = pc.fill_null(p.typed["gpu"][0], -1).to_numpy(zero_copy_only=False)[dev]
-        launched = plan.chunk_of_launch(corr)
-        chunk[gpu[dev]] = np.where(launched >= 0, launched, chunk[gpu[dev]])
+    chunk = plan.chunk_of_time(key["ts"])
+    dev = np.flatnonzero(key["corr"] >= 0)
+    if dev.size:  # device work goes with its launch, when the trace has it
+        launched = plan.chunk_of_launch(key["corr"][dev])
+        chunk[dev] = np.where(launched >= 0, launched, chunk[dev])
     if plan.samples_first:
-        chunk[r.is_counter] = 0
-    phs = span.values["ph"]
-    chunk[p.codes["ph"] == (phs.index("M") if "M" in phs else -2)] = -1  # every chunk's
-    index = np.arange(first, first + ts.size, dtype=np.int64)
+        chunk[key["flag"] == COUNTER] = 0
+    chunk[key["flag"] == METADATA] = -1  # every chunk's
+    index = np.arange(first, first + chunk.size, dtype=np.int64)
     order = np.argsort(chunk, kind="stable")  # each chunk's events in the trace's order
     every = order[: np.searchsorted(chunk[order], 0)]
     bounds = np.searchsorted(chunk[order], np.arange(plan.chunks + 1))
     for k in np.flatnonzero(np.diff(bounds)).tolist() if not every.size else range(plan.chunks):
         mine = np.sort(np.concatenate([every, order[bounds[k] : bounds[k + 1]]]))
-        writers.write(k, [raws[i] for i in mine.tolist()], index[mine])
+        writers.write(k, [bytes(raws[i]) for i in mine.tolist()], index[mine])
 
 
 def _top_keys(plan: Plan) -> bytes:
