@@ -616,7 +616,7 @@ FSDP_WORKER = Path(__file__).resolve().parent / "ranks" / "fsdp_overlap_worker.p
 FSDP_SLEEP_S = 0.05
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # FSDP2 on two real ranks, twice: ~15 s quiet, ~35 s loaded (suite < 15 min)
 def test_fsdp2_collectives_on_side_streams_overlap_compute_and_equal_gloo(tmp_path):
     """FSDP2 issues its all-gathers and reduce-scatters with async_op=False on side streams: a
     side stream maps to the collective queue, so each costs the host one launch, compute

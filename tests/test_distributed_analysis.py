@@ -285,7 +285,7 @@ def test_steady_state_figures_leave_out_the_start_up_skew_and_say_so(tmp_path, c
     assert "leave out each rank's first step" in text
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # three real pipeline ranks: ~25 s quiet, ~50 s loaded (default suite < 15 min)
 def test_a_3_to_1_pipeline_split_gets_pipeline_bubbles_with_pipeline_advice(tmp_path):
     """Six blocks on stage 0, two on stage 1 (GPipe, 4 micro-batches): the light stage waits
     to receive for much of each step. That is pipeline-bubbles' finding, with its advice

@@ -193,7 +193,7 @@ def test_readme_snippets_run_as_written(sandbox):
     assert not [b for b in blocks(ROOT / "README.md") if b.lang not in ("python", "sh", "text")]
 
 
-@pytest.mark.slow  # captures the GPT sample (~30 s on a busy machine) and runs every example
+@pytest.mark.sweep  # every example of docs/cli.md: ~20 s quiet, ~50 s loaded (suite < 15 min)
 def test_cli_reference_snippets_run_as_written(sandbox):
     for name in ("run1", "run2"):  # the profiles the examples compare
         shutil.copytree(ROOT / "samples" / "profiles" / "gpt_train", sandbox / "profiles" / name)

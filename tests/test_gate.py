@@ -17,6 +17,9 @@ from neuron_explorer.analysis.gate import mann_whitney_p, parse_gate
 from neuron_explorer.errors import ExplorerError
 
 pytestmark = pytest.mark.slow  # three small captures (seconds each)
+# the verdicts on four small captures (~35 s quiet, ~80 s loaded) run in the sweeps (default
+# suite < 15 min); the argument checks stay in the default run
+CAPTURED = pytest.mark.sweep
 
 SCRIPT = """
 import sys, torch, neuron_explorer
@@ -53,12 +56,14 @@ def captures() -> dict[str, str]:
     return {"base": capture(8), "same": capture(8), "slow": capture(24), "short": capture(8, 2)}
 
 
+@CAPTURED
 def test_same_program_passes(captures):
     proc = diff(captures["base"], captures["same"], "--gate", "5%")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("gate: PASS")
 
 
+@CAPTURED
 def test_slowed_program_fails_with_exit_1(captures):
     proc = diff(captures["base"], captures["slow"], "--gate", "5%", "--json")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr
@@ -75,6 +80,7 @@ def test_slowed_program_fails_with_exit_1(captures):
     assert by_op.returncode == 1, by_op.stdout[:500]
 
 
+@CAPTURED
 def test_too_few_steps_is_inconclusive(captures):
     proc = diff(captures["base"], captures["short"], "--gate", "5%", "--json")
     assert proc.returncode == 0
@@ -90,6 +96,7 @@ def test_gate_arguments():
     assert mann_whitney_p([4, 5, 6], [1, 2, 3]) == 1.0
 
 
+@CAPTURED
 def test_chip_swap_moves_a_device_bound_step(captures):
     """The same device-bound capture on another chip: each kernel lowered again with that
     chip's spec, so the step moves by what the cost model says of its matmuls."""

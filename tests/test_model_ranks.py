@@ -147,7 +147,7 @@ def _kernel_busy(profile_dir: Path, rank: int, op: str = "%") -> int:
     "kind,ranks",
     [
         ("gpipe", 2),
-        ("1f1b", 2),
+        pytest.param("1f1b", 2, marks=pytest.mark.sweep),  # gpipe-2 covers the same path
         pytest.param("gpipe", 4, marks=pytest.mark.sweep),  # four real ranks: a minute
         pytest.param("1f1b", 4, marks=pytest.mark.sweep),
     ],
@@ -197,6 +197,7 @@ def _collective_waits(profile_dir: Path, name: str, rank: int = 0) -> int:
     return int(Profile.open(profile_dir).duckdb().execute(sql, [rank, name]).fetchone()[0])
 
 
+@pytest.mark.sweep  # a real 4-rank torchrun (pp2 x dp2): ~20 s quiet (default suite < 15 min)
 def test_fsdp2_inside_a_pipeline_stage_accumulates_its_gradients_as_rank_0_did(tmp_path):
     """GPipe over a 2 x 2 mesh (pp x dp), each stage's module sharded by FSDP2 over its dp
     ranks: a stage's backwards accumulate the unsharded gradients (the schedule turns the
