@@ -9,6 +9,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import DATA
 from test_import_streaming import BIG, TRACES, _same_profile
@@ -72,6 +73,7 @@ def test_eight_ranks_given_in_reverse_order(tmp_path):
     manifest = Profile.open(runs).manifest
     assert manifest.ranks == tuple(range(8))
     assert [e["rank"] for e in manifest.extra["kineto"]] == list(range(7, -1, -1))
+    assert pq.ParquetFile(runs / "stacks.parquet").num_row_groups == 8  # a rank at a time
     events = Profile.open(runs).table("events")
     assert (
         events.num_rows

@@ -130,7 +130,7 @@ def _chunked_run(
     span = (scan.first + base, scan.last + base) if scan.rows else None
     size = meta.get("distributed", {}).get("world_size")
     return RankRun(
-        path, kineto._rank(meta.get("distributed")), events, out / STACKS.file,
+        path, kineto.rank_of(meta.get("distributed")), events, out / STACKS.file,
         out / COUNTERS.file, base, scan.rows, scan.stacks,
         RunFacts(path, size if isinstance(size, int) else None, span),
         [(s.step, s.start_ns + base, s.dur_ns) for s in manifest.steps],
