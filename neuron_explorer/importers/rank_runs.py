@@ -37,7 +37,7 @@ from .assemble import (
 from .kineto_extract import DecodeOptions
 from .kineto_route import chunk_folder
 from .progress import Share
-from .runs import RunFacts, check_facts, check_world_sizes, facts_of
+from .runs import RunFacts, check_facts, check_world_sizes, facts_of, world_size_of
 
 IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 FileProgress = Callable[[int, Path], Share]  # a file's index and path -> its progress
@@ -128,11 +128,10 @@ def _chunked_run(
     for batch in pq.ParquetFile(events).iter_batches(ROW_GROUP_ROWS, columns=_Scan.COLUMNS):
         scan.add(batch)
     span = (scan.first + base, scan.last + base) if scan.rows else None
-    size = meta.get("distributed", {}).get("world_size")
     return RankRun(
         path, kineto.rank_of(meta.get("distributed")), events, out / STACKS.file,
         out / COUNTERS.file, base, scan.rows, scan.stacks,
-        RunFacts(path, size if isinstance(size, int) else None, span),
+        RunFacts(path, world_size_of(meta), span),
         [(s.step, s.start_ns + base, s.dur_ns) for s in manifest.steps],
         [dict(d) for d in manifest.devices], meta, scan.user_files,
     )  # fmt: skip

@@ -29,9 +29,14 @@ class RunFacts:
 
 def facts_of(path: Path, meta: dict[str, Any], start_ns: Any, dur_ns: Any) -> RunFacts:
     """A file's facts from its meta and its rows' start and duration columns (numpy)."""
-    size = meta.get("distributed", {}).get("world_size")
     span = (int(start_ns.min()), int((start_ns + dur_ns).max())) if len(start_ns) else None
-    return RunFacts(path, size if isinstance(size, int) else None, span)
+    return RunFacts(path, world_size_of(meta), span)
+
+
+def world_size_of(meta: dict[str, Any]) -> int | None:
+    """A trace's distributedInfo.world_size (importers.kineto.FileData.meta), if an integer."""
+    size = meta.get("distributed", {}).get("world_size")
+    return size if isinstance(size, int) else None
 
 
 def check_one_run(files: Sequence[Any]) -> None:
