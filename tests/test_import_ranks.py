@@ -122,3 +122,14 @@ def test_progress_goes_forward_over_every_file(tmp_path):
     assert events == sorted(events) and events[-1] >= 3 * 2949 // 2
     read = [b for _, _, b in seen if b is not None]
     assert read == sorted(read) and read[-1] == sum(p.stat().st_size for p in paths)
+
+
+def test_a_bad_member_is_one_line_naming_it(tmp_path, capsys):
+    paths = _as_ranks(GPT2, [0, 1, 2], tmp_path / "t")
+    text = paths[1].read_bytes()
+    paths[1].write_bytes(text[: len(text) // 2])  # cut mid-trace: invalid JSON
+    args = ["import", *map(str, paths), "-o", str(tmp_path / "p"), "-q", "--memory-budget", "1M"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(paths[1]) in err
+    assert not (tmp_path / "p").exists()
