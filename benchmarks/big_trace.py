@@ -5,6 +5,8 @@ benchmarks/data/ (ignored by git); never commit it.
 
     .venv/bin/python benchmarks/big_trace.py [--mb 1000] [--out PATH]
 
+`write_ranks(folder, n, mb)` writes the n rank files of one job instead (import_bench --ranks).
+
 Each step: a ProfilerStep span; Python frames (train.py -> module.py -> linear.py) around
 framework ops (aten::linear -> aten::addmm, aten::relu, an NCCL all_reduce), each op launching
 a CUDA kernel (cudaLaunchKernel, a flow to the kernel on stream 7), a memcpy, and `[memory]`
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -35,10 +38,11 @@ KERNELS = {
 class Writer:
     """Events streamed to a JSON file, one per line, with ids and flows numbered here."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, distributed: dict | None = None) -> None:
         self.f = path.open("w", encoding="utf-8")
+        info = f'"distributedInfo": {json.dumps(distributed)}, ' if distributed else ""
         self.f.write('{"schemaVersion": 1, "deviceProperties": [], "baseTimeNanoseconds": '
-                     '1700000000000000000, "traceEvents": [\n')  # fmt: skip
+                     f'1700000000000000000, {info}"traceEvents": [\n')  # fmt: skip
         self.first = True
         self.python_id = 0
         self.flow = 0
@@ -124,11 +128,12 @@ def step(w: Writer, n: int, ts: float, rnd: random.Random) -> float:
     return ts + dur + 40
 
 
-def write(path: Path, mb: int) -> tuple[int, float]:
-    """Write a trace of about `mb` MB at `path`; returns (events, seconds)."""
+def write(path: Path, mb: int, distributed: dict | None = None) -> tuple[int, float]:
+    """Write a trace of about `mb` MB at `path` (`distributed`: its distributedInfo); returns
+    (events, seconds)."""
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
-    w = Writer(path)
+    w = Writer(path, distributed)
     rnd = random.Random(0)
     ts, n = 1000.0, 1
     while w.f.tell() < mb * 1_000_000:
@@ -136,6 +141,23 @@ def write(path: Path, mb: int) -> tuple[int, float]:
         n += 1
     w.close()
     return w.events, time.perf_counter() - t0
+
+
+def write_ranks(folder: Path, n: int, mb: int) -> list[Path]:
+    """The `n` rank files of one data-parallel job, about `mb` MB each, in `folder`
+    (rank_00000.pt.trace.json...): rank 0's trace, and copies of it under each other rank's
+    distributedInfo (the same steps at the same times, as a data-parallel job's ranks run them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"rank_{k:05d}.pt.trace.json" for k in range(n)]
+    write(paths[0], mb, {"backend": "nccl", "rank": 0, "world_size": n})
+    with paths[0].open("rb") as first:
+        head = first.readline()
+        for k, path in enumerate(paths[1:], 1):
+            first.seek(len(head))
+            with path.open("wb") as out:
+                out.write(head.replace(b'"rank": 0,', f'"rank": {k},'.encode(), 1))
+                shutil.copyfileobj(first, out, 1 << 24)
+    return paths
 
 
 def main() -> None:

@@ -6,13 +6,15 @@
     .venv/bin/python benchmarks/import_bench.py --cuda --mb 1000 --repeat 1 --methods stream
     .venv/bin/python benchmarks/import_bench.py --cuda --mb 1000 --repeat 1 --methods chunked
     .venv/bin/python benchmarks/import_bench.py --cuda --mb 100 --methods chunked --chunked-mb 32
+    .venv/bin/python benchmarks/import_bench.py --ranks 64 --mb 16 --repeat 1 --methods stream
 
 `import` is the in-memory import (`memory_budget=None`: the file decoded in several processes),
 `stream` the streaming import the CLI runs (`--memory-budget 2G`: read forward once in ranges,
 args spilled to disk), `chunked` the streaming import with a budget the trace's mapping does
 not fit (256 MB: from about 430 MB of JSON up, the trace mapped a chunk of time at a time and
 merged, kineto_chunked). `--cuda`: big_trace.py's synthetic CUDA training trace (written when
-missing) instead of the recorded transformer traces.
+missing) instead of the recorded transformer traces. `--ranks N`: a job of N rank files of the
+CUDA trace, each of the size given (big_trace.write_ranks), imported as one profile.
 
 Each measurement runs in a fresh subprocess: wall time, CPU time (user+sys, worker processes
 included) and peak RSS of the work (the largest process), next to the RSS the interpreter had
@@ -164,10 +166,13 @@ def main() -> int:
         help="a python with holistictraceanalysis installed: also time HTA's TraceAnalysis once "
         "(HTA needs pandas and jupyterlab, so it lives in its own venv, not in requirements)",
     )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="N rank files of --mb MB each (big_trace.write_ranks)",
+    )
     args = parser.parse_args()
-    import big_trace
-    from import_record import DATA, record_size
-
     methods = tuple(args.methods) + (("hta",) if args.hta_python else ())
     print(
         "| trace | MB | events | method | wall s | CPU s | peak RSS MB | tree peak MB "
@@ -175,15 +180,10 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mb in args.mb:
-        trace = DATA / f"{'cuda' if args.cuda else 'transformer'}_{mb}mb.pt.trace.json"
-        if not trace.exists():
-            if args.cuda:
-                big_trace.write(trace, mb)
-            else:
-                record_size(mb)
-        size = trace.stat().st_size / 1e6
-        with trace.open("rb") as f:
-            events = sum(chunk.count(b'"ph":') for chunk in iter(lambda: f.read(1 << 24), b""))
+        trace = _trace(args.cuda, args.ranks, mb)
+        files = sorted(trace.iterdir()) if trace.is_dir() else [trace]
+        size = sum(f.stat().st_size for f in files) / 1e6
+        events = len(files) * _events(files[0])  # a job's ranks are copies of rank 0
         for m, r in bench(trace, args.repeat, methods, args.hta_python, args.chunked_mb).items():
             added = r["peak"] - r["base"]
             print(
@@ -193,6 +193,30 @@ def main() -> int:
                 flush=True,
             )
     return 0
+
+
+def _trace(cuda: bool, ranks: int | None, mb: int) -> Path:
+    """The trace of `mb` MB (a folder of `ranks` such files), written or recorded if missing."""
+    import big_trace
+    from import_record import DATA, record_size
+
+    if ranks:
+        folder = DATA / f"cuda_{ranks}x{mb}mb"
+        if not folder.exists():
+            big_trace.write_ranks(folder, ranks, mb)
+        return folder
+    trace = DATA / f"{'cuda' if cuda else 'transformer'}_{mb}mb.pt.trace.json"
+    if not trace.exists():
+        if cuda:
+            big_trace.write(trace, mb)
+        else:
+            record_size(mb)
+    return trace
+
+
+def _events(trace: Path) -> int:
+    with trace.open("rb") as f:
+        return sum(chunk.count(b'"ph":') for chunk in iter(lambda: f.read(1 << 24), b""))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from ..model.schema import COUNTERS, EVENTS, STACKS, conform
 from .kineto import FileData
 
 
-def assign_ranks(files: Sequence[FileData]) -> list[int]:
-    """distributedInfo.rank where a file has one; the others take the lowest free ranks in file
+def assign_ranks(files: Sequence[Any]) -> list[int]:
+    """distributedInfo.rank where a file (with `rank` and `path`) has one; the others take the lowest free ranks in file
     order. Two files with the same rank are an error."""
     seen: dict[int, Path] = {}
     for f in files:
@@ -95,31 +95,60 @@ def assemble(files: Sequence[FileData]) -> Assembled:
     """Shift every file to one origin, number events and stacks, and gather counters and steps."""
     ranks = assign_ranks(files)
     origin = min(int(f.columns["start_ns"].min()) for f in files)
-    blocks, stacks, counters, steps = [], [], [], []
+    blocks, stacks, counters = [], [], []
     next_id, next_stack = 0, 0
     for rank, f in sorted(zip(ranks, files, strict=True), key=lambda x: x[0]):
         blocks.append(_event_blocks(f, rank, next_id, next_stack, origin))
         next_id += len(f.columns["start_ns"])
-        sid = f.columns["stack_id"]
-        st = dict(f.stacks)
-        st["stack_id"] = pa.array(st["stack_id"].to_numpy() + next_stack)
-        stacks.append(pa.table(st))
-        next_stack += int(sid.max()) + 1 if len(sid) and sid.max() >= 0 else 0
-        c = dict(f.counters)
-        c["ts_ns"] = c["ts_ns"] - origin
-        c["rank"] = pa.array(np.full(len(c["ts_ns"]), rank, dtype=np.int32))
-        c["unit"] = pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(len(c["ts_ns"]), np.int32)), pa.array(["bytes"], pa.string())
-        )
-        counters.append(pa.table(c))
-        steps += [Step(s, rank, start - origin, dur) for s, start, dur in f.steps]
+        stacks.append(stacks_from(f.stacks, next_stack))
+        next_stack += stack_count(f.columns["stack_id"])
+        counters.append(counters_on(f.counters, rank, origin))
+    return Assembled(
+        itertools.chain.from_iterable(blocks),
+        conform(STACKS, _concat(stacks)),
+        conform(COUNTERS, _concat(counters)),
+        manifest_of(files, ranks, origin),
+    )
+
+
+def stack_count(stack_id: Any) -> int:
+    """How many stack ids a file's events take (numbered from 0): where the next file's begin."""
+    return int(stack_id.max()) + 1 if len(stack_id) and stack_id.max() >= 0 else 0
+
+
+def stacks_from(stacks: dict[str, Any], first_stack: int) -> pa.Table:
+    """A file's stacks table with its ids numbered from `first_stack`."""
+    st = dict(stacks)
+    st["stack_id"] = pa.array(st["stack_id"].to_numpy() + first_stack)
+    return pa.table(st)
+
+
+def counters_on(counters: dict[str, Any], rank: int, origin: int) -> pa.Table:
+    """A file's counters (`ts_ns` a numpy column of unix ns) as the profile's rows of `rank`."""
+    c = dict(counters)
+    c["ts_ns"] = c["ts_ns"] - origin
+    c["rank"] = pa.array(np.full(len(c["ts_ns"]), rank, dtype=np.int32))
+    c["unit"] = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(len(c["ts_ns"]), np.int32)), pa.array(["bytes"], pa.string())
+    )
+    return pa.table(c)
+
+
+def manifest_of(files: Sequence[Any], ranks: Sequence[int], origin: int) -> Manifest:
+    """The manifest of files (FileData, or what rank_runs keeps of one: path, steps, devices,
+    meta) given `ranks` on one origin."""
+    steps = [
+        Step(s, rank, start - origin, dur)
+        for rank, f in zip(ranks, files, strict=True)
+        for s, start, dur in f.steps
+    ]
     many = len(files) > 1
     devices = [
         {**d, "rank": r} if many else d
         for r, f in zip(ranks, files, strict=True)
         for d in f.devices
     ]
-    manifest = Manifest(
+    return Manifest(
         source="kineto",
         origin_unix_ns=origin,
         ranks=tuple(sorted(ranks)),
@@ -133,12 +162,6 @@ def assemble(files: Sequence[FileData]) -> Assembled:
                 for r, f in zip(ranks, files, strict=True)
             ],
         },
-    )
-    return Assembled(
-        itertools.chain.from_iterable(blocks),
-        conform(STACKS, _concat(stacks)),
-        conform(COUNTERS, _concat(counters)),
-        manifest,
     )
 
 
@@ -162,19 +185,23 @@ def write_profile(
 
 def write_assembled(
     assembled: Assembled,
-    files: Sequence[FileData],
+    files: Sequence[Any],
     *,
     writer: ProfileWriter,
     source_roots: Sequence[Path] = (),
     progress: Callable[[float], None] | None = None,
     counter_parts: Iterable[pa.Table] | None = None,
+    stack_parts: Iterable[pa.Table] | None = None,
 ) -> Path:
     """Write assembled tables, the sources the files' stacks name, and the manifest
-    (`counter_parts`: the counters a part at a time, instead of `assembled.counters`)."""
+    (`counter_parts`, `stack_parts`: those tables a part at a time, instead of `assembled`'s)."""
     report = progress or (lambda f: None)
     writer.write_events_in_order(assembled.blocks)
     report(0.7)
-    writer.write_table("stacks", assembled.stacks)
+    if stack_parts is None:
+        writer.write_table("stacks", assembled.stacks)
+    else:
+        writer.write_table_in_parts("stacks", stack_parts)
     if counter_parts is None:
         writer.write_table("counters", assembled.counters)
     else:
@@ -191,7 +218,7 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 
 
 def _copy_sources(
-    writer: ProfileWriter, files: Sequence[FileData], source_roots: Sequence[Path]
+    writer: ProfileWriter, files: Sequence[Any], source_roots: Sequence[Path]
 ) -> dict:
     """Keep the text of each user or model file named by a stack: only Python sources under
     the given roots or the trace's own directory, never a path out of them (a trace is

@@ -141,7 +141,7 @@ def load(
     report(1.0)
     return FileData(
         path=path,
-        rank=_rank(d.trace.distributedInfo),
+        rank=rank_of(d.trace.distributedInfo),
         columns=columns,
         links={"parent": narrow(parent), "flow_src": narrow(links.flow_src)},
         stacks=stacks.table,
@@ -351,7 +351,8 @@ def _other_tags(d: Decoded, c: Classes, r: _Rows) -> dict[int, tuple[str, str]]:
     return {i: (d.cats[k], str(p)) for i, k, p in zip(other.tolist(), cats, phs, strict=True)}
 
 
-def _rank(info: dict[str, Any] | None) -> int | None:
+def rank_of(info: dict[str, Any] | None) -> int | None:
+    """distributedInfo's rank, where it is an integer."""
     rank = (info or {}).get("rank")
     return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 

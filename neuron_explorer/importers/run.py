@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..model.io import ProfileWriter
-from . import kineto, kineto_chunked
+from . import kineto, kineto_chunked, rank_runs
 from .assemble import write_profile
 from .kineto_extract import DecodeOptions
-from .progress import Progress
+from .progress import Progress, Share
 from .runs import check_one_run
 
 READ_SHARE = 0.85  # share of the progress bar for reading and mapping the files
@@ -73,33 +74,42 @@ def _import(
                     f"reading {paths[0].name}", f, n, int(min(1.0, f / kineto_chunked.PLAN_SHARE) * total)
                 ),
             )  # fmt: skip
-        loaded, done, counted = [], 0.0, _Events()
-        for path, size in zip(paths, sizes, strict=True):
+        counted = _Events()
+        before = [0, *itertools.accumulate(sizes)]
 
-            def file_progress(
-                fraction: float,
-                events: int | None = None,
-                done: float = done,
-                size: int = size,
-                name: str = path.name,
-            ) -> None:
+        def file_progress(k: int, path: Path) -> Share:
+            """File `k`'s progress as the import's (events counted over the files)."""
+            if k:
+                counted.file_done()
+            done, size = before[k], sizes[k]
+
+            def share(fraction: float, events: int | None = None) -> None:
                 read = done + min(1.0, fraction / kineto.DECODE_SHARE) * size
-                share = READ_SHARE * (done + fraction * size) / total
-                report(f"reading {name}", share, counted.now(events), int(read))
+                part = READ_SHARE * (done + fraction * size) / total
+                report(f"reading {path.name}", part, counted.now(events), int(read))
 
-            loaded.append(kineto.load(path, file_progress, options, thread_names=thread_names))
-            done += size
-            counted.file_done()
+            return share
+
+        def write_progress(f: float) -> None:
+            report(
+                "writing profile", READ_SHARE + (1 - READ_SHARE) * f, counted.now(None), int(total)
+            )
+
+        if len(paths) > 1 and options.memory_budget is not None:
+            return rank_runs.write_ranks(
+                paths, writer, options, file_progress=file_progress,
+                write_progress=write_progress, thread_names=thread_names,
+                source_roots=source_roots, mixed_runs=mixed_runs,
+            )  # fmt: skip
+        loaded = [
+            kineto.load(path, file_progress(k, path), options, thread_names=thread_names)
+            for k, path in enumerate(paths)
+        ]
         if not mixed_runs:
             check_one_run(loaded)
+        counted.file_done()
         return write_profile(
-            loaded,
-            out,
-            writer=writer,
-            source_roots=source_roots,
-            progress=lambda f: report(
-                "writing profile", READ_SHARE + (1 - READ_SHARE) * f, counted.now(None), int(total)
-            ),
+            loaded, out, writer=writer, source_roots=source_roots, progress=write_progress
         )
 
 

@@ -9,6 +9,8 @@ means two runs, such as yesterday's rank 0 beside today's rank 1).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import BadInputError
@@ -16,18 +18,51 @@ from ..errors import BadInputError
 HINT = "traces of different runs; pass --mixed-runs to merge them anyway"
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What the checks read of one trace file: its world size and time span (unix ns)."""
+
+    path: Path
+    world_size: int | None
+    span: tuple[int, int] | None
+
+
+def facts_of(path: Path, meta: dict[str, Any], start_ns: Any, dur_ns: Any) -> RunFacts:
+    """A file's facts from its meta and its rows' start and duration columns (numpy)."""
+    span = (int(start_ns.min()), int((start_ns + dur_ns).max())) if len(start_ns) else None
+    return RunFacts(path, world_size_of(meta), span)
+
+
+def world_size_of(meta: dict[str, Any]) -> int | None:
+    """A trace's distributedInfo.world_size (importers.kineto.FileData.meta), if an integer."""
+    size = meta.get("distributed", {}).get("world_size")
+    return size if isinstance(size, int) else None
+
+
 def check_one_run(files: Sequence[Any]) -> None:
     """Raise BadInputError when the files (importers.kineto.FileData) are not of one run."""
+    check_facts([facts_of(f.path, f.meta, f.columns["start_ns"], f.columns["dur_ns"])
+                 for f in files])  # fmt: skip
+
+
+def check_world_sizes(files: Sequence[RunFacts]) -> None:
+    """Raise BadInputError at the first file whose world size is not the first sized file's."""
+    sized = [f for f in files if f.world_size is not None]
+    for f in sized[1:]:
+        if f.world_size != sized[0].world_size:
+            first = sized[0]
+            raise BadInputError(
+                f.path,
+                f"world size {f.world_size}, but {first.path} has {first.world_size}: {HINT}",
+            )
+
+
+def check_facts(files: Sequence[RunFacts]) -> None:
+    """Raise BadInputError when the files' facts are not of one run."""
     if len(files) < 2:
         return
-    sized = [(f, f.meta.get("distributed", {}).get("world_size")) for f in files]
-    sized = [(f, w) for f, w in sized if isinstance(w, int)]
-    for f, w in sized[1:]:
-        first, w0 = sized[0]
-        if w != w0:
-            raise BadInputError(f.path, f"world size {w}, but {first.path} has {w0}: {HINT}")
-    found = [(s[0], s[1], f) for f in files if (s := _span(f)) is not None]
-    spans = sorted(found, key=lambda x: (x[0], x[1]))
+    check_world_sizes(files)
+    spans = sorted(((*f.span, f) for f in files if f.span is not None), key=lambda x: x[:2])
     if not spans:
         return
     _, reach, owner = spans[0]
@@ -37,11 +72,3 @@ def check_one_run(files: Sequence[Any]) -> None:
             raise BadInputError(f.path, f"starts {gap_s:.1f} s after {owner.path} ended: {HINT}")
         if end > reach:
             reach, owner = end, f
-
-
-def _span(f: Any) -> tuple[int, int] | None:
-    start = f.columns["start_ns"]
-    if not len(start):
-        return None
-    end = start + f.columns["dur_ns"]
-    return int(start.min()), int(end.max())
