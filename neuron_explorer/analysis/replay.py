@@ -89,10 +89,11 @@ def replay(graph: Graph, change: Change | None = None) -> Schedule:
     sched = Schedule([0] * n, [0] * n, [(None, "start")] * n, {}, {}, {}, {})
     peers = collective_peers(graph)
     arrival = {i: graph.nodes[i].start_ns for ids in peers.values() for i in ids}
+    removed = _removed_by_rank(graph, change.drop_host)
     for _ in range(MAX_ROUNDS):
         before = dict(arrival)
         for win in graph.windows.values():
-            _rank(graph, win, change, sched, peers, arrival)
+            _rank(graph, win, change, sched, peers, arrival, removed[win.rank])
         if arrival == before:
             break
     sched.arrival = arrival
@@ -103,10 +104,30 @@ def _dur(node: Node, change: Change) -> int:
     return max(int(change.durations.get(node.event_id, node.dur_ns)), 0)
 
 
-def _rank(graph: Graph, win: Window, change: Change, sched: Schedule,
-          peers: dict[tuple, list[int]], arrival: dict[int, int]) -> None:  # fmt: skip
+def _removed_by_rank(graph: Graph, drop_host: tuple[tuple[int, int, int], ...]) -> dict:
+    """rank -> the host time removed on it, as `_rank` measures it: one pass over the
+    change's spans (those of the whole profile, every rank), keeping the ones that meet the
+    rank's window (from its start or first host call to its end or last host call's end; a
+    span outside that changes no measure taken inside it), so a replay of a step costs the
+    spans once, not once a rank and round."""
     nodes = graph.nodes
-    removed = _Removed([(s, e) for r, s, e in change.drop_host if r == win.rank])
+    bounds = {
+        rank: (min([win.start_ns, *(nodes[h].start_ns for h in win.host)]),
+               max([win.end_ns, *(nodes[h].end_ns for h in win.host)]))
+        for rank, win in graph.windows.items()
+    }  # fmt: skip
+    spans: dict[int, list[tuple[int, int]]] = {rank: [] for rank in bounds}
+    for r, s, e in drop_host:
+        b = bounds.get(r)
+        if b is not None and e > b[0] and s < b[1]:
+            spans[r].append((s, e))
+    return {rank: _Removed(v) for rank, v in spans.items()}
+
+
+def _rank(graph: Graph, win: Window, change: Change, sched: Schedule,
+          peers: dict[tuple, list[int]], arrival: dict[int, int],
+          removed: _Removed) -> None:  # fmt: skip
+    nodes = graph.nodes
     q = _Queues(nodes, win, change, sched, peers, arrival)
     f_orig = f_new = win.start_ns
     f_node: int | None = None

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from ..vocab.kinds import FRAMEWORK_KINDS
-from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND
+from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND, sql_list
 from .steps import StepTime, partial_last_steps
 
 # a queue's gap shorter than this between two kernels is the next launch's latency, not the
@@ -106,26 +106,55 @@ def median_step(wins: list[tuple[int, int | None, int, int]]) -> int | None:
 
 def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
     """The events a graph of these windows needs: host launches, waits and framework spans
-    inside them, and the device queues' work of those ranks."""
+    inside them, and the device queues' work of those ranks: the work their launches caused
+    (or that started inside them unlaunched), and the other work near them on the same queues
+    that the graph's work can wait behind (Window.busy_until).
+
+    One join with the windows (a scan of the events whatever the number of ranks), and of the
+    other work near a window only what started by the last start of the window's own work on
+    that queue: what starts later is never looked at (busy_until and busy_from look back from
+    a node's start), and with LAG_NS it would be every rank's whole trace read for each step."""
+    import pyarrow as pa
+
     con = profile.duckdb()
-    spans = " OR ".join(
-        f"(rank = {int(r)} AND start_ns >= {int(s)} AND start_ns < {int(e)})"
-        for r, _, s, e in chosen
-    )
     # device work: the step's own (it may run long after its host span), and what ran near
     # the window on the same queues (earlier steps' work it waits behind)
-    near = " OR ".join(
-        f"(rank = {int(r)} AND ({'FALSE' if st is None else f'step = {int(st)}'} OR start_ns "
-        f"BETWEEN {int(s) - (int(e) - int(s))} AND {int(e) + max(4 * (int(e) - int(s)), LAG_NS)}))"
-        for r, st, s, e in chosen
-    )
+    ranks, steps, starts, ends = ([int(r) for r, _, _, _ in chosen], [st for _, st, _, _ in chosen],
+                                  [int(s) for _, _, s, _ in chosen], [int(e) for *_, e in chosen])  # fmt: skip
+    last_of = {r: i for i, r in enumerate(ranks)}  # a rank's window in the graph (_assemble)
+    con.register("graph_windows", pa.table({
+        "rank": pa.array(ranks, pa.int64()), "step": pa.array(steps, pa.int64()),
+        "s": pa.array(starts, pa.int64()), "e": pa.array(ends, pa.int64()),
+        "lo": pa.array([s - (e - s) for s, e in zip(starts, ends, strict=True)], pa.int64()),
+        "hi": pa.array([e + max(4 * (e - s), LAG_NS) for s, e in zip(starts, ends, strict=True)],
+                       pa.int64()),
+        "own": pa.array([last_of[r] == i for i, r in enumerate(ranks)]),
+    }))  # fmt: skip
     host_kinds = ("runtime", NEURON_SYNC_KIND, NEURON_COPY_KIND, *FRAMEWORK_KINDS)
-    queued = ", ".join(f"'{k}'" for k in QUEUED_KINDS)
-    sql = f"""SELECT {", ".join(_COLUMNS)} FROM events
-        WHERE (layer = 'host' AND kind IN ({", ".join(f"'{k}'" for k in host_kinds)})
-               AND ({spans}))
-           OR (layer = 'device' AND kind IN ({queued}) AND ({near}))
-        ORDER BY rank, start_ns, id"""
+    cols = ", ".join(_COLUMNS)
+    sql = f"""
+    WITH host AS (
+        SELECT {cols} FROM events x SEMI JOIN graph_windows w
+            ON x.rank = w.rank AND x.start_ns >= w.s AND x.start_ns < w.e
+        WHERE x.layer = 'host' AND x.kind IN {sql_list(host_kinds)}),
+    near AS (
+        SELECT {cols} FROM events x SEMI JOIN graph_windows w
+            ON x.rank = w.rank AND (x.step = w.step OR x.start_ns BETWEEN w.lo AND w.hi)
+        WHERE x.layer = 'device' AND x.kind IN {sql_list(QUEUED_KINDS)}),
+    launched AS (SELECT DISTINCT rank, flow_id FROM host
+        WHERE kind = 'runtime' AND flow_id IS NOT NULL),
+    last AS (  -- per queue, the last start of work that may be the window's own
+        SELECT n.rank, n.track, max(n.start_ns) AS t FROM near n
+        JOIN graph_windows w ON w.own AND w.rank = n.rank
+        LEFT JOIN launched l ON l.rank = n.rank AND l.flow_id = n.flow_id
+        WHERE l.flow_id IS NOT NULL
+           OR (n.flow_id IS NULL AND n.start_ns >= w.s AND n.start_ns < w.e)
+        GROUP BY n.rank, n.track)
+    SELECT * FROM host
+    UNION ALL
+    SELECT n.* FROM near n JOIN last ON last.rank = n.rank
+        AND last.track IS NOT DISTINCT FROM n.track AND n.start_ns <= last.t
+    ORDER BY rank, start_ns, id"""
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
