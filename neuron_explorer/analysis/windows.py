@@ -131,14 +131,14 @@ def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
         "own": pa.array([last_of[r] == i for i, r in enumerate(ranks)]),
     }))  # fmt: skip
     host_kinds = ("runtime", NEURON_SYNC_KIND, NEURON_COPY_KIND, *FRAMEWORK_KINDS)
-    cols = ", ".join(_COLUMNS)
     sql = f"""
     WITH host AS (
-        SELECT {cols} FROM events x SEMI JOIN graph_windows w
+        SELECT x.id, x.rank, x.kind, x.flow_id FROM events x SEMI JOIN graph_windows w
             ON x.rank = w.rank AND x.start_ns >= w.s AND x.start_ns < w.e
-        WHERE x.layer = 'host' AND x.kind IN {sql_list(host_kinds)}),
+        WHERE x.layer = 'host' AND x.kind IN {sql_list(host_kinds)}
+            AND x.start_ns >= {min(starts)} AND x.start_ns < {max(ends)}),
     near AS (
-        SELECT {cols} FROM events x SEMI JOIN graph_windows w
+        SELECT x.id, x.rank, x.track, x.start_ns, x.flow_id FROM events x SEMI JOIN graph_windows w
             ON x.rank = w.rank AND (x.step = w.step OR x.start_ns BETWEEN w.lo AND w.hi)
         WHERE x.layer = 'device' AND x.kind IN {sql_list(QUEUED_KINDS)}),
     launched AS (SELECT DISTINCT rank, flow_id FROM host
@@ -149,11 +149,13 @@ def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
         LEFT JOIN launched l ON l.rank = n.rank AND l.flow_id = n.flow_id
         WHERE l.flow_id IS NOT NULL
            OR (n.flow_id IS NULL AND n.start_ns >= w.s AND n.start_ns < w.e)
-        GROUP BY n.rank, n.track)
-    SELECT * FROM host
-    UNION ALL
-    SELECT n.* FROM near n JOIN last ON last.rank = n.rank
-        AND last.track IS NOT DISTINCT FROM n.track AND n.start_ns <= last.t
+        GROUP BY n.rank, n.track),
+    kept AS (
+        SELECT id FROM host
+        UNION ALL
+        SELECT n.id FROM near n JOIN last ON last.rank = n.rank
+            AND last.track IS NOT DISTINCT FROM n.track AND n.start_ns <= last.t)
+    SELECT {", ".join(_COLUMNS)} FROM events SEMI JOIN kept ON events.id = kept.id
     ORDER BY rank, start_ns, id"""
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
