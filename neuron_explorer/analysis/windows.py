@@ -137,19 +137,20 @@ def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
             ON x.rank = w.rank AND x.start_ns >= w.s AND x.start_ns < w.e
         WHERE x.layer = 'host' AND x.kind IN {sql_list(host_kinds)}
             AND x.start_ns >= {min(starts)} AND x.start_ns < {max(ends)}),
-    near AS (
+    near AS MATERIALIZED (
         SELECT x.id, x.rank, x.track, x.start_ns, x.flow_id FROM events x SEMI JOIN graph_windows w
             ON x.rank = w.rank AND (x.step = w.step OR x.start_ns BETWEEN w.lo AND w.hi)
         WHERE x.layer = 'device' AND x.kind IN {sql_list(QUEUED_KINDS)}),
     launched AS (SELECT DISTINCT rank, flow_id FROM host
         WHERE kind = 'runtime' AND flow_id IS NOT NULL),
-    last AS (  -- per queue, the last start of work that may be the window's own
-        SELECT n.rank, n.track, max(n.start_ns) AS t FROM near n
-        JOIN graph_windows w ON w.own AND w.rank = n.rank
-        LEFT JOIN launched l ON l.rank = n.rank AND l.flow_id = n.flow_id
-        WHERE l.flow_id IS NOT NULL
-           OR (n.flow_id IS NULL AND n.start_ns >= w.s AND n.start_ns < w.e)
-        GROUP BY n.rank, n.track),
+    own AS (  -- the work that may be the windows' own: launched in them, or unlaunched in them
+        SELECT n.rank, n.track, n.start_ns FROM near n SEMI JOIN launched l
+            ON l.rank = n.rank AND l.flow_id = n.flow_id
+        UNION ALL
+        SELECT n.rank, n.track, n.start_ns FROM near n JOIN graph_windows w
+            ON w.own AND w.rank = n.rank AND n.start_ns >= w.s AND n.start_ns < w.e
+        WHERE n.flow_id IS NULL),
+    last AS (SELECT rank, track, max(start_ns) AS t FROM own GROUP BY rank, track),
     kept AS (
         SELECT id FROM host
         UNION ALL
