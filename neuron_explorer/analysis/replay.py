@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .depgraph import Graph, Node, Window, collective_peers, queue_order
 
@@ -105,23 +106,41 @@ def _dur(node: Node, change: Change) -> int:
 
 
 def _removed_by_rank(graph: Graph, drop_host: tuple[tuple[int, int, int], ...]) -> dict:
-    """rank -> the host time removed on it, as `_rank` measures it: one pass over the
-    change's spans (those of the whole profile, every rank), keeping the ones that meet the
-    rank's window (from its start or first host call to its end or last host call's end; a
-    span outside that changes no measure taken inside it), so a replay of a step costs the
-    spans once, not once a rank and round."""
-    nodes = graph.nodes
-    bounds = {
-        rank: (min([win.start_ns, *(nodes[h].start_ns for h in win.host)]),
-               max([win.end_ns, *(nodes[h].end_ns for h in win.host)]))
-        for rank, win in graph.windows.items()
-    }  # fmt: skip
-    spans: dict[int, list[tuple[int, int]]] = {rank: [] for rank in bounds}
-    for r, s, e in drop_host:
-        b = bounds.get(r)
-        if b is not None and e > b[0] and s < b[1]:
-            spans[r].append((s, e))
-    return {rank: _Removed(v) for rank, v in spans.items()}
+    """rank -> the host time removed on it, as `_rank` measures it: of the change's spans
+    (those of the whole profile, every rank; sorted by rank once a change), the ones that meet
+    the rank's window (from its start or first host call to its end or last host call's end; a
+    span outside that changes no measure taken inside it), so a replay of a step costs its
+    ranks' spans, not every span once a rank and round."""
+    import numpy as np
+
+    nodes, spans = graph.nodes, _spans_by_rank(drop_host)
+    out = {}
+    for rank, win in graph.windows.items():
+        lo = min([win.start_ns, *(nodes[h].start_ns for h in win.host)])
+        hi = max([win.end_ns, *(nodes[h].end_ns for h in win.host)])
+        i, j = np.searchsorted(spans[:, 0], [rank, rank + 1])
+        s, e = spans[i:j, 1], spans[i:j, 2]
+        meet = (e > lo) & (s < hi)
+        out[rank] = _Removed(list(zip(s[meet].tolist(), e[meet].tolist(), strict=True)))
+    return out
+
+
+# the last change's removed spans and them as an array sorted by rank: a finding's change is
+# replayed on each of its steps (replay_saving.saving), so it is sorted once, not a step
+_SPANS: tuple[tuple, Any] = ((), None)
+
+
+def _spans_by_rank(drop_host: tuple[tuple[int, int, int], ...]) -> Any:
+    """`drop_host` as an int64 array (rank, start_ns, end_ns), sorted by rank."""
+    global _SPANS
+    import numpy as np
+
+    cached = _SPANS  # one read: another thread may put its own change's there meanwhile
+    if cached[0] is not drop_host or cached[1] is None:
+        a = np.array(drop_host, dtype=np.int64).reshape(-1, 3)
+        cached = (drop_host, a[np.argsort(a[:, 0], kind="stable")])
+        _SPANS = cached
+    return cached[1]
 
 
 def _rank(graph: Graph, win: Window, change: Change, sched: Schedule,
