@@ -116,11 +116,14 @@ def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
     a node's start), and with LAG_NS it would be every rank's whole trace read for each step."""
     import pyarrow as pa
 
+    if not chosen:
+        return []
     con = profile.duckdb()
     # device work: the step's own (it may run long after its host span), and what ran near
     # the window on the same queues (earlier steps' work it waits behind)
-    ranks, steps, starts, ends = ([int(r) for r, _, _, _ in chosen], [st for _, st, _, _ in chosen],
-                                  [int(s) for _, _, s, _ in chosen], [int(e) for *_, e in chosen])  # fmt: skip
+    ranks = [int(w[0]) for w in chosen]
+    steps = [w[1] for w in chosen]
+    starts, ends = [int(w[2]) for w in chosen], [int(w[3]) for w in chosen]
     last_of = {r: i for i, r in enumerate(ranks)}  # a rank's window in the graph (_assemble)
     con.register("graph_windows", pa.table({
         "rank": pa.array(ranks, pa.int64()), "step": pa.array(steps, pa.int64()),
