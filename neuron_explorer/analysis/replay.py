@@ -28,6 +28,9 @@ class Change:
     durations: Mapping[int, int] = field(default_factory=dict)  # event id -> new dur_ns
     drop_syncs: frozenset[int] = frozenset()  # host sync event ids
     drop_host: tuple[tuple[int, int, int], ...] = ()
+    # drop_host as an array sorted by rank, made on its first replay (a finding's change is
+    # replayed on each of its steps), and let go with the change
+    _by_rank: Any = field(default=None, init=False, compare=False, repr=False)
 
     def __add__(self, other: Change) -> Change:
         return Change(
@@ -90,7 +93,7 @@ def replay(graph: Graph, change: Change | None = None) -> Schedule:
     sched = Schedule([0] * n, [0] * n, [(None, "start")] * n, {}, {}, {}, {})
     peers = collective_peers(graph)
     arrival = {i: graph.nodes[i].start_ns for ids in peers.values() for i in ids}
-    removed = _removed_by_rank(graph, change.drop_host)
+    removed = _removed_by_rank(graph, change)
     for _ in range(MAX_ROUNDS):
         before = dict(arrival)
         for win in graph.windows.values():
@@ -105,7 +108,7 @@ def _dur(node: Node, change: Change) -> int:
     return max(int(change.durations.get(node.event_id, node.dur_ns)), 0)
 
 
-def _removed_by_rank(graph: Graph, drop_host: tuple[tuple[int, int, int], ...]) -> dict:
+def _removed_by_rank(graph: Graph, change: Change) -> dict:
     """rank -> the host time removed on it, as `_rank` measures it: of the change's spans
     (those of the whole profile, every rank; sorted by rank once a change), the ones that meet
     the rank's window (from its start or first host call to its end or last host call's end; a
@@ -113,7 +116,11 @@ def _removed_by_rank(graph: Graph, drop_host: tuple[tuple[int, int, int], ...]) 
     ranks' spans, not every span once a rank and round."""
     import numpy as np
 
-    nodes, spans = graph.nodes, _spans_by_rank(drop_host)
+    nodes, spans = graph.nodes, change._by_rank
+    if spans is None:
+        a = np.array(change.drop_host, dtype=np.int64).reshape(-1, 3)
+        spans = a[np.argsort(a[:, 0], kind="stable")]
+        object.__setattr__(change, "_by_rank", spans)  # frozen: a cache of its own field
     out = {}
     for rank, win in graph.windows.items():
         lo = min([win.start_ns, *(nodes[h].start_ns for h in win.host)])
@@ -123,24 +130,6 @@ def _removed_by_rank(graph: Graph, drop_host: tuple[tuple[int, int, int], ...]) 
         meet = (e > lo) & (s < hi)
         out[rank] = _Removed(list(zip(s[meet].tolist(), e[meet].tolist(), strict=True)))
     return out
-
-
-# the last change's removed spans and them as an array sorted by rank: a finding's change is
-# replayed on each of its steps (replay_saving.saving), so it is sorted once, not a step
-_SPANS: tuple[tuple, Any] = ((), None)
-
-
-def _spans_by_rank(drop_host: tuple[tuple[int, int, int], ...]) -> Any:
-    """`drop_host` as an int64 array (rank, start_ns, end_ns), sorted by rank."""
-    global _SPANS
-    import numpy as np
-
-    cached = _SPANS  # one read: another thread may put its own change's there meanwhile
-    if cached[0] is not drop_host or cached[1] is None:
-        a = np.array(drop_host, dtype=np.int64).reshape(-1, 3)
-        cached = (drop_host, a[np.argsort(a[:, 0], kind="stable")])
-        _SPANS = cached
-    return cached[1]
 
 
 def _rank(graph: Graph, win: Window, change: Change, sched: Schedule,
