@@ -163,18 +163,20 @@ def rank_waits(
     by_rank: dict[int, list[tuple[int, int]]] = {}
     for c in cs:
         by_rank.setdefault(c.rank, []).append(c.wait_span())
+    windows_of: dict[int, list[dict]] = {}
+    for w in windows:
+        windows_of.setdefault(int(w["rank"]), []).append(w)
     out: dict[tuple[int, int], int] = {}
-    for rank in {int(w["rank"]) for w in windows}:
+    for rank, mine in windows_of.items():
         ws, we = _union(by_rank.get(rank, []))
         if recorded:  # the waits the host sat through: intersect the two unions
             bs, be = blocked.get(rank, empty)
             pieces = [(max(a, b0), min(z, b1)) for a, z in zip(ws, we, strict=True)
                       for b0, b1 in _clip(bs, be, int(a), int(z))]  # fmt: skip
             ws, we = _union(pieces)
-        for w in windows:
-            if int(w["rank"]) == rank:
-                lo = int(w["start_ns"])
-                out[(rank, lo)] = _overlap(ws, we, lo, lo + int(w["dur_ns"]))
+        for w in mine:
+            lo = int(w["start_ns"])
+            out[(rank, lo)] = _overlap(ws, we, lo, lo + int(w["dur_ns"]))
     return out
 
 

@@ -19,7 +19,6 @@ import statistics
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .collectives import collectives, rank_step_waits
 from .context import AnalysisContext
@@ -63,8 +62,11 @@ def rank_table(ctx: AnalysisContext, steps: pa.Table) -> Ranks | None:
     hta = hta_overlap(ctx, steps)
     launched = launched_compute(ctx, steps)
     rows = []
-    for rank in sorted(set(steps.column("rank").to_pylist())):
-        mine = [r for r in steps.to_pylist() if r["rank"] == rank]
+    by_rank: dict[int, list[dict]] = {}  # each rank's steps, grouped in one pass
+    for r in steps.to_pylist():
+        by_rank.setdefault(r["rank"], []).append(r)
+    for rank in sorted(by_rank):
+        mine = by_rank[rank]
 
         def total(col: str, mine: list = mine) -> int:
             return int(sum(r.get(col) or 0 for r in mine))
@@ -122,21 +124,38 @@ def hta_overlap(ctx: AnalysisContext, steps: pa.Table) -> dict[int, tuple[int, i
     spans = [(c.rank, c.start_ns - (c.wait_ns if c.recorded else 0),
               c.start_ns + c.transfer_ns if c.recorded else c.start_ns + c.wait_ns)
              for c in collectives(ctx)]  # fmt: skip
-    for rank in sorted(set(steps.column("rank").to_pylist())):
-        mine = np.array([(a, b) for r, a, b in spans if r == rank], np.int64).reshape(-1, 2)
+    spans_of: dict[int, list[tuple[int, int]]] = {}
+    for r, a, b in spans:
+        spans_of.setdefault(r, []).append((a, b))
+    windows: dict[int, list[dict]] = {}
+    for w in steps.to_pylist():
+        windows.setdefault(w["rank"], []).append(w)
+    order = np.argsort(kr, kind="stable")  # each rank's compute rows, in their order
+    rows_of = _split_by(kr[order], order)
+    for rank in sorted(windows):
+        mine = np.array(spans_of.get(rank, []), np.int64).reshape(-1, 2)
         if not len(mine):
             continue
         _, cs, ce = merge_arrays(np.zeros(len(mine), np.int64), mine[:, 0], mine[:, 1])
-        m = kr == rank
-        _, us, ue = merge_arrays(np.zeros(int(m.sum()), np.int64), ks[m], ke[m])
+        m = rows_of.get(rank, np.zeros(0, np.int64))
+        _, us, ue = merge_arrays(np.zeros(len(m), np.int64), ks[m], ke[m])
         hidden = comm = 0
-        for w in steps.filter(pc.equal(steps["rank"], rank)).to_pylist():
+        for w in windows[rank]:
             lo, hi = int(w["start_ns"]), int(w["start_ns"]) + int(w["dur_ns"])
             c = [(max(a, lo), min(b, hi)) for a, b in zip(cs, ce, strict=True) if a < hi and b > lo]
             comm += sum(b - a for a, b in c)
             hidden += sum(_covered(us, ue, a, b) for a, b in c)
         out[int(rank)] = (int(hidden), int(comm))
     return out
+
+
+def _split_by(keys, rows) -> dict:
+    """key -> its `rows` (`keys` sorted, beside them)."""
+    import numpy as np
+
+    uniq, first = np.unique(keys, return_index=True)
+    ends = np.append(first[1:], len(keys))
+    return {int(k): rows[a:b] for k, a, b in zip(uniq, first, ends, strict=True)}
 
 
 def _covered(s, e, lo: int, hi: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .depgraph import Graph, Node, Window, collective_peers, queue_order
 
@@ -27,6 +28,9 @@ class Change:
     durations: Mapping[int, int] = field(default_factory=dict)  # event id -> new dur_ns
     drop_syncs: frozenset[int] = frozenset()  # host sync event ids
     drop_host: tuple[tuple[int, int, int], ...] = ()
+    # drop_host as an array sorted by rank, made on its first replay (a finding's change is
+    # replayed on each of its steps), and let go with the change
+    _by_rank: Any = field(default=None, init=False, compare=False, repr=False)
 
     def __add__(self, other: Change) -> Change:
         return Change(
@@ -89,10 +93,11 @@ def replay(graph: Graph, change: Change | None = None) -> Schedule:
     sched = Schedule([0] * n, [0] * n, [(None, "start")] * n, {}, {}, {}, {})
     peers = collective_peers(graph)
     arrival = {i: graph.nodes[i].start_ns for ids in peers.values() for i in ids}
+    removed = _removed_by_rank(graph, change)
     for _ in range(MAX_ROUNDS):
         before = dict(arrival)
         for win in graph.windows.values():
-            _rank(graph, win, change, sched, peers, arrival)
+            _rank(graph, win, change, sched, peers, arrival, removed[win.rank])
         if arrival == before:
             break
     sched.arrival = arrival
@@ -103,10 +108,34 @@ def _dur(node: Node, change: Change) -> int:
     return max(int(change.durations.get(node.event_id, node.dur_ns)), 0)
 
 
+def _removed_by_rank(graph: Graph, change: Change) -> dict:
+    """rank -> the host time removed on it, as `_rank` measures it: of the change's spans
+    (those of the whole profile, every rank; sorted by rank once a change), the ones that meet
+    the rank's window (from its start or first host call to its end or last host call's end; a
+    span outside that changes no measure taken inside it), so a replay of a step costs its
+    ranks' spans, not every span once a rank and round."""
+    import numpy as np
+
+    nodes, spans = graph.nodes, change._by_rank
+    if spans is None:
+        a = np.array(change.drop_host, dtype=np.int64).reshape(-1, 3)
+        spans = a[np.argsort(a[:, 0], kind="stable")]
+        object.__setattr__(change, "_by_rank", spans)  # frozen: a cache of its own field
+    out = {}
+    for rank, win in graph.windows.items():
+        lo = min([win.start_ns, *(nodes[h].start_ns for h in win.host)])
+        hi = max([win.end_ns, *(nodes[h].end_ns for h in win.host)])
+        i, j = np.searchsorted(spans[:, 0], [rank, rank + 1])
+        s, e = spans[i:j, 1], spans[i:j, 2]
+        meet = (e > lo) & (s < hi)
+        out[rank] = _Removed(list(zip(s[meet].tolist(), e[meet].tolist(), strict=True)))
+    return out
+
+
 def _rank(graph: Graph, win: Window, change: Change, sched: Schedule,
-          peers: dict[tuple, list[int]], arrival: dict[int, int]) -> None:  # fmt: skip
+          peers: dict[tuple, list[int]], arrival: dict[int, int],
+          removed: _Removed) -> None:  # fmt: skip
     nodes = graph.nodes
-    removed = _Removed([(s, e) for r, s, e in change.drop_host if r == win.rank])
     q = _Queues(nodes, win, change, sched, peers, arrival)
     f_orig = f_new = win.start_ns
     f_node: int | None = None

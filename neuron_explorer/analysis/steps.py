@@ -95,8 +95,11 @@ def _partial_last_steps(rows: tuple[StepTime, ...]) -> tuple[tuple[int, int | No
     """The last step of each rank with 2+ steps when it is under PARTIAL_STEP_SHARE of the
     shortest of the rank's other steps."""
     out = []
-    for rank in sorted({r.rank for r in rows}):
-        mine = sorted((r for r in rows if r.rank == rank), key=lambda r: r.start_ns)
+    by_rank: dict[int, list[StepTime]] = {}
+    for r in rows:
+        by_rank.setdefault(r.rank, []).append(r)
+    for rank in sorted(by_rank):
+        mine = sorted(by_rank[rank], key=lambda r: r.start_ns)
         if len(mine) < 2:
             continue
         others = min(r.dur_ns for r in mine[:-1])

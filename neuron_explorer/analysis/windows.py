@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from ..vocab.kinds import FRAMEWORK_KINDS
-from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND
+from .conventions import NEURON_COPY_KIND, NEURON_SYNC_KIND, sql_list
 from .steps import StepTime, partial_last_steps
 
 # a queue's gap shorter than this between two kernels is the next launch's latency, not the
@@ -106,26 +106,61 @@ def median_step(wins: list[tuple[int, int | None, int, int]]) -> int | None:
 
 def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
     """The events a graph of these windows needs: host launches, waits and framework spans
-    inside them, and the device queues' work of those ranks."""
+    inside them, and the device queues' work of those ranks: the work their launches caused
+    (or that started inside them unlaunched), and the other work near them on the same queues
+    that the graph's work can wait behind (Window.busy_until).
+
+    One join with the windows (a scan of the events whatever the number of ranks), and of the
+    other work near a window only what started by the last start of the window's own work on
+    that queue: what starts later is never looked at (busy_until and busy_from look back from
+    a node's start), and with LAG_NS it would be every rank's whole trace read for each step."""
+    import pyarrow as pa
+
+    if not chosen:
+        return []
     con = profile.duckdb()
-    spans = " OR ".join(
-        f"(rank = {int(r)} AND start_ns >= {int(s)} AND start_ns < {int(e)})"
-        for r, _, s, e in chosen
-    )
     # device work: the step's own (it may run long after its host span), and what ran near
     # the window on the same queues (earlier steps' work it waits behind)
-    near = " OR ".join(
-        f"(rank = {int(r)} AND ({'FALSE' if st is None else f'step = {int(st)}'} OR start_ns "
-        f"BETWEEN {int(s) - (int(e) - int(s))} AND {int(e) + max(4 * (int(e) - int(s)), LAG_NS)}))"
-        for r, st, s, e in chosen
-    )
+    ranks = [int(w[0]) for w in chosen]
+    steps = [w[1] for w in chosen]
+    starts, ends = [int(w[2]) for w in chosen], [int(w[3]) for w in chosen]
+    last_of = {r: i for i, r in enumerate(ranks)}  # a rank's window in the graph (_assemble)
+    con.register("graph_windows", pa.table({
+        "rank": pa.array(ranks, pa.int64()), "step": pa.array(steps, pa.int64()),
+        "s": pa.array(starts, pa.int64()), "e": pa.array(ends, pa.int64()),
+        "lo": pa.array([s - (e - s) for s, e in zip(starts, ends, strict=True)], pa.int64()),
+        "hi": pa.array([e + max(4 * (e - s), LAG_NS) for s, e in zip(starts, ends, strict=True)],
+                       pa.int64()),
+        "own": pa.array([last_of[r] == i for i, r in enumerate(ranks)]),
+    }))  # fmt: skip
     host_kinds = ("runtime", NEURON_SYNC_KIND, NEURON_COPY_KIND, *FRAMEWORK_KINDS)
-    queued = ", ".join(f"'{k}'" for k in QUEUED_KINDS)
-    sql = f"""SELECT {", ".join(_COLUMNS)} FROM events
-        WHERE (layer = 'host' AND kind IN ({", ".join(f"'{k}'" for k in host_kinds)})
-               AND ({spans}))
-           OR (layer = 'device' AND kind IN ({queued}) AND ({near}))
-        ORDER BY rank, start_ns, id"""
+    sql = f"""
+    WITH host AS (
+        SELECT x.id, x.rank, x.kind, x.flow_id FROM events x SEMI JOIN graph_windows w
+            ON x.rank = w.rank AND x.start_ns >= w.s AND x.start_ns < w.e
+        WHERE x.layer = 'host' AND x.kind IN {sql_list(host_kinds)}
+            AND x.start_ns >= {min(starts)} AND x.start_ns < {max(ends)}),
+    near AS MATERIALIZED (
+        SELECT x.id, x.rank, x.track, x.start_ns, x.flow_id FROM events x SEMI JOIN graph_windows w
+            ON x.rank = w.rank AND (x.step = w.step OR x.start_ns BETWEEN w.lo AND w.hi)
+        WHERE x.layer = 'device' AND x.kind IN {sql_list(QUEUED_KINDS)}),
+    launched AS (SELECT DISTINCT rank, flow_id FROM host
+        WHERE kind = 'runtime' AND flow_id IS NOT NULL),
+    own AS (  -- the work that may be the windows' own: launched in them, or unlaunched in them
+        SELECT n.rank, n.track, n.start_ns FROM near n SEMI JOIN launched l
+            ON l.rank = n.rank AND l.flow_id = n.flow_id
+        UNION ALL
+        SELECT n.rank, n.track, n.start_ns FROM near n JOIN graph_windows w
+            ON w.own AND w.rank = n.rank AND n.start_ns >= w.s AND n.start_ns < w.e
+        WHERE n.flow_id IS NULL),
+    last AS (SELECT rank, track, max(start_ns) AS t FROM own GROUP BY rank, track),
+    kept AS (
+        SELECT id FROM host
+        UNION ALL
+        SELECT n.id FROM near n JOIN last ON last.rank = n.rank
+            AND last.track IS NOT DISTINCT FROM n.track AND n.start_ns <= last.t)
+    SELECT {", ".join(_COLUMNS)} FROM events SEMI JOIN kept ON events.id = kept.id
+    ORDER BY rank, start_ns, id"""
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
