@@ -21,6 +21,7 @@ from conftest import kineto_trace_paths
 
 from neuron_explorer.analysis import stored
 from neuron_explorer.model import Profile
+from neuron_explorer.model.bounds import machine_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "samples" / "profiles" / "gpt_train"  # a real capture on the neuron device
@@ -171,6 +172,28 @@ def test_the_import_stores_a_large_profiles_first_page_and_a_server_serves_it(tm
         if "summary" in page:
             page["summary"]["profile"] = None
     assert pages["stored"] == pages["computed"] and twins["stored"] == twins["computed"]
+
+
+def test_an_analysis_too_big_for_the_machine_is_not_stored_and_the_import_says_so(
+    tmp_path, monkeypatch, capsys
+):
+    """A 10 GB trace's profile (66 M events) would need ~34 GB to analyze: the import writes
+    the profile and leaves the analysis out, in one line, instead of taking the machine down.
+    Here the share of the machine is lowered until a real 136k-event profile is over it."""
+    from neuron_explorer.entry import main
+
+    doc = json.loads(gzip.decompress(NS_TRACE.read_bytes()))
+    doc["traceEvents"] = doc["traceEvents"] * 3
+    trace = tmp_path / "big.json"
+    trace.write_text(json.dumps(doc))
+    # just under what the profile's events need: 136k events x 512 B is ~70 MB
+    monkeypatch.setattr(stored, "STORE_SHARE", 60e6 / machine_bytes())
+    out = tmp_path / "big"
+    assert main(["import", str(trace), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "did not store the first page's analysis: its analysis would need about 0.1 GB" in err
+    assert not (out / "analysis").exists()
+    assert Profile.open(out).manifest.row_counts["events"] >= stored.STORE_MIN_EVENTS
 
 
 def test_the_first_page_reads_the_stored_analysis(tmp_path):

@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..model.bounds import machine_bytes
 from ..model.profile import Profile
 from ..model.schema import TABLES
 
@@ -37,6 +38,11 @@ FOOTER_BYTES = 64 << 10  # a Parquet file's tail: its footer (row groups, statis
 # analysis takes well under a second, and a small import stays as fast as before
 STORE_MIN_EVENTS = 100_000
 MAX_BYTES = 256 << 20  # the 1 GB trace's summary is 6.6 MB
+# the analysis's peak memory an event (the summary and findings hold the events' columns):
+# measured 440 B an event over the interpreter, 64 ranks x 16 MB (4.05 M events) 2,170 MB and
+# 16 x 16 MB (1.01 M) 831 MB (benchmarks/README.md, "Many-rank analysis")
+ANALYSIS_EVENT_BYTES = 512
+STORE_SHARE = 0.5  # of the memory this process may use (model/bounds.machine_bytes)
 
 
 def _summary(p: Profile) -> dict[str, Any]:
@@ -219,6 +225,22 @@ def _read(file: Path) -> bytes | None:
             return f.read()
     finally:
         os.close(fd)
+
+
+def memory_needed(profile: Profile) -> int:
+    """Bytes the analysis of `profile` needs, from its events' row count."""
+    return int(profile.manifest.row_counts.get("events") or 0) * ANALYSIS_EVENT_BYTES
+
+
+def too_big(profile: Profile) -> str | None:
+    """Why the import does not store `profile`'s analysis (None: it fits): its estimated memory
+    over STORE_SHARE of what this process may use, so a huge trace's import cannot take the
+    machine down after writing its profile."""
+    need, limit = memory_needed(profile), int(machine_bytes() * STORE_SHARE)
+    if need <= limit:
+        return None
+    return (f"its analysis would need about {need / 2**30:.1f} GB, over {limit / 2**30:.1f} GB "
+            "(half of this machine's memory)")  # fmt: skip
 
 
 def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:

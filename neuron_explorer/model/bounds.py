@@ -163,3 +163,16 @@ def check_values(files: list[Path]) -> None:
                                 )
         except (pa.ArrowException, OSError) as e:
             raise BadInputError(file, f"corrupt Parquet table ({e})") from None
+
+
+def machine_bytes() -> int:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total

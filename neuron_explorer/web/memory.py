@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from neuron_explorer.errors import ExplorerError
+from neuron_explorer.model.bounds import machine_bytes
 
 # measured: every page of a 400,000-event profile, visited, holds 280 MB (700 bytes an event)
 EVENT_BYTES = 768
@@ -35,19 +36,6 @@ def parse_size(text: str) -> int:
     if not m:
         raise ExplorerError(f"--max-memory: {text!r} is not a size such as 4G or 512M")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def machine_bytes() -> int:
-    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(limit).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total
 
 
 def default_ceiling() -> int:

@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = _with_progress(files, args.output, kw)
     profile = Profile.open(out)
-    stored = _store_analysis(profile)
+    too_big = _too_big(profile)
+    stored = too_big is None and _store_analysis(profile)
     if not args.quiet:
         m = profile.manifest
         counts = ", ".join(f"{v} {k}" for k, v in sorted(m.row_counts.items()))
@@ -89,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         )
         if stored:
             print(f"stored the first page's analysis in {out / 'analysis'}", file=sys.stderr)
+        elif too_big:
+            print(f"did not store the first page's analysis: {too_big}; SQL over the profile "
+                  "(neuron-explorer query) reads it in bounded pieces", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -96,6 +100,12 @@ def _holds_runtime(path: Path) -> bool:
     from ...capture.device_trace import holds_runtime
 
     return holds_runtime(path)
+
+
+def _too_big(profile: Profile) -> str | None:
+    from ...analysis import stored
+
+    return stored.too_big(profile)
 
 
 def _store_analysis(profile: Profile) -> bool:
