@@ -31,8 +31,8 @@ from .kineto_columns import range_bytes_for
 from .kineto_extract import DecodeOptions, default_workers
 from .kineto_memory import NAMES
 from .kineto_merge import Run, global_ids, merged_blocks
-from .kineto_plan import plan
-from .kineto_route import chunk_folder, route
+from .kineto_plan_spans import plan_spans, route_spans
+from .kineto_route import chunk_folder
 from .kineto_stream import open_stream
 from .progress import Share, no_share
 from .pystacks import Frame, scope_of
@@ -41,10 +41,11 @@ from .pystacks import Frame, scope_of
 MAPPING_BYTES_PER_EVENT = 160
 MAPPING_BYTES_PER_TEXT_BYTE = 0.6  # the 1 GB benchmark trace's peak over its size
 MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of the peak
-# the first two passes' ranges (at most the budget over 64): they keep nothing of a range's
-# decoded events, so larger ones cost little memory, and per-range costs halve (100 MB trace:
-# 2.2 and 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and 1.3 s in 1 MB ones)
-PASS_RANGE_BYTES = 1 << 20
+# the first two passes' ranges (at most the budget over 64), and a chunk's when it is mapped:
+# the passes keep nothing of a range's decoded events and a chunk's mapping is sized by the
+# budget, so larger ranges cost little memory, and per-range costs fall (100 MB trace: 2.2 and
+# 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and 1.3 s in 1 MB ones)
+PASS_RANGE_BYTES = 2 << 20
 PLAN_SHARE = 0.3  # of the progress: the first pass (the file read; then routed, mapped, merged)
 
 
@@ -100,11 +101,12 @@ def write_chunked(
     workers = pool_workers(path, options.workers or default_workers())
     chunk_events = max(1, budget // workers // MAPPING_BYTES_PER_EVENT)  # each worker's share
     with chunk_folder() as folder:
-        the_plan = plan(path, chunk_events, range_bytes,
-                        lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder))  # fmt: skip
-        chunks = route(path, the_plan, Path(folder), range_bytes,
-                       lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
-        chunk_options = replace(options, chunk_budget=None)
+        the_plan = plan_spans(path, chunk_events, range_bytes,
+                              lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder),
+                              options.workers or default_workers())  # fmt: skip
+        chunks = route_spans(path, the_plan, Path(folder), range_bytes,
+                             lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
+        chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
         got = _Gathered()
         for k, mapped in enumerate(map_chunks(path, chunks, chunk_options, thread_names, workers)):
             got.add(mapped)

@@ -8,7 +8,9 @@ on (start, duration) across chunks as the trace's own order does.
 
 from __future__ import annotations
 
+import os
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -18,7 +20,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from .kineto_plan import COUNTER, METADATA, ROUTE_KEY, Plan
-from .kineto_ranges import RangeError, decode_span
+from .kineto_ranges import FileSource, RangeError, decode_span
 from .kineto_stream import StreamSource, open_stream
 from .progress import Share
 
@@ -35,17 +37,14 @@ class Chunk:
 
 
 class _Writers:
-    """The chunks' files, open while the trace is routed."""
+    """The chunks' files (or one span's parts of them), open while the trace is routed."""
 
-    def __init__(self, folder: Path, count: int, top: bytes) -> None:
-        self.chunks = [
-            Chunk(folder / f"chunk-{k}.json", folder / f"chunk-{k}.idx") for k in range(count)
-        ]
-        self.text: list[BinaryIO] = [c.path.open("wb") for c in self.chunks]
-        self.index: list[BinaryIO] = [c.index_path.open("wb") for c in self.chunks]
-        self.started = [False] * count
+    def __init__(self, chunks: list[Chunk], head: bytes, suffix: str = "") -> None:
+        self.text: list[BinaryIO] = [Path(f"{c.path}{suffix}").open("wb") for c in chunks]
+        self.index: list[BinaryIO] = [Path(f"{c.index_path}{suffix}").open("wb") for c in chunks]
+        self.started = [False] * len(chunks)
         for f in self.text:
-            f.write(b"{" + top + b'"traceEvents":[\n')  # the keys first, as Kineto writes
+            f.write(head)
 
     def write(self, k: int, raws: list[bytes], index: np.ndarray) -> None:
         if not raws:
@@ -54,40 +53,121 @@ class _Writers:
         self.started[k] = True
         index.astype(np.int64).tofile(self.index[k])
 
-    def close(self) -> list[Chunk]:
+    def close(self, tail: bytes) -> list[bool]:
+        """Which files have events."""
         for f in self.text:
-            f.write(b"\n]}")
+            f.write(tail)
             f.close()
         for f in self.index:
             f.close()
-        return self.chunks
+        return self.started
+
+
+def chunks_of(plan: Plan, folder: Path) -> list[Chunk]:
+    return [
+        Chunk(folder / f"chunk-{k}.json", folder / f"chunk-{k}.idx") for k in range(plan.chunks)
+    ]
 
 
 def route(path: Path, plan: Plan, folder: Path, range_bytes: int, progress: Share) -> list[Chunk]:
     """Copy each event of `path` to its chunk's file under `folder`, as its route key (written
     by the first pass) says."""
+    chunks = chunks_of(plan, folder)
+    writers = _Writers(chunks, _head(plan))
+    route_span(path, plan, 0, len(plan.spans), writers, range_bytes, progress)
+    writers.close(TAIL)
+    return chunks
+
+
+def route_span(
+    path: Path,
+    plan: Plan,
+    first: int,
+    last: int,
+    writers: _Writers,
+    range_bytes: int,
+    progress: Share,
+) -> None:
+    """Route the events of the plan's spans `first` to `last` (excluded), read as one span."""
     f, gz = open_stream(path)
-    writers = _Writers(folder, plan.chunks, _top_keys(plan))
-    done = [0]
-    total = max(1, path.stat().st_size)
-    with f, plan.keys.open("rb") as keys:
-        source = StreamSource(f, path, gzip=gz)
+    done = [sum(plan.span_events[:first])]
+    end, total = sum(plan.span_events[:last]), max(1, path.stat().st_size)
+    begin, stop = plan.spans[first][0], plan.spans[last - 1][1]
+    with f, ExitStack() as stack:
+        keys: list[BinaryIO] = [stack.enter_context(k.open("rb")) for k in plan.keys[first:last]]
+        source = (
+            StreamSource(f, path, gzip=gz)
+            if begin is None and stop is None
+            else FileSource(f.fileno(), total)
+        )
 
         def split(raws: list[msgspec.Raw]) -> None:
-            key = np.fromfile(keys, ROUTE_KEY, count=len(raws))
+            key = _read_keys(keys, len(raws))
             if key.size != len(raws):
                 raise RangeError("the trace changed since it was read")
             _route_range(plan, key, raws, done[0], writers)
             done[0] += key.size
-            progress(min(1.0, source.bytes_read / total), done[0])
+            progress(done[0] / max(1, plan.events), done[0])
 
         try:
-            decode_span(source, None, None, range_bytes=range_bytes, path=path, raw=split)
+            decode_span(source, begin, stop, range_bytes=range_bytes, path=path, raw=split)
         except RangeError as e:  # not expected: the first pass decoded the same ranges
             raise BadInputError(path, f"invalid JSON ({e})") from None
-    if done[0] != plan.events:
+    if done[0] != end:
         raise BadInputError(path, "the trace changed since it was read")
-    return writers.close()
+
+
+def _read_keys(files: list[BinaryIO], count: int) -> np.ndarray:
+    """The next `count` route keys, on from one span's file to the next."""
+    got = []
+    while files and count:
+        key = np.fromfile(files[0], ROUTE_KEY, count=count)
+        got.append(key)
+        count -= key.size
+        if count:
+            files.pop(0)
+    return np.concatenate(got) if got else np.zeros(0, ROUTE_KEY)
+
+
+def join_parts(chunks: list[Chunk], plan: Plan, started: list[list[bool]]) -> None:
+    """Each chunk's file from the spans' parts of it (`started[span][chunk]`: a part has
+    events), copied in the kernel; the parts removed as they are used."""
+    head = _head(plan)
+    for k, chunk in enumerate(chunks):
+        parts = [i for i, s in enumerate(started) if s[k]]
+        for target, between, ends in (
+            (chunk.path, b",\n", (head, TAIL)),
+            (chunk.index_path, b"", (b"", b"")),
+        ):
+            # written through the descriptor, not opened for appending: copy_file_range
+            # refuses a file opened with O_APPEND
+            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                _write_all(out, ends[0])
+                for n, i in enumerate(parts):
+                    _write_all(out, between if n else b"")
+                    part = Path(f"{target}.part{i}")
+                    with part.open("rb") as src:
+                        _copy_all(src.fileno(), out, part.stat().st_size)
+                _write_all(out, ends[1])
+            finally:
+                os.close(out)
+            for i in range(len(started)):
+                Path(f"{target}.part{i}").unlink(missing_ok=True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view.nbytes:
+        view = view[os.write(fd, view) :]
+
+
+def _copy_all(src: int, dst: int, size: int) -> None:
+    while size:
+        n = os.copy_file_range(src, dst, size)
+        if n == 0:
+            raise OSError("a chunk's part is short")
+        size -= n
 
 
 def _route_range(
@@ -110,12 +190,20 @@ def _route_range(
         writers.write(k, [bytes(raws[i]) for i in mine.tolist()], index[mine])
 
 
-def _top_keys(plan: Plan) -> bytes:
-    """The trace's top-level keys as the text before its events (`"key":value,` each)."""
+def _head(plan: Plan) -> bytes:
+    """The text of a chunk before its events: the trace's top-level keys first, as Kineto
+    writes them (`"key":value,` each), then the array."""
     keys = {k: v for k, v in plan.top.items() if v is not None}
-    return b"".join(
-        msgspec.json.encode(k) + b":" + msgspec.json.encode(v) + b"," for k, v in keys.items()
+    return (
+        b"{"
+        + b"".join(
+            msgspec.json.encode(k) + b":" + msgspec.json.encode(v) + b"," for k, v in keys.items()
+        )
+        + b'"traceEvents":[\n'
     )
+
+
+TAIL = b"\n]}"
 
 
 def chunk_folder() -> tempfile.TemporaryDirectory:
