@@ -27,7 +27,7 @@ from ..model.schema import COUNTERS, STACKS, conform
 from . import kineto
 from .assemble import Assembled, assign_ranks, write_assembled
 from .kineto_chunk_map import Mapped, map_chunks, pool_workers
-from .kineto_columns import range_bytes_for
+from .kineto_columns import give_back_free_memory, range_bytes_for
 from .kineto_extract import DecodeOptions, default_workers
 from .kineto_memory import NAMES
 from .kineto_merge import Run, global_ids, merged_blocks
@@ -106,6 +106,8 @@ def write_chunked(
                               options.workers or default_workers())  # fmt: skip
         chunks = route_spans(path, the_plan, Path(folder), range_bytes,
                              lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
+        # the passes' freed ranges back to the OS before the mapping's workers fork from here
+        give_back_free_memory()
         chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
         got = _Gathered()
         for k, mapped in enumerate(map_chunks(path, chunks, chunk_options, thread_names, workers)):
