@@ -46,10 +46,12 @@ class _Writers:
         for f in self.text:
             f.write(head)
 
-    def write(self, k: int, raws: list[bytes], index: np.ndarray) -> None:
+    def write(self, k: int, raws: list[msgspec.Raw], index: np.ndarray) -> None:
         if not raws:
             return
-        self.text[k].write((b",\n" if self.started[k] else b"") + b",\n".join(raws))
+        if self.started[k]:
+            self.text[k].write(b",\n")
+        self.text[k].write(b",\n".join(raws))  # a Raw is a buffer: joined, not copied first
         self.started[k] = True
         index.astype(np.int64).tofile(self.index[k])
 
@@ -185,9 +187,19 @@ def _route_range(
     order = np.argsort(chunk, kind="stable")  # each chunk's events in the trace's order
     every = order[: np.searchsorted(chunk[order], 0)]
     bounds = np.searchsorted(chunk[order], np.arange(plan.chunks + 1))
+    if (
+        chunk.size
+        and not every.size
+        and bounds[chunk[0]] == 0
+        and bounds[chunk[0] + 1] == chunk.size
+    ):
+        writers.write(int(chunk[0]), raws, index)  # the whole range to one chunk, mostly
+        return
     for k in np.flatnonzero(np.diff(bounds)).tolist() if not every.size else range(plan.chunks):
-        mine = np.sort(np.concatenate([every, order[bounds[k] : bounds[k + 1]]]))
-        writers.write(k, [bytes(raws[i]) for i in mine.tolist()], index[mine])
+        mine = order[bounds[k] : bounds[k + 1]]  # in the trace's order (a stable sort's)
+        if every.size:
+            mine = np.sort(np.concatenate([every, mine]))
+        writers.write(k, [raws[i] for i in mine.tolist()], index[mine])
 
 
 def _head(plan: Plan) -> bytes:
