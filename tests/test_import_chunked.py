@@ -203,3 +203,13 @@ def test_a_plan_over_spans_is_the_plan_over_the_whole_file(trace, tmp_path, in_s
     )
     keys = b"".join(k.read_bytes() for k in got.keys)
     assert keys == want.keys[0].read_bytes()
+
+
+def test_a_bad_trace_read_in_spans_is_one_line_naming_it(tmp_path, in_spans):
+    """A span that does not decode makes the first pass read the whole file here: the same
+    one-line error as without spans."""
+    path = _repeated(ALEXNET, 3, tmp_path / "t.json")
+    assert len(kineto_plan_spans.spans_of(path, 3)) == 3
+    path.write_bytes(path.read_bytes()[:-1000])  # truncated: the last span's error
+    with pytest.raises(BadInputError, match=f"^{re.escape(str(path))}: invalid JSON"):
+        _chunked(path, tmp_path / "c")
