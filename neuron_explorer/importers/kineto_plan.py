@@ -10,7 +10,13 @@ chunks. Device work follows
 the runtime call that launched it (a correlation id -> chunk table), so a kernel that runs after
 its chunk's host work still meets its launch; device work with no launch goes by its own time.
 What stays in memory is a component per gap in the host's work (merged pairwise past
-MAX_COMPONENTS, which only removes cuts) and a correlation id per launch. What the second pass
+MAX_COMPONENTS, which only removes cuts) and a correlation id per launch; of the events' ids
+only a range's are kept (a trace's are mostly distinct), and the fwdbwd flows'. A span of the
+file is read on its own (`plan_span`, kineto_plan_spans reading spans in parallel) and the
+spans' findings, kept as values rather than the span's codes, are combined in the file's
+order (`combine`): a python frame is placed by the first span whose python rows name it (the
+trace's own first mention, unless an earlier span names it in another kind of event, which
+only changes the stacks' numbering). What the second pass
 needs of each event to route it (ROUTE_KEY: its time, its correlation id if it is device work,
 whether it is a memory sample or metadata) goes to a file as the events are read, so that pass
 only splits the trace into events' texts and never decodes them.

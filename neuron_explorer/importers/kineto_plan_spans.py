@@ -21,7 +21,7 @@ from ..errors import BadInputError
 from . import kineto_parallel as parallel
 from .kineto_plan import Plan, SpanPlan, combine, plan, plan_span
 from .kineto_ranges import FileSource, RangeError
-from .kineto_route import Chunk, _Writers, chunks_of, join_parts, route, route_span
+from .kineto_route import Chunk, ChunkWriters, chunks_of, join_parts, route, route_span
 from .kineto_stream import open_stream
 from .progress import Share
 
@@ -89,7 +89,7 @@ def _plan_one(span: int, progress: Share) -> SpanPlan:
 
 
 def _route_one(span: int, progress: Share) -> list[bool]:
-    writers = _Writers(_JOB["chunks"], b"", suffix=f".part{span}")
+    writers = ChunkWriters(_JOB["chunks"], b"", suffix=f".part{span}")
     try:
         route_span(_JOB["path"], _JOB["plan"], span, span + 1, writers, _JOB["range_bytes"],
                    progress)  # fmt: skip

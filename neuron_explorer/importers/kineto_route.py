@@ -36,7 +36,7 @@ class Chunk:
         return np.fromfile(self.index_path, dtype=np.int64)
 
 
-class _Writers:
+class ChunkWriters:
     """The chunks' files (or one span's parts of them), open while the trace is routed."""
 
     def __init__(self, chunks: list[Chunk], head: bytes, suffix: str = "") -> None:
@@ -75,7 +75,7 @@ def route(path: Path, plan: Plan, folder: Path, range_bytes: int, progress: Shar
     """Copy each event of `path` to its chunk's file under `folder`, as its route key (written
     by the first pass) says."""
     chunks = chunks_of(plan, folder)
-    writers = _Writers(chunks, _head(plan))
+    writers = ChunkWriters(chunks, _head(plan))
     route_span(path, plan, 0, len(plan.spans), writers, range_bytes, progress)
     writers.close(TAIL)
     return chunks
@@ -86,7 +86,7 @@ def route_span(
     plan: Plan,
     first: int,
     last: int,
-    writers: _Writers,
+    writers: ChunkWriters,
     range_bytes: int,
     progress: Share,
 ) -> None:
@@ -173,7 +173,7 @@ def _copy_all(src: int, dst: int, size: int) -> None:
 
 
 def _route_range(
-    plan: Plan, key: np.ndarray, raws: list[msgspec.Raw], first: int, writers: _Writers
+    plan: Plan, key: np.ndarray, raws: list[msgspec.Raw], first: int, writers: ChunkWriters
 ) -> None:
     chunk = plan.chunk_of_time(key["ts"])
     dev = np.flatnonzero(key["corr"] >= 0)
