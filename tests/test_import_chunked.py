@@ -213,3 +213,18 @@ def test_a_bad_trace_read_in_spans_is_one_line_naming_it(tmp_path, in_spans):
     path.write_bytes(path.read_bytes()[:-1000])  # truncated: the last span's error
     with pytest.raises(BadInputError, match=f"^{re.escape(str(path))}: invalid JSON"):
         _chunked(path, tmp_path / "c")
+
+
+def test_the_first_pass_ranges_are_the_files_bytes_of_their_events(tmp_path, in_spans):
+    """The routing copies a range whose events all go to one chunk as the file has it: each
+    range between two cuts is whole events and the commas between, as many as the pass read."""
+    path = _repeated(GPT2, 3, tmp_path / "t.json")
+    text = path.read_bytes()
+    p = kineto_plan_spans.plan_spans(path, 100, 1 << 14, lambda f, n=None: None, tmp_path, 3)
+    assert p.ranges is not None and len(p.ranges) == 3
+    ranges = np.concatenate(p.ranges)
+    assert ranges[:, 2].sum() == p.events == len(json.loads(text)["traceEvents"])
+    assert (ranges[1:, 0] == ranges[:-1, 1]).all() and ranges[0, 0] == ranges[-1, 1] == -1
+    for lo, hi, count in ranges[1:-1].tolist():
+        assert len(json.loads(b"[" + text[lo + 1 : hi] + b"]")) == count
+    assert len(ranges) > 20

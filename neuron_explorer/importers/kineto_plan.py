@@ -62,6 +62,7 @@ class Plan:
     keys: tuple[Path, ...]  # each span's events' ROUTE_KEYs, in the trace's order
     span_events: tuple[int, ...]  # how many events each span has
     spans: tuple[tuple[int | None, int | None], ...]  # each span's cuts (None: file start, end)
+    ranges: tuple[np.ndarray, ...] | None  # each span's ranges (SpanPlan.ranges)
 
     @property
     def chunks(self) -> int:
@@ -121,6 +122,7 @@ class _Pass:
         self.named = 0  # the distinct names looked at so far (the span's list grows)
         self.memory_code = -2
         self.lane_codes: list[int] = []
+        self.range_events: list[int] = []
 
     def roles(self, p: Piece) -> Roles:
         """A range's roles, as its decode found them; only the names new in this range are
@@ -178,7 +180,7 @@ class _Pass:
         keys["flag"][p.codes["ph"] == (ph.index("M") if "M" in ph else -2)] = METADATA
         keys.tofile(self.keys)
 
-    def finish(self, keys: Path) -> SpanPlan:
+    def finish(self, keys: Path, ranges: np.ndarray | None) -> SpanPlan:
         """What the span gives the plan, its codes made values (spans number theirs apart)."""
         pids, tids, names = (
             self.span.values["pid"],
@@ -203,6 +205,7 @@ class _Pass:
             self.running_sums,
             dict(self.span.top),
             keys,
+            ranges,
         )
 
 
@@ -227,6 +230,9 @@ class SpanPlan:
     running_sums: bool
     top: dict[str, Any]
     keys: Path  # the span's events' ROUTE_KEYs
+    # each range's begin and end cuts in the file (-1: its start, end) and events; None for a
+    # gzip or array-form file
+    ranges: np.ndarray | None
 
 
 def plan_span(
@@ -251,13 +257,18 @@ def plan_span(
 
         def keep(p: Piece) -> None:
             gather.piece(p)
+            gather.range_events.append(p.ts.ns.size)
             read = source.bytes_read / total if isinstance(source, StreamSource) else done[0]
             progress(min(1.0, read), gather.events)
 
         decode_span(source, begin, end, keep=keep, range_bytes=range_bytes, path=path,
                     span=span, only=("gpu", "mem"), per_range=("id",),
                     progress=lambda share: done.__setitem__(0, share))  # fmt: skip
-    return gather.finish(keys)
+    if isinstance(source, StreamSource) and not source.file_offsets:
+        return gather.finish(keys, None)  # its cuts are not the file's bytes: routed whole
+    cuts = [-1 if c is None else c for c in (begin, *span.ends)]
+    ranges = np.array([cuts[:-1], cuts[1:], gather.range_events], np.int64)
+    return gather.finish(keys, ranges.T.reshape(-1, 3))
 
 
 def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
@@ -303,7 +314,9 @@ def combine(
     chunk = (np.searchsorted(cuts, ts[first], side="right") - 1).astype(np.int32)
     running_sums = any(p.running_sums for p in parts)
     return Plan(cuts, corr[first], chunk, running_sums, top, frame_codes, events,
-                tuple(p.keys for p in parts), tuple(p.events for p in parts), tuple(spans))  # fmt: skip
+                tuple(p.keys for p in parts), tuple(p.events for p in parts), tuple(spans),
+                None if any(p.ranges is None for p in parts) else
+                tuple(p.ranges for p in parts if p.ranges is not None))  # fmt: skip
 
 
 def _flows(ids: np.ndarray, ts: np.ndarray) -> _Union:

@@ -99,6 +99,7 @@ class Span:
     pieces: list[Any] = field(default_factory=list)  # Piece, or what `keep` made of one
     values: dict[str, list[Any]] = field(default_factory=dict)  # FIELDS -> distinct values
     top: dict[str, Any] = field(default_factory=dict)  # top-level keys found in the span
+    ends: list[int | None] = field(default_factory=list)  # each range's end cut (None: the end)
 
 
 class FileSource:
@@ -213,6 +214,7 @@ def decode_span(
             finally:
                 for at, saved in patches:  # a buffer source's bytes are the file's: restore
                     view[at : at + len(saved)] = saved
+        span.ends.append(cut)
         if cut is None or cut == end:
             break
         pos = cut

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,29 +41,43 @@ class ChunkWriters:
     """The chunks' files (or one span's parts of them), open while the trace is routed."""
 
     def __init__(self, chunks: list[Chunk], head: bytes, suffix: str = "") -> None:
-        self.text: list[BinaryIO] = [Path(f"{c.path}{suffix}").open("wb") for c in chunks]
+        # the texts unbuffered: a range is copied into them in the kernel (copy_file_range)
+        self.text = [_create(Path(f"{c.path}{suffix}")) for c in chunks]
         self.index: list[BinaryIO] = [Path(f"{c.index_path}{suffix}").open("wb") for c in chunks]
         self.started = [False] * len(chunks)
-        for f in self.text:
-            f.write(head)
+        for fd in self.text:
+            _write_all(fd, head)
 
     def write(self, k: int, raws: list[msgspec.Raw], index: np.ndarray) -> None:
         if not raws:
             return
         if self.started[k]:
-            self.text[k].write(b",\n")
-        self.text[k].write(b",\n".join(raws))  # a Raw is a buffer: joined, not copied first
+            _write_all(self.text[k], b",\n")
+        _write_all(self.text[k], b",\n".join(raws))  # a Raw is a buffer: joined, not copied
+        self.started[k] = True
+        index.astype(np.int64).tofile(self.index[k])
+
+    def copy(self, k: int, trace: int, lo: int, hi: int, index: np.ndarray) -> None:
+        """Bytes `lo` to `hi` of the trace (whole events and the commas between) to chunk k."""
+        if self.started[k]:
+            _write_all(self.text[k], b",\n")
+        _copy_all(trace, self.text[k], hi - lo, lo)
         self.started[k] = True
         index.astype(np.int64).tofile(self.index[k])
 
     def close(self, tail: bytes) -> list[bool]:
         """Which files have events."""
-        for f in self.text:
-            f.write(tail)
-            f.close()
+        for fd in self.text:
+            _write_all(fd, tail)
+            os.close(fd)
         for f in self.index:
             f.close()
         return self.started
+
+
+def _create(path: Path) -> int:
+    # not O_APPEND: copy_file_range refuses a file opened for appending
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 
 
 def chunks_of(plan: Plan, folder: Path) -> list[Chunk]:
@@ -90,29 +105,62 @@ def route_span(
     range_bytes: int,
     progress: Share,
 ) -> None:
-    """Route the events of the plan's spans `first` to `last` (excluded), read as one span."""
+    """Route the events of the plan's spans `first` to `last` (excluded). A plain file goes by
+    the first pass's ranges: a range whose events all go to one chunk is copied as it lies
+    (most are: a chunk is many ranges), the others split into events' texts; a gzip file is
+    split whole."""
     f, gz = open_stream(path)
     done = [sum(plan.span_events[:first])]
     end, total = sum(plan.span_events[:last]), max(1, path.stat().st_size)
-    begin, stop = plan.spans[first][0], plan.spans[last - 1][1]
-    with f, ExitStack() as stack:
-        keys: list[BinaryIO] = [stack.enter_context(k.open("rb")) for k in plan.keys[first:last]]
-        source = (
-            StreamSource(f, path, gzip=gz)
-            if begin is None and stop is None
-            else FileSource(f.fileno(), total)
-        )
 
+    def split_by(keys: list[BinaryIO]) -> Callable[[list[msgspec.Raw]], None]:
         def split(raws: list[msgspec.Raw]) -> None:
             key = _read_keys(keys, len(raws))
             if key.size != len(raws):
                 raise RangeError("the trace changed since it was read")
-            _route_range(plan, key, raws, done[0], writers)
+            _write_range(plan, _chunk_of_events(plan, key), raws, done[0], writers)
             done[0] += key.size
             progress(done[0] / max(1, plan.events), done[0])
 
+        return split
+
+    with f, ExitStack() as stack:
         try:
-            decode_span(source, begin, stop, range_bytes=range_bytes, path=path, raw=split)
+            if plan.ranges is None:  # gzip, or an array-form file: split as a stream
+                keys: list[BinaryIO] = [
+                    stack.enter_context(k.open("rb")) for k in plan.keys[first:last]
+                ]
+                decode_span(StreamSource(f, path, gzip=gz), None, None, range_bytes=range_bytes,
+                            path=path, raw=split_by(keys))  # fmt: skip
+            else:
+                source = FileSource(f.fileno(), total)
+                for span in range(first, last):
+                    with plan.keys[span].open("rb") as keys_file:
+                        for lo, hi, count in plan.ranges[span].tolist():
+                            key = _read_keys([keys_file], count)
+                            if key.size != count:
+                                raise RangeError("the trace changed since it was read")
+                            chunk = _chunk_of_events(plan, key)
+                            if (
+                                lo >= 0
+                                and hi >= 0
+                                and count
+                                and chunk[0] >= 0
+                                and (chunk == chunk[0]).all()
+                            ):
+                                # whole events and the commas between: after the range's
+                                # first cut, before its last
+                                index = np.arange(done[0], done[0] + count, dtype=np.int64)
+                                writers.copy(int(chunk[0]), f.fileno(), lo + 1, hi, index)
+                                done[0] += count
+                                continue
+                            # split into events (the file's first and last ranges always:
+                            # the top-level keys lie beside their events)
+                            keys_file.seek(-key.nbytes, os.SEEK_CUR)
+                            decode_span(source, None if lo < 0 else lo, None if hi < 0 else hi,
+                                        range_bytes=range_bytes, path=path,
+                                        raw=split_by([keys_file]))  # fmt: skip
+                    progress(done[0] / max(1, plan.events), done[0])
         except RangeError as e:  # not expected: the first pass decoded the same ranges
             raise BadInputError(path, f"invalid JSON ({e})") from None
     if done[0] != end:
@@ -164,17 +212,18 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _copy_all(src: int, dst: int, size: int) -> None:
+def _copy_all(src: int, dst: int, size: int, at: int | None = None) -> None:
+    """`size` bytes of `src` (from `at`, else its position) to `dst`'s position."""
     while size:
-        n = os.copy_file_range(src, dst, size)
+        n = os.copy_file_range(src, dst, size, at)
         if n == 0:
-            raise OSError("a chunk's part is short")
+            raise RangeError("the trace changed since it was read")
         size -= n
+        at = None if at is None else at + n
 
 
-def _route_range(
-    plan: Plan, key: np.ndarray, raws: list[msgspec.Raw], first: int, writers: ChunkWriters
-) -> None:
+def _chunk_of_events(plan: Plan, key: np.ndarray) -> np.ndarray:
+    """Each event's chunk by its route key, -1 for metadata (every chunk's)."""
     chunk = plan.chunk_of_time(key["ts"])
     dev = np.flatnonzero(key["corr"] >= 0)
     if dev.size:  # device work goes with its launch, when the trace has it
@@ -182,7 +231,13 @@ def _route_range(
         chunk[dev] = np.where(launched >= 0, launched, chunk[dev])
     if plan.samples_first:
         chunk[key["flag"] == COUNTER] = 0
-    chunk[key["flag"] == METADATA] = -1  # every chunk's
+    chunk[key["flag"] == METADATA] = -1
+    return chunk
+
+
+def _write_range(
+    plan: Plan, chunk: np.ndarray, raws: list[msgspec.Raw], first: int, writers: ChunkWriters
+) -> None:
     index = np.arange(first, first + chunk.size, dtype=np.int64)
     order = np.argsort(chunk, kind="stable")  # each chunk's events in the trace's order
     every = order[: np.searchsorted(chunk[order], 0)]
