@@ -3,7 +3,10 @@
 
 Every chunk file has the trace's top-level keys and all its metadata events (they name the
 lanes), and a sidecar of the trace-wide index of each of its events, which orders rows that tie
-on (start, duration) across chunks as the trace's own order does.
+on (start, duration) across chunks as the trace's own order does. A plain file is routed by the
+first pass's ranges: a range whose events all go to one chunk, most of them, is copied as the
+file has it, in the kernel; only the others are split into events' texts. A span of the file
+can be routed on its own into parts of the chunks' files (kineto_plan_spans), joined after.
 """
 
 from __future__ import annotations
