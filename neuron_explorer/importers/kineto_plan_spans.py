@@ -76,6 +76,8 @@ def route_spans(
     _JOB.update(path=path, plan=the_plan, chunks=chunks, range_bytes=range_bytes)
     try:
         started = _here_and_forked(_route_one, len(the_plan.spans), progress)
+    except RangeError:  # no worker could start: the whole file here
+        return route(path, the_plan, folder, range_bytes, progress)
     finally:
         _JOB.clear()
     join_parts(chunks, the_plan, started)
@@ -102,9 +104,12 @@ def _here_and_forked(work: Callable[[int, Share], T], spans: int, progress: Shar
     """`work` on span 0 here (its progress reported) and on the others in forked workers; a
     worker's BadInputError is raised here as one."""
     context = multiprocessing.get_context("fork")  # see kineto_chunk_map: no spawn
-    with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pool = context.Pool(spans - 1)
+    try:
+        with warnings.catch_warnings():  # Python 3.12+ warns of fork in a threaded process
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pool = context.Pool(spans - 1)
+    except OSError as e:  # out of processes or memory: the caller reads the file here
+        raise RangeError(f"cannot start a worker process ({e})") from None
     with pool:
         later = pool.map_async(_in_worker, [(work, k) for k in range(1, spans)])
         first = work(0, lambda f, n=None: progress(f, None))
