@@ -16,7 +16,12 @@ from conftest import DATA
 from test_import_streaming import BIG, TRACES, _plain_forms, _same_profile
 
 from neuron_explorer.errors import BadInputError
-from neuron_explorer.importers import import_traces, kineto_chunk_map
+from neuron_explorer.importers import (
+    import_traces,
+    kineto_chunk_map,
+    kineto_chunked,
+    kineto_plan_spans,
+)
 from neuron_explorer.importers.kineto_chunked import (
     MAPPING_BYTES_PER_EVENT,
     MIN_CHUNKED_TEXT,
@@ -154,3 +159,72 @@ def test_a_bad_trace_in_chunks_is_named_as_the_in_memory_import_names_it(tmp_pat
     path.write_bytes(path.read_bytes()[:-1000])  # truncated: the first pass's error
     with pytest.raises(BadInputError, match=f"^{re.escape(str(path))}: "):
         _chunked(path, tmp_path / "c")
+
+
+@pytest.fixture
+def in_spans(monkeypatch):
+    """Every chunked import's first two passes over three spans of the file, read in parallel
+    (a gzip trace stays one span)."""
+    monkeypatch.setattr(kineto_plan_spans, "MIN_SPAN_BYTES", 1)
+    monkeypatch.setattr(kineto_chunked, "default_workers", lambda: 3)
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [pytest.param(t, marks=pytest.mark.sweep) if t.stat().st_size > BIG else t for t in TRACES],
+    ids=lambda p: p.name[:40],
+)
+def test_the_passes_over_spans_give_the_in_memory_profile(trace, tmp_path, in_spans):
+    plain = tmp_path / "t.json"
+    plain.write_bytes(gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else
+                      trace.read_bytes())  # fmt: skip
+    _same_profile(_chunked(plain, tmp_path / "c"), import_traces([trace], tmp_path / "m"))
+
+
+@pytest.mark.parametrize("trace", [GPT2, ALEXNET], ids=["gpt2-stacks", "alexnet-gpu"])
+def test_a_plan_over_spans_is_the_plan_over_the_whole_file(trace, tmp_path, in_spans):
+    path = _repeated(trace, 6, tmp_path / "t.json")
+    spans = kineto_plan_spans.spans_of(path, 3)
+    assert len(spans) == 3
+    (tmp_path / "s").mkdir()
+    (tmp_path / "w").mkdir()
+    events = CHUNK_BUDGET // MAPPING_BYTES_PER_EVENT
+    got = kineto_plan_spans.plan_spans(
+        path, events, 1 << 16, lambda f, n=None: None, tmp_path / "s", 3
+    )
+    want = plan(path, events, 1 << 16, lambda f, n=None: None, tmp_path / "w")
+    assert got.chunks >= 6 and len(got.spans) == 3
+    assert (got.bounds == want.bounds).all()
+    assert (got.launch_corr == want.launch_corr).all()
+    assert (got.launch_chunk == want.launch_chunk).all()
+    assert got.samples_first == want.samples_first and got.events == want.events
+    assert sorted(got.frame_codes, key=got.frame_codes.get) == sorted(
+        want.frame_codes, key=want.frame_codes.get
+    )
+    keys = b"".join(k.read_bytes() for k in got.keys)
+    assert keys == want.keys[0].read_bytes()
+
+
+def test_a_bad_trace_read_in_spans_is_one_line_naming_it(tmp_path, in_spans):
+    """A span that does not decode makes the first pass read the whole file here: the same
+    one-line error as without spans."""
+    path = _repeated(ALEXNET, 3, tmp_path / "t.json")
+    assert len(kineto_plan_spans.spans_of(path, 3)) == 3
+    path.write_bytes(path.read_bytes()[:-1000])  # truncated: the last span's error
+    with pytest.raises(BadInputError, match=f"^{re.escape(str(path))}: invalid JSON"):
+        _chunked(path, tmp_path / "c")
+
+
+def test_the_first_pass_ranges_are_the_files_bytes_of_their_events(tmp_path, in_spans):
+    """The routing copies a range whose events all go to one chunk as the file has it: each
+    range between two cuts is whole events and the commas between, as many as the pass read."""
+    path = _repeated(GPT2, 3, tmp_path / "t.json")
+    text = path.read_bytes()
+    p = kineto_plan_spans.plan_spans(path, 100, 1 << 14, lambda f, n=None: None, tmp_path, 3)
+    assert p.ranges is not None and len(p.ranges) == 3
+    ranges = np.concatenate(p.ranges)
+    assert ranges[:, 2].sum() == p.events == len(json.loads(text)["traceEvents"])
+    assert (ranges[1:, 0] == ranges[:-1, 1]).all() and ranges[0, 0] == ranges[-1, 1] == -1
+    for lo, hi, count in ranges[1:-1].tolist():
+        assert len(json.loads(b"[" + text[lo + 1 : hi] + b"]")) == count
+    assert len(ranges) > 20

@@ -96,7 +96,7 @@ def load(
         d = extract(path, options, share)
     else:
         map_large_blocks()
-        d = stream_extract(path, options.memory_budget, share)
+        d = stream_extract(path, options.memory_budget, share, options.stream_range_bytes)
     report(DECODE_SHARE, d.n)
     c = classify(d)
     names = kl.metadata(d, np.flatnonzero(c.is_lane_name))

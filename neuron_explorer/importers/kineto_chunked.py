@@ -3,10 +3,12 @@ at a time by the in-memory mapping (kineto.load), into the same profile.
 
 Three passes: kineto_plan finds the chunks (stretches of time no lane's nesting crosses,
 device work with its launch) and writes each event's route, kineto_route copies each event's
-text to its chunk's file by its route (no decode), and each chunk is loaded, its rows written
-as a sorted run, its counters to a file, and let go (kineto_chunk_map: in a worker process
-per CPU for a big trace, each chunk sized to one worker's share of the budget); kineto_merge merges the runs in the events table's order, and the chunks' stacks are numbered
-as one trace's (`global_stacks`). Steps, a few per step, stay in memory.
+text to its chunk's file by its route (no decode), both over spans of a big plain file in
+parallel (kineto_plan_spans), and each chunk is loaded, its rows written as a sorted run, its
+counters to a file, and let go (kineto_chunk_map: in a worker process per CPU for a big
+trace, each chunk sized to one worker's share of the budget); kineto_merge merges the runs in
+the events table's order, and the chunks' stacks are numbered as one trace's
+(`global_stacks`). Steps, a few per step, stay in memory.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from ..model.schema import COUNTERS, STACKS, conform
 from . import kineto
 from .assemble import Assembled, assign_ranks, write_assembled
 from .kineto_chunk_map import Mapped, map_chunks, pool_workers
-from .kineto_columns import range_bytes_for
+from .kineto_columns import give_back_free_memory, range_bytes_for
 from .kineto_extract import DecodeOptions, default_workers
 from .kineto_memory import NAMES
 from .kineto_merge import Run, global_ids, merged_blocks
-from .kineto_plan import plan
-from .kineto_route import chunk_folder, route
+from .kineto_plan_spans import plan_spans, route_spans
+from .kineto_route import chunk_folder
 from .kineto_stream import open_stream
 from .progress import Share, no_share
 from .pystacks import Frame, scope_of
@@ -41,10 +43,11 @@ from .pystacks import Frame, scope_of
 MAPPING_BYTES_PER_EVENT = 160
 MAPPING_BYTES_PER_TEXT_BYTE = 0.6  # the 1 GB benchmark trace's peak over its size
 MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of the peak
-# the first two passes' ranges (at most the budget over 64): they keep nothing of a range's
-# decoded events, so larger ones cost little memory, and per-range costs halve (100 MB trace:
-# 2.2 and 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and 1.3 s in 1 MB ones)
-PASS_RANGE_BYTES = 1 << 20
+# the first two passes' ranges (at most the budget over 64), and a chunk's when it is mapped:
+# the passes keep nothing of a range's decoded events and a chunk's mapping is sized by the
+# budget, so larger ranges cost little memory, and per-range costs fall (100 MB trace: 2.2 and
+# 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and 1.3 s in 1 MB ones)
+PASS_RANGE_BYTES = 2 << 20
 PLAN_SHARE = 0.3  # of the progress: the first pass (the file read; then routed, mapped, merged)
 
 
@@ -100,11 +103,14 @@ def write_chunked(
     workers = pool_workers(path, options.workers or default_workers())
     chunk_events = max(1, budget // workers // MAPPING_BYTES_PER_EVENT)  # each worker's share
     with chunk_folder() as folder:
-        the_plan = plan(path, chunk_events, range_bytes,
-                        lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder))  # fmt: skip
-        chunks = route(path, the_plan, Path(folder), range_bytes,
-                       lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
-        chunk_options = replace(options, chunk_budget=None)
+        the_plan = plan_spans(path, chunk_events, range_bytes,
+                              lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder),
+                              options.workers or default_workers())  # fmt: skip
+        chunks = route_spans(path, the_plan, Path(folder), range_bytes,
+                             lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
+        # the passes' freed ranges back to the OS before the mapping's workers fork from here
+        give_back_free_memory()
+        chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
         got = _Gathered()
         for k, mapped in enumerate(map_chunks(path, chunks, chunk_options, thread_names, workers)):
             got.add(mapped)

@@ -33,13 +33,16 @@ def range_bytes_for(budget: int) -> int:
     return max(MIN_RANGE_BYTES, min(RANGE_BYTES, budget // BUDGET_PER_RANGE))
 
 
-def stream_extract(path: Path, budget: int, progress: Share = no_share) -> Decoded:
+def stream_extract(
+    path: Path, budget: int, progress: Share = no_share, range_bytes: int | None = None
+) -> Decoded:
     """Read and decode a trace file forward once, with bounded buffers; the args texts stay on
-    disk (`progress`: the share of the file read). A file the ranges cannot decode (invalid,
-    or cut points that do not hold) is decoded whole when the budget allows it, which gives
-    the in-memory import's one-line error or its columns; otherwise it is one line."""
+    disk (`progress`: the share of the file read; `range_bytes`: the ranges' size, else the
+    budget's). A file the ranges cannot decode (invalid, or cut points that do not hold) is
+    decoded whole when the budget allows it, which gives the in-memory import's one-line error
+    or its columns; otherwise it is one line."""
     try:
-        return _stream_extract(path, range_bytes_for(budget), progress)
+        return _stream_extract(path, range_bytes or range_bytes_for(budget), progress)
     except RangeError as e:
         if _text_bytes(path) * WHOLE_FILE_FACTOR > budget:
             raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None

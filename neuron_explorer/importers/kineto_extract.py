@@ -46,6 +46,7 @@ class DecodeOptions:
     parallel_min_bytes: int = PARALLEL_MIN_BYTES
     memory_budget: int | None = None  # bytes: read the file as a stream (kineto_columns)
     chunk_budget: int | None = None  # bytes a chunk's mapping may take (kineto_chunked; tests)
+    stream_range_bytes: int | None = None  # a memory budget's ranges (None: the budget's size)
 
 
 @dataclass

@@ -10,7 +10,13 @@ chunks. Device work follows
 the runtime call that launched it (a correlation id -> chunk table), so a kernel that runs after
 its chunk's host work still meets its launch; device work with no launch goes by its own time.
 What stays in memory is a component per gap in the host's work (merged pairwise past
-MAX_COMPONENTS, which only removes cuts) and a correlation id per launch. What the second pass
+MAX_COMPONENTS, which only removes cuts) and a correlation id per launch; of the events' ids
+only a range's are kept (a trace's are mostly distinct), and the fwdbwd flows'. A span of the
+file is read on its own (`plan_span`, kineto_plan_spans reading spans in parallel) and the
+spans' findings, kept as values rather than the span's codes, are combined in the file's
+order (`combine`): a python frame is placed by the first span whose python rows name it (the
+trace's own first mention, unless an earlier span names it in another kind of event, which
+only changes the stacks' numbering). What the second pass
 needs of each event to route it (ROUTE_KEY: its time, its correlation id if it is device work,
 whether it is a memory sample or metadata) goes to a file as the events are read, so that pass
 only splits the trace into events' texts and never decodes them.
@@ -26,8 +32,9 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import BadInputError
+from .kineto_decode import Factorizer
 from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, K, Roles, roles
-from .kineto_ranges import Piece, RangeError, Span, decode_span, phases
+from .kineto_ranges import FileSource, Piece, RangeError, Span, decode_span, phases
 from .kineto_stream import StreamSource, open_stream
 from .progress import Share
 from .pystacks import Frame, parse_frame
@@ -52,7 +59,10 @@ class Plan:
     top: dict[str, Any]  # the top-level keys
     frame_codes: dict[Frame, int]  # a python frame -> its name's place in the trace's names
     events: int
-    keys: Path  # each event's ROUTE_KEY, in the trace's order
+    keys: tuple[Path, ...]  # each span's events' ROUTE_KEYs, in the trace's order
+    span_events: tuple[int, ...]  # how many events each span has
+    spans: tuple[tuple[int | None, int | None], ...]  # each span's cuts (None: file start, end)
+    ranges: tuple[np.ndarray, ...] | None  # each span's ranges (SpanPlan.ranges)
 
     @property
     def chunks(self) -> int:
@@ -97,12 +107,12 @@ class _Union:
 
 
 class _Pass:
-    """What the first pass gathers from each range's columns."""
+    """What the first pass gathers from each range's columns of one span of the trace."""
 
     def __init__(self, span: Span, keys: BinaryIO) -> None:
         self.span, self.keys, self.events, self.host = span, keys, 0, 0
         self.lanes: dict[int, _Union] = {}  # by (pid code, tid code): nesting is per lane
-        self.flow_union = _Union()
+        self.flow_id_codes = Factorizer()  # fwdbwd flows' ids (the span's ids are per range)
         self.flow_ids: list[np.ndarray] = []
         self.flow_ts: list[np.ndarray] = []
         self.corr: list[np.ndarray] = []
@@ -112,6 +122,7 @@ class _Pass:
         self.named = 0  # the distinct names looked at so far (the span's list grows)
         self.memory_code = -2
         self.lane_codes: list[int] = []
+        self.range_events: list[int] = []
 
     def roles(self, p: Piece) -> Roles:
         """A range's roles, as its decode found them; only the names new in this range are
@@ -143,7 +154,8 @@ class _Pass:
         cats = self.span.values["cat"]
         fwdbwd = np.array([c.lower() == "fwdbwd" for c in cats] or [False])[p.codes["cat"]]
         flows = np.flatnonzero(r.is_flow & fwdbwd & ok & (p.codes["id"] >= 0))
-        self.flow_ids.append(p.codes["id"][flows])
+        ids = self.span.values["id"]
+        self.flow_ids.append(self.flow_id_codes.codes([ids[c] for c in p.codes["id"][flows]]))
         self.flow_ts.append(ts[flows])
         gpu = np.flatnonzero(r.typed_subsets()["gpu"])
         corr = pc.fill_null(p.typed["gpu"][0], -1).to_numpy(zero_copy_only=False)
@@ -168,57 +180,161 @@ class _Pass:
         keys["flag"][p.codes["ph"] == (ph.index("M") if "M" in ph else -2)] = METADATA
         keys.tofile(self.keys)
 
-    def flows(self) -> None:
-        """Each fwdbwd flow's span joins the host's intervals: its ends land in one chunk."""
-        ids, ts = np.concatenate(self.flow_ids), np.concatenate(self.flow_ts)
-        if not ids.size:
-            return
-        order = np.lexsort((ts, ids))
-        ids, ts = ids[order], ts[order]
-        first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-        last = np.r_[first[1:], ids.size] - 1
-        self.flow_union.add(ts[first], ts[last], np.zeros(first.size, np.int64))
+    def finish(self, keys: Path, ranges: np.ndarray | None) -> SpanPlan:
+        """What the span gives the plan, its codes made values (spans number theirs apart)."""
+        pids, tids, names = (
+            self.span.values["pid"],
+            self.span.values["tid"],
+            self.span.values["name"],
+        )
+        lanes = {}
+        for key, u in self.lanes.items():
+            tid = ((key + 1) & 0xFFFFFFFF) - 1  # the key packs tid, -1 for none, in 32 bits
+            pid = (key - tid) >> 32
+            lanes[(None if pid < 0 else pids[pid], None if tid < 0 else tids[tid])] = u
+        return SpanPlan(
+            self.events,
+            self.host,
+            lanes,
+            list(self.flow_id_codes.seen),
+            _concat(self.flow_ids),
+            _concat(self.flow_ts),
+            _concat(self.corr),
+            _concat(self.corr_ts),
+            [names[c] for c in sorted(self.python)],
+            self.running_sums,
+            dict(self.span.top),
+            keys,
+            ranges,
+        )
 
-    def union(self) -> _Union:
-        """The lanes' intervals and the flows' spans in one. A lane with one row nests nothing
-        (torch's "PyTorch Profiler" span over the whole trace, on a lane of its own): its row
-        only counts."""
-        u = self.flow_union
-        for lane in self.lanes.values():
-            if lane.count.sum() > 1:
-                u.add(lane.start, lane.end, lane.count)
-            else:
-                u.add(lane.start, lane.start, lane.count)
-        return u
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+@dataclass
+class SpanPlan:
+    """What the first pass found in one span of the trace (bytes between two event boundaries),
+    as values the spans share: combine() makes the trace's Plan of the spans' in order."""
+
+    events: int
+    host: int
+    lanes: dict[tuple[Any, Any], _Union]  # (pid, tid) -> the lane's host rows
+    flow_values: list[Any]  # the fwdbwd flows' distinct ids
+    flow_codes: np.ndarray  # each fwdbwd flow's id, a code into flow_values
+    flow_ts: np.ndarray
+    corr: np.ndarray  # runtime launches' correlation ids, in the span's order
+    corr_ts: np.ndarray
+    python: list[str]  # python rows' distinct names, in the order the span first has them
+    running_sums: bool
+    top: dict[str, Any]
+    keys: Path  # the span's events' ROUTE_KEYs
+    # each range's begin and end cuts in the file (-1: its start, end) and events; None for a
+    # gzip or array-form file
+    ranges: np.ndarray | None
+
+
+def plan_span(
+    path: Path,
+    begin: int | None,
+    end: int | None,
+    range_bytes: int,
+    keys: Path,
+    progress: Share,
+) -> SpanPlan:
+    """Read the events between cuts `begin` and `end` (None: the file's start, its end) once;
+    RangeError if a range does not decode."""
+    f, gz = open_stream(path)
+    span = Span()
+    total = max(1, path.stat().st_size)
+    whole = begin is None and end is None
+    with f, keys.open("wb") as keys_file:
+        gather = _Pass(span, keys_file)
+        # a span of a plain file is read where it lies; the whole file (or gzip) as a stream
+        source = StreamSource(f, path, gzip=gz) if whole else FileSource(f.fileno(), total)
+        done = [0.0]
+
+        def keep(p: Piece) -> None:
+            gather.piece(p)
+            gather.range_events.append(p.ts.ns.size)
+            read = source.bytes_read / total if isinstance(source, StreamSource) else done[0]
+            progress(min(1.0, read), gather.events)
+
+        decode_span(source, begin, end, keep=keep, range_bytes=range_bytes, path=path,
+                    span=span, only=("gpu", "mem"), per_range=("id",),
+                    progress=lambda share: done.__setitem__(0, share))  # fmt: skip
+    if isinstance(source, StreamSource) and not source.file_offsets:
+        return gather.finish(keys, None)  # its cuts are not the file's bytes: routed whole
+    cuts = [-1 if c is None else c for c in (begin, *span.ends)]
+    ranges = np.array([cuts[:-1], cuts[1:], gather.range_events], np.int64)
+    return gather.finish(keys, ranges.T.reshape(-1, 3))
 
 
 def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
     """Read the trace once and cut it into chunks of about `chunk_events` events each (the
     events' route keys written under `folder`)."""
-    f, gz = open_stream(path)
-    span = Span()
-    keys = folder / "route-keys"
-    total = max(1, path.stat().st_size)
-    with f, keys.open("wb") as keys_file:
-        gather = _Pass(span, keys_file)
-        source = StreamSource(f, path, gzip=gz)
-
-        def keep(p: Piece) -> None:
-            gather.piece(p)
-            progress(min(1.0, source.bytes_read / total), gather.events)
-
-        try:
-            decode_span(source, None, None, keep=keep, range_bytes=range_bytes, path=path,
-                        span=span, only=("gpu", "mem"))  # fmt: skip
-        except RangeError as e:
-            raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
-    gather.flows()
-    return _plan(gather, chunk_events, keys)
+    try:
+        part = plan_span(path, None, None, range_bytes, folder / "route-keys-0", progress)
+    except RangeError as e:
+        raise BadInputError(path, f"invalid JSON or not a torch.profiler trace ({e})") from None
+    return combine([part], [(None, None)], chunk_events)
 
 
-def _plan(g: _Pass, chunk_events: int, keys: Path) -> Plan:
-    u = g.union()
-    scale = g.events / max(1, g.host)  # every event, counted where the host rows are
+def combine(
+    parts: list[SpanPlan], spans: list[tuple[int | None, int | None]], chunk_events: int
+) -> Plan:
+    """The trace's plan from its spans' (in the file's order): lanes and flows joined across
+    spans, launches in the trace's order, python frames by where the trace first names them."""
+    lanes: dict[tuple[Any, Any], _Union] = {}
+    flow_id_codes = Factorizer()
+    flow_ids, flow_ts = [], []
+    frame_codes: dict[Frame, int] = {}
+    top: dict[str, Any] = {}
+    for k, part in enumerate(parts):
+        for key, u in part.lanes.items():
+            lanes.setdefault(key, _Union()).add(u.start, u.end, u.count)
+        flow_ids.append(flow_id_codes.remap(part.flow_values)[part.flow_codes])
+        flow_ts.append(part.flow_ts)
+        for code, name in enumerate(part.python):  # a later span's names come after
+            frame_codes.setdefault(parse_frame(name), (k << 40) + code)
+        top.update(part.top)
+    u = _flows(np.concatenate(flow_ids), np.concatenate(flow_ts))
+    for lane in lanes.values():
+        # a lane with one row nests nothing (torch's "PyTorch Profiler" span over the whole
+        # trace, on a lane of its own): its row only counts
+        u.add(lane.start, lane.start if lane.count.sum() <= 1 else lane.end, lane.count)
+    events, host = sum(p.events for p in parts), sum(p.host for p in parts)
+    cuts = _cuts(u, events / max(1, host), chunk_events)
+    corr = np.concatenate([p.corr for p in parts])
+    ts = np.concatenate([p.corr_ts for p in parts])
+    order = np.argsort(corr, kind="stable")  # the first launch of an id, as the mapping's
+    corr, ts = corr[order], ts[order]
+    first = np.r_[True, corr[1:] != corr[:-1]] if corr.size else np.zeros(0, bool)
+    chunk = (np.searchsorted(cuts, ts[first], side="right") - 1).astype(np.int32)
+    running_sums = any(p.running_sums for p in parts)
+    return Plan(cuts, corr[first], chunk, running_sums, top, frame_codes, events,
+                tuple(p.keys for p in parts), tuple(p.events for p in parts), tuple(spans),
+                None if any(p.ranges is None for p in parts) else
+                tuple(p.ranges for p in parts if p.ranges is not None))  # fmt: skip
+
+
+def _flows(ids: np.ndarray, ts: np.ndarray) -> _Union:
+    """Each fwdbwd flow's span as an interval: its ends land in one chunk."""
+    u = _Union()
+    if not ids.size:
+        return u
+    order = np.lexsort((ts, ids))
+    ids, ts = ids[order], ts[order]
+    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    last = np.r_[first[1:], ids.size] - 1
+    u.add(ts[first], ts[last], np.zeros(first.size, np.int64))
+    return u
+
+
+def _cuts(u: _Union, scale: float, chunk_events: int) -> np.ndarray:
+    """Bounds between components, about `chunk_events` events apart (every event counted
+    where the host rows are: `scale` events a host row)."""
     bounds = [FIRST]
     held = 0.0
     for start, count in zip(u.start.tolist(), u.count.tolist(), strict=True):
@@ -226,15 +342,4 @@ def _plan(g: _Pass, chunk_events: int, keys: Path) -> Plan:
             bounds.append(start)
             held = 0.0
         held += count * scale
-    cuts = np.array(bounds, np.int64)
-    corr, ts = np.concatenate(g.corr), np.concatenate(g.corr_ts)
-    order = np.argsort(corr, kind="stable")  # the first launch of an id, as the mapping's
-    corr, ts = corr[order], ts[order]
-    first = np.r_[True, corr[1:] != corr[:-1]] if corr.size else np.zeros(0, bool)
-    chunk = (np.searchsorted(cuts, ts[first], side="right") - 1).astype(np.int32)
-    names = g.span.values["name"]
-    frame_codes: dict[Frame, int] = {}
-    for code in sorted(g.python):
-        frame_codes.setdefault(parse_frame(names[code]), code)
-    top = dict(g.span.top)
-    return Plan(cuts, corr[first], chunk, g.running_sums, top, frame_codes, g.events, keys)
+    return np.array(bounds, np.int64)

@@ -99,6 +99,7 @@ class Span:
     pieces: list[Any] = field(default_factory=list)  # Piece, or what `keep` made of one
     values: dict[str, list[Any]] = field(default_factory=dict)  # FIELDS -> distinct values
     top: dict[str, Any] = field(default_factory=dict)  # top-level keys found in the span
+    ends: list[int | None] = field(default_factory=list)  # each range's end cut (None: the end)
 
 
 class FileSource:
@@ -163,6 +164,7 @@ def decode_span(
     span: Span | None = None,
     raw: Callable[[list[msgspec.Raw]], Any] | None = None,
     only: tuple[str, ...] | None = None,
+    per_range: tuple[str, ...] = (),
 ) -> Span:
     """Decode the events between cut `begin` (None: the file's start) and cut `end` (None: its
     end), range by range; `keep` turns each range's Piece into what the Span holds, `progress`
@@ -171,13 +173,18 @@ def decode_span(
     so far) readable by `keep`. `raw`: each range's events are only split into their texts, not
     decoded into events and columns; `raw` sees the texts (views valid during the call), and
     its result is what the Span holds. `only`: the typed args subsets to decode, and no args
-    text (None: every subset and the rows' args text)."""
+    text (None: every subset and the rows' args text). `per_range`: FIELDS whose distinct
+    values are only each range's (codes start again at 0; a trace's ids are mostly distinct,
+    and keeping them all grows with the trace)."""
     span = span or Span()
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     span.values = {f: z.seen for f, z in factorizers.items()}  # the lists grow as ranges come
     pos = begin
     limit = source.size if end is None else end + len(END)
     while True:
+        for f in per_range:
+            factorizers[f] = kd.Factorizer()
+            span.values[f] = factorizers[f].seen
         lo = 0 if pos is None else pos - len(WRAP) + 1
         source.release(lo)
         first = _events_key(source, range_bytes) if pos is None else lo
@@ -207,6 +214,7 @@ def decode_span(
             finally:
                 for at, saved in patches:  # a buffer source's bytes are the file's: restore
                     view[at : at + len(saved)] = saved
+        span.ends.append(cut)
         if cut is None or cut == end:
             break
         pos = cut

@@ -44,6 +44,12 @@ class StreamSource:
         """The stream's size once its end has been read; a bound above it until then."""
         return self._base + len(self._buf) if self._eof else UNKNOWN_SIZE
 
+    @property
+    def file_offsets(self) -> bool:
+        """Whether its byte offsets are the file's: plain text not rewritten (no gzip, no
+        top-level array read as an object)."""
+        return self._z is None and not self._array
+
     def release(self, before: int) -> None:
         """Bytes before `before` will not be read again."""
         self._release = max(self._release, before)
