@@ -202,7 +202,7 @@ with neuron_explorer.profile(sys.argv[1]):
 """
 
 
-@pytest.mark.slow  # dynamo traces GPT-2 under the profiler: tens of seconds
+@pytest.mark.sweep  # dynamo traces GPT-2 under the profiler: ~10 s quiet (default suite < 15 min)
 def test_a_compiled_transformers_gpt2_keeps_model_lines_and_modules(tmp_path):
     # dynamo's fake tensors meet the profiler's recorded path (transformers' KV cache makes a
     # device tensor inside the graph): it compiles, and its kernels reach modeling_gpt2.py

@@ -474,7 +474,7 @@ def test_an_interpreter_that_sees_the_package_without_its_dependencies_is_one_li
     assert "not with its dependencies" in proc.stderr and not (tmp_path / "run").exists()
 
 
-@pytest.mark.slow  # a second venv and a captured subprocess: ~10 s
+@pytest.mark.sweep  # a second venv and a captured subprocess: ~10 s quiet (default suite < 15 min)
 def test_an_interpreter_named_by_path_runs_the_script(tmp_path):
     # `capture -- /other/env/bin/python script.py` runs under that interpreter, as the same
     # command without capture would, not under neuron-explorer's own (issue 28)

@@ -74,7 +74,10 @@ def reference(tmp_path_factory) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["neuron", "mixed"])
+@pytest.mark.parametrize(
+    "mode",
+    ["neuron", pytest.param("mixed", marks=pytest.mark.sweep)],  # suite < 15 min
+)
 def test_every_collective_and_ddp_equal_gloo_on_the_cpu(mode, reference, tmp_path):
     got = results(mode, 2, tmp_path)
     for rank, (mine, ref) in enumerate(zip(got, reference, strict=True)):
@@ -197,7 +200,7 @@ def test_straggler_and_collective_outliers_name_the_sleeping_rank(straggler_prof
     assert all("rank 0" in h.label for h in outliers.evidence.ops)  # rank 0 waited
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks; the symmetric FSDP2 job's test stays in the default run
 def test_no_straggler_when_the_ranks_keep_pace(tmp_path):
     from neuron_explorer.analysis import run_rules
     from neuron_explorer.model import Profile
@@ -447,7 +450,7 @@ def _hta_overlap(spans_comm: list[tuple[int, int]], spans_comp: list[tuple[int, 
     return both / sum(e - s for s, e in merge(spans_comm))
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks: ~10 s quiet; the default run's collective tests cover it
 def test_an_async_all_reduce_runs_under_compute_and_blocks_only_its_consumer(tmp_path):
     """`async_op=True`: the host call costs a launch, the CC queue runs the all-reduce while a
     matmul runs, a kernel reading the reduced buffer waits for the all-reduce's end, and the
@@ -548,7 +551,7 @@ def test_two_ranks_of_one_job_side_by_side(capsys):
     assert err.count("\n") == 1 and "no rank 7" in err and "Traceback" not in err
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks: ~6 s quiet (default suite < 15 min)
 def test_a_barrier_is_a_collective_its_wait_measured_and_its_transfer_modeled(tmp_path):
     """`dist.barrier()` (on the CPU's tensor, gloo's own clock) is one collective on the CC
     lane of each rank: the rank that arrived first waits for the last (measured on the one

@@ -20,7 +20,7 @@ def capture(scenario: str, nproc: int, tmp: Path, *args: str, **kw) -> Path:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks: ~7 s quiet (default suite < 15 min)
 def test_all_gather_is_priced_on_the_gathered_buffer_and_reduce_scatter_on_its_input(tmp_path):
     """An all-gather moves (n-1)/n of the gathered buffer through each chip, whatever call
     issued it (c10d's `_allgather_base_` takes the output first, the functional op only the
@@ -122,7 +122,7 @@ def test_a_rank_that_raises_is_named_with_its_exception_and_its_partial_step_lef
     assert {(s["rank"], s["step"]) for s in steps} == {(r, s) for r in (0, 1) for s in (1, 2)}
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # the rank that raises stays in the default run (default suite < 15 min)
 def test_a_rank_killed_by_a_signal_is_named_missing(tmp_path, capsys):
     """SIGKILL on rank 1: it writes nothing; torchrun's SIGTERM reaches rank 0 while it writes
     the part that records its own error, and waits until that part is written."""
@@ -258,7 +258,7 @@ def test_a_symmetric_fsdp2_job_has_no_straggler_and_waits_never_add_up_past_the_
     assert all(len(d) == 1 for d in modeled.values()), modeled  # same op, same modeled time
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks: ~9 s quiet (default suite < 15 min)
 def test_steady_state_figures_leave_out_the_start_up_skew_and_say_so(tmp_path, capsys):
     """In a job the ranks start recording at different times; their first step holds that
     skew. The summary's mean step leaves each rank's first step out and says so; no outlier
@@ -322,7 +322,7 @@ def check_parallel_capture(out: Path, nproc: int) -> None:
     assert losses[0] == losses[1]  # one tensor-parallel group computes one loss
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks: ~6 s quiet (default suite < 15 min)
 def test_tensor_parallel_captures(tmp_path):
     """A functional collective whose result is used (DTensor's row-wise Linear) no longer
     crashes every rank under the profiler: its AsyncCollectiveTensor is waited for at once."""
@@ -349,7 +349,7 @@ def check_zero(out: Path) -> None:
     assert json.loads(Path(f"{out}.rank0.json").read_text()) == {str(i): 5.0 for i in range(4)}
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks: ~7 s quiet (default suite < 15 min)
 def test_zero_redundancy_optimizer_with_ddp_captures_and_consolidates(tmp_path):
     check_zero(capture("zero", 2, tmp_path, timeout=120))
 

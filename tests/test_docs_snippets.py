@@ -207,7 +207,13 @@ def test_cli_reference_snippets_run_as_written(sandbox):
 
 @pytest.mark.slow  # a fresh interpreter with torch per block: 8-18 s a page
 @pytest.mark.parametrize(
-    "name", [p.name for p in DOCS if p.parent.name == "docs" and f"docs/{p.name}" not in ELSEWHERE]
+    "name",
+    [
+        # device.md runs its scripts on the device: ~14 s quiet, in the sweeps (suite < 15 min)
+        pytest.param(p.name, marks=pytest.mark.sweep) if p.name == "device.md" else p.name
+        for p in DOCS
+        if p.parent.name == "docs" and f"docs/{p.name}" not in ELSEWHERE
+    ],
 )
 def test_doc_python_and_shell_snippets_run_as_written(name, sandbox):
     if name == "cli.md":

@@ -242,6 +242,7 @@ def test_a_schedule_of_several_stages_a_rank_stops_with_one_line_naming_why(tmp_
     assert "torchrun" in line
 
 
+@pytest.mark.sweep  # compiles a TP decode: ~10 s quiet (default suite < 15 min)
 def test_a_compiled_tensor_parallel_decode_runs_its_all_reduces_inside_its_neff(tmp_path):
     """One graph a token, as transformers-neuronx compiles it: each layer's two all-reduces are
     groups of the NEFF on the collective cores, not eager collectives, and the static KV

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from neuron_explorer.importers import import_traces
 from neuron_explorer.model import Profile
 from neuron_explorer.web.store import ProfileStore
@@ -132,6 +134,7 @@ def test_killed_imports_leave_nothing_that_looks_like_a_profile(tmp_path):
     assert temporaries(out) == [], "the next write clears what the killed ones left"
 
 
+@pytest.mark.sweep  # ~12 s quiet; the killed imports stay in the default run
 def test_killed_capture_writer_leaves_nothing_that_looks_like_a_profile(tmp_path):
     trace = tmp_path / "trace.json"
     trace.write_bytes(gzip.decompress(SAMPLE_TRACE.read_bytes()))

@@ -350,6 +350,7 @@ def _serve(args, env):
     return proc, line
 
 
+@pytest.mark.sweep  # ~15 s quiet; test_web_fence serves a raw trace in the default run
 def test_serve_imports_a_raw_trace_and_warns_off_loopback(tmp_path, root):
     import httpx
 
