@@ -203,6 +203,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)  # fmt: skip
 
 
+@pytest.mark.sweep  # the CLI over a capture: ~10 s quiet (default suite < 15 min)
 def test_cli_critical_path_and_whatif():
     prof = str(known_step().path)
     doc = json.loads(_cli("critical-path", prof, "--json").stdout)

@@ -238,7 +238,7 @@ def _train_in_a_process(path: Path, **env) -> dict:
 
 
 @NATIVE
-@pytest.mark.slow
+@pytest.mark.sweep  # two models trained twice: ~10 s quiet (default suite < 15 min)
 def test_gpt2_and_llama_autocast_training_equals_the_python_kernels_bitwise(tmp_path):
     python = _train_in_a_process(tmp_path / "python.pt", NEURON_PYTHON_AUTOCAST="1")
     native = _train_in_a_process(tmp_path / "native.pt", NEURON_PYTHON_AUTOCAST="0")

@@ -418,7 +418,7 @@ def test_a_collective_issued_in_backward_gives_gloo_no_python_object():
     assert [s for _, s in seen] == [True, False, True]
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # two real ranks: ~6 s quiet (default suite < 15 min)
 def test_only_rank_0_profiling_never_hangs_and_names_rank_1_missing(tmp_path):
     from neuron_explorer.model import Profile
 

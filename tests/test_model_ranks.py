@@ -146,8 +146,8 @@ def _kernel_busy(profile_dir: Path, rank: int, op: str = "%") -> int:
 @pytest.mark.parametrize(
     "kind,ranks",
     [
-        ("gpipe", 2),
-        pytest.param("1f1b", 2, marks=pytest.mark.sweep),  # gpipe-2 covers the same path
+        pytest.param("gpipe", 2, marks=pytest.mark.sweep),  # a real 2-rank torchrun: ~12 s quiet
+        pytest.param("1f1b", 2, marks=pytest.mark.sweep),
         pytest.param("gpipe", 4, marks=pytest.mark.sweep),  # four real ranks: a minute
         pytest.param("1f1b", 4, marks=pytest.mark.sweep),
     ],
@@ -233,6 +233,7 @@ def test_fsdp2_inside_a_pipeline_stage_accumulates_its_gradients_as_rank_0_did(t
     assert real_added > 0 and abs(added - real_added) <= 0.01 * real_added, (copy, real_added)
 
 
+@pytest.mark.sweep  # real ranks: ~4 s quiet (default suite < 15 min)
 def test_a_schedule_of_several_stages_a_rank_stops_with_one_line_naming_why(tmp_path):
     proc = capture(tmp_path / "pp", "pp", 2, "interleaved")
     assert proc.returncode == 2

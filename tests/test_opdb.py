@@ -47,7 +47,7 @@ def test_fast_subset_equal_to_cpu():
     assert [b for b in failing if b not in bf16_mm_close] == []
 
 
-@pytest.mark.slow  # two worker processes, one of which dies at once
+@pytest.mark.sweep  # two worker processes: ~4 s quiet (default suite < 15 min)
 def test_a_crash_in_an_op_is_recorded_and_the_sweep_goes_on(monkeypatch):
     # a worker that dies in its first op (exit 3 from inside the op) is recorded as a crash of
     # that op, and the ops after it still run, in a new worker

@@ -204,6 +204,7 @@ def test_footers_are_sized_before_they_are_parsed(tmp_path, monkeypatch):
         Profile.open(good)
 
 
+@pytest.mark.sweep  # a server past its ceiling: ~17 s quiet (default suite < 15 min)
 def test_past_the_ceiling_pages_wait_and_static_files_are_served(tmp_path, capsys):
     """A ceiling below what the server holds at start (`--max-memory 50M`): every JSON answer
     is a 503 saying so, static files and page shells are still served, and the process stays."""

@@ -161,6 +161,7 @@ def test_nothing_is_read_through_a_link_out_of_a_profile(server, hostile):
     assert proc.poll() is None
 
 
+@pytest.mark.sweep  # two servers importing a raw trace: ~20 s quiet (default suite < 15 min)
 def test_a_raw_trace_keeps_sources_from_its_own_folder_only(hostile, server_home, tmp_path):
     """A trace saved in ~/Downloads names settings.py, which sits in the home folder above it:
     not kept, unless the user names the home folder with --source-root."""
