@@ -228,3 +228,20 @@ def test_the_first_pass_ranges_are_the_files_bytes_of_their_events(tmp_path, in_
     for lo, hi, count in ranges[1:-1].tolist():
         assert len(json.loads(b"[" + text[lo + 1 : hi] + b"]")) == count
     assert len(ranges) > 20
+
+
+def test_progress_counts_every_event_over_spans_as_the_stream_does(tmp_path, in_spans):
+    def counted(**budgets) -> list[int]:
+        seen: list[int] = []
+
+        def progress(stage, fraction, events=None, bytes_read=None):
+            if events is not None:
+                seen.append(events)
+
+        out = tmp_path / f"p{len(budgets)}"
+        import_traces([path], out, memory_budget=MEMORY_BUDGET, progress=progress, **budgets)
+        return seen
+
+    path = _repeated(GPT2, 6, tmp_path / "t.json")
+    streamed, in_chunks = counted(), counted(chunk_budget=CHUNK_BUDGET)
+    assert in_chunks == sorted(in_chunks) and in_chunks[-1] == streamed[-1] > 5 * 2949

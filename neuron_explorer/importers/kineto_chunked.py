@@ -106,15 +106,18 @@ def write_chunked(
         the_plan = plan_spans(path, chunk_events, range_bytes,
                               lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder),
                               options.workers or default_workers())  # fmt: skip
+        # pass 1 decoded every event (its workers' counts do not come back): the total, from here
+        events = the_plan.events
+        progress(PLAN_SHARE, events)
         chunks = route_spans(path, the_plan, Path(folder), range_bytes,
-                             lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
+                             lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, events))  # fmt: skip
         # the passes' freed ranges back to the OS before the mapping's workers fork from here
         give_back_free_memory()
         chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
         got = _Gathered()
         for k, mapped in enumerate(map_chunks(path, chunks, chunk_options, thread_names, workers)):
             got.add(mapped)
-            progress(0.5 + 0.3 * (k + 1) / len(chunks), None)
+            progress(0.5 + 0.3 * (k + 1) / len(chunks), events)
         assert got.head is not None and got.origin is not None
         stacks, maps = global_stacks(got.stacks, the_plan.frame_codes)
         ids = global_ids(got.runs)
@@ -127,7 +130,7 @@ def write_chunked(
         )
         files = [replace(got.head, user_files=got.user_files)]
         return write_assembled(assembled, files, writer=writer, source_roots=source_roots,
-                               progress=lambda f: progress(0.8 + 0.2 * f, None),
+                               progress=lambda f: progress(0.8 + 0.2 * f, events),
                                counter_parts=_counters(got.counters, rank, got.origin))  # fmt: skip
 
 
