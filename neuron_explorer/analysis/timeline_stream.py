@@ -83,7 +83,7 @@ class OpenEvents:
             found &= self.lane[np.minimum(at, m - 1)] == lanes[top]
             extra = np.where(found, self.depth[np.minimum(at, m - 1)] + 1, 0)
             depth = np.minimum(depth + extra, DEPTH_LIMIT).astype(np.int32)
-        self._add(ids, depth, lanes, end, pin)
+        self.add(ids, depth, lanes, end, pin)
         return depth
 
     def _let_go(self, start: int) -> None:
@@ -92,14 +92,15 @@ class OpenEvents:
             self.ids, self.depth, self.lane = self.ids[keep], self.depth[keep], self.lane[keep]
             self.end, self.pinned = self.end[keep], self.pinned[keep]
 
-    def _add(self, ids, depth, lanes, end, pin: bool) -> None:
+    def add(self, ids, depth, lanes, end, pinned: bool = False) -> None:
+        """Carry these rows (depth known) as open events; `pinned`: until the end."""
         ids = np.concatenate([self.ids, ids])
         order = np.argsort(ids, kind="stable")
         self.ids = ids[order]
         self.depth = np.concatenate([self.depth, depth])[order]
         self.lane = np.concatenate([self.lane, lanes.astype(np.int64)])[order]
         self.end = np.concatenate([self.end, end])[order]
-        self.pinned = np.concatenate([self.pinned, np.full(len(depth), pin)])[order]
+        self.pinned = np.concatenate([self.pinned, np.full(len(depth), pinned)])[order]
 
 
 class LongestEvents:
