@@ -19,7 +19,7 @@ from neuron_explorer.model import Profile
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
-from .memory import EVENT_BYTES, MemoryCeiling, default_ceiling, rss_bytes
+from .memory import EVENT_BYTES, MemoryCeiling, OverMemory, default_ceiling, rss_bytes
 from .store import NotFound, ProfileStore
 from .views import compare, operators, overview, source, sql, timeline
 
@@ -31,6 +31,9 @@ LIST_INLINE_S = 1.0
 FIRST_VIEW_PX = 1500  # the timeline route's default width, the one warm_up computes
 WARM_SHARE = 0.5  # warm-up stops once the server holds this share of its memory ceiling
 DUCKDB_SHARE = 4  # each web DuckDB connection may use a quarter of the ceiling
+# a timeline window or find on a profile over the ceiling reads at most this share of it at once
+WINDOW_SHARE = 0.25
+MIN_BATCH_ROWS = 4096  # a ceiling too low for this many rows refuses the request (503)
 
 
 class Service:
@@ -100,22 +103,51 @@ class Service:
         return store.derived(name, kind, make, admit=False)
 
     def index(self, name: str) -> timeline.TimelineIndex:
+        """The timeline's index: in memory when the whole profile fits under the ceiling, else
+        streamed in batches (no per-event arrays: every window then reads its row groups)."""
         store = self.store
-        return store.derived(name, "timeline",
-                             lambda p: timeline.build_index(p, store.connection(name)))  # fmt: skip
+
+        def make(p: Profile) -> timeline.TimelineIndex:
+            try:
+                self._admit(name, p)
+            except OverMemory:  # too big to hold: what a batch needs is admitted instead
+                rows = self._batch_rows()
+                self.memory.admit(rows * EVENT_BYTES, f"{name}'s timeline index", keep=name)
+                return timeline.build_index_streamed(p, rows)
+            return timeline.build_index(p, store.connection(name))
+
+        return store.derived(name, "timeline", make, admit=False)
+
+    def _batch_rows(self) -> int:
+        """Rows of one batch of a streamed read: a WINDOW_SHARE of the ceiling at most."""
+        return max(MIN_BATCH_ROWS, min(timeline.BATCH_ROWS,
+                                       int(self.memory.limit * WINDOW_SHARE) // EVENT_BYTES))  # fmt: skip
+
+    def window(self, name: str, start_ns: int, end_ns: int, width_px: int) -> timeline.TimelineWindow:
+        """A timeline window; on a streamed index admitted by what it reads: the rows of its
+        row groups when they fit a WINDOW_SHARE of the ceiling, else one batch at a time."""
+        p, idx = self.store.open(name), self.index(name)
+        con = self.store.connection(name)
+        if len(idx.event_lane):  # the whole profile was admitted with its index
+            return timeline.window(p, con, idx, start_ns, end_ns, width_px)
+        rows = timeline.window_rows(p, idx, start_ns, end_ns)
+        batch = self._batch_rows()
+        batched = rows > batch
+        need = (batch if batched else rows) * EVENT_BYTES
+        self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
+        return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched,
+                               batch_size=batch)  # fmt: skip
 
     def first_window(self, name: str, width_px: int = FIRST_VIEW_PX) -> timeline.TimelineWindow:
         """The timeline's whole-profile view (the first of every visit), computed once per
         width, rounded to 250 px so a few widths serve every browser."""
         width_px = min(8000, max(250, round(width_px / 250) * 250))
-        store = self.store
 
         def make(p: Profile) -> timeline.TimelineWindow:
-            idx = self.index(name)
-            s, e = timeline.first_view(idx)
-            return timeline.window(p, store.connection(name), idx, s, e, width_px)
+            s, e = timeline.first_view(self.index(name))
+            return self.window(name, s, e, width_px)
 
-        return store.derived(name, f"timeline-all-{width_px}", make)
+        return self.store.derived(name, f"timeline-all-{width_px}", make, admit=False)
 
     def ops(self, name: str) -> Any:  # pyarrow table
         return self.persisted(
@@ -240,10 +272,13 @@ class Service:
         for name in self.store.names():
             if rss_bytes() > WARM_SHARE * self.memory.limit:
                 return  # the rest is computed when visited
-            try:
-                # the first page first (summary, tables, findings), then the timeline's index
-                # and its whole view at the route's default width (1.2-1.6 s CPU on a 1 GB trace)
-                self.summary(name), self.ops(name), self.lines(name)
-                self.findings(name), self.index(name), self.first_window(name)
+            try:  # the first page first (summary, tables, findings)
+                self.summary(name), self.ops(name), self.lines(name), self.findings(name)
             except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
+                pass
+            try:
+                # then the timeline's index and its whole view at the route's default width
+                # (1.2-1.6 s CPU on a 1 GB trace; streamed on a profile over the ceiling)
+                self.index(name), self.first_window(name)
+            except Exception:  # noqa: BLE001
                 continue

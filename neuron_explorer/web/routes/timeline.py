@@ -47,7 +47,7 @@ def api_timeline(
     if start_ns is None and end_ns is None:  # the first view of every visit: computed once
         win = svc.first_window(name, width_px)
     else:
-        win = timeline.window(p, store.connection(name), idx, s, e, width_px)
+        win = svc.window(name, s, e, width_px)
     return timeline.page(name, p, idx, win, window_only)
 
 

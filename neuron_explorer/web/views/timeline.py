@@ -7,16 +7,21 @@ from typing import Any
 
 from neuron_explorer.analysis import timeline as _timeline
 from neuron_explorer.analysis.timeline import MAX_RECTS, TimelineIndex, TimelineWindow, first_view
+from neuron_explorer.analysis.timeline_batches import window_rows
+from neuron_explorer.analysis.timeline_stream import BATCH_ROWS, build_index_streamed
 from neuron_explorer.model import Profile
 
 __all__ = [
+    "BATCH_ROWS",
     "MAX_RECTS",
     "TimelineIndex",
     "TimelineWindow",
     "build_index",
+    "build_index_streamed",
     "first_view",
     "page",
     "window",
+    "window_rows",
 ]
 
 
@@ -27,10 +32,11 @@ def build_index(profile: Profile, con: Any = None) -> TimelineIndex:
 
 def window(
     profile: Profile, con: Any, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
-    max_rects: int = MAX_RECTS,
+    max_rects: int = MAX_RECTS, batched: bool | None = None, batch_size: int = BATCH_ROWS,
 ) -> TimelineWindow:  # fmt: skip
     """analysis.timeline.window on the server thread's own DuckDB connection `con`."""
-    return _timeline.window(profile, index, start_ns, end_ns, width_px, max_rects, con=con)
+    return _timeline.window(profile, index, start_ns, end_ns, width_px, max_rects, con=con,
+                            batched=batched, batch_size=batch_size)  # fmt: skip
 
 
 def page(
