@@ -110,10 +110,9 @@ def reduce_batched(
 
     con = con if con is not None else duckdb.connect()
     ns_per_px = (end_ns - start_ns) / width_px
-    n_lanes = index.lanes.num_rows
     rows_of = np.minimum(index.lanes.column("depth").to_numpy(), MAX_DEPTH_KEY + 1)
-    offset = np.concatenate([[0], np.cumsum(rows_of)[:-1]]).astype(np.int64) if n_lanes else None
-    cells = int(rows_of.sum()) if n_lanes else 0
+    offset = np.concatenate([[0], np.cumsum(rows_of)[:-1]]).astype(np.int64)
+    cells = int(rows_of.sum())
     factors = _factors(width_px)
     alive = {f: (np.zeros(cells * (width_px // f + 2), bool), [0]) for f in factors[:-1]}
     cols = [c for c in WINDOW_COLUMNS if c not in ("name", "kind")]

@@ -18,8 +18,15 @@ import pyarrow as pa
 
 from ..model.profile import Profile
 from .timeline_index import (
-    END_LIMIT, LONG_EVENTS, STRAY_SHARE, STRAY_STRETCH, WINDOW_COLUMNS, TimelineIndex, _ends,
-    _lane_sort_key, lane_rows,
+    END_LIMIT,
+    LONG_EVENTS,
+    STRAY_SHARE,
+    STRAY_STRETCH,
+    WINDOW_COLUMNS,
+    TimelineIndex,
+    _ends,
+    _lane_sort_key,
+    lane_rows,
 )  # fmt: skip
 
 BATCH_ROWS = 1 << 18  # rows a batch holds: ~100 MB of working memory at most
@@ -185,7 +192,8 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS) -> Time
     deepest = np.zeros(0, np.int32)
     opened, longest, gap = OpenEvents(), LongestEvents(), LargestGap()
     in_order, last = True, None
-    first, end = None, None
+    first: int | None = None
+    end = -1
     for b in batches(profile, WINDOW_COLUMNS, batch_size=batch_size):
         t = pa.Table.from_batches([b])
         codes, found = lane_rows(t)
@@ -193,14 +201,18 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS) -> Time
         start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
         ends = _ends(start, dur)
         ids = t.column("id").to_numpy()
-        depth = opened.depths(ids, t.column("parent_id").fill_null(-1).to_numpy(), lane, start, ends)
+        depth = opened.depths(
+            ids, t.column("parent_id").fill_null(-1).to_numpy(), lane, start, ends
+        )
         counts = _grown(counts, len(combos)) + np.bincount(lane, minlength=len(combos))
         deepest = _grown(deepest, len(combos))
         np.maximum.at(deepest, lane, depth)
         longest.add(b)
         lo, hi = int(start.min()), int(ends.max())
-        first, end = (lo, hi) if first is None else (min(first, lo), max(end, hi))
-        in_order = in_order and (last is None or lo >= last) and bool(np.all(start[1:] >= start[:-1]))
+        first, end = lo if first is None else min(first, lo), max(end, hi)
+        in_order = (
+            in_order and (last is None or lo >= last) and bool(np.all(start[1:] >= start[:-1]))
+        )
         last = int(start[-1])
         if in_order:
             st = start.astype(np.float64)
@@ -224,7 +236,7 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS) -> Time
         {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
         for s in profile.manifest.steps
     )
-    extent_end = min(end + 1, END_LIMIT) if end is not None else 1
+    extent_end = min(end + 1, END_LIMIT) if first is not None else 1
     return TimelineIndex(lanes, longest.threshold, longest.table(schema), first or 0, extent_end,
                          steps, gap.fit())  # fmt: skip
 

@@ -21,7 +21,7 @@ from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
 from .memory import EVENT_BYTES, MemoryCeiling, OverMemory, default_ceiling, rss_bytes
 from .store import NotFound, ProfileStore
-from .views import compare, operators, overview, source, sql, timeline
+from .views import compare, operators, overview, search, source, sql, timeline
 
 # The profile list analyses profiles up to this size on the spot (well under a second each), for
 # up to LIST_INLINE_S per request; the others show their top finding once known (from the disk
@@ -82,9 +82,13 @@ class Service:
         self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
         self._admitted.add(p)  # until the store lets it go (a new version, or memory)
 
-    def persisted(self, name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
+    def persisted(
+        self, name: str, kind: str, compute: Callable[[Profile], Any],
+        admit: Callable[[str, Profile], None] | None = None,
+    ) -> Any:  # fmt: skip
         """A value kept in memory and in the disk cache, keyed by the profile's identity; the
-        analysis the import left in the profile (analysis/stored.py) is read first."""
+        analysis the import left in the profile (analysis/stored.py) is read first. `admit`:
+        what computing it must pass (default: the whole profile under the ceiling)."""
         store, disk = self.store, self.disk
 
         def make(p: Profile) -> Any:
@@ -95,7 +99,7 @@ class Service:
             identity = store.derived(name, "identity", profile_identity, admit=False)
             value = disk.load(p, kind, identity)
             if value is None:
-                self._admit(name, p)  # only now are the tables read
+                (admit or self._admit)(name, p)  # only now are the tables read
                 value = compute(p)
                 disk.store(p, kind, identity, value)
             return value
@@ -123,7 +127,9 @@ class Service:
         return max(MIN_BATCH_ROWS, min(timeline.BATCH_ROWS,
                                        int(self.memory.limit * WINDOW_SHARE) // EVENT_BYTES))  # fmt: skip
 
-    def window(self, name: str, start_ns: int, end_ns: int, width_px: int) -> timeline.TimelineWindow:
+    def window(
+        self, name: str, start_ns: int, end_ns: int, width_px: int
+    ) -> timeline.TimelineWindow:
         """A timeline window; on a streamed index admitted by what it reads: the rows of its
         row groups when they fit a WINDOW_SHARE of the ceiling, else one batch at a time."""
         p, idx = self.store.open(name), self.index(name)
@@ -148,6 +154,28 @@ class Service:
             return self.window(name, s, e, width_px)
 
         return self.store.derived(name, f"timeline-all-{width_px}", make, admit=False)
+
+    def _admit_batch(self, name: str, p: Profile) -> None:
+        """What a streamed read of a profile passes: one batch under the ceiling."""
+        p.check_values()
+        self.memory.admit(self._batch_rows() * EVENT_BYTES, f"a read of {name} in batches",
+                          keep=name)  # fmt: skip
+
+    def name_counts(self, name: str) -> Any:  # pyarrow table: name, events
+        """The profile's distinct names with their counts (one streamed pass, kept on disk)."""
+        return self.persisted(name, "name_counts_table", search.name_counts, self._admit_batch)
+
+    def find(self, name: str, q: str, regex: bool, limit: int) -> dict[str, Any]:
+        """Find on the timeline: names matched in the Parquet dictionary when the profile fits
+        under the ceiling, else from its name counts, reading a row group at a time."""
+        p, con = self.store.open(name), self.store.connection(name)
+        try:
+            self._admit(name, p)
+        except OverMemory:
+            counts = self.name_counts(name)
+            self._admit_batch(name, p)
+            return search.search_events(con, q, regex, limit, p, counts)
+        return search.search_events(con, q, regex, limit, p)
 
     def ops(self, name: str) -> Any:  # pyarrow table
         return self.persisted(
@@ -280,5 +308,7 @@ class Service:
                 # then the timeline's index and its whole view at the route's default width
                 # (1.2-1.6 s CPU on a 1 GB trace; streamed on a profile over the ceiling)
                 self.index(name), self.first_window(name)
+                if not len(self.index(name).event_lane):  # find over the ceiling: the names
+                    self.name_counts(name)
             except Exception:  # noqa: BLE001
                 continue
