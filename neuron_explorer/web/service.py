@@ -31,9 +31,15 @@ LIST_INLINE_S = 1.0
 FIRST_VIEW_PX = 1500  # the timeline route's default width, the one warm_up computes
 WARM_SHARE = 0.5  # warm-up stops once the server holds this share of its memory ceiling
 DUCKDB_SHARE = 4  # each web DuckDB connection may use a quarter of the ceiling
-# a timeline window or find on a profile over the ceiling reads at most this share of it at once
+# The timeline and find of a profile over the ceiling read it in batches: such a pass (the
+# index, the whole view, the name counts) needs up to STREAM_BYTES (measured on the 1 GB trace's
+# profile, 3.9 M events in row groups of 65,536: peaks 240-330 MB over what the process held),
+# or half the whole profile's need when less. A window whose rows (its row groups') need over
+# WINDOW_SHARE of the ceiling at WINDOW_EVENT_BYTES each (measured: under 220 B an event for
+# windows of 0.2-0.8 M events) is read in batches too.
+STREAM_BYTES = 320 << 20
 WINDOW_SHARE = 0.25
-MIN_BATCH_ROWS = 4096  # a ceiling too low for this many rows refuses the request (503)
+WINDOW_EVENT_BYTES = 256
 
 
 class Service:
@@ -114,18 +120,12 @@ class Service:
         def make(p: Profile) -> timeline.TimelineIndex:
             try:
                 self._admit(name, p)
-            except OverMemory:  # too big to hold: what a batch needs is admitted instead
-                rows = self._batch_rows()
-                self.memory.admit(rows * EVENT_BYTES, f"{name}'s timeline index", keep=name)
-                return timeline.build_index_streamed(p, rows)
+            except OverMemory:  # too big to hold: what a pass in batches needs, instead
+                self._admit_batch(name, p)
+                return timeline.build_index_streamed(p)
             return timeline.build_index(p, store.connection(name))
 
         return store.derived(name, "timeline", make, admit=False)
-
-    def _batch_rows(self) -> int:
-        """Rows of one batch of a streamed read: a WINDOW_SHARE of the ceiling at most."""
-        return max(MIN_BATCH_ROWS, min(timeline.BATCH_ROWS,
-                                       int(self.memory.limit * WINDOW_SHARE) // EVENT_BYTES))  # fmt: skip
 
     def window(
         self, name: str, start_ns: int, end_ns: int, width_px: int
@@ -137,12 +137,13 @@ class Service:
         if len(idx.event_lane):  # the whole profile was admitted with its index
             return timeline.window(p, con, idx, start_ns, end_ns, width_px)
         rows = timeline.window_rows(p, idx, start_ns, end_ns)
-        batch = self._batch_rows()
-        batched = rows > batch
-        need = (batch if batched else rows) * EVENT_BYTES
-        self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
-        return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched,
-                               batch_size=batch)  # fmt: skip
+        need = rows * WINDOW_EVENT_BYTES
+        batched = need > WINDOW_SHARE * self.memory.limit
+        if batched:
+            self._admit_batch(name, p, f"a window of {name} ({rows:,} events, in batches)")
+        else:
+            self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
+        return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched)
 
     def first_window(self, name: str, width_px: int = FIRST_VIEW_PX) -> timeline.TimelineWindow:
         """The timeline's whole-profile view (the first of every visit), computed once per
@@ -155,10 +156,12 @@ class Service:
 
         return self.store.derived(name, f"timeline-all-{width_px}", make, admit=False)
 
-    def _admit_batch(self, name: str, p: Profile) -> None:
-        """What a streamed read of a profile passes: one batch under the ceiling."""
+    def _admit_batch(self, name: str, p: Profile, what: str = "") -> None:
+        """What a pass over a profile in batches passes: STREAM_BYTES (or half the whole
+        profile's need) under the ceiling."""
         p.check_values()
-        self.memory.admit(self._batch_rows() * EVENT_BYTES, f"a read of {name} in batches",
+        whole = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
+        self.memory.admit(min(STREAM_BYTES, whole // 2), what or f"a read of {name} in batches",
                           keep=name)  # fmt: skip
 
     def name_counts(self, name: str) -> Any:  # pyarrow table: name, events
