@@ -38,6 +38,9 @@ DUCKDB_SHARE = 4  # each web DuckDB connection may use a quarter of the ceiling
 # WINDOW_SHARE of the ceiling at WINDOW_EVENT_BYTES each (measured: under 220 B an event for
 # windows of 0.2-0.8 M events) is read in batches too.
 STREAM_BYTES = 320 << 20
+# find reads a column a row group at a time: the name counts and a find of the 1 GB trace's
+# profile peak 50-60 MB over what the process held
+FIND_BYTES = 96 << 20
 WINDOW_SHARE = 0.25
 WINDOW_EVENT_BYTES = 256
 
@@ -156,17 +159,21 @@ class Service:
 
         return self.store.derived(name, f"timeline-all-{width_px}", make, admit=False)
 
-    def _admit_batch(self, name: str, p: Profile, what: str = "") -> None:
-        """What a pass over a profile in batches passes: STREAM_BYTES (or half the whole
-        profile's need) under the ceiling."""
+    def _admit_batch(self, name: str, p: Profile, what: str = "", need: int = STREAM_BYTES) -> None:
+        """What a pass over a profile in batches passes: `need` (or half the whole profile's
+        need, when less) under the ceiling."""
         p.check_values()
         whole = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
-        self.memory.admit(min(STREAM_BYTES, whole // 2), what or f"a read of {name} in batches",
+        self.memory.admit(min(need, whole // 2), what or f"a read of {name} in batches",
                           keep=name)  # fmt: skip
 
     def name_counts(self, name: str) -> Any:  # pyarrow table: name, events
         """The profile's distinct names with their counts (one streamed pass, kept on disk)."""
-        return self.persisted(name, "name_counts_table", search.name_counts, self._admit_batch)
+
+        def admit(name: str, p: Profile) -> None:
+            self._admit_batch(name, p, f"the names of {name}", FIND_BYTES)
+
+        return self.persisted(name, "name_counts_table", search.name_counts, admit)
 
     def find(self, name: str, q: str, regex: bool, limit: int) -> dict[str, Any]:
         """Find on the timeline: names matched in the Parquet dictionary when the profile fits
@@ -176,7 +183,7 @@ class Service:
             self._admit(name, p)
         except OverMemory:
             counts = self.name_counts(name)
-            self._admit_batch(name, p)
+            self._admit_batch(name, p, f"find in {name}", FIND_BYTES)
             return search.search_events(con, q, regex, limit, p, counts)
         return search.search_events(con, q, regex, limit, p)
 
