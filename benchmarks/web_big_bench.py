@@ -169,6 +169,53 @@ def _under_ceiling(prof: Path, max_memory: str, n_windows: int) -> list[tuple[st
     return rows
 
 
+# each in a child process of its own (its peak RSS its own): the in-memory path, then the one a
+# server over its ceiling takes (analysis/timeline_stream.py, timeline_batches.py, search_stream.py)
+_PATHS = {
+    "index, in memory (build_index)":
+        "from neuron_explorer.analysis.timeline import build_index as b; x = b(p)",
+    "index, streamed (build_index_streamed)":
+        "from neuron_explorer.analysis.timeline_stream import build_index_streamed as b; x = b(p)",
+    "whole view 1500 px, in memory (per-event arrays)":
+        "from neuron_explorer.analysis.timeline import build_index, first_view, window; "
+        "i = build_index(p); t0, c0 = clock(); x = window(p, i, *first_view(i), 1500)",
+    "whole view 1500 px, in batches":
+        "from neuron_explorer.analysis.timeline import first_view, window; "
+        "from neuron_explorer.analysis.timeline_stream import build_index_streamed as b; "
+        "i = b(p); t0, c0 = clock(); x = window(p, i, *first_view(i), 1500, batched=True)",
+    "find 'addmm', from the Parquet dictionary (search)":
+        "from neuron_explorer.analysis.search import search; x = search(p, 'addmm')",
+    "find 'addmm', name counts then a row group at a time":
+        "from neuron_explorer.analysis.search_stream import name_counts, search_bounded; "
+        "x = search_bounded(p, name_counts(p), 'addmm')",
+    "find 'addmm', name counts known (a row group at a time)":
+        "from neuron_explorer.analysis.search_stream import name_counts, search_bounded; "
+        "n = name_counts(p); t0, c0 = clock(); x = search_bounded(p, n, 'addmm')",
+}  # fmt: skip
+
+
+def _paths(prof: Path) -> list[tuple[str, str]]:
+    """Each of _PATHS in a fresh process: wall and CPU time, peak RSS over the opened profile."""
+    rows = []
+    for label, code in _PATHS.items():
+        script = (
+            "import resource, time\n"
+            "from neuron_explorer.model import Profile\n"
+            "clock = lambda: (time.perf_counter(), time.process_time())\n"
+            "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10\n"
+            f"p = Profile.open({str(prof)!r}); base = peak(); t0, c0 = clock()\n"
+            f"{code}\n"
+            "t, c = clock()\n"
+            "print(f'{(t - t0) * 1e3:.0f} ms (CPU {(c - c0) * 1e3:.0f} ms), peak RSS "
+            "{peak():,} MB ({peak() - base:+,} MB over the opened profile)')\n"
+        )
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True, cwd=Path.cwd())  # fmt: skip
+        rows.append((label, out.stdout.strip()))
+        print(f"{label}: {rows[-1][1]}", flush=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=1000)
@@ -177,8 +224,17 @@ def main() -> int:
                     help="only the cold first page, with and without the stored analysis")  # fmt: skip
     ap.add_argument("--profile", type=Path, help="an imported profile (instead of --mb's)")
     ap.add_argument("--max-memory", help="the server's ceiling, below the profile's whole need")
+    ap.add_argument("--paths", action="store_true",
+                    help="only the timeline's and find's in-memory and out-of-core paths, in process")  # fmt: skip
     args = ap.parse_args()
     prof, rows = (args.profile, []) if args.profile else _prepare(args.mb)
+    if args.paths:
+        rows += _paths(prof)
+        load = Path("/proc/loadavg").read_text().split()[:3]
+        print(f"| path ({prof.name}) | result |   (load average {' '.join(load)})\n|---|---|")
+        for k, v in rows:
+            print(f"| {k} | {v} |")
+        return 0
     if args.max_memory:
         rows += _under_ceiling(prof, args.max_memory, args.windows)
         load = Path("/proc/loadavg").read_text().split()[:3]
