@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..model.profile import Profile
+from ..vocab.intervals import _parent_rows
 from .timeline_index import (
     END_LIMIT,
     LONG_EVENTS,
@@ -57,17 +58,13 @@ class OpenEvents:
         self.end = np.zeros(0, np.int64)
         self.pinned = np.zeros(0, bool)  # never let go (a window's long events)
 
-    def depths(self, ids, parents, lanes, start, end, pin: bool = False) -> np.ndarray:
+    def depths(self, ids, parents, lanes, start, end) -> np.ndarray:
         """The depth of each of these rows (in stored order, after every row passed before)."""
         n = len(ids)
         if n == 0:
             return np.zeros(0, np.int32)
         self._let_go(int(start.min()))
-        order = np.argsort(ids, kind="stable")
-        sid = ids[order]
-        at = np.searchsorted(sid, parents)
-        hit = (at < n) & (sid[np.minimum(at, n - 1)] == parents) & (parents >= 0)
-        pidx = np.where(hit, order[np.minimum(at, n - 1)], -1)
+        pidx = _parent_rows(ids, parents)
         pidx = np.where((pidx >= 0) & (lanes[np.maximum(pidx, 0)] == lanes), pidx, -1)
         depth = np.zeros(n, np.int32)
         top = np.arange(n)  # the furthest ancestor found among these rows
@@ -90,7 +87,10 @@ class OpenEvents:
             found &= self.lane[np.minimum(at, m - 1)] == lanes[top]
             extra = np.where(found, self.depth[np.minimum(at, m - 1)] + 1, 0)
             depth = np.minimum(depth + extra, DEPTH_LIMIT).astype(np.int32)
-        self.add(ids, depth, lanes, end, pin)
+        # what ends before the last row starts parents nothing after it: rows to come start
+        # later on its rank, and other ranks' rows are on other lanes
+        still = end >= start[-1]
+        self.add(ids[still], depth[still], lanes[still], end[still])
         return depth
 
     def _let_go(self, start: int) -> None:
