@@ -122,6 +122,11 @@ def test_the_service_admits_the_timeline_and_find_of_a_profile_by_what_they_read
     ceiling()
     want = search_sql(p.duckdb(), "kernel_", False, 100).to_dict()
     assert svc.find("big", "kernel_", False, 100) == want and want["total"] > 100
+    # a second server on the same disk cache reads the index and the whole view back
+    again = Service(root, tmp_path / "cache", max_memory=1 << 40)
+    again.memory.limit = 0  # nothing may be read in batches: all from the cache
+    _same_index(ref, again.index("big"))
+    assert again.first_window("big", 1500).to_dict() == window(p, ref, s, e, 1500).to_dict()
 
 
 @pytest.mark.sweep  # ~25 s: a 400,000-event profile written, then served

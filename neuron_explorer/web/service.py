@@ -124,11 +124,24 @@ class Service:
             try:
                 self._admit(name, p)
             except OverMemory:  # too big to hold: what a pass in batches needs, instead
-                self._admit_batch(name, p)
-                return timeline.build_index_streamed(p)
+                return self._streamed_index(name, p)
             return timeline.build_index(p, store.connection(name))
 
         return store.derived(name, "timeline", make, admit=False)
+
+    def _streamed_index(self, name: str, p: Profile) -> timeline.TimelineIndex:
+        """The index built in batches, kept in the disk cache too (tens of seconds on a 10 GB
+        trace's profile: a restart reads it back)."""
+        identity = self.store.derived(name, "identity", profile_identity, admit=False)
+        kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table")
+        kept = [self.disk.load(p, kind, identity) for kind in kinds]
+        if all(v is not None for v in kept):
+            return timeline.index_from_parts(p, *kept)
+        self._admit_batch(name, p)
+        idx = timeline.build_index_streamed(p)
+        for kind, value in zip(kinds, timeline.index_parts(idx), strict=True):
+            self.disk.store(p, kind, identity, value)
+        return idx
 
     def window(
         self, name: str, start_ns: int, end_ns: int, width_px: int
@@ -154,8 +167,19 @@ class Service:
         width_px = min(8000, max(250, round(width_px / 250) * 250))
 
         def make(p: Profile) -> timeline.TimelineWindow:
-            s, e = timeline.first_view(self.index(name))
-            return self.window(name, s, e, width_px)
+            idx = self.index(name)
+            s, e = timeline.first_view(idx)
+            if len(idx.event_lane):  # in memory: a second or two from the per-event arrays
+                return self.window(name, s, e, width_px)
+            # streamed: the whole profile in batches (a minute on a 10 GB trace's), kept on disk
+            identity = self.store.derived(name, "identity", profile_identity, admit=False)
+            kind = f"timeline_all_{width_px}"
+            kept = self.disk.load(p, kind, identity)
+            if kept is not None:
+                return timeline.window_from_dict(kept)
+            win = self.window(name, s, e, width_px)
+            self.disk.store(p, kind, identity, win.to_dict())
+            return win
 
         return self.store.derived(name, f"timeline-all-{width_px}", make, admit=False)
 
