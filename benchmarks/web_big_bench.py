@@ -162,6 +162,13 @@ def _under_ceiling(prof: Path, max_memory: str, n_windows: int) -> list[tuple[st
             rows.append(("summary page (the stored analysis)", _status(c, f"/api/p/{name}")))
             rows.append(("operators page", _status(c, f"/api/p/{name}/operators")))
             rows.append(("server at the end", _vm(proc)))
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc, base = _start_server(prof, cache, parse_size(max_memory))  # the same disk cache
+        with httpx.Client(base_url=base, timeout=600) as c:
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
+            rows.append(("a restarted server's first view (index and view from the disk cache)",
+                         f"{t}; {_vm(proc)}"))  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(timeout=30)
