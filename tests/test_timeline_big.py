@@ -82,7 +82,12 @@ def test_find_a_row_group_at_a_time_is_the_sql_find(name, tmp_path):
     want = con.execute("SELECT CAST(name AS VARCHAR) AS n, count(*) FROM events "
                        "WHERE name IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall()  # fmt: skip
     assert [(r["name"], r["events"]) for r in counts.to_pylist()] == want
-    for q, regex in (("mm", False), ("^aten::(add|mul)", True), ("NCCL", False), ("no such", False)):
+    for q, regex in (
+        ("mm", False),
+        ("^aten::(add|mul)", True),
+        ("NCCL", False),
+        ("no such", False),
+    ):
         for limit in (7, 1000):  # fewer than the matches (stops early), and all of them
             assert search_bounded(p, counts, q, regex, limit) == search_sql(con, q, regex, limit)
 

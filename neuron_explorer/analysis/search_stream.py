@@ -27,23 +27,9 @@ from .search import (
     _predicate,
     _result,
 )
+from .timeline_stream import row_groups
 
 COUNT_SCHEMA = pa.schema([("name", pa.string()), ("events", pa.int64())])
-
-
-def _row_groups(profile: Profile) -> list[tuple[float, str, int]]:
-    """(least start_ns, file, row group) of every events row group, by least start."""
-    import pyarrow.parquet as pq
-
-    out = []
-    for path in profile.dataset("events").files:
-        meta = pq.read_metadata(path)
-        col = meta.schema.to_arrow_schema().get_field_index("start_ns")
-        for g in range(meta.num_row_groups):
-            st = meta.row_group(g).column(col).statistics
-            least = st.min if st is not None and st.has_min_max else -np.inf
-            out.append((float(least), path, g))
-    return sorted(out, key=lambda x: x[0])
 
 
 def name_counts(profile: Profile) -> pa.Table:
@@ -99,7 +85,7 @@ def search_bounded(
     kept: list[dict[str, Any]] = []
     seen = 0
     files: dict[str, Any] = {}
-    for least, path, g in _row_groups(profile):
+    for least, _, _, path, g in sorted(row_groups(profile), key=lambda r: r[0]):
         if seen >= total or (len(kept) >= limit and least > kept[limit - 1]["start_ns"]):
             break  # every match found, or nothing later can come first
         f = files.setdefault(path, pq.ParquetFile(path))

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from ..vocab.intervals import depths
 from .timeline_index import END_LIMIT, WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
-from .timeline_stream import BATCH_ROWS, OpenEvents, batches
+from .timeline_stream import BATCH_ROWS, OpenEvents, batches, row_groups
 
 MAX_DEPTH_KEY = 127  # window() keys depth up to 127
 COMPACT_ROWS = 1 << 16  # partial groups merged once this many pile up
@@ -40,18 +40,8 @@ _FIRST = (
 def window_rows(profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int) -> int:
     """Rows of the row groups a window reads (those whose start_ns statistics overlap it), from
     the Parquet footers: what a window would hold in memory, known before it reads a row."""
-    import pyarrow.parquet as pq
-
     lo = start_ns - max(index.long_threshold_ns, 0)
-    rows = 0
-    for path in profile.dataset("events").files:
-        meta = pq.read_metadata(path)
-        col = meta.schema.to_arrow_schema().get_field_index("start_ns")
-        for g in range(meta.num_row_groups):
-            rg = meta.row_group(g)
-            st = rg.column(col).statistics
-            if st is None or not st.has_min_max or (st.min < end_ns and st.max >= lo):
-                rows += rg.num_rows
+    rows = sum(n for least, most, n, _, _ in row_groups(profile) if least < end_ns and most >= lo)
     return rows + len(index.long_events)
 
 

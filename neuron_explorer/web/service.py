@@ -134,9 +134,9 @@ class Service:
         trace's profile: a restart reads it back)."""
         identity = self.store.derived(name, "identity", profile_identity, admit=False)
         kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table")
-        kept = [self.disk.load(p, kind, identity) for kind in kinds]
-        if all(v is not None for v in kept):
-            return timeline.index_from_parts(p, *kept)
+        meta, lanes, long = (self.disk.load(p, kind, identity) for kind in kinds)
+        if meta is not None and lanes is not None and long is not None:
+            return timeline.index_from_parts(p, meta, lanes, long)
         self._admit_batch(name, p)
         idx = timeline.build_index_streamed(p)
         for kind, value in zip(kinds, timeline.index_parts(idx), strict=True):
