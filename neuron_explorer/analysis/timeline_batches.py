@@ -19,21 +19,24 @@ import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from ..vocab.intervals import depths
+from .search import _name_codes
 from .timeline_index import END_LIMIT, WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
 from .timeline_stream import BATCH_ROWS, OpenEvents, batches, row_groups
 
 MAX_DEPTH_KEY = 127  # window() keys depth up to 127
 COMPACT_ROWS = 1 << 16  # partial groups merged once this many pile up
+_WIDE = pa.schema([("lane", pa.int32()), ("depth", pa.int32()), ("start_ns", pa.int64()),
+                   ("dur_ns", pa.int64()), ("id", pa.int64()), ("count", pa.int64()),
+                   ("name", pa.string()), ("kind", pa.string())])  # fmt: skip
+_PARTIAL_SCHEMA = pa.schema([("k", pa.int64()), ("lane", pa.int32()), ("depth", pa.int32()),
+                             ("s", pa.int64()), ("e", pa.int64()), ("bid", pa.int64()),
+                             ("bkind", pa.string()), ("bd", pa.int64()), ("n", pa.int64()),
+                             ("mn", pa.string()), ("mx", pa.string())])  # fmt: skip
 
 _PARTIAL = (
     "SELECT k, any_value(lane) AS lane, any_value(depth) AS depth, min(s) AS s, max(e) AS e, "
     "arg_max(bid, (bd, -bid)) AS bid, arg_max(bkind, (bd, -bid)) AS bkind, max(bd) AS bd, "
     "sum(n)::BIGINT AS n, min(mn) AS mn, max(mx) AS mx FROM {src} GROUP BY k"
-)
-_FIRST = (
-    "SELECT k, lane, depth, start_ns AS s, start_ns + dur_ns AS e, id AS bid, "
-    "CAST(kind AS VARCHAR) AS bkind, dur_ns AS bd, 1::BIGINT AS n, CAST(name AS VARCHAR) AS mn, "
-    "CAST(name AS VARCHAR) AS mx FROM _b WHERE small"
 )
 
 
@@ -138,27 +141,16 @@ def _reduce(
         small = dur < bucket_ns
         bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
         key = (lane.astype(np.int64) * 128 + np.minimum(depth, 127)) * (width_px * 2 + 4) + bucket
-        b = pa.table({"lane": pa.array(lane, pa.int32()), "depth": pa.array(depth, pa.int32()),
-                      "start_ns": t.column("start_ns"), "dur_ns": t.column("dur_ns"),
-                      "id": t.column("id"), "name": t.column("name"), "kind": t.column("kind"),
-                      "small": pa.array(small), "k": pa.array(key)})  # fmt: skip
-        con.register("_b", b)
-        try:
-            wide.append(con.sql(
-                "SELECT lane, depth, start_ns, dur_ns, id, 1::BIGINT AS count, "
-                "CAST(name AS VARCHAR) AS name, CAST(kind AS VARCHAR) AS kind FROM _b "
-                "WHERE NOT small").to_arrow_table())  # fmt: skip
-            part = con.sql(_PARTIAL.format(src=f"({_FIRST})")).to_arrow_table()
-        finally:
-            con.unregister("_b")
+        wide.append(_wide(t, lane, depth, np.flatnonzero(~small)))
+        part = _partial(t, lane, depth, np.flatnonzero(small), key)
         partial.append(part)
         held += part.num_rows
         if held > COMPACT_ROWS:
             partial = [_merge(con, partial)]
             held = partial[0].num_rows
     groups = _merge(con, partial) if partial else None
-    con.register("_g", groups if groups is not None else _empty_partial())
-    con.register("_w", pa.concat_tables(wide) if wide else _empty_wide())
+    con.register("_g", groups if groups is not None else _PARTIAL_SCHEMA.empty_table())
+    con.register("_w", pa.concat_tables(wide) if wide else _WIDE.empty_table())
     try:
         return con.sql(
             "SELECT * FROM _w UNION ALL SELECT lane, depth, s, e - s, bid, n, "
@@ -171,24 +163,62 @@ def _reduce(
 
 
 def _merge(con: Any, parts: list[pa.Table]) -> pa.Table:
+    """Partial groups of several batches as one (window()'s aggregates, merged)."""
     con.register("_p", pa.concat_tables(parts))
     try:
-        return con.sql(_PARTIAL.format(src="_p")).to_arrow_table()
+        return con.sql(_PARTIAL.format(src="_p")).to_arrow_table().cast(_PARTIAL_SCHEMA)
     finally:
         con.unregister("_p")
 
 
-def _empty_partial() -> pa.Table:
-    return pa.table({"k": pa.array([], pa.int64()), "lane": pa.array([], pa.int32()),
-                     "depth": pa.array([], pa.int32()), "s": pa.array([], pa.int64()),
-                     "e": pa.array([], pa.int64()), "bid": pa.array([], pa.int64()),
-                     "bkind": pa.array([], pa.string()), "bd": pa.array([], pa.int64()),
-                     "n": pa.array([], pa.int64()), "mn": pa.array([], pa.string()),
-                     "mx": pa.array([], pa.string())})  # fmt: skip
+def _strings(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    return col.take(pa.array(rows, pa.int64())).cast(pa.string()).combine_chunks()
 
 
-def _empty_wide() -> pa.Table:
-    return pa.table({"lane": pa.array([], pa.int32()), "depth": pa.array([], pa.int32()),
-                     "start_ns": pa.array([], pa.int64()), "dur_ns": pa.array([], pa.int64()),
-                     "id": pa.array([], pa.int64()), "count": pa.array([], pa.int64()),
-                     "name": pa.array([], pa.string()), "kind": pa.array([], pa.string())})  # fmt: skip
+def _wide(t: pa.Table, lane: np.ndarray, depth: np.ndarray, rows: np.ndarray) -> pa.Table:
+    """The batch's events at least a bucket wide, each its own rectangle."""
+    take = pa.array(rows, pa.int64())
+    return pa.table([pa.array(lane[rows], pa.int32()), pa.array(depth[rows], pa.int32()),
+                     t.column("start_ns").take(take), t.column("dur_ns").take(take),
+                     t.column("id").take(take), pa.array(np.ones(len(rows), np.int64)),
+                     _strings(t.column("name"), rows), _strings(t.column("kind"), rows)],
+                    schema=_WIDE)  # fmt: skip
+
+
+def _partial(
+    t: pa.Table, lane: np.ndarray, depth: np.ndarray, rows: np.ndarray, key: np.ndarray
+) -> pa.Table:
+    """The batch's narrower events grouped by key, in numpy: min start, max end, the longest
+    (then lowest id) event's id, kind and duration, the count, and two of the names (the same
+    one only when the group has one name), which _merge and the final SELECT combine."""
+    start, dur = t.column("start_ns").to_numpy()[rows], t.column("dur_ns").to_numpy()[rows]
+    ids, k = t.column("id").to_numpy()[rows], key[rows]
+    order = np.lexsort((ids, -dur, k))
+    rows, k = rows[order], k[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    if not len(rows):
+        return _PARTIAL_SCHEMA.empty_table()
+    start, dur = start[order], dur[order]
+    best = rows[first]
+    codes, names = _name_codes(t.column("name"))  # one dictionary over every chunk
+    values = names.cast(pa.string())
+    # each group's least and greatest name as strings (the merge compares strings: a code's
+    # order is not the names' order), as ranks among the sorted names
+    by_name = pc.sort_indices(values).to_numpy()
+    rank = np.empty(len(values) + 1, np.int64)
+    rank[by_name] = np.arange(len(values))
+    none = len(values)
+    rank[none] = none  # the code -1 (no name) lands here
+    code = rank[codes[rows]]
+    low = np.minimum.reduceat(code, first)
+    high = np.maximum.reduceat(np.where(code == none, -1, code), first)
+    pick = np.r_[by_name, 0]  # rank -> code; the last slot, for no name, is masked
+    return pa.table([
+        pa.array(k[first]), pa.array(lane[best], pa.int32()), pa.array(depth[best], pa.int32()),
+        pa.array(np.minimum.reduceat(start, first)),
+        pa.array(np.maximum.reduceat(start + dur, first)),
+        pa.array(ids[order][first]), _strings(t.column("kind"), best), pa.array(dur[first]),
+        pa.array(np.diff(np.r_[first, len(rows)]).astype(np.int64)),
+        values.take(pa.array(pick[low], pa.int64(), mask=low == none)),
+        values.take(pa.array(pick[np.maximum(high, 0)], pa.int64(), mask=high < 0)),
+    ], schema=_PARTIAL_SCHEMA)  # fmt: skip
