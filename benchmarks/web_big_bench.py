@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from big_trace import write  # noqa: E402
-from web_bench import _ms, _start_server, _timed  # noqa: E402
+from web_bench import _cpu_ms, _ms, _start_server, _timed  # noqa: E402
 
 
 def _prepare(mb: int) -> tuple[Path, list[tuple[str, str]]]:
@@ -143,10 +143,13 @@ def _under_ceiling(prof: Path, max_memory: str, n_windows: int) -> list[tuple[st
                          f"in batches, {win['rects_count']} rects)", f"{t}; {_vm(proc)}"))  # fmt: skip
             t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
             rows.append(("timeline, first view, again (kept)", t))
+            cpu = _cpu_ms(proc)
             lat = _windows(c, name, (ext["start_ns"], ext["end_ns"]), n_windows)
+            cpu = (_cpu_ms(proc) - cpu) / n_windows
             q = statistics.quantiles(lat, n=20)
             rows.append((f"timeline window (0.1-5% of the profile, 1500 px), p50 of {n_windows}",
-                         f"{statistics.median(lat):.0f} ms (p95 {q[18]:.0f}); {_vm(proc)}"))  # fmt: skip
+                         f"{statistics.median(lat):.0f} ms (p95 {q[18]:.0f}; server CPU "
+                         f"{cpu:.0f} ms a window); {_vm(proc)}"))  # fmt: skip
             for label, params in (("find 'addmm' (substring)", {"q": "addmm"}),
                                   ("find /^aten::(relu|add_)$/ (regex)", {"q": "^aten::(relu|add_)$", "regex": "true"})):  # fmt: skip
                 t, r = _timed(proc, lambda p=params: c.get(f"/api/p/{name}/search", params=p))
