@@ -161,12 +161,23 @@ class LongestEvents:
         self.parts = [p.filter(pa.array(k)) for p, k in zip(self.parts, keep, strict=True)]
         take = dur > self.threshold
         if take.any():
-            self.parts.append(batch.filter(pa.array(take)))
+            self.parts.append(_plain(batch.filter(pa.array(take))))
+        if len(self.parts) > 8:  # one part, not one a batch (a 10 GB trace has ~1,000)
+            self.parts = pa.Table.from_batches(self.parts).combine_chunks().to_batches()
 
     def table(self, schema: pa.Schema) -> pa.Table:
         if not self.parts:
             return schema.empty_table()
-        return pa.Table.from_batches(self.parts).cast(schema)
+        # one chunk, so one dictionary a column (an Arrow IPC file, the disk cache, needs it)
+        return pa.Table.from_batches(self.parts).combine_chunks().cast(schema)
+
+
+def _plain(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with its dictionary columns decoded: each row group has its own dictionary,
+    and kept rows of many are combined into one part."""
+    cols = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
+            for c in batch.columns]  # fmt: skip
+    return pa.RecordBatch.from_arrays(cols, names=batch.schema.names)
 
 
 class LargestGap:

@@ -47,7 +47,8 @@ def index_parts(index: TimelineIndex) -> tuple[dict[str, Any], Any, Any]:
     (Arrow tables); it holds no per-event arrays, so this is all of it."""
     meta = {"long_threshold_ns": index.long_threshold_ns, "start_ns": index.start_ns,
             "end_ns": index.end_ns, "fit": None if index.fit is None else list(index.fit)}  # fmt: skip
-    return meta, index.lanes, index.long_events
+    # one dictionary a column: an Arrow IPC file holds no other
+    return meta, index.lanes, index.long_events.unify_dictionaries().combine_chunks()
 
 
 def index_from_parts(
