@@ -31,7 +31,7 @@ from .timeline_index import (
     lane_rows,
 )  # fmt: skip
 
-BATCH_ROWS = 1 << 18  # rows a batch holds: ~100 MB of working memory at most
+BATCH_ROWS = 1 << 18  # rows a batch holds at most (a batch never spans row groups)
 DEPTH_LIMIT = 64  # as vocab.intervals.depths: deeper nesting counts as 64
 
 
