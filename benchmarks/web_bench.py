@@ -51,19 +51,23 @@ def _timed(proc: subprocess.Popen, f) -> tuple[str, httpx.Response]:
     return f"{t:.0f} ms (server CPU {_cpu_ms(proc) - cpu:.0f} ms)", r
 
 
-def _start_server(root: Path, cache: Path) -> tuple[subprocess.Popen, str]:
-    """A server on `root` whose analysis cache lives under `cache` (XDG_CACHE_HOME)."""
+def _start_server(
+    root: Path, cache: Path, max_memory: int | None = None
+) -> tuple[subprocess.Popen, str]:
+    """A server on `root` whose analysis cache lives under `cache` (XDG_CACHE_HOME), with a
+    memory ceiling of `max_memory` bytes (None: the default)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = (
         "import sys, uvicorn; from neuron_explorer.web.app import create_app; "
-        f"uvicorn.run(create_app(sys.argv[1]), host='127.0.0.1', port={port}, log_level='warning')"
+        f"uvicorn.run(create_app(sys.argv[1], max_memory={max_memory}), host='127.0.0.1', "
+        f"port={port}, log_level='warning')"
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     proc = subprocess.Popen([sys.executable, "-c", code, str(root)], env=env)
     base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
+    for _ in range(1200):  # up to a minute: imports are slow on a loaded machine
         try:
             httpx.get(base + "/static/app.css", timeout=1)
             return proc, base

@@ -4,6 +4,11 @@ timeline's first view, timeline windows, find, the memory track, the call tree, 
 events. Times are wall clock, with the server's CPU time beside the cold ones.
 
     .venv/bin/python benchmarks/web_big_bench.py [--mb 1000] [--windows 30]
+    .venv/bin/python benchmarks/web_big_bench.py --profile DIR --max-memory 600M
+
+With --max-memory, a ceiling below the profile's whole need (issue 31): the timeline's first
+view (index streamed, whole view reduced in batches), windows, find and SQL, with the server's
+peak RSS (VmHWM) after each step.
 
 The trace is written by benchmarks/big_trace.py into benchmarks/data/ (ignored by git) and
 imported there once; delete benchmarks/data/cuda_<MB>mb* to start again.
@@ -27,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from big_trace import write  # noqa: E402
-from web_bench import _ms, _start_server, _timed  # noqa: E402
+from web_bench import _cpu_ms, _ms, _start_server, _timed  # noqa: E402
 
 
 def _prepare(mb: int) -> tuple[Path, list[tuple[str, str]]]:
@@ -103,14 +108,151 @@ def _windows(c: httpx.Client, name: str, extent: tuple[int, int], n: int) -> lis
     return out
 
 
+def _vm(proc: subprocess.Popen) -> str:
+    """The server's resident memory now and its peak (/proc/PID/status), in MB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+    )
+    rss, hwm = (int(fields[k].split()[0]) >> 10 for k in ("VmRSS", "VmHWM"))
+    return f"RSS {rss:,} MB, peak {hwm:,} MB"
+
+
+def _status(c: httpx.Client, url: str, **kw) -> str:
+    """One request's status and, if refused, the first words of why."""
+    t0 = time.perf_counter()
+    r = c.get(url, **kw)
+    ms = (time.perf_counter() - t0) * 1e3
+    why = "" if r.status_code == 200 else f": {r.json().get('error', '')[:90]}"
+    return f"{r.status_code} in {ms:.0f} ms{why}"
+
+
+def _under_ceiling(prof: Path, max_memory: str, n_windows: int) -> list[tuple[str, str]]:
+    """The timeline, windows, find and SQL of `prof` under a ceiling below its whole need."""
+    from neuron_explorer.web.memory import parse_size
+
+    cache = Path(tempfile.mkdtemp(prefix="web-big-cache-"))
+    name = prof.name
+    proc, base = _start_server(prof, cache, parse_size(max_memory))
+    rows = [("server started", _vm(proc))]
+    try:
+        with httpx.Client(base_url=base, timeout=600) as c:
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
+            ext = r.json()["extent"]
+            win = r.json()["window"]
+            rows.append((f"timeline, first view, cold (index streamed, {win['events']:,} events "
+                         f"in batches, {win['rects_count']} rects)", f"{t}; {_vm(proc)}"))  # fmt: skip
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
+            rows.append(("timeline, first view, again (kept)", t))
+            cpu = _cpu_ms(proc)
+            lat = _windows(c, name, (ext["start_ns"], ext["end_ns"]), n_windows)
+            cpu = (_cpu_ms(proc) - cpu) / n_windows
+            q = statistics.quantiles(lat, n=20)
+            rows.append((f"timeline window (0.1-5% of the profile, 1500 px), p50 of {n_windows}",
+                         f"{statistics.median(lat):.0f} ms (p95 {q[18]:.0f}; server CPU "
+                         f"{cpu:.0f} ms a window); {_vm(proc)}"))  # fmt: skip
+            for label, params in (("find 'addmm' (substring)", {"q": "addmm"}),
+                                  ("find /^aten::(relu|add_)$/ (regex)", {"q": "^aten::(relu|add_)$", "regex": "true"})):  # fmt: skip
+                t, r = _timed(proc, lambda p=params: c.get(f"/api/p/{name}/search", params=p))
+                again = statistics.median(
+                    _ms(lambda p=params: c.get(f"/api/p/{name}/search", params=p))[0]
+                    for _ in range(3)
+                )
+                rows.append((f"{label}: {r.json()['total']:,} matches, first / p50 of 3",
+                             f"{t} / {again:.0f} ms; {_vm(proc)}"))  # fmt: skip
+            sql = "SELECT name, count(*) AS n, sum(dur_ns) AS t FROM events GROUP BY 1 ORDER BY 3 DESC"
+            rows.append(("SQL: time by name over every event",
+                         _status(c, f"/api/p/{name}/sql", params={"q": sql})))  # fmt: skip
+            rows.append(("summary page (the stored analysis)", _status(c, f"/api/p/{name}")))
+            rows.append(("operators page", _status(c, f"/api/p/{name}/operators")))
+            rows.append(("server at the end", _vm(proc)))
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc, base = _start_server(prof, cache, parse_size(max_memory))  # the same disk cache
+        with httpx.Client(base_url=base, timeout=600) as c:
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
+            rows.append(("a restarted server's first view (index and view from the disk cache)",
+                         f"{t}; {_vm(proc)}"))  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(cache, ignore_errors=True)
+    return rows
+
+
+# each in a child process of its own (its peak RSS its own): the in-memory path, then the one a
+# server over its ceiling takes (analysis/timeline_stream.py, timeline_batches.py, search_stream.py)
+_PATHS = {
+    "index, in memory (build_index)":
+        "from neuron_explorer.analysis.timeline import build_index as b; x = b(p)",
+    "index, streamed (build_index_streamed)":
+        "from neuron_explorer.analysis.timeline_stream import build_index_streamed as b; x = b(p)",
+    "whole view 1500 px, in memory (per-event arrays)":
+        "from neuron_explorer.analysis.timeline import build_index, first_view, window; "
+        "i = build_index(p); t0, c0 = clock(); x = window(p, i, *first_view(i), 1500)",
+    "whole view 1500 px, in batches":
+        "from neuron_explorer.analysis.timeline import first_view, window; "
+        "from neuron_explorer.analysis.timeline_stream import build_index_streamed as b; "
+        "i = b(p); t0, c0 = clock(); x = window(p, i, *first_view(i), 1500, batched=True)",
+    "find 'addmm', from the Parquet dictionary (search)":
+        "from neuron_explorer.analysis.search import search; x = search(p, 'addmm')",
+    "find 'addmm', name counts then a row group at a time":
+        "from neuron_explorer.analysis.search_stream import name_counts, search_bounded; "
+        "x = search_bounded(p, name_counts(p), 'addmm')",
+    "find 'addmm', name counts known (a row group at a time)":
+        "from neuron_explorer.analysis.search_stream import name_counts, search_bounded; "
+        "n = name_counts(p); t0, c0 = clock(); x = search_bounded(p, n, 'addmm')",
+}  # fmt: skip
+
+
+def _paths(prof: Path) -> list[tuple[str, str]]:
+    """Each of _PATHS in a fresh process: wall and CPU time, peak RSS over the opened profile."""
+    rows = []
+    for label, code in _PATHS.items():
+        script = (
+            "import resource, time\n"
+            "from neuron_explorer.model import Profile\n"
+            "clock = lambda: (time.perf_counter(), time.process_time())\n"
+            "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10\n"
+            f"p = Profile.open({str(prof)!r}); base = peak(); t0, c0 = clock()\n"
+            f"{code}\n"
+            "t, c = clock()\n"
+            "print(f'{(t - t0) * 1e3:.0f} ms (CPU {(c - c0) * 1e3:.0f} ms), peak RSS "
+            "{peak():,} MB ({peak() - base:+,} MB over the opened profile)')\n"
+        )
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True, cwd=Path.cwd())  # fmt: skip
+        rows.append((label, out.stdout.strip()))
+        print(f"{label}: {rows[-1][1]}", flush=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=1000)
     ap.add_argument("--windows", type=int, default=30)
     ap.add_argument("--first-page-ab", type=int, default=0, metavar="ROUNDS",
                     help="only the cold first page, with and without the stored analysis")  # fmt: skip
+    ap.add_argument("--profile", type=Path, help="an imported profile (instead of --mb's)")
+    ap.add_argument("--max-memory", help="the server's ceiling, below the profile's whole need")
+    ap.add_argument("--paths", action="store_true",
+                    help="only the timeline's and find's in-memory and out-of-core paths, in process")  # fmt: skip
     args = ap.parse_args()
-    prof, rows = _prepare(args.mb)
+    prof, rows = (args.profile, []) if args.profile else _prepare(args.mb)
+    if args.paths:
+        rows += _paths(prof)
+        load = Path("/proc/loadavg").read_text().split()[:3]
+        print(f"| path ({prof.name}) | result |   (load average {' '.join(load)})\n|---|---|")
+        for k, v in rows:
+            print(f"| {k} | {v} |")
+        return 0
+    if args.max_memory:
+        rows += _under_ceiling(prof, args.max_memory, args.windows)
+        load = Path("/proc/loadavg").read_text().split()[:3]
+        print(f"| measure (--max-memory {args.max_memory}) | result |   (load average "
+              f"{' '.join(load)})\n|---|---|")  # fmt: skip
+        for k, v in rows:
+            print(f"| {k} | {v} |")
+        return 0
     if args.first_page_ab:
         for k, v in rows:
             print(f"{k}: {v}")

@@ -21,12 +21,17 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from ..vocab.intervals import depths  # deeper nesting than 64 draws at 64
 from .page import PageModel, is_modeled
+from .timeline_batches import reduce_batched, window_rows
 from .timeline_index import WINDOW_COLUMNS, TimelineIndex, build_index, lane_of
+from .timeline_stream import BATCH_ROWS
 
 __all__ = ["MAX_RECTS", "TimelineIndex", "TimelinePage", "TimelineWindow", "build_index",
            "timeline_page", "window"]  # fmt: skip
 
 MAX_RECTS = 4000
+# a window whose row groups hold more rows than this, on an index without per-event arrays (a
+# profile over the server's ceiling), is reduced in batches: ~1 GB of working memory at most
+BATCHED_ROWS = 1 << 20
 RECT_COLUMNS = ("lane", "depth", "start_ns", "dur_ns", "id", "count", "kind")
 
 
@@ -146,12 +151,23 @@ def _lanes_and_depths(
 
 def window(
     profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
-    max_rects: int = MAX_RECTS, con: Any = None,
+    max_rects: int = MAX_RECTS, con: Any = None, batched: bool | None = None,
+    batch_size: int = BATCH_ROWS,
 ) -> TimelineWindow:  # fmt: skip
     """The events overlapping [start_ns, end_ns), reduced for a view `width_px` pixels wide
-    (`con`: a DuckDB connection to reuse, else one of its own)."""
+    (`con`: a DuckDB connection to reuse, else one of its own). `batched`: read in batches of
+    `batch_size` rows (None: when the index has no per-event arrays and the row groups the
+    window reads hold over BATCHED_ROWS)."""
     start_ns, end_ns = int(start_ns), int(max(end_ns, start_ns + 1))
     width_px = int(min(max(width_px, 50), 8000))
+    if batched is None:
+        batched = not len(index.event_lane) and (
+            window_rows(profile, index, start_ns, end_ns) > BATCHED_ROWS
+        )
+    if batched:  # more events than memory should hold at once: reduced batch by batch
+        n, bucket_ns, rects = reduce_batched(profile, index, start_ns, end_ns, width_px,
+                                             max_rects, con, batch_size)  # fmt: skip
+        return _window(start_ns, end_ns, width_px, n, bucket_ns, rects)
     t, lane, depth = _lanes_and_depths(profile, index, start_ns, end_ns)
     start = t.column("start_ns").to_numpy()
     dur = t.column("dur_ns").to_numpy()
@@ -168,13 +184,20 @@ def window(
             break
         factor *= 2
     rects = _reduce(con, t, lane, depth, small, key)
+    return _window(start_ns, end_ns, width_px, t.num_rows, bucket_ns, rects)
+
+
+def _window(
+    start_ns: int, end_ns: int, width_px: int, events: int, bucket_ns: float, rects: pa.Table
+) -> TimelineWindow:
+    """The window of these rectangles (window()'s _reduce columns), names as indices."""
     names = rects.column("name").to_pylist()
     name_table = sorted(set(names), key=lambda x: (x is None, x))
     name_idx = {n: i for i, n in enumerate(name_table)}
     out = {c: rects.column(c).to_pylist() for c in RECT_COLUMNS}
     out["name"] = [name_idx[n] for n in names]
     return TimelineWindow(
-        start_ns=start_ns, end_ns=end_ns, width_px=width_px, events=t.num_rows,
+        start_ns=start_ns, end_ns=end_ns, width_px=width_px, events=events,
         rects_count=rects.num_rows, merged=sum(c for c in out["count"] if c > 1),
         bucket_ns=bucket_ns, names=tuple(name_table), rects=Rects(out),
     )  # fmt: skip

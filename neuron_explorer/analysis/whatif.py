@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..backend.costmodel.ops import base_name
 from ..errors import ExplorerError
 from ..model.profile import Profile
 from .chip_swap import chip_change
@@ -134,6 +133,10 @@ def speedup_change(
     match = matcher(field, target)
     inside = None
     if field in ("name", "op"):
+        # here, not at the top: the backend imports torch (220 MB), which every web server
+        # would hold from its start for this one route
+        from ..backend.costmodel.ops import base_name
+
         wanted = (lambda op: op == target) if field == "op" else (
             lambda op: target in (op, base_name(op)))  # fmt: skip
         inside = op_in_graphs(graph, profile, wanted, factor,

@@ -47,7 +47,7 @@ def api_timeline(
     if start_ns is None and end_ns is None:  # the first view of every visit: computed once
         win = svc.first_window(name, width_px)
     else:
-        win = timeline.window(p, store.connection(name), idx, s, e, width_px)
+        win = svc.window(name, s, e, width_px)
     return timeline.page(name, p, idx, win, window_only)
 
 
@@ -88,8 +88,7 @@ def api_span_flame(
 def api_search(
     svc: Service, name: str, q: str, regex: bool = False, limit: int = search.MAX_MATCHES
 ) -> dict[str, Any]:
-    p = svc.store.open(name)  # with the profile, names are matched in the Parquet dictionary
-    return {"name": name, **search.search_events(svc.store.connection(name), q, regex, limit, p)}
+    return {"name": name, **svc.find(name, q, regex, limit)}
 
 
 def api_memory(svc: Service, name: str) -> dict[str, Any]:

@@ -7,18 +7,23 @@ from typing import Any
 
 from neuron_explorer.analysis import search as _search
 from neuron_explorer.analysis.search import MAX_MATCHES, MAX_NAMES, MAX_QUERY_CHARS, SearchError
+from neuron_explorer.analysis.search_stream import name_counts, search_bounded
 
 from .sql import QueryError
 
-__all__ = ["MAX_MATCHES", "MAX_NAMES", "MAX_QUERY_CHARS", "search_events"]
+__all__ = ["MAX_MATCHES", "MAX_NAMES", "MAX_QUERY_CHARS", "name_counts", "search_events"]
 
 
 def search_events(
-    con: Any, q: str, regex: bool = False, limit: int = MAX_MATCHES, profile: Any = None
-) -> dict[str, Any]:
+    con: Any, q: str, regex: bool = False, limit: int = MAX_MATCHES, profile: Any = None,
+    counts: Any = None,
+) -> dict[str, Any]:  # fmt: skip
     """analysis.search.search of `profile` (matching names on `con`), or without a profile
-    analysis.search.search_sql over `con`'s events; as its document."""
+    analysis.search.search_sql over `con`'s events; with the profile's name `counts`
+    (search_stream.name_counts) search_stream.search_bounded; as its document."""
     try:
+        if counts is not None:
+            return search_bounded(profile, counts, q, regex, limit, con).to_dict()
         if profile is None:
             return _search.search_sql(con, q, regex, limit).to_dict()
         return _search.search(profile, q, regex, limit, con).to_dict()

@@ -7,16 +7,24 @@ from typing import Any
 
 from neuron_explorer.analysis import timeline as _timeline
 from neuron_explorer.analysis.timeline import MAX_RECTS, TimelineIndex, TimelineWindow, first_view
+from neuron_explorer.analysis.timeline_batches import window_rows
+from neuron_explorer.analysis.timeline_stream import BATCH_ROWS, build_index_streamed
 from neuron_explorer.model import Profile
 
 __all__ = [
+    "BATCH_ROWS",
     "MAX_RECTS",
     "TimelineIndex",
     "TimelineWindow",
     "build_index",
+    "build_index_streamed",
     "first_view",
+    "index_from_parts",
+    "index_parts",
     "page",
     "window",
+    "window_from_dict",
+    "window_rows",
 ]
 
 
@@ -27,10 +35,40 @@ def build_index(profile: Profile, con: Any = None) -> TimelineIndex:
 
 def window(
     profile: Profile, con: Any, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
-    max_rects: int = MAX_RECTS,
+    max_rects: int = MAX_RECTS, batched: bool | None = None, batch_size: int = BATCH_ROWS,
 ) -> TimelineWindow:  # fmt: skip
     """analysis.timeline.window on the server thread's own DuckDB connection `con`."""
-    return _timeline.window(profile, index, start_ns, end_ns, width_px, max_rects, con=con)
+    return _timeline.window(profile, index, start_ns, end_ns, width_px, max_rects, con=con,
+                            batched=batched, batch_size=batch_size)  # fmt: skip
+
+
+def index_parts(index: TimelineIndex) -> tuple[dict[str, Any], Any, Any]:
+    """A streamed index as the disk cache keeps it: its scalars (JSON), lanes and long events
+    (Arrow tables); it holds no per-event arrays, so this is all of it."""
+    meta = {"long_threshold_ns": index.long_threshold_ns, "start_ns": index.start_ns,
+            "end_ns": index.end_ns, "fit": None if index.fit is None else list(index.fit)}  # fmt: skip
+    # one dictionary a column: an Arrow IPC file holds no other
+    return meta, index.lanes, index.long_events.unify_dictionaries().combine_chunks()
+
+
+def index_from_parts(
+    profile: Profile, meta: dict[str, Any], lanes: Any, long: Any
+) -> TimelineIndex:
+    """The index `index_parts` kept (the steps read again from the manifest)."""
+    steps = tuple(
+        {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
+        for s in profile.manifest.steps
+    )
+    fit = meta["fit"]
+    return TimelineIndex(lanes, meta["long_threshold_ns"], long, meta["start_ns"],
+                         meta["end_ns"], steps, None if fit is None else tuple(fit))  # fmt: skip
+
+
+def window_from_dict(d: dict[str, Any]) -> TimelineWindow:
+    """A window from its document (TimelineWindow.to_dict, as the disk cache keeps it)."""
+    from neuron_explorer.analysis.timeline import Rects
+
+    return TimelineWindow(**{**d, "names": tuple(d["names"]), "rects": Rects(d["rects"])})
 
 
 def page(

@@ -1,0 +1,224 @@
+"""A timeline window too big to hold in memory (the whole view of a profile over the server's
+ceiling), reduced batch by batch to the rectangles analysis.timeline.window gives.
+
+Pattern: a window's rectangles are few (MAX_RECTS) whatever the events. Algorithm: a first pass
+counts, for every bucket width window() would try (one pixel, doubled), the rectangles it would
+give (a bitmap of occupied (lane, depth, bucket) cells plus the wide events); a second pass
+reduces each batch at the width chosen to partial groups (min start, max end, the longest
+event, the count, the smallest and largest name), merged at the end as window() merges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..model.profile import Profile
+from ..vocab.intervals import depths
+from .search import _name_codes
+from .timeline_index import END_LIMIT, WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
+from .timeline_stream import BATCH_ROWS, OpenEvents, batches, row_groups
+
+MAX_DEPTH_KEY = 127  # window() keys depth up to 127
+COMPACT_ROWS = 1 << 16  # partial groups merged once this many pile up
+_WIDE = pa.schema([("lane", pa.int32()), ("depth", pa.int32()), ("start_ns", pa.int64()),
+                   ("dur_ns", pa.int64()), ("id", pa.int64()), ("count", pa.int64()),
+                   ("name", pa.string()), ("kind", pa.string())])  # fmt: skip
+_PARTIAL_SCHEMA = pa.schema([("k", pa.int64()), ("lane", pa.int32()), ("depth", pa.int32()),
+                             ("s", pa.int64()), ("e", pa.int64()), ("bid", pa.int64()),
+                             ("bkind", pa.string()), ("bd", pa.int64()), ("n", pa.int64()),
+                             ("mn", pa.string()), ("mx", pa.string())])  # fmt: skip
+
+_PARTIAL = (
+    "SELECT k, any_value(lane) AS lane, any_value(depth) AS depth, min(s) AS s, max(e) AS e, "
+    "arg_max(bid, (bd, -bid)) AS bid, arg_max(bkind, (bd, -bid)) AS bkind, max(bd) AS bd, "
+    "sum(n)::BIGINT AS n, min(mn) AS mn, max(mx) AS mx FROM {src} GROUP BY k"
+)
+
+
+def window_rows(profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int) -> int:
+    """Rows of the row groups a window reads (those whose start_ns statistics overlap it), from
+    the Parquet footers: what a window would hold in memory, known before it reads a row."""
+    lo = start_ns - max(index.long_threshold_ns, 0)
+    rows = sum(n for least, most, n, _, _ in row_groups(profile) if least < end_ns and most >= lo)
+    return rows + len(index.long_events)
+
+
+def _events(
+    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, columns: list[str],
+    batch_size: int,
+) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:  # fmt: skip
+    """The events overlapping the window as window() reads them (the long ones from the index,
+    first, then the short ones by start), a batch at a time, with lane and depth."""
+    le = index.long_events
+    overlap = pc.and_(
+        pc.less(le.column("start_ns"), end_ns),
+        pc.greater_equal(pc.add(le.column("start_ns"), le.column("dur_ns")), start_ns),
+    )
+    opened = OpenEvents()
+    long = le.filter(overlap)
+    lane = lane_of(long, index)
+    long, lane = long.filter(pa.array(lane >= 0)), lane[lane >= 0]
+    ids = long.column("id").to_numpy()
+    depth = depths(ids, long.column("parent_id").fill_null(-1).to_numpy(), lane)
+    opened.add(ids, depth, lane, np.full(len(ids), END_LIMIT, np.int64), pinned=True)
+    if long.num_rows:
+        yield long.select(columns), lane, depth
+    short_filter = (
+        (pc.field("start_ns") < end_ns)
+        & (pc.field("start_ns") >= start_ns - max(index.long_threshold_ns, 0))
+        & (pc.field("dur_ns") <= index.long_threshold_ns)
+        & ((pc.field("start_ns") + pc.field("dur_ns")) >= start_ns)
+    )
+    for b in batches(profile, columns, short_filter, batch_size):
+        t = pa.Table.from_batches([b])
+        lane = lane_of(t, index)
+        if not (lane >= 0).all():
+            t, lane = t.filter(pa.array(lane >= 0)), lane[lane >= 0]
+        start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+        parents = t.column("parent_id").fill_null(-1).to_numpy()
+        depth = opened.depths(t.column("id").to_numpy(), parents, lane, start, _ends(start, dur))
+        yield t, lane, depth
+
+
+def _factors(width_px: int) -> list[int]:
+    """The bucket widths window() tries, in pixels: 1, 2, 4... up to the first past width_px."""
+    out = [1]
+    while out[-1] <= width_px:
+        out.append(out[-1] * 2)
+    return out
+
+
+def reduce_batched(
+    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
+    max_rects: int, con: Any = None, batch_size: int = BATCH_ROWS,
+) -> tuple[int, float, pa.Table]:  # fmt: skip
+    """(events in the window, the bucket width chosen, the rectangles as window()'s _reduce
+    gives them) for a window of any size, in memory bounded by a batch and the rectangles."""
+    import duckdb
+
+    con = con if con is not None else duckdb.connect()
+    ns_per_px = (end_ns - start_ns) / width_px
+    rows_of = np.minimum(index.lanes.column("depth").to_numpy(), MAX_DEPTH_KEY + 1)
+    offset = np.concatenate([[0], np.cumsum(rows_of)[:-1]]).astype(np.int64)
+    cells = int(rows_of.sum())
+    factors = _factors(width_px)
+    alive = {f: (np.zeros(cells * (width_px // f + 2), bool), [0]) for f in factors[:-1]}
+    cols = [c for c in WINDOW_COLUMNS if c not in ("name", "kind")]
+    events = 0
+    for t, lane, depth in _events(profile, index, start_ns, end_ns, cols, batch_size):
+        events += t.num_rows
+        start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+        cell = offset[lane] + np.minimum(np.minimum(depth, MAX_DEPTH_KEY), rows_of[lane] - 1)
+        for f in list(alive):
+            seen, wide = alive[f]
+            bucket_ns = ns_per_px * f
+            small = dur < bucket_ns
+            per_cell = width_px // f + 2
+            bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
+            seen[cell[small] * per_cell + np.clip(bucket[small], 0, per_cell - 1)] = True
+            wide[0] += int((~small).sum())
+            if wide[0] > max_rects or int(seen.sum()) + wide[0] > max_rects:
+                del alive[f]  # more rectangles than allowed at this width
+    factor = next((f for f in factors[:-1] if f in alive), factors[-1])
+    return events, ns_per_px * factor, _reduce(profile, index, start_ns, end_ns, width_px,
+                                               ns_per_px * factor, con, batch_size)  # fmt: skip
+
+
+def _reduce(
+    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
+    bucket_ns: float, con: Any, batch_size: int,
+) -> pa.Table:  # fmt: skip
+    wide: list[pa.Table] = []
+    partial: list[pa.Table] = []
+    held = 0
+    for t, lane, depth in _events(profile, index, start_ns, end_ns, WINDOW_COLUMNS, batch_size):
+        start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+        small = dur < bucket_ns
+        bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
+        key = (lane.astype(np.int64) * 128 + np.minimum(depth, 127)) * (width_px * 2 + 4) + bucket
+        wide.append(_wide(t, lane, depth, np.flatnonzero(~small)))
+        part = _partial(t, lane, depth, np.flatnonzero(small), key)
+        partial.append(part)
+        held += part.num_rows
+        if held > COMPACT_ROWS:
+            partial = [_merge(con, partial)]
+            held = partial[0].num_rows
+    groups = _merge(con, partial) if partial else None
+    con.register("_g", groups if groups is not None else _PARTIAL_SCHEMA.empty_table())
+    con.register("_w", pa.concat_tables(wide) if wide else _WIDE.empty_table())
+    try:
+        return con.sql(
+            "SELECT * FROM _w UNION ALL SELECT lane, depth, s, e - s, bid, n, "
+            "CASE WHEN mn IS NOT NULL AND mn = mx THEN mn ELSE CAST(n AS VARCHAR) || ' events' "
+            "END, bkind FROM _g ORDER BY 1, 2, 3, 5"
+        ).to_arrow_table()
+    finally:
+        con.unregister("_g")
+        con.unregister("_w")
+
+
+def _merge(con: Any, parts: list[pa.Table]) -> pa.Table:
+    """Partial groups of several batches as one (window()'s aggregates, merged)."""
+    con.register("_p", pa.concat_tables(parts))
+    try:
+        return con.sql(_PARTIAL.format(src="_p")).to_arrow_table().cast(_PARTIAL_SCHEMA)
+    finally:
+        con.unregister("_p")
+
+
+def _strings(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    return col.take(pa.array(rows, pa.int64())).cast(pa.string()).combine_chunks()
+
+
+def _wide(t: pa.Table, lane: np.ndarray, depth: np.ndarray, rows: np.ndarray) -> pa.Table:
+    """The batch's events at least a bucket wide, each its own rectangle."""
+    take = pa.array(rows, pa.int64())
+    return pa.table([pa.array(lane[rows], pa.int32()), pa.array(depth[rows], pa.int32()),
+                     t.column("start_ns").take(take), t.column("dur_ns").take(take),
+                     t.column("id").take(take), pa.array(np.ones(len(rows), np.int64)),
+                     _strings(t.column("name"), rows), _strings(t.column("kind"), rows)],
+                    schema=_WIDE)  # fmt: skip
+
+
+def _partial(
+    t: pa.Table, lane: np.ndarray, depth: np.ndarray, rows: np.ndarray, key: np.ndarray
+) -> pa.Table:
+    """The batch's narrower events grouped by key, in numpy: min start, max end, the longest
+    (then lowest id) event's id, kind and duration, the count, and two of the names (the same
+    one only when the group has one name), which _merge and the final SELECT combine."""
+    start, dur = t.column("start_ns").to_numpy()[rows], t.column("dur_ns").to_numpy()[rows]
+    ids, k = t.column("id").to_numpy()[rows], key[rows]
+    order = np.lexsort((ids, -dur, k))
+    rows, k = rows[order], k[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    if not len(rows):
+        return _PARTIAL_SCHEMA.empty_table()
+    start, dur = start[order], dur[order]
+    best = rows[first]
+    codes, names = _name_codes(t.column("name"))  # one dictionary over every chunk
+    values = names.cast(pa.string())
+    # each group's least and greatest name as strings (the merge compares strings: a code's
+    # order is not the names' order), as ranks among the sorted names
+    by_name = pc.sort_indices(values).to_numpy()
+    rank = np.empty(len(values) + 1, np.int64)
+    rank[by_name] = np.arange(len(values))
+    none = len(values)
+    rank[none] = none  # the code -1 (no name) lands here
+    code = rank[codes[rows]]
+    low = np.minimum.reduceat(code, first)
+    high = np.maximum.reduceat(np.where(code == none, -1, code), first)
+    pick = np.r_[by_name, 0]  # rank -> code; the last slot, for no name, is masked
+    return pa.table([
+        pa.array(k[first]), pa.array(lane[best], pa.int32()), pa.array(depth[best], pa.int32()),
+        pa.array(np.minimum.reduceat(start, first)),
+        pa.array(np.maximum.reduceat(start + dur, first)),
+        pa.array(ids[order][first]), _strings(t.column("kind"), best), pa.array(dur[first]),
+        pa.array(np.diff(np.r_[first, len(rows)]).astype(np.int64)),
+        values.take(pa.array(pick[low], pa.int64(), mask=low == none)),
+        values.take(pa.array(pick[np.maximum(high, 0)], pa.int64(), mask=high < 0)),
+    ], schema=_PARTIAL_SCHEMA)  # fmt: skip
