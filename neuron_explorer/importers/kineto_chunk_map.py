@@ -91,7 +91,7 @@ def map_chunk(job: _Job) -> Mapped | str:
     except BadInputError as e:
         index = chunk.event_index()
         return EVENT_NUMBER.sub(lambda m: f"event #{index[int(m[1])]}", e.problem)
-    run = write_run(f, chunk.event_index(), chunk.path.with_suffix(".parquet"))
+    run = write_run(f, chunk.event_index(), chunk.path.with_suffix(".run"))
     chunk.path.unlink()
     counters = chunk.path.with_suffix(".counters.parquet")
     pq.write_table(pa.table(f.counters), counters)
