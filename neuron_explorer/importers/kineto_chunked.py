@@ -106,13 +106,14 @@ def write_chunked(
         the_plan = plan_spans(path, chunk_events, range_bytes,
                               lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder),
                               options.workers or default_workers())  # fmt: skip
-        chunks = route_spans(path, the_plan, Path(folder), range_bytes,
+        chunks = route_spans(path, the_plan, Path(folder),
                              lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
         # the passes' freed ranges back to the OS before the mapping's workers fork from here
         give_back_free_memory()
         chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
         got = _Gathered()
-        for k, mapped in enumerate(map_chunks(path, chunks, chunk_options, thread_names, workers)):
+        mapping = map_chunks(path, chunks, the_plan.top, chunk_options, thread_names, workers)
+        for k, mapped in enumerate(mapping):
             got.add(mapped)
             progress(0.5 + 0.3 * (k + 1) / len(chunks), None)
         assert got.head is not None and got.origin is not None

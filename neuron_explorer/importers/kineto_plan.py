@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import BadInputError
+from . import kineto_pieces as pieces
 from .kineto_decode import Factorizer
 from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, K, Roles, roles
 from .kineto_ranges import FileSource, Piece, RangeError, Span, decode_span, phases
@@ -60,6 +61,7 @@ class Plan:
     frame_codes: dict[Frame, int]  # a python frame -> its name's place in the trace's names
     events: int
     keys: tuple[Path, ...]  # each span's events' ROUTE_KEYs, in the trace's order
+    records: tuple[Path, ...]  # each span's ranges' decoded events (kineto_pieces)
     span_events: tuple[int, ...]  # how many events each span has
     spans: tuple[tuple[int | None, int | None], ...]  # each span's cuts (None: file start, end)
     ranges: tuple[np.ndarray, ...] | None  # each span's ranges (SpanPlan.ranges)
@@ -180,7 +182,7 @@ class _Pass:
         keys["flag"][p.codes["ph"] == (ph.index("M") if "M" in ph else -2)] = METADATA
         keys.tofile(self.keys)
 
-    def finish(self, keys: Path, ranges: np.ndarray | None) -> SpanPlan:
+    def finish(self, keys: Path, records: Path, ranges: np.ndarray | None) -> SpanPlan:
         """What the span gives the plan, its codes made values (spans number theirs apart)."""
         pids, tids, names = (
             self.span.values["pid"],
@@ -205,6 +207,7 @@ class _Pass:
             self.running_sums,
             dict(self.span.top),
             keys,
+            records,
             ranges,
         )
 
@@ -230,6 +233,7 @@ class SpanPlan:
     running_sums: bool
     top: dict[str, Any]
     keys: Path  # the span's events' ROUTE_KEYs
+    records: Path  # its ranges' decoded events (kineto_pieces), for the mapping
     # each range's begin and end cuts in the file (-1: its start, end) and events; None for a
     # gzip or array-form file
     ranges: np.ndarray | None
@@ -249,7 +253,8 @@ def plan_span(
     span = Span()
     total = max(1, path.stat().st_size)
     whole = begin is None and end is None
-    with f, keys.open("wb") as keys_file:
+    records = keys.with_name(keys.name.replace("route-keys", "records"))
+    with f, keys.open("wb") as keys_file, records.open("wb") as records_file:
         gather = _Pass(span, keys_file)
         # a span of a plain file is read where it lies; the whole file (or gzip) as a stream
         source = StreamSource(f, path, gzip=gz) if whole else FileSource(f.fileno(), total)
@@ -257,18 +262,20 @@ def plan_span(
 
         def keep(p: Piece) -> None:
             gather.piece(p)
+            if p.ts.ns.size:  # the range decoded whole, kept for the mapping
+                records_file.write(pieces.dump(pieces.record_of(p, span.values)))
             gather.range_events.append(p.ts.ns.size)
             read = source.bytes_read / total if isinstance(source, StreamSource) else done[0]
             progress(min(1.0, read), gather.events)
 
         decode_span(source, begin, end, keep=keep, range_bytes=range_bytes, path=path,
-                    span=span, only=("gpu", "mem"), per_range=("id",),
+                    span=span, per_range=("id",),
                     progress=lambda share: done.__setitem__(0, share))  # fmt: skip
     if isinstance(source, StreamSource) and not source.file_offsets:
-        return gather.finish(keys, None)  # its cuts are not the file's bytes: routed whole
+        return gather.finish(keys, records, None)  # its cuts are not the file's bytes: routed whole
     cuts = [-1 if c is None else c for c in (begin, *span.ends)]
     ranges = np.array([cuts[:-1], cuts[1:], gather.range_events], np.int64)
-    return gather.finish(keys, ranges.T.reshape(-1, 3))
+    return gather.finish(keys, records, ranges.T.reshape(-1, 3))
 
 
 def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
@@ -314,7 +321,8 @@ def combine(
     chunk = (np.searchsorted(cuts, ts[first], side="right") - 1).astype(np.int32)
     running_sums = any(p.running_sums for p in parts)
     return Plan(cuts, corr[first], chunk, running_sums, top, frame_codes, events,
-                tuple(p.keys for p in parts), tuple(p.events for p in parts), tuple(spans),
+                tuple(p.keys for p in parts), tuple(p.records for p in parts),
+                tuple(p.events for p in parts), tuple(spans),
                 None if any(p.ranges is None for p in parts) else
                 tuple(p.ranges for p in parts if p.ranges is not None))  # fmt: skip
 
