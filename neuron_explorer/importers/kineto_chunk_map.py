@@ -1,8 +1,8 @@
-"""The chunked import's chunks mapped, each by the in-memory mapping (kineto.load) into a sorted
-run: in this process, or, for a big trace on a machine of several CPUs, in worker processes
-that take the chunks in turn (the memory budget is split among them: kineto_chunked sizes the
-chunks by it). A worker hands back only what the merge keeps of a chunk (`Mapped`): its rows
-and counters are on disk.
+"""The chunked import's chunks mapped, each by the in-memory mapping (kineto.load) of its
+columns, which the first pass decoded (kineto_pieces), into a sorted run: in this process, or,
+for a big trace on a machine of several CPUs, in worker processes that take the chunks in turn
+(the memory budget is split among them: kineto_chunked sizes the chunks by it). A worker hands
+back only what the merge keeps of a chunk (`Mapped`): its rows and counters are on disk.
 """
 
 from __future__ import annotations

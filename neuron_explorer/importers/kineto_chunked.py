@@ -1,12 +1,13 @@
 """The chunked import: a trace whose mapping would not fit the memory budget, imported a chunk
 at a time by the in-memory mapping (kineto.load), into the same profile.
 
-Three passes: kineto_plan finds the chunks (stretches of time no lane's nesting crosses,
-device work with its launch) and writes each event's route, kineto_route copies each event's
-text to its chunk's file by its route (no decode), both over spans of a big plain file in
-parallel (kineto_plan_spans), and each chunk is loaded, its rows written as a sorted run, its
-counters to a file, and let go (kineto_chunk_map: in a worker process per CPU for a big
-trace, each chunk sized to one worker's share of the budget); kineto_merge merges the runs in
+Three passes: kineto_plan decodes the trace once, finds the chunks (stretches of time no lane's
+nesting crosses, device work with its launch) and writes each event's route and each range's
+decoded columns, kineto_route hands each range's columns to its chunk's file by the routes
+(kineto_pieces), both over spans of a big plain file in parallel (kineto_plan_spans), and each
+chunk's columns are mapped, its rows written as a sorted run, its counters to a file, and let
+go (kineto_chunk_map: in a worker process per CPU for a big trace, each chunk sized to one
+worker's share of the budget); kineto_merge merges the runs in
 the events table's order, and the chunks' stacks are numbered as one trace's
 (`global_stacks`). Steps, a few per step, stay in memory.
 """

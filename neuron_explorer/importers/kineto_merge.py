@@ -1,13 +1,13 @@
-"""The chunked import's runs: each chunk's rows written as a sorted run (an Arrow IPC stream, and
-its sort keys beside it), then the runs merged into the events table's (start, longest first,
-trace order) order, a block at a time.
+"""The chunked import's runs: each chunk's rows written as a sorted run (an Arrow IPC stream,
+its sort keys in a file beside it), then the runs merged into the events table's (start,
+longest first, trace order) order, a block at a time.
 
-A run is read back once and only here, so it is Arrow's own format, not Parquet: no encoding
-nor decoding of its columns (Parquet's took a quarter of the chunked import's merge and write).
-The merge goes over the runs twice. First over their keys alone (start, duration and each row's
-index in the trace, a file of their own), a k-way merge by sorted blocks that gives every run's
-rows their ids in the whole table; then over the rows, each output block taking from each run the rows whose ids fall
-in it, with parent and flow links and stack ids turned from the run's numbering into the
+A run is written once and read once, here, so it is Arrow's own format, not Parquet: no
+encoding nor decoding of its columns (Parquet's were a quarter of the merge and write). The
+merge goes over the runs twice. First over their keys alone (start, duration and each row's
+index in the trace), a k-way merge by sorted blocks that gives every run's rows their ids in
+the whole table; then over the rows, each output block taking from each run the rows whose ids
+fall in it, with parent and flow links and stack ids turned from the run's numbering into the
 table's. What is held is a block of each run and each row's id (4 bytes a row).
 """
 

@@ -16,10 +16,11 @@ file is read on its own (`plan_span`, kineto_plan_spans reading spans in paralle
 spans' findings, kept as values rather than the span's codes, are combined in the file's
 order (`combine`): a python frame is placed by the first span whose python rows name it (the
 trace's own first mention, unless an earlier span names it in another kind of event, which
-only changes the stacks' numbering). What the second pass
-needs of each event to route it (ROUTE_KEY: its time, its correlation id if it is device work,
-whether it is a memory sample or metadata) goes to a file as the events are read, so that pass
-only splits the trace into events' texts and never decodes them.
+only changes the stacks' numbering). As the events are read, two files are written: what the
+second pass needs of each event to route it (ROUTE_KEY: its time, its correlation id if it is
+device work, whether it is a memory sample or metadata), and each range's decoded columns
+(kineto_pieces), which the second pass hands to the chunks and their mapping reads, so that no
+event is decoded twice.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ class Plan:
     records: tuple[Path, ...]  # each span's ranges' decoded events (kineto_pieces)
     span_events: tuple[int, ...]  # how many events each span has
     spans: tuple[tuple[int | None, int | None], ...]  # each span's cuts (None: file start, end)
-    ranges: tuple[np.ndarray, ...] | None  # each span's ranges (SpanPlan.ranges)
 
     @property
     def chunks(self) -> int:
@@ -124,7 +124,6 @@ class _Pass:
         self.named = 0  # the distinct names looked at so far (the span's list grows)
         self.memory_code = -2
         self.lane_codes: list[int] = []
-        self.range_events: list[int] = []
 
     def roles(self, p: Piece) -> Roles:
         """A range's roles, as its decode found them; only the names new in this range are
@@ -182,7 +181,7 @@ class _Pass:
         keys["flag"][p.codes["ph"] == (ph.index("M") if "M" in ph else -2)] = METADATA
         keys.tofile(self.keys)
 
-    def finish(self, keys: Path, records: Path, ranges: np.ndarray | None) -> SpanPlan:
+    def finish(self, keys: Path, records: Path) -> SpanPlan:
         """What the span gives the plan, its codes made values (spans number theirs apart)."""
         pids, tids, names = (
             self.span.values["pid"],
@@ -208,7 +207,6 @@ class _Pass:
             dict(self.span.top),
             keys,
             records,
-            ranges,
         )
 
 
@@ -234,9 +232,6 @@ class SpanPlan:
     top: dict[str, Any]
     keys: Path  # the span's events' ROUTE_KEYs
     records: Path  # its ranges' decoded events (kineto_pieces), for the mapping
-    # each range's begin and end cuts in the file (-1: its start, end) and events; None for a
-    # gzip or array-form file
-    ranges: np.ndarray | None
 
 
 def plan_span(
@@ -264,23 +259,18 @@ def plan_span(
             gather.piece(p)
             if p.ts.ns.size:  # the range decoded whole, kept for the mapping
                 records_file.write(pieces.dump(pieces.record_of(p, span.values)))
-            gather.range_events.append(p.ts.ns.size)
             read = source.bytes_read / total if isinstance(source, StreamSource) else done[0]
             progress(min(1.0, read), gather.events)
 
         decode_span(source, begin, end, keep=keep, range_bytes=range_bytes, path=path,
                     span=span, per_range=("id",),
                     progress=lambda share: done.__setitem__(0, share))  # fmt: skip
-    if isinstance(source, StreamSource) and not source.file_offsets:
-        return gather.finish(keys, records, None)  # its cuts are not the file's bytes: routed whole
-    cuts = [-1 if c is None else c for c in (begin, *span.ends)]
-    ranges = np.array([cuts[:-1], cuts[1:], gather.range_events], np.int64)
-    return gather.finish(keys, records, ranges.T.reshape(-1, 3))
+    return gather.finish(keys, records)
 
 
 def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
     """Read the trace once and cut it into chunks of about `chunk_events` events each (the
-    events' route keys written under `folder`)."""
+    events' route keys and decoded columns written under `folder`)."""
     try:
         part = plan_span(path, None, None, range_bytes, folder / "route-keys-0", progress)
     except RangeError as e:
@@ -322,9 +312,7 @@ def combine(
     running_sums = any(p.running_sums for p in parts)
     return Plan(cuts, corr[first], chunk, running_sums, top, frame_codes, events,
                 tuple(p.keys for p in parts), tuple(p.records for p in parts),
-                tuple(p.events for p in parts), tuple(spans),
-                None if any(p.ranges is None for p in parts) else
-                tuple(p.ranges for p in parts if p.ranges is not None))  # fmt: skip
+                tuple(p.events for p in parts), tuple(spans))  # fmt: skip
 
 
 def _flows(ids: np.ndarray, ts: np.ndarray) -> _Union:
