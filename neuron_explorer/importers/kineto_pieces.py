@@ -46,11 +46,15 @@ class Record:
     typed: dict[str, tuple[pa.Array, ...]]  # kineto_args.SUBSETS -> each subset's columns
 
 
-def record_of(piece: Piece, values: dict[str, list[Any]]) -> Record:
-    """A range's piece (codes into the span's `values`) as a record of its own."""
+def record_of(piece: Piece, values: dict[str, list[Any]], per_range: tuple[str, ...]) -> Record:
+    """A range's piece (codes into the span's `values`; those of `per_range` fields into the
+    range's own, already numbered by first use) as a record of its own."""
     codes, own = {}, {}
     for f in FIELDS:
-        codes[f], own[f] = _local(piece.codes[f], values[f])
+        if f in per_range:
+            codes[f], own[f] = piece.codes[f].astype(np.int32), values[f]
+        else:
+            codes[f], own[f] = _local(piece.codes[f], values[f])
     n = len(piece.ts.ns)
     return Record(n, codes, own, piece.ts, piece.dur, piece.row_args, piece.typed)
 

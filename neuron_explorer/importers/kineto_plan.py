@@ -47,6 +47,7 @@ FIRST = np.iinfo(np.int64).min
 # -1), and COUNTER or METADATA flags
 ROUTE_KEY = np.dtype([("ts", "<i8"), ("corr", "<i8"), ("flag", "i1")])
 COUNTER, METADATA = 1, 2
+PER_RANGE = ("id",)  # the fields whose values are kept a range at a time (mostly distinct)
 
 
 @dataclass(frozen=True)
@@ -258,12 +259,12 @@ def plan_span(
         def keep(p: Piece) -> None:
             gather.piece(p)
             if p.ts.ns.size:  # the range decoded whole, kept for the mapping
-                records_file.write(pieces.dump(pieces.record_of(p, span.values)))
+                records_file.write(pieces.dump(pieces.record_of(p, span.values, PER_RANGE)))
             read = source.bytes_read / total if isinstance(source, StreamSource) else done[0]
             progress(min(1.0, read), gather.events)
 
         decode_span(source, begin, end, keep=keep, range_bytes=range_bytes, path=path,
-                    span=span, per_range=("id",),
+                    span=span, per_range=PER_RANGE,
                     progress=lambda share: done.__setitem__(0, share))  # fmt: skip
     return gather.finish(keys, records)
 
