@@ -4,9 +4,11 @@ record to its chunk (split only where a range's events go to several), and each 
 columns are joined from its records into the Decoded its mapping reads. So every event is
 decoded once, not once to plan and again, from its chunk's text, to map.
 
-A record is a pickle after its length and events. Its codes are the range's own (values numbered by first
-use in the range, only those used), so records join in any grouping exactly as one decode of
-their events would number them (kineto_extract._merge renumbers spans' codes in file order).
+A record is a pickle after its length and event count (written and read only by this import,
+in its own private folder, never a file from outside). Its codes are the range's own (values
+numbered by first use in the range, only those used), so records join in any grouping exactly
+as one decode of their events would number them (kineto_extract._merge renumbers spans' codes
+in file order).
 """
 
 from __future__ import annotations
