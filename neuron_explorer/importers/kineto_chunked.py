@@ -109,6 +109,8 @@ def write_chunked(
                               options.workers or default_workers())  # fmt: skip
         chunks = route_spans(path, the_plan, Path(folder),
                              lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, None))  # fmt: skip
+        for used in (*the_plan.records, *the_plan.keys):  # now in the chunks' files: let go
+            used.unlink(missing_ok=True)
         # the passes' freed ranges back to the OS before the mapping's workers fork from here
         give_back_free_memory()
         chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
