@@ -146,18 +146,23 @@ def _take(record: Record, sel: np.ndarray, is_row: np.ndarray, subsets: dict) ->
 def decoded(path: Path, top: dict[str, Any]) -> Decoded:
     """A chunk's records joined into the columns a decode of its events gives (`top`: the
     trace's top-level keys), the args texts spilled to disk as the streaming import's are."""
+    give_back_free_memory()  # the previous chunk's, before this one's columns come
     spill = TextSpill(spill_directory())
-    spans = []
+    # the records' codes renumbered into the chunk's as they are read (as _merge renumbers
+    # spans'), so that a value is held once, not once a record
+    factorizers = {f: kd.Factorizer() for f in FIELDS}
+    span = Span(values={f: z.seen for f, z in factorizers.items()})
     try:
         for rec in read_all(path):
             spill.append(rec.row_args)
-            codes = {k: compact(c) for k, c in rec.codes.items()}
-            piece = Piece(codes, rec.ts, rec.dur, None, rec.typed)  # type: ignore[arg-type]
-            spans.append(Span(pieces=[piece], values=rec.values))
+            codes = {
+                f: compact(factorizers[f].remap(rec.values[f])[c]) for f, c in rec.codes.items()
+            }
+            span.pieces.append(Piece(codes, rec.ts, rec.dur, None, rec.typed))  # type: ignore[arg-type]
     except BaseException:
         spill.finish().close()
         raise
-    spans[0].top = {k: v for k, v in top.items() if v is not None}
-    d = _merge(spans, row_args=spill.finish(), joined=give_back_free_memory)
+    span.top = {k: v for k, v in top.items() if v is not None}
+    d = _merge([span], row_args=spill.finish(), joined=give_back_free_memory)
     give_back_free_memory()
     return d
