@@ -44,10 +44,11 @@ from .pystacks import Frame, scope_of
 MAPPING_BYTES_PER_EVENT = 160
 MAPPING_BYTES_PER_TEXT_BYTE = 0.6  # the 1 GB benchmark trace's peak over its size
 MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of the peak
-# the first two passes' ranges (at most the budget over 64), and a chunk's when it is mapped:
-# the passes keep nothing of a range's decoded events and a chunk's mapping is sized by the
-# budget, so larger ranges cost little memory, and per-range costs fall (100 MB trace: 2.2 and
-# 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and 1.3 s in 1 MB ones)
+# the first pass's ranges (at most the budget over 64), each decoded once, its columns a record
+# on disk routed whole to a chunk: the pass keeps nothing of a range's events in memory and a
+# chunk's mapping is sized by the budget, so larger ranges cost little memory, and per-range
+# costs fall (100 MB trace: 2.2 and 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and
+# 1.3 s in 1 MB ones; 300 MB: 2 MB ranges 10% less than 8 MB ones, 8% less than 1 MB ones)
 PASS_RANGE_BYTES = 2 << 20
 PLAN_SHARE = 0.3  # of the progress: the first pass (the file read; then routed, mapped, merged)
 
@@ -113,7 +114,7 @@ def write_chunked(
             used.unlink(missing_ok=True)
         # the passes' freed ranges back to the OS before the mapping's workers fork from here
         give_back_free_memory()
-        chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
+        chunk_options = replace(options, chunk_budget=None)
         got = _Gathered()
         mapping = map_chunks(path, chunks, the_plan.top, chunk_options, thread_names, workers)
         for k, mapped in enumerate(mapping):
