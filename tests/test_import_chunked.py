@@ -20,6 +20,7 @@ from neuron_explorer.importers import (
     import_traces,
     kineto_chunk_map,
     kineto_chunked,
+    kineto_pieces,
     kineto_plan_spans,
 )
 from neuron_explorer.importers.kineto_chunked import (
@@ -215,19 +216,19 @@ def test_a_bad_trace_read_in_spans_is_one_line_naming_it(tmp_path, in_spans):
         _chunked(path, tmp_path / "c")
 
 
-def test_the_first_pass_ranges_are_the_files_bytes_of_their_events(tmp_path, in_spans):
-    """The routing copies a range whose events all go to one chunk as the file has it: each
-    range between two cuts is whole events and the commas between, as many as the pass read."""
+def test_the_first_pass_keeps_every_event_decoded_once_in_order(tmp_path, in_spans):
+    """The first pass's records (each range's columns, which the chunks' mapping reads instead
+    of decoding the text again) hold every event of the trace once, in its order, each with
+    the values its own codes name."""
     path = _repeated(GPT2, 3, tmp_path / "t.json")
-    text = path.read_bytes()
+    events = json.loads(path.read_bytes())["traceEvents"]
     p = kineto_plan_spans.plan_spans(path, 100, 1 << 14, lambda f, n=None: None, tmp_path, 3)
-    assert p.ranges is not None and len(p.ranges) == 3
-    ranges = np.concatenate(p.ranges)
-    assert ranges[:, 2].sum() == p.events == len(json.loads(text)["traceEvents"])
-    assert (ranges[1:, 0] == ranges[:-1, 1]).all() and ranges[0, 0] == ranges[-1, 1] == -1
-    for lo, hi, count in ranges[1:-1].tolist():
-        assert len(json.loads(b"[" + text[lo + 1 : hi] + b"]")) == count
-    assert len(ranges) > 20
+    assert len(p.records) == 3
+    records = [r for part in p.records for r in kineto_pieces.read_all(part)]
+    assert len(records) > 20 and sum(r.n for r in records) == p.events == len(events)
+    for field, default in (("name", ""), ("ph", ""), ("tid", 0)):
+        got = [r.values[field][c] for r in records for c in r.codes[field].tolist()]
+        assert got == [e.get(field, default) for e in events], field
 
 
 def test_progress_counts_every_event_over_spans_as_the_stream_does(tmp_path, in_spans):

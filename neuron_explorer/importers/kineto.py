@@ -86,13 +86,17 @@ def load(
     *,
     thread_names: bool = True,
     event_index: bool = False,
+    decoded: Decoded | None = None,
 ) -> FileData:
     """Read, decode and map one trace file (`thread_names`: lanes named by the trace's
     thread_name metadata, else by tid alone; `event_index`: keep each row's event index)."""
     report = progress or no_share
     options = options or DecodeOptions()
     share: Share = lambda f, events=None: report(DECODE_SHARE * f, events)  # noqa: E731
-    if options.memory_budget is None:
+    if decoded is not None:  # a chunk's columns, decoded by the chunked import's first pass
+        map_large_blocks()
+        d = decoded
+    elif options.memory_budget is None:
         d = extract(path, options, share)
     else:
         map_large_blocks()

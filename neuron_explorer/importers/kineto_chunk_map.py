@@ -1,8 +1,8 @@
-"""The chunked import's chunks mapped, each by the in-memory mapping (kineto.load) into a sorted
-run: in this process, or, for a big trace on a machine of several CPUs, in worker processes
-that take the chunks in turn (the memory budget is split among them: kineto_chunked sizes the
-chunks by it). A worker hands back only what the merge keeps of a chunk (`Mapped`): its rows
-and counters are on disk.
+"""The chunked import's chunks mapped, each by the in-memory mapping (kineto.load) of its
+columns, which the first pass decoded (kineto_pieces), into a sorted run: in this process, or,
+for a big trace on a machine of several CPUs, in worker processes that take the chunks in turn
+(the memory budget is split among them: kineto_chunked sizes the chunks by it). A worker hands
+back only what the merge keeps of a chunk (`Mapped`): its rows and counters are on disk.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BadInputError
 from . import kineto
+from . import kineto_pieces as pieces
 from .kineto_extract import DecodeOptions
 from .kineto_merge import Run, write_run
 from .kineto_route import Chunk
@@ -43,6 +45,7 @@ class Mapped:
 class _Job:
     trace: Path
     chunk: Chunk
+    top: dict[str, Any]  # the trace's top-level keys
     options: DecodeOptions
     thread_names: bool
 
@@ -55,12 +58,14 @@ def pool_workers(path: Path, workers: int) -> int:
 def map_chunks(
     trace: Path,
     chunks: Sequence[Chunk],
+    top: dict[str, Any],
     options: DecodeOptions,
     thread_names: bool,
     workers: int,
 ) -> Iterator[Mapped]:
-    """Each chunk mapped, in the chunks' order (BadInputError naming `trace`)."""
-    jobs = [_Job(trace, c, options, thread_names) for c in chunks]
+    """Each chunk mapped, in the chunks' order (BadInputError naming `trace`; `top`: its
+    top-level keys)."""
+    jobs = [_Job(trace, c, top, options, thread_names) for c in chunks]
     if workers <= 1 or len(jobs) <= 1:
         yield from map(_map_or_raise, jobs)
         return
@@ -86,12 +91,14 @@ def map_chunk(job: _Job) -> Mapped | str:
     the trace's)."""
     chunk = job.chunk
     try:
+        decoded = pieces.decoded(chunk.path, job.top)
         f = kineto.load(chunk.path, None, job.options, thread_names=job.thread_names,
-                        event_index=True)  # fmt: skip
+                        event_index=True, decoded=decoded)  # fmt: skip
+        del decoded
     except BadInputError as e:
         index = chunk.event_index()
         return EVENT_NUMBER.sub(lambda m: f"event #{index[int(m[1])]}", e.problem)
-    run = write_run(f, chunk.event_index(), chunk.path.with_suffix(".parquet"))
+    run = write_run(f, chunk.event_index(), chunk.path.with_suffix(".run"))
     chunk.path.unlink()
     counters = chunk.path.with_suffix(".counters.parquet")
     pq.write_table(pa.table(f.counters), counters)

@@ -1,12 +1,13 @@
 """The chunked import: a trace whose mapping would not fit the memory budget, imported a chunk
 at a time by the in-memory mapping (kineto.load), into the same profile.
 
-Three passes: kineto_plan finds the chunks (stretches of time no lane's nesting crosses,
-device work with its launch) and writes each event's route, kineto_route copies each event's
-text to its chunk's file by its route (no decode), both over spans of a big plain file in
-parallel (kineto_plan_spans), and each chunk is loaded, its rows written as a sorted run, its
-counters to a file, and let go (kineto_chunk_map: in a worker process per CPU for a big
-trace, each chunk sized to one worker's share of the budget); kineto_merge merges the runs in
+Three passes: kineto_plan decodes the trace once, finds the chunks (stretches of time no lane's
+nesting crosses, device work with its launch) and writes each event's route and each range's
+decoded columns, kineto_route hands each range's columns to its chunk's file by the routes
+(kineto_pieces), both over spans of a big plain file in parallel (kineto_plan_spans), and each
+chunk's columns are mapped, its rows written as a sorted run, its counters to a file, and let
+go (kineto_chunk_map: in a worker process per CPU for a big trace, each chunk sized to one
+worker's share of the budget); kineto_merge merges the runs in
 the events table's order, and the chunks' stacks are numbered as one trace's
 (`global_stacks`). Steps, a few per step, stay in memory.
 """
@@ -43,10 +44,11 @@ from .pystacks import Frame, scope_of
 MAPPING_BYTES_PER_EVENT = 160
 MAPPING_BYTES_PER_TEXT_BYTE = 0.6  # the 1 GB benchmark trace's peak over its size
 MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of the peak
-# the first two passes' ranges (at most the budget over 64), and a chunk's when it is mapped:
-# the passes keep nothing of a range's decoded events and a chunk's mapping is sized by the
-# budget, so larger ranges cost little memory, and per-range costs fall (100 MB trace: 2.2 and
-# 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and 1.3 s in 1 MB ones)
+# the first pass's ranges (at most the budget over 64), each decoded once, its columns a record
+# on disk routed whole to a chunk: the pass keeps nothing of a range's events in memory and a
+# chunk's mapping is sized by the budget, so larger ranges cost little memory, and per-range
+# costs fall (100 MB trace: 2.2 and 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and
+# 1.3 s in 1 MB ones; 300 MB: 2 MB ranges 10% less than 8 MB ones, 8% less than 1 MB ones)
 PASS_RANGE_BYTES = 2 << 20
 PLAN_SHARE = 0.3  # of the progress: the first pass (the file read; then routed, mapped, merged)
 
@@ -109,13 +111,16 @@ def write_chunked(
         # pass 1 decoded every event (its workers' counts do not come back): the total, from here
         events = the_plan.events
         progress(PLAN_SHARE, events)
-        chunks = route_spans(path, the_plan, Path(folder), range_bytes,
+        chunks = route_spans(path, the_plan, Path(folder),
                              lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, events))  # fmt: skip
+        for used in (*the_plan.records, *the_plan.keys):  # now in the chunks' files: let go
+            used.unlink(missing_ok=True)
         # the passes' freed ranges back to the OS before the mapping's workers fork from here
         give_back_free_memory()
-        chunk_options = replace(options, chunk_budget=None, stream_range_bytes=range_bytes)
+        chunk_options = replace(options, chunk_budget=None)
         got = _Gathered()
-        for k, mapped in enumerate(map_chunks(path, chunks, chunk_options, thread_names, workers)):
+        mapping = map_chunks(path, chunks, the_plan.top, chunk_options, thread_names, workers)
+        for k, mapped in enumerate(mapping):
             got.add(mapped)
             progress(0.5 + 0.3 * (k + 1) / len(chunks), events)
         assert got.head is not None and got.origin is not None

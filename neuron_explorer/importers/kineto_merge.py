@@ -1,10 +1,13 @@
-"""The chunked import's runs: each chunk's rows written as a sorted Parquet run, then the runs
-merged into the events table's (start, longest first, trace order) order, a block at a time.
+"""The chunked import's runs: each chunk's rows written as a sorted run (an Arrow IPC stream,
+its sort keys in a file beside it), then the runs merged into the events table's (start,
+longest first, trace order) order, a block at a time.
 
-The merge goes over the runs twice. First over their keys alone (start, duration and each row's
-index in the trace), a k-way merge by sorted blocks that gives every run's rows their ids in the
-whole table; then over the rows, each output block taking from each run the rows whose ids fall
-in it, with parent and flow links and stack ids turned from the run's numbering into the
+A run is written once and read once, here, so it is Arrow's own format, not Parquet: no
+encoding nor decoding of its columns (Parquet's were a quarter of the merge and write). The
+merge goes over the runs twice. First over their keys alone (start, duration and each row's
+index in the trace), a k-way merge by sorted blocks that gives every run's rows their ids in
+the whole table; then over the rows, each output block taking from each run the rows whose ids
+fall in it, with parent and flow links and stack ids turned from the run's numbering into the
 table's. What is held is a block of each run and each row's id (4 bytes a row).
 """
 
@@ -17,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..model.io import ROW_GROUP_ROWS
 from ..model.schema import EVENTS, conform
@@ -25,17 +27,20 @@ from .assemble import _event_blocks, _order
 from .kineto import FileData
 from .kineto_columns import give_back_free_memory
 
-RUN_GROUP_ROWS = 1 << 14  # a run's row group: every run holds one while the runs are merged
+RUN_GROUP_ROWS = 1 << 14  # a run's record batch: every run holds one while the runs are merged
 READ_ROWS = RUN_GROUP_ROWS
+# a run's keys, a row's: its start, its duration negated (longest first) and its trace index
+RUN_IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+RUN_KEY = np.dtype([("start", "<i8"), ("ndur", "<i8"), ("tie", "<i8")])
 
 
 @dataclass(frozen=True)
 class Run:
     """One chunk's rows in their order: the events columns (ids, links and stacks the chunk's
-    own) and each row's index in the trace."""
+    own), and each row's RUN_KEY."""
 
     path: Path
-    trace_index_path: Path
+    keys_path: Path
     rows: int
 
 
@@ -43,13 +48,21 @@ def write_run(f: FileData, trace_index: np.ndarray, path: Path) -> Run:
     """Write chunk `f`'s rows in order (`trace_index`: its events' indices in the trace)."""
     assert f.event_index is not None
     order = _order(f)
-    tie = path.with_suffix(".tie")
-    trace_index[f.event_index[order]].astype(np.int64).tofile(tie)
-    schema = EVENTS.arrow_schema()
-    with pq.ParquetWriter(path, schema, compression="lz4") as out:
+    keys = np.empty(order.size, RUN_KEY)
+    keys["start"] = f.columns["start_ns"][order]
+    keys["ndur"] = -f.columns["dur_ns"][order]
+    keys["tie"] = trace_index[f.event_index[order]]
+    keys_path = path.with_suffix(".keys")
+    keys.tofile(keys_path)
+    del keys
+    # a stream, not an IPC file: each block has dictionaries of its own, which a file refuses
+    with (
+        pa.OSFile(str(path), "wb") as sink,
+        pa.ipc.new_stream(sink, EVENTS.arrow_schema(), options=RUN_IPC) as out,
+    ):
         for block in _event_blocks(f, 0, 0, 0, 0):
             out.write_table(conform(EVENTS, block), RUN_GROUP_ROWS)
-    return Run(path, tie, len(order))
+    return Run(path, keys_path, len(order))
 
 
 class _Keys:
@@ -58,9 +71,6 @@ class _Keys:
 
     def __init__(self, run: Run) -> None:
         self._run = run
-        self._batches = pq.ParquetFile(run.path).iter_batches(
-            READ_ROWS, columns=["start_ns", "dur_ns"]
-        )
         self.read = 0  # rows read
         self.ended = False
         self.buf = [np.zeros(0, np.int64)] * 4
@@ -69,14 +79,14 @@ class _Keys:
         """Read the next block once the buffer is empty."""
         if self.buf[0].size or self.ended:
             return
-        batch = next(self._batches, None)
-        if batch is None:
+        n = min(READ_ROWS, self._run.rows - self.read)
+        if not n:
             self.ended = True
             return
-        n = batch.num_rows
-        tie = np.fromfile(self._run.trace_index_path, np.int64, count=n, offset=8 * self.read)
-        start, dur = batch.column(0).to_numpy(), batch.column(1).to_numpy()
-        self.buf = [start, -dur, tie, np.arange(self.read, self.read + n)]
+        key = np.fromfile(
+            self._run.keys_path, RUN_KEY, count=n, offset=RUN_KEY.itemsize * self.read
+        )
+        self.buf = [key["start"], key["ndur"], key["tie"], np.arange(self.read, self.read + n)]
         self.read += n
 
     def last(self) -> tuple[int, int, int]:
@@ -114,7 +124,8 @@ class _RowReader:
     """A run's rows read forward, a slice at a time."""
 
     def __init__(self, run: Run) -> None:
-        self._batches = pq.ParquetFile(run.path).iter_batches(READ_ROWS)
+        self._file = pa.OSFile(str(run.path), "rb")
+        self._batches = iter(pa.ipc.open_stream(self._file))
         self._buf = pa.table({})
         self._at = 0
 
@@ -128,6 +139,9 @@ class _RowReader:
             self._at += k
             n -= k
         return pa.concat_tables(parts) if parts else pa.table({})
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def merged_blocks(
@@ -148,7 +162,12 @@ def merged_blocks(
                     _renumbered(reader.take(hi - lo), ids[i], lo, stack_maps[i], rank, origin)
                 )
         block = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
-        yield block.take(pc.sort_indices(block.column("id")))
+        ids_here = block.column("id").to_numpy()
+        if len(parts) > 1 and (ids_here[1:] < ids_here[:-1]).any():
+            # runs interleave here; a block from one run (mostly: a chunk is a stretch of
+            # time) is in order already
+            block = block.take(pc.sort_indices(block.column("id")))
+        yield block
         del block, parts
         give_back_free_memory()  # each block's columns, freed, would otherwise stay as heap
 

@@ -16,10 +16,11 @@ file is read on its own (`plan_span`, kineto_plan_spans reading spans in paralle
 spans' findings, kept as values rather than the span's codes, are combined in the file's
 order (`combine`): a python frame is placed by the first span whose python rows name it (the
 trace's own first mention, unless an earlier span names it in another kind of event, which
-only changes the stacks' numbering). What the second pass
-needs of each event to route it (ROUTE_KEY: its time, its correlation id if it is device work,
-whether it is a memory sample or metadata) goes to a file as the events are read, so that pass
-only splits the trace into events' texts and never decodes them.
+only changes the stacks' numbering). As the events are read, two files are written: what the
+second pass needs of each event to route it (ROUTE_KEY: its time, its correlation id if it is
+device work, whether it is a memory sample or metadata), and each range's decoded columns
+(kineto_pieces), which the second pass hands to the chunks and their mapping reads, so that no
+event is decoded twice.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import BadInputError
+from . import kineto_pieces as pieces
 from .kineto_decode import Factorizer
 from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, K, Roles, roles
 from .kineto_ranges import FileSource, Piece, RangeError, Span, decode_span, phases
@@ -45,6 +47,7 @@ FIRST = np.iinfo(np.int64).min
 # -1), and COUNTER or METADATA flags
 ROUTE_KEY = np.dtype([("ts", "<i8"), ("corr", "<i8"), ("flag", "i1")])
 COUNTER, METADATA = 1, 2
+PER_RANGE = ("id",)  # the fields whose values are kept a range at a time (mostly distinct)
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,9 @@ class Plan:
     frame_codes: dict[Frame, int]  # a python frame -> its name's place in the trace's names
     events: int
     keys: tuple[Path, ...]  # each span's events' ROUTE_KEYs, in the trace's order
+    records: tuple[Path, ...]  # each span's ranges' decoded events (kineto_pieces)
     span_events: tuple[int, ...]  # how many events each span has
     spans: tuple[tuple[int | None, int | None], ...]  # each span's cuts (None: file start, end)
-    ranges: tuple[np.ndarray, ...] | None  # each span's ranges (SpanPlan.ranges)
 
     @property
     def chunks(self) -> int:
@@ -122,7 +125,6 @@ class _Pass:
         self.named = 0  # the distinct names looked at so far (the span's list grows)
         self.memory_code = -2
         self.lane_codes: list[int] = []
-        self.range_events: list[int] = []
 
     def roles(self, p: Piece) -> Roles:
         """A range's roles, as its decode found them; only the names new in this range are
@@ -180,7 +182,7 @@ class _Pass:
         keys["flag"][p.codes["ph"] == (ph.index("M") if "M" in ph else -2)] = METADATA
         keys.tofile(self.keys)
 
-    def finish(self, keys: Path, ranges: np.ndarray | None) -> SpanPlan:
+    def finish(self, keys: Path, records: Path) -> SpanPlan:
         """What the span gives the plan, its codes made values (spans number theirs apart)."""
         pids, tids, names = (
             self.span.values["pid"],
@@ -205,7 +207,7 @@ class _Pass:
             self.running_sums,
             dict(self.span.top),
             keys,
-            ranges,
+            records,
         )
 
 
@@ -230,9 +232,7 @@ class SpanPlan:
     running_sums: bool
     top: dict[str, Any]
     keys: Path  # the span's events' ROUTE_KEYs
-    # each range's begin and end cuts in the file (-1: its start, end) and events; None for a
-    # gzip or array-form file
-    ranges: np.ndarray | None
+    records: Path  # its ranges' decoded events (kineto_pieces), for the mapping
 
 
 def plan_span(
@@ -249,7 +249,8 @@ def plan_span(
     span = Span()
     total = max(1, path.stat().st_size)
     whole = begin is None and end is None
-    with f, keys.open("wb") as keys_file:
+    records = keys.with_name(keys.name.replace("route-keys", "records"))
+    with f, keys.open("wb") as keys_file, records.open("wb") as records_file:
         gather = _Pass(span, keys_file)
         # a span of a plain file is read where it lies; the whole file (or gzip) as a stream
         source = StreamSource(f, path, gzip=gz) if whole else FileSource(f.fileno(), total)
@@ -257,23 +258,20 @@ def plan_span(
 
         def keep(p: Piece) -> None:
             gather.piece(p)
-            gather.range_events.append(p.ts.ns.size)
+            if p.ts.ns.size:  # the range decoded whole, kept for the mapping
+                records_file.write(pieces.dump(pieces.record_of(p, span.values, PER_RANGE)))
             read = source.bytes_read / total if isinstance(source, StreamSource) else done[0]
             progress(min(1.0, read), gather.events)
 
         decode_span(source, begin, end, keep=keep, range_bytes=range_bytes, path=path,
-                    span=span, only=("gpu", "mem"), per_range=("id",),
+                    span=span, per_range=PER_RANGE,
                     progress=lambda share: done.__setitem__(0, share))  # fmt: skip
-    if isinstance(source, StreamSource) and not source.file_offsets:
-        return gather.finish(keys, None)  # its cuts are not the file's bytes: routed whole
-    cuts = [-1 if c is None else c for c in (begin, *span.ends)]
-    ranges = np.array([cuts[:-1], cuts[1:], gather.range_events], np.int64)
-    return gather.finish(keys, ranges.T.reshape(-1, 3))
+    return gather.finish(keys, records)
 
 
 def plan(path: Path, chunk_events: int, range_bytes: int, progress: Share, folder: Path) -> Plan:
     """Read the trace once and cut it into chunks of about `chunk_events` events each (the
-    events' route keys written under `folder`)."""
+    events' route keys and decoded columns written under `folder`)."""
     try:
         part = plan_span(path, None, None, range_bytes, folder / "route-keys-0", progress)
     except RangeError as e:
@@ -314,9 +312,8 @@ def combine(
     chunk = (np.searchsorted(cuts, ts[first], side="right") - 1).astype(np.int32)
     running_sums = any(p.running_sums for p in parts)
     return Plan(cuts, corr[first], chunk, running_sums, top, frame_codes, events,
-                tuple(p.keys for p in parts), tuple(p.events for p in parts), tuple(spans),
-                None if any(p.ranges is None for p in parts) else
-                tuple(p.ranges for p in parts if p.ranges is not None))  # fmt: skip
+                tuple(p.keys for p in parts), tuple(p.records for p in parts),
+                tuple(p.events for p in parts), tuple(spans))  # fmt: skip
 
 
 def _flows(ids: np.ndarray, ts: np.ndarray) -> _Union:

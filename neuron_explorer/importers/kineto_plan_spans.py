@@ -65,22 +65,20 @@ def plan_spans(
     return plan(path, chunk_events, range_bytes, progress, folder)
 
 
-def route_spans(
-    path: Path, the_plan: Plan, folder: Path, range_bytes: int, progress: Share
-) -> list[Chunk]:
+def route_spans(path: Path, the_plan: Plan, folder: Path, progress: Share) -> list[Chunk]:
     """kineto_route.route, the plan's spans routed in parallel, each into parts of the chunks'
     files, then joined."""
     if len(the_plan.spans) <= 1:
-        return route(path, the_plan, folder, range_bytes, progress)
+        return route(path, the_plan, folder, progress)
     chunks = chunks_of(the_plan, folder)
-    _JOB.update(path=path, plan=the_plan, chunks=chunks, range_bytes=range_bytes)
+    _JOB.update(path=path, plan=the_plan, chunks=chunks)
     try:
         started = _here_and_forked(_route_one, len(the_plan.spans), progress)
     except RangeError:  # no worker could start: the whole file here
-        return route(path, the_plan, folder, range_bytes, progress)
+        return route(path, the_plan, folder, progress)
     finally:
         _JOB.clear()
-    join_parts(chunks, the_plan, started)
+    join_parts(chunks, started)
     return chunks
 
 
@@ -91,12 +89,11 @@ def _plan_one(span: int, progress: Share) -> SpanPlan:
 
 
 def _route_one(span: int, progress: Share) -> list[bool]:
-    writers = ChunkWriters(_JOB["chunks"], b"", suffix=f".part{span}")
+    writers = ChunkWriters(_JOB["chunks"], suffix=f".part{span}")
     try:
-        route_span(_JOB["path"], _JOB["plan"], span, span + 1, writers, _JOB["range_bytes"],
-                   progress)  # fmt: skip
+        route_span(_JOB["path"], _JOB["plan"], span, span + 1, writers, progress)
     finally:
-        started = writers.close(b"")
+        started = writers.close()
     return started
 
 

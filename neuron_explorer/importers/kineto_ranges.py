@@ -65,14 +65,6 @@ class _Tail(msgspec.Struct, gc=False):
     host_name: Any = msgspec.UNSET
 
 
-class _RawHead(msgspec.Struct, gc=False):
-    traceEvents: list[msgspec.Raw]
-
-
-class _RawRange(msgspec.Struct, gc=False):
-    events: list[msgspec.Raw] = msgspec.field(name=WRAP_KEY)
-
-
 class _TimesHead(msgspec.Struct, gc=False):
     traceEvents: list[kd.TimesEvent]
 
@@ -162,20 +154,15 @@ def decode_span(
     path: Path | None = None,
     progress: Callable[[float], None] = lambda f: None,
     span: Span | None = None,
-    raw: Callable[[list[msgspec.Raw]], Any] | None = None,
-    only: tuple[str, ...] | None = None,
     per_range: tuple[str, ...] = (),
 ) -> Span:
     """Decode the events between cut `begin` (None: the file's start) and cut `end` (None: its
     end), range by range; `keep` turns each range's Piece into what the Span holds, `progress`
     hears the share of the span done. A span that is the whole file in one range decodes as the
     file (BadInputError naming `path`). `span`: the Span to fill, its values (the distinct values
-    so far) readable by `keep`. `raw`: each range's events are only split into their texts, not
-    decoded into events and columns; `raw` sees the texts (views valid during the call), and
-    its result is what the Span holds. `only`: the typed args subsets to decode, and no args
-    text (None: every subset and the rows' args text). `per_range`: FIELDS whose distinct
-    values are only each range's (codes start again at 0; a trace's ids are mostly distinct,
-    and keeping them all grows with the trace)."""
+    so far) readable by `keep`. `per_range`: FIELDS whose distinct values are only each
+    range's (codes start again at 0; a trace's ids are mostly distinct, and keeping them all
+    grows with the trace)."""
     span = span or Span()
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     span.values = {f: z.seen for f, z in factorizers.items()}  # the lists grow as ranges come
@@ -194,12 +181,9 @@ def decode_span(
             view = source.read(lo, hi)
             patches = _patch(view, first=pos is None, last=cut is None, size=hi - lo)
             try:
-                if raw is not None:
-                    span.pieces.append(raw(_decode_raw(view, first=pos is None)))
-                    break
                 evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
                 span.top.update(top)
-                span.pieces.append(keep(_columns(evs, view, pos is None, factorizers, only)))
+                span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
                 del evs
                 break
             except RangeError as e:
@@ -306,22 +290,11 @@ def _decode(
     return tail.events, {k: v for k, v in top.items() if v is not msgspec.UNSET}
 
 
-def _decode_raw(view: memoryview, *, first: bool) -> list[msgspec.Raw]:
-    """A range's events as their texts (a cut inside a string fails here as in `_decode`)."""
-    try:
-        if first:
-            return msgspec.json.decode(view, type=_RawHead).traceEvents
-        return msgspec.json.decode(view, type=_RawRange).events
-    except (msgspec.DecodeError, RecursionError) as e:
-        raise RangeError(str(e)) from None
-
-
 def _columns(
     evs: list[kd.Event],
     view: memoryview,
     first: bool,
     factorizers: dict[str, kd.Factorizer],
-    only: tuple[str, ...] | None = None,
 ) -> Piece:
     """A range's events as columns; its args text and typed args fields decoded in bulk."""
     codes = {
@@ -345,10 +318,7 @@ def _columns(
     typed = {  # compress with a mask: a third of the time of indexing by numpy ints
         key: typed_columns(list(compress(args, mask.tolist())), *SUBSETS[key])
         for key, mask in r.typed_subsets().items()
-        if only is None or key in only
     }
-    if only is not None:
-        return Piece(codes, ts, dur, pa.array([], pa.string()), typed)
     row_args = kd.raw_column(list(compress(args, r.is_row.tolist())))
     return Piece(codes, ts, dur, row_args, typed)
 

@@ -1,37 +1,35 @@
-"""The chunked import's second pass: each event's own bytes copied to its chunk's trace file
-(kineto_plan says which), so that each chunk is a trace the in-memory mapping imports as it is.
+"""The chunked import's second pass: each range's decoded events (the first pass's records,
+kineto_pieces) handed to its chunk's file, as kineto_plan's route keys say, so that each chunk
+is the columns the mapping reads, decoded once.
 
-Every chunk file has the trace's top-level keys and all its metadata events (they name the
-lanes), and a sidecar of the trace-wide index of each of its events, which orders rows that tie
-on (start, duration) across chunks as the trace's own order does. A plain file is routed by the
-first pass's ranges: a range whose events all go to one chunk, most of them, is copied as the
-file has it, in the kernel; only the others are split into events' texts. A span of the file
-can be routed on its own into parts of the chunks' files (kineto_plan_spans), joined after.
+Every chunk gets all the trace's metadata events (they name the lanes), and a sidecar of the
+trace-wide index of each of its events, which orders rows that tie on (start, duration) across
+chunks as the trace's own order does. A range whose events all go to one chunk, most of them,
+is copied as its record lies, in the kernel; only the others are split. A span of the file can
+be routed on its own into parts of the chunks' files (kineto_plan_spans), joined after.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import msgspec
 import numpy as np
 
 from ..errors import BadInputError
+from . import kineto_pieces as pieces
 from .kineto_plan import COUNTER, METADATA, ROUTE_KEY, Plan
-from .kineto_ranges import FileSource, RangeError, decode_span
-from .kineto_stream import StreamSource, open_stream
+from .kineto_ranges import RangeError
 from .progress import Share
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One chunk's trace file and the trace-wide index of each of its events (in its order)."""
+    """One chunk's records (kineto_pieces) and the trace-wide index of each of its events (in
+    its order)."""
 
     path: Path
     index_path: Path
@@ -43,35 +41,26 @@ class Chunk:
 class ChunkWriters:
     """The chunks' files (or one span's parts of them), open while the trace is routed."""
 
-    def __init__(self, chunks: list[Chunk], head: bytes, suffix: str = "") -> None:
-        # the texts unbuffered: a range is copied into them in the kernel (copy_file_range)
-        self.text = [_create(Path(f"{c.path}{suffix}")) for c in chunks]
+    def __init__(self, chunks: list[Chunk], suffix: str = "") -> None:
+        # unbuffered: a record is copied into them in the kernel (copy_file_range)
+        self.records = [_create(Path(f"{c.path}{suffix}")) for c in chunks]
         self.index: list[BinaryIO] = [Path(f"{c.index_path}{suffix}").open("wb") for c in chunks]
         self.started = [False] * len(chunks)
-        for fd in self.text:
-            _write_all(fd, head)
 
-    def write(self, k: int, raws: list[msgspec.Raw], index: np.ndarray) -> None:
-        if not raws:
-            return
-        if self.started[k]:
-            _write_all(self.text[k], b",\n")
-        _write_all(self.text[k], b",\n".join(raws))  # a Raw is a buffer: joined, not copied
+    def write(self, k: int, record: pieces.Record, index: np.ndarray) -> None:
+        _write_all(self.records[k], pieces.dump(record))
         self.started[k] = True
         index.astype(np.int64).tofile(self.index[k])
 
-    def copy(self, k: int, trace: int, lo: int, hi: int, index: np.ndarray) -> None:
-        """Bytes `lo` to `hi` of the trace (whole events and the commas between) to chunk k."""
-        if self.started[k]:
-            _write_all(self.text[k], b",\n")
-        _copy_all(trace, self.text[k], hi - lo, lo)
+    def copy(self, k: int, src: int, at: int, size: int, index: np.ndarray) -> None:
+        """The record of `size` bytes at `at` in file `src` to chunk k."""
+        _copy_all(src, self.records[k], size, at)
         self.started[k] = True
         index.astype(np.int64).tofile(self.index[k])
 
-    def close(self, tail: bytes) -> list[bool]:
+    def close(self) -> list[bool]:
         """Which files have events."""
-        for fd in self.text:
-            _write_all(fd, tail)
+        for fd in self.records:
             os.close(fd)
         for f in self.index:
             f.close()
@@ -85,88 +74,51 @@ def _create(path: Path) -> int:
 
 def chunks_of(plan: Plan, folder: Path) -> list[Chunk]:
     return [
-        Chunk(folder / f"chunk-{k}.json", folder / f"chunk-{k}.idx") for k in range(plan.chunks)
+        Chunk(folder / f"chunk-{k}.records", folder / f"chunk-{k}.idx") for k in range(plan.chunks)
     ]
 
 
-def route(path: Path, plan: Plan, folder: Path, range_bytes: int, progress: Share) -> list[Chunk]:
-    """Copy each event of `path` to its chunk's file under `folder`, as its route key (written
-    by the first pass) says."""
+def route(path: Path, plan: Plan, folder: Path, progress: Share) -> list[Chunk]:
+    """Hand each range's record to its chunk's file under `folder`, as the route keys (written
+    by the first pass) say."""
     chunks = chunks_of(plan, folder)
-    writers = ChunkWriters(chunks, _head(plan))
-    route_span(path, plan, 0, len(plan.spans), writers, range_bytes, progress)
-    writers.close(TAIL)
+    writers = ChunkWriters(chunks)
+    try:
+        route_span(path, plan, 0, len(plan.spans), writers, progress)
+    finally:
+        writers.close()
     return chunks
 
 
 def route_span(
-    path: Path,
-    plan: Plan,
-    first: int,
-    last: int,
-    writers: ChunkWriters,
-    range_bytes: int,
-    progress: Share,
+    path: Path, plan: Plan, first: int, last: int, writers: ChunkWriters, progress: Share
 ) -> None:
-    """Route the events of the plan's spans `first` to `last` (excluded). A plain file goes by
-    the first pass's ranges: a range whose events all go to one chunk is copied as it lies
-    (most are: a chunk is many ranges), the others split into events' texts; a gzip file is
-    split whole."""
-    f, gz = open_stream(path)
-    done = [sum(plan.span_events[:first])]
-    end, total = sum(plan.span_events[:last]), max(1, path.stat().st_size)
-
-    def split_by(keys: list[BinaryIO]) -> Callable[[list[msgspec.Raw]], None]:
-        def split(raws: list[msgspec.Raw]) -> None:
-            key = _read_keys(keys, len(raws))
-            if key.size != len(raws):
-                raise RangeError("the trace changed since it was read")
-            _write_range(plan, _chunk_of_events(plan, key), raws, done[0], writers)
-            done[0] += key.size
-            progress(done[0] / max(1, plan.events), done[0])
-
-        return split
-
-    with f, ExitStack() as stack:
-        try:
-            if plan.ranges is None:  # gzip, or an array-form file: split as a stream
-                keys: list[BinaryIO] = [
-                    stack.enter_context(k.open("rb")) for k in plan.keys[first:last]
-                ]
-                decode_span(StreamSource(f, path, gzip=gz), None, None, range_bytes=range_bytes,
-                            path=path, raw=split_by(keys))  # fmt: skip
-            else:
-                source = FileSource(f.fileno(), total)
-                for span in range(first, last):
-                    with plan.keys[span].open("rb") as keys_file:
-                        for lo, hi, count in plan.ranges[span].tolist():
-                            key = _read_keys([keys_file], count)
-                            if key.size != count:
-                                raise RangeError("the trace changed since it was read")
-                            chunk = _chunk_of_events(plan, key)
-                            if (
-                                lo >= 0
-                                and hi >= 0
-                                and count
-                                and chunk[0] >= 0
-                                and (chunk == chunk[0]).all()
-                            ):
-                                # whole events and the commas between: after the range's
-                                # first cut, before its last
-                                index = np.arange(done[0], done[0] + count, dtype=np.int64)
-                                writers.copy(int(chunk[0]), f.fileno(), lo + 1, hi, index)
-                                done[0] += count
-                                continue
-                            # split into events (the file's first and last ranges always:
-                            # the top-level keys lie beside their events)
-                            keys_file.seek(-key.nbytes, os.SEEK_CUR)
-                            decode_span(source, None if lo < 0 else lo, None if hi < 0 else hi,
-                                        range_bytes=range_bytes, path=path,
-                                        raw=split_by([keys_file]))  # fmt: skip
-                    progress(done[0] / max(1, plan.events), done[0])
-        except RangeError as e:  # not expected: the first pass decoded the same ranges
-            raise BadInputError(path, f"invalid JSON ({e})") from None
-    if done[0] != end:
+    """Route the records of the plan's spans `first` to `last` (excluded): a record whose
+    events all go to one chunk is copied as it lies (most are: a chunk is many ranges), the
+    others split by chunk."""
+    done = sum(plan.span_events[:first])
+    end = sum(plan.span_events[:last])
+    try:
+        for span in range(first, last):
+            with plan.keys[span].open("rb") as keys_file, plan.records[span].open("rb") as f:
+                while (raw := pieces.next_raw(f)) is not None:
+                    at, size, count = raw
+                    key = _read_keys([keys_file], count)
+                    if key.size != count:
+                        raise RangeError("the trace changed since it was read")
+                    chunk = _chunk_of_events(plan, key)
+                    index = np.arange(done, done + count, dtype=np.int64)
+                    if chunk[0] >= 0 and (chunk == chunk[0]).all():
+                        writers.copy(int(chunk[0]), f.fileno(), at, size, index)
+                    else:
+                        parts = pieces.split(pieces.read_at(f, at, size), chunk, plan.chunks)
+                        for k, part in parts.items():
+                            writers.write(k, part, index[(chunk == k) | (chunk < 0)])
+                    done += count
+                    progress(done / max(1, plan.events), done)
+    except RangeError as e:  # not expected: the first pass wrote both files
+        raise BadInputError(path, f"invalid JSON ({e})") from None
+    if done != end:
         raise BadInputError(path, "the trace changed since it was read")
 
 
@@ -182,27 +134,20 @@ def _read_keys(files: list[BinaryIO], count: int) -> np.ndarray:
     return np.concatenate(got) if got else np.zeros(0, ROUTE_KEY)
 
 
-def join_parts(chunks: list[Chunk], plan: Plan, started: list[list[bool]]) -> None:
-    """Each chunk's file from the spans' parts of it (`started[span][chunk]`: a part has
+def join_parts(chunks: list[Chunk], started: list[list[bool]]) -> None:
+    """Each chunk's files from the spans' parts of them (`started[span][chunk]`: a part has
     events), copied in the kernel; the parts removed as they are used."""
-    head = _head(plan)
     for k, chunk in enumerate(chunks):
         parts = [i for i, s in enumerate(started) if s[k]]
-        for target, between, ends in (
-            (chunk.path, b",\n", (head, TAIL)),
-            (chunk.index_path, b"", (b"", b"")),
-        ):
+        for target in (chunk.path, chunk.index_path):
             # written through the descriptor, not opened for appending: copy_file_range
             # refuses a file opened with O_APPEND
-            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            out = _create(target)
             try:
-                _write_all(out, ends[0])
-                for n, i in enumerate(parts):
-                    _write_all(out, between if n else b"")
+                for i in parts:
                     part = Path(f"{target}.part{i}")
                     with part.open("rb") as src:
                         _copy_all(src.fileno(), out, part.stat().st_size)
-                _write_all(out, ends[1])
             finally:
                 os.close(out)
             for i in range(len(started)):
@@ -236,44 +181,6 @@ def _chunk_of_events(plan: Plan, key: np.ndarray) -> np.ndarray:
         chunk[key["flag"] == COUNTER] = 0
     chunk[key["flag"] == METADATA] = -1
     return chunk
-
-
-def _write_range(
-    plan: Plan, chunk: np.ndarray, raws: list[msgspec.Raw], first: int, writers: ChunkWriters
-) -> None:
-    index = np.arange(first, first + chunk.size, dtype=np.int64)
-    order = np.argsort(chunk, kind="stable")  # each chunk's events in the trace's order
-    every = order[: np.searchsorted(chunk[order], 0)]
-    bounds = np.searchsorted(chunk[order], np.arange(plan.chunks + 1))
-    if (
-        chunk.size
-        and not every.size
-        and bounds[chunk[0]] == 0
-        and bounds[chunk[0] + 1] == chunk.size
-    ):
-        writers.write(int(chunk[0]), raws, index)  # the whole range to one chunk, mostly
-        return
-    for k in np.flatnonzero(np.diff(bounds)).tolist() if not every.size else range(plan.chunks):
-        mine = order[bounds[k] : bounds[k + 1]]  # in the trace's order (a stable sort's)
-        if every.size:
-            mine = np.sort(np.concatenate([every, mine]))
-        writers.write(k, [raws[i] for i in mine.tolist()], index[mine])
-
-
-def _head(plan: Plan) -> bytes:
-    """The text of a chunk before its events: the trace's top-level keys first, as Kineto
-    writes them (`"key":value,` each), then the array."""
-    keys = {k: v for k, v in plan.top.items() if v is not None}
-    return (
-        b"{"
-        + b"".join(
-            msgspec.json.encode(k) + b":" + msgspec.json.encode(v) + b"," for k, v in keys.items()
-        )
-        + b'"traceEvents":[\n'
-    )
-
-
-TAIL = b"\n]}"
 
 
 def chunk_folder() -> tempfile.TemporaryDirectory:
