@@ -176,6 +176,7 @@ def write_excerpt(profile: Profile, window: Window, why: str) -> Profile:
                   and s.rank in window.spans)  # type: ignore[operator]  # fmt: skip
     scope = {
         "steps": None if window.first is None else [window.first, window.last],
+        "step_count": len({s.step for s in steps}),
         "window_ns": None if window.first is not None or not window.spans
         else list(next(iter(window.spans.values()))),
         "ranks": len(ranks),

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ...analysis import all_rules, get_rule
     from ...analysis.runner import findings_report
     from ...errors import ExplorerError
-    from ...model.profile import Profile
+    from ..scope import open_analysed
 
     if args.explain:
         rule = get_rule(args.explain)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.profile:
         raise ExplorerError("analyze: give a PROFILE directory (or --explain ID / --list)")
-    profile = Profile.open(args.profile)
+    profile = open_analysed(args.profile, args.json)
     doc = findings_report(profile, args.rule).to_dict()
     if args.json:
         print(json.dumps(doc, indent=2))

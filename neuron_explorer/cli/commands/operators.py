@@ -26,11 +26,11 @@ def run(args: argparse.Namespace) -> int:
 
     from ...analysis.operators import operator_detail, operators
     from ...errors import ExplorerError
-    from ...model.profile import Profile
+    from ..scope import open_analysed
 
     if args.top is not None and args.top < 1:
         raise ExplorerError("operators: --top must be at least 1")
-    profile = Profile.open(args.profile)
+    profile = open_analysed(args.profile, args.json)
     if args.op is not None:
         detail = operator_detail(profile.duckdb(), args.op)
         if args.json:
