@@ -14,13 +14,15 @@ from typing import Any
 
 from neuron_explorer.analysis import stored
 from neuron_explorer.analysis.context import context
+from neuron_explorer.analysis.scoped import scope_line, scope_of
 from neuron_explorer.model import Profile
+from neuron_explorer.model.excerpt import open_excerpt
 
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
 from .memory import EVENT_BYTES, MemoryCeiling, default_ceiling, rss_bytes
-from .store import NotFound, ProfileStore
+from .store import EXCERPT, NotFound, ProfileStore
 from .views import compare, operators, overview, source, sql, timeline
 
 # The profile list analyses profiles up to this size on the spot (well under a second each), for
@@ -62,6 +64,35 @@ class Service:
         keeps does not bring it back under."""
         if self.memory.over():
             self.memory.admit(0, "this request")
+
+    # ---- which profile the analysis pages read ---------------------------------------------
+    def analysed(self, name: str) -> str:
+        """The name the analysis pages read for profile `name`: its excerpt's (`NAME/excerpt`,
+        model/excerpt.py) when the import cut one and the whole profile's tables would not be
+        admitted now (web/memory.py: what the server holds plus what they need, over the
+        ceiling), else `name` itself; decided once per opened profile. Timeline, find and SQL
+        read `name`."""
+        if name.endswith(EXCERPT):
+            return name
+
+        def decide(p: Profile) -> str:
+            need = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
+            if p in self._admitted or rss_bytes() + need <= self.memory.limit:
+                return name
+            return name + EXCERPT if open_excerpt(p) is not None else name
+
+        return self.store.derived(name, "analysed", decide, admit=False)
+
+    def scope(self, name: str) -> dict[str, Any] | None:
+        """What the analysis pages of `name` (as `analysed` gave it) cover, with its `line` of
+        text; None for a whole profile."""
+        if not name.endswith(EXCERPT):
+            return None
+        scope = scope_of(self.store.open(name))
+        if scope is None:
+            return None
+        line = f"{scope_line(scope)}; timeline, find and SQL show the whole profile"
+        return {**scope, "line": line}
 
     # ---- cached per profile ---------------------------------------------------------------
     def admit(self, name: str) -> None:
@@ -197,10 +228,10 @@ class Service:
         return rows, skipped
 
     def _profile_row(self, name: str, start: float) -> dict[str, Any]:
-        p = self.store.open(name)
+        p, a = self.store.open(name), self.analysed(name)
         inline = time.monotonic() - start < LIST_INLINE_S
-        known, found = self._known_findings(name, p, inline)
-        row = overview.profile_row(name, p, self.devices(name), found)
+        known, found = self._known_findings(a, self.store.open(a), inline)
+        row = overview.profile_row(name, p, self.devices(a), found)
         return {**row, "analysis_pending": not known}
 
     def _known_findings(
@@ -228,7 +259,8 @@ class Service:
 
     def _analyse(self, name: str) -> None:
         try:
-            self.findings(name), self.summary(name)
+            a = self.analysed(name)
+            self.findings(a), self.summary(a)
         except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
             pass
         finally:
@@ -243,7 +275,8 @@ class Service:
             try:
                 # the first page first (summary, tables, findings), then the timeline's index
                 # and its whole view at the route's default width (1.2-1.6 s CPU on a 1 GB trace)
-                self.summary(name), self.ops(name), self.lines(name)
-                self.findings(name), self.index(name), self.first_window(name)
+                a = self.analysed(name)
+                self.summary(a), self.ops(a), self.lines(a), self.findings(a)
+                self.index(name), self.first_window(name)
             except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
                 continue
