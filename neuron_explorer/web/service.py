@@ -45,6 +45,7 @@ class Service:
         analysis_cache: str | Path | None = None,
         max_memory: int | None = None,
     ) -> None:
+        self._held_at_start = rss_bytes()  # the interpreter and its libraries, no profile yet
         self.store = ProfileStore(root)
         self.memory = MemoryCeiling(max_memory or default_ceiling(), self.store.forget)
         self.store.before_compute = self._admit
@@ -68,16 +69,15 @@ class Service:
     # ---- which profile the analysis pages read ---------------------------------------------
     def analysed(self, name: str) -> str:
         """The name the analysis pages read for profile `name`: its excerpt's (`NAME/excerpt`,
-        model/excerpt.py) when the import cut one and the whole profile's tables would not be
-        admitted now (web/memory.py: what the server holds plus what they need, over the
-        ceiling), else `name` itself; decided once per opened profile. Timeline, find and SQL
-        read `name`."""
+        model/excerpt.py) when the import cut one and the whole profile's tables (web/memory.py)
+        would not fit in what the ceiling leaves beside the server itself (what it held when
+        it started), else `name` itself. Timeline, find and SQL read `name`."""
         if name.endswith(EXCERPT):
             return name
 
         def decide(p: Profile) -> str:
             need = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
-            if p in self._admitted or rss_bytes() + need <= self.memory.limit:
+            if need <= self.memory.limit - self._held_at_start:
                 return name
             return name + EXCERPT if open_excerpt(p) is not None else name
 
