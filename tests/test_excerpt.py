@@ -135,9 +135,7 @@ def test_an_excerpt_of_another_profile_is_not_used(imported_profiles, tmp_path):
     assert analysed(Profile.open(tmp_path / "a")).path == tmp_path / "a"
 
 
-def test_the_import_under_a_small_budget_analyses_an_excerpt_and_the_cli_says_so(
-    tmp_path, capsys
-):
+def test_the_import_under_a_small_budget_analyses_an_excerpt_and_the_cli_says_so(tmp_path, capsys):
     out = tmp_path / "mlp"
     # the profile's 1,570 events x 512 B are ~785 KB of analysis: over 600 KB
     assert main(["import", str(MLP_TRACE), "-o", str(out), "--memory-budget", "600K"]) == 0

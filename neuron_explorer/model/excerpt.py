@@ -171,13 +171,14 @@ def write_excerpt(profile: Profile, window: Window, why: str) -> Profile:
     stacks = profile.table("stacks", filter=pc.field("stack_id").isin(ids))
     counters = _in_window(profile.dataset("counters"), window, "ts_ns")
     ranks = tuple(sorted(window.spans)) or profile.manifest.ranks
-    steps = tuple(s for s in profile.manifest.steps
-                  if window.first is not None and window.first <= s.step <= window.last
-                  and s.rank in window.spans)  # type: ignore[operator]  # fmt: skip
+    first, last = window.first, window.last
+    steps = tuple(s for s in profile.manifest.steps if first is not None and last is not None
+                  and first <= s.step <= last and s.rank in window.spans)  # fmt: skip
     scope = {
         "steps": None if window.first is None else [window.first, window.last],
         "step_count": len({s.step for s in steps}),
-        "window_ns": None if window.first is not None or not window.spans
+        "window_ns": None
+        if window.first is not None or not window.spans
         else list(next(iter(window.spans.values()))),
         "ranks": len(ranks),
         "events": events.num_rows,
