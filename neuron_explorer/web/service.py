@@ -110,9 +110,12 @@ class Service:
         self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
         self._admitted.add(p)  # until the store lets it go (a new version, or memory)
 
-    def persisted(self, name: str, kind: str, compute: Callable[[Profile], Any]) -> Any:
+    def persisted(
+        self, name: str, kind: str, compute: Callable[[Profile], Any], reads: str | None = None
+    ) -> Any:
         """A value kept in memory and in the disk cache, keyed by the profile's identity; the
-        analysis the import left in the profile (analysis/stored.py) is read first."""
+        analysis the import left in the profile (analysis/stored.py) is read first. `reads`:
+        the stored kind `compute` starts from, when it has one (then no tables are read)."""
         store, disk = self.store, self.disk
 
         def make(p: Profile) -> Any:
@@ -123,7 +126,8 @@ class Service:
             identity = store.derived(name, "identity", profile_identity, admit=False)
             value = disk.load(p, kind, identity)
             if value is None:
-                self._admit(name, p)  # only now are the tables read
+                if reads is None or self._stored(name, p, reads) is None:
+                    self._admit(name, p)  # only now are the tables read
                 value = compute(p)
                 disk.store(p, kind, identity, value)
             return value
@@ -190,7 +194,7 @@ class Service:
                     doc = overview.analysis_findings_report(p)
             return source.with_file_ids(doc)
 
-        return self.persisted(name, "findings", make)
+        return self.persisted(name, "findings", make, reads="findings_report")
 
     def _stored(self, name: str, p: Profile, kind: str) -> Any:
         """What the import left in the profile's analysis/ folder, None if missing or stale."""
