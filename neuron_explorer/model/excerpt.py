@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from .io import SOURCES, ProfileWriter
-from .manifest import Step
 from .profile import Profile, is_profile
 
 FOLDER = Path("analysis") / "excerpt"  # inside the profile
@@ -80,22 +79,25 @@ def choose(profile: Profile, max_events: int) -> Window:
     if not steps:
         return _by_time(profile, max_events)
     numbers = sorted({s.step for s in steps})
-    by_rank: dict[int, list[Step]] = {}
+    # per rank, its steps by number: (numbers, starts, ends), so a window is two searches
+    rows: dict[int, list[tuple[int, int, int]]] = {}
     for s in steps:
-        by_rank.setdefault(s.rank, []).append(s)
-    edges = {r: np.unique([t for s in ss for t in (s.start_ns, s.start_ns + s.dur_ns)])
-             for r, ss in by_rank.items()}  # fmt: skip
+        rows.setdefault(s.rank, []).append((s.step, s.start_ns, s.start_ns + s.dur_ns))
+    by_rank: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for r, mine in sorted(rows.items()):
+        table = np.array(sorted(mine), np.int64).reshape(-1, 3)
+        by_rank[r] = (table[:, 0], table[:, 1], table[:, 2])
+    edges = {r: np.unique(np.concatenate([st, en])) for r, (_, st, en) in by_rank.items()}
     counts = _histograms(profile, edges)
     cum = {r: np.concatenate([[0], np.cumsum(c)]) for r, c in counts.items()}
 
     def window(lo: int, hi: int) -> tuple[dict[int, tuple[int, int]], int]:
-        wanted = set(numbers[lo : hi + 1])
         spans, n = {}, 0
-        for r, ss in by_rank.items():
-            mine = [s for s in ss if s.step in wanted]
-            if not mine:
+        for r, (nums, st, en) in by_rank.items():
+            a, b = np.searchsorted(nums, numbers[lo]), np.searchsorted(nums, numbers[hi], "right")
+            if a == b:
                 continue
-            s0, e0 = min(s.start_ns for s in mine), max(s.start_ns + s.dur_ns for s in mine)
+            s0, e0 = int(st[a:b].min()), int(en[a:b].max())
             spans[r] = (s0, e0)
             # bin k holds edges[k-1] <= start < edges[k]: the window is bins pos(s0)+1..pos(e0)
             e = edges[r]
@@ -256,7 +258,7 @@ def _in_window(data: ds.Dataset, window: Window, time: str) -> pa.Table:
             keep.append(batch.filter(pa.array(mask)))
     if not keep:
         return schema.empty_table()
-    return pa.Table.from_batches(keep, schema=schema).combine_chunks()
+    return pa.Table.from_batches(keep, schema=schema)
 
 
 def _sources(folder: Path) -> list[Path]:
