@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -61,10 +62,11 @@ def check_excerpt(whole: Profile, part: Profile, spans: dict[int, tuple[int, int
     for e in ev:
         assert {**e, "parent_id": None, "flow_id": None} == \
             {**before[e["id"]], "parent_id": None, "flow_id": None}  # fmt: skip
-    flows = [e["flow_id"] for e in ev if e["flow_id"] is not None]
-    for f in set(flows):  # a flow kept is kept whole
-        (n,) = whole_sql(whole, f"SELECT count(*) FROM events WHERE flow_id = {f}")[0]
-        assert flows.count(f) == n
+    flows = Counter(e["flow_id"] for e in ev if e["flow_id"] is not None)
+    everywhere = dict(whole_sql(whole, "SELECT flow_id, count(*) FROM events GROUP BY flow_id"))
+    assert all(everywhere[f] == n for f, n in flows.items())  # a flow kept is kept whole
+    lost = {before[e["id"]]["flow_id"] for e in ev if e["flow_id"] is None} - {None}
+    assert all(everywhere[f] > sum(before[i]["flow_id"] == f for i in ids) for f in lost)
     stack_ids = {e["stack_id"] for e in ev if e["stack_id"] is not None}
     kept = set(part.table("stacks", columns=["stack_id"]).column("stack_id").to_pylist())
     assert stack_ids == kept
