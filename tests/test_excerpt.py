@@ -270,6 +270,11 @@ def test_the_analysis_pages_of_a_profile_too_big_for_the_ceiling_read_its_excerp
     assert 'class="scope-banner"' in client.get("/p/ns/findings").text
     assert 'class="scope-banner"' not in client.get("/p/ns/sql").text
     assert "scope" not in client.get("/api/p/ns/sql", params={"q": "SELECT 1"}).json()
+    # compare reads each side's excerpt when it has one, and says which did
+    shutil.copytree(imported_profiles["cpu_only"], tmp_path / "p" / "small")
+    both = client.get("/api/compare", params={"a": "small", "b": "ns"}).json()
+    assert (both.get("a"), both.get("b")) == ("small", "ns") and "scope_a" not in both
+    assert both["scope_b"] == page["scope"]
     # the profile list shows the excerpt's findings, under the profile's own name
-    (row,) = client.get("/api/profiles").json()["profiles"]
-    assert row["name"] == "ns" and not row.get("error")
+    rows = {r["name"]: r for r in client.get("/api/profiles").json()["profiles"]}
+    assert not rows["ns"].get("error") and rows["ns"]["events"] == whole.row_count("events")

@@ -87,11 +87,11 @@ def _scoped(endpoint: Callable[..., Any], kind: str, service: Service) -> Callab
         given = {p: params[p] for p in names if isinstance(params.get(p), str)}
         read = {p: svc.analysed(v) for p, v in given.items()}
         out = endpoint(svc, **{**params, **read})
-        scope = svc.scope(read["name"]) if "name" in read else None
-        if isinstance(out, dict) and any(read[p] != given[p] for p in read):
+        cut = {p: svc.scope(v) for p, v in read.items() if v != given[p]}
+        if isinstance(out, dict) and cut:
             out = _named(out, {read[p]: given[p] for p in read})
-            if scope is not None:
-                out["scope"] = scope
+            for p, scope in cut.items():  # compare's two sides: scope_a, scope_b
+                out["scope" if p == "name" else f"scope_{p}"] = scope
         return out
 
     scoped.__signature__ = inspect.signature(endpoint)  # type: ignore[attr-defined]
