@@ -161,6 +161,10 @@ def test_the_import_under_a_small_budget_analyses_an_excerpt_and_the_cli_says_so
     printed = capsys.readouterr()
     assert json.loads(printed.out)["scope"] == summary["scope"]
     assert printed.err.startswith("analysed: steps 3-4")
+    # analyze prints the stored findings: the document computing them gives
+    assert main(["analyze", "--json", str(out)]) == 0
+    doc = findings_report(Profile.open(out / FOLDER)).to_dict()
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(doc))
 
 
 def test_the_import_under_the_default_budget_analyses_the_whole_as_before(tmp_path, capsys):

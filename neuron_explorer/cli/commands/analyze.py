@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ...analysis import all_rules, get_rule
+    from ...analysis import all_rules, get_rule, stored
     from ...analysis.runner import findings_report
     from ...errors import ExplorerError
     from ..scope import open_analysed
@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.profile:
         raise ExplorerError("analyze: give a PROFILE directory (or --explain ID / --list)")
     profile = open_analysed(args.profile, args.json)
-    doc = findings_report(profile, args.rule).to_dict()
+    # every rule: what the import stored, when it is current (the same document: stored.py)
+    doc = (stored.load(profile, "findings_report") if args.rule is None else None) \
+        or findings_report(profile, args.rule).to_dict()  # fmt: skip
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
