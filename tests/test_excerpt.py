@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from neuron_explorer.analysis import stored, summarize
+from neuron_explorer.analysis.operators import operators
 from neuron_explorer.analysis.runner import findings_report
 from neuron_explorer.analysis.scoped import analysed, scope_line
 from neuron_explorer.entry import main
@@ -165,6 +166,9 @@ def test_the_import_under_a_small_budget_analyses_an_excerpt_and_the_cli_says_so
     assert main(["analyze", "--json", str(out)]) == 0
     doc = findings_report(Profile.open(out / FOLDER)).to_dict()
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(doc))
+    assert main(["operators", "--json", str(out)]) == 0  # from the stored operator table
+    ops = operators(Profile.open(out / FOLDER)).to_dict()
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(ops, default=str))
 
 
 def test_the_import_under_the_default_budget_analyses_the_whole_as_before(tmp_path, capsys):
