@@ -218,9 +218,8 @@ def _events(profile: Profile, window: Window) -> pa.Table:
     flows = events.column("flow_id").drop_null().to_numpy()
     if len(flows):
         here, n_here = np.unique(flows, return_counts=True)
-        whole, n_whole = _counts_in(data, "flow_id", here)
-        # every flow id of the excerpt is in the whole: align the whole's counts to `here`
-        complete = here[n_whole[np.searchsorted(whole, here)] == n_here]
+        _, n_whole = _counts_in(data, "flow_id", here)
+        complete = here[n_whole == n_here]
         keep = pc.is_in(events.column("flow_id"), value_set=pa.array(complete, pa.int64()))
         flow = pc.if_else(keep, events.column("flow_id"), pa.scalar(None, pa.int64()))
         events = events.set_column(events.schema.get_field_index("flow_id"), "flow_id", flow)
@@ -228,12 +227,16 @@ def _events(profile: Profile, window: Window) -> pa.Table:
 
 
 def _counts_in(data: ds.Dataset, column: str, values: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(the values of `values` found in `column` of the whole table, sorted; how many rows hold
-    each), reading that one column."""
-    found = [b.column(0).to_numpy() for b in data.to_batches(
-        columns=[column], filter=pc.field(column).isin(pa.array(values, pa.int64())),
-        batch_size=BATCH_ROWS)]  # fmt: skip
-    return np.unique(np.concatenate(found), return_counts=True)
+    """(`values`, sorted, unique; how many rows of the whole table hold each in `column`), one
+    column read: a binary search a row (a dataset `isin` filter hashes the set again for every
+    row group)."""
+    counts = np.zeros(len(values), np.int64)
+    for batch in data.to_batches(columns=[column], batch_size=BATCH_ROWS):
+        col = batch.column(0).drop_null().to_numpy()
+        idx = np.minimum(np.searchsorted(values, col), len(values) - 1)
+        hit = values[idx] == col
+        counts += np.bincount(idx[hit], minlength=len(values))
+    return values, counts
 
 
 def _in_window(data: ds.Dataset, window: Window, time: str) -> pa.Table:
