@@ -204,7 +204,7 @@ def _serve(root: Path, cache: Path, max_memory: int) -> tuple[subprocess.Popen, 
     raise AssertionError("server did not start")
 
 
-@pytest.mark.sweep  # ~2 min: a 272k-event import and two servers; in-process sibling below
+@pytest.mark.sweep  # 45-95 s here: a 272k-event import and two servers; in-process sibling below
 def test_a_server_whose_ceiling_refuses_the_whole_serves_the_excerpts_analysis(
     imported_profiles, tmp_path
 ):
