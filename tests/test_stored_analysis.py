@@ -174,12 +174,13 @@ def test_the_import_stores_a_large_profiles_first_page_and_a_server_serves_it(tm
     assert pages["stored"] == pages["computed"] and twins["stored"] == twins["computed"]
 
 
-def test_an_analysis_too_big_for_the_machine_is_not_stored_and_the_import_says_so(
+def test_an_analysis_too_big_for_the_machine_is_made_of_an_excerpt_and_the_import_says_so(
     tmp_path, monkeypatch, capsys
 ):
     """A 10 GB trace's profile (66 M events) would need ~34 GB to analyze: the import writes
-    the profile and leaves the analysis out, in one line, instead of taking the machine down.
-    Here the share of the machine is lowered until a real 136k-event profile is over it."""
+    the profile and analyses an excerpt of its middle steps (model/excerpt.py), in one line,
+    instead of taking the machine down. Here the share of the machine is lowered until a real
+    136k-event profile is over it (the import's --memory-budget: tests/test_excerpt.py)."""
     from neuron_explorer.entry import main
 
     doc = json.loads(gzip.decompress(NS_TRACE.read_bytes()))
@@ -191,9 +192,12 @@ def test_an_analysis_too_big_for_the_machine_is_not_stored_and_the_import_says_s
     out = tmp_path / "big"
     assert main(["import", str(trace), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "did not store the first page's analysis: its analysis would need about 0.1 GB" in err
-    assert not (out / "analysis").exists()
-    assert Profile.open(out).manifest.row_counts["events"] >= stored.STORE_MIN_EVENTS
+    assert "the whole profile's analysis would need about 67 MB, over 57 MB (half of this " \
+        "machine's memory)" in err  # fmt: skip
+    assert sorted(f.name for f in (out / "analysis").iterdir()) == ["excerpt"]
+    part = Profile.open(out / "analysis" / "excerpt")
+    assert part.row_count("events") * stored.ANALYSIS_EVENT_BYTES <= 60e6
+    assert stored.load(part, "summary")["scope"]["of_events"] >= stored.STORE_MIN_EVENTS
 
 
 def test_the_first_page_reads_the_stored_analysis(tmp_path):

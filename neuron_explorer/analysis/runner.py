@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ExplorerError
+from ..model.excerpt import scope_of
 from ..model.profile import Profile
 from .context import context
 from .findings import Finding, rank_findings
@@ -117,6 +118,7 @@ class FindingsReport(PageModel):
     replayed_total_share: float = 0.0
     # a neuron capture's device times, and so the savings, come from the cost model
     device_time_modeled: bool = False
+    scope: dict[str, Any] | None = None  # an excerpt's (model/excerpt.py), None: the whole
 
 
 def findings_report(
@@ -137,7 +139,7 @@ def findings_report(
                           tuple(rules), tuple(findings),
                           profile.manifest.extra.get("run_ended"),
                           job_ending(profile.manifest), joint, share,
-                          is_modeled(profile))  # fmt: skip
+                          is_modeled(profile), scope_of(profile))  # fmt: skip
 
 
 def replayed_total(ctx, findings: Iterable[Finding]) -> int | None:

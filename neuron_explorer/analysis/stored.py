@@ -232,15 +232,28 @@ def memory_needed(profile: Profile) -> int:
     return int(profile.manifest.row_counts.get("events") or 0) * ANALYSIS_EVENT_BYTES
 
 
-def too_big(profile: Profile) -> str | None:
-    """Why the import does not store `profile`'s analysis (None: it fits): its estimated memory
-    over STORE_SHARE of what this process may use, so a huge trace's import cannot take the
-    machine down after writing its profile."""
-    need, limit = memory_needed(profile), int(machine_bytes() * STORE_SHARE)
+def analysis_limit(budget: int | None = None) -> tuple[int, str]:
+    """(bytes the import's analysis may use, what that limit is): the import's memory budget,
+    or STORE_SHARE of what this process may use when that is lower."""
+    machine = int(machine_bytes() * STORE_SHARE)
+    if budget is not None and budget <= machine:
+        return budget, f"the {_size(budget)} memory budget (--memory-budget)"
+    return machine, f"{_size(machine)} (half of this machine's memory)"
+
+
+def too_big(profile: Profile, budget: int | None = None) -> str | None:
+    """Why the import does not analyse `profile` whole (None: it fits): its estimated memory
+    over the import's memory budget or STORE_SHARE of this machine's, so a huge trace's import
+    cannot take the machine down after writing its profile."""
+    need, (limit, what) = memory_needed(profile), analysis_limit(budget)
     if need <= limit:
         return None
-    return (f"its analysis would need about {need / 2**30:.1f} GB, over {limit / 2**30:.1f} GB "
-            "(half of this machine's memory)")  # fmt: skip
+    return f"the whole profile's analysis would need about {_size(need)}, over {what}"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:,.0f} MB" if n >= 2**20 \
+        else f"{n / 2**10:,.0f} KB"  # fmt: skip
 
 
 def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..model.excerpt import scope_of
 from ..model.profile import Profile
 from . import intervals
 from .breakdown import OVERLAP_COLUMNS, PARTITION_COLUMNS
@@ -134,6 +135,9 @@ class Summary:
     run_ended: dict[str, Any] | None = None
     ranks_table: Ranks | None = None  # several ranks: each side by side, never summed
     job_ending: JobEnding | None = None  # a job's ranks that failed or wrote nothing (job.py)
+    # what was analysed when it is an excerpt of a profile too big to analyse whole
+    # (model/excerpt.py: steps, ranks, events, of_events, why); None: the whole profile
+    scope: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)
@@ -183,6 +187,7 @@ def _summarize(profile: Profile, ctx: AnalysisContext) -> Summary:
         run_ended=profile.manifest.extra.get("run_ended"),
         ranks_table=rank_table(ctx, steps),
         job_ending=job_ending(profile.manifest),
+        scope=scope_of(profile),
     )
 
 

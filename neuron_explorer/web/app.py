@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from .guard import Guard
 from .pages import Page, render_page
 from .responses import READ_ERRORS, clip_strings, install_error_handlers, unreadable
-from .routes import API, PAGES
+from .routes import API, PAGES, WHOLE_PROFILE
 from .service import Service
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -57,9 +57,9 @@ def create_app(
     install_error_handlers(app)
 
     for page in PAGES:
-        _add_json(app, page.api_path, page.twin, service)
+        _add_json(app, page.api_path, _scoped(page.twin, page.kind, service), service)
     for api in API:
-        _add_json(app, api.path, api.endpoint, service)
+        _add_json(app, api.path, _scoped(api.endpoint, api.page, service), service)
 
     @app.get("/static/plotly.min.js")
     def plotly_js() -> FileResponse:
@@ -71,6 +71,44 @@ def create_app(
         app.add_api_route(page.path, _html_route(page, service), response_class=HTMLResponse,
                           methods=["GET"], name=_page_name(page))  # fmt: skip
     return app
+
+
+def _scoped(endpoint: Callable[..., Any], kind: str, service: Service) -> Callable[..., Any]:
+    """`endpoint` reading the profile its page analyses: the one place an analysis page of a
+    profile too large to analyse whole is given its excerpt instead (Service.analysed), and
+    its answer says so in `scope`; the pages of WHOLE_PROFILE read the profile named."""
+    if kind in WHOLE_PROFILE or inspect.iscoroutinefunction(endpoint):
+        return endpoint
+    names = [p for p in ("name", "a", "b") if p in inspect.signature(endpoint).parameters]
+    if not names:
+        return endpoint
+
+    def scoped(svc: Service, **params: Any) -> Any:
+        given = {p: params[p] for p in names if isinstance(params.get(p), str)}
+        read = {p: svc.analysed(v) for p, v in given.items()}
+        out = endpoint(svc, **{**params, **read})
+        cut = {p: svc.scope(v) for p, v in read.items() if v != given[p]}
+        if isinstance(out, dict) and cut:
+            out = _named(out, {read[p]: given[p] for p in read})
+            for p, scope in cut.items():  # compare's two sides: scope_a, scope_b
+                out["scope" if p == "name" else f"scope_{p}"] = scope
+        return out
+
+    scoped.__signature__ = inspect.signature(endpoint)  # type: ignore[attr-defined]
+    scoped.__name__ = endpoint.__name__
+    scoped.__annotations__ = endpoint.__annotations__
+    scoped.__module__ = endpoint.__module__
+    scoped.__wrapped__ = endpoint  # type: ignore[attr-defined]
+    return scoped
+
+
+def _named(out: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """An answer computed on excerpts with their profiles' names where it names them."""
+    out = dict(out)
+    for key in ("name", "a", "b"):
+        if isinstance(out.get(key), str) and out[key] in names:
+            out[key] = names[out[key]]
+    return out
 
 
 def _add_json(app: FastAPI, path: str, endpoint: Callable[..., Any], service: Service) -> None:
@@ -120,15 +158,20 @@ def _html_route(page: Page, service: Service) -> Callable[..., HTMLResponse]:
     def route(**values: str) -> HTMLResponse:
         name = values.pop("name", None)
         hidden: tuple[str, ...] = ()
+        banner = ""
         if name is not None:
             # a 404 page for unknown names, an error page for a corrupt profile
             p = service.store.open(name)
             if len(p.manifest.ranks) < 2:
                 hidden = ("ranks",)  # one rank: nothing to set side by side
+            if page.kind not in WHOLE_PROFILE:
+                scope = service.scope(service.analysed(name))
+                banner = scope["line"] if scope else ""
         title = f"{page.shell.title} · {name}" if name else page.shell.title
         extra = {k: html.escape(v) for k, v in values.items()}  # file_id, as the script reads it
         return HTMLResponse(render_page(page.kind, page.shell, title=title, pages=PAGES,
-                                        profile=name or "", hidden_tabs=hidden, **extra))  # fmt: skip
+                                        profile=name or "", hidden_tabs=hidden, banner=banner,
+                                        **extra))  # fmt: skip
 
     kw = inspect.Parameter.KEYWORD_ONLY
     route.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

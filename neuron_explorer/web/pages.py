@@ -87,9 +87,11 @@ def render_page(
     error: str = "",
     file_id: str = "",
     hidden_tabs: Sequence[str] = (),
+    banner: str = "",
 ) -> str:
     """The HTML shell of a page (with the tab bar of `pages` when it shows a profile, less the
-    kinds in `hidden_tabs`); `error` renders an error page instead of a script."""
+    kinds in `hidden_tabs`); `error` renders an error page instead of a script; `banner`, a
+    line above the page (what an excerpt's analysis covers)."""
     body = (
         f'<div class="error-box"><h2>Something went wrong</h2><p>{html.escape(error)}</p>'
         '<p><a href="/">Back to the profiles</a></p></div>'
@@ -109,6 +111,7 @@ def render_page(
         else f'<script type="module" src="/static/js/{shell.script}"></script>'
         '<script type="module" src="/static/js/keys.js"></script>',  # every page's keys
         body=body,
+        banner=f'<p class="scope-banner" role="note">{html.escape(banner)}</p>\n' if banner else "",
     )
 
 

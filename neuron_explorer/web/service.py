@@ -14,13 +14,15 @@ from typing import Any
 
 from neuron_explorer.analysis import stored
 from neuron_explorer.analysis.context import context
+from neuron_explorer.analysis.scoped import scope_line, scope_of
 from neuron_explorer.model import Profile
+from neuron_explorer.model.excerpt import open_excerpt
 
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
 from .memory import EVENT_BYTES, MemoryCeiling, OverMemory, default_ceiling, rss_bytes
-from .store import NotFound, ProfileStore
+from .store import EXCERPT, NotFound, ProfileStore
 from .views import compare, operators, overview, search, source, sql, timeline
 
 # The profile list analyses profiles up to this size on the spot (well under a second each), for
@@ -55,6 +57,7 @@ class Service:
         analysis_cache: str | Path | None = None,
         max_memory: int | None = None,
     ) -> None:
+        self._held_at_start = rss_bytes()  # the interpreter and its libraries, no profile yet
         self.store = ProfileStore(root)
         self.memory = MemoryCeiling(max_memory or default_ceiling(), self.store.forget)
         self.store.before_compute = self._admit
@@ -75,6 +78,34 @@ class Service:
         if self.memory.over():
             self.memory.admit(0, "this request")
 
+    # ---- which profile the analysis pages read ---------------------------------------------
+    def analysed(self, name: str) -> str:
+        """The name the analysis pages read for profile `name`: its excerpt's (`NAME/excerpt`,
+        model/excerpt.py) when the import cut one and the whole profile's tables (web/memory.py)
+        would not fit in what the ceiling leaves beside the server itself (what it held when
+        it started), else `name` itself. Timeline, find and SQL read `name`."""
+        if name.endswith(EXCERPT):
+            return name
+
+        def decide(p: Profile) -> str:
+            need = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
+            if need <= self.memory.limit - self._held_at_start:
+                return name
+            return name + EXCERPT if open_excerpt(p) is not None else name
+
+        return self.store.derived(name, "analysed", decide, admit=False)
+
+    def scope(self, name: str) -> dict[str, Any] | None:
+        """What the analysis pages of `name` (as `analysed` gave it) cover, with its `line` of
+        text; None for a whole profile."""
+        if not name.endswith(EXCERPT):
+            return None
+        scope = scope_of(self.store.open(name))
+        if scope is None:
+            return None
+        line = f"{scope_line(scope)}; timeline, find and SQL show the whole profile"
+        return {**scope, "line": line}
+
     # ---- cached per profile ---------------------------------------------------------------
     def admit(self, name: str) -> None:
         """What every route's first reading of a profile passes (for work that reads it
@@ -92,12 +123,13 @@ class Service:
         self._admitted.add(p)  # until the store lets it go (a new version, or memory)
 
     def persisted(
-        self, name: str, kind: str, compute: Callable[[Profile], Any],
+        self, name: str, kind: str, compute: Callable[[Profile], Any], reads: str | None = None,
         admit: Callable[[str, Profile], None] | None = None,
     ) -> Any:  # fmt: skip
         """A value kept in memory and in the disk cache, keyed by the profile's identity; the
-        analysis the import left in the profile (analysis/stored.py) is read first. `admit`:
-        what computing it must pass (default: the whole profile under the ceiling)."""
+        analysis the import left in the profile (analysis/stored.py) is read first. `reads`:
+        the stored kind `compute` starts from, when it has one (then no tables are read);
+        `admit`: what computing it must pass (default: the whole profile under the ceiling)."""
         store, disk = self.store, self.disk
 
         def make(p: Profile) -> Any:
@@ -108,7 +140,8 @@ class Service:
             identity = store.derived(name, "identity", profile_identity, admit=False)
             value = disk.load(p, kind, identity)
             if value is None:
-                (admit or self._admit)(name, p)  # only now are the tables read
+                if reads is None or self._stored(name, p, reads) is None:
+                    (admit or self._admit)(name, p)  # only now are the tables read
                 value = compute(p)
                 disk.store(p, kind, identity, value)
             return value
@@ -253,7 +286,7 @@ class Service:
                     doc = overview.analysis_findings_report(p)
             return source.with_file_ids(doc)
 
-        return self.persisted(name, "findings", make)
+        return self.persisted(name, "findings", make, reads="findings_report")
 
     def _stored(self, name: str, p: Profile, kind: str) -> Any:
         """What the import left in the profile's analysis/ folder, None if missing or stale."""
@@ -291,10 +324,10 @@ class Service:
         return rows, skipped
 
     def _profile_row(self, name: str, start: float) -> dict[str, Any]:
-        p = self.store.open(name)
+        p, a = self.store.open(name), self.analysed(name)
         inline = time.monotonic() - start < LIST_INLINE_S
-        known, found = self._known_findings(name, p, inline)
-        row = overview.profile_row(name, p, self.devices(name), found)
+        known, found = self._known_findings(a, self.store.open(a), inline)
+        row = overview.profile_row(name, p, self.devices(a), found)
         return {**row, "analysis_pending": not known}
 
     def _known_findings(
@@ -322,7 +355,8 @@ class Service:
 
     def _analyse(self, name: str) -> None:
         try:
-            self.findings(name), self.summary(name)
+            a = self.analysed(name)
+            self.findings(a), self.summary(a)
         except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
             pass
         finally:
@@ -334,8 +368,9 @@ class Service:
         for name in self.store.names():
             if rss_bytes() > WARM_SHARE * self.memory.limit:
                 return  # the rest is computed when visited
-            try:  # the first page first (summary, tables, findings)
-                self.summary(name), self.ops(name), self.lines(name), self.findings(name)
+            try:  # the first page first (summary, tables, findings), of what is analysed
+                a = self.analysed(name)
+                self.summary(a), self.ops(a), self.lines(a), self.findings(a)
             except Exception:  # noqa: BLE001 - a broken profile reports itself when visited
                 pass
             try:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from neuron_explorer.analysis.sql import NO_SPILLS
 from neuron_explorer.errors import BadInputError, ExplorerError, private
 from neuron_explorer.model import Profile
+from neuron_explorer.model.excerpt import FOLDER as EXCERPT_FOLDER
 from neuron_explorer.model.profile import is_profile
 
 from .memory import trim as _trim
@@ -29,6 +30,11 @@ def _plain_name(name: str) -> bool:
     and long names are all fine: every URL the pages build is percent-encoded."""
     return bool(name) and not name.startswith(".") and "/" not in name and "\\" not in name \
         and not any(ord(c) < 32 or ord(c) == 127 for c in name)  # fmt: skip
+
+
+# the name of a served profile's excerpt (model/excerpt.py) is its own with this suffix: a `/`
+# that no served name holds, so it never names another profile
+EXCERPT = "/excerpt"
 
 
 class NotFound(ExplorerError):
@@ -115,7 +121,13 @@ class ProfileStore:
         return resolved.parent == self.root
 
     def path(self, name: str) -> Path:
-        """The directory of a served profile; NotFound for anything else (.., /, symlinks out)."""
+        """The directory of a served profile, or of its excerpt (`NAME/excerpt`); NotFound for
+        anything else (.., /, symlinks out)."""
+        if name.endswith(EXCERPT) and _plain_name(name.removesuffix(EXCERPT)):
+            path = self.path(name.removesuffix(EXCERPT)) / EXCERPT_FOLDER
+            if not is_profile(path) or path.is_symlink() or path.parent.is_symlink():
+                raise NotFound(f"no excerpt of {name.removesuffix(EXCERPT)!r}")
+            return path
         if not _plain_name(name) or (self._only and name != self._only) or not self._inside(name):
             raise NotFound(f"no profile named {name!r}")
         path = self.root / name

@@ -26,10 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ...analysis import all_rules, get_rule
+    from ...analysis import all_rules, get_rule, stored
     from ...analysis.runner import findings_report
     from ...errors import ExplorerError
-    from ...model.profile import Profile
+    from ..scope import open_analysed
 
     if args.explain:
         rule = get_rule(args.explain)
@@ -52,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.profile:
         raise ExplorerError("analyze: give a PROFILE directory (or --explain ID / --list)")
-    profile = Profile.open(args.profile)
-    doc = findings_report(profile, args.rule).to_dict()
+    profile = open_analysed(args.profile, args.json)
+    # every rule: what the import stored, when it is current (the same document: stored.py)
+    doc = (stored.load(profile, "findings_report") if args.rule is None else None) \
+        or findings_report(profile, args.rule).to_dict()  # fmt: skip
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0

@@ -78,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = _with_progress(files, args.output, kw)
     profile = Profile.open(out)
-    too_big = _too_big(profile)
+    too_big = _too_big(profile, args.memory_budget)
     stored = too_big is None and _store_analysis(profile)
+    excerpt = _store_excerpt(profile, args.memory_budget, too_big) if too_big else ""
     if not args.quiet:
         m = profile.manifest
         counts = ", ".join(f"{v} {k}" for k, v in sorted(m.row_counts.items()))
@@ -90,9 +91,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if stored:
             print(f"stored the first page's analysis in {out / 'analysis'}", file=sys.stderr)
-        elif too_big:
-            print(f"did not store the first page's analysis: {too_big}; SQL over the profile "
-                  "(neuron-explorer query) reads it in bounded pieces", file=sys.stderr)  # fmt: skip
+        elif excerpt:
+            print(excerpt, file=sys.stderr)
     return 0
 
 
@@ -102,10 +102,19 @@ def _holds_runtime(path: Path) -> bool:
     return holds_runtime(path)
 
 
-def _too_big(profile: Profile) -> str | None:
+def _too_big(profile: Profile, budget: int | None) -> str | None:
     from ...analysis import stored
 
-    return stored.too_big(profile)
+    return stored.too_big(profile, budget)
+
+
+def _store_excerpt(profile: Profile, budget: int | None, why: str) -> str:
+    """Cut the excerpt the analysis pages read (analysis/scoped.py) and store its analysis;
+    the line that says what it holds."""
+    from ...analysis.scoped import scope_line, store_excerpt
+
+    part = store_excerpt(profile, budget, why)
+    return f"{scope_line(part.manifest.extra.get('excerpt'))}; kept in {part.path}"
 
 
 def _store_analysis(profile: Profile) -> bool:

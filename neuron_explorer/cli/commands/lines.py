@@ -26,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ...analysis.hotspots import lines_page
-    from ...model.profile import Profile
+    from ..scope import open_analysed
 
-    page = lines_page(Profile.open(args.profile), args.level, args.file, args.top)
+    page = lines_page(open_analysed(args.profile, args.json), args.level, args.file, args.top)
     if args.json:
         print(json.dumps(page.to_dict(), indent=2))
         return 0

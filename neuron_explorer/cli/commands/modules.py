@@ -25,9 +25,9 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ...analysis.hotspots import modules_page
-    from ...model.profile import Profile
+    from ..scope import open_analysed
 
-    page = modules_page(Profile.open(args.profile), depth=args.depth)
+    page = modules_page(open_analysed(args.profile, args.json), depth=args.depth)
     if args.json:
         print(json.dumps(page.to_dict(), indent=2))
         return 0

@@ -24,13 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from ...analysis.operators import operator_detail, operators
+    from ...analysis import stored
+    from ...analysis.operators import operator_detail, operators, operators_page
+    from ...analysis.page import is_modeled
     from ...errors import ExplorerError
-    from ...model.profile import Profile
+    from ..scope import open_analysed
 
     if args.top is not None and args.top < 1:
         raise ExplorerError("operators: --top must be at least 1")
-    profile = Profile.open(args.profile)
+    profile = open_analysed(args.profile, args.json)
     if args.op is not None:
         detail = operator_detail(profile.duckdb(), args.op)
         if args.json:
@@ -38,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             render_detail(detail, args.top or TOP)
         return 0
-    page = operators(profile, args.top if args.json else None)
+    top = args.top if args.json else None
+    table = stored.load(profile, "ops_table")  # the import's, when current: the same table
+    page = (operators(profile, top) if table is None else
+            operators_page(table, profile.manifest.device_spec, is_modeled(profile), top))  # fmt: skip
     if args.json:
         print(json.dumps(page.to_dict(), indent=2, default=str))
         return 0

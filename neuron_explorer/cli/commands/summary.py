@@ -21,9 +21,9 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ...analysis import summarize
-    from ...model.profile import Profile
+    from ..scope import open_analysed
 
-    profile = Profile.open(args.profile)
+    profile = open_analysed(args.profile, args.json)
     summary = summarize(profile)
     where = hotspots_of(profile, args.top)
     if args.json:

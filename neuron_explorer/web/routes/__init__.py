@@ -20,5 +20,8 @@ from . import (
 
 MODULES = (overview, timeline, operators, calltree, source, findings, critical_path, ranks, sql,
            compare)  # fmt: skip
+# the pages (and their routes) that read the whole profile, however large: the others are
+# analysis pages, which read a too-large profile's excerpt (Service.analysed)
+WHOLE_PROFILE = ("profiles", "timeline", "sql")
 PAGES: tuple[Page, ...] = tuple(p for m in MODULES for p in m.PAGES)
 API: tuple[Api, ...] = tuple(a for m in MODULES for a in m.API)
