@@ -230,7 +230,7 @@ class Service:
         def admit(name: str, p: Profile) -> None:
             self._admit_batch(name, p, f"the names of {name}", FIND_BYTES)
 
-        return self.persisted(name, "name_counts_table", search.name_counts, admit)
+        return self.persisted(name, "name_counts_table", search.name_counts, admit=admit)
 
     def find(self, name: str, q: str, regex: bool, limit: int) -> dict[str, Any]:
         """Find on the timeline: names matched in the Parquet dictionary when the profile fits
