@@ -34,6 +34,14 @@ NS_TRACE = ROOT / "tests/data/kineto-gpu/ns_resolution_trace_rank-0.Apr_03_18_51
 DDP = ROOT / "samples" / "profiles" / "ddp_straggler"  # a capture of two ranks, with sources
 
 
+@pytest.fixture
+def scaled_down(monkeypatch):
+    """The analysis's memory without its fixed part (ANALYSIS_BASE_BYTES, ~320 MB) and at 512 B
+    an event, so a budget of a few hundred KB cuts a tests/data trace as 2 GB cuts a big one."""
+    monkeypatch.setattr(stored, "ANALYSIS_BASE_BYTES", 0)
+    monkeypatch.setattr(stored, "ANALYSIS_EVENT_BYTES", 512)
+
+
 def whole_sql(profile: Profile, sql: str) -> list[tuple]:
     con = duckdb.connect()
     for t in ("events", "stacks", "counters"):
@@ -138,7 +146,9 @@ def test_an_excerpt_of_another_profile_is_not_used(imported_profiles, tmp_path):
     assert analysed(Profile.open(tmp_path / "a")).path == tmp_path / "a"
 
 
-def test_the_import_under_a_small_budget_analyses_an_excerpt_and_the_cli_says_so(tmp_path, capsys):
+def test_the_import_under_a_small_budget_analyses_an_excerpt_and_the_cli_says_so(
+    tmp_path, capsys, scaled_down
+):
     out = tmp_path / "mlp"
     # the profile's 1,570 events x 512 B are ~785 KB of analysis: over 600 KB
     assert main(["import", str(MLP_TRACE), "-o", str(out), "--memory-budget", "600K"]) == 0
@@ -206,7 +216,7 @@ def _serve(root: Path, cache: Path, max_memory: int) -> tuple[subprocess.Popen, 
 
 @pytest.mark.sweep  # 45-95 s here: a 272k-event import and two servers; in-process sibling below
 def test_a_server_whose_ceiling_refuses_the_whole_serves_the_excerpts_analysis(
-    imported_profiles, tmp_path
+    imported_profiles, tmp_path, scaled_down
 ):
     # the ns-resolution GPU trace six times over: 272k real events, ~230 MB to admit whole
     doc = json.loads(gzip.decompress(NS_TRACE.read_bytes()))

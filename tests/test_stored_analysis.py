@@ -188,6 +188,8 @@ def test_an_analysis_too_big_for_the_machine_is_made_of_an_excerpt_and_the_impor
     trace = tmp_path / "big.json"
     trace.write_text(json.dumps(doc))
     # just under what the profile's events need: 136k events x 512 B is ~70 MB
+    monkeypatch.setattr(stored, "ANALYSIS_BASE_BYTES", 0)  # its events only, at 512 B
+    monkeypatch.setattr(stored, "ANALYSIS_EVENT_BYTES", 512)
     monkeypatch.setattr(stored, "STORE_SHARE", 60e6 / machine_bytes())
     out = tmp_path / "big"
     assert main(["import", str(trace), "-o", str(out)]) == 0

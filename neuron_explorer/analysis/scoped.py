@@ -22,7 +22,7 @@ def store_excerpt(profile: Profile, budget: int | None, why: str) -> Profile:
     """Cut the excerpt that fits the import's analysis memory (`budget`, bytes, or None: the
     machine's share) and store its analysis in its folder; the excerpt, opened."""
     limit, _ = stored.analysis_limit(budget)
-    window = choose(profile, max(1, limit // stored.ANALYSIS_EVENT_BYTES))
+    window = choose(profile, stored.events_within(limit))
     part = write_excerpt(profile, window, why)
     stored.write(part)
     return part

@@ -38,10 +38,13 @@ FOOTER_BYTES = 64 << 10  # a Parquet file's tail: its footer (row groups, statis
 # analysis takes well under a second, and a small import stays as fast as before
 STORE_MIN_EVENTS = 100_000
 MAX_BYTES = 256 << 20  # the 1 GB trace's summary is 6.6 MB
-# the analysis's peak memory an event (the summary and findings hold the events' columns):
-# measured 440 B an event over the interpreter, 64 ranks x 16 MB (4.05 M events) 2,170 MB and
-# 16 x 16 MB (1.01 M) 831 MB (benchmarks/README.md, "Many-rank analysis")
-ANALYSIS_EVENT_BYTES = 512
+# the analysis's peak memory: a fixed part (interpreter, libraries, page models) and so much an
+# event (the summary and findings hold the events' columns), measured on the import's excerpts
+# of the 1 GB trace (130 k events 382 MB, 1.05 M 968 MB) and of the 10 GB one (4.2 M: 2,655 MB)
+# (benchmarks/README.md, "Excerpt"), with room for what the import leaves in the process; 2.8 M
+# events of the 10 GB one then take 2,024 MB alone; 64 ranks x 16 MB (4.05 M events) 2,170 MB
+ANALYSIS_BASE_BYTES = 384 << 20
+ANALYSIS_EVENT_BYTES = 640
 STORE_SHARE = 0.5  # of the memory this process may use (model/bounds.machine_bytes)
 
 
@@ -229,7 +232,13 @@ def _read(file: Path) -> bytes | None:
 
 def memory_needed(profile: Profile) -> int:
     """Bytes the analysis of `profile` needs, from its events' row count."""
-    return int(profile.manifest.row_counts.get("events") or 0) * ANALYSIS_EVENT_BYTES
+    events = int(profile.manifest.row_counts.get("events") or 0)
+    return ANALYSIS_BASE_BYTES + events * ANALYSIS_EVENT_BYTES
+
+
+def events_within(limit: int) -> int:
+    """How many events an analysis within `limit` bytes may hold (at least one)."""
+    return max(1, (limit - ANALYSIS_BASE_BYTES) // ANALYSIS_EVENT_BYTES)
 
 
 def analysis_limit(budget: int | None = None) -> tuple[int, str]:
