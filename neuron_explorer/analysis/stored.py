@@ -38,12 +38,12 @@ FOOTER_BYTES = 64 << 10  # a Parquet file's tail: its footer (row groups, statis
 # analysis takes well under a second, and a small import stays as fast as before
 STORE_MIN_EVENTS = 100_000
 MAX_BYTES = 256 << 20  # the 1 GB trace's summary is 6.6 MB
-# the analysis's peak memory: a fixed part (interpreter, libraries, page models) and so much an
-# event (the summary and findings hold the events' columns), measured on the import's excerpts
-# of the 1 GB trace (130 k events 382 MB, 1.05 M 968 MB) and of the 10 GB one (4.2 M: 2,655 MB)
-# (benchmarks/README.md, "Excerpt"), with room for what the import leaves in the process; 2.8 M
-# events of the 10 GB one then take 2,024 MB alone; 64 ranks x 16 MB (4.05 M events) 2,170 MB
-ANALYSIS_BASE_BYTES = 384 << 20
+# the analysis's peak memory: a fixed part (interpreter, libraries, page models, and what the
+# import leaves in its process) and so much an event (the summary and findings hold the events'
+# columns), measured on the import's excerpts of the 1 GB trace (130 k events 382 MB, 1.05 M
+# 968 MB) and of the 10 GB one (4.2 M: 2,655 MB; 2.7 M: 2,052 MB in the import, 2.8 M: 2,024 MB
+# alone) (benchmarks/README.md, "Excerpt"); 64 ranks x 16 MB (4.05 M events) took 2,170 MB
+ANALYSIS_BASE_BYTES = 512 << 20
 ANALYSIS_EVENT_BYTES = 640
 STORE_SHARE = 0.5  # of the memory this process may use (model/bounds.machine_bytes)
 
