@@ -136,6 +136,10 @@ def _under_ceiling(prof: Path, max_memory: str, n_windows: int) -> list[tuple[st
     rows = [("server started", _vm(proc))]
     try:
         with httpx.Client(base_url=base, timeout=600) as c:
+            t, r = _timed(proc, lambda: c.get(f"/api/p/{name}"))  # the first page, first
+            scope = (r.json().get("scope") or {}).get("line", "the whole profile")
+            rows.append((f"summary page, cold, first request ({r.status_code}; {scope[:60]}...)",
+                         f"{t}; {_vm(proc)}"))  # fmt: skip
             t, r = _timed(proc, lambda: c.get(f"/api/p/{name}/timeline?width_px=1500"))
             ext = r.json()["extent"]
             win = r.json()["window"]
@@ -162,7 +166,8 @@ def _under_ceiling(prof: Path, max_memory: str, n_windows: int) -> list[tuple[st
             sql = "SELECT name, count(*) AS n, sum(dur_ns) AS t FROM events GROUP BY 1 ORDER BY 3 DESC"
             rows.append(("SQL: time by name over every event",
                          _status(c, f"/api/p/{name}/sql", params={"q": sql})))  # fmt: skip
-            rows.append(("summary page (the stored analysis)", _status(c, f"/api/p/{name}")))
+            rows.append(("summary page, again", _status(c, f"/api/p/{name}")))
+            rows.append(("findings page", _status(c, f"/api/p/{name}/findings")))
             rows.append(("operators page", _status(c, f"/api/p/{name}/operators")))
             rows.append(("server at the end", _vm(proc)))
         proc.terminate()
