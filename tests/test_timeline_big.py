@@ -121,6 +121,8 @@ def test_the_service_admits_the_timeline_and_find_of_a_profile_by_what_they_read
     ceiling()
     s, e = first_view(ref)
     assert svc.first_window("big", 1500).to_dict() == window(p, ref, s, e, 1500).to_dict()
+    # another browser's width gets the same view: each width would be another pass over all
+    assert svc.first_window("big", 820) is svc.first_window("big", 1500)
     ceiling()
     lo, hi = s + (e - s) // 3, s + (e - s) // 2
     assert svc.window("big", lo, hi, 800).to_dict() == window(p, ref, lo, hi, 800).to_dict()

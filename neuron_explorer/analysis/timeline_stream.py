@@ -63,14 +63,17 @@ def row_groups(profile: Profile) -> list[tuple[float, float, int, str, int]]:
 
 def batches(profile: Profile, columns: list[str], filter: Any = None,
             batch_size: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """The events' `columns` in stored order ((rank, start_ns) in each file), a batch at a time."""
-    scan = profile.dataset("events").to_batches(
-        columns=columns, filter=filter, batch_size=batch_size, batch_readahead=1,
-        fragment_readahead=1,
-    )  # fmt: skip
-    for b in scan:
-        if b.num_rows:
-            yield b
+    """The events' `columns` in stored order ((rank, start_ns) in each file), a batch at a time:
+    a row group at a time (those whose statistics `filter` leaves), not through one scan of
+    the dataset, whose read-ahead buffered far more than a batch (the 10 GB trace's profile:
+    the streamed index peaked at 1.6 GB read by one scan, at 0.5 GB a row group at a time)."""
+    for fragment in profile.dataset("events").get_fragments(filter=filter):
+        for group in fragment.split_by_row_group(filter):
+            scan = group.to_batches(columns=columns, filter=filter, batch_size=batch_size,
+                                    batch_readahead=0, fragment_readahead=0)  # fmt: skip
+            for b in scan:
+                if b.num_rows:
+                    yield b
 
 
 class OpenEvents:

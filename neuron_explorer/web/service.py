@@ -196,8 +196,11 @@ class Service:
 
     def first_window(self, name: str, width_px: int = FIRST_VIEW_PX) -> timeline.TimelineWindow:
         """The timeline's whole-profile view (the first of every visit), computed once per
-        width, rounded to 250 px so a few widths serve every browser."""
+        width, rounded to 250 px so a few widths serve every browser (one width, the warm-up's,
+        for a profile whose index is streamed)."""
         width_px = min(8000, max(250, round(width_px / 250) * 250))
+        if not len(self.index(name).event_lane):  # streamed: each width costs a pass over every
+            width_px = FIRST_VIEW_PX  # event (half a minute on a 10 GB trace's); one serves all
 
         def make(p: Profile) -> timeline.TimelineWindow:
             idx = self.index(name)
