@@ -163,3 +163,32 @@ def test_a_server_under_its_ceiling_shows_the_timeline_and_find_of_a_bigger_prof
         peak = peak_mb(pid)
     print(f"\nserver peak under a 400 MB ceiling: {peak:.0f} MB")
     assert peak < 400
+
+
+def test_work_admitted_at_once_counts_what_the_other_was_admitted():
+    """Two heavy requests at once (a browser's view beside the warm-up's) are each admitted
+    against the ceiling less what the other's running work was admitted, not only what RSS
+    shows before either allocates: the second is refused while the first runs."""
+    import threading
+
+    from neuron_explorer.web.memory import MemoryCeiling, OverMemory, rss_bytes
+
+    mb = 1 << 20
+    ceiling = MemoryCeiling(rss_bytes() + 300 * mb, lambda keep: None)
+    admitted, done = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with ceiling.running():
+            ceiling.admit(200 * mb, "the first view")
+            admitted.set()
+            done.wait(30)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    assert admitted.wait(30)
+    with pytest.raises(OverMemory, match="a window needs about 200 MB"):
+        ceiling.admit(200 * mb, "a window")
+    done.set()
+    worker.join(30)
+    ceiling.admit(200 * mb, "a window")  # the first has ended: nothing of it is reserved
+    ceiling.admit(200 * mb, "a second window")  # outside `running`, nothing stays reserved

@@ -13,7 +13,8 @@ import gc
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from neuron_explorer.errors import ExplorerError
@@ -75,25 +76,57 @@ class MemoryCeiling:
         self._relieve = relieve
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
+        # bytes admitted to work still running, by thread: two requests admitted at once (a
+        # browser's view beside the warm-up's) must not each count only on what RSS shows
+        self._reserved: dict[int, int] = {}
+        self._local = threading.local()
 
     def admit(self, need: int, what: str, keep: str | None = None) -> None:
-        """Return if `need` more bytes fit under the ceiling, after letting go of what is kept
-        for profiles other than `keep` if they do not; else OverMemory, naming `what`."""
-        if rss_bytes() + need <= self.limit:
-            return
+        """Return if `need` more bytes fit under the ceiling beside what other threads' running
+        work was admitted, after letting go of what is kept for profiles other than `keep` if
+        they do not; else OverMemory, naming `what`. Inside `running`, `need` stays reserved
+        until the block ends."""
+        me = threading.get_ident()
+        if rss_bytes() + self._others(me) + need > self.limit:
+            with self._lock:
+                self._relieve(keep)
+                trim()
+            have = rss_bytes() + self._others(me)
+            if have + need > self.limit:
+                held = (f"the server holds {have >> 20:,} MB of its {self.limit >> 20:,} MB "
+                        "ceiling")  # fmt: skip
+                raise OverMemory(
+                    f"{what} needs about {need >> 20:,} MB, and {held} (--max-memory): refused; "
+                    "the server goes on serving"
+                    if need
+                    else f"{held} (--max-memory), past it: refused until it falls back; the "
+                    "server goes on serving"
+                )
+        if need and getattr(self._local, "depth", 0):
+            with self._lock:
+                self._reserved[me] = self._reserved.get(me, 0) + need
+
+    def _others(self, me: int) -> int:
         with self._lock:
-            self._relieve(keep)
-            trim()
-            have = rss_bytes()
-        if have + need > self.limit:
-            held = f"the server holds {have >> 20:,} MB of its {self.limit >> 20:,} MB ceiling"
-            raise OverMemory(
-                f"{what} needs about {need >> 20:,} MB, and {held} (--max-memory): refused; "
-                "the server goes on serving"
-                if need
-                else f"{held} (--max-memory), past it: refused until it falls back; the server "
-                "goes on serving"
-            )
+            return sum(v for t, v in self._reserved.items() if t != me)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """A block of work: what it is admitted stays reserved until it ends (RSS then holds
+        what the work kept)."""
+        me = threading.get_ident()
+        with self._lock:
+            before = self._reserved.get(me, 0)
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._local.depth -= 1
+            with self._lock:
+                if before:
+                    self._reserved[me] = before
+                else:
+                    self._reserved.pop(me, None)
 
     def over(self) -> bool:
         """Whether the process is past its ceiling now (new work is refused until it is not)."""

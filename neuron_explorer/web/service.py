@@ -61,6 +61,7 @@ class Service:
         self.store = ProfileStore(root)
         self.memory = MemoryCeiling(max_memory or default_ceiling(), self.store.forget)
         self.store.before_compute = self._admit
+        self.store.running = self.memory.running
         self._admitted: weakref.WeakSet[Profile] = weakref.WeakSet()
         self.store.duckdb_memory = self.memory.limit // DUCKDB_SHARE
         self.disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
@@ -188,11 +189,12 @@ class Service:
         rows = timeline.window_rows(p, idx, start_ns, end_ns)
         need = rows * WINDOW_EVENT_BYTES
         batched = need > WINDOW_SHARE * self.memory.limit
-        if batched:
-            self._admit_batch(name, p, f"a window of {name} ({rows:,} events, in batches)")
-        else:
-            self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
-        return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched)
+        with self.memory.running():
+            if batched:
+                self._admit_batch(name, p, f"a window of {name} ({rows:,} events, in batches)")
+            else:
+                self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
+            return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched)
 
     def first_window(self, name: str, width_px: int = FIRST_VIEW_PX) -> timeline.TimelineWindow:
         """The timeline's whole-profile view (the first of every visit), computed once per
@@ -243,8 +245,9 @@ class Service:
             self._admit(name, p)
         except OverMemory:
             counts = self.name_counts(name)
-            self._admit_batch(name, p, f"find in {name}", FIND_BYTES)
-            return search.search_events(con, q, regex, limit, p, counts)
+            with self.memory.running():
+                self._admit_batch(name, p, f"find in {name}", FIND_BYTES)
+                return search.search_events(con, q, regex, limit, p, counts)
         return search.search_events(con, q, regex, limit, p)
 
     def ops(self, name: str) -> Any:  # pyarrow table

@@ -8,6 +8,7 @@ import stat
 import threading
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,8 @@ class ProfileStore:
         # called before a value is computed (Service: the bounds of values and the memory
         # ceiling's admission)
         self.before_compute: Callable[[str, Profile], None] = lambda name, profile: None
+        # the block each computation runs in (the server's: what it admits stays reserved)
+        self.running: Callable[[], AbstractContextManager[None]] = nullcontext
         self.duckdb_memory = 0  # bytes each DuckDB connection may use (0: DuckDB's default)
 
     def shown(self, text: str) -> str:
@@ -176,12 +179,13 @@ class ProfileStore:
             with self._lock:
                 if (name, key) in self._derived:
                     return self._derived[(name, key)]
-            if admit:
-                self.before_compute(name, profile)
-            try:
-                value = make(profile)
-            except (OverflowError, RecursionError) as e:  # what the data holds, not a bug here
-                raise BadInputError(profile.path, f"cannot be analysed ({e})") from None
+            with self.running():
+                if admit:
+                    self.before_compute(name, profile)
+                try:
+                    value = make(profile)
+                except (OverflowError, RecursionError) as e:  # what the data holds, not a bug
+                    raise BadInputError(profile.path, f"cannot be analysed ({e})") from None
             with self._lock:
                 self._derived[(name, key)] = value
         return value
