@@ -15,6 +15,7 @@ window is counted exactly once, then merges them as timeline.window merges event
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from ..vocab.intervals import depths
 from .search import _name_codes
-from .timeline_index import WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
+from .timeline_index import WINDOW_COLUMNS, TimelineIndex, _ends, lane_of, lanes_and_depths
 from .timeline_stream import BATCH_ROWS, OpenEvents, batches
 
 LEVEL_SHIFTS = (20, 18, 16, 14)  # bucket widths extent / 2^k, finest first (each 4x coarser)
@@ -54,8 +55,9 @@ class Pyramid:
     long_threshold_ns: int
     rows: pa.Table
 
+    @cached_property
     def slices(self) -> dict[tuple[int, bool], tuple[int, int]]:
-        """(level, cell) -> the [lo, hi) rows holding them."""
+        """(level, cell) -> the [lo, hi) rows holding them (found once, for every window)."""
         lv = self.rows.column("level").to_numpy()
         cell = self.rows.column("cell").to_numpy(zero_copy_only=False)
         out = {}
@@ -73,7 +75,8 @@ def default_buckets(index: TimelineIndex, shifts: tuple[int, ...] = LEVEL_SHIFTS
 
 
 def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] | None = None,
-                  batch_size: int = BATCH_ROWS, con: Any = None) -> Pyramid:  # fmt: skip
+                  batch_size: int = BATCH_ROWS, con: Any = None,
+                  compact_rows: int = COMPACT_ROWS) -> Pyramid:  # fmt: skip
     """The pyramid of `profile` (levels of `buckets` ns, finest first), in one pass over its
     events in batches: memory bounded by a batch and the cells kept."""
     import duckdb
@@ -82,7 +85,8 @@ def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] |
     buckets = buckets or default_buckets(index)
     origin, thr = index.start_ns, index.long_threshold_ns
     opened = OpenEvents()
-    parts: list[pa.Table] = []
+    done: list[pa.Table] = []  # wide rows, and cells no later batch adds to (in stored order)
+    parts: list[pa.Table] = []  # cells still open, partial
     held = 0
     for b in batches(profile, WINDOW_COLUMNS, batch_size=batch_size):
         t = pa.Table.from_batches([b])
@@ -94,13 +98,24 @@ def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] |
         codes, names = _name_codes(t.column("name"))
         for level, width in enumerate(buckets):
             part = _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends)
-            parts.append(part)
-            held += part.num_rows
-        if held > COMPACT_ROWS:
-            parts = [_merge(con, parts)]
+            cell = part.column("cell").to_numpy(zero_copy_only=False)
+            done.append(part.filter(pa.array(~cell)))
+            parts.append(part.filter(pa.array(cell)))
+            held += int(cell.sum())
+        if held > compact_rows:
+            merged = _merge(con, parts)
+            # a lane's events come in start order (a file is in (rank, start) order): cells
+            # before this batch's first bucket get no more events (the final merge makes sure)
+            first = np.floor((start.min() - origin) / np.array(buckets)).astype(np.int64)
+            level = merged.column("level").to_numpy()
+            closed = merged.column("bucket").to_numpy() < first[level]
+            done.append(merged.filter(pa.array(closed)))
+            parts = [merged.filter(pa.array(~closed))]
             held = parts[0].num_rows
-    rows = _merge(con, parts) if parts else SCHEMA.empty_table()
-
+    cells = pa.concat_tables([d.filter(d.column("cell")) for d in done] + parts)
+    wide = pa.concat_tables([d.filter(pc.invert(d.column("cell"))) for d in done]
+                            or [SCHEMA.empty_table()])  # fmt: skip
+    rows = pa.concat_tables([wide, _merge(con, [cells]) if cells.num_rows else cells])
     order = pc.sort_indices(rows, [("level", "ascending"), ("cell", "ascending"),
                                    ("start_ns", "ascending"), ("id", "ascending")])  # fmt: skip
     return Pyramid(origin, tuple(buckets), thr, rows.take(order).combine_chunks())
@@ -150,7 +165,7 @@ def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends) -
 
 def _merge(con: Any, parts: list[pa.Table]) -> pa.Table:
     """Partial cells of several batches as one (the same cell's counts summed, its longest
-    event kept); wide rows are one a group already."""
+    event kept)."""
     con.register("_p", pa.concat_tables(parts))
     try:
         return con.sql(_MERGE).to_arrow_table().cast(SCHEMA)
@@ -165,7 +180,7 @@ def level_for(pyr: Pyramid, ns_per_px: float) -> int | None:
     return min(fits, key=lambda i: ns_per_px - pyr.buckets[i]) if fits else None
 
 
-def lod_window(
+def reduce_from_pyramid(
     profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int, start_ns: int, end_ns: int,
     width_px: int, max_rects: int, con: Any = None,
 ) -> tuple[int, float, pa.Table]:  # fmt: skip
@@ -177,7 +192,7 @@ def lod_window(
     width, origin, thr = pyr.buckets[level], pyr.origin, pyr.long_threshold_ns
     b_lo = int(np.ceil((start_ns - origin) / width))
     b_hi = max(int(np.floor((end_ns - origin) / width)), b_lo)  # the buckets inside it
-    sl = pyr.slices()
+    sl = pyr.slices
     parts = [_rows_between(pyr, sl[(level, True)], b_lo, b_hi, "bucket")]
     wide = _rows_between(pyr, sl[(level, False)], start_ns - max(thr, 0), end_ns, "start_ns")
     parts.append(wide.filter(pc.greater_equal(wide.column("end_ns"), start_ns)))
@@ -235,12 +250,10 @@ def _edge_rows(profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int,
                hi: int, b_lo: int, b_hi: int) -> pa.Table:  # fmt: skip
     """The events overlapping [lo, hi) narrower than a level bucket whose bucket is outside
     [b_lo, b_hi) (the cells hold those inside): a window's edges, read as events."""
-    from .timeline import _lanes_and_depths
-
     if hi <= lo:
         return _ROWS.empty_table()
     width = pyr.buckets[level]
-    t, lane, depth = _lanes_and_depths(profile, index, lo, hi)
+    t, lane, depth = lanes_and_depths(profile, index, lo, hi)
     start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
     bucket = np.floor((start - pyr.origin) / width).astype(np.int64)  # as build_pyramid
     rows = np.flatnonzero((dur < width) & ((bucket < b_lo) | (bucket >= b_hi)))
@@ -280,3 +293,15 @@ def _merge_window(con: Any, rows: pa.Table, start_ns: int, end_ns: int, width_px
     finally:
         con.unregister("_r")
     return int(count.sum()), bucket_ns, rects
+
+
+def pyramid_parts(pyr: Pyramid) -> tuple[dict[str, Any], pa.Table]:
+    """The pyramid as the disk cache keeps it: its scalars (JSON) and its rows (Arrow)."""
+    meta = {"origin": pyr.origin, "buckets": list(pyr.buckets),
+            "long_threshold_ns": pyr.long_threshold_ns}  # fmt: skip
+    return meta, pyr.rows
+
+
+def pyramid_from_parts(meta: dict[str, Any], rows: pa.Table) -> Pyramid:
+    return Pyramid(meta["origin"], tuple(meta["buckets"]), meta["long_threshold_ns"],
+                   rows.cast(SCHEMA).combine_chunks())  # fmt: skip
