@@ -28,7 +28,7 @@ from .search import _name_codes
 from .timeline_index import WINDOW_COLUMNS, TimelineIndex, _ends, lane_of, lanes_and_depths
 from .timeline_stream import BATCH_ROWS, OpenEvents, batches
 
-LEVEL_SHIFTS = (20, 18, 16, 14)  # bucket widths extent / 2^k, finest first (each 4x coarser)
+LEVEL_SHIFTS = (18, 16, 14, 12)  # bucket widths extent / 2^k, finest first (each 4x coarser)
 LOD_EVENTS = 200_000  # windows over more events than this are answered from the pyramid
 COMPACT_ROWS = 1 << 18  # partial cells merged once this many pile up
 SCHEMA = pa.schema([("level", pa.int8()), ("cell", pa.bool_()), ("lane", pa.int32()),
