@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hostile_sizes
 import numpy as np
+import pyarrow as pa
 import pytest
 from test_analysis_profiles import real, sample
 
@@ -116,3 +117,26 @@ def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(
     kept = again.pyramid("big", build=False)  # on disk: read back, not built
     assert kept is not None and kept.rows.equals(pyr.rows) and kept.buckets == pyr.buckets
     assert again.window("big", s, e, 1000).to_dict() == win.to_dict()
+
+
+def test_a_cell_met_again_out_of_start_order_is_merged_once():
+    """Cells of one key seen twice (a lane's events in two files) become one, counts summed."""
+    import duckdb
+
+    from neuron_explorer.analysis.timeline_lod import _merge_repeated
+
+    p = real("alexnet")
+    idx = build_index_streamed(p)
+    rows = build_pyramid(p, idx, default_buckets(idx, SHIFTS)).rows
+    cells = rows.filter(rows.column("cell"))
+    assert _merge_repeated(duckdb.connect(), cells) is cells  # each key once: left as is
+    twice = _merge_repeated(duckdb.connect(), pa.concat_tables([cells, cells]))
+    key = ["level", "lane", "depth", "bucket"]
+    a, b = (
+        cells.sort_by([(k, "ascending") for k in key]),
+        twice.sort_by([(k, "ascending") for k in key]),
+    )
+    assert b.num_rows == a.num_rows
+    assert b.column("count").to_pylist() == [2 * c for c in a.column("count").to_pylist()]
+    for col in ("start_ns", "end_ns", "id", "name", "kind", "one"):
+        assert b.column(col).to_pylist() == a.column(col).to_pylist()

@@ -85,7 +85,8 @@ def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] |
     buckets = buckets or default_buckets(index)
     origin, thr = index.start_ns, index.long_threshold_ns
     opened = OpenEvents()
-    done: list[pa.Table] = []  # wide rows, and cells no later batch adds to (in stored order)
+    wide: list[pa.Table] = []  # the wide rows
+    closed: list[pa.Table] = []  # cells no later batch adds to (in stored order)
     parts: list[pa.Table] = []  # cells still open, partial
     held = 0
     for b in batches(profile, WINDOW_COLUMNS, batch_size=batch_size):
@@ -99,23 +100,22 @@ def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] |
         for level, width in enumerate(buckets):
             part = _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends)
             cell = part.column("cell").to_numpy(zero_copy_only=False)
-            done.append(part.filter(pa.array(~cell)))
+            wide.append(part.filter(pa.array(~cell)))
             parts.append(part.filter(pa.array(cell)))
             held += int(cell.sum())
         if held > compact_rows:
             merged = _merge(con, parts)
             # a lane's events come in start order (a file is in (rank, start) order): cells
-            # before this batch's first bucket get no more events (the final merge makes sure)
+            # before this batch's first bucket get no more events (_merge_repeated makes sure)
             first = np.floor((start.min() - origin) / np.array(buckets)).astype(np.int64)
             level = merged.column("level").to_numpy()
-            closed = merged.column("bucket").to_numpy() < first[level]
-            done.append(merged.filter(pa.array(closed)))
-            parts = [merged.filter(pa.array(~closed))]
+            done = merged.column("bucket").to_numpy() < first[level]
+            closed.append(merged.filter(pa.array(done)))
+            parts = [merged.filter(pa.array(~done))]
             held = parts[0].num_rows
-    cells = pa.concat_tables([d.filter(d.column("cell")) for d in done] + parts)
-    wide = pa.concat_tables([d.filter(pc.invert(d.column("cell"))) for d in done]
-                            or [SCHEMA.empty_table()])  # fmt: skip
-    rows = pa.concat_tables([wide, _merge(con, [cells]) if cells.num_rows else cells])
+    cells = pa.concat_tables([*closed, _merge(con, parts) if parts else SCHEMA.empty_table()])
+    rows = pa.concat_tables([*wide, _merge_repeated(con, cells)])
+    del wide, closed, parts, cells
     order = pc.sort_indices(rows, [("level", "ascending"), ("cell", "ascending"),
                                    ("start_ns", "ascending"), ("id", "ascending")])  # fmt: skip
     return Pyramid(origin, tuple(buckets), thr, rows.take(order).combine_chunks())
@@ -161,6 +161,26 @@ def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends) -
               for c, f in zip(cols, SCHEMA, strict=False)]  # fmt: skip
     return pa.table([*arrays, name_arr, kind, pa.array(np.r_[np.ones(n_wide, bool), one])],
                     schema=SCHEMA)  # fmt: skip
+
+
+def _merge_repeated(con: Any, cells: pa.Table) -> pa.Table:
+    """The cells with each key once: a key repeats only where a lane's events came out of start
+    order (in another file), and only those are merged (merging all would double the peak)."""
+    if not cells.num_rows:
+        return cells
+    level, lane = cells.column("level").to_numpy(), cells.column("lane").to_numpy()
+    depth, bucket = cells.column("depth").to_numpy(), cells.column("bucket").to_numpy()
+    nb, nl = int(bucket.max()) + 1, int(lane.max()) + 1
+    key = ((level.astype(np.int64) * nl + lane) * 128 + np.minimum(depth, 127)) * nb + bucket
+    order = np.argsort(key, kind="stable")
+    same = key[order][1:] == key[order][:-1]
+    if not same.any():
+        return cells
+    repeated = np.zeros(len(key), bool)
+    repeated[order[1:][same]] = True
+    repeated[order[:-1][same]] = True
+    return pa.concat_tables([cells.filter(pa.array(~repeated)),
+                             _merge(con, [cells.filter(pa.array(repeated))])])  # fmt: skip
 
 
 def _merge(con: Any, parts: list[pa.Table]) -> pa.Table:
