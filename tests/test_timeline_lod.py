@@ -121,16 +121,14 @@ def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(
 
 def test_a_cell_met_again_out_of_start_order_is_merged_once():
     """Cells of one key seen twice (a lane's events in two files) become one, counts summed."""
-    import duckdb
-
     from neuron_explorer.analysis.timeline_lod import _merge_repeated
 
     p = real("alexnet")
     idx = build_index_streamed(p)
     rows = build_pyramid(p, idx, default_buckets(idx, SHIFTS)).rows
     cells = rows.filter(rows.column("cell"))
-    assert _merge_repeated(duckdb.connect(), cells) is cells  # each key once: left as is
-    twice = _merge_repeated(duckdb.connect(), pa.concat_tables([cells, cells]))
+    assert _merge_repeated(cells) is cells  # each key once: left as is
+    twice = _merge_repeated(pa.concat_tables([cells, cells]))
     key = ["level", "lane", "depth", "bucket"]
     a, b = (
         cells.sort_by([(k, "ascending") for k in key]),
