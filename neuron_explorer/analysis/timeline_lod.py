@@ -6,8 +6,8 @@ cells merged per (lane, depth, bucket) at a fixed width no wider than a pixel me
 the same rectangles. Algorithm: one pass over the events in record batches (depth carried over
 open events, as timeline_stream) keeps, per level of bucket width B, the events at least B wide
 (up to the index's long threshold) as rows of their own and the narrower ones as cells (count,
-min start, max end, the longest event, whether they share one name); a window takes the finest
-level with B at most its ns per pixel, the cells whose buckets lie inside it, the wide rows and
+min start, max end, the longest event, whether they share one name); a window takes the level
+with B at most its ns per pixel and nearest it, the cells whose buckets lie inside it, the wide rows and
 long events overlapping it, and reads the events of its two edge buckets, so every event in the
 window is counted exactly once, then merges them as timeline.window merges events.
 """
@@ -36,13 +36,6 @@ SCHEMA = pa.schema([("level", pa.int8()), ("cell", pa.bool_()), ("lane", pa.int3
                     ("end_ns", pa.int64()), ("id", pa.int64()), ("bd", pa.int64()),
                     ("count", pa.int64()), ("name", pa.string()), ("kind", pa.string()),
                     ("one", pa.bool_())])  # fmt: skip
-_MERGE = (
-    "SELECT level, cell, lane, depth, bucket, min(start_ns) AS start_ns, max(end_ns) AS end_ns, "
-    "arg_max(id, (bd, -id)) AS id, max(bd) AS bd, sum(count)::BIGINT AS count, "
-    "arg_max(name, (bd, -id)) AS name, arg_max(kind, (bd, -id)) AS kind, "
-    "bool_and(one) AND count(DISTINCT name) <= 1 AND count(name) IN (0, count(*)) AS one "
-    "FROM _p GROUP BY level, cell, lane, depth, bucket"
-)
 
 
 @dataclass(frozen=True)
