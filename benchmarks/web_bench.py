@@ -52,17 +52,23 @@ def _timed(proc: subprocess.Popen, f) -> tuple[str, httpx.Response]:
 
 
 def _start_server(
-    root: Path, cache: Path, max_memory: int | None = None
+    root: Path, cache: Path, max_memory: int | None = None, warm_up: bool = False
 ) -> tuple[subprocess.Popen, str]:
     """A server on `root` whose analysis cache lives under `cache` (XDG_CACHE_HOME), with a
-    memory ceiling of `max_memory` bytes (None: the default)."""
+    memory ceiling of `max_memory` bytes (None: the default); `warm_up`: run the warm-up in a
+    thread, as `serve` does."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = (
         "import sys, uvicorn; from neuron_explorer.web.app import create_app; "
-        f"uvicorn.run(create_app(sys.argv[1], max_memory={max_memory}), host='127.0.0.1', "
-        f"port={port}, log_level='warning')"
+        f"app = create_app(sys.argv[1], max_memory={max_memory}); "
+        + (
+            "import threading; threading.Thread(target=app.state.warm_up, daemon=True).start(); "
+            if warm_up
+            else ""
+        )  # fmt: skip
+        + f"uvicorn.run(app, host='127.0.0.1', port={port}, log_level='warning')"
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     proc = subprocess.Popen([sys.executable, "-c", code, str(root)], env=env)

@@ -11,18 +11,17 @@ fits), and each merged rectangle says how many events it holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..model.profile import Profile
-from ..vocab.intervals import depths  # deeper nesting than 64 draws at 64
 from .page import PageModel, is_modeled
 from .timeline_batches import reduce_batched, window_rows
-from .timeline_index import WINDOW_COLUMNS, TimelineIndex, build_index, lane_of
+from .timeline_index import TimelineIndex, build_index, lanes_and_depths
+from .timeline_lod import Pyramid, level_for, reduce_from_pyramid
 from .timeline_stream import BATCH_ROWS
 
 __all__ = ["MAX_RECTS", "TimelineIndex", "TimelinePage", "TimelineWindow", "build_index",
@@ -59,6 +58,7 @@ class TimelineWindow(PageModel):
     bucket_ns: float
     names: tuple[str | None, ...]
     rects: Rects
+    lod_level: int | None = None  # the pyramid's level it was merged from (timeline_lod)
 
     def to_dict(self) -> dict[str, Any]:  # plain already: no walk over thousands of values
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -113,42 +113,6 @@ def timeline_page(profile: Profile, index: TimelineIndex, win: TimelineWindow) -
     )  # fmt: skip
 
 
-def _window_events(profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int) -> pa.Table:
-    """The events overlapping [start_ns, end_ns): the short ones read by start (push-down), the
-    long ones from the index."""
-    short_filter = (
-        (pc.field("start_ns") < end_ns)
-        & (pc.field("start_ns") >= start_ns - max(index.long_threshold_ns, 0))
-        & (pc.field("dur_ns") <= index.long_threshold_ns)
-        & ((pc.field("start_ns") + pc.field("dur_ns")) >= start_ns)
-    )
-    short = profile.table("events", columns=WINDOW_COLUMNS, filter=short_filter)
-    le = index.long_events
-    long_mask = pc.and_(
-        pc.less(le.column("start_ns"), end_ns),
-        pc.greater_equal(pc.add(le.column("start_ns"), le.column("dur_ns")), start_ns),
-    )
-    parts = [short.cast(le.schema) if short.schema != le.schema else short, le.filter(long_mask)]
-    return pa.concat_tables(parts)
-
-
-def _lanes_and_depths(
-    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int
-) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """The events overlapping the window, with each one's lane and depth in the window."""
-    whole = start_ns <= index.start_ns and end_ns >= index.end_ns
-    if whole and len(index.event_lane) == profile.row_count("events"):  # every event is in it
-        t = profile.table("events", columns=["id", "start_ns", "dur_ns", "name", "kind"])
-        return t, index.event_lane.astype(np.int32), index.event_depth.astype(np.int32)
-    t = _window_events(profile, index, start_ns, end_ns)
-    lane = lane_of(t, index)
-    known = lane >= 0  # every event has its lane; a lane the index lacks is not drawn
-    if not known.all():
-        t, lane = t.filter(pa.array(known)), lane[known]
-    depth = depths(t.column("id").to_numpy(), t.column("parent_id").fill_null(-1).to_numpy(), lane)
-    return t, lane, depth
-
-
 def window(
     profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
     max_rects: int = MAX_RECTS, con: Any = None, batched: bool | None = None,
@@ -168,7 +132,7 @@ def window(
         n, bucket_ns, rects = reduce_batched(profile, index, start_ns, end_ns, width_px,
                                              max_rects, con, batch_size)  # fmt: skip
         return _window(start_ns, end_ns, width_px, n, bucket_ns, rects)
-    t, lane, depth = _lanes_and_depths(profile, index, start_ns, end_ns)
+    t, lane, depth = lanes_and_depths(profile, index, start_ns, end_ns)
     start = t.column("start_ns").to_numpy()
     dur = t.column("dur_ns").to_numpy()
     ns_per_px = (end_ns - start_ns) / width_px
@@ -185,6 +149,22 @@ def window(
         factor *= 2
     rects = _reduce(con, t, lane, depth, small, key)
     return _window(start_ns, end_ns, width_px, t.num_rows, bucket_ns, rects)
+
+
+def lod_window(
+    profile: Profile, index: TimelineIndex, pyr: Pyramid, start_ns: int, end_ns: int,
+    width_px: int, max_rects: int = MAX_RECTS, con: Any = None,
+) -> TimelineWindow | None:  # fmt: skip
+    """window() merged from the pyramid's level nearest a pixel (not wider), reading events
+    only at its two edges; None when no level is that fine."""
+    start_ns, end_ns = int(start_ns), int(max(end_ns, start_ns + 1))
+    width_px = int(min(max(width_px, 50), 8000))
+    level = level_for(pyr, (end_ns - start_ns) / width_px)
+    if level is None:
+        return None
+    n, bucket_ns, rects = reduce_from_pyramid(profile, index, pyr, level, start_ns, end_ns,
+                                              width_px, max_rects, con)  # fmt: skip
+    return replace(_window(start_ns, end_ns, width_px, n, bucket_ns, rects), lod_level=level)
 
 
 def _window(

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from ..vocab.engines import lane_order
@@ -197,3 +198,39 @@ def _fit(start_ns: np.ndarray, dur_ns: np.ndarray) -> tuple[int, int, int] | Non
         return None
     pad = (hi - lo) / 20
     return (int(max(lo - pad, st[0])), int(min(hi + pad, reach[-1])) + 1, int(outside))
+
+
+def window_events(profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int) -> pa.Table:
+    """The events overlapping [start_ns, end_ns): the short ones read by start (push-down), the
+    long ones from the index."""
+    short_filter = (
+        (pc.field("start_ns") < end_ns)
+        & (pc.field("start_ns") >= start_ns - max(index.long_threshold_ns, 0))
+        & (pc.field("dur_ns") <= index.long_threshold_ns)
+        & ((pc.field("start_ns") + pc.field("dur_ns")) >= start_ns)
+    )
+    short = profile.table("events", columns=WINDOW_COLUMNS, filter=short_filter)
+    le = index.long_events
+    long_mask = pc.and_(
+        pc.less(le.column("start_ns"), end_ns),
+        pc.greater_equal(pc.add(le.column("start_ns"), le.column("dur_ns")), start_ns),
+    )
+    parts = [short.cast(le.schema) if short.schema != le.schema else short, le.filter(long_mask)]
+    return pa.concat_tables(parts)
+
+
+def lanes_and_depths(
+    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """The events overlapping the window, with each one's lane and depth in the window."""
+    whole = start_ns <= index.start_ns and end_ns >= index.end_ns
+    if whole and len(index.event_lane) == profile.row_count("events"):  # every event is in it
+        t = profile.table("events", columns=["id", "start_ns", "dur_ns", "name", "kind"])
+        return t, index.event_lane.astype(np.int32), index.event_depth.astype(np.int32)
+    t = window_events(profile, index, start_ns, end_ns)
+    lane = lane_of(t, index)
+    known = lane >= 0  # every event has its lane; a lane the index lacks is not drawn
+    if not known.all():
+        t, lane = t.filter(pa.array(known)), lane[known]
+    depth = depths(t.column("id").to_numpy(), t.column("parent_id").fill_null(-1).to_numpy(), lane)
+    return t, lane, depth

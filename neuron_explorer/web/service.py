@@ -72,6 +72,10 @@ class Service:
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tables")
         self._pending: set[str] = set()
         self._pending_lock = threading.Lock()
+        # a window of a profile over the ceiling holding more events than this is merged from
+        # its level-of-detail pyramid (once warm_up built it); the levels' widths: extent/2^k
+        self.lod_events = timeline.LOD_EVENTS
+        self.lod_shifts = timeline.LEVEL_SHIFTS
 
     def refuse_if_over_memory(self) -> None:
         """OverMemory (503) while the process is past its ceiling and letting go of what it
@@ -187,6 +191,12 @@ class Service:
         if len(idx.event_lane):  # the whole profile was admitted with its index
             return timeline.window(p, con, idx, start_ns, end_ns, width_px)
         rows = timeline.window_rows(p, idx, start_ns, end_ns)
+        pyr = self.pyramid(name, build=False) if rows > self.lod_events else None
+        if pyr is not None:  # its edges read as events: a few pixels' worth
+            self.memory.admit(FIND_BYTES, f"a window of {name} from its pyramid", keep=name)
+            win = timeline.lod_window(p, con, idx, pyr, start_ns, end_ns, width_px)
+            if win is not None:
+                return win
         need = rows * WINDOW_EVENT_BYTES
         batched = need > WINDOW_SHARE * self.memory.limit
         with self.memory.running():
@@ -195,6 +205,29 @@ class Service:
             else:
                 self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
             return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched)
+
+    def pyramid(self, name: str, build: bool = True) -> timeline.Pyramid | None:
+        """The level-of-detail pyramid of a profile over the ceiling (analysis/timeline_lod.py),
+        kept in memory and in the disk cache; None when not built and not `build`."""
+        p, store = self.store.open(name), self.store
+        kinds = ("timeline_lod_meta", "timeline_lod_table")
+        kept = all(self.disk.path(p, kind).exists() for kind in kinds)
+        if not (build or kept or store.has(name, "timeline-lod")):
+            return None  # not built yet (warm_up builds it)
+
+        def make(p: Profile) -> timeline.Pyramid:
+            identity = store.derived(name, "identity", profile_identity, admit=False)
+            meta, rows = (self.disk.load(p, kind, identity) for kind in kinds)
+            if meta is not None and rows is not None:
+                return timeline.pyramid_from_parts(meta, rows)
+            idx = self.index(name)
+            self._admit_batch(name, p, f"the timeline pyramid of {name}")
+            pyr = timeline.build_pyramid(p, idx, timeline.default_buckets(idx, self.lod_shifts))
+            for kind, value in zip(kinds, timeline.pyramid_parts(pyr), strict=True):
+                self.disk.store(p, kind, identity, value)
+            return pyr
+
+        return store.derived(name, "timeline-lod", make, admit=False)
 
     def first_window(self, name: str, width_px: int = FIRST_VIEW_PX) -> timeline.TimelineWindow:
         """The timeline's whole-profile view (the first of every visit), computed once per
@@ -383,7 +416,8 @@ class Service:
                 # then the timeline's index and its whole view at the route's default width
                 # (1.2-1.6 s CPU on a 1 GB trace; streamed on a profile over the ceiling)
                 self.index(name), self.first_window(name)
-                if not len(self.index(name).event_lane):  # find over the ceiling: the names
-                    self.name_counts(name)
+                if not len(self.index(name).event_lane):  # over the ceiling: find's names,
+                    self.name_counts(name)  # and the pyramid wide windows are merged from
+                    self.pyramid(name)
             except Exception:  # noqa: BLE001
                 continue

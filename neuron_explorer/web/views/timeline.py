@@ -8,20 +8,37 @@ from typing import Any
 from neuron_explorer.analysis import timeline as _timeline
 from neuron_explorer.analysis.timeline import MAX_RECTS, TimelineIndex, TimelineWindow, first_view
 from neuron_explorer.analysis.timeline_batches import window_rows
+from neuron_explorer.analysis.timeline_lod import (
+    LEVEL_SHIFTS,
+    LOD_EVENTS,
+    Pyramid,
+    build_pyramid,
+    default_buckets,
+    pyramid_from_parts,
+    pyramid_parts,
+)
 from neuron_explorer.analysis.timeline_stream import BATCH_ROWS, build_index_streamed
 from neuron_explorer.model import Profile
 
 __all__ = [
     "BATCH_ROWS",
+    "LEVEL_SHIFTS",
+    "LOD_EVENTS",
     "MAX_RECTS",
+    "Pyramid",
     "TimelineIndex",
     "TimelineWindow",
     "build_index",
     "build_index_streamed",
+    "build_pyramid",
+    "default_buckets",
     "first_view",
     "index_from_parts",
     "index_parts",
+    "lod_window",
     "page",
+    "pyramid_from_parts",
+    "pyramid_parts",
     "window",
     "window_from_dict",
     "window_rows",
@@ -40,6 +57,14 @@ def window(
     """analysis.timeline.window on the server thread's own DuckDB connection `con`."""
     return _timeline.window(profile, index, start_ns, end_ns, width_px, max_rects, con=con,
                             batched=batched, batch_size=batch_size)  # fmt: skip
+
+
+def lod_window(
+    profile: Profile, con: Any, index: TimelineIndex, pyr: Pyramid, start_ns: int, end_ns: int,
+    width_px: int,
+) -> TimelineWindow | None:  # fmt: skip
+    """analysis.timeline.lod_window on the server thread's own DuckDB connection `con`."""
+    return _timeline.lod_window(profile, index, pyr, start_ns, end_ns, width_px, con=con)
 
 
 def index_parts(index: TimelineIndex) -> tuple[dict[str, Any], Any, Any]:

@@ -1,0 +1,335 @@
+"""A level-of-detail pyramid of a profile too big to hold in memory: a wide timeline window is
+answered from a few thousand pre-merged cells instead of its million events (issue 31).
+
+Pattern: a window's rectangles merge events per (lane, depth, bucket of one pixel or more), so
+cells merged per (lane, depth, bucket) at a fixed width no wider than a pixel merge again into
+the same rectangles. Algorithm: one pass over the events in record batches (depth carried over
+open events, as timeline_stream) keeps, per level of bucket width B, the events at least B wide
+(up to the index's long threshold) as rows of their own and the narrower ones as cells (count,
+min start, max end, the longest event, whether they share one name); a window takes the level
+with B at most its ns per pixel and nearest it, the cells whose buckets lie inside it, the wide rows and
+long events overlapping it, and reads the events of its two edge buckets, so every event in the
+window is counted exactly once, then merges them as timeline.window merges events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..model.profile import Profile
+from ..vocab.intervals import depths
+from .search import _name_codes
+from .timeline_index import WINDOW_COLUMNS, TimelineIndex, _ends, lane_of, lanes_and_depths
+from .timeline_stream import BATCH_ROWS, OpenEvents, batches
+
+LEVEL_SHIFTS = (18, 16, 14, 12)  # bucket widths extent / 2^k, finest first (each 4x coarser)
+LOD_EVENTS = 200_000  # windows over more events than this are answered from the pyramid
+COMPACT_ROWS = 1 << 18  # partial cells merged once this many pile up
+SCHEMA = pa.schema([("level", pa.int8()), ("cell", pa.bool_()), ("lane", pa.int32()),
+                    ("depth", pa.int32()), ("bucket", pa.int64()), ("start_ns", pa.int64()),
+                    ("end_ns", pa.int64()), ("id", pa.int64()), ("bd", pa.int64()),
+                    ("count", pa.int64()), ("name", pa.string()), ("kind", pa.string()),
+                    ("one", pa.bool_())])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pyramid:
+    """The levels' bucket widths (finest first) from `origin`, and their rows sorted by
+    (level, cell, start_ns): a level's wide rows, then its cells."""
+
+    origin: int
+    buckets: tuple[float, ...]
+    long_threshold_ns: int
+    rows: pa.Table
+
+    @cached_property
+    def slices(self) -> dict[tuple[int, bool], tuple[int, int]]:
+        """(level, cell) -> the [lo, hi) rows holding them (found once, for every window)."""
+        lv = self.rows.column("level").to_numpy()
+        cell = self.rows.column("cell").to_numpy(zero_copy_only=False)
+        out = {}
+        for level in range(len(self.buckets)):
+            for c in (False, True):
+                key = level * 2 + int(c)
+                lo, hi = np.searchsorted(lv * 2 + cell, [key, key + 1])
+                out[(level, c)] = (int(lo), int(hi))
+        return out
+
+
+def default_buckets(index: TimelineIndex, shifts: tuple[int, ...] = LEVEL_SHIFTS) -> list[float]:
+    extent = max(index.end_ns - index.start_ns, 1)
+    return [extent / (1 << k) for k in shifts]
+
+
+def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] | None = None,
+                  batch_size: int = BATCH_ROWS,
+                  compact_rows: int = COMPACT_ROWS) -> Pyramid:  # fmt: skip
+    """The pyramid of `profile` (levels of `buckets` ns, finest first), in one pass over its
+    events in batches: memory bounded by a batch and the cells kept."""
+    buckets = buckets or default_buckets(index)
+    origin, thr = index.start_ns, index.long_threshold_ns
+    opened = OpenEvents()
+    wide: list[pa.Table] = []  # the wide rows
+    closed: list[pa.Table] = []  # cells no later batch adds to (in stored order)
+    parts: list[pa.Table] = []  # cells still open, partial
+    held = 0
+    for b in batches(profile, WINDOW_COLUMNS, batch_size=batch_size):
+        t = pa.Table.from_batches([b])
+        lane = lane_of(t, index).astype(np.int64)
+        start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+        ids, ends = t.column("id").to_numpy(), _ends(start, dur)
+        depth = opened.depths(ids, t.column("parent_id").fill_null(-1).to_numpy(), lane, start,
+                              ends)  # fmt: skip
+        codes, names = _name_codes(t.column("name"))
+        for level, width in enumerate(buckets):
+            part = _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends)
+            cell = part.column("cell").to_numpy(zero_copy_only=False)
+            wide.append(part.filter(pa.array(~cell)))
+            parts.append(part.filter(pa.array(cell)))
+            held += int(cell.sum())
+        if held > compact_rows:
+            merged = _merge(parts)
+            # a lane's events come in start order (a file is in (rank, start) order): cells
+            # before this batch's first bucket get no more events (_merge_repeated makes sure)
+            first = np.floor((start.min() - origin) / np.array(buckets)).astype(np.int64)
+            level = merged.column("level").to_numpy()
+            done = merged.column("bucket").to_numpy() < first[level]
+            closed.append(merged.filter(pa.array(done)))
+            parts = [merged.filter(pa.array(~done))]
+            held = parts[0].num_rows
+    cells = pa.concat_tables([*closed, _merge(parts) if parts else SCHEMA.empty_table()])
+    rows = pa.concat_tables([*wide, _merge_repeated(cells)])
+    del wide, closed, parts, cells
+    order = pc.sort_indices(rows, [("level", "ascending"), ("cell", "ascending"),
+                                   ("start_ns", "ascending"), ("id", "ascending")])  # fmt: skip
+    return Pyramid(origin, tuple(buckets), thr, rows.take(order).combine_chunks())
+
+
+def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends) -> pa.Table:
+    """One batch at one level: its wide events (width..thr long) and its cells, partial."""
+    start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+    ids = t.column("id").to_numpy()
+    ok = lane >= 0
+    wide = np.flatnonzero(ok & (dur >= width) & (dur <= thr))
+    small = np.flatnonzero(ok & (dur < width))
+    bucket = np.floor((start - origin) / width).astype(np.int64)
+    key = (lane * 128 + np.minimum(depth, 127)) * (1 << 40) + bucket
+    order = small[np.lexsort((ids[small], -dur[small], key[small]))]
+    k = key[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+    best = order[first]
+    code = codes[order]
+    one = (np.minimum.reduceat(code, first) == np.maximum.reduceat(code, first)) if len(k) else \
+        np.zeros(0, bool)  # fmt: skip
+    sel = np.concatenate([wide, best])
+    n_wide = len(wide)
+    name_col = names.cast(pa.string())
+    name_codes = codes[sel]
+    name_arr = name_col.take(pa.array(np.maximum(name_codes, 0), pa.int64(),
+                                      mask=name_codes < 0))  # fmt: skip
+    kind = t.column("kind").take(pa.array(sel, pa.int64())).cast(pa.string()).combine_chunks()
+    counts = np.diff(np.r_[first, len(order)]).astype(np.int64) if len(k) else np.zeros(0, np.int64)
+    cols = [
+        np.full(len(sel), level, np.int8),
+        np.r_[np.zeros(n_wide, bool), np.ones(len(best), bool)],
+        lane[sel].astype(np.int32),
+        depth[sel].astype(np.int32),
+        bucket[sel],
+        np.r_[start[wide], np.minimum.reduceat(start[order], first) if len(k) else []],
+        np.r_[ends[wide], np.maximum.reduceat(ends[order], first) if len(k) else []],
+        ids[sel],
+        dur[sel],
+        np.r_[np.ones(n_wide, np.int64), counts],
+    ]
+    arrays = [pa.array(np.asarray(c, dtype=f.type.to_pandas_dtype()), f.type)
+              for c, f in zip(cols, SCHEMA, strict=False)]  # fmt: skip
+    return pa.table([*arrays, name_arr, kind, pa.array(np.r_[np.ones(n_wide, bool), one])],
+                    schema=SCHEMA)  # fmt: skip
+
+
+def _merge_repeated(cells: pa.Table) -> pa.Table:
+    """The cells with each key once: a key repeats only where a lane's events came out of start
+    order (in another file), and only those are merged (merging all would double the peak)."""
+    if not cells.num_rows:
+        return cells
+    level, lane = cells.column("level").to_numpy(), cells.column("lane").to_numpy()
+    depth, bucket = cells.column("depth").to_numpy(), cells.column("bucket").to_numpy()
+    nb, nl = int(bucket.max()) + 1, int(lane.max()) + 1
+    key = ((level.astype(np.int64) * nl + lane) * 128 + np.minimum(depth, 127)) * nb + bucket
+    order = np.argsort(key, kind="stable")
+    same = key[order][1:] == key[order][:-1]
+    if not same.any():
+        return cells
+    repeated = np.zeros(len(key), bool)
+    repeated[order[1:][same]] = True
+    repeated[order[:-1][same]] = True
+    return pa.concat_tables([cells.filter(pa.array(~repeated)),
+                             _merge([cells.filter(pa.array(repeated))])])  # fmt: skip
+
+
+def _merge(parts: list[pa.Table]) -> pa.Table:
+    """Partial cells of several batches as one (the same cell's counts summed, its longest
+    event kept), in numpy: DuckDB's hash aggregate held a gigabyte more at 38 M events."""
+    t = pa.concat_tables(parts).combine_chunks()
+    if not t.num_rows:
+        return t
+    col = {c: t.column(c).to_numpy(zero_copy_only=False) for c in
+           ("level", "lane", "depth", "bucket", "start_ns", "end_ns", "id", "bd", "count", "one")}  # fmt: skip
+    nb, nl = int(col["bucket"].max()) + 1, int(col["lane"].max()) + 1
+    key = ((col["level"].astype(np.int64) * nl + col["lane"]) * 128 + col["depth"]) * nb
+    key += col["bucket"]
+    order = np.lexsort((col["id"], -col["bd"], key))  # a cell's longest, then lowest id, first
+    k = key[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    best = order[first]
+    names = pc.dictionary_encode(t.column("name")).combine_chunks()
+    code = names.indices.fill_null(-1).to_numpy(zero_copy_only=False)[order]
+    one = np.minimum.reduceat(col["one"][order].astype(np.int8), first).astype(bool)
+    one &= np.minimum.reduceat(code, first) == np.maximum.reduceat(code, first)
+    out = t.take(pa.array(best, pa.int64()))
+    for name, values in (("start_ns", np.minimum.reduceat(col["start_ns"][order], first)),
+                         ("end_ns", np.maximum.reduceat(col["end_ns"][order], first)),
+                         ("count", np.add.reduceat(col["count"][order], first)),
+                         ("one", one)):  # fmt: skip
+        out = out.set_column(out.schema.get_field_index(name), name, pa.array(values))
+    return out.cast(SCHEMA)
+
+
+def level_for(pyr: Pyramid, ns_per_px: float) -> int | None:
+    """The level whose bucket is at most a pixel wide and nearest it (the fewest rows to read),
+    None when there is none."""
+    fits = [i for i, b in enumerate(pyr.buckets) if b <= ns_per_px]
+    return min(fits, key=lambda i: ns_per_px - pyr.buckets[i]) if fits else None
+
+
+def reduce_from_pyramid(
+    profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int, start_ns: int, end_ns: int,
+    width_px: int, max_rects: int, con: Any = None,
+) -> tuple[int, float, pa.Table]:  # fmt: skip
+    """(events in the window, the bucket width chosen, the rectangles as timeline.window's
+    _reduce gives them) from the pyramid's `level`."""
+    import duckdb
+
+    con = con if con is not None else duckdb.connect()
+    width, origin, thr = pyr.buckets[level], pyr.origin, pyr.long_threshold_ns
+    b_lo = int(np.ceil((start_ns - origin) / width))
+    b_hi = max(int(np.floor((end_ns - origin) / width)), b_lo)  # the buckets inside it
+    sl = pyr.slices
+    parts = [_rows_between(pyr, sl[(level, True)], b_lo, b_hi, "bucket")]
+    wide = _rows_between(pyr, sl[(level, False)], start_ns - max(thr, 0), end_ns, "start_ns")
+    parts.append(wide.filter(pc.greater_equal(wide.column("end_ns"), start_ns)))
+    parts.append(_long_rows(index, width, start_ns, end_ns))
+    # the edges: events narrower than a bucket in the window's buckets not wholly inside it
+    inner_lo = int(min(max(np.ceil(origin + b_lo * width), start_ns + 1), end_ns))
+    parts.append(_edge_rows(profile, index, pyr, level, start_ns, inner_lo, b_lo, b_hi))
+    inner_hi = int(max(origin + b_hi * width - 1, start_ns))
+    if inner_hi < end_ns:
+        parts.append(_edge_rows(profile, index, pyr, level, inner_hi, end_ns, b_lo, b_hi))
+    rows = pa.concat_tables([p.select(_ROW_COLUMNS).cast(_ROWS) for p in parts])
+    return _merge_window(con, rows, start_ns, end_ns, width_px, max_rects)
+
+
+_ROW_COLUMNS = ["lane", "depth", "start_ns", "end_ns", "id", "bd", "count", "name", "kind", "one"]
+_ROWS = pa.schema([SCHEMA.field(c) for c in _ROW_COLUMNS])
+
+
+def _rows_between(pyr: Pyramid, sl: tuple[int, int], lo: float, hi: float, col: str) -> pa.Table:
+    """The rows of one slice whose `col` is in [lo, hi) (the slice is sorted by it)."""
+    part = pyr.rows.slice(sl[0], sl[1] - sl[0])
+    values = part.column(col).to_numpy()
+    a, b = np.searchsorted(values, [np.ceil(lo), np.ceil(hi)])
+    return part.slice(int(a), int(b - a))
+
+
+def _as_rows(t: pa.Table, lane: np.ndarray, depth: np.ndarray) -> pa.Table:
+    """Events as pyramid rows of one event each."""
+    start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+    return pa.table([
+        pa.array(lane, pa.int32()), pa.array(depth, pa.int32()), pa.array(start),
+        pa.array(_ends(start, dur)), t.column("id").combine_chunks().cast(pa.int64()),
+        pa.array(dur), pa.array(np.ones(len(start), np.int64)),
+        t.column("name").cast(pa.string()).combine_chunks(),
+        t.column("kind").cast(pa.string()).combine_chunks(),
+        pa.array(np.ones(len(start), bool)),
+    ], schema=_ROWS)  # fmt: skip
+
+
+def _long_rows(index: TimelineIndex, width: float, start_ns: int, end_ns: int) -> pa.Table:
+    """The index's long events (over its threshold, so not in the pyramid's wide rows) that
+    overlap the window and are at least a level bucket wide; the narrower are in its cells."""
+    le = index.long_events
+    start, dur = le.column("start_ns").to_numpy(), le.column("dur_ns").to_numpy()
+    lane = lane_of(le, index).astype(np.int64)
+    # a long event's ancestors are longer still, so all of them are long events too
+    depth = depths(le.column("id").to_numpy(), le.column("parent_id").fill_null(-1).to_numpy(),
+                   lane)  # fmt: skip
+    keep = np.flatnonzero((start < end_ns) & (_ends(start, dur) >= start_ns) & (dur >= width)
+                          & (lane >= 0))  # fmt: skip
+    return _as_rows(le.take(pa.array(keep, pa.int64())), lane[keep], depth[keep])
+
+
+def _edge_rows(profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int, lo: int,
+               hi: int, b_lo: int, b_hi: int) -> pa.Table:  # fmt: skip
+    """The events overlapping [lo, hi) narrower than a level bucket whose bucket is outside
+    [b_lo, b_hi) (the cells hold those inside): a window's edges, read as events."""
+    if hi <= lo:
+        return _ROWS.empty_table()
+    width = pyr.buckets[level]
+    t, lane, depth = lanes_and_depths(profile, index, lo, hi)
+    start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+    bucket = np.floor((start - pyr.origin) / width).astype(np.int64)  # as build_pyramid
+    rows = np.flatnonzero((dur < width) & ((bucket < b_lo) | (bucket >= b_hi)))
+    return _as_rows(t.take(pa.array(rows, pa.int64())), lane[rows], depth[rows])
+
+
+def _merge_window(con: Any, rows: pa.Table, start_ns: int, end_ns: int, width_px: int,
+                  max_rects: int) -> tuple[int, float, pa.Table]:  # fmt: skip
+    """The rows merged as timeline.window merges events: rows at least a window bucket wide
+    alone, the others per (lane, depth, bucket), the bucket doubled until they fit."""
+    start, bd = rows.column("start_ns").to_numpy(), rows.column("bd").to_numpy()
+    lane, depth = rows.column("lane").to_numpy(), rows.column("depth").to_numpy()
+    count = rows.column("count").to_numpy()
+    ns_per_px = (end_ns - start_ns) / width_px
+    factor = 1.0
+    while True:
+        bucket_ns = ns_per_px * factor
+        small = (bd < bucket_ns) | (count > 1)
+        bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
+        key = (lane.astype(np.int64) * 128 + np.minimum(depth, 127)) * (width_px * 2 + 4) + bucket
+        n_groups = len(np.unique(key[small])) + int((~small).sum())
+        if n_groups <= max_rects or factor > width_px:
+            break
+        factor *= 2
+    full = rows.append_column("small", pa.array(small)).append_column("k", pa.array(key))
+    con.register("_r", full)
+    try:
+        rects = con.sql(
+            "SELECT lane, depth, start_ns, end_ns - start_ns AS dur_ns, id, 1::BIGINT AS count, "
+            "name, kind FROM _r WHERE NOT small UNION ALL "
+            "SELECT any_value(lane), any_value(depth), min(start_ns), max(end_ns) - min(start_ns), "
+            "arg_max(id, (bd, -id)), sum(count)::BIGINT, "
+            "CASE WHEN bool_and(one) AND count(DISTINCT name) = 1 AND count(name) = count(*) "
+            "THEN any_value(name) ELSE CAST(sum(count) AS VARCHAR) || ' events' END, "
+            "arg_max(kind, (bd, -id)) FROM _r WHERE small GROUP BY k ORDER BY 1, 2, 3, 5"
+        ).to_arrow_table()
+    finally:
+        con.unregister("_r")
+    return int(count.sum()), bucket_ns, rects
+
+
+def pyramid_parts(pyr: Pyramid) -> tuple[dict[str, Any], pa.Table]:
+    """The pyramid as the disk cache keeps it: its scalars (JSON) and its rows (Arrow)."""
+    meta = {"origin": pyr.origin, "buckets": list(pyr.buckets),
+            "long_threshold_ns": pyr.long_threshold_ns}  # fmt: skip
+    return meta, pyr.rows
+
+
+def pyramid_from_parts(meta: dict[str, Any], rows: pa.Table) -> Pyramid:
+    return Pyramid(meta["origin"], tuple(meta["buckets"]), meta["long_threshold_ns"],
+                   rows.cast(SCHEMA).combine_chunks())  # fmt: skip

@@ -1,0 +1,140 @@
+"""Issue 31, timeline windows of a huge profile from a level-of-detail pyramid: on real traces
+(tests/data) and two-rank captures, with levels scaled to the profile, a window merged from the
+pyramid counts every event once, draws alone the events window() draws alone, and merges the
+rest inside the window on window()'s lanes and depths; the pyramid built in small batches is the
+one built in one; a service builds it in its warm-up and a second one reads it back."""
+
+from __future__ import annotations
+
+import hostile_sizes
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_analysis_profiles import real, sample
+
+from neuron_explorer.analysis.timeline import lod_window, window
+from neuron_explorer.analysis.timeline_index import lanes_and_depths
+from neuron_explorer.analysis.timeline_lod import build_pyramid, default_buckets
+from neuron_explorer.analysis.timeline_stream import build_index_streamed
+from neuron_explorer.model.profile import Profile
+
+PROFILES = ["alexnet", "nccl", "sample:gpt_train", "sample:ddp_straggler"]
+SHIFTS = (12, 10, 8, 6)  # extent / 4096 .. / 64: windows of a few % at 200-1500 px use them
+WINDOWS = [(0.0, 1.0, 1500), (0.1, 0.45, 800), (0.3, 0.34, 200), (0.52, 0.9, 333), (0.7, 0.75, 64)]
+
+
+def _profile(name: str) -> Profile:
+    return sample(name[7:]) if name.startswith("sample:") else real(name)
+
+
+def _check(p, idx, pyr, s, e, px) -> int | None:
+    """The pyramid's window of [s, e) against the events window() reads; its level."""
+    win = lod_window(p, idx, pyr, s, e, px)
+    ref = window(p, idx, s, e, px)
+    if win is None:
+        assert min(pyr.buckets) > (e - s) / max(px, 50)  # no level a pixel wide or finer
+        return None
+    assert win.events == ref.events  # every event overlapping the window counted once
+    r = win.rects.columns
+    assert sum(r["count"]) == win.events
+    t, lane, depth = lanes_and_depths(p, idx, s, e)
+    dur = t.column("dur_ns").to_numpy()
+    alone = dur >= win.bucket_ns
+    want = sorted(zip(t.column("id").to_numpy()[alone].tolist(), lane[alone].tolist(),
+                      depth[alone].tolist(), strict=True))  # fmt: skip
+    rows = list(zip(r["id"], r["lane"], r["depth"], r["dur_ns"], r["count"], strict=True))
+    got = sorted((i, ln, d) for i, ln, d, du, c in rows if c == 1 and du >= win.bucket_ns)
+    assert got == want  # drawn alone: the same events, on the same lanes and depths
+    cells = set(zip(lane[~alone].tolist(), np.minimum(depth[~alone], 127).tolist(), strict=True))
+    for st, du, ln, d, c in zip(r["start_ns"], r["dur_ns"], r["lane"], r["depth"], r["count"],
+                                strict=True):  # fmt: skip
+        assert st < e and st + du >= s  # within the window
+        if c > 1 or du < win.bucket_ns:
+            assert (ln, d) in cells  # merged on a lane and depth window() merges on
+    assert win.rects_count <= 4000 and win.lod_level is not None
+    return win.lod_level
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_a_window_from_the_pyramid_counts_and_draws_what_window_does(name):
+    p = _profile(name)
+    idx = build_index_streamed(p)
+    pyr = build_pyramid(p, idx, default_buckets(idx, SHIFTS))
+    ext = idx.end_ns - idx.start_ns
+    levels = set()
+    for a, b, px in WINDOWS:
+        s, e = idx.start_ns + int(a * ext), idx.start_ns + int(b * ext)
+        levels.add(_check(p, idx, pyr, s, e, px))
+    assert len(levels - {None}) >= 2  # several levels answered
+
+
+@pytest.mark.parametrize("name", ["alexnet", "sample:ddp_straggler"])
+def test_the_pyramid_built_in_small_batches_is_the_one_built_in_one(name):
+    p = _profile(name)
+    idx = build_index_streamed(p)
+    buckets = default_buckets(idx, SHIFTS)
+    whole = build_pyramid(p, idx, buckets, batch_size=1 << 22)
+    small = build_pyramid(p, idx, buckets, batch_size=97, compact_rows=50)
+    assert whole.rows.num_rows > 0 and whole.rows.equals(small.rows)
+    assert whole.rows.column("count").to_numpy().sum() > p.row_count("events")  # a level each
+
+
+def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(tmp_path):
+    """A 200,000-event profile over the service's ceiling: warm_up builds the pyramid; a wide
+    window is merged from it (counting window()'s events), a narrow one reads events; a second
+    service on the same disk cache answers from the pyramid without building it."""
+    from neuron_explorer.web.memory import EVENT_BYTES, rss_bytes, trim
+    from neuron_explorer.web.service import Service
+
+    root = tmp_path / "profiles"
+    hostile_sizes.base_profile(root / "big", 200_000)
+
+    def service() -> Service:
+        """A service whose index of the profile is streamed (over its ceiling whole), then
+        given room: a profile this small is over a ceiling only just above what the process
+        holds, which the steps after the index would pass."""
+        svc = Service(root, tmp_path / "cache", max_memory=1 << 40)
+        svc.lod_events, svc.lod_shifts = 5_000, SHIFTS
+        p = svc.store.open("big")
+        trim()
+        svc.memory.limit = rss_bytes() + p.footer_rows["events"] * EVENT_BYTES  # + footers: over
+        assert not len(svc.index("big").event_lane)  # streamed: windows read row groups
+        svc.memory.limit = 1 << 40
+        return svc
+
+    svc = service()
+    assert svc.pyramid("big", build=False) is None
+    svc.warm_up()
+    pyr = svc.pyramid("big", build=False)
+    assert pyr is not None
+    p, idx = svc.store.open("big"), svc.index("big")
+    s, e = idx.start_ns, idx.start_ns + (idx.end_ns - idx.start_ns) // 2
+    win = svc.window("big", s, e, 1000)
+    assert win.lod_level is not None and win.events == window(p, idx, s, e, 1000).events
+    narrow = svc.window("big", s, s + (e - s) // 1000, 1000)
+    assert narrow.lod_level is None  # few events: read as today
+    again = service()
+    kept = again.pyramid("big", build=False)  # on disk: read back, not built
+    assert kept is not None and kept.rows.equals(pyr.rows) and kept.buckets == pyr.buckets
+    assert again.window("big", s, e, 1000).to_dict() == win.to_dict()
+
+
+def test_a_cell_met_again_out_of_start_order_is_merged_once():
+    """Cells of one key seen twice (a lane's events in two files) become one, counts summed."""
+    from neuron_explorer.analysis.timeline_lod import _merge_repeated
+
+    p = real("alexnet")
+    idx = build_index_streamed(p)
+    rows = build_pyramid(p, idx, default_buckets(idx, SHIFTS)).rows
+    cells = rows.filter(rows.column("cell"))
+    assert _merge_repeated(cells) is cells  # each key once: left as is
+    twice = _merge_repeated(pa.concat_tables([cells, cells]))
+    key = ["level", "lane", "depth", "bucket"]
+    a, b = (
+        cells.sort_by([(k, "ascending") for k in key]),
+        twice.sort_by([(k, "ascending") for k in key]),
+    )
+    assert b.num_rows == a.num_rows
+    assert b.column("count").to_pylist() == [2 * c for c in a.column("count").to_pylist()]
+    for col in ("start_ns", "end_ns", "id", "name", "kind", "one"):
+        assert b.column(col).to_pylist() == a.column(col).to_pylist()
