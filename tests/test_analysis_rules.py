@@ -143,7 +143,8 @@ def test_findings_are_ranked_and_serialisable():
     assert doc["findings"][0]["rule"] == findings[0].rule
     assert set(doc) == {"profile", "source", "total_step_ns", "steps", "rules_run", "findings",
                         "run_ended", "job_ending", "replayed_total_ns",
-                        "replayed_total_share", "device_time_modeled"}  # fmt: skip
+                        "replayed_total_share", "device_time_modeled", "scope"}  # fmt: skip
+    assert doc["scope"] is None  # the whole profile analysed (an excerpt's says what it holds)
     assert doc["device_time_modeled"] is False  # a GPU trace's device times are measured
     assert set(doc["findings"][0]) == {
         "rule", "category", "severity", "title", "detail", "fix", "saving_ns", "saving_share",
@@ -453,8 +454,15 @@ def test_step_time_outliers_works_on_the_steps_the_defaults_record():
     (f,) = get_rule("step-time-outliers").evaluate(profile)
     assert f.evidence.metrics["outliers"] == 1
     assert f.evidence.ops[0].label == "checkpoint"  # the op that took the extra time
-    # the time above the median step is the checkpoint's sleep, less what a normal step takes
-    assert 0.6 * CHECKPOINT_S * 1e9 <= f.saving_ns <= 1.1 * CHECKPOINT_S * 1e9
+    # the time above the median step is the checkpoint's sleep, less what a normal step takes:
+    # bounded by the sleep as recorded (a loaded machine sleeps longer than asked: 300 ms for
+    # 200 once), not as asked
+    (slept,) = (
+        profile.duckdb()
+        .execute("SELECT dur_ns FROM events WHERE CAST(name AS VARCHAR) = 'checkpoint'")
+        .fetchone()
+    )
+    assert 0.6 * CHECKPOINT_S * 1e9 <= f.saving_ns <= 1.1 * slept
 
 
 @functools.cache

@@ -1,0 +1,181 @@
+"""The views that show the whole of a profile, whatever its size: the timeline (its index, its
+first view, any window, the level-of-detail pyramid) and find. A profile whose tables fit under
+the server's ceiling is read into memory; one over it is read in batches, each view admitted by
+what it reads (docs/web.md, the memory ceiling). `Service` is made of these and the analysis
+pages (web/service.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from neuron_explorer.model import Profile
+
+from .cache import AnalysisCache, profile_identity
+from .memory import EVENT_BYTES, MemoryCeiling, OverMemory
+from .store import ProfileStore
+from .views import search, timeline
+
+FIRST_VIEW_PX = 1500  # the timeline route's default width, the one warm_up computes
+
+# The timeline and find of a profile over the ceiling read it in batches: such a pass (the
+# index, the whole view, the name counts) needs up to STREAM_BYTES (measured on the 1 GB trace's
+# profile, 3.9 M events in row groups of 65,536: peaks 240-330 MB over what the process held),
+# or half the whole profile's need when less. A window whose rows (its row groups') need over
+# WINDOW_SHARE of the ceiling at WINDOW_EVENT_BYTES each (measured: under 220 B an event for
+# windows of 0.2-0.8 M events) is read in batches too.
+STREAM_BYTES = 320 << 20
+# find reads a column a row group at a time: the name counts and a find of the 1 GB trace's
+# profile peak 50-60 MB over what the process held
+FIND_BYTES = 96 << 20
+WINDOW_SHARE = 0.25
+WINDOW_EVENT_BYTES = 256
+
+
+class WholeProfileViews:
+    """The timeline and find of every served profile, in memory or in batches."""
+
+    store: ProfileStore
+    memory: MemoryCeiling
+    disk: AnalysisCache
+    lod_events: int  # a window over the ceiling holding more is merged from the pyramid
+    lod_shifts: tuple[int, ...]  # the pyramid's levels: extent / 2^k
+
+    if TYPE_CHECKING:  # Service's (web/service.py)
+
+        def _admit(self, name: str, p: Profile) -> None: ...
+
+        def persisted(
+            self, name: str, kind: str, compute: Callable[[Profile], Any],
+            reads: str | None = None, admit: Callable[[str, Profile], None] | None = None,
+        ) -> Any: ...  # fmt: skip
+
+    def index(self, name: str) -> timeline.TimelineIndex:
+        """The timeline's index: in memory when the whole profile fits under the ceiling, else
+        streamed in batches (no per-event arrays: every window then reads its row groups)."""
+        store = self.store
+
+        def make(p: Profile) -> timeline.TimelineIndex:
+            try:
+                self._admit(name, p)
+            except OverMemory:  # too big to hold: what a pass in batches needs, instead
+                return self._streamed_index(name, p)
+            return timeline.build_index(p, store.connection(name))
+
+        return store.derived(name, "timeline", make, admit=False)
+
+    def _streamed_index(self, name: str, p: Profile) -> timeline.TimelineIndex:
+        """The index built in batches, kept in the disk cache too (tens of seconds on a 10 GB
+        trace's profile: a restart reads it back)."""
+        identity = self.store.derived(name, "identity", profile_identity, admit=False)
+        kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table")
+        meta, lanes, long = (self.disk.load(p, kind, identity) for kind in kinds)
+        if meta is not None and lanes is not None and long is not None:
+            return timeline.index_from_parts(p, meta, lanes, long)
+        self._admit_batch(name, p)
+        idx = timeline.build_index_streamed(p)
+        for kind, value in zip(kinds, timeline.index_parts(idx), strict=True):
+            self.disk.store(p, kind, identity, value)
+        return idx
+
+    def window(
+        self, name: str, start_ns: int, end_ns: int, width_px: int
+    ) -> timeline.TimelineWindow:
+        """A timeline window; on a streamed index admitted by what it reads: the rows of its
+        row groups when they fit a WINDOW_SHARE of the ceiling, else one batch at a time."""
+        p, idx = self.store.open(name), self.index(name)
+        con = self.store.connection(name)
+        if len(idx.event_lane):  # the whole profile was admitted with its index
+            return timeline.window(p, con, idx, start_ns, end_ns, width_px)
+        rows = timeline.window_rows(p, idx, start_ns, end_ns)
+        pyr = self.pyramid(name, build=False) if rows > self.lod_events else None
+        if pyr is not None:  # its edges read as events: a few pixels' worth
+            self.memory.admit(FIND_BYTES, f"a window of {name} from its pyramid", keep=name)
+            win = timeline.lod_window(p, con, idx, pyr, start_ns, end_ns, width_px)
+            if win is not None:
+                return win
+        need = rows * WINDOW_EVENT_BYTES
+        batched = need > WINDOW_SHARE * self.memory.limit
+        with self.memory.running():
+            if batched:
+                self._admit_batch(name, p, f"a window of {name} ({rows:,} events, in batches)")
+            else:
+                self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
+            return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched)
+
+    def pyramid(self, name: str, build: bool = True) -> timeline.Pyramid | None:
+        """The level-of-detail pyramid of a profile over the ceiling (analysis/timeline_lod.py),
+        kept in memory and in the disk cache; None when not built and not `build`."""
+        p, store = self.store.open(name), self.store
+        kinds = ("timeline_lod_meta", "timeline_lod_table")
+        kept = all(self.disk.path(p, kind).exists() for kind in kinds)
+        if not (build or kept or store.has(name, "timeline-lod")):
+            return None  # not built yet (warm_up builds it)
+
+        def make(p: Profile) -> timeline.Pyramid:
+            identity = store.derived(name, "identity", profile_identity, admit=False)
+            meta, rows = (self.disk.load(p, kind, identity) for kind in kinds)
+            if meta is not None and rows is not None:
+                return timeline.pyramid_from_parts(meta, rows)
+            idx = self.index(name)
+            self._admit_batch(name, p, f"the timeline pyramid of {name}")
+            pyr = timeline.build_pyramid(p, idx, timeline.default_buckets(idx, self.lod_shifts))
+            for kind, value in zip(kinds, timeline.pyramid_parts(pyr), strict=True):
+                self.disk.store(p, kind, identity, value)
+            return pyr
+
+        return store.derived(name, "timeline-lod", make, admit=False)
+
+    def first_window(self, name: str, width_px: int = FIRST_VIEW_PX) -> timeline.TimelineWindow:
+        """The timeline's whole-profile view (the first of every visit), computed once per
+        width, rounded to 250 px so a few widths serve every browser (one width, the warm-up's,
+        for a profile whose index is streamed)."""
+        width_px = min(8000, max(250, round(width_px / 250) * 250))
+        if not len(self.index(name).event_lane):  # streamed: each width costs a pass over every
+            width_px = FIRST_VIEW_PX  # event (half a minute on a 10 GB trace's); one serves all
+
+        def make(p: Profile) -> timeline.TimelineWindow:
+            idx = self.index(name)
+            s, e = timeline.first_view(idx)
+            if len(idx.event_lane):  # in memory: a second or two from the per-event arrays
+                return self.window(name, s, e, width_px)
+            # streamed: the whole profile in batches (a minute on a 10 GB trace's), kept on disk
+            identity = self.store.derived(name, "identity", profile_identity, admit=False)
+            kind = f"timeline_all_{width_px}"
+            kept = self.disk.load(p, kind, identity)
+            if kept is not None:
+                return timeline.window_from_dict(kept)
+            win = self.window(name, s, e, width_px)
+            self.disk.store(p, kind, identity, win.to_dict())
+            return win
+
+        return self.store.derived(name, f"timeline-all-{width_px}", make, admit=False)
+
+    def _admit_batch(self, name: str, p: Profile, what: str = "", need: int = STREAM_BYTES) -> None:
+        """What a pass over a profile in batches passes: `need` (or half the whole profile's
+        need, when less) under the ceiling."""
+        p.check_values()
+        whole = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
+        self.memory.admit(min(need, whole // 2), what or f"a read of {name} in batches",
+                          keep=name)  # fmt: skip
+
+    def name_counts(self, name: str) -> Any:  # pyarrow table: name, events
+        """The profile's distinct names with their counts (one streamed pass, kept on disk)."""
+
+        def admit(name: str, p: Profile) -> None:
+            self._admit_batch(name, p, f"the names of {name}", FIND_BYTES)
+
+        return self.persisted(name, "name_counts_table", search.name_counts, admit=admit)
+
+    def find(self, name: str, q: str, regex: bool, limit: int) -> dict[str, Any]:
+        """Find on the timeline: names matched in the Parquet dictionary when the profile fits
+        under the ceiling, else from its name counts, reading a row group at a time."""
+        p, con = self.store.open(name), self.store.connection(name)
+        try:
+            self._admit(name, p)
+        except OverMemory:
+            counts = self.name_counts(name)
+            with self.memory.running():
+                self._admit_batch(name, p, f"find in {name}", FIND_BYTES)
+                return search.search_events(con, q, regex, limit, p, counts)
+        return search.search_events(con, q, regex, limit, p)
