@@ -25,9 +25,9 @@ from neuron_explorer.analysis.operators import operator_table
 from neuron_explorer.analysis.steps import profile_steps
 from neuron_explorer.model import Profile
 from neuron_explorer.web.app import create_app
-from neuron_explorer.web.whole_views import FIRST_VIEW_PX
 from neuron_explorer.web.views import source as source_view
 from neuron_explorer.web.views import sql as sql_view
+from neuron_explorer.web.whole_views import FIRST_VIEW_PX
 
 GOOD = ("alexnet", "base", "test", "cpu_mlp", "gpt", "fallback", "neuron", "xss")
 NEURON = ("gpt", "fallback", "neuron")
