@@ -13,6 +13,7 @@ import gc
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,8 @@ from neuron_explorer.model.bounds import machine_bytes
 EVENT_BYTES = 768
 DEFAULT_SHARE = 0.5  # of the machine's memory (or of the cgroup's limit when lower)
 WATCH_S = 0.1
+# how long a request waits for other work's reservations (the warm-up's) to end before a 503
+WAIT_S = 30.0
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -80,13 +83,17 @@ class MemoryCeiling:
         # browser's view beside the warm-up's) must not each count only on what RSS shows
         self._reserved: dict[int, int] = {}
         self._local = threading.local()
+        self._ended = threading.Condition()  # notified when running work ends
+        self.wait_s = WAIT_S
 
     def admit(self, need: int, what: str, keep: str | None = None) -> None:
         """Return if `need` more bytes fit under the ceiling beside what other threads' running
-        work was admitted, after letting go of what is kept for profiles other than `keep` if
-        they do not; else OverMemory, naming `what`. Inside `running`, `need` stays reserved
-        until the block ends."""
+        work was admitted (waiting for that work to end when only it is in the way), after
+        letting go of what is kept for profiles other than `keep` if they do not; else
+        OverMemory, naming `what`. Inside `running`, `need` stays reserved until the block
+        ends."""
         me = threading.get_ident()
+        self._wait_for_others(me, need)
         if rss_bytes() + self._others(me) + need > self.limit:
             with self._lock:
                 self._relieve(keep)
@@ -105,6 +112,21 @@ class MemoryCeiling:
         if need and getattr(self._local, "depth", 0):
             with self._lock:
                 self._reserved[me] = self._reserved.get(me, 0) + need
+
+    def _wait_for_others(self, me: int, need: int) -> None:
+        """While other threads' running work keeps `need` out (what it was admitted, or what it
+        holds), wait for that work to end (up to `wait_s`): a request waits for the warm-up, it
+        is not refused."""
+        deadline = time.monotonic() + self.wait_s
+        with self._ended:
+            while True:
+                others, have = self._others(me), rss_bytes()
+                if not others or have + others + need <= self.limit:
+                    return  # (what the others hold in RSS is let go when they end, too)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._ended.wait(min(left, 1.0))
 
     def _others(self, me: int) -> int:
         with self._lock:
@@ -127,6 +149,8 @@ class MemoryCeiling:
                     self._reserved[me] = before
                 else:
                     self._reserved.pop(me, None)
+            with self._ended:
+                self._ended.notify_all()
 
     def over(self) -> bool:
         """Whether the process is past its ceiling now (new work is refused until it is not)."""

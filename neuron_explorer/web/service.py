@@ -33,6 +33,10 @@ LIST_INLINE_EVENTS = 200_000
 LIST_INLINE_S = 1.0
 WARM_SHARE = 0.5  # warm-up stops once the server holds this share of its memory ceiling
 DUCKDB_SHARE = 4  # each web DuckDB connection may use a quarter of the ceiling
+# the warm-up builds the pyramid of a profile over the ceiling only when it holds more than this
+# many times the events of a window it would answer (lod_events): a 400,000-event profile's
+# build peaked past a 400 MB ceiling, for windows that reading their row groups answers anyway
+PYRAMID_WINDOWS = 10
 
 
 class Service(WholeProfileViews):
@@ -276,6 +280,8 @@ class Service(WholeProfileViews):
                 self.index(name), self.first_window(name)
                 if not len(self.index(name).event_lane):  # over the ceiling: find's names,
                     self.name_counts(name)  # and the pyramid wide windows are merged from
-                    self.pyramid(name)
+                    events = self.store.open(name).row_count("events")
+                    if events > PYRAMID_WINDOWS * self.lod_events:
+                        self.pyramid(name)
             except Exception:  # noqa: BLE001
                 continue
