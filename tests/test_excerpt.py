@@ -24,7 +24,7 @@ from neuron_explorer.analysis.operators import operators
 from neuron_explorer.analysis.runner import findings_report
 from neuron_explorer.analysis.scoped import analysed, scope_line
 from neuron_explorer.entry import main
-from neuron_explorer.model import Profile
+from neuron_explorer.model import Profile, footprint
 from neuron_explorer.model.excerpt import FOLDER, choose, open_excerpt, scope_of, write_excerpt
 from neuron_explorer.web.memory import EVENT_BYTES
 
@@ -36,10 +36,11 @@ DDP = ROOT / "samples" / "profiles" / "ddp_straggler"  # a capture of two ranks,
 
 @pytest.fixture
 def scaled_down(monkeypatch):
-    """The analysis's memory without its fixed part (ANALYSIS_BASE_BYTES, ~320 MB) and at 512 B
-    an event, so a budget of a few hundred KB cuts a tests/data trace as 2 GB cuts a big one."""
-    monkeypatch.setattr(stored, "ANALYSIS_BASE_BYTES", 0)
-    monkeypatch.setattr(stored, "ANALYSIS_EVENT_BYTES", 512)
+    """The analysis's memory without its fixed part (footprint.BASE_BYTES, 512 MB) and at 256 B
+    an event besides the columns, so a budget of a few hundred KB cuts a tests/data trace as
+    2 GB cuts a big one."""
+    monkeypatch.setattr(footprint, "BASE_BYTES", 0)
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 256)
 
 
 def whole_sql(profile: Profile, sql: str) -> list[tuple]:
@@ -150,14 +151,14 @@ def test_the_import_under_a_small_budget_analyses_an_excerpt_and_the_cli_says_so
     tmp_path, capsys, scaled_down
 ):
     out = tmp_path / "mlp"
-    # the profile's 1,570 events x 512 B are ~785 KB of analysis: over 600 KB
+    # the profile's 1,570 events x (256 B + 252 B of columns) are ~780 KB of analysis: over 600 KB
     assert main(["import", str(MLP_TRACE), "-o", str(out), "--memory-budget", "600K"]) == 0
     err = capsys.readouterr().err
     line = next(x for x in err.splitlines() if x.startswith("analysed:"))
     assert "steps 3-4 (2 of 3 steps, 1,005 of 1,570 events)" in line
     assert "over the 600 KB memory budget (--memory-budget)" in line
     part = Profile.open(out / FOLDER)
-    assert part.row_count("events") * stored.ANALYSIS_EVENT_BYTES <= 600 << 10
+    assert footprint.analysis_bytes(part) <= 600 << 10  # what a server admits it by, too
     # its analysis is stored in its own folder, as computing it gives, scope included
     summary = stored.load(part, "summary")
     assert summary == json.loads(json.dumps(summarize(Profile.open(out / FOLDER)).to_dict()))
@@ -276,7 +277,7 @@ def test_the_analysis_pages_of_a_profile_too_big_for_the_ceiling_read_its_excerp
     whole = Profile.open(tmp_path / "p" / "ns")
     part = store_excerpt(whole, 8 << 20, "a test")  # 8 MB of analysis: about 16k events
     assert 0 < part.row_count("events") < whole.row_count("events") // 2
-    monkeypatch.setattr(service, "EVENT_BYTES", 64 << 10)  # the whole: ~2.8 GB, the part 0.6
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 64 << 10)  # the whole: ~2.8 GB, the part 0.6
     # the ceiling over what this process holds already (a long test session holds a lot)
     ceiling = service.rss_bytes() + (3 << 29)
     app = create_app(tmp_path / "p", analysis_cache=tmp_path / "cache", max_memory=ceiling)
@@ -298,3 +299,40 @@ def test_the_analysis_pages_of_a_profile_too_big_for_the_ceiling_read_its_excerp
     # the profile list shows the excerpt's findings, under the profile's own name
     rows = {r["name"]: r for r in client.get("/api/profiles").json()["profiles"]}
     assert not rows["ns"].get("error") and rows["ns"]["events"] == whole.row_count("events")
+
+
+def test_a_server_whose_ceiling_is_the_imports_budget_analyses_a_stale_excerpt_again(
+    imported_profiles, tmp_path, monkeypatch
+):
+    """An excerpt cut for a --memory-budget whose stored analysis is stale (an older version
+    of the code wrote it) is analysed again by a server with that budget as --max-memory: the
+    import sizes it by the estimate the server admits tables by (model/footprint.py)."""
+    from fastapi.testclient import TestClient
+
+    import neuron_explorer.web.service as service
+    from neuron_explorer.analysis.scoped import store_excerpt
+    from neuron_explorer.web.app import create_app
+
+    shutil.copytree(imported_profiles["ns_resolution"], tmp_path / "p" / "ns")
+    whole = Profile.open(tmp_path / "p" / "ns")
+    # the fixed part is what this process holds (a long test session holds a lot) and some
+    # room; the tables 64 KB an event, so the whole needs ~2.8 GB and the budget leaves 1 GB
+    monkeypatch.setattr(footprint, "BASE_BYTES", service.rss_bytes() + (128 << 20))
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 64 << 10)
+    budget = footprint.BASE_BYTES + (1 << 30)
+    with monkeypatch.context() as older:  # the analysis an older version stored
+        older.setattr(stored, "code_version", lambda kind: "an older version")
+        part = store_excerpt(whole, budget, "a test")
+    assert 0 < part.row_count("events") < whole.row_count("events") // 2
+    assert footprint.analysis_bytes(part) <= budget
+    assert stored.load(part, "summary") is None  # stale: not read
+    app = create_app(tmp_path / "p", analysis_cache=tmp_path / "cache", max_memory=budget)
+    client = TestClient(app)
+    r = client.get("/api/p/ns")
+    assert r.status_code == 200, r.text[:300]
+    page = r.json()
+    assert page["summary"]["n_events"] == part.row_count("events")  # computed again, here
+    assert page["scope"]["events"] == part.row_count("events")
+    for twin in ("findings", "operators", "modules"):
+        r = client.get(f"/api/p/ns/{twin}")
+        assert r.status_code == 200 and r.json()["scope"] == page["scope"], (twin, r.text[:300])

@@ -20,7 +20,7 @@ import pytest
 from conftest import kineto_trace_paths
 
 from neuron_explorer.analysis import stored
-from neuron_explorer.model import Profile
+from neuron_explorer.model import Profile, footprint
 from neuron_explorer.model.bounds import machine_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,18 +187,18 @@ def test_an_analysis_too_big_for_the_machine_is_made_of_an_excerpt_and_the_impor
     doc["traceEvents"] = doc["traceEvents"] * 3
     trace = tmp_path / "big.json"
     trace.write_text(json.dumps(doc))
-    # just under what the profile's events need: 136k events x 512 B is ~70 MB
-    monkeypatch.setattr(stored, "ANALYSIS_BASE_BYTES", 0)  # its events only, at 512 B
-    monkeypatch.setattr(stored, "ANALYSIS_EVENT_BYTES", 512)
+    # just under what the profile's events need: 136k events x (384 B + their columns)
+    monkeypatch.setattr(footprint, "BASE_BYTES", 0)  # its tables only
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 384)
     monkeypatch.setattr(stored, "STORE_SHARE", 60e6 / machine_bytes())
     out = tmp_path / "big"
     assert main(["import", str(trace), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "the whole profile's analysis would need about 67 MB, over 57 MB (half of this " \
+    assert "the whole profile's analysis would need about 66 MB, over 57 MB (half of this " \
         "machine's memory)" in err  # fmt: skip
     assert sorted(f.name for f in (out / "analysis").iterdir()) == ["excerpt"]
     part = Profile.open(out / "analysis" / "excerpt")
-    assert part.row_count("events") * stored.ANALYSIS_EVENT_BYTES <= 60e6
+    assert footprint.analysis_bytes(part) <= 60e6
     assert stored.load(part, "summary")["scope"]["of_events"] >= stored.STORE_MIN_EVENTS
 
 

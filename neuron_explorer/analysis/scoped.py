@@ -20,9 +20,11 @@ def analysed(profile: Profile) -> Profile:
 
 def store_excerpt(profile: Profile, budget: int | None, why: str) -> Profile:
     """Cut the excerpt that fits the import's analysis memory (`budget`, bytes, or None: the
-    machine's share) and store its analysis in its folder; the excerpt, opened."""
+    machine's share) and store its analysis in its folder; the excerpt, opened. It is sized
+    by the estimate a server admits tables by (model/footprint.py), so a server whose ceiling
+    is `budget` can compute its analysis again when the stored one is stale."""
     limit, _ = stored.analysis_limit(budget)
-    window = choose(profile, stored.events_within(limit))
+    window = choose(profile, stored.events_within(limit, profile))
     part = write_excerpt(profile, window, why)
     stored.write(part)
     return part

@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..model import footprint
 from ..model.bounds import machine_bytes
 from ..model.profile import Profile
 from ..model.schema import TABLES
@@ -38,13 +39,6 @@ FOOTER_BYTES = 64 << 10  # a Parquet file's tail: its footer (row groups, statis
 # analysis takes well under a second, and a small import stays as fast as before
 STORE_MIN_EVENTS = 100_000
 MAX_BYTES = 256 << 20  # the 1 GB trace's summary is 6.6 MB
-# the analysis's peak memory: a fixed part (interpreter, libraries, page models, and what the
-# import leaves in its process) and so much an event (the summary and findings hold the events'
-# columns), measured on the import's excerpts of the 1 GB trace (130 k events 382 MB, 1.05 M
-# 968 MB) and of the 10 GB one (4.2 M: 2,655 MB; 2.7 M: 2,052 MB in the import, 2.8 M: 2,024 MB
-# alone) (benchmarks/README.md, "Excerpt"); 64 ranks x 16 MB (4.05 M events) took 2,170 MB
-ANALYSIS_BASE_BYTES = 512 << 20
-ANALYSIS_EVENT_BYTES = 640
 STORE_SHARE = 0.5  # of the memory this process may use (model/bounds.machine_bytes)
 
 
@@ -231,14 +225,14 @@ def _read(file: Path) -> bytes | None:
 
 
 def memory_needed(profile: Profile) -> int:
-    """Bytes the analysis of `profile` needs, from its events' row count."""
-    events = int(profile.manifest.row_counts.get("events") or 0)
-    return ANALYSIS_BASE_BYTES + events * ANALYSIS_EVENT_BYTES
+    """Bytes the analysis of `profile` needs (model/footprint.py: the server admits its tables
+    by the same estimate)."""
+    return footprint.analysis_bytes(profile)
 
 
-def events_within(limit: int) -> int:
-    """How many events an analysis within `limit` bytes may hold (at least one)."""
-    return max(1, (limit - ANALYSIS_BASE_BYTES) // ANALYSIS_EVENT_BYTES)
+def events_within(limit: int, profile: Profile) -> int:
+    """How many of `profile`'s events an analysis within `limit` bytes may hold (at least one)."""
+    return footprint.events_within(limit, profile)
 
 
 def analysis_limit(budget: int | None = None) -> tuple[int, str]:

@@ -4,7 +4,9 @@ nears it anyway, what the server keeps in memory for other profiles is let go fi
 
 What a profile needs is known before its tables are read: their rows, from the Parquet footers
 (exact: a decoder yields the rows its footer counts), at EVENT_BYTES a row, plus what the
-footers say the columns hold uncompressed."""
+footers say the columns hold uncompressed (`tables_bytes`, model/footprint.py: the estimate the
+import sizes an excerpt by, so a server with the import's budget as its ceiling can analyse
+it)."""
 
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ from pathlib import Path
 
 from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model.bounds import machine_bytes
+from neuron_explorer.model.footprint import EVENT_BYTES as EVENT_BYTES  # re-exported
+from neuron_explorer.model.footprint import tables_bytes as tables_bytes
 
-# measured: every page of a 400,000-event profile, visited, holds 280 MB (700 bytes an event)
-EVENT_BYTES = 768
 DEFAULT_SHARE = 0.5  # of the machine's memory (or of the cgroup's limit when lower)
 WATCH_S = 0.1
 # how long a request waits for other work's reservations (the warm-up's) to end before a 503

@@ -21,7 +21,7 @@ from neuron_explorer.model.excerpt import open_excerpt
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
-from .memory import EVENT_BYTES, MemoryCeiling, default_ceiling, rss_bytes
+from .memory import MemoryCeiling, default_ceiling, rss_bytes, tables_bytes
 from .store import EXCERPT, NotFound, ProfileStore
 from .views import compare, operators, overview, source, sql, timeline
 from .whole_views import WholeProfileViews
@@ -85,8 +85,7 @@ class Service(WholeProfileViews):
             return name
 
         def decide(p: Profile) -> str:
-            need = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
-            if need <= self.memory.limit - self._held_at_start:
+            if tables_bytes(p) <= self.memory.limit - self._held_at_start:
                 return name
             return name + EXCERPT if open_excerpt(p) is not None else name
 
@@ -115,7 +114,7 @@ class Service(WholeProfileViews):
         ceiling (web/memory.py; 503); the server goes on serving."""
         p.check_values()  # once per opened profile: a 20 MB name is refused, not decoded
         rows = p.footer_rows.get("events", 0)
-        need = 0 if p in self._admitted else rows * EVENT_BYTES + p.footer_bytes
+        need = 0 if p in self._admitted else tables_bytes(p)
         self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
         self._admitted.add(p)  # until the store lets it go (a new version, or memory)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from neuron_explorer.model import Profile
 
 from .cache import AnalysisCache, profile_identity
-from .memory import EVENT_BYTES, MemoryCeiling, OverMemory
+from .memory import MemoryCeiling, OverMemory, tables_bytes
 from .store import ProfileStore
 from .views import search, timeline
 
@@ -155,8 +155,7 @@ class WholeProfileViews:
         """What a pass over a profile in batches passes: `need` (or half the whole profile's
         need, when less) under the ceiling."""
         p.check_values()
-        whole = p.footer_rows.get("events", 0) * EVENT_BYTES + p.footer_bytes
-        self.memory.admit(min(need, whole // 2), what or f"a read of {name} in batches",
+        self.memory.admit(min(need, tables_bytes(p) // 2), what or f"a read of {name} in batches",
                           keep=name)  # fmt: skip
 
     def name_counts(self, name: str) -> Any:  # pyarrow table: name, events
