@@ -196,3 +196,39 @@ def test_work_admitted_at_once_counts_what_the_other_was_admitted():
     ceiling.admit(200 * mb, "a window")
     worker.join(30)
     ceiling.admit(200 * mb, "a second window")  # outside `running`, nothing stays reserved
+
+
+def test_running_work_counts_once_what_it_holds_already():
+    """What running work was admitted and already holds is in RSS: it is not counted again
+    (the pyramid's build, half a minute on a 10 GB trace's profile, held its rows and its
+    reservation, so a window beside it waited and was refused though it fit)."""
+    import threading
+
+    import numpy as np
+
+    from neuron_explorer.web.memory import MemoryCeiling, OverMemory, rss_bytes, trim
+
+    mb = 1 << 20
+    trim()
+    ceiling = MemoryCeiling(rss_bytes() + 400 * mb, lambda keep: None)
+    ceiling.wait_s = 0.2
+    held, done = threading.Event(), threading.Event()
+
+    def build() -> None:
+        with ceiling.running():
+            ceiling.admit(200 * mb, "the pyramid")
+            rows = np.ones(200 * mb // 8)  # what it was admitted, held (touched: in RSS)
+            held.set()
+            done.wait(30)
+            del rows
+
+    worker = threading.Thread(target=build)
+    worker.start()
+    try:
+        assert held.wait(30)
+        ceiling.admit(150 * mb, "a window")  # 200 held + 150 fits; 200 twice + 150 did not
+        with pytest.raises(OverMemory, match="a wider window needs about 260 MB"):
+            ceiling.admit(260 * mb, "a wider window")  # what it holds is counted once
+    finally:
+        done.set()
+        worker.join(30)

@@ -79,6 +79,31 @@ def test_the_pyramid_built_in_small_batches_is_the_one_built_in_one(name):
     assert whole.rows.column("count").to_numpy().sum() > p.row_count("events")  # a level each
 
 
+@pytest.mark.parametrize("name", ["alexnet", "sample:ddp_straggler"])
+def test_a_pyramid_over_its_bytes_keeps_its_coarsest_levels_and_counts_every_event(name):
+    """What the build holds is bounded (the server admits it at that): past the bound the
+    finest levels left are dropped, the others are the unbounded pyramid's, renumbered, and
+    every window still counts window()'s events (from a coarser level, or read as events)."""
+    p = _profile(name)
+    idx = build_index_streamed(p)
+    buckets = default_buckets(idx, SHIFTS)
+    whole = build_pyramid(p, idx, buckets)
+    bounded = build_pyramid(p, idx, buckets, batch_size=97, max_bytes=whole.rows.nbytes)
+    dropped = len(buckets) - len(bounded.buckets)
+    assert 0 < dropped < len(buckets) and bounded.buckets == whole.buckets[dropped:]
+    level = whole.rows.column("level").to_numpy()
+    rest = whole.rows.filter(pa.array(level >= dropped))
+    rest = rest.set_column(0, "level", pa.array(level[level >= dropped] - dropped, pa.int8()))
+    assert bounded.rows.equals(rest)
+    ext = idx.end_ns - idx.start_ns
+    for a, b, px in WINDOWS:
+        s, e = idx.start_ns + int(a * ext), idx.start_ns + int(b * ext)
+        _check(p, idx, bounded, s, e, px)
+    none = build_pyramid(p, idx, buckets, max_bytes=1)  # no level fits: windows read events
+    assert none.buckets == () and none.rows.num_rows == 0
+    assert lod_window(p, idx, none, idx.start_ns, idx.end_ns, 1500) is None
+
+
 def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(tmp_path):
     """A 200,000-event profile over the service's ceiling: warm_up builds the pyramid; a wide
     window is merged from it (counting window()'s events), a narrow one reads events; a second

@@ -14,7 +14,6 @@ Files are written to a temporary name and renamed; a read-only profile is simply
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import stat
@@ -23,7 +22,7 @@ import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -275,40 +274,48 @@ def write(profile: Profile, kinds: tuple[str, ...] = tuple(KINDS)) -> list[str]:
 
 def _put(target: Path, ident: str, value: Any) -> bool:
     # as readable as the profile's other files (mkstemp makes 0600)
-    return put(target, encode(ident, value), mode=0o644, parents=False)
+    return put(target, writer(ident, value), mode=0o644, parents=False)
 
 
-def encode(ident: str, value: Any) -> bytes:
-    """An entry: its identity line, then an Arrow table as an IPC file or a value as JSON (the
-    layout of this folder's files and of the web's own cache, web/cache.py)."""
-    if isinstance(value, pa.Table):
-        buf = io.BytesIO()
-        with pa.ipc.new_file(buf, value.schema) as writer:
-            writer.write_table(value)
-        body = buf.getvalue()
-    else:
-        body = json.dumps(value, separators=(",", ":")).encode()
-    return ident.encode("ascii") + b"\n" + body
+def writer(ident: str, value: Any) -> Callable[[BinaryIO], None]:
+    """What writes an entry into an open file (the layout of this folder's files and of the
+    web's own cache, web/cache.py): its identity line, then an Arrow table as an IPC file,
+    straight to the file (built in memory first, the 10 GB trace's 256 MB timeline pyramid
+    was two more copies of it), or a value as JSON."""
+
+    def write(f: BinaryIO) -> None:
+        f.write(ident.encode("ascii") + b"\n")
+        if isinstance(value, pa.Table):
+            with pa.ipc.new_file(f, value.schema) as ipc:
+                ipc.write_table(value)
+        else:
+            f.write(json.dumps(value, separators=(",", ":")).encode())
+
+    return write
 
 
 def decode(data: bytes, ident: str, arrow: bool) -> Any | None:
-    """The value of an entry written by `encode`; None when its identity is not `ident` or its
-    body cannot be read."""
-    head, _, body = data.partition(b"\n")
-    if head.decode("ascii", "replace") != ident:
+    """The value of an entry written by `writer`; None when its identity is not `ident` or its
+    body cannot be read. A table's columns are read in place from `data` (no copy)."""
+    end = data.find(b"\n")
+    if end < 0 or data[:end].decode("ascii", "replace") != ident:
         return None
     try:
         if arrow:
-            with pa.ipc.open_file(pa.BufferReader(body)) as reader:
+            with pa.ipc.open_file(pa.BufferReader(pa.py_buffer(data)[end + 1 :])) as reader:
                 return reader.read_all()
-        return json.loads(body)
+        return json.loads(data[end + 1 :])
     except (ValueError, pa.ArrowException):
         return None
 
 
-def put(target: Path, data: bytes, mode: int | None = None, parents: bool = True) -> bool:
-    """Write `data` to `target` atomically (a temporary name, then a rename); False when it
-    cannot be written (the value is computed when asked for, as without it)."""
+def put(
+    target: Path, data: bytes | Callable[[BinaryIO], None], mode: int | None = None,
+    parents: bool = True,
+) -> bool:  # fmt: skip
+    """Write `data` (bytes, or what writes them into an open file) to `target` atomically (a
+    temporary name, then a rename); False when it cannot be written (the value is computed
+    when asked for, as without it)."""
     try:
         target.parent.mkdir(parents=parents, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -316,7 +323,10 @@ def put(target: Path, data: bytes, mode: int | None = None, parents: bool = True
             if mode is not None:
                 os.chmod(tmp, mode)
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if isinstance(data, bytes):
+                    f.write(data)
+                else:
+                    data(f)
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -68,17 +68,17 @@ def default_buckets(index: TimelineIndex, shifts: tuple[int, ...] = LEVEL_SHIFTS
 
 
 def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] | None = None,
-                  batch_size: int = BATCH_ROWS,
-                  compact_rows: int = COMPACT_ROWS) -> Pyramid:  # fmt: skip
+                  batch_size: int = BATCH_ROWS, compact_rows: int = COMPACT_ROWS,
+                  max_bytes: int | None = None) -> Pyramid:  # fmt: skip
     """The pyramid of `profile` (levels of `buckets` ns, finest first), in one pass over its
-    events in batches: memory bounded by a batch and the cells kept."""
+    events in batches: memory bounded by a batch and the rows kept, which `max_bytes` bounds
+    (with the largest level's sorted copy: a level is sorted apart, beside the others) by
+    dropping the finest levels left whenever they would pass it (their windows are then
+    merged from a coarser level, or read as events)."""
     buckets = buckets or default_buckets(index)
     origin, thr = index.start_ns, index.long_threshold_ns
     opened = OpenEvents()
-    wide: list[pa.Table] = []  # the wide rows
-    closed: list[pa.Table] = []  # cells no later batch adds to (in stored order)
-    parts: list[pa.Table] = []  # cells still open, partial
-    held = 0
+    live: list[_Level | None] = [_Level() for _ in buckets]  # None once dropped
     for b in batches(profile, WINDOW_COLUMNS, batch_size=batch_size):
         t = pa.Table.from_batches([b])
         lane = lane_of(t, index).astype(np.int64)
@@ -88,27 +88,82 @@ def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] |
                               ends)  # fmt: skip
         codes, names = _name_codes(t.column("name"))
         for level, width in enumerate(buckets):
-            part = _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends)
-            cell = part.column("cell").to_numpy(zero_copy_only=False)
-            wide.append(part.filter(pa.array(~cell)))
-            parts.append(part.filter(pa.array(cell)))
-            held += int(cell.sum())
-        if held > compact_rows:
-            merged = _merge(parts)
-            # a lane's events come in start order (a file is in (rank, start) order): cells
-            # before this batch's first bucket get no more events (_merge_repeated makes sure)
-            first = np.floor((start.min() - origin) / np.array(buckets)).astype(np.int64)
-            level = merged.column("level").to_numpy()
-            done = merged.column("bucket").to_numpy() < first[level]
-            closed.append(merged.filter(pa.array(done)))
-            parts = [merged.filter(pa.array(~done))]
-            held = parts[0].num_rows
-    cells = pa.concat_tables([*closed, _merge(parts) if parts else SCHEMA.empty_table()])
-    rows = pa.concat_tables([*wide, _merge_repeated(cells)])
-    del wide, closed, parts, cells
-    order = pc.sort_indices(rows, [("level", "ascending"), ("cell", "ascending"),
-                                   ("start_ns", "ascending"), ("id", "ascending")])  # fmt: skip
-    return Pyramid(origin, tuple(buckets), thr, rows.take(order).combine_chunks())
+            lv = live[level]
+            if lv is not None:
+                lv.add(_level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends))
+        if sum(lv.cells for lv in live if lv) > compact_rows:
+            for level, lv in enumerate(live):
+                if lv is not None:
+                    # a lane's events come in start order (a file is in (rank, start) order):
+                    # cells before this batch's first bucket get no more events
+                    # (_merge_repeated makes sure)
+                    lv.compact(int(np.floor((start.min() - origin) / buckets[level])))
+        while max_bytes is not None and any(live) and _peak(live) > max_bytes:
+            live[next(i for i, lv in enumerate(live) if lv)] = None  # the finest left
+    levels = [i for i, lv in enumerate(live) if lv is not None]
+    groups = []
+    for new, level in enumerate(levels):  # one level at a time: the others stay as they are
+        lv = live[level]
+        assert lv is not None
+        for take in (lv.take_wide, lv.take_cells):  # the unsorted rows let go before the next
+            rows = take()
+            if rows.num_rows:
+                order = pc.sort_indices(rows, [("start_ns", "ascending"), ("id", "ascending")])
+                rows = rows.take(order).combine_chunks()
+                if new != level:  # finer levels dropped: this one is numbered `new`
+                    rows = rows.set_column(0, "level", pa.array(np.full(rows.num_rows, new,
+                                                                        np.int8)))  # fmt: skip
+                groups.append(rows)
+        live[level] = None
+    rows = pa.concat_tables(groups) if groups else SCHEMA.empty_table()  # a chunk a group
+    return Pyramid(origin, tuple(buckets[i] for i in levels), thr, rows)
+
+
+def _peak(live: list[_Level | None]) -> int:
+    """What the build would hold at its end: every level's rows, and the largest sorted again."""
+    held = [lv.nbytes for lv in live if lv is not None]
+    return sum(held) + max(held, default=0)
+
+
+class _Level:
+    """The rows one level keeps while the pass goes on: its wide rows, the cells no later
+    batch adds to, and the cells still open (partial, merged once COMPACT_ROWS pile up)."""
+
+    def __init__(self) -> None:
+        self.wide: list[pa.Table] = []
+        self.closed: list[pa.Table] = []
+        self.parts: list[pa.Table] = []
+        self.cells = 0  # rows in parts
+        self.nbytes = 0  # of every table kept
+
+    def add(self, part: pa.Table) -> None:
+        cell = part.column("cell").to_numpy(zero_copy_only=False)
+        wide, cells = part.filter(pa.array(~cell)), part.filter(pa.array(cell))
+        self.wide.append(wide)
+        self.parts.append(cells)
+        self.cells += cells.num_rows
+        self.nbytes += wide.nbytes + cells.nbytes
+
+    def compact(self, first_bucket: int) -> None:
+        """Merge the open cells; those before `first_bucket` are closed."""
+        if not self.parts:
+            return
+        merged = _merge(self.parts)
+        done = merged.column("bucket").to_numpy() < first_bucket
+        self.closed.append(merged.filter(pa.array(done)))
+        self.parts = [merged.filter(pa.array(~done))]
+        self.cells = self.parts[0].num_rows
+        self.nbytes = sum(t.nbytes for t in (*self.wide, *self.closed, *self.parts))
+
+    def take_wide(self) -> pa.Table:
+        wide, self.wide = self.wide, []
+        return pa.concat_tables(wide) if wide else SCHEMA.empty_table()
+
+    def take_cells(self) -> pa.Table:
+        closed, parts = self.closed, self.parts
+        self.closed, self.parts = [], []
+        cells = pa.concat_tables([*closed, _merge(parts) if parts else SCHEMA.empty_table()])
+        return _merge_repeated(cells)
 
 
 def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends) -> pa.Table:
@@ -332,4 +387,4 @@ def pyramid_parts(pyr: Pyramid) -> tuple[dict[str, Any], pa.Table]:
 
 def pyramid_from_parts(meta: dict[str, Any], rows: pa.Table) -> Pyramid:
     return Pyramid(meta["origin"], tuple(meta["buckets"]), meta["long_threshold_ns"],
-                   rows.cast(SCHEMA).combine_chunks())  # fmt: skip
+                   rows.cast(SCHEMA))  # fmt: skip

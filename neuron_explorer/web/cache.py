@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from neuron_explorer.analysis.stored import decode, encode, put
+from neuron_explorer.analysis.stored import decode, put, writer
 from neuron_explorer.model.profile import Profile
 
 FORMAT = 1  # bump when the layout of an entry changes
@@ -73,5 +73,5 @@ class AnalysisCache:
 
     def store(self, profile: Profile, kind: str, identity: str, value: Any) -> None:
         """Write an entry atomically; a cache that cannot be written is skipped silently (the
-        value was computed and is served anyway)."""
-        put(self.path(profile, kind), encode(identity, value))
+        value was computed and is served anyway); a table is written straight to the file."""
+        put(self.path(profile, kind), writer(identity, value))

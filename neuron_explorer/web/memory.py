@@ -81,9 +81,10 @@ class MemoryCeiling:
         self._relieve = relieve
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
-        # bytes admitted to work still running, by thread: two requests admitted at once (a
-        # browser's view beside the warm-up's) must not each count only on what RSS shows
-        self._reserved: dict[int, int] = {}
+        # bytes admitted to work still running, by thread, with the RSS when first admitted: two
+        # requests admitted at once (a browser's view beside the warm-up's) must not each count
+        # only on what RSS shows, nor on what the other already holds twice (in RSS too)
+        self._reserved: dict[int, tuple[int, int]] = {}
         self._local = threading.local()
         self._ended = threading.Condition()  # notified when running work ends
         self.wait_s = WAIT_S
@@ -113,7 +114,8 @@ class MemoryCeiling:
                 )
         if need and getattr(self._local, "depth", 0):
             with self._lock:
-                self._reserved[me] = self._reserved.get(me, 0) + need
+                had, at = self._reserved.get(me, (0, rss_bytes()))
+                self._reserved[me] = (had + need, at)
 
     def _wait_for_others(self, me: int, need: int) -> None:
         """While other threads' running work keeps `need` out (what it was admitted, or what it
@@ -122,8 +124,10 @@ class MemoryCeiling:
         deadline = time.monotonic() + self.wait_s
         with self._ended:
             while True:
+                with self._lock:
+                    running = any(t != me for t in self._reserved)
                 others, have = self._others(me), rss_bytes()
-                if not others or have + others + need <= self.limit:
+                if not running or have + others + need <= self.limit:
                     return  # (what the others hold in RSS is let go when they end, too)
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -131,8 +135,12 @@ class MemoryCeiling:
                 self._ended.wait(min(left, 1.0))
 
     def _others(self, me: int) -> int:
+        """What other threads' running work was admitted and does not hold yet: its need less
+        what the process grew since it was admitted (which RSS counts already)."""
+        now = rss_bytes()
         with self._lock:
-            return sum(v for t, v in self._reserved.items() if t != me)
+            return sum(max(0, need - max(0, now - at)) for t, (need, at) in self._reserved.items()
+                       if t != me)  # fmt: skip
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -140,7 +148,7 @@ class MemoryCeiling:
         what the work kept)."""
         me = threading.get_ident()
         with self._lock:
-            before = self._reserved.get(me, 0)
+            before = self._reserved.get(me)
         self._local.depth = getattr(self._local, "depth", 0) + 1
         try:
             yield

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from neuron_explorer.model import Profile
 
 from .cache import AnalysisCache, profile_identity
-from .memory import MemoryCeiling, OverMemory, tables_bytes
+from .memory import MemoryCeiling, OverMemory, tables_bytes, trim
 from .store import ProfileStore
 from .views import search, timeline
 
@@ -30,6 +30,15 @@ STREAM_BYTES = 320 << 20
 FIND_BYTES = 96 << 20
 WINDOW_SHARE = 0.25
 WINDOW_EVENT_BYTES = 256
+# The pyramid's build holds, beside a pass in batches, its rows (bounded: analysis/timeline_lod.py
+# drops its finest levels past it) at most PYRAMID_EVENT_BYTES an event of the profile (at least
+# PYRAMID_MIN_BYTES: a smaller profile's cells hold fewer events each) or PYRAMID_SHARE of the
+# ceiling (measured on the 10 GB trace's profile, 38 M events: 256 MB of rows, the build's peak
+# 542 MB over what the process held, 14 B an event); a pyramid kept on disk is read back in
+# place (its file's bytes).
+PYRAMID_EVENT_BYTES = 16
+PYRAMID_MIN_BYTES = 64 << 20
+PYRAMID_SHARE = 0.25
 
 
 class WholeProfileViews:
@@ -114,12 +123,21 @@ class WholeProfileViews:
 
         def make(p: Profile) -> timeline.Pyramid:
             identity = store.derived(name, "identity", profile_identity, admit=False)
+            if kept:  # read back in place: what it holds is the file
+                size = self.disk.path(p, kinds[1]).stat().st_size
+                self.memory.admit(size, f"the timeline pyramid of {name}", keep=name)
             meta, rows = (self.disk.load(p, kind, identity) for kind in kinds)
             if meta is not None and rows is not None:
                 return timeline.pyramid_from_parts(meta, rows)
             idx = self.index(name)
-            self._admit_batch(name, p, f"the timeline pyramid of {name}")
-            pyr = timeline.build_pyramid(p, idx, timeline.default_buckets(idx, self.lod_shifts))
+            events = p.row_count("events")
+            bound = int(min(max(events * PYRAMID_EVENT_BYTES, PYRAMID_MIN_BYTES),
+                            PYRAMID_SHARE * self.memory.limit))  # fmt: skip
+            buckets = timeline.default_buckets(idx, self.lod_shifts)
+            with self.memory.running():  # reserved until built: a request waits or fits beside
+                self._admit_batch(name, p, f"the timeline pyramid of {name}", extra=bound)
+                pyr = timeline.build_pyramid(p, idx, buckets, max_bytes=bound)
+            trim()  # the build's pieces and sorted copies handed back: RSS holds its rows
             for kind, value in zip(kinds, timeline.pyramid_parts(pyr), strict=True):
                 self.disk.store(p, kind, identity, value)
             return pyr
@@ -151,11 +169,12 @@ class WholeProfileViews:
 
         return self.store.derived(name, f"timeline-all-{width_px}", make, admit=False)
 
-    def _admit_batch(self, name: str, p: Profile, what: str = "", need: int = STREAM_BYTES) -> None:
+    def _admit_batch(self, name: str, p: Profile, what: str = "", need: int = STREAM_BYTES,
+                     extra: int = 0) -> None:  # fmt: skip
         """What a pass over a profile in batches passes: `need` (or half the whole profile's
-        need, when less) under the ceiling."""
+        need, when less), and `extra` that the pass keeps, under the ceiling."""
         p.check_values()
-        self.memory.admit(min(need, tables_bytes(p) // 2), what or f"a read of {name} in batches",
+        self.memory.admit(min(need, tables_bytes(p) // 2) + extra, what or f"a read of {name} in batches",
                           keep=name)  # fmt: skip
 
     def name_counts(self, name: str) -> Any:  # pyarrow table: name, events
