@@ -301,17 +301,11 @@ def test_the_analysis_pages_of_a_profile_too_big_for_the_ceiling_read_its_excerp
     assert not rows["ns"].get("error") and rows["ns"]["events"] == whole.row_count("events")
 
 
-def test_a_server_whose_ceiling_is_the_imports_budget_analyses_a_stale_excerpt_again(
-    imported_profiles, tmp_path, monkeypatch
-):
-    """An excerpt cut for a --memory-budget whose stored analysis is stale (an older version
-    of the code wrote it) is analysed again by a server with that budget as --max-memory: the
-    import sizes it by the estimate the server admits tables by (model/footprint.py)."""
-    from fastapi.testclient import TestClient
-
+def _stale_excerpt(imported_profiles, tmp_path, monkeypatch) -> tuple[Profile, Profile, int]:
+    """(the whole, its excerpt, the budget it was cut for): the ns-resolution trace's profile
+    cut for a budget whose analysis an older version of the code stored."""
     import neuron_explorer.web.service as service
     from neuron_explorer.analysis.scoped import store_excerpt
-    from neuron_explorer.web.app import create_app
 
     shutil.copytree(imported_profiles["ns_resolution"], tmp_path / "p" / "ns")
     whole = Profile.open(tmp_path / "p" / "ns")
@@ -323,6 +317,20 @@ def test_a_server_whose_ceiling_is_the_imports_budget_analyses_a_stale_excerpt_a
     with monkeypatch.context() as older:  # the analysis an older version stored
         older.setattr(stored, "code_version", lambda kind: "an older version")
         part = store_excerpt(whole, budget, "a test")
+    return whole, part, budget
+
+
+def test_a_server_whose_ceiling_is_the_imports_budget_analyses_a_stale_excerpt_again(
+    imported_profiles, tmp_path, monkeypatch
+):
+    """An excerpt cut for a --memory-budget whose stored analysis is stale (an older version
+    of the code wrote it) is analysed again by a server with that budget as --max-memory: the
+    import sizes it by the estimate the server admits tables by (model/footprint.py)."""
+    from fastapi.testclient import TestClient
+
+    from neuron_explorer.web.app import create_app
+
+    whole, part, budget = _stale_excerpt(imported_profiles, tmp_path, monkeypatch)
     assert 0 < part.row_count("events") < whole.row_count("events") // 2
     assert footprint.analysis_bytes(part) <= budget
     assert stored.load(part, "summary") is None  # stale: not read
@@ -336,3 +344,39 @@ def test_a_server_whose_ceiling_is_the_imports_budget_analyses_a_stale_excerpt_a
     for twin in ("findings", "operators", "modules"):
         r = client.get(f"/api/p/ns/{twin}")
         assert r.status_code == 200 and r.json()["scope"] == page["scope"], (twin, r.text[:300])
+
+
+def test_a_stale_analysis_a_server_cannot_compute_again_is_served_saying_so_until_stored_anew(
+    imported_profiles, tmp_path, monkeypatch, capsys
+):
+    """Under a ceiling below the budget the excerpt was cut for, its stale stored analysis
+    is served (not a 503), each answer's `scope` and the page's banner saying so and how to
+    store it anew; `analyze --store` does, and the same server then serves the new one."""
+    from fastapi.testclient import TestClient
+
+    import neuron_explorer.web.service as service
+    from neuron_explorer.web.app import create_app
+
+    whole, part, budget = _stale_excerpt(imported_profiles, tmp_path, monkeypatch)
+    ceiling = service.rss_bytes() + (256 << 20)  # the excerpt's tables need ~1 GB
+    client = TestClient(create_app(tmp_path / "p", analysis_cache=tmp_path / "cache",
+                                   max_memory=ceiling))  # fmt: skip
+    r = client.get("/api/p/ns")
+    assert r.status_code == 200, r.text[:300]
+    page = r.json()
+    assert page["summary"]["n_events"] == part.row_count("events")  # the stored one
+    scope = page["scope"]
+    assert scope["stale"] is True and scope["events"] == part.row_count("events")
+    assert f"`neuron-explorer analyze {whole.path} --store` stores it anew" in scope["line"]
+    for twin in ("findings", "operators"):
+        r = client.get(f"/api/p/ns/{twin}")
+        assert r.status_code == 200 and r.json()["scope"] == scope, (twin, r.text[:300])
+    assert client.get("/api/p/ns/modules").status_code == 503  # not stored: computed, or not
+    assert "stored by an earlier version" in client.get("/p/ns/findings").text  # the banner
+    # stored anew, as this version cuts the excerpt (the same one: the same estimate)
+    assert main(["analyze", str(whole.path), "--store", "--memory-budget", str(budget)]) == 0
+    assert capsys.readouterr().err.startswith("analysed: ")
+    fresh = Profile.open(whole.path / FOLDER)
+    assert stored.load(fresh, "summary")["n_events"] == fresh.row_count("events")
+    page = client.get("/api/p/ns").json()
+    assert "stale" not in page["scope"] and "earlier version" not in page["scope"]["line"]

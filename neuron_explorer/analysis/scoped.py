@@ -30,6 +30,21 @@ def store_excerpt(profile: Profile, budget: int | None, why: str) -> Profile:
     return part
 
 
+def store_analysis(profile: Profile, budget: int | None) -> str:
+    """Store what a server's first visit of `profile` reads (analysis/stored.py): its whole
+    analysis when that fits the analysis memory (`budget`, as store_excerpt), else a new
+    excerpt's; one line saying which ("" for a profile under STORE_MIN_EVENTS, or a folder
+    that cannot be written). The import runs it, and `analyze --store` again (after an
+    upgrade: the stored analysis is then stale, and an excerpt is cut as this version cuts)."""
+    why = stored.too_big(profile, budget)
+    if why:
+        part = store_excerpt(profile, budget, why)
+        return f"{scope_line(scope_of(part))}; kept in {part.path}"
+    if profile.row_count("events") < stored.STORE_MIN_EVENTS or not stored.write(profile):
+        return ""
+    return f"stored the first page's analysis in {profile.path / stored.FOLDER}"
+
+
 def scope_line(scope: dict[str, Any] | None) -> str:
     """One line saying what an excerpt's analysis covers ("" for a whole profile)."""
     if not scope:
@@ -49,4 +64,4 @@ def _count(n: int) -> str:
     return f"{n / 1e6:.1f} M" if n >= 1_000_000 else f"{n:,}"
 
 
-__all__ = ["analysed", "scope_line", "scope_of", "store_excerpt"]
+__all__ = ["analysed", "scope_line", "scope_of", "store_analysis", "store_excerpt"]

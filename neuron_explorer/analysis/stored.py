@@ -189,14 +189,20 @@ def path(profile: Profile, kind: str) -> Path:
     return profile.path / FOLDER / f"{kind}.{'arrow' if kind.endswith('_table') else 'json'}"
 
 
-def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
+def load(profile: Profile, kind: str, ident: str | None = None, stale: bool = False) -> Any | None:
     """The stored value of `kind`, or None when it is missing, stale or unreadable. `ident`:
-    the profile's identity when the caller has it (it reads every Parquet footer)."""
+    the profile's identity when the caller has it (it reads every Parquet footer). `stale`:
+    also one an earlier version of the code computed from these same tables (a server that
+    cannot compute it again serves it, saying so)."""
     try:
         data = _read(path(profile, kind))
         if data is None:
             return None
-        value = decode(data, _line(kind, ident or identity(profile)), kind.endswith("_table"))
+        line = _line(kind, ident or identity(profile))
+        if stale:  # the first line's second half names the tables only
+            first = data[: data.find(b"\n")].decode("ascii", "replace")
+            line = first if first.partition(" ")[2] == line.partition(" ")[2] else line
+        value = decode(data, line, kind.endswith("_table"))
     except OSError:
         return None
     if kind in PATHS and isinstance(value, dict):
@@ -205,8 +211,11 @@ def load(profile: Profile, kind: str, ident: str | None = None) -> Any | None:
 
 
 def _line(kind: str, ident: str) -> str:
-    """The first line of a stored file: the profile's identity and the kind's code."""
-    return hashlib.sha1(f"{kind}\n{code_version(kind)}\n{ident}\n".encode()).hexdigest()
+    """The first line of a stored file: a hash of the profile's identity and the kind's code,
+    then one of the identity alone (what `load(stale=True)` matches)."""
+    code = hashlib.sha1(f"{kind}\n{code_version(kind)}\n{ident}\n".encode()).hexdigest()
+    tables = hashlib.sha1(f"{kind}\n{ident}\n".encode()).hexdigest()
+    return f"{code} {tables}"
 
 
 def _read(file: Path) -> bytes | None:

@@ -87,7 +87,8 @@ def _scoped(endpoint: Callable[..., Any], kind: str, service: Service) -> Callab
         given = {p: params[p] for p in names if isinstance(params.get(p), str)}
         read = {p: svc.analysed(v) for p, v in given.items()}
         out = endpoint(svc, **{**params, **read})
-        cut = {p: svc.scope(v) for p, v in read.items() if v != given[p]}
+        # an excerpt read, or a stale stored analysis served (Service._stored)
+        cut = {p: s for p, v in read.items() if (s := svc.scope(v)) is not None}
         if isinstance(out, dict) and cut:
             out = _named(out, {read[p]: given[p] for p in read})
             for p, scope in cut.items():  # compare's two sides: scope_a, scope_b

@@ -21,7 +21,7 @@ from neuron_explorer.model.excerpt import open_excerpt
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
-from .memory import MemoryCeiling, default_ceiling, rss_bytes, tables_bytes
+from .memory import MemoryCeiling, OverMemory, default_ceiling, rss_bytes, tables_bytes
 from .store import EXCERPT, NotFound, ProfileStore
 from .views import compare, operators, overview, source, sql, timeline
 from .whole_views import WholeProfileViews
@@ -37,6 +37,9 @@ DUCKDB_SHARE = 4  # each web DuckDB connection may use a quarter of the ceiling
 # many times the events of a window it would answer (lod_events): a 400,000-event profile's
 # build peaked past a 400 MB ceiling, for windows that reading their row groups answers anyway
 PYRAMID_WINDOWS = 10
+# what a page says when it shows a stored analysis an earlier version computed (Service._stored)
+STALE = ("; stored by an earlier version of neuron-explorer, which this server's memory ceiling "
+         "cannot compute again: `neuron-explorer analyze {path} --store` stores it anew")  # fmt: skip
 
 
 class Service(WholeProfileViews):
@@ -55,6 +58,7 @@ class Service(WholeProfileViews):
         self.store.before_compute = self._admit
         self.store.running = self.memory.running
         self._admitted: weakref.WeakSet[Profile] = weakref.WeakSet()
+        self._stale: set[str] = set()  # served their stale stored analysis (Service._stored)
         self.store.duckdb_memory = self.memory.limit // DUCKDB_SHARE
         self.disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
         self.gate = sql.QueryGate()
@@ -93,14 +97,16 @@ class Service(WholeProfileViews):
 
     def scope(self, name: str) -> dict[str, Any] | None:
         """What the analysis pages of `name` (as `analysed` gave it) cover, with its `line` of
-        text; None for a whole profile."""
-        if not name.endswith(EXCERPT):
-            return None
-        scope = scope_of(self.store.open(name))
+        text, and `stale` when they show a stale stored analysis; None for a whole profile
+        analysed by this version."""
+        stale = ""
+        if name in self._stale:
+            stale = STALE.format(path=self.store.open(name.removesuffix(EXCERPT)).path)
+        scope = scope_of(self.store.open(name)) if name.endswith(EXCERPT) else None
         if scope is None:
-            return None
-        line = f"{scope_line(scope)}; timeline, find and SQL show the whole profile"
-        return {**scope, "line": line}
+            return {"stale": True, "line": stale[2:]} if stale else None
+        line = f"{scope_line(scope)}; timeline, find and SQL show the whole profile{stale}"
+        return {**scope, **({"stale": True} if stale else {}), "line": line}
 
     # ---- cached per profile ---------------------------------------------------------------
     def admit(self, name: str) -> None:
@@ -139,7 +145,8 @@ class Service(WholeProfileViews):
                 if reads is None or self._stored(name, p, reads) is None:
                     (admit or self._admit)(name, p)  # only now are the tables read
                 value = compute(p)
-                disk.store(p, kind, identity, value)
+                if name not in self._stale:  # (a stale stored value is not cached as current)
+                    disk.store(p, kind, identity, value)
             return value
 
         return store.derived(name, kind, make, admit=False)
@@ -189,10 +196,20 @@ class Service(WholeProfileViews):
         return self.persisted(name, "findings", make, reads="findings_report")
 
     def _stored(self, name: str, p: Profile, kind: str) -> Any:
-        """What the import left in the profile's analysis/ folder, None if missing or stale."""
-        return stored.load(
-            p, kind, self.store.derived(name, "stored", stored.identity, admit=False)
-        )
+        """What the import left in the profile's analysis/ folder; None if missing, or stale
+        (an earlier version computed it) while computing it again fits under the ceiling. A
+        stale one that does not fit is served (not a 503), and `scope` says so."""
+        ident = self.store.derived(name, "stored", stored.identity, admit=False)
+        value = stored.load(p, kind, ident)
+        if value is None and (old := stored.load(p, kind, ident, stale=True)) is not None:
+            try:
+                self._admit(name, p)  # its tables fit: computed again, as by the import
+            except OverMemory:
+                self._stale.add(name)
+                return old
+        if value is not None:
+            self._stale.discard(name)  # stored anew (analyze --store)
+        return value
 
     def findings(self, name: str) -> list[dict[str, Any]] | None:
         return self.findings_report(name)["findings"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ...importers import DEFAULT_MEMORY_BUDGET  # light: the registry imports no numpy or Arrow
+from .import_trace import memory_budget
+
 NAME = "analyze"
 HELP = (
     "Run the bottleneck rules on a profile and print the findings ranked by estimated saving "
@@ -21,6 +24,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--explain", metavar="ID", help="describe a rule (pattern, algorithm, thresholds, fix)"
     )
     parser.add_argument("--list", action="store_true", help="list the rules")
+    parser.add_argument(
+        "--store",
+        action="store_true",
+        help="compute again the analysis the import stores in the profile (the whole's, or an "
+        "excerpt's when over --memory-budget), e.g. after an upgrade made it stale",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        type=memory_budget,
+        default=DEFAULT_MEMORY_BUDGET,
+        metavar="SIZE",
+        help="with --store: the analysis's memory, as the import's (default 2G)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.profile:
         raise ExplorerError("analyze: give a PROFILE directory (or --explain ID / --list)")
+    if args.store:
+        return _store(args.profile, args.memory_budget)
     profile = open_analysed(args.profile, args.json)
     # every rule: what the import stored, when it is current (the same document: stored.py)
     doc = (stored.load(profile, "findings_report") if args.rule is None else None) \
@@ -60,6 +78,24 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     render_findings(doc)
+    return 0
+
+
+def _store(path: str, budget: int | None) -> int:
+    """`--store`: the import's stored analysis computed again, and one line saying what."""
+    import sys
+
+    from ...analysis.scoped import store_analysis
+    from ...errors import ExplorerError
+    from ...model.profile import Profile
+
+    profile = Profile.open(path)
+    try:
+        line = store_analysis(profile, budget)
+    except OSError as e:  # a read-only profile cannot hold an excerpt
+        raise ExplorerError(f"{path}: cannot store its analysis ({e.strerror})") from None
+    print(line or f"{path}: nothing stored (under 100,000 events, or a read-only folder)",
+          file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--memory-budget",
-        type=_budget,
+        type=memory_budget,
         default=DEFAULT_MEMORY_BUDGET,
         metavar="SIZE",
         help="memory for reading each trace (512M, 2G...; default 2G): the file is read as a "
@@ -78,9 +78,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = _with_progress(files, args.output, kw)
     profile = Profile.open(out)
-    too_big = _too_big(profile, args.memory_budget)
-    stored = too_big is None and _store_analysis(profile)
-    excerpt = _store_excerpt(profile, args.memory_budget, too_big) if too_big else ""
+    stored = _store_analysis(profile, args.memory_budget)
     if not args.quiet:
         m = profile.manifest
         counts = ", ".join(f"{v} {k}" for k, v in sorted(m.row_counts.items()))
@@ -90,9 +88,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         if stored:
-            print(f"stored the first page's analysis in {out / 'analysis'}", file=sys.stderr)
-        elif excerpt:
-            print(excerpt, file=sys.stderr)
+            print(stored, file=sys.stderr)
     return 0
 
 
@@ -102,29 +98,13 @@ def _holds_runtime(path: Path) -> bool:
     return holds_runtime(path)
 
 
-def _too_big(profile: Profile, budget: int | None) -> str | None:
-    from ...analysis import stored
+def _store_analysis(profile: Profile, budget: int | None) -> str:
+    """Leave a large profile's first page (summary, findings, devices, op and line tables) in
+    its folder, of the whole or of an excerpt (analysis/scoped.py), so a server's first visit
+    reads them instead of every event; the line that says which."""
+    from ...analysis.scoped import store_analysis
 
-    return stored.too_big(profile, budget)
-
-
-def _store_excerpt(profile: Profile, budget: int | None, why: str) -> str:
-    """Cut the excerpt the analysis pages read (analysis/scoped.py) and store its analysis;
-    the line that says what it holds."""
-    from ...analysis.scoped import scope_line, store_excerpt
-
-    part = store_excerpt(profile, budget, why)
-    return f"{scope_line(part.manifest.extra.get('excerpt'))}; kept in {part.path}"
-
-
-def _store_analysis(profile: Profile) -> bool:
-    """Leave a large profile's summary, devices, op and line tables in its folder
-    (analysis/stored.py), so a server's first visit reads them instead of every event."""
-    from ...analysis import stored
-
-    if int(profile.manifest.row_counts.get("events") or 0) < stored.STORE_MIN_EVENTS:
-        return False
-    return bool(stored.write(profile))
+    return store_analysis(profile, budget)
 
 
 def _with_progress(files: list[Path], out: Path, kw: dict) -> Path:
@@ -143,7 +123,8 @@ def _with_progress(files: list[Path], out: Path, kw: dict) -> Path:
         progress.close(ok)
 
 
-def _budget(text: str) -> int | None:
+def memory_budget(text: str) -> int | None:
+    """A --memory-budget: bytes, or None for 'none'."""
     from ..import_progress import parse_size
 
     if text.strip().lower() == "none":
