@@ -380,3 +380,27 @@ def test_a_stale_analysis_a_server_cannot_compute_again_is_served_saying_so_unti
     assert stored.load(fresh, "summary")["n_events"] == fresh.row_count("events")
     page = client.get("/api/p/ns").json()
     assert "stale" not in page["scope"] and "earlier version" not in page["scope"]["line"]
+
+
+def test_a_stored_analysis_of_an_older_layout_that_cannot_be_computed_again_says_how_to_store_it(
+    imported_profiles, tmp_path, monkeypatch
+):
+    """A stored file written before its first line named the tables alone cannot be told to be
+    of these tables: under a ceiling that refuses computing it again, the 503 says how to
+    store it anew."""
+    from fastapi.testclient import TestClient
+
+    import neuron_explorer.web.service as service
+    from neuron_explorer.web.app import create_app
+
+    _, part, _ = _stale_excerpt(imported_profiles, tmp_path, monkeypatch)
+    for f in (part.path / "analysis").iterdir():  # the code's hash only, as before
+        head, _, body = f.read_bytes().partition(b"\n")
+        f.write_bytes(head.partition(b" ")[0] + b"\n" + body)
+    ceiling = service.rss_bytes() + (256 << 20)
+    client = TestClient(create_app(tmp_path / "p", analysis_cache=tmp_path / "cache",
+                                   max_memory=ceiling))  # fmt: skip
+    r = client.get("/api/p/ns")
+    assert r.status_code == 503
+    # (an error names paths under the served folder relative to it: web/responses.py)
+    assert "`neuron-explorer analyze ns --store` stores it anew" in r.json()["error"]

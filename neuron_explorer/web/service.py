@@ -143,7 +143,12 @@ class Service(WholeProfileViews):
             value = disk.load(p, kind, identity)
             if value is None:
                 if reads is None or self._stored(name, p, reads) is None:
-                    (admit or self._admit)(name, p)  # only now are the tables read
+                    try:
+                        (admit or self._admit)(name, p)  # only now are the tables read
+                    except OverMemory as e:  # a stale stored value served instead, or 503
+                        self._refused(name, p, kind if kind in stored.KINDS else reads, e)
+                        if kind in stored.KINDS:
+                            return self._stored(name, p, kind)
                 value = compute(p)
                 if name not in self._stale:  # (a stale stored value is not cached as current)
                     disk.store(p, kind, identity, value)
@@ -196,20 +201,26 @@ class Service(WholeProfileViews):
         return self.persisted(name, "findings", make, reads="findings_report")
 
     def _stored(self, name: str, p: Profile, kind: str) -> Any:
-        """What the import left in the profile's analysis/ folder; None if missing, or stale
-        (an earlier version computed it) while computing it again fits under the ceiling. A
-        stale one that does not fit is served (not a 503), and `scope` says so."""
+        """What the import left in the profile's analysis/ folder, None if missing or stale;
+        the stale one once the ceiling refused computing it again (`_refused`)."""
         ident = self.store.derived(name, "stored", stored.identity, admit=False)
         value = stored.load(p, kind, ident)
-        if value is None and (old := stored.load(p, kind, ident, stale=True)) is not None:
-            try:
-                self._admit(name, p)  # its tables fit: computed again, as by the import
-            except OverMemory:
-                self._stale.add(name)
-                return old
         if value is not None:
             self._stale.discard(name)  # stored anew (analyze --store)
-        return value
+            return value
+        return stored.load(p, kind, ident, stale=True) if name in self._stale else None
+
+    def _refused(self, name: str, p: Profile, kind: str | None, e: OverMemory) -> None:
+        """Computing `kind` again did not fit: its stale stored value (an earlier version's, of
+        these tables) is served instead, and `scope` says so; without one, the 503 says how
+        to store it anew when the folder holds one of an older layout."""
+        if kind is None or not stored.path(p, kind).is_file():
+            raise e
+        ident = self.store.derived(name, "stored", stored.identity, admit=False)
+        if stored.load(p, kind, ident, stale=True) is None:
+            whole = self.store.open(name.removesuffix(EXCERPT)).path
+            raise OverMemory(f"{e}; {STALE.format(path=whole)[2:]}") from None
+        self._stale.add(name)
 
     def findings(self, name: str) -> list[dict[str, Any]] | None:
         return self.findings_report(name)["findings"]
