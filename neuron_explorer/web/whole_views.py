@@ -30,14 +30,13 @@ STREAM_BYTES = 320 << 20
 FIND_BYTES = 96 << 20
 WINDOW_SHARE = 0.25
 WINDOW_EVENT_BYTES = 256
-# The pyramid's build holds, beside a pass in batches, its rows (bounded: analysis/timeline_lod.py
-# drops its finest levels past it) at most PYRAMID_EVENT_BYTES an event of the profile (at least
-# PYRAMID_MIN_BYTES: a smaller profile's cells hold fewer events each) or PYRAMID_SHARE of the
-# ceiling (measured on the 10 GB trace's profile, 38 M events: 256 MB of rows, the build's peak
-# 542 MB over what the process held, 14 B an event); a pyramid kept on disk is read back in
-# place (its file's bytes).
-PYRAMID_EVENT_BYTES = 16
-PYRAMID_MIN_BYTES = 64 << 20
+# The pyramid's build holds, beside a pass in batches, its rows: bounded (analysis/timeline_lod.py
+# drops its finest levels past the bound) by PYRAMID_SHARE of the ceiling, or, when less, a row
+# of PYRAMID_ROW_BYTES per event and level, twice (each sorted once more): the most there can
+# be. Its rows follow its buckets more than its events: the 1 GB trace's profile, 3.9 M events,
+# 154 MB of rows, peak 396 MB over what the process held; the 10 GB one's, 38 M events, 256 MB,
+# peak 542 MB. A pyramid kept on disk is read back in place (its file's bytes).
+PYRAMID_ROW_BYTES = 128  # its fixed columns 59 B, a name and a kind
 PYRAMID_SHARE = 0.25
 
 
@@ -130,9 +129,8 @@ class WholeProfileViews:
             if meta is not None and rows is not None:
                 return timeline.pyramid_from_parts(meta, rows)
             idx = self.index(name)
-            events = p.row_count("events")
-            bound = int(min(max(events * PYRAMID_EVENT_BYTES, PYRAMID_MIN_BYTES),
-                            PYRAMID_SHARE * self.memory.limit))  # fmt: skip
+            most = p.row_count("events") * len(self.lod_shifts) * PYRAMID_ROW_BYTES * 2
+            bound = int(min(most, PYRAMID_SHARE * self.memory.limit))
             buckets = timeline.default_buckets(idx, self.lod_shifts)
             with self.memory.running():  # reserved until built: a request waits or fits beside
                 self._admit_batch(name, p, f"the timeline pyramid of {name}", extra=bound)
