@@ -16,6 +16,7 @@ from ..model.io import ROW_GROUP_ROWS, ProfileWriter
 from ..model.manifest import Manifest, Step
 from ..model.schema import COUNTERS, EVENTS, STACKS, conform, empty_table
 from .kineto import FileData
+from .kineto_columns import give_back_free_memory
 
 
 def assign_ranks(files: Sequence[Any]) -> list[int]:
@@ -65,6 +66,7 @@ def _event_blocks(
     for i in range(0, len(order), ROW_GROUP_ROWS):
         # yielded, not held here: the block is let go once written, not when the next is made
         yield _block(f, order[i : i + ROW_GROUP_ROWS], ids, rank, first_id, first_stack, origin)
+        give_back_free_memory()  # the written block's smaller columns, freed on the heap
 
 
 def _block(
