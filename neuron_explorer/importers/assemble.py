@@ -57,7 +57,7 @@ def _event_blocks(
     f: FileData, rank: int, first_id: int, first_stack: int, origin: int
 ) -> Iterator[dict[str, Any]]:
     """The file's events in their final order, a row group at a time: the reordered table
-    never exists whole, and each block is written while the next is taken."""
+    never exists whole, and each block is written before the next is taken."""
     order = _order(f)
     small = len(order) < 2**31  # positions as int32: half the memory of the two arrays
     order = order.astype(np.int32) if small else order
@@ -107,8 +107,8 @@ class Assembled:
 
 
 def assemble(files: Sequence[FileData], *, counters: bool = True) -> Assembled:
-    """Shift every file to one origin, number events and stacks, and gather counters (unless
-    not asked: an empty table) and steps."""
+    """Shift every file to one origin, number events and stacks, and gather counters (without
+    `counters`, an empty table: the caller writes them) and steps."""
     ranks = assign_ranks(files)
     origin = min(int(f.columns["start_ns"].min()) for f in files)
     blocks, stacks = [], []

@@ -353,8 +353,8 @@ def _step_of(
     starts: np.ndarray, step_start: np.ndarray, step_dur: np.ndarray, step_no: np.ndarray
 ) -> np.ndarray:
     """The number of the step holding each start (NONE: none), searched STEP_ROWS rows at a
-    time: the search's int64 temporaries for every row at once were the mapping's peak (five
-    columns, 15 MB at the 100 MB benchmark trace's 390,000 rows)."""
+    time: the search makes about five int64 columns of the rows it is given, 15 MB for the 100
+    MB benchmark trace's 390,000 rows at once, at the mapping's peak."""
     order = np.argsort(step_start, kind="stable")  # once, not per block
     ss, se, numbers = step_start[order], step_start[order] + step_dur[order], step_no[order]
     out = np.empty(len(starts), np.int64)
