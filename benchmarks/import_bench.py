@@ -53,8 +53,9 @@ elif method == "hta":
     d = out + "-hta"; os.makedirs(d); sh.copy(path, d)
     load = lambda: TraceAnalysis(trace_dir=d)
 else:
-    from neuron_explorer.importers import import_traces
-    import neuron_explorer.importers.run, pyarrow.parquet, pyarrow.dataset  # libraries count as base
+    from neuron_explorer.importers import arrow_on_system_allocator, import_traces
+    arrow_on_system_allocator()  # as `neuron-explorer import` does, before the libraries load
+    import neuron_explorer.importers.run  # the libraries the import loads count as base
     budget = budget if method in ("stream", "chunked") else None
     load = lambda: import_traces([path], out, memory_budget=budget)
 def rss_mb():

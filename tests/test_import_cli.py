@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,49 @@ def test_console_script_imports_the_sample(tmp_path):
     assert bad.stderr.strip().splitlines() == [
         f"neuron-explorer: error: {tmp_path / 'nope.json'}: no such file or directory"
     ]
+
+
+# runs the CLI's import in a fresh interpreter; says what was loaded when the import itself
+# returned (before the command's analysis) and at the end, and Arrow's allocator
+_LOADED_PROBE = """
+import json, sys
+import neuron_explorer.importers as importers
+from neuron_explorer.entry import main
+at_import = []
+def observed(*args, **kw):
+    out = run_import(*args, **kw)
+    at_import.extend(sys.modules)
+    return out
+run_import, importers.import_traces = importers.import_traces, observed
+code = main(sys.argv[1:])
+import pyarrow as pa
+print(json.dumps({"code": code, "at_import": sorted(at_import), "at_end": sorted(sys.modules),
+                  "pool": pa.default_memory_pool().backend_name}))
+"""
+NEVER = ("torch", "duckdb", "pandas", "fastapi", "uvicorn", "rich")  # by `import` at all
+NOT_FOR_IMPORT = (*NEVER, "pyarrow.dataset", "neuron_explorer.capture.handler",
+                  "neuron_explorer.analysis")  # fmt: skip
+
+
+def test_import_loads_only_what_it_uses_and_arrow_on_the_system_allocator(tmp_path):
+    # the import's peak memory counts every library loaded (the 100 MB benchmark trace: 145 MB
+    # of which 77 MB is the interpreter and its libraries), and mimalloc kept freed buffers
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    run = subprocess.run(
+        [sys.executable, "-c", _LOADED_PROBE, "import", str(SAMPLE_TRACE), "-o",
+         str(tmp_path / "p"), "-q"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got["code"] == 0 and Profile.open(tmp_path / "p").row_count("events") > 1000
+    assert "neuron_explorer.importers.kineto" in got["at_import"]
+    loaded = [m for m in got["at_import"] if m.startswith(NOT_FOR_IMPORT)]
+    assert loaded == [], f"the import loaded {loaded}"
+    loaded = [m for m in got["at_end"] if m.startswith(NEVER)]
+    assert loaded == [], f"the import command loaded {loaded}"
+    assert got["pool"] == "system"
 
 
 def test_help_describes_the_command(capsys):

@@ -99,8 +99,8 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 OWN_MAPPING_BYTES = 1 << 20  # blocks this large or larger get a mapping of their own
 
 
-def map_large_blocks() -> None:
-    """Have glibc's malloc give every block of OWN_MAPPING_BYTES or more a mapping of its own,
+def map_large_blocks(own_mapping_bytes: int = OWN_MAPPING_BYTES) -> None:
+    """Have glibc's malloc give every block of `own_mapping_bytes` or more a mapping of its own,
     handed back to the OS when it is freed. By default the threshold rises to the size of the
     largest such block freed (up to 32 MB), so the mapping's per-row temporaries (4 to 8 bytes
     a row: under 32 MB up to four million rows) land on the heap, and once freed they stay in
@@ -110,7 +110,7 @@ def map_large_blocks() -> None:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc
         return
-    mallopt(M_MMAP_THRESHOLD, OWN_MAPPING_BYTES)
+    mallopt(M_MMAP_THRESHOLD, own_mapping_bytes)
 
 
 def give_back_free_memory() -> None:

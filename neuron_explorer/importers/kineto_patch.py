@@ -20,30 +20,30 @@ class PatchedText:
     block at a time as assemble writes the rows in order), so it is never copied whole."""
 
     base: pa.Array | SpilledText  # SpilledText: the streaming import's, on disk
-    index: np.ndarray  # per row: its replacement in `texts`, or -1
-    texts: pa.Array
+    patched: np.ndarray  # the rows replaced, sorted (not an index a row: a few rows have one)
+    texts: pa.Array  # their texts, in that order
 
     def take(self, rows: np.ndarray) -> pa.Array:
         block = self.base.take(rows)
-        at = self.index[rows]
-        patched = at >= 0
-        if patched.any():
-            block = pc.replace_with_mask(block, patched, self.texts.take(at[patched]))
+        if not self.patched.size:
+            return block
+        at = np.minimum(np.searchsorted(self.patched, rows), self.patched.size - 1)
+        hit = self.patched[at] == rows
+        if hit.any():
+            block = pc.replace_with_mask(block, hit, self.texts.take(at[hit]))
         return block
 
 
 def args_column(
-    base: pa.Array | SpilledText, n: int, other: dict[int, tuple[str, str]], extra: dict[int, str]
+    base: pa.Array | SpilledText, other: dict[int, tuple[str, str]], extra: dict[int, str]
 ) -> PatchedText:
-    """The `n` rows' args as JSON text (`base`, in memory or spilled); rows of unknown
+    """The rows' args as JSON text (`base`, in memory or spilled); rows of unknown
     categories (`other`) also keep their cat and ph, and rows whose fwdbwd flow could not take
     flow_id (`extra`) keep the Kineto flow id."""
     patch = sorted(set(other) | set(extra))
     at = base.text if isinstance(base, SpilledText) else (lambda i: base[i].as_py())
     texts = [_patched_args(at(i), other.get(i), extra.get(i)) for i in patch]
-    index = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
-    index[patch] = np.arange(len(patch))
-    return PatchedText(base, index, pa.array(texts, base.type))
+    return PatchedText(base, np.array(patch, dtype=np.int64), pa.array(texts, base.type))
 
 
 def _patched_args(raw: str | None, tag: tuple[str, str] | None, flow: str | None) -> str:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from ..errors import BadInputError
 from . import bounds
@@ -20,10 +19,19 @@ from .schema import ADDED_IN, ALL_TABLES, FORMAT, OPTIONAL_TABLES, SCHEMA_VERSIO
 
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow.dataset as ds
 
 
 # A kept source is at most 1 MB (importers/sources.py); a profile from elsewhere may hold more.
 MAX_SOURCE_READ_BYTES = 8 << 20
+
+
+def _parquet_dataset(path: Path, schema: pa.Schema) -> ds.Dataset:
+    """A table's Parquet file or folder as a lazy dataset (pyarrow.dataset loads on first use:
+    writing a profile, as an import does, reads none, and it is 8 MB of libraries)."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(str(path), format="parquet", schema=schema)
 
 
 def is_profile(path: str | Path) -> bool:
@@ -138,7 +146,7 @@ class Profile:
         for name, table in TABLES.items():
             p = self._table_path(name)
             try:
-                out[name] = ds.dataset(str(p), format="parquet", schema=table.arrow_schema())
+                out[name] = _parquet_dataset(p, table.arrow_schema())
             except (pa.ArrowInvalid, OSError) as e:
                 raise BadInputError(p, f"corrupt Parquet table ({e})") from None
         return out
@@ -160,7 +168,7 @@ class Profile:
             self._check_footers(name)
         try:
             bounds.check_values(bounds.table_files(p))
-            data = ds.dataset(str(p), format="parquet", schema=OPTIONAL_TABLES[name].arrow_schema())
+            data = _parquet_dataset(p, OPTIONAL_TABLES[name].arrow_schema())
             return data.to_table(filter=filter)
         except (pa.ArrowInvalid, OSError) as e:
             raise BadInputError(p, f"corrupt Parquet table ({e})") from None
@@ -177,7 +185,7 @@ class Profile:
             self._check_footers(name)
         try:
             bounds.check_values(bounds.table_files(p))
-            return ds.dataset(str(p), format="parquet", schema=OPTIONAL_TABLES[name].arrow_schema())
+            return _parquet_dataset(p, OPTIONAL_TABLES[name].arrow_schema())
         except (pa.ArrowInvalid, OSError) as e:
             raise BadInputError(p, f"corrupt Parquet table ({e})") from None
 

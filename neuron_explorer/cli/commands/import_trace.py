@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...importers import DEFAULT_MEMORY_BUDGET  # light: the registry imports no numpy or Arrow
+# light: the registry imports no numpy or Arrow
+from ...importers import DEFAULT_MEMORY_BUDGET, arrow_on_system_allocator
 
 if TYPE_CHECKING:
     from ...model.profile import Profile
@@ -58,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    arrow_on_system_allocator()  # before anything loads pyarrow: the import and the analysis
     from ...importers import import_traces, trace_files
     from ...model.profile import Profile
 
