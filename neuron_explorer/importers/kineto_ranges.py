@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from . import kineto_decode as kd
-from .kineto_args import SUBSETS, typed_columns
+from . import kineto_native as native
+from .kineto_args import SUBSETS, typed_columns, typed_lines
 from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, roles
 from .kineto_stream import StreamSource
 
@@ -181,10 +182,16 @@ def decode_span(
             view = source.read(lo, hi)
             patches = _patch(view, first=pos is None, last=cut is None, size=hi - lo)
             try:
-                evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
-                span.top.update(top)
-                span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
-                del evs
+                piece = None
+                if pos is not None and cut is not None:  # a middle range: no top-level keys
+                    piece = _scanned(view, factorizers)
+                if piece is None:
+                    evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
+                    span.top.update(top)
+                    piece = _columns(evs, view, pos is None, factorizers)
+                    del evs
+                span.pieces.append(keep(piece))
+                del piece
                 break
             except RangeError as e:
                 # the range's start is sound (the previous range ended there); a cut we chose
@@ -305,22 +312,73 @@ def _columns(
         "tid": factorizers["tid"].codes([e.tid for e in evs]),
         "id": factorizers["id"].codes([e.id for e in evs]),
     }
-    ph = phases(factorizers["ph"].seen, codes["ph"])
     ts, ts_text = kd.float_times([e.ts for e in evs])
     dur, dur_text = kd.float_times([e.dur for e in evs])
     if ts_text.any() or dur_text.any():
         _exact_times(view, first, ts, ts_text, dur, dur_text)
+    args = [e.args for e in evs]
+
+    def typed(mask: np.ndarray, struct: type, to_columns: Callable) -> tuple:
+        # compress with a mask: a third of the time of indexing by numpy ints
+        return typed_columns(list(compress(args, mask.tolist())), struct, to_columns)
+
+    return _piece(
+        codes,
+        ts,
+        dur,
+        factorizers,
+        typed,
+        lambda m: kd.raw_column(list(compress(args, m.tolist()))),
+    )
+
+
+def _scanned(view: memoryview, factorizers: dict[str, kd.Factorizer]) -> Piece | None:
+    """A middle range's columns read by the native scanner (kineto_native), or None where it
+    is not there or refuses the range."""
+    sc = native.scan(view, WRAP_KEY.encode())
+    if sc is None:
+        return None
+    try:  # every field's values before any is counted: a failure leaves the factorizers as
+        values = [sc.values(i) for i in range(len(FIELDS))]  # they were
+    except msgspec.DecodeError:
+        return None
+    codes = {
+        f: factorizers[f].codes(v)[sc.local[i]]
+        for i, (f, v) in enumerate(zip(FIELDS, values, strict=True))
+    }
+    # the missing flags are kept: copies, not views of the scanner's reused arrays
+    ts, ts_text = kd.us_times(sc.us[0], sc.missing[0].copy())
+    dur, dur_text = kd.us_times(sc.us[1], sc.missing[1].copy())
+    for which, times, text in ((0, ts, ts_text), (1, dur, dur_text)):
+        idx = np.flatnonzero(text)
+        if idx.size:
+            times.ns[idx] = kd.text_ns(sc.time_texts(which, idx), times.ns[idx])  # type: ignore[arg-type]
+
+    def typed(mask: np.ndarray, struct: type, to_columns: Callable) -> tuple:
+        idx = np.flatnonzero(mask)
+        lines = sc.args_lines(idx)
+        return typed_lines(lines, len(idx), lambda: sc.args_list(idx), struct, to_columns)
+
+    return _piece(codes, ts, dur, factorizers, typed, lambda m: sc.args_column(np.flatnonzero(m)))
+
+
+def _piece(
+    codes: dict[str, np.ndarray],
+    ts: kd.Times,
+    dur: kd.Times,
+    factorizers: dict[str, kd.Factorizer],
+    typed: Callable[[np.ndarray, type, Callable], tuple],
+    row_args: Callable[[np.ndarray], pa.Array],
+) -> Piece:
+    """A range's Piece from its codes and times: the roles of its events, their typed args
+    (`typed` of a mask of events) and the args texts of its rows (`row_args` of a mask)."""
+    ph = phases(factorizers["ph"].seen, codes["ph"])
     memory_code = factorizers["name"].get(MEMORY_EVENT, -2)
     lane_codes = [factorizers["name"].get(n, -2) for n in LANE_NAME_EVENTS]
     lane_name = np.isin(codes["name"], lane_codes)
     r = roles(ph, codes["cat"], factorizers["cat"].seen, codes["name"] == memory_code, lane_name)
-    args = [e.args for e in evs]
-    typed = {  # compress with a mask: a third of the time of indexing by numpy ints
-        key: typed_columns(list(compress(args, mask.tolist())), *SUBSETS[key])
-        for key, mask in r.typed_subsets().items()
-    }
-    row_args = kd.raw_column(list(compress(args, r.is_row.tolist())))
-    return Piece(codes, ts, dur, row_args, typed)
+    typed_cols = {key: typed(mask, *SUBSETS[key]) for key, mask in r.typed_subsets().items()}
+    return Piece(codes, ts, dur, row_args(r.is_row), typed_cols)
 
 
 def phases(values: list[str], codes: np.ndarray) -> np.ndarray:
