@@ -79,15 +79,29 @@ struct Interner {
   }
 };
 
+#define INLINE __attribute__((always_inline)) inline
+
+// the bytes that end a string's plain run: a quote, a backslash, control and non-ASCII bytes
+struct StopTable {
+  bool t[256];
+  constexpr StopTable() : t() {
+    for (int c = 0; c < 256; c++) t[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x7f;
+  }
+};
+constexpr StopTable STOP_TABLE;
+const bool* const STOP = STOP_TABLE.t;
+
 struct Scanner {
   const char* p;
   const char* end;
   bool ok = true;
 
-  void ws() {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+  INLINE void ws() {
+    while (p < end && (unsigned char)*p <= ' ' &&
+           (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+      p++;
   }
-  bool eat(char c) {
+  INLINE bool eat(char c) {
     if (p < end && *p == c) {
       p++;
       return true;
@@ -102,9 +116,11 @@ struct Scanner {
   }
   // a string at p (its opening quote); false for anything but printable ASCII and the
   // escapes JSON allows (a \u escape of a surrogate half included: refused)
-  bool string(bool escapes = true) {
+  INLINE bool string(bool escapes = true) {
     if (!eat('"')) return false;
     while (p < end) {
+      while (p < end && !STOP[(unsigned char)*p]) p++;  // the plain characters, by a table
+      if (p >= end) return false;
       unsigned char c = (unsigned char)*p;
       if (c == '"') {
         p++;
@@ -135,7 +151,7 @@ struct Scanner {
     return false;
   }
   // a number in JSON's grammar; digits: of the integer and fraction parts
-  bool number(int* digits, bool* frac, bool* exp) {
+  INLINE bool number(int* digits, bool* frac, bool* exp) {
     const char* s = p;
     eat('-');
     if (p >= end) return false;
