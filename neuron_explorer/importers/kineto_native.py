@@ -118,7 +118,7 @@ class _Scratch:
         self.time_len = [np.empty(cap, np.int32) for _ in range(2)]
         self.args_off = np.empty(cap, np.int64)
         self.args_len = np.empty(cap, np.int32)
-        arrays = [
+        arrays: list[np.ndarray] = [
             *self.codes, *self.tok_off, *self.tok_len, *self.us, *self.missing,
             *self.time_off, *self.time_len, self.args_off, self.args_len,
         ]  # fmt: skip
