@@ -68,7 +68,11 @@ def _scatter(idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowC
         def make(rows: np.ndarray) -> pa.Array:
             if not idx.size:
                 return pa.nulls(len(rows), values.type)
-            pos = np.minimum(np.searchsorted(idx, rows), idx.size - 1)
+            # rows in idx's type (clipped: a row past its range is not in it), or numpy
+            # would cast all of idx to the rows' type on every block
+            limit = np.iinfo(idx.dtype).max
+            key = np.minimum(rows, limit).astype(idx.dtype, copy=False)
+            pos = np.minimum(np.searchsorted(idx, key), idx.size - 1)
             return values.take(pa.array(pos, mask=idx[pos] != rows))
 
         return RowColumn(make)

@@ -186,6 +186,12 @@ class Factorizer(dict):
         return code
 
     def codes(self, batch: list[Any]) -> np.ndarray:
+        # the values not seen before added first, in first-seen order (dict.fromkeys keeps
+        # it), by one update: a batch of mostly new values (flow ids) calls no __missing__
+        new = [v for v in dict.fromkeys(batch) if v not in self]
+        if new:
+            self.update(zip(new, range(len(self.seen), len(self.seen) + len(new)), strict=True))
+            self.seen.extend(new)
         return np.fromiter(map(self.__getitem__, batch), dtype=np.int64, count=len(batch))
 
     def remap(self, values: list[Any]) -> np.ndarray:
