@@ -100,7 +100,21 @@ def _load() -> Any:
     lib.ne_scan.restype = i64
     lib.ne_gather.argtypes = [p, p, p, p, i64, ctypes.c_char_p, i64, ctypes.c_char_p, i64, p]
     lib.ne_gather.restype = i64
+    lib.ne_first_use.argtypes = [p, i64, i64, p, p]
+    lib.ne_first_use.restype = i64
     return lib
+
+
+def first_use(codes: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """`codes` (-1: none, else below `m`) renumbered by first use as int32, and the codes used
+    in that order; None without the library (the caller does it with numpy)."""
+    if not available():
+        return None
+    codes = np.ascontiguousarray(codes, np.int64)
+    out = np.empty(codes.size, np.int32)
+    used = np.empty(min(codes.size, m), np.int64)
+    k = _lib.ne_first_use(codes.ctypes.data, codes.size, m, out.ctypes.data, used.ctypes.data)
+    return out, used[:k]
 
 
 class _Scratch:

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import kineto_decode as kd
+from . import kineto_native as native
 from .kineto_columns import give_back_free_memory
 from .kineto_extract import Decoded, _merge
 from .kineto_frames import compact
@@ -65,6 +66,9 @@ def _local(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]
     """`codes` renumbered by first use, and the values they use in that order."""
     if not codes.size:
         return codes.astype(np.int32), []
+    got = native.first_use(codes, len(values))  # one pass, no sort
+    if got is not None:
+        return got[0], [values[c] for c in got[1].tolist()]
     u, first, inv = np.unique(codes, return_index=True, return_inverse=True)
     used = u[np.argsort(first, kind="stable")]
     used = used[used >= 0]

@@ -452,3 +452,24 @@ int64_t ne_gather(const char* buf, const int64_t* off, const int32_t* len, const
   return o - out;
 }
 }
+
+extern "C" {
+
+// Codes (-1: none, else below `m`) renumbered by first use: out[i] the code's rank among the
+// distinct codes in order of first appearance (-1 stays -1), used[] those codes in that order.
+// Returns how many are used.
+int64_t ne_first_use(const int64_t* codes, int64_t n, int64_t m, int32_t* out, int64_t* used) {
+  std::vector<int32_t> rank((size_t)m, -1);
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t c = codes[i];
+    if (c < 0 || c >= m) {
+      out[i] = -1;
+      continue;
+    }
+    if (rank[c] < 0) rank[c] = (int32_t)k, used[k++] = c;
+    out[i] = rank[c];
+  }
+  return k;
+}
+}
