@@ -102,6 +102,8 @@ def _load() -> Any:
     lib.ne_gather.restype = i64
     lib.ne_first_use.argtypes = [p, i64, i64, p, p]
     lib.ne_first_use.restype = i64
+    lib.ne_token_array.argtypes = [p, p, p, i64, ctypes.c_char_p, i64, p]
+    lib.ne_token_array.restype = i64
     return lib
 
 
@@ -151,7 +153,7 @@ class Scanned:
     n: int
     buf: np.ndarray  # the range's bytes (uint8), which the spans below point into
     local: list[np.ndarray]  # per field: codes into its distinct tokens
-    tokens: list[list[bytes]]  # per field: distinct token texts, first seen first
+    tokens: list[bytearray]  # per field: its distinct token texts as a JSON array, first seen first
     us: list[np.ndarray]  # ts, dur as float64 (0 where missing)
     missing: list[np.ndarray]
     time_off: list[np.ndarray]
@@ -162,8 +164,7 @@ class Scanned:
     def values(self, field: int) -> list[Any]:
         """A field's distinct values, decoded by msgspec from their texts (as the event
         decode reads them)."""
-        text = b"[" + b",".join(self.tokens[field]) + b"]"
-        return msgspec.json.decode(text, type=TYPES[FIELDS[field]])
+        return msgspec.json.decode(self.tokens[field], type=TYPES[FIELDS[field]])
 
     def time_texts(self, which: int, idx: np.ndarray) -> list[bytes]:
         off, length = self.time_off[which], self.time_len[which]
@@ -202,6 +203,20 @@ class Scanned:
         return out
 
 
+def _token_array(buf: np.ndarray, s: _Scratch, field: int, absent: bytes) -> bytearray:
+    """A field's distinct tokens as one JSON array text."""
+    k = int(s.n_tokens[field])
+    off, length = s.tok_off[field][:k], s.tok_len[field][:k]
+    size = 2 + max(0, k - 1) + int(length.sum()) + len(absent)
+    out = bytearray(size)
+    wrote = _lib.ne_token_array(
+        buf.ctypes.data, off.ctypes.data, length.ctypes.data, k, absent, len(absent),
+        (ctypes.c_char * size).from_buffer(out),
+    )  # fmt: skip
+    del out[wrote:]
+    return out
+
+
 def scan(view: memoryview, key: bytes) -> Scanned | None:
     """The events of a range wrapped as {"<key>":[...]} (None: the scanner is not there, or
     refused the range; decode it with msgspec)."""
@@ -222,16 +237,7 @@ def scan(view: memoryview, key: bytes) -> Scanned | None:
         cap = len(buf) // 2 + 64  # at least a byte and a comma an event
     if n < 0:
         return None
-    tokens = []
-    for f, default in enumerate(DEFAULTS):
-        k = int(s.n_tokens[f])
-        offs, lens = s.tok_off[f][:k].tolist(), s.tok_len[f][:k].tolist()
-        tokens.append(
-            [
-                buf[o : o + m].tobytes() if o >= 0 else default
-                for o, m in zip(offs, lens, strict=True)
-            ]
-        )
+    tokens = [_token_array(buf, s, f, default) for f, default in enumerate(DEFAULTS)]
     return Scanned(
         n=int(n),
         buf=buf,

@@ -473,3 +473,26 @@ int64_t ne_first_use(const int64_t* codes, int64_t n, int64_t m, int32_t* out, i
   return k;
 }
 }
+
+extern "C" {
+
+// The `k` tokens buf[off[i]:off[i]+len[i]] (an offset of -1: `absent`) as one JSON array
+// written to `out`; returns its bytes.
+int64_t ne_token_array(const char* buf, const int64_t* off, const int32_t* len, int64_t k,
+                       const char* absent, int64_t absent_len, char* out) {
+  char* o = out;
+  *o++ = '[';
+  for (int64_t i = 0; i < k; i++) {
+    if (i) *o++ = ',';
+    if (off[i] < 0) {
+      memcpy(o, absent, (size_t)absent_len);
+      o += absent_len;
+    } else {
+      memcpy(o, buf + off[i], (size_t)len[i]);
+      o += len[i];
+    }
+  }
+  *o++ = ']';
+  return o - out;
+}
+}
