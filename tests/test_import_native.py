@@ -69,6 +69,17 @@ def test_the_chunked_import_is_the_same_both_ways(tmp_path, use_native):
     _same_files(a, b)
 
 
+def test_without_a_compiler_the_import_falls_back(tmp_path, monkeypatch, use_native):
+    """A failed build (here: no compiler, an empty cache) leaves msgspec to decode, the same."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    assert not use_native(True)
+    assert not list((tmp_path / "cache").rglob("*.so"))
+    a = import_traces([GPT2], tmp_path / "a", memory_budget=SMALL_BUDGET)
+    use_native(False)
+    _same_files(a, import_traces([GPT2], tmp_path / "b", memory_budget=SMALL_BUDGET))
+
+
 def _scan(events_text: bytes):
     """The scanner's reading of a middle range holding `events_text`."""
     text = b'{"' + WRAP_KEY.encode() + b'":[' + events_text + b"]}"

@@ -78,7 +78,9 @@ def build(path: Path) -> None:
         # no -ffast-math, no fused multiply-add: float times must round as numpy rounds them
         cmd = [compiler, "-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off"]
         try:
-            subprocess.run([*cmd, str(SOURCE), "-o", tmp], check=True, capture_output=True)
+            subprocess.run(
+                [*cmd, str(SOURCE), "-o", tmp], check=True, capture_output=True, timeout=300
+            )
             os.replace(tmp, path)
         except subprocess.CalledProcessError as e:
             raise RuntimeError(f"building {SOURCE.name} failed: {e.stderr.decode()[-300:]}") from e
