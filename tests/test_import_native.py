@@ -9,6 +9,7 @@ import gzip
 import json
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
@@ -167,3 +168,19 @@ def test_a_garbled_trace_is_the_same_line_both_ways(tmp_path, capsys, use_native
     use_native(not on)
     assert main(["import", str(path), "-o", str(tmp_path / "p"), "--memory-budget", "1M"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == err
+
+
+def test_imports_in_threads_at_once_are_the_same(tmp_path, use_native):
+    """Each thread scans into arrays of its own (a web server may import in threads)."""
+    use_native(True)
+    with ThreadPoolExecutor(2) as pool:
+        done = list(
+            pool.map(
+                lambda k: import_traces([GPT2], tmp_path / f"t{k}", memory_budget=SMALL_BUDGET),
+                range(2),
+            )
+        )
+    use_native(False)
+    alone = import_traces([GPT2], tmp_path / "alone", memory_budget=SMALL_BUDGET)
+    for profile in done:
+        _same_files(profile, alone)

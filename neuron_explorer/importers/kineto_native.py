@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,7 +145,7 @@ class _Scratch:
         self.n_tokens = np.zeros(len(FIELDS), np.int64)
 
 
-_scratch: _Scratch | None = None
+_local = threading.local()  # each thread's _Scratch (a web server may import in threads)
 
 
 @dataclass
@@ -222,15 +223,14 @@ def _token_array(buf: np.ndarray, s: _Scratch, field: int, absent: bytes) -> byt
 def scan(view: memoryview, key: bytes) -> Scanned | None:
     """The events of a range wrapped as {"<key>":[...]} (None: the scanner is not there, or
     refused the range; decode it with msgspec)."""
-    global _scratch
     if not available():
         return None
     buf = np.frombuffer(view, np.uint8)
     cap = len(buf) // BYTES_PER_EVENT + 64
     while True:
-        if _scratch is None or _scratch.cap < cap:
-            _scratch = _Scratch(cap)
-        s = _scratch
+        s = getattr(_local, "scratch", None)
+        if s is None or s.cap < cap:
+            s = _local.scratch = _Scratch(cap)
         n = _lib.ne_scan(
             buf.ctypes.data, len(buf), key, len(key), s.cap, s.pointers, s.n_tokens.ctypes.data
         )
