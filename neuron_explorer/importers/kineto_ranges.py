@@ -9,7 +9,9 @@ trusted: a range is decoded as a JSON object of its own (the range's events wrap
 sits between two events at the top level of the array. So when every range decodes, the events
 are exactly the file's. A range that fails is tried again with an earlier cut (a string may
 hold "}, {"); then RangeError, and the caller decodes the whole file at once, which gives the
-usual one-line error for a bad file.
+usual one-line error for a bad file. A range between two cuts is read by the native scanner
+where it is built (kineto_native), which checks the same wrapper and refuses what it does not
+read exactly as msgspec does; msgspec decodes the rest (kineto_range_columns).
 """
 
 from __future__ import annotations
