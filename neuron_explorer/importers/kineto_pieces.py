@@ -147,7 +147,7 @@ def _take(record: Record, sel: np.ndarray, is_row: np.ndarray, subsets: dict) ->
     return Record(sel.size, codes, values, times(record.ts), times(record.dur), row_args, typed)
 
 
-def decoded(path: Path, top: dict[str, Any]) -> Decoded:
+def decoded(paths: list[Path], top: dict[str, Any]) -> Decoded:
     """A chunk's records joined into the columns a decode of its events gives (`top`: the
     trace's top-level keys), the args texts spilled to disk as the streaming import's are."""
     give_back_free_memory()  # the previous chunk's, before this one's columns come
@@ -157,7 +157,7 @@ def decoded(path: Path, top: dict[str, Any]) -> Decoded:
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     span = Span(values={f: z.seen for f, z in factorizers.items()})
     try:
-        for rec in read_all(path):
+        for rec in (r for path in paths for r in read_all(path)):
             spill.append(rec.row_args)
             codes = {
                 f: compact(factorizers[f].remap(rec.values[f])[c]) for f, c in rec.codes.items()

@@ -78,8 +78,7 @@ def route_spans(path: Path, the_plan: Plan, folder: Path, progress: Share) -> li
         return route(path, the_plan, folder, progress)
     finally:
         _JOB.clear()
-    join_parts(chunks, started)
-    return chunks
+    return join_parts(chunks, started)
 
 
 def _plan_one(span: int, progress: Share) -> SpanPlan:
