@@ -91,7 +91,7 @@ def map_chunk(job: _Job) -> Mapped | str:
     the trace's)."""
     chunk = job.chunk
     try:
-        decoded = pieces.decoded(chunk.record_files(), job.top)
+        decoded = pieces.decoded(chunk.records, job.top)
         f = kineto.load(chunk.path, None, job.options, thread_names=job.thread_names,
                         event_index=True, decoded=decoded)  # fmt: skip
         del decoded
