@@ -64,13 +64,27 @@ def _scatter(idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowC
     """Columns of every row holding each of `columns` at rows `idx` (sorted) and null elsewhere,
     made a block of rows at a time by a search of `idx` (nothing held a row: only `idx`)."""
     idx = narrow(idx)
+    last: list[Any] = [None, None]  # the last block's rows and their positions in idx
+
+    def positions(rows: np.ndarray) -> pa.Array:
+        # the columns of one _scatter take the same block of rows in turn: search it once
+        if last[0] is not rows:
+            # rows in idx's type (clipped: a row past its range is not in it), or numpy
+            # would cast all of idx to the rows' type on every block
+            key = np.minimum(rows, np.iinfo(idx.dtype).max).astype(idx.dtype, copy=False)
+            pos = np.minimum(np.searchsorted(idx, key), idx.size - 1)
+            last[:] = [rows, pa.array(pos, mask=idx[pos] != rows)]
+        return last[1]
 
     def column(values: pa.Array | pa.ChunkedArray) -> RowColumn:
+        taken: list[Any] = [None, None]  # the last block's rows and this column's values
+
         def make(rows: np.ndarray) -> pa.Array:
             if not idx.size:
                 return pa.nulls(len(rows), values.type)
-            pos = np.minimum(np.searchsorted(idx, rows), idx.size - 1)
-            return values.take(pa.array(pos, mask=idx[pos] != rows))
+            if taken[0] is not rows:  # bytes_read and bytes_written take the same column
+                taken[:] = [rows, values.take(positions(rows))]
+            return taken[1]
 
         return RowColumn(make)
 

@@ -81,11 +81,19 @@ def typed_columns(raws: list[msgspec.Raw], struct: type, to_columns: Callable) -
     """The columns `to_columns` makes of the args texts `raws` decoded into `struct` (None for
     an event without args, or with args that do not fit the struct)."""
     subset = [r or NULL for r in raws]
+    return typed_lines(b"\n".join(subset), len(subset), lambda: subset, struct, to_columns)
+
+
+def typed_lines(
+    lines: bytes | bytearray, n: int, items: Callable[[], list], struct: type, to_columns: Callable
+) -> tuple:
+    """typed_columns of `n` args texts already joined as JSON lines (`items`: the texts one by
+    one, for an odd args object)."""
     decoder = msgspec.json.Decoder(struct | None)
     try:
-        decoded = decoder.decode_lines(b"\n".join(subset)) if subset else []
+        decoded = decoder.decode_lines(lines) if n else []
     except msgspec.ValidationError:  # an odd args object: keep the rest, this one as None
-        decoded = [_decode_or_none(decoder, r) for r in subset]
+        decoded = [_decode_or_none(decoder, r) for r in items()]
     return to_columns(decoded)
 
 

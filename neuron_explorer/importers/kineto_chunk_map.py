@@ -91,7 +91,7 @@ def map_chunk(job: _Job) -> Mapped | str:
     the trace's)."""
     chunk = job.chunk
     try:
-        decoded = pieces.decoded(chunk.path, job.top)
+        decoded = pieces.decoded(chunk.records, job.top)
         f = kineto.load(chunk.path, None, job.options, thread_names=job.thread_names,
                         event_index=True, decoded=decoded)  # fmt: skip
         del decoded
@@ -99,7 +99,7 @@ def map_chunk(job: _Job) -> Mapped | str:
         index = chunk.event_index()
         return EVENT_NUMBER.sub(lambda m: f"event #{index[int(m[1])]}", e.problem)
     run = write_run(f, chunk.event_index(), chunk.path.with_suffix(".run"))
-    chunk.path.unlink()
+    chunk.remove()
     counters = chunk.path.with_suffix(".counters.parquet")
     pq.write_table(pa.table(f.counters), counters)
     head = replace(f, path=job.trace, columns={}, links={}, stacks={}, counters={},

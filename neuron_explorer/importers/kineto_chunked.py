@@ -113,7 +113,8 @@ def write_chunked(
         progress(PLAN_SHARE, events)
         chunks = route_spans(path, the_plan, Path(folder),
                              lambda f, n=None: progress(PLAN_SHARE + 0.2 * f, events))  # fmt: skip
-        for used in (*the_plan.records, *the_plan.keys):  # now in the chunks' files: let go
+        # the route keys are used; the records stay: the chunks read most of them where they are
+        for used in the_plan.keys:
             used.unlink(missing_ok=True)
         # the passes' freed ranges back to the OS before the mapping's workers fork from here
         give_back_free_memory()

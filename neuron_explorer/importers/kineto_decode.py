@@ -147,9 +147,14 @@ def decode(path: Path, buf: bytes | bytearray | memoryview) -> Trace:
 
 def raw_column(raws: list[msgspec.Raw]) -> pa.Array:
     """Raw JSON texts as one Arrow string array, built from offsets (empty text becomes null)."""
-    n = len(raws)
-    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
-    data = b"".join(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    return raw_column_from(lengths, b"".join(raws))
+
+
+def raw_column_from(lengths: np.ndarray, data: bytes | bytearray) -> pa.Array:
+    """Texts of int64 `lengths` laid end to end in `data` as one Arrow string array (a text
+    of length 0 becomes null)."""
+    n = len(lengths)
     large = len(data) >= 2**31
     offsets = np.zeros(n + 1, dtype=np.int64 if large else np.int32)
     np.cumsum(lengths, out=offsets[1:])
@@ -181,6 +186,12 @@ class Factorizer(dict):
         return code
 
     def codes(self, batch: list[Any]) -> np.ndarray:
+        # the values not seen before added first, in first-seen order (dict.fromkeys keeps
+        # it), by one update: a batch of mostly new values (flow ids) calls no __missing__
+        new = [v for v in dict.fromkeys(batch) if v not in self]
+        if new:
+            self.update(zip(new, range(len(self.seen), len(self.seen) + len(new)), strict=True))
+            self.seen.extend(new)
         return np.fromiter(map(self.__getitem__, batch), dtype=np.int64, count=len(batch))
 
     def remap(self, values: list[Any]) -> np.ndarray:
@@ -222,12 +233,16 @@ def float_times(values: list[float | None]) -> tuple[Times, np.ndarray]:
     (|us| >= EXACT_FLOAT_US, where float64 may have lost nanosecond digits)."""
     arr = pa.array(values, pa.float64())
     us = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False)
+    return us_times(us, arr.is_null().to_numpy(zero_copy_only=False))
+
+
+def us_times(us: np.ndarray, missing: np.ndarray) -> tuple[Times, np.ndarray]:
+    """float_times of microseconds already in float64 (`us` 0 where `missing`)."""
     out = ~(np.abs(us) < MAX_TIME_US)  # NaN and inf included
     if out.any():
         us = np.where(out, 0.0, us)
     whole = np.floor(us)
     ns = whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
-    missing = arr.is_null().to_numpy(zero_copy_only=False)
     return Times(ns, missing, out), np.abs(us) >= EXACT_FLOAT_US
 
 

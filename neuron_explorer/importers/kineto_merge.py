@@ -155,7 +155,7 @@ def merged_blocks(
         g1 = min(total, g0 + ROW_GROUP_ROWS)
         parts = []
         for i, reader in enumerate(readers):
-            hi = int(np.searchsorted(ids[i], g1))
+            hi = int(np.searchsorted(ids[i], ids[i].dtype.type(g1)))  # no cast of ids[i]
             lo, lo_of[i] = lo_of[i], hi
             if hi > lo:
                 parts.append(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import kineto_decode as kd
+from . import kineto_native as native
 from .kineto_columns import give_back_free_memory
 from .kineto_extract import Decoded, _merge
 from .kineto_frames import compact
@@ -65,6 +66,9 @@ def _local(codes: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]
     """`codes` renumbered by first use, and the values they use in that order."""
     if not codes.size:
         return codes.astype(np.int32), []
+    got = native.first_use(codes, len(values))  # one pass, no sort
+    if got is not None:
+        return got[0], [values[c] for c in got[1].tolist()]
     u, first, inv = np.unique(codes, return_index=True, return_inverse=True)
     used = u[np.argsort(first, kind="stable")]
     used = used[used >= 0]
@@ -143,7 +147,20 @@ def _take(record: Record, sel: np.ndarray, is_row: np.ndarray, subsets: dict) ->
     return Record(sel.size, codes, values, times(record.ts), times(record.dur), row_args, typed)
 
 
-def decoded(path: Path, top: dict[str, Any]) -> Decoded:
+def read_segments(segments: Sequence[tuple[str, int, int]]) -> Iterator[Record]:
+    """The records at (file, place, size) `segments`, in order (a few files, each opened once)."""
+    files: dict[str, BinaryIO] = {}
+    try:
+        for name, at, size in segments:
+            if name not in files:
+                files[name] = open(name, "rb")
+            yield read_at(files[name], at, size)
+    finally:
+        for f in files.values():
+            f.close()
+
+
+def decoded(segments: Sequence[tuple[str, int, int]], top: dict[str, Any]) -> Decoded:
     """A chunk's records joined into the columns a decode of its events gives (`top`: the
     trace's top-level keys), the args texts spilled to disk as the streaming import's are."""
     give_back_free_memory()  # the previous chunk's, before this one's columns come
@@ -153,7 +170,7 @@ def decoded(path: Path, top: dict[str, Any]) -> Decoded:
     factorizers = {f: kd.Factorizer() for f in FIELDS}
     span = Span(values={f: z.seen for f, z in factorizers.items()})
     try:
-        for rec in read_all(path):
+        for rec in read_segments(segments):
             spill.append(rec.row_args)
             codes = {
                 f: compact(factorizers[f].remap(rec.values[f])[c]) for f, c in rec.codes.items()

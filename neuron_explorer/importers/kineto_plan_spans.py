@@ -21,7 +21,7 @@ from ..errors import BadInputError
 from . import kineto_parallel as parallel
 from .kineto_plan import Plan, SpanPlan, combine, plan, plan_span
 from .kineto_ranges import FileSource, RangeError
-from .kineto_route import Chunk, ChunkWriters, chunks_of, join_parts, route, route_span
+from .kineto_route import Chunk, ChunkWriters, Routed, chunks_of, join_parts, route, route_span
 from .kineto_stream import open_stream
 from .progress import Share
 
@@ -73,13 +73,12 @@ def route_spans(path: Path, the_plan: Plan, folder: Path, progress: Share) -> li
     chunks = chunks_of(the_plan, folder)
     _JOB.update(path=path, plan=the_plan, chunks=chunks)
     try:
-        started = _here_and_forked(_route_one, len(the_plan.spans), progress)
+        routed = _here_and_forked(_route_one, len(the_plan.spans), progress)
     except RangeError:  # no worker could start: the whole file here
         return route(path, the_plan, folder, progress)
     finally:
         _JOB.clear()
-    join_parts(chunks, started)
-    return chunks
+    return join_parts(chunks, routed)
 
 
 def _plan_one(span: int, progress: Share) -> SpanPlan:
@@ -88,7 +87,7 @@ def _plan_one(span: int, progress: Share) -> SpanPlan:
     return plan_span(_JOB["path"], begin, end, _JOB["range_bytes"], keys, progress)
 
 
-def _route_one(span: int, progress: Share) -> list[bool]:
+def _route_one(span: int, progress: Share) -> Routed:
     writers = ChunkWriters(_JOB["chunks"], suffix=f".part{span}")
     try:
         route_span(_JOB["path"], _JOB["plan"], span, span + 1, writers, progress)

@@ -9,7 +9,9 @@ trusted: a range is decoded as a JSON object of its own (the range's events wrap
 sits between two events at the top level of the array. So when every range decodes, the events
 are exactly the file's. A range that fails is tried again with an earlier cut (a string may
 hold "}, {"); then RangeError, and the caller decodes the whole file at once, which gives the
-usual one-line error for a bad file.
+usual one-line error for a bad file. A range between two cuts is read by the native scanner
+where it is built (kineto_native), which checks the same wrapper and refuses what it does not
+read exactly as msgspec does; msgspec decodes the rest (kineto_range_columns).
 """
 
 from __future__ import annotations
@@ -18,21 +20,16 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import compress
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
-import pyarrow as pa
 
 from . import kineto_decode as kd
-from .kineto_args import SUBSETS, typed_columns
-from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, roles
+from .kineto_range_columns import FIELDS, WRAP_KEY, Piece, columns, phases, scanned
 from .kineto_stream import StreamSource
 
 RANGE_BYTES = 8 << 20  # measured: 4-8 MB ranges decode fastest (cache-friendly) and bound memory
-WRAP_KEY = "~neuron-explorer-range"
 WRAP = b'{"' + WRAP_KEY.encode() + b'":['
 END = b"]}"
 CUT = re.compile(rb"\}\s*,\s*\{")
@@ -40,7 +37,6 @@ CUT_WINDOW = 1 << 16  # a cut is looked for in the last 64 KB of a read first
 CUT_TRIES = 4  # cuts tried for one range before the caller falls back
 TRACE_EVENTS_KEY = b'"traceEvents"'
 KEY_SEARCH_BYTES = 64 << 20  # top-level keys written before traceEvents: far less than this
-FIELDS = ("ph", "name", "cat", "pid", "tid", "id")  # factorized event fields
 
 
 class RangeError(Exception):
@@ -63,25 +59,6 @@ class _Tail(msgspec.Struct, gc=False):
     traceName: Any = msgspec.UNSET
     displayTimeUnit: Any = msgspec.UNSET
     host_name: Any = msgspec.UNSET
-
-
-class _TimesHead(msgspec.Struct, gc=False):
-    traceEvents: list[kd.TimesEvent]
-
-
-class _TimesRange(msgspec.Struct, gc=False):
-    events: list[kd.TimesEvent] = msgspec.field(name=WRAP_KEY)
-
-
-@dataclass
-class Piece:
-    """The columns of the events of one range (codes index the span's distinct values)."""
-
-    codes: dict[str, np.ndarray]  # FIELDS -> int64 codes, -1 for null
-    ts: kd.Times
-    dur: kd.Times
-    row_args: pa.Array  # args JSON text of the events that are rows
-    typed: dict[str, tuple[pa.Array, ...]]  # kineto_args.SUBSETS -> columns
 
 
 @dataclass
@@ -181,10 +158,16 @@ def decode_span(
             view = source.read(lo, hi)
             patches = _patch(view, first=pos is None, last=cut is None, size=hi - lo)
             try:
-                evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
-                span.top.update(top)
-                span.pieces.append(keep(_columns(evs, view, pos is None, factorizers)))
-                del evs
+                piece = None
+                if pos is not None and cut is not None:  # a middle range: no top-level keys
+                    piece = scanned(view, factorizers)
+                if piece is None:
+                    evs, top = _decode(view, first=pos is None, last=cut is None, path=path)
+                    span.top.update(top)
+                    piece = columns(evs, view, pos is None, factorizers)
+                    del evs
+                span.pieces.append(keep(piece))
+                del piece
                 break
             except RangeError as e:
                 # the range's start is sound (the previous range ended there); a cut we chose
@@ -290,62 +273,4 @@ def _decode(
     return tail.events, {k: v for k, v in top.items() if v is not msgspec.UNSET}
 
 
-def _columns(
-    evs: list[kd.Event],
-    view: memoryview,
-    first: bool,
-    factorizers: dict[str, kd.Factorizer],
-) -> Piece:
-    """A range's events as columns; its args text and typed args fields decoded in bulk."""
-    codes = {
-        "ph": factorizers["ph"].codes([e.ph for e in evs]),
-        "name": factorizers["name"].codes([e.name for e in evs]),
-        "cat": factorizers["cat"].codes([e.cat for e in evs]),
-        "pid": factorizers["pid"].codes([e.pid for e in evs]),
-        "tid": factorizers["tid"].codes([e.tid for e in evs]),
-        "id": factorizers["id"].codes([e.id for e in evs]),
-    }
-    ph = phases(factorizers["ph"].seen, codes["ph"])
-    ts, ts_text = kd.float_times([e.ts for e in evs])
-    dur, dur_text = kd.float_times([e.dur for e in evs])
-    if ts_text.any() or dur_text.any():
-        _exact_times(view, first, ts, ts_text, dur, dur_text)
-    memory_code = factorizers["name"].get(MEMORY_EVENT, -2)
-    lane_codes = [factorizers["name"].get(n, -2) for n in LANE_NAME_EVENTS]
-    lane_name = np.isin(codes["name"], lane_codes)
-    r = roles(ph, codes["cat"], factorizers["cat"].seen, codes["name"] == memory_code, lane_name)
-    args = [e.args for e in evs]
-    typed = {  # compress with a mask: a third of the time of indexing by numpy ints
-        key: typed_columns(list(compress(args, mask.tolist())), *SUBSETS[key])
-        for key, mask in r.typed_subsets().items()
-    }
-    row_args = kd.raw_column(list(compress(args, r.is_row.tolist())))
-    return Piece(codes, ts, dur, row_args, typed)
-
-
-def phases(values: list[str], codes: np.ndarray) -> np.ndarray:
-    """Event phases as a fixed-width str array (ph is one or two letters; kept to four), as
-    narrow as the longest (one letter: a quarter of the memory of four)."""
-    width = min(4, max([1, *map(len, values)]))
-    return np.array(values or [""], dtype=f"U{width}").reshape(-1)[codes]
-
-
-def _exact_times(
-    view: memoryview,
-    first: bool,
-    ts: kd.Times,
-    ts_text: np.ndarray,
-    dur: kd.Times,
-    dur_text: np.ndarray,
-) -> None:
-    """Replace the times float64 may have rounded by their decimal text (a second, light
-    decode of the range: only the ts and dur texts)."""
-    if first:
-        texts = msgspec.json.decode(view, type=_TimesHead).traceEvents
-    else:
-        texts = msgspec.json.decode(view, type=_TimesRange).events
-    for times, which, attr in ((ts, ts_text, "ts"), (dur, dur_text, "dur")):
-        idx = np.flatnonzero(which)
-        if idx.size:
-            raws = [getattr(texts[i], attr) for i in idx]
-            times.ns[idx] = kd.text_ns(raws, times.ns[idx])
+__all__ = ["FIELDS", "WRAP_KEY", "Piece", "phases"]  # here for the modules that read them here

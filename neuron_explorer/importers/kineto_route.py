@@ -5,15 +5,16 @@ is the columns the mapping reads, decoded once.
 Every chunk gets all the trace's metadata events (they name the lanes), and a sidecar of the
 trace-wide index of each of its events, which orders rows that tie on (start, duration) across
 chunks as the trace's own order does. A range whose events all go to one chunk, most of them,
-is copied as its record lies, in the kernel; only the others are split. A span of the file can
-be routed on its own into parts of the chunks' files (kineto_plan_spans), joined after.
+stays where the first pass wrote its record (the chunk lists it); only the others are split,
+into the chunk's own file. A span of the file can be routed on its own into parts of the
+chunks' files (kineto_plan_spans), their lists joined after.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,50 +26,78 @@ from .kineto_plan import COUNTER, METADATA, ROUTE_KEY, Plan
 from .kineto_ranges import RangeError
 from .progress import Share
 
+Segment = tuple[str, int, int]  # a record: the file it is in, its place there and its size
+
 
 @dataclass(frozen=True)
 class Chunk:
     """One chunk's records (kineto_pieces) and the trace-wide index of each of its events (in
-    its order)."""
+    its order). `records`: every record in order, each where it lies: a range's record whose
+    events all go to this chunk where the first pass wrote it (not copied), a split one in the
+    chunk's own file `path` (or, routed by spans in parallel, a span's part of it: `parts`, the
+    parts' suffixes in the file's order, as of the index file)."""
 
     path: Path
     index_path: Path
+    parts: tuple[str, ...] = ()
+    records: tuple[Segment, ...] = ()
+
+    def index_files(self) -> list[Path]:
+        if not self.parts:
+            return [self.index_path]
+        return [Path(f"{self.index_path}{p}") for p in self.parts]
 
     def event_index(self) -> np.ndarray:
-        return np.fromfile(self.index_path, dtype=np.int64)
+        parts = [np.fromfile(f, dtype=np.int64) for f in self.index_files()]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def remove(self) -> None:
+        """Its own records' files, once mapped (the first pass's are shared: removed with the
+        folder)."""
+        for p in self.parts or ("",):
+            Path(f"{self.path}{p}").unlink(missing_ok=True)
 
 
 class ChunkWriters:
-    """The chunks' files (or one span's parts of them), open while the trace is routed."""
+    """The chunks' files (or one span's parts of them), open while the trace is routed, and
+    each chunk's records as they come."""
 
     def __init__(self, chunks: list[Chunk], suffix: str = "") -> None:
-        # unbuffered: a record is copied into them in the kernel (copy_file_range)
-        self.records = [_create(Path(f"{c.path}{suffix}")) for c in chunks]
+        self.paths = [f"{c.path}{suffix}" for c in chunks]
+        self.records = [_create(Path(p)) for p in self.paths]
+        self.sizes = [0] * len(chunks)
+        self.segments: list[list[Segment]] = [[] for _ in chunks]
         self.index: list[BinaryIO] = [Path(f"{c.index_path}{suffix}").open("wb") for c in chunks]
         self.started = [False] * len(chunks)
 
     def write(self, k: int, record: pieces.Record, index: np.ndarray) -> None:
-        _write_all(self.records[k], pieces.dump(record))
+        data = pieces.dump(record)
+        _write_all(self.records[k], data)
+        self.segments[k].append((self.paths[k], self.sizes[k], len(data)))
+        self.sizes[k] += len(data)
         self.started[k] = True
         index.astype(np.int64).tofile(self.index[k])
 
-    def copy(self, k: int, src: int, at: int, size: int, index: np.ndarray) -> None:
-        """The record of `size` bytes at `at` in file `src` to chunk k."""
-        _copy_all(src, self.records[k], size, at)
+    def copy(self, k: int, src: Path, at: int, size: int, index: np.ndarray) -> None:
+        """The record of `size` bytes at `at` in file `src` to chunk k: read from there (a
+        copy was another write of most of the records: 5 GB at 10 GB of trace)."""
+        self.segments[k].append((str(src), at, size))
         self.started[k] = True
         index.astype(np.int64).tofile(self.index[k])
 
-    def close(self) -> list[bool]:
-        """Which files have events."""
+    def close(self) -> Routed:
+        """Which chunks have events, and each chunk's records."""
         for fd in self.records:
             os.close(fd)
         for f in self.index:
             f.close()
-        return self.started
+        return self.started, self.segments
+
+
+Routed = tuple[list[bool], list[list[Segment]]]  # a routing's ChunkWriters.close()
 
 
 def _create(path: Path) -> int:
-    # not O_APPEND: copy_file_range refuses a file opened for appending
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 
 
@@ -86,8 +115,8 @@ def route(path: Path, plan: Plan, folder: Path, progress: Share) -> list[Chunk]:
     try:
         route_span(path, plan, 0, len(plan.spans), writers, progress)
     finally:
-        writers.close()
-    return chunks
+        _, segments = writers.close()
+    return [replace(c, records=tuple(s)) for c, s in zip(chunks, segments, strict=True)]
 
 
 def route_span(
@@ -109,7 +138,7 @@ def route_span(
                     chunk = _chunk_of_events(plan, key)
                     index = np.arange(done, done + count, dtype=np.int64)
                     if chunk[0] >= 0 and (chunk == chunk[0]).all():
-                        writers.copy(int(chunk[0]), f.fileno(), at, size, index)
+                        writers.copy(int(chunk[0]), plan.records[span], at, size, index)
                     else:
                         parts = pieces.split(pieces.read_at(f, at, size), chunk, plan.chunks)
                         for k, part in parts.items():
@@ -134,40 +163,29 @@ def _read_keys(files: list[BinaryIO], count: int) -> np.ndarray:
     return np.concatenate(got) if got else np.zeros(0, ROUTE_KEY)
 
 
-def join_parts(chunks: list[Chunk], started: list[list[bool]]) -> None:
-    """Each chunk's files from the spans' parts of them (`started[span][chunk]`: a part has
-    events), copied in the kernel; the parts removed as they are used."""
+def join_parts(chunks: list[Chunk], routed: list[Routed]) -> list[Chunk]:
+    """The chunks as the spans routed them (`routed[span]`: which chunks got events, and their
+    records): each chunk's records in span order, its index in the spans' parts of its file,
+    read one after another (not copied into one file); the empty parts removed."""
+    joined = []
     for k, chunk in enumerate(chunks):
-        parts = [i for i, s in enumerate(started) if s[k]]
-        for target in (chunk.path, chunk.index_path):
-            # written through the descriptor, not opened for appending: copy_file_range
-            # refuses a file opened with O_APPEND
-            out = _create(target)
-            try:
-                for i in parts:
-                    part = Path(f"{target}.part{i}")
-                    with part.open("rb") as src:
-                        _copy_all(src.fileno(), out, part.stat().st_size)
-            finally:
-                os.close(out)
-            for i in range(len(started)):
-                Path(f"{target}.part{i}").unlink(missing_ok=True)
+        spans = [i for i, (started, _) in enumerate(routed) if started[k]]
+        for i in range(len(routed)):
+            if i not in spans:
+                for target in (chunk.path, chunk.index_path):
+                    Path(f"{target}.part{i}").unlink(missing_ok=True)
+        if not spans:  # no events: empty files, as one span's routing leaves them
+            for target in (chunk.path, chunk.index_path):
+                os.close(_create(target))
+        records = tuple(r for i in spans for r in routed[i][1][k])
+        joined.append(replace(chunk, parts=tuple(f".part{i}" for i in spans), records=records))
+    return joined
 
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view.nbytes:
         view = view[os.write(fd, view) :]
-
-
-def _copy_all(src: int, dst: int, size: int, at: int | None = None) -> None:
-    """`size` bytes of `src` (from `at`, else its position) to `dst`'s position."""
-    while size:
-        n = os.copy_file_range(src, dst, size, at)
-        if n == 0:
-            raise RangeError("the trace changed since it was read")
-        size -= n
-        at = None if at is None else at + n
 
 
 def _chunk_of_events(plan: Plan, key: np.ndarray) -> np.ndarray:
