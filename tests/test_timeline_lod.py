@@ -138,3 +138,56 @@ def test_a_cell_met_again_out_of_start_order_is_merged_once():
     assert b.column("count").to_pylist() == [2 * c for c in a.column("count").to_pylist()]
     for col in ("start_ns", "end_ns", "id", "name", "kind", "one"):
         assert b.column(col).to_pylist() == a.column(col).to_pylist()
+
+
+def _merged_in_sql(rows: pa.Table, start_ns: int, bucket_ns: float, width_px: int) -> list:
+    """The rows merged by the DuckDB query the pyramid's windows ran before they were merged in
+    numpy (the reference: the same rectangles, in the same order)."""
+    import duckdb
+
+    start, bd = rows.column("start_ns").to_numpy(), rows.column("bd").to_numpy()
+    lane, depth = rows.column("lane").to_numpy(), rows.column("depth").to_numpy()
+    small = (bd < bucket_ns) | (rows.column("count").to_numpy() > 1)
+    bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
+    key = (lane.astype(np.int64) * 128 + np.minimum(depth, 127)) * (width_px * 2 + 4) + bucket
+    con = duckdb.connect()
+    con.register(
+        "_r", rows.append_column("small", pa.array(small)).append_column("k", pa.array(key))
+    )
+    return (
+        con.sql(
+            "SELECT lane, depth, start_ns, end_ns - start_ns AS dur_ns, id, 1::BIGINT AS count, "
+            "name, kind FROM _r WHERE NOT small UNION ALL "
+            "SELECT any_value(lane), any_value(depth), min(start_ns), max(end_ns) - min(start_ns), "
+            "arg_max(id, (bd, -id)), sum(count)::BIGINT, "
+            "CASE WHEN bool_and(one) AND count(DISTINCT name) = 1 AND count(name) = count(*) "
+            "THEN any_value(name) ELSE CAST(sum(count) AS VARCHAR) || ' events' END, "
+            "arg_max(kind, (bd, -id)) FROM _r WHERE small GROUP BY k ORDER BY 1, 2, 3, 5"
+        )
+        .to_arrow_table()
+        .to_pylist()
+    )
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_a_window_merged_in_numpy_is_the_sql_merge(name):
+    """The pyramid's rows of each window (cells, wide rows, long events, edge events) merged in
+    numpy give the rectangles, names and order the DuckDB merge gave."""
+    from neuron_explorer.analysis.timeline_lod import _merge_window, level_for, pyramid_rows
+
+    p = _profile(name)
+    idx = build_index_streamed(p)
+    pyr = build_pyramid(p, idx, default_buckets(idx, SHIFTS))
+    ext = idx.end_ns - idx.start_ns
+    merged = 0
+    for a, b, px in WINDOWS:
+        s, e = idx.start_ns + int(a * ext), idx.start_ns + int(b * ext)
+        level = level_for(pyr, (e - s) / px)
+        if level is None:
+            continue
+        rows = pyramid_rows(p, idx, pyr, level, s, e)
+        n, bucket_ns, rects = _merge_window(rows, s, e, px, 4000)
+        assert n == rows.column("count").to_numpy().sum()
+        assert rects.to_pylist() == _merged_in_sql(rows, s, bucket_ns, px)
+        merged += sum(c > 1 for c in rects.column("count").to_pylist())
+    assert merged  # groups of several events were compared, not only rows drawn alone

@@ -153,7 +153,7 @@ def window(
 
 def lod_window(
     profile: Profile, index: TimelineIndex, pyr: Pyramid, start_ns: int, end_ns: int,
-    width_px: int, max_rects: int = MAX_RECTS, con: Any = None,
+    width_px: int, max_rects: int = MAX_RECTS,
 ) -> TimelineWindow | None:  # fmt: skip
     """window() merged from the pyramid's level nearest a pixel (not wider), reading events
     only at its two edges; None when no level is that fine."""
@@ -163,7 +163,7 @@ def lod_window(
     if level is None:
         return None
     n, bucket_ns, rects = reduce_from_pyramid(profile, index, pyr, level, start_ns, end_ns,
-                                              width_px, max_rects, con)  # fmt: skip
+                                              width_px, max_rects)  # fmt: skip
     return replace(_window(start_ns, end_ns, width_px, n, bucket_ns, rects), lod_level=level)
 
 

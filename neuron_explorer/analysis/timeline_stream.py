@@ -10,7 +10,6 @@ are (`fit`) is a running largest gap over the events merged across ranks in star
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,32 +32,6 @@ from .timeline_index import (
 
 BATCH_ROWS = 1 << 18  # rows a batch holds at most (a batch never spans row groups)
 DEPTH_LIMIT = 64  # as vocab.intervals.depths: deeper nesting counts as 64
-
-
-_GROUPS: weakref.WeakKeyDictionary[Profile, list[tuple[float, float, int, str, int]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def row_groups(profile: Profile) -> list[tuple[float, float, int, str, int]]:
-    """(least start_ns, greatest start_ns, rows, file, row group) of every events row group
-    (-inf, inf without statistics), from the footers, read once per opened profile: a 10 GB
-    trace's profile has about a thousand, which every window and find would parse again."""
-    import pyarrow.parquet as pq
-
-    if profile not in _GROUPS:
-        out = []
-        for path in profile.dataset("events").files:
-            meta = pq.read_metadata(path)
-            col = meta.schema.to_arrow_schema().get_field_index("start_ns")
-            for g in range(meta.num_row_groups):
-                rg = meta.row_group(g)
-                st = rg.column(col).statistics
-                known = st is not None and st.has_min_max
-                lo, hi = (float(st.min), float(st.max)) if known else (-np.inf, np.inf)
-                out.append((lo, hi, rg.num_rows, path, g))
-        _GROUPS[profile] = out
-    return _GROUPS[profile]
 
 
 def batches(profile: Profile, columns: list[str], filter: Any = None,

@@ -91,7 +91,7 @@ class WholeProfileViews:
         pyr = self.pyramid(name, build=False) if rows > self.lod_events else None
         if pyr is not None:  # its edges read as events: a few pixels' worth
             self.memory.admit(FIND_BYTES, f"a window of {name} from its pyramid", keep=name)
-            win = timeline.lod_window(p, con, idx, pyr, start_ns, end_ns, width_px)
+            win = timeline.lod_window(p, idx, pyr, start_ns, end_ns, width_px)
             if win is not None:
                 return win
         need = rows * WINDOW_EVENT_BYTES
