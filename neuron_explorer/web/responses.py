@@ -53,6 +53,17 @@ def clip_strings(doc: Any, limit: int = MAX_STRING_CHARS) -> Any:
     return doc
 
 
+def encoded(doc: dict[str, Any], plain: tuple[str, ...] = ()) -> Response:
+    """`doc` as every JSON answer is (clip_strings), encoded by msgspec in one call: a large
+    document skips FastAPI's walk, validation and encoding. `plain`: keys whose values hold no
+    strings (numbers only: a timeline's 128,898 steps cost the walk 130 ms), left unwalked."""
+    import msgspec
+
+    clipped = clip_strings({k: v for k, v in doc.items() if k not in plain})
+    body = msgspec.json.encode({k: doc[k] if k in plain else clipped[k] for k in doc})
+    return Response(body, media_type="application/json")
+
+
 # what reading a table can raise, from pyarrow or from DuckDB scanning it
 READ_ERRORS = (OSError, pa.ArrowException, duckdb.Error)
 
