@@ -83,24 +83,11 @@ def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(
     """A 200,000-event profile over the service's ceiling: warm_up builds the pyramid; a wide
     window is merged from it (counting window()'s events), a narrow one reads events; a second
     service on the same disk cache answers from the pyramid without building it."""
-    from neuron_explorer.web.memory import EVENT_BYTES, rss_bytes, trim
-    from neuron_explorer.web.service import Service
-
     root = tmp_path / "profiles"
     hostile_sizes.base_profile(root / "big", 200_000)
 
-    def service() -> Service:
-        """A service whose index of the profile is streamed (over its ceiling whole), then
-        given room: a profile this small is over a ceiling only just above what the process
-        holds, which the steps after the index would pass."""
-        svc = Service(root, tmp_path / "cache", max_memory=1 << 40)
-        svc.lod_events, svc.lod_shifts = 5_000, SHIFTS
-        p = svc.store.open("big")
-        trim()
-        svc.memory.limit = rss_bytes() + p.footer_rows["events"] * EVENT_BYTES  # + footers: over
-        assert not len(svc.index("big").event_lane)  # streamed: windows read row groups
-        svc.memory.limit = 1 << 40
-        return svc
+    def service():
+        return _streamed_service(root, tmp_path / "cache")
 
     svc = service()
     assert svc.pyramid("big", build=False) is None
@@ -117,6 +104,43 @@ def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(
     kept = again.pyramid("big", build=False)  # on disk: read back, not built
     assert kept is not None and kept.rows.equals(pyr.rows) and kept.buckets == pyr.buckets
     assert again.window("big", s, e, 1000).to_dict() == win.to_dict()
+
+
+def _streamed_service(root, cache):
+    """A service whose index of profile `big` is streamed (over its ceiling whole), then given
+    room: a profile this small is over a ceiling only just above what the process holds, which
+    the steps after the index would pass."""
+    from neuron_explorer.web.memory import EVENT_BYTES, rss_bytes, trim
+    from neuron_explorer.web.service import Service
+
+    svc = Service(root, cache, max_memory=1 << 40)
+    svc.lod_events, svc.lod_shifts = 5_000, SHIFTS
+    p = svc.store.open("big")
+    trim()
+    svc.memory.limit = rss_bytes() + p.footer_rows["events"] * EVENT_BYTES  # + footers: over
+    assert not len(svc.index("big").event_lane)  # streamed: windows read row groups
+    svc.memory.limit = 1 << 40
+    return svc
+
+
+def test_a_restarted_service_shows_the_first_view_before_it_checks_the_values(tmp_path):
+    """The first view of a profile over the ceiling, after a restart, comes from the disk cache
+    (index and view) without the values' check (which reads every row group of its names); a
+    window, which reads events, checks them first, and so does the warm-up."""
+    root = tmp_path / "profiles"
+    hostile_sizes.base_profile(root / "big", 20_000)
+    first = _streamed_service(root, tmp_path / "cache")
+    view = first.first_window("big")  # computed, kept on disk
+    again = _streamed_service(root, tmp_path / "cache")
+    p = again.store.open("big")
+    assert again.first_window("big").to_dict() == view.to_dict()
+    assert not p._values_checked  # nothing read from the tables
+    idx = again.index("big")
+    again.window("big", idx.start_ns, idx.start_ns + (idx.end_ns - idx.start_ns) // 7, 800)
+    assert p._values_checked
+    third = _streamed_service(root, tmp_path / "cache")
+    third.warm_up()
+    assert third.store.open("big")._values_checked
 
 
 def test_a_cell_met_again_out_of_start_order_is_merged_once():

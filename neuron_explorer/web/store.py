@@ -263,7 +263,8 @@ def _only_regular_files(path: Path) -> tuple[tuple[str, int, int], ...]:
                 entries = list(it)
         except OSError:  # as os.walk: a folder that cannot be listed is passed over
             return
-        dirs, files = [], []
+        dirs: list[os.DirEntry[str]] = []
+        files: list[os.DirEntry[str]] = []
         for e in entries:
             try:
                 is_dir = e.is_dir()
