@@ -120,16 +120,7 @@ def _depth(value: Any) -> int:
             deepest = max(deepest, d)
             if d > MAX_JSON_DEPTH:
                 return d
-            kids = [x for x in v if isinstance(x, (dict, list))]
-            objects = [x for x in kids if type(x) is dict]
-            if (
-                kids
-                and len(objects) == len(kids)
-                and not any(isinstance(y, (dict, list)) for x in objects for y in x.values())
-            ):  # objects of plain values (a manifest's 128,898 steps): one level each, at once
-                deepest = max(deepest, d + 1)
-                continue
-            stack.extend((x, d + 1) for x in kids)
+            stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
     return deepest
 
 
