@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ..model.profile import Profile
 from ..vocab.intervals import _parent_rows
+from .event_groups import group_tables, readable
 from .timeline_index import (
     END_LIMIT,
     LONG_EVENTS,
@@ -39,7 +40,17 @@ def batches(profile: Profile, columns: list[str], filter: Any = None,
     """The events' `columns` in stored order ((rank, start_ns) in each file), a batch at a time:
     a row group at a time (those whose statistics `filter` leaves), not through one scan of
     the dataset, whose read-ahead buffered far more than a batch (the 10 GB trace's profile:
-    the streamed index peaked at 1.6 GB read by one scan, at 0.5 GB a row group at a time)."""
+    the streamed index peaked at 1.6 GB read by one scan, at 0.5 GB a row group at a time).
+    Without a filter the groups are read with the footers kept (event_groups.group_tables: a
+    third less CPU than a scan of each group; 583 groups a pass on the 10 GB trace's profile).
+    A filter is left to the scan: it prunes groups by their statistics before it evaluates
+    anything (an event at 9e18 ns would overflow `start_ns + dur_ns` in a group it prunes)."""
+    if filter is None and readable(profile, columns):
+        for t in group_tables(profile, columns):
+            for b in t.to_batches(batch_size):
+                if b.num_rows:
+                    yield b
+        return
     for fragment in profile.dataset("events").get_fragments(filter=filter):
         for group in fragment.split_by_row_group(filter):
             scan = group.to_batches(columns=columns, filter=filter, batch_size=batch_size,
