@@ -2,7 +2,7 @@
 time with those footers: a timeline window's edges and small windows read a group or two, a few
 milliseconds each, where a dataset scan with a filter first weighs every group's statistics
 (about 20 ms a read on a 10 GB trace's profile of 583 groups), and a pass over every group
-(timeline_stream.batches) takes a third less CPU than a scan of each group."""
+(timeline_stream.batches) reads each with less CPU than a scan of it (5.4 against 8.4 ms)."""
 
 from __future__ import annotations
 
