@@ -108,24 +108,11 @@ def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(
     """A 200,000-event profile over the service's ceiling: warm_up builds the pyramid; a wide
     window is merged from it (counting window()'s events), a narrow one reads events; a second
     service on the same disk cache answers from the pyramid without building it."""
-    from neuron_explorer.web.memory import EVENT_BYTES, rss_bytes, trim
-    from neuron_explorer.web.service import Service
-
     root = tmp_path / "profiles"
     hostile_sizes.base_profile(root / "big", 200_000)
 
-    def service() -> Service:
-        """A service whose index of the profile is streamed (over its ceiling whole), then
-        given room: a profile this small is over a ceiling only just above what the process
-        holds, which the steps after the index would pass."""
-        svc = Service(root, tmp_path / "cache", max_memory=1 << 40)
-        svc.lod_events, svc.lod_shifts = 5_000, SHIFTS
-        p = svc.store.open("big")
-        trim()
-        svc.memory.limit = rss_bytes() + p.footer_rows["events"] * EVENT_BYTES  # + footers: over
-        assert not len(svc.index("big").event_lane)  # streamed: windows read row groups
-        svc.memory.limit = 1 << 40
-        return svc
+    def service():
+        return _streamed_service(root, tmp_path / "cache")
 
     svc = service()
     assert svc.pyramid("big", build=False) is None
@@ -142,6 +129,43 @@ def test_a_service_builds_the_pyramid_in_its_warm_up_and_a_second_reads_it_back(
     kept = again.pyramid("big", build=False)  # on disk: read back, not built
     assert kept is not None and kept.rows.equals(pyr.rows) and kept.buckets == pyr.buckets
     assert again.window("big", s, e, 1000).to_dict() == win.to_dict()
+
+
+def _streamed_service(root, cache):
+    """A service whose index of profile `big` is streamed (over its ceiling whole), then given
+    room: a profile this small is over a ceiling only just above what the process holds, which
+    the steps after the index would pass."""
+    from neuron_explorer.web.memory import EVENT_BYTES, rss_bytes, trim
+    from neuron_explorer.web.service import Service
+
+    svc = Service(root, cache, max_memory=1 << 40)
+    svc.lod_events, svc.lod_shifts = 5_000, SHIFTS
+    p = svc.store.open("big")
+    trim()
+    svc.memory.limit = rss_bytes() + p.footer_rows["events"] * EVENT_BYTES  # + footers: over
+    assert not len(svc.index("big").event_lane)  # streamed: windows read row groups
+    svc.memory.limit = 1 << 40
+    return svc
+
+
+def test_a_restarted_service_shows_the_first_view_before_it_checks_the_values(tmp_path):
+    """The first view of a profile over the ceiling, after a restart, comes from the disk cache
+    (index and view) without the values' check (which reads every row group of its names); a
+    window, which reads events, checks them first, and so does the warm-up."""
+    root = tmp_path / "profiles"
+    hostile_sizes.base_profile(root / "big", 20_000)
+    first = _streamed_service(root, tmp_path / "cache")
+    view = first.first_window("big")  # computed, kept on disk
+    again = _streamed_service(root, tmp_path / "cache")
+    p = again.store.open("big")
+    assert again.first_window("big").to_dict() == view.to_dict()
+    assert not p._values_checked  # nothing read from the tables
+    idx = again.index("big")
+    again.window("big", idx.start_ns, idx.start_ns + (idx.end_ns - idx.start_ns) // 7, 800)
+    assert p._values_checked
+    third = _streamed_service(root, tmp_path / "cache")
+    third.warm_up()
+    assert third.store.open("big")._values_checked
 
 
 def test_a_cell_met_again_out_of_start_order_is_merged_once():
@@ -163,3 +187,56 @@ def test_a_cell_met_again_out_of_start_order_is_merged_once():
     assert b.column("count").to_pylist() == [2 * c for c in a.column("count").to_pylist()]
     for col in ("start_ns", "end_ns", "id", "name", "kind", "one"):
         assert b.column(col).to_pylist() == a.column(col).to_pylist()
+
+
+def _merged_in_sql(rows: pa.Table, start_ns: int, bucket_ns: float, width_px: int) -> list:
+    """The rows merged by the DuckDB query the pyramid's windows ran before they were merged in
+    numpy (the reference: the same rectangles, in the same order)."""
+    import duckdb
+
+    start, bd = rows.column("start_ns").to_numpy(), rows.column("bd").to_numpy()
+    lane, depth = rows.column("lane").to_numpy(), rows.column("depth").to_numpy()
+    small = (bd < bucket_ns) | (rows.column("count").to_numpy() > 1)
+    bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
+    key = (lane.astype(np.int64) * 128 + np.minimum(depth, 127)) * (width_px * 2 + 4) + bucket
+    con = duckdb.connect()
+    con.register(
+        "_r", rows.append_column("small", pa.array(small)).append_column("k", pa.array(key))
+    )
+    return (
+        con.sql(
+            "SELECT lane, depth, start_ns, end_ns - start_ns AS dur_ns, id, 1::BIGINT AS count, "
+            "name, kind FROM _r WHERE NOT small UNION ALL "
+            "SELECT any_value(lane), any_value(depth), min(start_ns), max(end_ns) - min(start_ns), "
+            "arg_max(id, (bd, -id)), sum(count)::BIGINT, "
+            "CASE WHEN bool_and(one) AND count(DISTINCT name) = 1 AND count(name) = count(*) "
+            "THEN any_value(name) ELSE CAST(sum(count) AS VARCHAR) || ' events' END, "
+            "arg_max(kind, (bd, -id)) FROM _r WHERE small GROUP BY k ORDER BY 1, 2, 3, 5"
+        )
+        .to_arrow_table()
+        .to_pylist()
+    )
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_a_window_merged_in_numpy_is_the_sql_merge(name):
+    """The pyramid's rows of each window (cells, wide rows, long events, edge events) merged in
+    numpy give the rectangles, names and order the DuckDB merge gave."""
+    from neuron_explorer.analysis.timeline_lod import _merge_window, level_for, pyramid_rows
+
+    p = _profile(name)
+    idx = build_index_streamed(p)
+    pyr = build_pyramid(p, idx, default_buckets(idx, SHIFTS))
+    ext = idx.end_ns - idx.start_ns
+    merged = 0
+    for a, b, px in WINDOWS:
+        s, e = idx.start_ns + int(a * ext), idx.start_ns + int(b * ext)
+        level = level_for(pyr, (e - s) / px)
+        if level is None:
+            continue
+        rows = pyramid_rows(p, idx, pyr, level, s, e)
+        n, bucket_ns, rects = _merge_window(rows, s, e, px, 4000)
+        assert n == rows.column("count").to_numpy().sum()
+        assert rects.to_pylist() == _merged_in_sql(rows, s, bucket_ns, px)
+        merged += sum(c > 1 for c in rects.column("count").to_pylist())
+    assert merged  # groups of several events were compared, not only rows drawn alone

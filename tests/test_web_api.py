@@ -108,6 +108,40 @@ def test_timeline_merges_to_the_rectangle_budget(root):
     assert lanes["thread 1"] == 4 and lanes["TensorE"] == 1  # step > op > op > launch
 
 
+def test_the_timeline_answer_is_its_page_model_clipped(tmp_path):
+    """The timeline's answer (encoded by msgspec, its steps not walked for strings) is its page
+    model as every other JSON answer gives it (clip_strings, then JSON): the first view and a
+    zoom, with an op name over MAX_STRING_CHARS clipped with its marker."""
+    import hostile_sizes
+
+    from neuron_explorer.web.responses import MAX_STRING_CHARS, clip_strings
+    from neuron_explorer.web.views import timeline as timeline_view
+
+    base = hostile_sizes.base_profile(tmp_path / "src" / "base", 2_000)
+    hostile_sizes.huge_op_name(base, tmp_path / "served" / "long", 12_000)
+    app = create_app(tmp_path / "served", analysis_cache=tmp_path / "cache")
+    svc, c = app.state.service, TestClient(app)
+    p, idx = svc.store.open("long"), svc.index("long")
+    s = idx.start_ns + (idx.end_ns - idx.start_ns) // 4
+    e = s + (idx.end_ns - idx.start_ns) // 3
+    for query, win, only in (
+        ("", lambda: svc.first_window("long", 1500), False),
+        (f"?start_ns={s}&end_ns={e}&width_px=700&window_only=true",
+         lambda: svc.window("long", s, e, 700), True),
+    ):  # fmt: skip
+        r = c.get(f"/api/p/long/timeline{query}")
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        doc = r.json()
+        want = json.loads(json.dumps(clip_strings(timeline_view.page("long", p, idx, win(), only))))
+        assert doc == want
+        names = doc["window"]["names"]
+        assert any(n and n.endswith(" more characters]") for n in names)
+        assert max(len(n or "") for n in names) <= MAX_STRING_CHARS + 40
+    assert (
+        len(doc) == 3 and len(c.get("/api/p/long/timeline").json()["steps"]) == len(idx.steps) > 0
+    )
+
+
 def test_event_details_link_launch_kernel_and_source(client):
     ops = get(client, "/api/p/neuron/operators/detail?op=aten::addmm")
     kernel_id = ops["kernels"][0]["first_id"]

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model.profile import Profile
+from .event_groups import row_groups
 from .search import (
     MATCH_COLUMNS,
     MAX_MATCHES,
@@ -27,7 +28,6 @@ from .search import (
     _predicate,
     _result,
 )
-from .timeline_stream import row_groups
 
 COUNT_SCHEMA = pa.schema([("name", pa.string()), ("events", pa.int64())])
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..model.profile import Profile
 from .page import PageModel, is_modeled
+from .search import _name_codes
 from .timeline_batches import reduce_batched, window_rows
 from .timeline_index import TimelineIndex, build_index, lanes_and_depths
 from .timeline_lod import Pyramid, level_for, reduce_from_pyramid
@@ -153,7 +154,7 @@ def window(
 
 def lod_window(
     profile: Profile, index: TimelineIndex, pyr: Pyramid, start_ns: int, end_ns: int,
-    width_px: int, max_rects: int = MAX_RECTS, con: Any = None,
+    width_px: int, max_rects: int = MAX_RECTS,
 ) -> TimelineWindow | None:  # fmt: skip
     """window() merged from the pyramid's level nearest a pixel (not wider), reading events
     only at its two edges; None when no level is that fine."""
@@ -163,7 +164,7 @@ def lod_window(
     if level is None:
         return None
     n, bucket_ns, rects = reduce_from_pyramid(profile, index, pyr, level, start_ns, end_ns,
-                                              width_px, max_rects, con)  # fmt: skip
+                                              width_px, max_rects)  # fmt: skip
     return replace(_window(start_ns, end_ns, width_px, n, bucket_ns, rects), lod_level=level)
 
 
@@ -185,7 +186,53 @@ def _window(
 
 def _reduce(con: Any, t: pa.Table, lane, depth, small, key) -> pa.Table:
     """The rectangles: each wide event, and per key the small ones merged (the longest one,
-    then the first by id, names the merged rectangle, so two runs give the same answer)."""
+    then the first by id, names the merged rectangle, so two runs give the same answer). In
+    numpy (a window of 190,000 events: 64 ms of DuckDB's, of 167); in DuckDB (`_reduce_sql`,
+    which refuses it) when a small event's end overflows int64."""
+    start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+    sm = np.flatnonzero(small)
+    if len(sm) and bool((dur[sm] > np.iinfo(np.int64).max - np.maximum(start[sm], 0)).any()):
+        return _reduce_sql(con, t, lane, depth, small, key)
+    ids = t.column("id").to_numpy()
+    codes, names = _name_codes(t.column("name"))
+    wide = np.flatnonzero(~small)
+    order = sm[np.lexsort((ids[sm], -dur[sm], key[sm]))]  # a group's longest, then lowest id
+    k = key[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+
+    def per_group(ufunc: Any, values: np.ndarray) -> np.ndarray:
+        return ufunc.reduceat(values[order], first) if len(k) else values[:0]
+
+    # count(DISTINCT name) = 1 over the names present (nulls aside): that name, else "N events"
+    code64 = codes.astype(np.int64)
+    low = per_group(np.minimum, np.where(code64 < 0, np.iinfo(np.int64).max, code64))
+    high = per_group(np.maximum, code64)
+    count = np.diff(np.r_[first, len(order)]).astype(np.int64)
+    g_start = per_group(np.minimum, start)
+    pick = np.r_[wide, order[first]]
+    out_start = np.r_[start[wide], g_start]
+    out_ids = ids[pick]
+    sort = np.lexsort((out_ids, out_start, depth[pick], lane[pick]))
+    counts = np.r_[np.ones(len(wide), np.int64), count][sort]
+    named = np.r_[codes[wide], np.where((low == high) & (high >= 0), high, -1)][sort]
+    values = names.cast(pa.string()).to_pylist()
+    label = [values[c] if c >= 0 else None for c in named.tolist()]
+    merged = np.r_[np.zeros(len(wide), bool), ~((low == high) & (high >= 0))][sort]
+    for i in np.flatnonzero(merged).tolist():
+        label[i] = f"{counts[i]} events"
+    kind = t.column("kind").take(pa.array(pick[sort], pa.int64())).cast(pa.string())
+    return pa.table({
+        "lane": pa.array(lane[pick][sort], pa.int32()),
+        "depth": pa.array(depth[pick][sort], pa.int32()),
+        "start_ns": out_start[sort],
+        "dur_ns": np.r_[dur[wide], per_group(np.maximum, start + dur) - g_start][sort],
+        "id": out_ids[sort], "count": counts, "name": pa.array(label, pa.string()),
+        "kind": kind,
+    })  # fmt: skip
+
+
+def _reduce_sql(con: Any, t: pa.Table, lane, depth, small, key) -> pa.Table:
+    """_reduce in DuckDB (which refuses a sum past int64 as an error)."""
     import duckdb
 
     con = con if con is not None else duckdb.connect()

@@ -19,9 +19,10 @@ import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from ..vocab.intervals import depths
+from .event_groups import row_groups
 from .search import _name_codes
 from .timeline_index import END_LIMIT, WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
-from .timeline_stream import BATCH_ROWS, OpenEvents, batches, row_groups
+from .timeline_stream import BATCH_ROWS, OpenEvents, batches
 
 MAX_DEPTH_KEY = 127  # window() keys depth up to 127
 COMPACT_ROWS = 1 << 16  # partial groups merged once this many pile up

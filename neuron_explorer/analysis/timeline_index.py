@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from ..vocab.engines import lane_order
 from ..vocab.intervals import depths  # deeper nesting than 64 draws at 64
+from .event_groups import read_starting
 
 LONG_EVENTS = 20_000  # the longest events, kept in memory for every window
 WINDOW_COLUMNS = ["id", "parent_id", "rank", "layer", "device", "track", "start_ns", "dur_ns",
@@ -203,13 +204,16 @@ def _fit(start_ns: np.ndarray, dur_ns: np.ndarray) -> tuple[int, int, int] | Non
 def window_events(profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int) -> pa.Table:
     """The events overlapping [start_ns, end_ns): the short ones read by start (push-down), the
     long ones from the index."""
-    short_filter = (
-        (pc.field("start_ns") < end_ns)
-        & (pc.field("start_ns") >= start_ns - max(index.long_threshold_ns, 0))
-        & (pc.field("dur_ns") <= index.long_threshold_ns)
-        & ((pc.field("start_ns") + pc.field("dur_ns")) >= start_ns)
-    )
-    short = profile.table("events", columns=WINDOW_COLUMNS, filter=short_filter)
+    thr = index.long_threshold_ns
+    short = _short_events(profile, start_ns - max(thr, 0), start_ns, end_ns, thr)
+    if short is None:  # many row groups: one scan, filtered as it reads
+        short_filter = (
+            (pc.field("start_ns") < end_ns)
+            & (pc.field("start_ns") >= start_ns - max(thr, 0))
+            & (pc.field("dur_ns") <= thr)
+            & ((pc.field("start_ns") + pc.field("dur_ns")) >= start_ns)
+        )
+        short = profile.table("events", columns=WINDOW_COLUMNS, filter=short_filter)
     le = index.long_events
     long_mask = pc.and_(
         pc.less(le.column("start_ns"), end_ns),
@@ -234,3 +238,17 @@ def lanes_and_depths(
         t, lane = t.filter(pa.array(known)), lane[known]
     depth = depths(t.column("id").to_numpy(), t.column("parent_id").fill_null(-1).to_numpy(), lane)
     return t, lane, depth
+
+
+def _short_events(
+    profile: Profile, lo: int, start_ns: int, end_ns: int, thr: int
+) -> pa.Table | None:
+    """The events starting in [lo, end_ns) no longer than `thr` that reach `start_ns`, read by
+    row group (event_groups.read_starting; the filter window_events' scan applies, in numpy);
+    None when they span too many groups."""
+    t = read_starting(profile, WINDOW_COLUMNS, lo, end_ns)
+    if t is None or t.column("start_ns").null_count or t.column("dur_ns").null_count:
+        return None
+    start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+    keep = (start < end_ns) & (start >= lo) & (dur <= thr) & (start + dur >= start_ns)
+    return t.filter(pa.array(keep))

@@ -14,6 +14,7 @@ window is counted exactly once, then merges them as timeline.window merges event
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -265,13 +266,18 @@ def level_for(pyr: Pyramid, ns_per_px: float) -> int | None:
 
 def reduce_from_pyramid(
     profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int, start_ns: int, end_ns: int,
-    width_px: int, max_rects: int, con: Any = None,
+    width_px: int, max_rects: int,
 ) -> tuple[int, float, pa.Table]:  # fmt: skip
     """(events in the window, the bucket width chosen, the rectangles as timeline.window's
     _reduce gives them) from the pyramid's `level`."""
-    import duckdb
+    rows = pyramid_rows(profile, index, pyr, level, start_ns, end_ns)
+    return _merge_window(rows, start_ns, end_ns, width_px, max_rects)
 
-    con = con if con is not None else duckdb.connect()
+
+def pyramid_rows(profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int,
+                 start_ns: int, end_ns: int) -> pa.Table:  # fmt: skip
+    """What a window merges from the pyramid's `level`: the cells of the buckets inside it, the
+    wide rows and long events overlapping it, and the events of its two edge buckets."""
     width, origin, thr = pyr.buckets[level], pyr.origin, pyr.long_threshold_ns
     b_lo = int(np.ceil((start_ns - origin) / width))
     b_hi = max(int(np.floor((end_ns - origin) / width)), b_lo)  # the buckets inside it
@@ -286,8 +292,7 @@ def reduce_from_pyramid(
     inner_hi = int(max(origin + b_hi * width - 1, start_ns))
     if inner_hi < end_ns:
         parts.append(_edge_rows(profile, index, pyr, level, inner_hi, end_ns, b_lo, b_hi))
-    rows = pa.concat_tables([p.select(_ROW_COLUMNS).cast(_ROWS) for p in parts])
-    return _merge_window(con, rows, start_ns, end_ns, width_px, max_rects)
+    return pa.concat_tables([p.select(_ROW_COLUMNS).cast(_ROWS) for p in parts])
 
 
 _ROW_COLUMNS = ["lane", "depth", "start_ns", "end_ns", "id", "bd", "count", "name", "kind", "one"]
@@ -320,13 +325,30 @@ def _long_rows(index: TimelineIndex, width: float, start_ns: int, end_ns: int) -
     overlap the window and are at least a level bucket wide; the narrower are in its cells."""
     le = index.long_events
     start, dur = le.column("start_ns").to_numpy(), le.column("dur_ns").to_numpy()
-    lane = lane_of(le, index).astype(np.int64)
-    # a long event's ancestors are longer still, so all of them are long events too
-    depth = depths(le.column("id").to_numpy(), le.column("parent_id").fill_null(-1).to_numpy(),
-                   lane)  # fmt: skip
+    lane, depth = _long_lanes(index)
     keep = np.flatnonzero((start < end_ns) & (_ends(start, dur) >= start_ns) & (dur >= width)
                           & (lane >= 0))  # fmt: skip
     return _as_rows(le.take(pa.array(keep, pa.int64())), lane[keep], depth[keep])
+
+
+# id(long events) -> (a weak reference to them, their lanes, their depths): the same for every
+# window of an index (20,000 events: a few ms a window)
+_LONG: dict[int, tuple[weakref.ref[pa.Table], np.ndarray, np.ndarray]] = {}
+
+
+def _long_lanes(index: TimelineIndex) -> tuple[np.ndarray, np.ndarray]:
+    """The lane and nesting depth of each of the index's long events, found once per index."""
+    le = index.long_events
+    hit = _LONG.get(id(le))
+    if hit is None or hit[0]() is not le:
+        lane = lane_of(le, index).astype(np.int64)
+        # a long event's ancestors are longer still, so all of them are long events too
+        depth = depths(le.column("id").to_numpy(), le.column("parent_id").fill_null(-1).to_numpy(),
+                       lane)  # fmt: skip
+        if len(_LONG) >= 16:  # indices let go of: their entries are dead
+            _LONG.clear()
+        hit = _LONG[id(le)] = (weakref.ref(le), lane, depth)
+    return hit[1], hit[2]
 
 
 def _edge_rows(profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int, lo: int,
@@ -343,10 +365,12 @@ def _edge_rows(profile: Profile, index: TimelineIndex, pyr: Pyramid, level: int,
     return _as_rows(t.take(pa.array(rows, pa.int64())), lane[rows], depth[rows])
 
 
-def _merge_window(con: Any, rows: pa.Table, start_ns: int, end_ns: int, width_px: int,
+def _merge_window(rows: pa.Table, start_ns: int, end_ns: int, width_px: int,
                   max_rects: int) -> tuple[int, float, pa.Table]:  # fmt: skip
     """The rows merged as timeline.window merges events: rows at least a window bucket wide
-    alone, the others per (lane, depth, bucket), the bucket doubled until they fit."""
+    alone, the others per (lane, depth, bucket), the bucket doubled until they fit. In numpy:
+    a window's few thousand groups cost DuckDB's planning and Arrow hand-over more than the
+    grouping (15 ms of a 75 ms window on a 10 GB trace's profile)."""
     start, bd = rows.column("start_ns").to_numpy(), rows.column("bd").to_numpy()
     lane, depth = rows.column("lane").to_numpy(), rows.column("depth").to_numpy()
     count = rows.column("count").to_numpy()
@@ -361,21 +385,50 @@ def _merge_window(con: Any, rows: pa.Table, start_ns: int, end_ns: int, width_px
         if n_groups <= max_rects or factor > width_px:
             break
         factor *= 2
-    full = rows.append_column("small", pa.array(small)).append_column("k", pa.array(key))
-    con.register("_r", full)
-    try:
-        rects = con.sql(
-            "SELECT lane, depth, start_ns, end_ns - start_ns AS dur_ns, id, 1::BIGINT AS count, "
-            "name, kind FROM _r WHERE NOT small UNION ALL "
-            "SELECT any_value(lane), any_value(depth), min(start_ns), max(end_ns) - min(start_ns), "
-            "arg_max(id, (bd, -id)), sum(count)::BIGINT, "
-            "CASE WHEN bool_and(one) AND count(DISTINCT name) = 1 AND count(name) = count(*) "
-            "THEN any_value(name) ELSE CAST(sum(count) AS VARCHAR) || ' events' END, "
-            "arg_max(kind, (bd, -id)) FROM _r WHERE small GROUP BY k ORDER BY 1, 2, 3, 5"
-        ).to_arrow_table()
-    finally:
-        con.unregister("_r")
-    return int(count.sum()), bucket_ns, rects
+    return int(count.sum()), bucket_ns, _groups(rows, small, key)
+
+
+def _groups(rows: pa.Table, small: np.ndarray, key: np.ndarray) -> pa.Table:
+    """The rectangles: each row not `small` alone, the small ones merged per key (the span of
+    their starts and ends, their counts summed, the longest then lowest id naming the kind, the
+    name kept only when every row is of that one name), in (lane, depth, start, id) order."""
+    col = {c: rows.column(c).to_numpy(zero_copy_only=False) for c in
+           ("lane", "depth", "start_ns", "end_ns", "id", "bd", "count", "one")}  # fmt: skip
+    names = pc.dictionary_encode(rows.column("name")).combine_chunks()
+    code = names.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    wide, sm = np.flatnonzero(~small), np.flatnonzero(small)
+    order = sm[np.lexsort((col["id"][sm], -col["bd"][sm], key[sm]))]
+    k = key[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+
+    def per_group(ufunc: Any, values: np.ndarray) -> np.ndarray:
+        return ufunc.reduceat(values[order], first) if len(k) else values[:0]
+
+    best = order[first]
+    low, high = per_group(np.minimum, code), per_group(np.maximum, code)
+    one = per_group(np.minimum, col["one"].astype(np.int8)).astype(bool)
+    total = per_group(np.add, col["count"])
+    g_start = per_group(np.minimum, col["start_ns"])
+    pick = np.r_[wide, best]
+    start = np.r_[col["start_ns"][wide], g_start]
+    dur = np.r_[
+        col["end_ns"][wide] - col["start_ns"][wide], per_group(np.maximum, col["end_ns"]) - g_start
+    ]
+    ids = col["id"][pick]
+    lane, depth = col["lane"][pick], col["depth"][pick]
+    sort = np.lexsort((ids, start, depth, lane))
+    values = names.dictionary.to_pylist()
+    kept = one & (low == high) & (low >= 0)  # one name, no nulls: the group keeps it
+    named = np.r_[code[wide], np.where(kept, low, -1)][sort]
+    counts = np.r_[np.ones(len(wide), np.int64), total][sort]
+    label = [values[c] if c >= 0 else None for c in named.tolist()]
+    for i in np.flatnonzero(np.r_[np.zeros(len(wide), bool), ~kept][sort]).tolist():
+        label[i] = f"{counts[i]} events"
+    kind = rows.column("kind").take(pa.array(pick[sort], pa.int64()))
+    return pa.table({"lane": pa.array(lane[sort], pa.int32()),
+                     "depth": pa.array(depth[sort], pa.int32()), "start_ns": start[sort],
+                     "dur_ns": dur[sort], "id": ids[sort], "count": counts,
+                     "name": pa.array(label, pa.string()), "kind": kind})  # fmt: skip
 
 
 def pyramid_parts(pyr: Pyramid) -> tuple[dict[str, Any], pa.Table]:

@@ -44,13 +44,30 @@ def clip_strings(doc: Any, limit: int = MAX_STRING_CHARS) -> Any:
                     out[k] = c
         return doc if out is None else out
     if isinstance(doc, list):
-        if all(type(v) is not str or len(v) <= limit for v in doc) and not any(
-            isinstance(v, (dict, list)) for v in doc
+        kinds = set(map(type, doc))  # in C: a timeline window's columns are 30,000 values
+        if not any(issubclass(k, (dict, list)) for k in kinds) and (
+            str not in kinds or max(map(len, _strs(doc, kinds)), default=0) <= limit
         ):  # a column or a row of plain values: nothing to clip (most of any answer)
             return doc
         clipped = [clip_strings(v, limit) for v in doc]
         return doc if all(a is b for a, b in zip(clipped, doc, strict=True)) else clipped
     return doc
+
+
+def encoded(doc: dict[str, Any], plain: tuple[str, ...] = ()) -> Response:
+    """`doc` as every JSON answer is (clip_strings), encoded by msgspec in one call: a large
+    document skips FastAPI's walk, validation and encoding. `plain`: keys whose values hold no
+    strings (numbers only: a timeline's 128,898 steps cost the walk 130 ms), left unwalked."""
+    import msgspec
+
+    clipped = clip_strings({k: v for k, v in doc.items() if k not in plain})
+    body = msgspec.json.encode({k: doc[k] if k in plain else clipped[k] for k in doc})
+    return Response(body, media_type="application/json")
+
+
+def _strs(doc: list[Any], kinds: set[type]) -> list[Any]:
+    """The plain strings of `doc` (itself when it holds nothing else)."""
+    return doc if kinds == {str} else [v for v in doc if type(v) is str]
 
 
 # what reading a table can raise, from pyarrow or from DuckDB scanning it

@@ -114,11 +114,13 @@ class Service(WholeProfileViews):
         outside the routes, as the MCP report does): its values' bounds and the ceiling."""
         self._admit(name, self.store.open(name))
 
-    def _admit(self, name: str, p: Profile) -> None:
+    def _admit(self, name: str, p: Profile, values: bool = True) -> None:
         """Before a profile's tables are read: no name longer than bounds.MAX_VALUE_BYTES
-        (422), and its tables' memory, when nothing of it is in memory yet, must fit under the
-        ceiling (web/memory.py; 503); the server goes on serving."""
-        p.check_values()  # once per opened profile: a 20 MB name is refused, not decoded
+        (422; `values` False: the caller checks them once it knows it reads them), and its
+        tables' memory, when nothing of it is in memory yet, must fit under the ceiling
+        (web/memory.py; 503); the server goes on serving."""
+        if values:
+            p.check_values()  # once per opened profile: a 20 MB name is refused, not decoded
         rows = p.footer_rows.get("events", 0)
         need = 0 if p in self._admitted else tables_bytes(p)
         self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
@@ -305,7 +307,8 @@ class Service(WholeProfileViews):
                 # then the timeline's index and its whole view at the route's default width
                 # (1.2-1.6 s CPU on a 1 GB trace; streamed on a profile over the ceiling)
                 self.index(name), self.first_window(name)
-                if not len(self.index(name).event_lane):  # over the ceiling: find's names,
+                if not len(self.index(name).event_lane):  # over the ceiling: its values (a
+                    self.store.open(name).check_values()  # zoom reads names), find's names,
                     self.name_counts(name)  # and the pyramid wide windows are merged from
                     events = self.store.open(name).row_count("events")
                     if events > PYRAMID_WINDOWS * self.lod_events:

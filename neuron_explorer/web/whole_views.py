@@ -51,7 +51,7 @@ class WholeProfileViews:
 
     if TYPE_CHECKING:  # Service's (web/service.py)
 
-        def _admit(self, name: str, p: Profile) -> None: ...
+        def _admit(self, name: str, p: Profile, values: bool = True) -> None: ...
 
         def persisted(
             self, name: str, kind: str, compute: Callable[[Profile], Any],
@@ -64,10 +64,11 @@ class WholeProfileViews:
         store = self.store
 
         def make(p: Profile) -> timeline.TimelineIndex:
-            try:
-                self._admit(name, p)
+            try:  # the ceiling first: a streamed index kept on disk reads no values (the check
+                self._admit(name, p, values=False)  # reads every row group: 3.7 s at 10 GB)
             except OverMemory:  # too big to hold: what a pass in batches needs, instead
                 return self._streamed_index(name, p)
+            p.check_values()
             return timeline.build_index(p, store.connection(name))
 
         return store.derived(name, "timeline", make, admit=False)
@@ -95,11 +96,12 @@ class WholeProfileViews:
         con = self.store.connection(name)
         if len(idx.event_lane):  # the whole profile was admitted with its index
             return timeline.window(p, con, idx, start_ns, end_ns, width_px)
+        p.check_values()  # once per opened profile (the warm-up's, after the first view)
         rows = timeline.window_rows(p, idx, start_ns, end_ns)
         pyr = self.pyramid(name, build=False) if rows > self.lod_events else None
         if pyr is not None:  # its edges read as events: a few pixels' worth
             self.memory.admit(FIND_BYTES, f"a window of {name} from its pyramid", keep=name)
-            win = timeline.lod_window(p, con, idx, pyr, start_ns, end_ns, width_px)
+            win = timeline.lod_window(p, idx, pyr, start_ns, end_ns, width_px)
             if win is not None:
                 return win
         need = rows * WINDOW_EVENT_BYTES

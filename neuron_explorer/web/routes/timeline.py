@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Query
+from fastapi.responses import Response
 
 from ..pages import Api, Page, Shell
+from ..responses import encoded
 from ..store import NotFound
 from ..views import events, memory, overview, search, span, timeline
 
@@ -37,7 +39,7 @@ def api_timeline(
     end_ns: int | None = Query(None, ge=-NS_LIMIT, le=NS_LIMIT),
     width_px: int = 1500,
     window_only: bool = False,
-) -> dict[str, Any]:
+) -> Response:
     store = svc.store
     p = store.open(name)
     idx = svc.index(name)
@@ -48,7 +50,9 @@ def api_timeline(
         win = svc.first_window(name, width_px)
     else:
         win = svc.window(name, s, e, width_px)
-    return timeline.page(name, p, idx, win, window_only)
+    # encoded here: a window is asked for at every zoom, and its steps are most of a long
+    # profile's page (numbers only: not walked for strings to clip)
+    return encoded(timeline.page(name, p, idx, win, window_only), plain=("steps",))
 
 
 def api_event(svc: Service, name: str, event_id: int) -> dict[str, Any]:

@@ -60,11 +60,11 @@ def window(
 
 
 def lod_window(
-    profile: Profile, con: Any, index: TimelineIndex, pyr: Pyramid, start_ns: int, end_ns: int,
+    profile: Profile, index: TimelineIndex, pyr: Pyramid, start_ns: int, end_ns: int,
     width_px: int,
 ) -> TimelineWindow | None:  # fmt: skip
-    """analysis.timeline.lod_window on the server thread's own DuckDB connection `con`."""
-    return _timeline.lod_window(profile, index, pyr, start_ns, end_ns, width_px, con=con)
+    """analysis.timeline.lod_window (merged in numpy: no DuckDB connection)."""
+    return _timeline.lod_window(profile, index, pyr, start_ns, end_ns, width_px)
 
 
 def index_parts(index: TimelineIndex) -> tuple[dict[str, Any], Any, Any]:
