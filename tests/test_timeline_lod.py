@@ -14,7 +14,7 @@ from test_analysis_profiles import real, sample
 
 from neuron_explorer.analysis.timeline import lod_window, window
 from neuron_explorer.analysis.timeline_index import lanes_and_depths
-from neuron_explorer.analysis.timeline_lod import build_pyramid, default_buckets
+from neuron_explorer.analysis.timeline_lod_build import build_pyramid, default_buckets
 from neuron_explorer.analysis.timeline_stream import build_index_streamed
 from neuron_explorer.model.profile import Profile
 
@@ -170,7 +170,7 @@ def test_a_restarted_service_shows_the_first_view_before_it_checks_the_values(tm
 
 def test_a_cell_met_again_out_of_start_order_is_merged_once():
     """Cells of one key seen twice (a lane's events in two files) become one, counts summed."""
-    from neuron_explorer.analysis.timeline_lod import _merge_repeated
+    from neuron_explorer.analysis.timeline_lod_build import _merge_repeated
 
     p = real("alexnet")
     idx = build_index_streamed(p)

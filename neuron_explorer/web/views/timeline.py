@@ -12,11 +12,10 @@ from neuron_explorer.analysis.timeline_lod import (
     LEVEL_SHIFTS,
     LOD_EVENTS,
     Pyramid,
-    build_pyramid,
-    default_buckets,
     pyramid_from_parts,
     pyramid_parts,
 )
+from neuron_explorer.analysis.timeline_lod_build import build_pyramid, default_buckets
 from neuron_explorer.analysis.timeline_stream import BATCH_ROWS, build_index_streamed
 from neuron_explorer.model import Profile
 
