@@ -7,8 +7,8 @@ import glob
 import os
 import shutil
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
