@@ -29,6 +29,7 @@ from neuron_explorer.importers.kineto_chunked import (
     chunked,
 )
 from neuron_explorer.importers.kineto_extract import DecodeOptions
+from neuron_explorer.importers.kineto_merge import READ_ROWS, RUN_KEY, Run, global_ids
 from neuron_explorer.importers.kineto_plan import plan
 from neuron_explorer.model.profile import Profile
 
@@ -246,3 +247,31 @@ def test_progress_counts_every_event_over_spans_as_the_stream_does(tmp_path, in_
     path = _repeated(GPT2, 6, tmp_path / "t.json")
     streamed, in_chunks = counted(), counted(chunk_budget=CHUNK_BUDGET)
     assert in_chunks == sorted(in_chunks) and in_chunks[-1] == streamed[-1] > 5 * 2949
+
+
+@pytest.mark.parametrize("layout", ["disjoint", "overlapping", "one run"])
+def test_the_merge_gives_each_row_its_place_among_every_runs_rows(tmp_path, layout):
+    """Each run's rows get their positions in the sort of every run's keys together: runs in
+    stretches of time one after another (numbered a run at a time), interleaved with equal
+    starts and durations (ties broken by the trace index), over several read blocks."""
+    rng = np.random.default_rng(7)
+    sizes = {"disjoint": [3 * READ_ROWS + 5, 17, 0, READ_ROWS], "one run": [2 * READ_ROWS + 1],
+             "overlapping": [READ_ROWS + 3, 2 * READ_ROWS, 500, READ_ROWS // 2]}[layout]  # fmt: skip
+    runs, keys, tie = [], [], rng.permutation(sum(sizes))
+    for i, n in enumerate(sizes):
+        key = np.empty(n, RUN_KEY)
+        base = i * 10**9 if layout == "disjoint" else 0
+        key["start"] = base + rng.integers(0, 2000, n)
+        key["ndur"] = -rng.integers(0, 3, n)
+        key["tie"] = tie[sum(sizes[:i]) : sum(sizes[: i + 1])]
+        key.sort(order=["start", "ndur", "tie"])
+        path = tmp_path / f"run{i}.keys"
+        key.tofile(path)
+        runs.append(Run(path, path, n))
+        keys.append(key)
+    every = np.concatenate(keys)
+    place = np.empty(len(every), np.int64)
+    place[np.lexsort((every["tie"], every["ndur"], every["start"]))] = np.arange(len(every))
+    got = global_ids(runs)
+    assert np.array_equal(np.concatenate(got), place)
+    assert all(np.all(np.diff(ids) > 0) for ids in got)

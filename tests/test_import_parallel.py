@@ -115,9 +115,11 @@ def test_bad_files_fail_in_one_line_the_same_way(tmp_path, damage):
     assert "\n" not in errors[0]
 
 
-def test_events_written_in_blocks_equal_a_sorted_write(tmp_path):
-    """The importer writes events a row group at a time, in order; the result reads back as
-    write_events' sorted table does, and blocks out of order are refused."""
+@pytest.mark.parametrize("overlap", [False, True], ids=["in turn", "encoded in a thread"])
+def test_events_written_in_blocks_equal_a_sorted_write(tmp_path, overlap):
+    """The importer writes events a row group at a time, in order (each encoded while the next
+    is made, with `overlap`: the same bytes); the result reads back as write_events' sorted
+    table does, and blocks out of order are refused."""
     events = _import(TRACES["ns_resolution"], tmp_path / "p", WHOLE)["events"]
     shuffled = events.take(list(range(events.num_rows))[::-1])
     with ProfileWriter(tmp_path / "sorted") as w:
@@ -126,10 +128,14 @@ def test_events_written_in_blocks_equal_a_sorted_write(tmp_path):
     step = 1000
     blocks = [events.slice(i, step) for i in range(0, events.num_rows, step)]
     with ProfileWriter(tmp_path / "blocks") as w:
-        w.write_events_in_order(blocks)
+        w.write_events_in_order(blocks, overlap=overlap)
         assert pq.read_table(w.tmp / "events.parquet").equals(sorted_table)
+        written = (w.tmp / "events.parquet").read_bytes()
+    with ProfileWriter(tmp_path / "one_by_one") as w:
+        w.write_events_in_order(blocks)
+        assert (w.tmp / "events.parquet").read_bytes() == written
     with ProfileWriter(tmp_path / "bad") as w, pytest.raises(ValueError, match="order"):
-        w.write_events_in_order(blocks[::-1])
+        w.write_events_in_order(blocks[:3] + blocks[::-1], overlap=overlap)
 
 
 @pytest.mark.parametrize("name", ["ns_resolution", "nccl", "cpu_mlp"])

@@ -229,15 +229,17 @@ def write_assembled(
     progress: Callable[[float], None] | None = None,
     counter_parts: Iterable[pa.Table] | None = None,
     stack_parts: Iterable[pa.Table] | None = None,
+    overlap: bool = False,
 ) -> Path:
     """Write assembled tables, the sources the files' stacks name, and the manifest
-    (`counter_parts`, `stack_parts`: those tables a part at a time, instead of `assembled`'s)."""
+    (`counter_parts`, `stack_parts`: those tables a part at a time, instead of `assembled`'s;
+    `overlap`: the events' row groups encoded in a thread while the next block is made)."""
     report = progress or (lambda f: None)
     if counter_parts is None:  # before the events: not held through their write
         writer.write_table("counters", assembled.counters)
     else:
         writer.write_table_in_parts("counters", counter_parts)
-    writer.write_events_in_order(assembled.blocks)
+    writer.write_events_in_order(assembled.blocks, overlap=overlap)
     report(0.7)
     if stack_parts is None:
         writer.write_table("stacks", assembled.stacks)

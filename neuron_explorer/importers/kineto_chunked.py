@@ -137,7 +137,8 @@ def write_chunked(
         files = [replace(got.head, user_files=got.user_files)]
         return write_assembled(assembled, files, writer=writer, source_roots=source_roots,
                                progress=lambda f: progress(0.8 + 0.2 * f, events),
-                               counter_parts=_counters(got.counters, rank, got.origin))  # fmt: skip
+                               counter_parts=_counters(got.counters, rank, got.origin),
+                               overlap=True)  # fmt: skip
 
 
 def global_stacks(

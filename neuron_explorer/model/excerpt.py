@@ -119,17 +119,29 @@ def choose(profile: Profile, max_events: int) -> Window:
 
 
 def _histograms(profile: Profile, edges: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    """Per rank, how many events start in each bin of its edges (one pass over two columns)."""
+    """Per rank, how many events start in each bin of its edges (one pass over two columns).
+    Events are in (rank, start_ns) order (model/io.py), so a batch is a few runs of one rank
+    with sorted starts, and each edge inside a run is found by a binary search of the run:
+    a search an edge, not one an event (at 10 GB, 38 M events in 258 K bins)."""
     counts = {r: np.zeros(len(e) + 1, np.int64) for r, e in edges.items()}
     for batch in profile.dataset("events").to_batches(columns=["rank", "start_ns"],
                                                        batch_size=BATCH_ROWS):  # fmt: skip
         rank = batch.column(0).to_numpy()
         start = batch.column(1).to_numpy()
-        for r in np.unique(rank):
-            if int(r) in edges:
-                e = edges[int(r)]
-                idx = np.searchsorted(e, start[rank == r], side="right")
-                counts[int(r)] += np.bincount(idx, minlength=len(e) + 1)
+        cut = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(rank)], strict=True):
+            r = int(rank[a]) if b > a else None
+            if r not in edges:
+                continue
+            run, e = start[a:b], edges[r]
+            if np.any(run[1:] < run[:-1]):  # not in order: an event at a time
+                idx = np.searchsorted(e, run, side="right")
+                counts[r] += np.bincount(idx, minlength=len(e) + 1)
+                continue
+            # bin k holds e[k-1] <= start < e[k]: the run's events below each edge inside it
+            lo, hi = np.searchsorted(e, run[0], "right"), np.searchsorted(e, run[-1], "right")
+            below = np.searchsorted(run, e[lo:hi], side="left")
+            counts[r][lo : hi + 1] += np.diff(below, prepend=0, append=len(run))
     return counts
 
 
@@ -229,14 +241,34 @@ def _events(profile: Profile, window: Window) -> pa.Table:
 def _counts_in(data: ds.Dataset, column: str, values: np.ndarray) -> tuple[np.ndarray, ...]:
     """(`values`, sorted, unique; how many rows of the whole table hold each in `column`), one
     column read: a binary search a row (a dataset `isin` filter hashes the set again for every
-    row group)."""
+    row group), of the row groups whose statistics overlap the values' range only (a window's
+    flow ids are the ids of events near it: a few row groups of the whole table)."""
     counts = np.zeros(len(values), np.int64)
-    for batch in data.to_batches(columns=[column], batch_size=BATCH_ROWS):
-        col = batch.column(0).drop_null().to_numpy()
-        idx = np.minimum(np.searchsorted(values, col), len(values) - 1)
-        hit = values[idx] == col
-        counts += np.bincount(idx[hit], minlength=len(values))
+    if not len(values):
+        return values, counts
+    for part in _row_groups_within(data, column, int(values[0]), int(values[-1])):
+        for batch in part.to_batches(schema=data.schema, columns=[column], batch_size=BATCH_ROWS):
+            col = batch.column(0).drop_null().to_numpy()
+            idx = np.minimum(np.searchsorted(values, col), len(values) - 1)
+            hit = values[idx] == col
+            counts += np.bincount(idx[hit], minlength=len(values))
     return values, counts
+
+
+def _row_groups_within(data: ds.Dataset, column: str, lo: int, hi: int) -> list[Any]:
+    """Each file of `data` reduced to its row groups whose `column` statistics overlap
+    [lo, hi] (a dataset filter on a column with nulls reads every row group: pyarrow 26)."""
+    parts = []
+    for fragment in data.get_fragments():
+        fragment.ensure_complete_metadata()
+        keep = []
+        for group in fragment.row_groups:
+            st = (group.statistics or {}).get(column)
+            if not st or st.get("min") is None or (st["min"] <= hi and st["max"] >= lo):
+                keep.append(group.id)
+        if keep:
+            parts.append(fragment.subset(row_group_ids=keep))
+    return parts
 
 
 def _in_window(data: ds.Dataset, window: Window, time: str) -> pa.Table:

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -136,15 +137,21 @@ class ProfileWriter:
                 _write_table(EVENTS, part, d / "part-0.parquet")
         self._counts["events"] = data.num_rows
 
-    def write_events_in_order(self, blocks: Iterable[pa.Table | dict]) -> None:
+    def write_events_in_order(
+        self, blocks: Iterable[pa.Table | dict], *, overlap: bool = False
+    ) -> None:
         """Write events that come already in (rank, start_ns, id) order, in blocks of at most
         ROW_GROUP_ROWS rows of one rank each: one row group per block, so the whole table never
-        exists at once. Each block is written and let go of before the next is made (encoding
-        one in a thread while the next was made held two: 12 MB more at the peak of the 100 MB
-        benchmark trace's import). Several ranks go to events/rank=N/part-0.parquet."""
+        exists at once. Each block is written and let go of before the next is made, unless
+        `overlap`: then a block is encoded in a thread (Parquet's encoding lets go of the GIL)
+        while the next is made, two held at once (12 MB more at the peak of the 100 MB
+        benchmark trace's import, so only where a core would otherwise wait: the chunked
+        import's merge). Several ranks go to events/rank=N/part-0.parquet."""
         writers: dict[int, pq.ParquetWriter] = {}
         last: tuple[int, int, int] | None = None
         count = 0
+        pool = ThreadPoolExecutor(1, "events-write") if overlap else None
+        pending: Future | None = None
         try:
             for block in blocks:
                 data = _check_declared(conform(EVENTS, block))
@@ -158,9 +165,18 @@ class ProfileWriter:
                     raise ValueError("events: a block is larger than a row group or spans ranks")
                 last, count = end, count + data.num_rows
                 writer = writers.get(first[0]) or self._events_writer(writers, first[0])
-                writer.write_table(data, ROW_GROUP_ROWS)
+                if pending is not None:  # the row groups in order, one encoded at a time
+                    pending.result()
+                if pool is None:
+                    writer.write_table(data, ROW_GROUP_ROWS)
+                else:
+                    pending = pool.submit(writer.write_table, data, ROW_GROUP_ROWS)
                 del data
+            if pending is not None:
+                pending.result()
         finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # no writer closed under a row group still encoding
             for writer in writers.values():
                 writer.close()
         if len(writers) > 1 and (self.tmp / EVENTS.file).exists():  # rank 0 went first alone
