@@ -7,13 +7,18 @@ do, not a 500."""
 
 from __future__ import annotations
 
+import shutil
+
 import duckdb
 import pytest
 from fastapi.testclient import TestClient
 from test_web_support import build_root
 
+import neuron_explorer.web.service as service
 from neuron_explorer.analysis.events import event_detail
-from neuron_explorer.model import Profile
+from neuron_explorer.analysis.line_events import line_events
+from neuron_explorer.analysis.scoped import store_excerpt
+from neuron_explorer.model import Profile, footprint
 from neuron_explorer.web.app import create_app
 
 # DuckDB's limit here (two threads): what an event's lookups need, below what the recursive
@@ -69,3 +74,30 @@ def test_a_query_past_the_duckdb_share_is_a_503_that_says_what_to_do(tight):
     # the server goes on serving: an event's details, within the same limit
     eid = tight.get("/api/p/alexnet/search", params={"q": "aten::"}).json()["matches"][0]["id"]
     assert tight.get(f"/api/p/alexnet/events/{eid}").status_code == 200
+
+
+def test_a_lines_events_of_a_profile_over_the_ceiling_are_found_by_its_excerpts_file_ids(
+    imported_profiles, tmp_path, monkeypatch
+):
+    """The source page of a profile too big for the ceiling reads its excerpt's line tables;
+    its "show on the timeline" link (`?line=FILE_ID:N`) asks for the line's events in the whole
+    profile, whose file ids once came from the whole's line tables: a 503 (32 GB on the 10 GB
+    trace's profile). As test_excerpt.py's sibling, the whole is made over the ceiling by its
+    bytes an event."""
+    shutil.copytree(imported_profiles["cpu_mlp"], tmp_path / "p" / "mlp")
+    whole = Profile.open(tmp_path / "p" / "mlp")
+    part = store_excerpt(whole, 4 << 20, "a test")
+    assert 0 < part.row_count("events") < whole.row_count("events")
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 1 << 20)  # the part fits, the whole does not
+    between = (part.row_count("events") + whole.row_count("events")) << 19
+    app = create_app(tmp_path / "p", analysis_cache=tmp_path / "cache",
+                     max_memory=service.rss_bytes() + between)  # fmt: skip
+    client = TestClient(app)
+    src = client.get("/api/p/mlp/source").json()
+    assert src["scope"]["events"] == part.row_count("events")
+    top = src["top_lines"][0]
+    r = client.get(f"/api/p/mlp/source/{top['file_id']}/lines/{top['line']}/events")
+    assert r.status_code == 200, r.text
+    whole_total = line_events(whole.duckdb(), top["file"], top["line"], 1).total
+    part_total = line_events(part.duckdb(), top["file"], top["line"], 1).total
+    assert r.json()["total"] == whole_total > part_total  # the whole profile's events
