@@ -101,3 +101,23 @@ def test_a_lines_events_of_a_profile_over_the_ceiling_are_found_by_its_excerpts_
     whole_total = line_events(whole.duckdb(), top["file"], top["line"], 1).total
     part_total = line_events(part.duckdb(), top["file"], top["line"], 1).total
     assert r.json()["total"] == whole_total > part_total  # the whole profile's events
+
+
+def test_a_profile_refused_by_the_ceiling_is_told_what_ceiling_would_admit_it(
+    imported_profiles, tmp_path, monkeypatch
+):
+    """A 503 of the ceiling says what to do: the --max-memory that would admit the work (what
+    the server holds plus what it needs, rounded up), or a restart."""
+    import re
+
+    shutil.copytree(imported_profiles["cpu_mlp"], tmp_path / "p" / "mlp")
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 1 << 20)  # 1,570 events: about 1.5 GB
+    ceiling = service.rss_bytes() + (256 << 20)
+    client = TestClient(create_app(tmp_path / "p", analysis_cache=tmp_path / "cache",
+                                   max_memory=ceiling))  # fmt: skip
+    r = client.get("/api/p/mlp/operators")
+    assert r.status_code == 503, r.text
+    error = r.json()["error"]
+    need, have = (int(x.replace(",", "")) for x in re.findall(r"([\d,]+) MB", error)[:2])
+    enough = float(re.search(r"--max-memory ([\d.]+)G would admit it", error).group(1))
+    assert have + need <= enough * 1024 < have + need + 103 and "restart" in error

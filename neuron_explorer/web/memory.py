@@ -105,9 +105,13 @@ class MemoryCeiling:
             if have + need > self.limit:
                 held = (f"the server holds {have >> 20:,} MB of its {self.limit >> 20:,} MB "
                         "ceiling")  # fmt: skip
+                # what to do: a ceiling that admits it, or a restart (what the server holds
+                # now, the timeline's index and other profiles, is let go; the disk cache stays)
+                enough = -(-(have + need) * 10 // (1 << 30)) / 10
                 raise OverMemory(
                     f"{what} needs about {need >> 20:,} MB, and {held} (--max-memory): refused; "
-                    "the server goes on serving"
+                    f"the server goes on serving (--max-memory {enough:g}G would admit it, or a "
+                    "restart frees what the server holds now)"
                     if need
                     else f"{held} (--max-memory), past it: refused until it falls back; the "
                     "server goes on serving"
