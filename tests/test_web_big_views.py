@@ -121,3 +121,30 @@ def test_a_profile_refused_by_the_ceiling_is_told_what_ceiling_would_admit_it(
     need, have = (int(x.replace(",", "")) for x in re.findall(r"([\d,]+) MB", error)[:2])
     enough = float(re.search(r"--max-memory ([\d.]+)G would admit it", error).group(1))
     assert have + need <= enough * 1024 < have + need + 103 and "restart" in error
+
+
+def test_the_whole_profiles_work_does_not_let_go_of_its_excerpts_tables(
+    imported_profiles, tmp_path, monkeypatch
+):
+    """On the 10 GB trace's profile the timeline's warm-up, making room under the ceiling for
+    the whole profile, let go of the excerpt's tables as if another profile's: the excerpt's
+    next page had to be admitted again beside the timeline's index, and was refused (503)
+    until a restart. Letting go for the whole keeps its excerpt (another profile goes)."""
+    shutil.copytree(imported_profiles["cpu_mlp"], tmp_path / "p" / "mlp")
+    shutil.copytree(imported_profiles["cpu_only"], tmp_path / "p" / "other")
+    whole = Profile.open(tmp_path / "p" / "mlp")
+    part = store_excerpt(whole, 4 << 20, "a test")
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 1 << 20)  # the part fits, the whole does not
+    between = (part.row_count("events") + whole.row_count("events")) << 19
+    app = create_app(tmp_path / "p", analysis_cache=tmp_path / "cache",
+                     max_memory=service.rss_bytes() + between)  # fmt: skip
+    client = TestClient(app)
+    assert client.get("/api/p/mlp/modules").json()["scope"]["events"] == part.row_count("events")
+    assert client.get("/api/p/other/operators").status_code == 200
+    assert app.state.store.has("other", "ops_table")
+    app.state.store.forget("mlp")  # what the whole profile's work lets go of to make room
+    assert not app.state.store.has("other", "ops_table")
+    # now nothing more fits: the excerpt's tables, admitted before, are still held
+    app.state.service.memory.limit = service.rss_bytes() + (8 << 20)
+    r = client.get("/api/p/mlp/calltree")
+    assert r.status_code == 200 and r.json()["scope"]["events"] == part.row_count("events"), r.text
