@@ -148,3 +148,22 @@ def test_the_whole_profiles_work_does_not_let_go_of_its_excerpts_tables(
     app.state.service.memory.limit = service.rss_bytes() + (8 << 20)
     r = client.get("/api/p/mlp/calltree")
     assert r.status_code == 200 and r.json()["scope"]["events"] == part.row_count("events"), r.text
+
+
+@pytest.mark.parametrize("name", ["alexnet", "cpu_mlp"])
+def test_event_details_read_from_the_events_file_are_the_same(imported_profiles, name):
+    """The lookups by parent and by flow read through DuckDB's Parquet reader (which skips row
+    groups by their statistics) answer as the registered table does, event for event."""
+    p = Profile.open(imported_profiles[name])
+    con = duckdb.connect()
+    for table in ("events", "stacks", "counters"):
+        con.register(table, p.dataset(table))
+    ids = [r[0] for r in con.execute(
+        "SELECT id FROM events WHERE flow_id IS NOT NULL OR id IN "
+        "(SELECT parent_id FROM events) ORDER BY id"
+    ).fetchall()]  # fmt: skip
+    assert len(ids) > 50
+    for eid in ids[:: max(1, len(ids) // 200)]:
+        d = event_detail(con, eid, str(p.path / "events.parquet"))
+        assert d == event_detail(con, eid), eid
+        assert d.children or d.flows, eid

@@ -52,8 +52,9 @@ def api_timeline(
 
 
 def api_event(svc: Service, name: str, event_id: int) -> dict[str, Any]:
-    svc.store.open(name)
-    out = events.event_json(svc.store.connection(name), event_id)
+    own = svc.store.open(name).path / "events.parquet"  # (a directory of parts: None)
+    out = events.event_json(svc.store.connection(name), event_id,
+                            str(own) if own.is_file() else None)  # fmt: skip
     if out is None:
         raise NotFound(f"no event {event_id} in {name}")
     return out
