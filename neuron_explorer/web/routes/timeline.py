@@ -106,9 +106,10 @@ def api_counters(
     end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
     width_px: int = Query(1500, ge=1, le=8000),
 ) -> dict[str, Any]:
-    svc.store.open(name)
+    own = svc.store.open(name).path / "counters.parquet"  # (a directory of parts: None)
     con = svc.store.connection(name)
-    return {"name": name, "counters": memory.counter_series(con, start_ns, end_ns, width_px)}
+    return {"name": name, "counters": memory.counter_series(
+        con, start_ns, end_ns, width_px, str(own) if own.is_file() else None)}  # fmt: skip
 
 
 PAGES = (
