@@ -306,7 +306,7 @@ def _ids(base: str, name: str) -> dict:
         label = str(cp.get("label", ""))
         if label.startswith("step "):
             out["path_step"] = label.split()[1]
-        ops = c.get(f"/api/p/{quote(name)}/operators").json().get("ops") or []
+        ops = c.get(f"/api/p/{quote(name)}/operators").json().get("operators") or []
         out["op"] = ops[0]["name"] if ops else None
         found = c.get(f"/api/p/{quote(name)}/search", params={"q": "addmm", "limit": 1}).json()
         if found.get("matches"):
@@ -375,7 +375,9 @@ def tour(profile: Path, max_memory: str, cache: Path | None) -> None:
                 t.view("source: a file, its top line's panel", t.open(
                     f"{p}/source/{ids['file_id']}#L{ids['line_no']}", "#line-timeline"))  # fmt: skip
             t.view("critical path", t.open(f"{p}/critical-path"))
-            t.view("critical path: what-if replay", t.click("#whatif-run"))
+            t.view("critical path: what-if replay (its top op 2x faster)", t.then(
+                lambda: t.page.fill("#whatif-speedup", f"{ids['op']}=2" if ids.get("op") else ""),
+                t.click("#whatif-run")))  # fmt: skip
             t.view("ranks", t.open(f"{p}/ranks"))
             t.view("memory", t.open(f"{p}/memory"))
             t.view("SQL page", t.open(f"{p}/sql", "#sql-input"))
