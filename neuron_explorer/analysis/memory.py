@@ -31,11 +31,14 @@ PEAK_COUNTER = "memory_allocated"
 
 
 def counter_series(con, start_ns: int | None = None, end_ns: int | None = None,
-                   points: int = MAX_POINTS) -> list[dict[str, Any]]:  # fmt: skip
+                   points: int = MAX_POINTS, counters_file: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Every counter (rank, track, name, unit) with its samples in [start_ns, end_ns] reduced
     to at most `points` buckets: ts_ns (bucket start), min, max and last, plus the count.
     Ties are broken by value so that every run gives the same answer (samples at one time: the
-    greatest is `last`; a peak reached again: `peak_ts_ns` is its first time)."""
+    greatest is `last`; a peak reached again: `peak_ts_ns` is its first time).
+    `counters_file`: the counters table's own Parquet file, when it is one, read with DuckDB's
+    reader (18.5 M samples: 0.2 s, against seconds through the registered dataset)."""
+    table, pre = ("read_parquet(?)", [str(counters_file)]) if counters_file else ("counters", [])
     where, params = "", []
     if start_ns is not None and end_ns is not None:
         where, params = "WHERE ts_ns BETWEEN ? AND ?", [int(start_ns), int(end_ns)]
@@ -44,8 +47,8 @@ def counter_series(con, start_ns: int | None = None, end_ns: int | None = None,
         f"SELECT rank, CAST(track AS VARCHAR) AS track, CAST(name AS VARCHAR) AS name, "
         f"any_value(CAST(unit AS VARCHAR)) AS unit, count(*) AS samples, min(ts_ns) AS t0, "
         f"max(ts_ns) AS t1, max(value) AS peak, arg_max(ts_ns, (value, -ts_ns)) AS peak_ts_ns "
-        f"FROM counters {where} GROUP BY ALL ORDER BY rank, track, name",
-        params,
+        f"FROM {table} {where} GROUP BY ALL ORDER BY rank, track, name",
+        [*pre, *params],
     )
     for k in keys:
         span = max(1, (k["t1"] - k["t0"] + 1))
@@ -53,9 +56,9 @@ def counter_series(con, start_ns: int | None = None, end_ns: int | None = None,
         rows = con.execute(
             "SELECT (ts_ns - ?) // ? AS b, min(ts_ns), min(value), max(value), "
             "arg_max(value, (ts_ns, value)) "
-            f"FROM counters WHERE rank = ? AND CAST(track AS VARCHAR) = ? AND "
+            f"FROM {table} WHERE rank = ? AND CAST(track AS VARCHAR) = ? AND "
             f"CAST(name AS VARCHAR) = ? {where.replace('WHERE', 'AND')} GROUP BY b ORDER BY b",
-            [k["t0"], bucket, k["rank"], k["track"], k["name"], *params],
+            [k["t0"], bucket, *pre, k["rank"], k["track"], k["name"], *params],
         ).fetchall()
         k["bucket_ns"] = bucket
         k["ts_ns"] = [r[1] for r in rows]

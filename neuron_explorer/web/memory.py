@@ -78,6 +78,7 @@ class MemoryCeiling:
 
     def __init__(self, limit_bytes: int, relieve: Callable[[str | None], None]) -> None:
         self.limit = limit_bytes
+        self.started = rss_bytes()  # what the server held when it started
         self._relieve = relieve
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
@@ -105,9 +106,16 @@ class MemoryCeiling:
             if have + need > self.limit:
                 held = (f"the server holds {have >> 20:,} MB of its {self.limit >> 20:,} MB "
                         "ceiling")  # fmt: skip
+                # what to do: a ceiling that admits it, or, where a server just started would,
+                # a restart (what it holds now, the timeline's index and other profiles, is let
+                # go; the disk cache stays)
+                enough = -(-(have + need) * 10 // (1 << 30)) / 10
+                restart = (", or a restart frees what the server holds now"
+                           if self.started + need <= self.limit else "")  # fmt: skip
                 raise OverMemory(
                     f"{what} needs about {need >> 20:,} MB, and {held} (--max-memory): refused; "
-                    "the server goes on serving"
+                    f"the server goes on serving (--max-memory {enough:g}G would admit it"
+                    f"{restart})"
                     if need
                     else f"{held} (--max-memory), past it: refused until it falls back; the "
                     "server goes on serving"

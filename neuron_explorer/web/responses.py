@@ -102,7 +102,7 @@ def status_of(exc: BaseException) -> int:
         return 404
     if isinstance(exc, sql.QueryError):
         return 400
-    if isinstance(exc, (sql.Busy, OverMemory, MemoryError)):
+    if isinstance(exc, (sql.Busy, OverMemory, MemoryError, duckdb.OutOfMemoryException)):
         return 503
     if isinstance(exc, ExplorerError):
         return 422
@@ -116,6 +116,12 @@ def error_message(exc: BaseException) -> str:
         msg = str(exc)
     elif isinstance(exc, MemoryError):
         msg = "out of memory for this request; the server goes on serving"
+    elif isinstance(exc, duckdb.OutOfMemoryException):  # its queries' share of --max-memory
+        msg = (
+            "this request needs more memory than the server's queries may hold (a quarter "
+            "of --max-memory): refused; ask for less (a shorter span, a narrower query) or "
+            "serve with a higher --max-memory; the server goes on serving"
+        )
     else:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         msg = f"{exc.__class__.__name__}: {first}"

@@ -191,12 +191,16 @@ class ProfileStore:
         return value
 
     def forget(self, keep: str | None = None) -> None:
-        """Let go of every profile but `keep` and what was derived from it (they are opened
-        and computed again when asked for; the disk cache keeps what took seconds)."""
+        """Let go of every profile but `keep` (with its excerpt, or the whole of an excerpt:
+        one profile to its user, whose timeline must not drop its analysis pages' tables)
+        and what was derived from it (they are opened and computed again when asked for; the
+        disk cache keeps what took seconds)."""
+        base = keep.removesuffix(EXCERPT) if keep is not None else None
+        kept = {base, base + EXCERPT} if base is not None else set()
         with self._lock:
-            self._profiles = {n: v for n, v in self._profiles.items() if n == keep}
-            self._derived = {k: v for k, v in self._derived.items() if k[0] == keep}
-            self._cons = {k: v for k, v in self._cons.items() if k[1] == keep}
+            self._profiles = {n: v for n, v in self._profiles.items() if n in kept}
+            self._derived = {k: v for k, v in self._derived.items() if k[0] in kept}
+            self._cons = {k: v for k, v in self._cons.items() if k[1] in kept}
 
     def has(self, name: str, key: str) -> bool:
         """Whether a derived value is already in memory (for a profile still current)."""

@@ -36,7 +36,9 @@ def api_line_events(
     svc: Service, name: str, file_id: str, line: int, limit: int = Query(MAX_EVENTS, ge=1)
 ) -> dict[str, Any]:
     svc.store.open(name)
-    path = svc.source_file(name, file_id)
+    # the file id as the source page that links here named it: from the line tables it read
+    # (an excerpt's, when the whole profile's are over the ceiling), the events the whole's
+    path = svc.source_file(svc.analysed(name), file_id)
     found = line_events(svc.store.connection(name), path, line, limit)
     return {"name": name, "file_id": file_id, **found.to_dict()}
 

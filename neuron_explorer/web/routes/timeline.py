@@ -56,8 +56,9 @@ def api_timeline(
 
 
 def api_event(svc: Service, name: str, event_id: int) -> dict[str, Any]:
-    svc.store.open(name)
-    out = events.event_json(svc.store.connection(name), event_id)
+    own = svc.store.open(name).path / "events.parquet"  # (a directory of parts: None)
+    out = events.event_json(svc.store.connection(name), event_id,
+                            str(own) if own.is_file() else None)  # fmt: skip
     if out is None:
         raise NotFound(f"no event {event_id} in {name}")
     return out
@@ -109,9 +110,10 @@ def api_counters(
     end_ns: int = Query(..., ge=-NS_LIMIT, le=NS_LIMIT),
     width_px: int = Query(1500, ge=1, le=8000),
 ) -> dict[str, Any]:
-    svc.store.open(name)
+    own = svc.store.open(name).path / "counters.parquet"  # (a directory of parts: None)
     con = svc.store.connection(name)
-    return {"name": name, "counters": memory.counter_series(con, start_ns, end_ns, width_px)}
+    return {"name": name, "counters": memory.counter_series(
+        con, start_ns, end_ns, width_px, str(own) if own.is_file() else None)}  # fmt: skip
 
 
 PAGES = (

@@ -10,8 +10,8 @@ from neuron_explorer.analysis.events import event_detail
 from .source import with_file_ids
 
 
-def event_json(con, event_id: int) -> dict[str, Any] | None:
-    found = event_detail(con, event_id)
+def event_json(con, event_id: int, events_file: str | None = None) -> dict[str, Any] | None:
+    found = event_detail(con, event_id, events_file)
     if found is None:
         return None
     doc = found.to_dict()

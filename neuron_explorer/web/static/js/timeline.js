@@ -53,7 +53,14 @@ async function select(eventId) {
   const url = new URL(location.href);  // the selected event is part of the link
   url.searchParams.set("event", eventId); history.replaceState(null, "", url);
   detailsEl.replaceChildren(h("div", { class: "note" }, "Loading event…"));
-  const d = await api(`/p/${enc(profile)}/events/${enc(eventId)}`);
+  let d;
+  try {
+    d = await api(`/p/${enc(profile)}/events/${enc(eventId)}`);
+  } catch (e) {  // said in the panel (a 503 says what to do), never an endless "Loading"
+    if (state.selected === eventId) detailsEl.replaceChildren(section("Event", h("p", { class: "warn", id: "event-error" }, `Event ${eventId}: ${e.message}`)));
+    return null;
+  }
+  if (state.selected !== eventId) return null;  // another event was clicked meanwhile
   const ev = d.event;
   state.selectedEv = ev;
   state.flowLinks = { ev, flows: d.flows };
@@ -107,9 +114,10 @@ async function showSpan(s, e, lanes = null) {
   spanEl.replaceChildren(h("p", { class: "note" }, "Totalling the span…"));
   delete spanEl.dataset.events;
   const q = `start_ns=${s}&end_ns=${e}` + (lanes ? `&lanes=${lanes.join(",")}` : "");
-  const [d, flame] = await Promise.all([api(`/p/${enc(profile)}/span?${q}`), api(`/p/${enc(profile)}/span/flame?${q}`).catch(() => null)]);
+  const [d, flame] = await Promise.all([api(`/p/${enc(profile)}/span?${q}`), api(`/p/${enc(profile)}/span/flame?${q}`).catch((x) => x)]);
   if (!state.range || state.range[0] !== s || state.range[1] !== e) return;  // replaced meanwhile
-  spanEl.replaceChildren(spanPanel(d), flame ? spanFlame(flame) : h("p", { class: "note" }, "No flame graph for this span."));
+  spanEl.replaceChildren(spanPanel(d), flame instanceof Error
+    ? h("p", { class: "warn", id: "span-flame-error" }, `No flame graph for this span: ${flame.message}`) : spanFlame(flame));
   spanEl.dataset.events = d.events;
 }
 
