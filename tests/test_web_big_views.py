@@ -161,8 +161,20 @@ def test_the_whole_profiles_work_does_not_let_go_of_its_excerpts_tables(
 @pytest.mark.parametrize("name", ["alexnet", "cpu_mlp"])
 def test_event_details_read_from_the_events_file_are_the_same(imported_profiles, name):
     """The lookups by parent and by flow read through DuckDB's Parquet reader (which skips row
-    groups by their statistics) answer as the registered table does, event for event."""
-    p = Profile.open(imported_profiles[name])
+    groups by their statistics) answer as the registered table does, event for event (40
+    events with children or flows, spread over the profile; 200 in the sweep)."""
+    _same_details(Profile.open(imported_profiles[name]), 40)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", ["alexnet", "cpu_mlp"])
+def test_event_details_read_from_the_events_file_are_the_same_for_200_events(
+    imported_profiles, name
+):
+    _same_details(Profile.open(imported_profiles[name]), 200)
+
+
+def _same_details(p: Profile, n: int) -> None:
     con = duckdb.connect()
     for table in ("events", "stacks", "counters"):
         con.register(table, p.dataset(table))
@@ -171,7 +183,7 @@ def test_event_details_read_from_the_events_file_are_the_same(imported_profiles,
         "(SELECT parent_id FROM events) ORDER BY id"
     ).fetchall()]  # fmt: skip
     assert len(ids) > 50
-    for eid in ids[:: max(1, len(ids) // 200)]:
+    for eid in ids[:: max(1, len(ids) // n)]:
         d = event_detail(con, eid, str(p.path / "events.parquet"))
         assert d == event_detail(con, eid), eid
         assert d.children or d.flows, eid
