@@ -31,14 +31,14 @@ lint: venv ## ruff check, ruff format check and mypy
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
-test: venv browser lint ## set up and run the whole test suite
-	$(PY) -m pytest -q
+test: venv browser lint ## set up and run the whole test suite (and name its slowest tests)
+	$(PY) -m pytest -q --durations=15
 
 test-fast: venv ## the suite without the slow tests (seconds-long captures) and the browser
 	$(PY) -m pytest -q -m 'not slow and not sweep and not browser'
 
 test-sweep: venv java .venv/.sweep ## only the whole sweeps (op_db, the zoo, 4 ranks, Spark)
-	$(PY) -m pytest -q -m sweep
+	$(PY) -m pytest -q -m sweep --durations=15
 
 .venv/.sweep: requirements-sweep.txt $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-sweep.txt
