@@ -52,6 +52,9 @@ def test_the_streamed_index_is_the_in_memory_one(name, tmp_path):
         streamed = build_index_streamed(p, batch)
         _same_index(whole, streamed)
         assert not len(streamed.event_lane)  # no per-event arrays: windows read row groups
+        # each row's lane and depth (what a window reads instead of the lane columns, parents)
+        assert streamed.row_lane.tolist() == whole.event_lane.tolist()
+        assert streamed.row_depth.tolist() == whole.event_depth.tolist()
     if name == "far":
         assert whole.fit is not None and whole.fit[2] == 2
 
@@ -59,18 +62,22 @@ def test_the_streamed_index_is_the_in_memory_one(name, tmp_path):
 @pytest.mark.parametrize("name", [*PROFILES, "far"])
 def test_a_window_reduced_in_batches_is_window(name, tmp_path):
     """The whole view, a third and a thin slice, at 1500 px and at 300 px with 50 rectangles
-    (the bucket doubles), in small batches, on both indexes: window()'s answer."""
+    (the bucket doubles), in small batches, on both indexes (the streamed one with and without
+    its rows' lanes and depths): window()'s answer."""
     p = _profile(name, tmp_path)
     whole, streamed = build_index(p), build_index_streamed(p, 500)
+    lanes_read = build_index_streamed(p, 500, rows=False)  # each window reads lanes, parents
+    assert len(streamed.row_lane) == p.row_count("events") and not len(lanes_read.row_lane)
     s, e = first_view(whole)
     spans = [(s, e), (s + (e - s) // 3, s + (e - s) // 2), (s + (e - s) // 10, s + (e - s) // 9)]
     for ws, we in spans:
         for width, most in ((1500, 4000), (300, 50)):
             want = window(p, whole, ws, we, width, most).to_dict()
-            for idx in (whole, streamed):
+            for idx in (whole, streamed, lanes_read):
                 got = window(p, idx, ws, we, width, most, batched=True, batch_size=_small_batch(p))
                 assert got.to_dict() == want, (ws, we, width, most)
-            assert window(p, streamed, ws, we, width, most).to_dict() == want
+            for idx in (streamed, lanes_read):
+                assert window(p, idx, ws, we, width, most).to_dict() == want
     assert want["events"] > 0
 
 

@@ -21,7 +21,16 @@ from ..model.profile import Profile
 from ..vocab.intervals import depths
 from .event_groups import row_groups
 from .search import _name_codes
-from .timeline_index import END_LIMIT, WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
+from .timeline_index import (
+    DRAWN_COLUMNS,
+    END_LIMIT,
+    WINDOW_COLUMNS,
+    TimelineIndex,
+    _ends,
+    lane_of,
+    long_rows,
+    short_rows,
+)
 from .timeline_stream import BATCH_ROWS, OpenEvents, batches
 
 MAX_DEPTH_KEY = 127  # window() keys depth up to 127
@@ -54,7 +63,15 @@ def _events(
     batch_size: int,
 ) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:  # fmt: skip
     """The events overlapping the window as window() reads them (the long ones from the index,
-    first, then the short ones by start), a batch at a time, with lane and depth."""
+    first, then the short ones by start), a batch at a time, with lane and depth (a streamed
+    index's per-row ones when it has them: neither the lane columns nor the parents read)."""
+    if len(index.row_lane):
+        long, lane, depth = long_rows(index, start_ns, end_ns)
+        drawn = [c for c in columns if c in DRAWN_COLUMNS]
+        if long.num_rows:
+            yield long.select(drawn), lane, depth
+        yield from short_rows(profile, index, start_ns, end_ns, drawn, batch_size)
+        return
     le = index.long_events
     overlap = pc.and_(
         pc.less(le.column("start_ns"), end_ns),
@@ -123,7 +140,7 @@ def reduce_batched(
             bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
             seen[cell[small] * per_cell + np.clip(bucket[small], 0, per_cell - 1)] = True
             wide[0] += int((~small).sum())
-            if wide[0] > max_rects or int(seen.sum()) + wide[0] > max_rects:
+            if wide[0] > max_rects or np.count_nonzero(seen) + wide[0] > max_rects:
                 del alive[f]  # more rectangles than allowed at this width
     factor = next((f for f in factors[:-1] if f in alive), factors[-1])
     return events, ns_per_px * factor, _reduce(profile, index, start_ns, end_ns, width_px,

@@ -77,10 +77,11 @@ class WholeProfileViews:
         """The index built in batches, kept in the disk cache too (tens of seconds on a 10 GB
         trace's profile: a restart reads it back)."""
         identity = self.store.derived(name, "identity", profile_identity, admit=False)
-        kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table")
-        meta, lanes, long = (self.disk.load(p, kind, identity) for kind in kinds)
-        if meta is not None and lanes is not None and long is not None:
-            return timeline.index_from_parts(p, meta, lanes, long)
+        kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table",
+                 "timeline_rows_table")  # fmt: skip
+        parts = [self.disk.load(p, kind, identity) for kind in kinds]
+        if all(part is not None for part in parts):
+            return timeline.index_from_parts(p, *parts)
         self._admit_batch(name, p)
         idx = timeline.build_index_streamed(p)
         for kind, value in zip(kinds, timeline.index_parts(idx), strict=True):
