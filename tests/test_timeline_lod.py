@@ -70,12 +70,17 @@ def test_a_window_from_the_pyramid_counts_and_draws_what_window_does(name):
 
 @pytest.mark.parametrize("name", ["alexnet", "sample:ddp_straggler"])
 def test_the_pyramid_built_in_small_batches_is_the_one_built_in_one(name):
+    """In batches of 97 rows or in one, from the index's rows or the events' lane columns."""
     p = _profile(name)
     idx = build_index_streamed(p)
     buckets = default_buckets(idx, SHIFTS)
     whole = build_pyramid(p, idx, buckets, batch_size=1 << 22)
     small = build_pyramid(p, idx, buckets, batch_size=97, compact_rows=50)
     assert whole.rows.num_rows > 0 and whole.rows.equals(small.rows)
+    # from the index's per-row lanes and depths, or from the lane columns and parents: one
+    assert len(idx.row_lane) == p.row_count("events")
+    read = build_pyramid(p, build_index_streamed(p, rows=False), buckets, batch_size=97)
+    assert whole.rows.equals(read.rows)
     assert whole.rows.column("count").to_numpy().sum() > p.row_count("events")  # a level each
 
 

@@ -285,21 +285,25 @@ def rows_window(
 
 def short_rows(
     profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, columns: list[str],
-    batch_size: int | None = None,
+    batch_size: int | None = None, every: bool = False,
 ) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:  # fmt: skip
-    """The events no longer than the index's long threshold that overlap the window, a row
-    group (or `batch_size` rows of one) at a time, with their lanes and depths from the index's
-    per-row arrays (kept only when no start or duration is null)."""
+    """The events no longer than the index's long threshold that overlap the window (`every`:
+    all the events, the window aside), a row group (or `batch_size` rows of one) at a time,
+    with their lanes and depths from the index's per-row arrays (kept only when no start or
+    duration is null)."""
     thr = index.long_threshold_ns
     lo = start_ns - max(thr, 0)
     read = list(dict.fromkeys(["start_ns", "dur_ns", *columns]))
     for t, first in group_tables_at(profile, read, lo, end_ns):
         start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
-        keep = (start < end_ns) & (start >= lo) & (dur <= thr) & (start + dur >= start_ns)
-        rows = np.flatnonzero(keep)
+        if every:
+            rows = np.arange(len(start))
+        else:
+            keep = (start < end_ns) & (start >= lo) & (dur <= thr) & (start + dur >= start_ns)
+            rows = np.flatnonzero(keep)
         t = t.select(columns).take(pa.array(rows)) if len(rows) < len(start) else t.select(columns)
         rows += first
-        lane, depth = index.row_lane[rows], index.row_depth[rows]
+        lane, depth = index.row_lane[rows].astype(np.int64), index.row_depth[rows].astype(np.int32)
         size = batch_size or max(t.num_rows, 1)
         for i in range(0, t.num_rows, size):
             yield t.slice(i, size), lane[i : i + size], depth[i : i + size]
