@@ -15,7 +15,7 @@ from test_reliability_hostile import KeptAlive, peak_mb, serve
 from test_web_security import far_events
 
 from neuron_explorer.analysis.search import search_sql
-from neuron_explorer.analysis.search_stream import name_counts, search_bounded
+from neuron_explorer.analysis.search_stream import NameCounter, name_counts, search_bounded
 from neuron_explorer.analysis.timeline import first_view, window
 from neuron_explorer.analysis.timeline_index import build_index
 from neuron_explorer.analysis.timeline_stream import build_index_streamed
@@ -89,6 +89,9 @@ def test_find_a_row_group_at_a_time_is_the_sql_find(name, tmp_path):
     want = con.execute("SELECT CAST(name AS VARCHAR) AS n, count(*) FROM events "
                        "WHERE name IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall()  # fmt: skip
     assert [(r["name"], r["events"]) for r in counts.to_pylist()] == want
+    counter = NameCounter()  # counted by the streamed index's pass, in batches of any size
+    build_index_streamed(p, _small_batch(p), names=counter)
+    assert counter.table().equals(counts)
     for q, regex in (
         ("mm", False),
         ("^aten::(add|mul)", True),
@@ -139,8 +142,12 @@ def test_the_service_admits_the_timeline_and_find_of_a_profile_by_what_they_read
     # a second server on the same disk cache reads the index and the whole view back
     again = Service(root, tmp_path / "cache", max_memory=1 << 40)
     again.memory.limit = 0  # nothing may be read in batches: all from the cache
-    _same_index(ref, again.index("big"))
+    kept = again.index("big")
+    _same_index(ref, kept)
+    assert kept.row_lane.tolist() == ref.event_lane.tolist()  # each row's lane and depth
+    assert kept.row_depth.tolist() == ref.event_depth.tolist()
     assert again.first_window("big", 1500).to_dict() == window(p, ref, s, e, 1500).to_dict()
+    assert again.name_counts("big").equals(name_counts(p))  # counted by the index's pass
 
 
 @pytest.mark.sweep  # ~25 s: a 400,000-event profile written, then served

@@ -126,18 +126,22 @@ def reduce_batched(
     cells = int(rows_of.sum())
     factors = _factors(width_px)
     alive = {f: (np.zeros(cells * (width_px // f + 2), bool), [0]) for f in factors[:-1]}
-    cols = [c for c in WINDOW_COLUMNS if c not in ("name", "kind")]
+    # with the index's per-row lanes and depths, a count reads the times alone
+    cols = (["start_ns", "dur_ns"] if len(index.row_lane) else
+            [c for c in WINDOW_COLUMNS if c not in ("name", "kind")])  # fmt: skip
     events = 0
     for t, lane, depth in _events(profile, index, start_ns, end_ns, cols, batch_size):
         events += t.num_rows
         start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
         cell = offset[lane] + np.minimum(np.minimum(depth, MAX_DEPTH_KEY), rows_of[lane] - 1)
+        # the pixel each starts in; a bucket f = 2^k pixels wide is that >> k, exactly: the
+        # division by ns_per_px * 2^k is the division by ns_per_px scaled by 2^-k, rounding and all
+        pixel = np.floor((np.maximum(start, start_ns) - start_ns) / ns_per_px).astype(np.int64)
         for f in list(alive):
             seen, wide = alive[f]
-            bucket_ns = ns_per_px * f
-            small = dur < bucket_ns
+            small = dur < ns_per_px * f
             per_cell = width_px // f + 2
-            bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
+            bucket = pixel >> (f.bit_length() - 1)
             seen[cell[small] * per_cell + np.clip(bucket[small], 0, per_cell - 1)] = True
             wide[0] += int((~small).sum())
             if wide[0] > max_rects or np.count_nonzero(seen) + wide[0] > max_rects:

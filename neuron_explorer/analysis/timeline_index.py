@@ -275,7 +275,9 @@ def rows_window(
     depths among themselves, as timeline_batches reads them)."""
     parts, lanes, deps = [], [], []
     for t, lane, depth in short_rows(profile, index, start_ns, end_ns, columns):
-        parts.append(t), lanes.append(lane), deps.append(depth)
+        parts.append(t)
+        lanes.append(lane)
+        deps.append(depth)
     long, lane, depth = long_rows(index, start_ns, end_ns)
     long = long.select(columns)
     parts = [p.cast(long.schema) if p.schema != long.schema else p for p in parts]
@@ -309,7 +311,9 @@ def short_rows(
             yield t.slice(i, size), lane[i : i + size], depth[i : i + size]
 
 
-def long_rows(index: TimelineIndex, start_ns: int, end_ns: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+def long_rows(
+    index: TimelineIndex, start_ns: int, end_ns: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     """The index's long events overlapping the window, on lanes it knows, with their lanes
     and their depths among themselves."""
     le = index.long_events

@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..model.profile import Profile
 from ..vocab.intervals import _parent_rows
 from .event_groups import group_tables, readable
+from .search_stream import NameCounter
 from .timeline_index import (
     END_LIMIT,
     LONG_EVENTS,
@@ -209,11 +210,12 @@ class LargestGap:
         return (int(max(lo - pad, self.first)), int(min(hi + pad, self.reach)) + 1, int(outside))
 
 
-def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS,
-                         rows: bool = True) -> TimelineIndex:  # fmt: skip
+def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS, rows: bool = True,
+                         names: NameCounter | None = None) -> TimelineIndex:  # fmt: skip
     """timeline_index.build_index in batches of `batch_size` rows: memory bounded by a batch
     and what is carried (open events, the longest events), not by the profile, and with
-    `rows`, each row's lane and depth (3 bytes an event: TimelineIndex.row_lane, row_depth)."""
+    `rows`, each row's lane and depth (3 bytes an event: TimelineIndex.row_lane, row_depth);
+    `names` counts the names it reads (search_stream.name_counts, without a pass of its own)."""
     n_rows = profile.row_count("events") if rows and readable(profile, WINDOW_COLUMNS) else 0
     row_lane, row_depth, at = np.empty(n_rows, np.int16), np.empty(n_rows, np.int8), 0
     combos: dict[tuple[Any, ...], int] = {}
@@ -243,6 +245,8 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS,
         deepest = _grown(deepest, len(combos))
         np.maximum.at(deepest, lane, depth)
         longest.add(b)
+        if names is not None:
+            names.add(t.column("name"))
         lo, hi = int(start.min()), int(ends.max())
         first, end = lo if first is None else min(first, lo), max(end, hi)
         in_order = (

@@ -16,6 +16,7 @@ from .memory import MemoryCeiling, OverMemory, tables_bytes, trim
 from .store import ProfileStore
 from .views import search, timeline
 
+NAME_COUNTS = "name_counts_table"  # find's names with their counts, in the disk cache
 FIRST_VIEW_PX = 1500  # the timeline route's default width, the one warm_up computes
 
 # The timeline and find of a profile over the ceiling read it in batches: such a pass (the
@@ -79,13 +80,15 @@ class WholeProfileViews:
         identity = self.store.derived(name, "identity", profile_identity, admit=False)
         kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table",
                  "timeline_rows_table")  # fmt: skip
-        parts = [self.disk.load(p, kind, identity) for kind in kinds]
-        if all(part is not None for part in parts):
-            return timeline.index_from_parts(p, *parts)
+        meta, lanes, long, rows = (self.disk.load(p, kind, identity) for kind in kinds)
+        if meta is not None and lanes is not None and long is not None and rows is not None:
+            return timeline.index_from_parts(p, meta, lanes, long, rows)
         self._admit_batch(name, p)
-        idx = timeline.build_index_streamed(p)
+        names = search.NameCounter()  # find's name counts from the same pass: kept on disk,
+        idx = timeline.build_index_streamed(p, names=names)  # where name_counts looks first
         for kind, value in zip(kinds, timeline.index_parts(idx), strict=True):
             self.disk.store(p, kind, identity, value)
+        self.disk.store(p, NAME_COUNTS, identity, names.table())
         return idx
 
     def window(
@@ -184,7 +187,7 @@ class WholeProfileViews:
         def admit(name: str, p: Profile) -> None:
             self._admit_batch(name, p, f"the names of {name}", FIND_BYTES)
 
-        return self.persisted(name, "name_counts_table", search.name_counts, admit=admit)
+        return self.persisted(name, NAME_COUNTS, search.name_counts, admit=admit)
 
     def find(self, name: str, q: str, regex: bool, limit: int) -> dict[str, Any]:
         """Find on the timeline: names matched in the Parquet dictionary when the profile fits
