@@ -37,6 +37,11 @@ WINDOW_EVENT_BYTES = 256
 # be. Its rows follow its buckets more than its events: the 1 GB trace's profile, 3.9 M events,
 # 154 MB of rows, peak 396 MB over what the process held; the 10 GB one's, 38 M events, 256 MB,
 # peak 542 MB. A pyramid kept on disk is read back in place (its file's bytes).
+# A streamed index keeps each row's lane (int16) and depth (int8) while they fit ROWS_SHARE of
+# the ceiling (38 M events: 115 MB; under a 2 GB ceiling, up to 89 M events): windows, the whole
+# view and the pyramid then read neither the lane columns nor the parents.
+ROW_BYTES = 3
+ROWS_SHARE = 0.125
 PYRAMID_ROW_BYTES = 128  # its fixed columns 59 B, a name and a kind
 PYRAMID_SHARE = 0.25
 
@@ -83,9 +88,12 @@ class WholeProfileViews:
         meta, lanes, long, rows = (self.disk.load(p, kind, identity) for kind in kinds)
         if meta is not None and lanes is not None and long is not None and rows is not None:
             return timeline.index_from_parts(p, meta, lanes, long, rows)
-        self._admit_batch(name, p)
+        # each row's lane and depth, kept with the index, while they fit ROWS_SHARE of the ceiling
+        held = p.row_count("events") * ROW_BYTES
+        rows = held <= ROWS_SHARE * self.memory.limit
+        self._admit_batch(name, p, extra=held if rows else 0)
         names = search.NameCounter()  # find's name counts from the same pass: kept on disk,
-        idx = timeline.build_index_streamed(p, names=names)  # where name_counts looks first
+        idx = timeline.build_index_streamed(p, rows=rows, names=names)  # where name_counts looks
         for kind, value in zip(kinds, timeline.index_parts(idx), strict=True):
             self.disk.store(p, kind, identity, value)
         self.disk.store(p, NAME_COUNTS, identity, names.table())
