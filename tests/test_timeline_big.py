@@ -15,7 +15,7 @@ from test_reliability_hostile import KeptAlive, peak_mb, serve
 from test_web_security import far_events
 
 from neuron_explorer.analysis.search import search_sql
-from neuron_explorer.analysis.search_stream import name_counts, search_bounded
+from neuron_explorer.analysis.search_stream import NameCounter, name_counts, search_bounded
 from neuron_explorer.analysis.timeline import first_view, window
 from neuron_explorer.analysis.timeline_index import build_index
 from neuron_explorer.analysis.timeline_stream import build_index_streamed
@@ -52,6 +52,9 @@ def test_the_streamed_index_is_the_in_memory_one(name, tmp_path):
         streamed = build_index_streamed(p, batch)
         _same_index(whole, streamed)
         assert not len(streamed.event_lane)  # no per-event arrays: windows read row groups
+        # each row's lane and depth (what a window reads instead of the lane columns, parents)
+        assert streamed.row_lane.tolist() == whole.event_lane.tolist()
+        assert streamed.row_depth.tolist() == whole.event_depth.tolist()
     if name == "far":
         assert whole.fit is not None and whole.fit[2] == 2
 
@@ -59,18 +62,22 @@ def test_the_streamed_index_is_the_in_memory_one(name, tmp_path):
 @pytest.mark.parametrize("name", [*PROFILES, "far"])
 def test_a_window_reduced_in_batches_is_window(name, tmp_path):
     """The whole view, a third and a thin slice, at 1500 px and at 300 px with 50 rectangles
-    (the bucket doubles), in small batches, on both indexes: window()'s answer."""
+    (the bucket doubles), in small batches, on both indexes (the streamed one with and without
+    its rows' lanes and depths): window()'s answer."""
     p = _profile(name, tmp_path)
     whole, streamed = build_index(p), build_index_streamed(p, 500)
+    lanes_read = build_index_streamed(p, 500, rows=False)  # each window reads lanes, parents
+    assert len(streamed.row_lane) == p.row_count("events") and not len(lanes_read.row_lane)
     s, e = first_view(whole)
     spans = [(s, e), (s + (e - s) // 3, s + (e - s) // 2), (s + (e - s) // 10, s + (e - s) // 9)]
     for ws, we in spans:
         for width, most in ((1500, 4000), (300, 50)):
             want = window(p, whole, ws, we, width, most).to_dict()
-            for idx in (whole, streamed):
+            for idx in (whole, streamed, lanes_read):
                 got = window(p, idx, ws, we, width, most, batched=True, batch_size=_small_batch(p))
                 assert got.to_dict() == want, (ws, we, width, most)
-            assert window(p, streamed, ws, we, width, most).to_dict() == want
+            for idx in (streamed, lanes_read):
+                assert window(p, idx, ws, we, width, most).to_dict() == want
     assert want["events"] > 0
 
 
@@ -82,6 +89,9 @@ def test_find_a_row_group_at_a_time_is_the_sql_find(name, tmp_path):
     want = con.execute("SELECT CAST(name AS VARCHAR) AS n, count(*) FROM events "
                        "WHERE name IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall()  # fmt: skip
     assert [(r["name"], r["events"]) for r in counts.to_pylist()] == want
+    counter = NameCounter()  # counted by the streamed index's pass, in batches of any size
+    build_index_streamed(p, _small_batch(p), names=counter)
+    assert counter.table().equals(counts)
     for q, regex in (
         ("mm", False),
         ("^aten::(add|mul)", True),
@@ -132,8 +142,12 @@ def test_the_service_admits_the_timeline_and_find_of_a_profile_by_what_they_read
     # a second server on the same disk cache reads the index and the whole view back
     again = Service(root, tmp_path / "cache", max_memory=1 << 40)
     again.memory.limit = 0  # nothing may be read in batches: all from the cache
-    _same_index(ref, again.index("big"))
+    kept = again.index("big")
+    _same_index(ref, kept)
+    assert kept.row_lane.tolist() == ref.event_lane.tolist()  # each row's lane and depth
+    assert kept.row_depth.tolist() == ref.event_depth.tolist()
     assert again.first_window("big", 1500).to_dict() == window(p, ref, s, e, 1500).to_dict()
+    assert again.name_counts("big").equals(name_counts(p))  # counted by the index's pass
 
 
 @pytest.mark.sweep  # ~25 s: a 400,000-event profile written, then served

@@ -70,12 +70,17 @@ def test_a_window_from_the_pyramid_counts_and_draws_what_window_does(name):
 
 @pytest.mark.parametrize("name", ["alexnet", "sample:ddp_straggler"])
 def test_the_pyramid_built_in_small_batches_is_the_one_built_in_one(name):
+    """In batches of 97 rows or in one, from the index's rows or the events' lane columns."""
     p = _profile(name)
     idx = build_index_streamed(p)
     buckets = default_buckets(idx, SHIFTS)
     whole = build_pyramid(p, idx, buckets, batch_size=1 << 22)
     small = build_pyramid(p, idx, buckets, batch_size=97, compact_rows=50)
     assert whole.rows.num_rows > 0 and whole.rows.equals(small.rows)
+    # from the index's per-row lanes and depths, or from the lane columns and parents: one
+    assert len(idx.row_lane) == p.row_count("events")
+    read = build_pyramid(p, build_index_streamed(p, rows=False), buckets, batch_size=97)
+    assert whole.rows.equals(read.rows)
     assert whole.rows.column("count").to_numpy().sum() > p.row_count("events")  # a level each
 
 
@@ -240,3 +245,34 @@ def test_a_window_merged_in_numpy_is_the_sql_merge(name):
         assert rects.to_pylist() == _merged_in_sql(rows, s, bucket_ns, px)
         merged += sum(c > 1 for c in rects.column("count").to_pylist())
     assert merged  # groups of several events were compared, not only rows drawn alone
+
+
+@pytest.mark.parametrize("name", ["alexnet", "sample:ddp_straggler"])
+def test_each_cells_longest_event_is_the_one_a_sort_by_duration_and_id_picks(name):
+    """The build sorts a batch once by (lane, depth, start) and finds each cell's longest event
+    (the lowest id among ties) by reductions: the event a sort by (cell, -duration, id) puts
+    first, on every level's cells of real events (ties included: many share a duration)."""
+    from neuron_explorer.analysis.timeline_lod_build import _longest
+
+    p = _profile(name)
+    idx = build_index_streamed(p)
+    t = p.table("events", columns=["id", "start_ns", "dur_ns"])
+    start, dur, ids = (t.column(c).to_numpy() for c in ("start_ns", "dur_ns", "id"))
+    cell = idx.row_lane.astype(np.int64) * 128 + np.minimum(idx.row_depth, 127)
+    by_cell = np.lexsort((start, cell))
+    ties = 0
+    for width in default_buckets(idx, SHIFTS):
+        key = cell * (1 << 40) + ((start - idx.start_ns) // width).astype(np.int64)
+        order = by_cell
+        k = key[order]
+        first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        want = np.lexsort((ids, -dur, key))
+        kw = key[want]
+        assert (
+            _longest(order, first, dur, ids).tolist()
+            == want[np.flatnonzero(np.r_[True, kw[1:] != kw[:-1]])].tolist()
+        )
+        run = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(order)]))
+        longest = np.maximum.reduceat(dur[order], first)
+        ties += int((np.bincount(run, dur[order] == longest[run]) > 1).sum())
+    assert ties > 0  # cells whose longest duration is shared: the lowest id decides

@@ -45,6 +45,22 @@ def row_groups(profile: Profile) -> list[tuple[float, float, int, str, int]]:
     return _GROUPS[profile]
 
 
+def group_tables_at(profile: Profile, columns: list[str], lo: float = -np.inf,
+                    hi: float = np.inf) -> Iterator[tuple[pa.Table, int]]:  # fmt: skip
+    """group_tables with each group's first row's position among all the events' rows in
+    stored order (what a streamed index's per-row lanes and depths are indexed by)."""
+    import pyarrow.parquet as pq
+
+    schema = profile.dataset("events").schema
+    want = pa.schema([schema.field(c) for c in columns])
+    first = 0
+    for least, most, n, path, g in row_groups(profile):
+        if least < hi and most >= lo:
+            f = pq.ParquetFile(path, metadata=_FOOTERS[profile][path])
+            yield f.read_row_group(g, columns=columns).cast(want), first
+        first += n
+
+
 def readable(profile: Profile, columns: list[str]) -> bool:
     """Whether every events file holds `columns` itself (a column a file lacks, as a rank of a
     folder of ranks, is filled by a dataset scan only)."""

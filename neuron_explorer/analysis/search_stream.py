@@ -37,18 +37,32 @@ def name_counts(profile: Profile) -> pa.Table:
     row group at a time."""
     import pyarrow.parquet as pq
 
-    parts: list[pa.Table] = []
+    counter = NameCounter()
     for path in profile.dataset("events").files:
         f = pq.ParquetFile(path)
         for g in range(f.num_row_groups):
-            codes, values = _name_codes(f.read_row_group(g, columns=["name"]).column("name"))
-            n = np.bincount(codes[codes >= 0], minlength=len(values))
-            used = np.flatnonzero(n)
-            names = values.take(pa.array(used)).cast(pa.string())
-            parts.append(pa.table({"name": names, "events": pa.array(n[used], pa.int64())}))
-            if len(parts) > 64:
-                parts = [_summed(parts)]
-    return _summed(parts) if parts else COUNT_SCHEMA.empty_table()
+            counter.add(f.read_row_group(g, columns=["name"]).column("name"))
+    return counter.table()
+
+
+class NameCounter:
+    """name_counts over name columns passed in turn: what a pass that reads the names anyway
+    (the streamed timeline index's) counts, so find's first answer needs no pass of its own."""
+
+    def __init__(self) -> None:
+        self.parts: list[pa.Table] = []
+
+    def add(self, names: pa.ChunkedArray) -> None:
+        codes, values = _name_codes(names)
+        n = np.bincount(codes[codes >= 0], minlength=len(values))
+        used = np.flatnonzero(n)
+        kept = values.take(pa.array(used)).cast(pa.string())
+        self.parts.append(pa.table({"name": kept, "events": pa.array(n[used], pa.int64())}))
+        if len(self.parts) > 64:
+            self.parts = [_summed(self.parts)]
+
+    def table(self) -> pa.Table:
+        return _summed(self.parts) if self.parts else COUNT_SCHEMA.empty_table()
 
 
 def _summed(parts: list[pa.Table]) -> pa.Table:

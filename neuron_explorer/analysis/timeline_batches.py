@@ -1,11 +1,12 @@
 """A timeline window too big to hold in memory (the whole view of a profile over the server's
 ceiling), reduced batch by batch to the rectangles analysis.timeline.window gives.
 
-Pattern: a window's rectangles are few (MAX_RECTS) whatever the events. Algorithm: a first pass
-counts, for every bucket width window() would try (one pixel, doubled), the rectangles it would
-give (a bitmap of occupied (lane, depth, bucket) cells plus the wide events); a second pass
-reduces each batch at the width chosen to partial groups (min start, max end, the longest
-event, the count, the smallest and largest name), merged at the end as window() merges.
+Pattern: a window's rectangles are few (MAX_RECTS) whatever the events. Algorithm: one pass
+reduces each batch to partial groups (min start, max end, the longest event, the count, the
+smallest and largest name) per (lane, depth, bucket), the bucket one pixel wide and doubled, as
+window() doubles it, as soon as the groups and events held alone prove it gives too many
+rectangles (a bucket 2^k pixels wide is the pixel >> k, so what is held is merged into it), and
+the groups are merged at the end as window() merges.
 """
 
 from __future__ import annotations
@@ -21,10 +22,18 @@ from ..model.profile import Profile
 from ..vocab.intervals import depths
 from .event_groups import row_groups
 from .search import _name_codes
-from .timeline_index import END_LIMIT, WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
+from .timeline_index import (
+    DRAWN_COLUMNS,
+    END_LIMIT,
+    WINDOW_COLUMNS,
+    TimelineIndex,
+    _ends,
+    lane_of,
+    long_rows,
+    short_rows,
+)
 from .timeline_stream import BATCH_ROWS, OpenEvents, batches
 
-MAX_DEPTH_KEY = 127  # window() keys depth up to 127
 COMPACT_ROWS = 1 << 16  # partial groups merged once this many pile up
 _WIDE = pa.schema([("lane", pa.int32()), ("depth", pa.int32()), ("start_ns", pa.int64()),
                    ("dur_ns", pa.int64()), ("id", pa.int64()), ("count", pa.int64()),
@@ -54,7 +63,15 @@ def _events(
     batch_size: int,
 ) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:  # fmt: skip
     """The events overlapping the window as window() reads them (the long ones from the index,
-    first, then the short ones by start), a batch at a time, with lane and depth."""
+    first, then the short ones by start), a batch at a time, with lane and depth (a streamed
+    index's per-row ones when it has them: neither the lane columns nor the parents read)."""
+    if len(index.row_lane):
+        long, lane, depth = long_rows(index, start_ns, end_ns)
+        drawn = [c for c in columns if c in DRAWN_COLUMNS]
+        if long.num_rows:
+            yield long.select(drawn), lane, depth
+        yield from short_rows(profile, index, start_ns, end_ns, drawn, batch_size)
+        return
     le = index.long_events
     overlap = pc.and_(
         pc.less(le.column("start_ns"), end_ns),
@@ -86,81 +103,88 @@ def _events(
         yield t, lane, depth
 
 
-def _factors(width_px: int) -> list[int]:
-    """The bucket widths window() tries, in pixels: 1, 2, 4... up to the first past width_px."""
-    out = [1]
-    while out[-1] <= width_px:
-        out.append(out[-1] * 2)
-    return out
-
-
 def reduce_batched(
     profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
     max_rects: int, con: Any = None, batch_size: int = BATCH_ROWS,
 ) -> tuple[int, float, pa.Table]:  # fmt: skip
     """(events in the window, the bucket width chosen, the rectangles as window()'s _reduce
-    gives them) for a window of any size, in memory bounded by a batch and the rectangles."""
+    gives them) for a window of any size, in one pass, in memory bounded by a batch and the
+    rectangles: the bucket doubles as soon as what is held proves it too narrow (more than
+    `max_rects` rectangles already), the groups held merged into the wider buckets and the
+    events held alone that are now narrower than a bucket merged with them."""
     import duckdb
 
     con = con if con is not None else duckdb.connect()
     ns_per_px = (end_ns - start_ns) / width_px
-    rows_of = np.minimum(index.lanes.column("depth").to_numpy(), MAX_DEPTH_KEY + 1)
-    offset = np.concatenate([[0], np.cumsum(rows_of)[:-1]]).astype(np.int64)
-    cells = int(rows_of.sum())
-    factors = _factors(width_px)
-    alive = {f: (np.zeros(cells * (width_px // f + 2), bool), [0]) for f in factors[:-1]}
-    cols = [c for c in WINDOW_COLUMNS if c not in ("name", "kind")]
-    events = 0
-    for t, lane, depth in _events(profile, index, start_ns, end_ns, cols, batch_size):
-        events += t.num_rows
-        start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
-        cell = offset[lane] + np.minimum(np.minimum(depth, MAX_DEPTH_KEY), rows_of[lane] - 1)
-        for f in list(alive):
-            seen, wide = alive[f]
-            bucket_ns = ns_per_px * f
-            small = dur < bucket_ns
-            per_cell = width_px // f + 2
-            bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
-            seen[cell[small] * per_cell + np.clip(bucket[small], 0, per_cell - 1)] = True
-            wide[0] += int((~small).sum())
-            if wide[0] > max_rects or int(seen.sum()) + wide[0] > max_rects:
-                del alive[f]  # more rectangles than allowed at this width
-    factor = next((f for f in factors[:-1] if f in alive), factors[-1])
-    return events, ns_per_px * factor, _reduce(profile, index, start_ns, end_ns, width_px,
-                                               ns_per_px * factor, con, batch_size)  # fmt: skip
-
-
-def _reduce(
-    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, width_px: int,
-    bucket_ns: float, con: Any, batch_size: int,
-) -> pa.Table:  # fmt: skip
+    per_cell = width_px * 2 + 4  # window()'s key: (lane * 128 + depth) * per_cell + bucket
+    shift, events = 0, 0  # the bucket is 2^shift pixels wide
     wide: list[pa.Table] = []
     partial: list[pa.Table] = []
-    held = 0
+    held, alone, keys = 0, 0, np.zeros(0, np.int64)
     for t, lane, depth in _events(profile, index, start_ns, end_ns, WINDOW_COLUMNS, batch_size):
+        events += t.num_rows
         start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
-        small = dur < bucket_ns
-        bucket = np.floor((np.maximum(start, start_ns) - start_ns) / bucket_ns).astype(np.int64)
-        key = (lane.astype(np.int64) * 128 + np.minimum(depth, 127)) * (width_px * 2 + 4) + bucket
-        wide.append(_wide(t, lane, depth, np.flatnonzero(~small)))
-        part = _partial(t, lane, depth, np.flatnonzero(small), key)
+        # the pixel each starts in; a bucket 2^k pixels wide is that >> k, exactly: the division
+        # by ns_per_px * 2^k is the one by ns_per_px scaled by 2^-k, rounding and all
+        pixel = np.floor((np.maximum(start, start_ns) - start_ns) / ns_per_px).astype(np.int64)
+        cell = lane.astype(np.int64) * 128 + np.minimum(depth, 127)
+        small = dur < ns_per_px * (1 << shift)
+        wide.append(_wide(t, lane, depth, np.flatnonzero(~small), cell * per_cell + pixel))
+        part = _partial(t, lane, depth, np.flatnonzero(small), cell * per_cell + (pixel >> shift))
         partial.append(part)
         held += part.num_rows
         if held > COMPACT_ROWS:
             partial = [_merge(con, partial)]
             held = partial[0].num_rows
+        keys = np.union1d(keys, part.column("k").to_numpy())  # the groups' distinct keys
+        alone += wide[-1].num_rows
+        while (1 << shift) <= width_px and alone + len(keys) > max_rects:
+            shift += 1  # too narrow: every wider bucket is tried as window() tries them
+            wide, partial = _widen(wide, partial, ns_per_px * (1 << shift), per_cell, shift)
+            alone = wide[0].num_rows if wide else 0
+            keys = np.unique(np.concatenate([keys // per_cell * per_cell + keys % per_cell // 2,
+                                             partial[-1].column("k").to_numpy()]))  # fmt: skip
+            partial = [_merge(con, partial)]
+            held = partial[0].num_rows
     groups = _merge(con, partial) if partial else None
     con.register("_g", groups if groups is not None else _PARTIAL_SCHEMA.empty_table())
-    con.register("_w", pa.concat_tables(wide) if wide else _WIDE.empty_table())
+    wide_t = pa.concat_tables(wide).drop_columns(["k"]) if wide else _WIDE.empty_table()
+    con.register("_w", wide_t)
     try:
-        return con.sql(
-            "SELECT * FROM _w UNION ALL SELECT lane, depth, s, e - s, bid, n, "
-            "CASE WHEN mn IS NOT NULL AND mn = mx THEN mn ELSE CAST(n AS VARCHAR) || ' events' "
-            "END, bkind FROM _g ORDER BY 1, 2, 3, 5"
-        ).to_arrow_table()
+        return (
+            events,
+            ns_per_px * (1 << shift),
+            con.sql(
+                "SELECT * FROM _w UNION ALL SELECT lane, depth, s, e - s, bid, n, "
+                "CASE WHEN mn IS NOT NULL AND mn = mx THEN mn ELSE CAST(n AS VARCHAR) || ' events' "
+                "END, bkind FROM _g ORDER BY 1, 2, 3, 5"
+            ).to_arrow_table(),
+        )
     finally:
         con.unregister("_g")
         con.unregister("_w")
+
+
+def _widen(wide: list[pa.Table], partial: list[pa.Table], bucket_ns: float, per_cell: int,
+           shift: int) -> tuple[list[pa.Table], list[pa.Table]]:  # fmt: skip
+    """The events held alone and the groups, at a bucket twice as wide: the groups' keys
+    halved, and the events narrower than it made groups of one."""
+    out = []
+    for p in partial:
+        k = p.column("k").to_numpy()
+        out.append(p.set_column(0, "k", pa.array(k // per_cell * per_cell + (k % per_cell) // 2)))
+    w = pa.concat_tables(wide) if wide else _WIDE.append(pa.field("k", pa.int64())).empty_table()
+    dur, k = w.column("dur_ns").to_numpy(), w.column("k").to_numpy()  # k: at one pixel
+    narrow = dur < bucket_ns
+    n = w.filter(pa.array(narrow))  # the last of `out`, even when empty: its keys are new
+    key = k[narrow] // per_cell * per_cell + (k[narrow] % per_cell >> shift)
+    start = n.column("start_ns").to_numpy()
+    out.append(pa.table([
+        pa.array(key, pa.int64()), n.column("lane"), n.column("depth"), n.column("start_ns"),
+        pa.array(start + n.column("dur_ns").to_numpy(), pa.int64()), n.column("id"),
+        n.column("kind"), n.column("dur_ns"), n.column("count"), n.column("name"), n.column("name"),
+    ], schema=_PARTIAL_SCHEMA))  # fmt: skip
+    return [w.filter(pa.array(~narrow))], out
 
 
 def _merge(con: Any, parts: list[pa.Table]) -> pa.Table:
@@ -176,14 +200,17 @@ def _strings(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
     return col.take(pa.array(rows, pa.int64())).cast(pa.string()).combine_chunks()
 
 
-def _wide(t: pa.Table, lane: np.ndarray, depth: np.ndarray, rows: np.ndarray) -> pa.Table:
-    """The batch's events at least a bucket wide, each its own rectangle."""
+def _wide(t: pa.Table, lane: np.ndarray, depth: np.ndarray, rows: np.ndarray,
+          key: np.ndarray) -> pa.Table:  # fmt: skip
+    """The batch's events at least a bucket wide, each its own rectangle, with its key at one
+    pixel (`k`, for a wider bucket later)."""
     take = pa.array(rows, pa.int64())
     return pa.table([pa.array(lane[rows], pa.int32()), pa.array(depth[rows], pa.int32()),
                      t.column("start_ns").take(take), t.column("dur_ns").take(take),
                      t.column("id").take(take), pa.array(np.ones(len(rows), np.int64)),
-                     _strings(t.column("name"), rows), _strings(t.column("kind"), rows)],
-                    schema=_WIDE)  # fmt: skip
+                     _strings(t.column("name"), rows), _strings(t.column("kind"), rows),
+                     pa.array(key[rows], pa.int64())],
+                    schema=_WIDE.append(pa.field("k", pa.int64())))  # fmt: skip
 
 
 def _partial(

@@ -10,6 +10,7 @@ columns gives each lane's count, extent and depth.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +21,12 @@ import pyarrow.compute as pc
 from ..model.profile import Profile
 from ..vocab.engines import lane_order
 from ..vocab.intervals import depths  # deeper nesting than 64 draws at 64
-from .event_groups import read_starting
+from .event_groups import group_tables_at, read_starting
 
 LONG_EVENTS = 20_000  # the longest events, kept in memory for every window
 WINDOW_COLUMNS = ["id", "parent_id", "rank", "layer", "device", "track", "start_ns", "dur_ns",
                   "name", "kind"]  # fmt: skip
+DRAWN_COLUMNS = ["id", "start_ns", "dur_ns", "name", "kind"]  # what a window's rectangles read
 LANE_COLUMNS = ("layer", "device", "track")  # with rank, what makes a lane
 END_LIMIT = 2**63 - 1  # event ends are clamped here: int64, whatever a malformed event says
 # the whole view fits the events when strays (a share of at most STRAY_SHARE, or two events,
@@ -51,6 +53,15 @@ class TimelineIndex:
         default_factory=lambda: np.zeros(0, np.int16), compare=False, repr=False
     )
     event_depth: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, np.int8), compare=False, repr=False
+    )
+    # a streamed index's (no per-event arrays) lane and depth of each row in stored order
+    # (event_groups.row_groups' order), found by its one pass: a window reads them by position
+    # instead of the lane columns and the parents (whose depths cost half a window's time)
+    row_lane: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, np.int16), compare=False, repr=False
+    )
+    row_depth: np.ndarray = field(
         default_factory=lambda: np.zeros(0, np.int8), compare=False, repr=False
     )
 
@@ -231,6 +242,8 @@ def lanes_and_depths(
     if whole and len(index.event_lane) == profile.row_count("events"):  # every event is in it
         t = profile.table("events", columns=["id", "start_ns", "dur_ns", "name", "kind"])
         return t, index.event_lane.astype(np.int32), index.event_depth.astype(np.int32)
+    if len(index.row_lane):  # a streamed index's lanes and depths, by row position
+        return rows_window(profile, index, start_ns, end_ns, DRAWN_COLUMNS)
     t = window_events(profile, index, start_ns, end_ns)
     lane = lane_of(t, index)
     known = lane >= 0  # every event has its lane; a lane the index lacks is not drawn
@@ -252,3 +265,65 @@ def _short_events(
     start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
     keep = (start < end_ns) & (start >= lo) & (dur <= thr) & (start + dur >= start_ns)
     return t.filter(pa.array(keep))
+
+
+def rows_window(
+    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, columns: list[str]
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """lanes_and_depths from a streamed index's per-row lanes and depths: the short events of
+    the row groups whose starts can overlap, only `columns` read, then the long ones (their
+    depths among themselves, as timeline_batches reads them)."""
+    parts, lanes, deps = [], [], []
+    for t, lane, depth in short_rows(profile, index, start_ns, end_ns, columns):
+        parts.append(t)
+        lanes.append(lane)
+        deps.append(depth)
+    long, lane, depth = long_rows(index, start_ns, end_ns)
+    long = long.select(columns)
+    parts = [p.cast(long.schema) if p.schema != long.schema else p for p in parts]
+    return (pa.concat_tables([*parts, long]), np.concatenate([*lanes, lane]).astype(np.int32),
+            np.concatenate([*deps, depth]).astype(np.int32))  # fmt: skip
+
+
+def short_rows(
+    profile: Profile, index: TimelineIndex, start_ns: int, end_ns: int, columns: list[str],
+    batch_size: int | None = None, every: bool = False,
+) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:  # fmt: skip
+    """The events no longer than the index's long threshold that overlap the window (`every`:
+    all the events, the window aside), a row group (or `batch_size` rows of one) at a time,
+    with their lanes and depths from the index's per-row arrays (kept only when no start or
+    duration is null)."""
+    thr = index.long_threshold_ns
+    lo = start_ns - max(thr, 0)
+    read = list(dict.fromkeys(["start_ns", "dur_ns", *columns]))
+    for t, first in group_tables_at(profile, read, lo, end_ns):
+        start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+        if every:
+            rows = np.arange(len(start))
+        else:
+            keep = (start < end_ns) & (start >= lo) & (dur <= thr) & (start + dur >= start_ns)
+            rows = np.flatnonzero(keep)
+        t = t.select(columns).take(pa.array(rows)) if len(rows) < len(start) else t.select(columns)
+        rows += first
+        lane, depth = index.row_lane[rows].astype(np.int64), index.row_depth[rows].astype(np.int32)
+        size = batch_size or max(t.num_rows, 1)
+        for i in range(0, t.num_rows, size):
+            yield t.slice(i, size), lane[i : i + size], depth[i : i + size]
+
+
+def long_rows(
+    index: TimelineIndex, start_ns: int, end_ns: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """The index's long events overlapping the window, on lanes it knows, with their lanes
+    and their depths among themselves."""
+    le = index.long_events
+    overlap = pc.and_(
+        pc.less(le.column("start_ns"), end_ns),
+        pc.greater_equal(pc.add(le.column("start_ns"), le.column("dur_ns")), start_ns),
+    )
+    long = le.filter(overlap)
+    lane = lane_of(long, index)
+    long, lane = long.filter(pa.array(lane >= 0)), lane[lane >= 0]
+    ids = long.column("id").to_numpy()
+    depth = depths(ids, long.column("parent_id").fill_null(-1).to_numpy(), lane)
+    return long, lane, depth

@@ -5,13 +5,23 @@ bounded by the bytes it may hold (the finest levels dropped past them).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model.profile import Profile
 from .search import _name_codes
-from .timeline_index import WINDOW_COLUMNS, TimelineIndex, _ends, lane_of
+from .timeline_index import (
+    DRAWN_COLUMNS,
+    END_LIMIT,
+    WINDOW_COLUMNS,
+    TimelineIndex,
+    _ends,
+    lane_of,
+    short_rows,
+)
 from .timeline_lod import COMPACT_ROWS, LEVEL_SHIFTS, SCHEMA, Pyramid
 from .timeline_stream import BATCH_ROWS, OpenEvents, batches
 
@@ -33,18 +43,17 @@ def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] |
     origin, thr = index.start_ns, index.long_threshold_ns
     opened = OpenEvents()
     live: list[_Level | None] = [_Level() for _ in buckets]  # None once dropped
-    for b in batches(profile, WINDOW_COLUMNS, batch_size=batch_size):
-        t = pa.Table.from_batches([b])
-        lane = lane_of(t, index).astype(np.int64)
+    for t, lane, depth in _events(profile, index, opened, batch_size):
         start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
-        ids, ends = t.column("id").to_numpy(), _ends(start, dur)
-        depth = opened.depths(ids, t.column("parent_id").fill_null(-1).to_numpy(), lane, start,
-                              ends)  # fmt: skip
+        ends = _ends(start, dur)
         codes, names = _name_codes(t.column("name"))
+        # one sort a batch by (lane, depth, start): every level's cells are runs of it
+        by_cell = np.lexsort((start, lane.astype(np.int64) * 128 + np.minimum(depth, 127)))
         for level, width in enumerate(buckets):
             lv = live[level]
             if lv is not None:
-                lv.add(_level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends))
+                lv.add(_level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends,
+                                   by_cell))  # fmt: skip
         if sum(lv.cells for lv in live if lv) > compact_rows:
             for level, lv in enumerate(live):
                 if lv is not None:
@@ -71,6 +80,24 @@ def build_pyramid(profile: Profile, index: TimelineIndex, buckets: list[float] |
         live[level] = None
     rows = pa.concat_tables(groups) if groups else SCHEMA.empty_table()  # a chunk a group
     return Pyramid(origin, tuple(buckets[i] for i in levels), thr, rows)
+
+
+def _events(profile: Profile, index: TimelineIndex, opened: OpenEvents,
+            batch_size: int) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:  # fmt: skip
+    """Every event in stored order, a batch at a time, with its lane and depth: the index's
+    per-row ones when it has them (neither the lane columns nor the parents read: the build
+    of the 10 GB trace's pyramid spent a third of its time on them), else found here."""
+    if len(index.row_lane):
+        yield from short_rows(profile, index, -(1 << 62), END_LIMIT, DRAWN_COLUMNS, batch_size,
+                              every=True)  # fmt: skip
+        return
+    for b in batches(profile, WINDOW_COLUMNS, batch_size=batch_size):
+        t = pa.Table.from_batches([b])
+        lane = lane_of(t, index).astype(np.int64)
+        start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
+        depth = opened.depths(t.column("id").to_numpy(), t.column("parent_id").fill_null(-1)
+                              .to_numpy(), lane, start, _ends(start, dur))  # fmt: skip
+        yield t, lane, depth
 
 
 def _peak(live: list[_Level | None]) -> int:
@@ -120,8 +147,10 @@ class _Level:
         return _merge_repeated(cells)
 
 
-def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends) -> pa.Table:
-    """One batch at one level: its wide events (width..thr long) and its cells, partial."""
+def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends,
+                by_cell) -> pa.Table:  # fmt: skip
+    """One batch at one level: its wide events (width..thr long) and its cells, partial
+    (`by_cell`: the rows in (lane, depth, start) order, where a level's cells are runs)."""
     start, dur = t.column("start_ns").to_numpy(), t.column("dur_ns").to_numpy()
     ids = t.column("id").to_numpy()
     ok = lane >= 0
@@ -129,10 +158,12 @@ def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends) -
     small = np.flatnonzero(ok & (dur < width))
     bucket = np.floor((start - origin) / width).astype(np.int64)
     key = (lane * 128 + np.minimum(depth, 127)) * (1 << 40) + bucket
-    order = small[np.lexsort((ids[small], -dur[small], key[small]))]
+    is_small = np.zeros(len(start), bool)
+    is_small[small] = True
+    order = by_cell[is_small[by_cell]]  # a bucket grows with start: keys in order, cells runs
     k = key[order]
     first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
-    best = order[first]
+    best = _longest(order, first, dur, ids)
     code = codes[order]
     one = (np.minimum.reduceat(code, first) == np.maximum.reduceat(code, first)) if len(k) else \
         np.zeros(0, bool)  # fmt: skip
@@ -160,6 +191,18 @@ def _level_rows(t, level, width, origin, thr, lane, depth, codes, names, ends) -
               for c, f in zip(cols, SCHEMA, strict=False)]  # fmt: skip
     return pa.table([*arrays, name_arr, kind, pa.array(np.r_[np.ones(n_wide, bool), one])],
                     schema=SCHEMA)  # fmt: skip
+
+
+def _longest(order: np.ndarray, first: np.ndarray, dur: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each run's (of `order`, starting at `first`) longest row, the lowest id among ties."""
+    if not len(order):
+        return order
+    run = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(order)]))
+    d, i = dur[order], ids[order]
+    tie = d == np.maximum.reduceat(d, first)[run]
+    low = np.minimum.reduceat(np.where(tie, i, np.iinfo(np.int64).max), first)
+    at = np.flatnonzero(tie & (i == low[run]))
+    return order[at[np.r_[True, run[at][1:] != run[at][:-1]]]]  # the first, were ids repeated
 
 
 def _merge_repeated(cells: pa.Table) -> pa.Table:

@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..model.profile import Profile
 from ..vocab.intervals import _parent_rows
 from .event_groups import group_tables, readable
+from .search_stream import NameCounter
 from .timeline_index import (
     END_LIMIT,
     LONG_EVENTS,
@@ -209,9 +210,14 @@ class LargestGap:
         return (int(max(lo - pad, self.first)), int(min(hi + pad, self.reach)) + 1, int(outside))
 
 
-def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS) -> TimelineIndex:
+def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS, rows: bool = True,
+                         names: NameCounter | None = None) -> TimelineIndex:  # fmt: skip
     """timeline_index.build_index in batches of `batch_size` rows: memory bounded by a batch
-    and what is carried (open events, the longest events), not by the profile."""
+    and what is carried (open events, the longest events), not by the profile, and with
+    `rows`, each row's lane and depth (3 bytes an event: TimelineIndex.row_lane, row_depth);
+    `names` counts the names it reads (search_stream.name_counts, without a pass of its own)."""
+    n_rows = profile.row_count("events") if rows and readable(profile, WINDOW_COLUMNS) else 0
+    row_lane, row_depth, at = np.empty(n_rows, np.int16), np.empty(n_rows, np.int8), 0
     combos: dict[tuple[Any, ...], int] = {}
     counts = np.zeros(0, np.int64)
     deepest = np.zeros(0, np.int32)
@@ -229,10 +235,18 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS) -> Time
         depth = opened.depths(
             ids, t.column("parent_id").fill_null(-1).to_numpy(), lane, start, ends
         )
+        if n_rows and (at + len(lane) > n_rows or len(combos) >= 2**15 or t.column(
+                "start_ns").null_count or t.column("dur_ns").null_count):  # fmt: skip
+            n_rows = 0  # rows not as counted, too many lanes or a null: windows read lanes
+        if n_rows:
+            row_lane[at : at + len(lane)], row_depth[at : at + len(lane)] = lane, depth
+            at += len(lane)
         counts = _grown(counts, len(combos)) + np.bincount(lane, minlength=len(combos))
         deepest = _grown(deepest, len(combos))
         np.maximum.at(deepest, lane, depth)
         longest.add(b)
+        if names is not None:
+            names.add(t.column("name"))
         lo, hi = int(start.min()), int(ends.max())
         first, end = lo if first is None else min(first, lo), max(end, hi)
         in_order = (
@@ -262,8 +276,15 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS) -> Time
         for s in profile.manifest.steps
     )
     extent_end = min(end + 1, END_LIMIT) if first is not None else 1
+    if n_rows and at == n_rows:  # the lanes numbered in their order, in place a slice at a time
+        lane_at = np.empty(max(len(keys), 1), np.int16)
+        lane_at[order] = np.arange(len(keys), dtype=np.int16)
+        for i in range(0, n_rows, 1 << 22):
+            row_lane[i : i + (1 << 22)] = lane_at[row_lane[i : i + (1 << 22)]]
+    else:
+        row_lane, row_depth = row_lane[:0], row_depth[:0]
     return TimelineIndex(lanes, longest.threshold, longest.table(schema), first or 0, extent_end,
-                         steps, gap.fit())  # fmt: skip
+                         steps, gap.fit(), row_lane=row_lane, row_depth=row_depth)  # fmt: skip
 
 
 def _lane_order(keys: list[tuple[Any, ...]]) -> list[int]:

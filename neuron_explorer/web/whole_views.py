@@ -16,6 +16,7 @@ from .memory import MemoryCeiling, OverMemory, tables_bytes, trim
 from .store import ProfileStore
 from .views import search, timeline
 
+NAME_COUNTS = "name_counts_table"  # find's names with their counts, in the disk cache
 FIRST_VIEW_PX = 1500  # the timeline route's default width, the one warm_up computes
 
 # The timeline and find of a profile over the ceiling read it in batches: such a pass (the
@@ -36,6 +37,11 @@ WINDOW_EVENT_BYTES = 256
 # be. Its rows follow its buckets more than its events: the 1 GB trace's profile, 3.9 M events,
 # 154 MB of rows, peak 396 MB over what the process held; the 10 GB one's, 38 M events, 256 MB,
 # peak 542 MB. A pyramid kept on disk is read back in place (its file's bytes).
+# A streamed index keeps each row's lane (int16) and depth (int8) while they fit ROWS_SHARE of
+# the ceiling (38 M events: 115 MB; under a 2 GB ceiling, up to 89 M events): windows, the whole
+# view and the pyramid then read neither the lane columns nor the parents.
+ROW_BYTES = 3
+ROWS_SHARE = 0.125
 PYRAMID_ROW_BYTES = 128  # its fixed columns 59 B, a name and a kind
 PYRAMID_SHARE = 0.25
 
@@ -77,14 +83,20 @@ class WholeProfileViews:
         """The index built in batches, kept in the disk cache too (tens of seconds on a 10 GB
         trace's profile: a restart reads it back)."""
         identity = self.store.derived(name, "identity", profile_identity, admit=False)
-        kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table")
-        meta, lanes, long = (self.disk.load(p, kind, identity) for kind in kinds)
-        if meta is not None and lanes is not None and long is not None:
-            return timeline.index_from_parts(p, meta, lanes, long)
-        self._admit_batch(name, p)
-        idx = timeline.build_index_streamed(p)
+        kinds = ("timeline_meta", "timeline_lanes_table", "timeline_long_table",
+                 "timeline_rows_table")  # fmt: skip
+        meta, lanes, long, rows = (self.disk.load(p, kind, identity) for kind in kinds)
+        if meta is not None and lanes is not None and long is not None and rows is not None:
+            return timeline.index_from_parts(p, meta, lanes, long, rows)
+        # each row's lane and depth, kept with the index, while they fit ROWS_SHARE of the ceiling
+        held = p.row_count("events") * ROW_BYTES
+        rows = held <= ROWS_SHARE * self.memory.limit
+        self._admit_batch(name, p, extra=held if rows else 0)
+        names = search.NameCounter()  # find's name counts from the same pass: kept on disk,
+        idx = timeline.build_index_streamed(p, rows=rows, names=names)  # where name_counts looks
         for kind, value in zip(kinds, timeline.index_parts(idx), strict=True):
             self.disk.store(p, kind, identity, value)
+        self.disk.store(p, NAME_COUNTS, identity, names.table())
         return idx
 
     def window(
@@ -183,7 +195,7 @@ class WholeProfileViews:
         def admit(name: str, p: Profile) -> None:
             self._admit_batch(name, p, f"the names of {name}", FIND_BYTES)
 
-        return self.persisted(name, "name_counts_table", search.name_counts, admit=admit)
+        return self.persisted(name, NAME_COUNTS, search.name_counts, admit=admit)
 
     def find(self, name: str, q: str, regex: bool, limit: int) -> dict[str, Any]:
         """Find on the timeline: names matched in the Parquet dictionary when the profile fits

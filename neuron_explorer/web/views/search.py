@@ -7,11 +7,12 @@ from typing import Any
 
 from neuron_explorer.analysis import search as _search
 from neuron_explorer.analysis.search import MAX_MATCHES, MAX_NAMES, MAX_QUERY_CHARS, SearchError
-from neuron_explorer.analysis.search_stream import name_counts, search_bounded
+from neuron_explorer.analysis.search_stream import NameCounter, name_counts, search_bounded
 
 from .sql import QueryError
 
-__all__ = ["MAX_MATCHES", "MAX_NAMES", "MAX_QUERY_CHARS", "name_counts", "search_events"]
+__all__ = ["MAX_MATCHES", "MAX_NAMES", "MAX_QUERY_CHARS", "NameCounter", "name_counts",
+           "search_events"]  # fmt: skip
 
 
 def search_events(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from neuron_explorer.analysis import timeline as _timeline
 from neuron_explorer.analysis.timeline import MAX_RECTS, TimelineIndex, TimelineWindow, first_view
 from neuron_explorer.analysis.timeline_batches import window_rows
@@ -66,26 +68,30 @@ def lod_window(
     return _timeline.lod_window(profile, index, pyr, start_ns, end_ns, width_px)
 
 
-def index_parts(index: TimelineIndex) -> tuple[dict[str, Any], Any, Any]:
-    """A streamed index as the disk cache keeps it: its scalars (JSON), lanes and long events
-    (Arrow tables); it holds no per-event arrays, so this is all of it."""
+def index_parts(index: TimelineIndex) -> tuple[dict[str, Any], Any, Any, Any]:
+    """A streamed index as the disk cache keeps it: its scalars (JSON), lanes, long events and
+    each row's lane and depth (Arrow tables); it holds no per-event arrays, so this is all."""
     meta = {"long_threshold_ns": index.long_threshold_ns, "start_ns": index.start_ns,
             "end_ns": index.end_ns, "fit": None if index.fit is None else list(index.fit)}  # fmt: skip
+    rows = pa.table({"lane": index.row_lane, "depth": index.row_depth})
     # one dictionary a column: an Arrow IPC file holds no other
-    return meta, index.lanes, index.long_events.unify_dictionaries().combine_chunks()
+    return meta, index.lanes, index.long_events.unify_dictionaries().combine_chunks(), rows
 
 
 def index_from_parts(
-    profile: Profile, meta: dict[str, Any], lanes: Any, long: Any
+    profile: Profile, meta: dict[str, Any], lanes: Any, long: Any, rows: Any
 ) -> TimelineIndex:
-    """The index `index_parts` kept (the steps read again from the manifest)."""
+    """The index `index_parts` kept (the steps read again from the manifest; the rows' arrays
+    read in place from the file's bytes)."""
     steps = tuple(
         {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
         for s in profile.manifest.steps
     )
     fit = meta["fit"]
+    lane, depth = (rows.column(c).to_numpy() for c in ("lane", "depth"))
     return TimelineIndex(lanes, meta["long_threshold_ns"], long, meta["start_ns"],
-                         meta["end_ns"], steps, None if fit is None else tuple(fit))  # fmt: skip
+                         meta["end_ns"], steps, None if fit is None else tuple(fit),
+                         row_lane=lane, row_depth=depth)  # fmt: skip
 
 
 def window_from_dict(d: dict[str, Any]) -> TimelineWindow:
