@@ -71,6 +71,12 @@ def main() -> int:
                 print(f"| {label} | {r.status_code}{note} | {wall:.1f} | {cpu:.1f} | "
                       f"{srv.rss():,} | {srv.peak:,} |", flush=True)  # fmt: skip
                 doc = done[label] = r.json() if r.status_code == 200 else {}
+                if label == "timeline: first view" and doc.get("extent"):
+                    s0, e0 = doc["extent"]["start_ns"], doc["extent"]["end_ns"]
+                    for share in (0.25, 0.001):  # the tour's wide span, and a zoomed one
+                        q = f"start_ns={s0}&end_ns={s0 + int((e0 - s0) * share)}"
+                        pages.insert(i, (f"span flame graph, {share:.1%} of the profile",
+                                         f"{api}/span/flame?{q}"))  # fmt: skip
                 if label == "source" and doc.get("top_lines"):
                     top = doc["top_lines"][0]
                     pages.insert(i, ("source: its top line's panel",
