@@ -201,3 +201,43 @@ def test_counter_series_read_from_the_counters_file_are_the_same(imported_profil
     for s, e, px in ((t0, t1, 1500), (t0 + (t1 - t0) // 3, t0 + (t1 - t0) // 2, 50), (t1, t1, 10)):
         assert counter_series(con, s, e, px, own) == counter_series(con, s, e, px), (s, e, px)
     assert counter_series(con, counters_file=own) == counter_series(con)
+
+
+def test_a_span_flame_graph_past_a_querys_share_is_refused_before_reading_saying_how_much_less(
+    imported_profiles, tmp_path, monkeypatch
+):
+    """On a profile over the ceiling (its index streamed), a span whose row groups hold more
+    events than a DuckDB connection may walk is a 503 at once (the 10 GB trace's whole-profile
+    span read 6 s before DuckDB ran out of memory), saying what share of it would do; one that
+    fits is the same flame graph as the profile's own DuckDB gives."""
+    import neuron_explorer.web.whole_views as whole_views
+    from neuron_explorer.analysis.span_flame import span_flame
+    from neuron_explorer.analysis.timeline_batches import window_rows
+
+    shutil.copytree(imported_profiles["cpu_mlp"], tmp_path / "p" / "mlp")
+    whole = Profile.open(tmp_path / "p" / "mlp")
+    monkeypatch.setattr(footprint, "EVENT_BYTES", 1 << 20)  # 1,570 events: about 1.5 GB
+    app = create_app(tmp_path / "p", analysis_cache=tmp_path / "cache",
+                     max_memory=service.rss_bytes() + (512 << 20))  # fmt: skip
+    client = TestClient(app)
+    r = client.get("/api/p/mlp/timeline?width_px=200")
+    assert r.status_code == 200, r.text[:300]
+    ext = r.json()["extent"]
+    assert not len(app.state.service.index("mlp").event_lane)  # streamed: over the ceiling
+    span = {"start_ns": ext["start_ns"], "end_ns": ext["end_ns"]}
+    # what its row groups hold (and the long events: an upper bound); a connection may walk a
+    # quarter of that
+    svc = app.state.service
+    rows = window_rows(whole, svc.index("mlp"), span["start_ns"], span["end_ns"])
+    assert rows >= whole.row_count("events")
+    monkeypatch.setattr(whole_views, "FLAME_ROW_BYTES", app.state.store.duckdb_memory * 4 // rows)
+    r = client.get("/api/p/mlp/span/flame", params=span)
+    assert r.status_code == 503, r.text
+    error = r.json()["error"]
+    assert f"reads about {rows:,} events" in error and "at most about 25% of this one" in error
+    assert client.get("/api/p/mlp/span", params=span).status_code == 200  # its totals
+    monkeypatch.setattr(whole_views, "FLAME_ROW_BYTES", 1)
+    r = client.get("/api/p/mlp/span/flame", params=span)
+    assert r.status_code == 200, r.text
+    want = span_flame(whole.duckdb(), span["start_ns"], span["end_ns"]).to_dict()
+    assert r.json()["nodes"] == want["nodes"] and r.json()["total_ns"] == want["total_ns"]

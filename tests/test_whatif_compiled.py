@@ -106,3 +106,24 @@ def test_cli_says_how_many_fused_kernels_the_speedup_reached(compiled):
     assert f"inside {held} fused kernels" in " ".join(proc.stdout.split())
     doc = json.loads(_cli("whatif", str(compiled.path), "--speedup", "aten::mm=2", "--json").stdout)
     assert doc["fused_kernels"] == held and doc["saving_ns"] > 0
+
+
+def test_a_speedup_of_a_step_without_compiled_graphs_does_not_load_the_backend():
+    """The backend imports torch (3 s and 180 MB of a server's memory on the 10 GB trace's
+    what-if, where that import was most of its time): a step without compiled graphs has no
+    kernel to lower, so a speedup by name answers without it, the same answer."""
+    prof = ROOT / "samples" / "profiles" / "gpt_train"  # eager: no compiled graph
+    code = (
+        "import sys, json\n"
+        "from neuron_explorer.analysis.whatif import whatif\n"
+        "from neuron_explorer.model.profile import Profile\n"
+        "r = whatif(Profile.open(sys.argv[1]), ['mm=2'], False, None, None, None, 0)\n"
+        "print(json.dumps([r.to_dict(), 'torch' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(prof)], capture_output=True,
+                         text=True, env=ENV, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-500:]
+    doc, torch_loaded = json.loads(out.stdout)
+    want = whatif(Profile.open(prof), ["mm=2"], False, None, None, None, 0).to_dict()
+    assert doc == json.loads(json.dumps(want)) and "mm 2x faster" in json.dumps(doc)
+    assert not torch_loaded

@@ -34,10 +34,12 @@ def op_in_graphs(
     """The step's compiled kernels with every op `wanted` names sped up `factor` times in the
     groups of its graph, lowered for `chip`; `base` holds durations an earlier change set (a
     chip swap), which the ratio scales."""
-    from ..backend.costmodel.graph_record import faster_times, undeclared_op
-
     nodes = [n for n in graph.nodes if not n.host and n.kind == "device" and n.neff is not None]
     where = groups_of(profile, [n.event_id for n in nodes]) if graph.modeled and nodes else {}
+    if not where:  # no compiled kernel: the backend (it imports torch: 3 s, 180 MB) not loaded
+        return InGraphs({}, frozenset(), 0, 0)
+    from ..backend.costmodel.graph_record import faster_times, undeclared_op
+
     durations: dict[int, int] = {}
     decided: set[int] = set()
     kernels = graphs = 0

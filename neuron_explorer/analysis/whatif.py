@@ -133,12 +133,17 @@ def speedup_change(
     match = matcher(field, target)
     inside = None
     if field in ("name", "op"):
-        # here, not at the top: the backend imports torch (220 MB), which every web server
-        # would hold from its start for this one route
-        from ..backend.costmodel.ops import base_name
 
-        wanted = (lambda op: op == target) if field == "op" else (
-            lambda op: target in (op, base_name(op)))  # fmt: skip
+        def wanted(op: str) -> bool:  # asked only of compiled graphs' ops
+            if field == "op":
+                return op == target
+            # here, not at the top: the backend imports torch (220 MB, 3 s), which every web
+            # server would hold from its start for this one route, and a step without
+            # compiled graphs does not need
+            from ..backend.costmodel.ops import base_name
+
+            return target in (op, base_name(op))
+
         inside = op_in_graphs(graph, profile, wanted, factor,
                               chip or profile.manifest.spec.name or "trn2", base.durations)  # fmt: skip
     decided = inside.decided if inside else frozenset()

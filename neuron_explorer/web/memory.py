@@ -24,6 +24,17 @@ from neuron_explorer.errors import ExplorerError
 from neuron_explorer.model.bounds import machine_bytes
 from neuron_explorer.model.footprint import EVENT_BYTES as EVENT_BYTES  # re-exported
 from neuron_explorer.model.footprint import tables_bytes as tables_bytes
+from neuron_explorer.model.profile import Profile
+
+# What the analysis pages the import does not store (modules, call tree, memory, a source
+# line's panel, critical path, what-if, compare's kernels and module tree) hold at their peak
+# over what the server held, every one of them visited in turn: far less than the analysis the
+# import stores (summary, findings: tables_bytes), which they do not compute. Measured in a
+# fresh process (benchmarks/README.md, "What the analysis pages of an excerpt hold"): 249 MB
+# for 1,525 events (what-if's libraries), 561 MB for 228,773, 764 MB for the 10 GB trace's
+# excerpt of 1,796,720 (about 290 B an event over a fixed part); this estimate is 1.24x that.
+PAGE_EVENT_BYTES = 256
+PAGE_BASE_BYTES = 512 << 20
 
 DEFAULT_SHARE = 0.5  # of the machine's memory (or of the cgroup's limit when lower)
 WATCH_S = 0.1
@@ -188,3 +199,9 @@ class MemoryCeiling:
                 with self._lock:
                     self._relieve(None)
                     trim()
+
+
+def pages_bytes(profile: Profile) -> int:
+    """Bytes the analysis pages the import does not store hold for `profile` at their peak:
+    PAGE_BASE_BYTES and PAGE_EVENT_BYTES an event (the footers' row count)."""
+    return PAGE_BASE_BYTES + profile.footer_rows.get("events", 0) * PAGE_EVENT_BYTES

@@ -21,7 +21,7 @@ from neuron_explorer.model.excerpt import open_excerpt
 from . import cache_dir
 from .cache import AnalysisCache, profile_identity
 from .listing import ProfileList
-from .memory import MemoryCeiling, OverMemory, default_ceiling, rss_bytes, tables_bytes
+from .memory import MemoryCeiling, OverMemory, default_ceiling, pages_bytes, rss_bytes, tables_bytes
 from .store import EXCERPT, NotFound, ProfileStore
 from .views import compare, operators, overview, source, sql, timeline
 from .whole_views import WholeProfileViews
@@ -55,9 +55,10 @@ class Service(WholeProfileViews):
         self._held_at_start = rss_bytes()  # the interpreter and its libraries, no profile yet
         self.store = ProfileStore(root)
         self.memory = MemoryCeiling(max_memory or default_ceiling(), self.store.forget)
-        self.store.before_compute = self._admit
+        self.store.before_compute = self._admit_page
         self.store.running = self.memory.running
-        self._admitted: weakref.WeakSet[Profile] = weakref.WeakSet()
+        # bytes admitted per profile, until the store lets it go (a new version, or memory)
+        self._admitted: weakref.WeakKeyDictionary[Profile, int] = weakref.WeakKeyDictionary()
         self._stale: set[str] = set()  # served their stale stored analysis (Service._stored)
         self.store.duckdb_memory = self.memory.limit // DUCKDB_SHARE
         self.disk = AnalysisCache(analysis_cache or cache_dir() / "analysis")
@@ -109,22 +110,32 @@ class Service(WholeProfileViews):
         return {**scope, **({"stale": True} if stale else {}), "line": line}
 
     # ---- cached per profile ---------------------------------------------------------------
-    def admit(self, name: str) -> None:
+    def admit(self, name: str, page: bool = False) -> None:
         """What every route's first reading of a profile passes (for work that reads it
-        outside the routes, as the MCP report does): its values' bounds and the ceiling."""
-        self._admit(name, self.store.open(name))
+        outside the routes, as the MCP report does): its values' bounds and the ceiling;
+        `page`: for an analysis page the import does not store (`_admit_page`)."""
+        (self._admit_page if page else self._admit)(name, self.store.open(name))
 
-    def _admit(self, name: str, p: Profile, values: bool = True) -> None:
+    def _admit(self, name: str, p: Profile, values: bool = True, page: bool = False) -> None:
         """Before a profile's tables are read: no name longer than bounds.MAX_VALUE_BYTES
         (422; `values` False: the caller checks them once it knows it reads them), and its
-        tables' memory, when nothing of it is in memory yet, must fit under the ceiling
+        tables' memory, less what was admitted for it already, must fit under the ceiling
         (web/memory.py; 503); the server goes on serving."""
         if values:
             p.check_values()  # once per opened profile: a 20 MB name is refused, not decoded
         rows = p.footer_rows.get("events", 0)
-        need = 0 if p in self._admitted else tables_bytes(p)
-        self.memory.admit(need, f"{name} ({rows:,} events)", keep=name)
-        self._admitted.add(p)  # until the store lets it go (a new version, or memory)
+        # an excerpt's pages that the import did not store hold far less than its analysis
+        want = pages_bytes(p) if page and name.endswith(EXCERPT) else tables_bytes(p)
+        had = self._admitted.get(p, 0)
+        self.memory.admit(max(0, want - had), f"{name} ({rows:,} events)", keep=name)
+        self._admitted[p] = max(had, want)
+
+    def _admit_page(self, name: str, p: Profile) -> None:
+        """`_admit` for a value of a page the import does not store (modules, call tree,
+        memory, a source line's panel, critical path, what-if, compare's kernels): an excerpt
+        is admitted by what those pages hold (web/memory.py `pages_bytes`), not by its whole
+        analysis, so they answer beside the whole profile's timeline."""
+        self._admit(name, p, page=True)
 
     def persisted(
         self, name: str, kind: str, compute: Callable[[Profile], Any], reads: str | None = None,
@@ -146,7 +157,10 @@ class Service(WholeProfileViews):
             if value is None:
                 if reads is None or self._stored(name, p, reads) is None:
                     try:
-                        (admit or self._admit)(name, p)  # only now are the tables read
+                        # only now are the tables read: the whole analysis for what the
+                        # import stores (or reads from it), a page's need for the others
+                        full = kind in stored.KINDS or reads is not None
+                        (admit or (self._admit if full else self._admit_page))(name, p)
                     except OverMemory as e:  # a stale stored value served instead, or 503
                         self._refused(name, p, kind if kind in stored.KINDS else reads, e)
                         if kind in stored.KINDS:

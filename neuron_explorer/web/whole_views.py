@@ -44,6 +44,12 @@ ROW_BYTES = 3
 ROWS_SHARE = 0.125
 PYRAMID_ROW_BYTES = 128  # its fixed columns 59 B, a name and a kind
 PYRAMID_SHARE = 0.25
+# The flame graph of a span walks its events' nesting in one DuckDB query, held whole (paths of
+# names): on the 10 GB trace's excerpt a span of 449,214 events fits a connection of 512 MB, one
+# of 898,360 does not, nor do its 1.8 M in 1 GB (benchmarks/README.md, "What the analysis pages
+# of an excerpt hold"); so a span of a profile over the ceiling is refused at once past a
+# connection's limit at FLAME_ROW_BYTES an event of its row groups.
+FLAME_ROW_BYTES = 1024
 
 
 class WholeProfileViews:
@@ -124,6 +130,22 @@ class WholeProfileViews:
             else:
                 self.memory.admit(need, f"a window of {name} ({rows:,} events)", keep=name)
             return timeline.window(p, con, idx, start_ns, end_ns, width_px, batched=batched)
+
+    def check_flame(self, name: str, start_ns: int, end_ns: int) -> None:
+        """OverMemory (503), before any row is read, when the flame graph of a span of a profile
+        over the ceiling would read more events than a DuckDB connection may hold; the message
+        says how much shorter a span would do (the span's totals are still drawn)."""
+        p, idx, limit = self.store.open(name), self.index(name), self.store.duckdb_memory
+        if len(idx.event_lane) or not limit:
+            return  # in memory: the whole profile was admitted
+        rows, most = timeline.window_rows(p, idx, start_ns, end_ns), limit // FLAME_ROW_BYTES
+        if rows > most:
+            raise OverMemory(
+                f"the flame graph of this span reads about {rows:,} events, and a query may hold "
+                f"about {most:,} (a quarter of --max-memory): refused; select a span of at most "
+                f"about {most / rows:.0%} of this one, or serve with a higher --max-memory (its "
+                "totals above are of the whole span)"
+            )
 
     def pyramid(self, name: str, build: bool = True) -> timeline.Pyramid | None:
         """The level-of-detail pyramid of a profile over the ceiling (analysis/timeline_lod.py),

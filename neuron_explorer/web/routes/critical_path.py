@@ -29,11 +29,13 @@ def api_critical_path(
     """The critical path of one step (the median one unless `step`), or of an annotation's
     `instance`-th span; a step, rank or annotation the profile lacks is a 400."""
     p = svc.store.open(name)
-    try:
-        with svc.store.profile_lock(name):
-            return critical_path(p, step, annotation, instance, rank).to_dict()
-    except ExplorerError as e:
-        return JSONResponse({"error": str(e)}, status_code=400)  # type: ignore[return-value]
+    with svc.memory.running():  # admitted as the pages the import does not store (503)
+        svc.admit(name, page=True)
+        try:
+            with svc.store.profile_lock(name):
+                return critical_path(p, step, annotation, instance, rank).to_dict()
+        except ExplorerError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)  # type: ignore[return-value]
 
 
 def api_whatif(
@@ -49,11 +51,13 @@ def api_whatif(
     if not (speedup or drop_syncs or chip):
         return JSONResponse({"error": "name a change: speedup, drop_syncs or chip"},
                             status_code=400)  # type: ignore[return-value]  # fmt: skip
-    try:
-        with svc.store.profile_lock(name):
-            return whatif(p, speedup, drop_syncs, chip, step, annotation, instance).to_dict()
-    except ExplorerError as e:  # a speedup that names nothing, an unknown chip
-        return JSONResponse({"error": str(e)}, status_code=400)  # type: ignore[return-value]
+    with svc.memory.running():
+        svc.admit(name, page=True)
+        try:
+            with svc.store.profile_lock(name):
+                return whatif(p, speedup, drop_syncs, chip, step, annotation, instance).to_dict()
+        except ExplorerError as e:  # a speedup that names nothing, an unknown chip
+            return JSONResponse({"error": str(e)}, status_code=400)  # type: ignore[return-value]
 
 
 PAGES = (

@@ -86,6 +86,7 @@ def api_span_flame(
 ) -> dict[str, Any]:
     p = svc.store.open(name)
     on = _lanes(svc, name, lanes)
+    svc.check_flame(name, start_ns, end_ns)  # a span of millions of events: 503 before reading
     return {"name": name, "device_time_modeled": overview.is_modeled(p),
             **span.span_flame(svc.store.connection(name), start_ns, end_ns, on)}  # fmt: skip
 
