@@ -259,8 +259,29 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS, rows: b
     if not in_order:  # several ranks: their events merged in start order
         gap = _merged_gap(profile, sorted({c[0] for c in combos}), batch_size)
     order = _lane_order(list(combos))
-    keys = list(combos)
-    lanes = pa.table({
+    lanes = _lanes_table(list(combos), order, counts, deepest)
+    extent_end = min(end + 1, END_LIMIT) if first is not None else 1
+    if n_rows and at == n_rows:
+        _renumber_lanes(row_lane, order)
+    else:
+        row_lane, row_depth = row_lane[:0], row_depth[:0]
+    schema = profile.dataset("events").schema
+    longest_rows = longest.table(pa.schema([schema.field(c) for c in WINDOW_COLUMNS]))
+    return TimelineIndex(lanes, longest.threshold, longest_rows, first or 0, extent_end,
+                         _steps(profile), gap.fit(), row_lane=row_lane, row_depth=row_depth)  # fmt: skip
+
+
+def _steps(profile: Profile) -> tuple[dict[str, int], ...]:
+    return tuple(
+        {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
+        for s in profile.manifest.steps
+    )
+
+
+def _lanes_table(keys: list[tuple[Any, ...]], order: list[int], counts: np.ndarray,
+                 deepest: np.ndarray) -> pa.Table:  # fmt: skip
+    """The index's lanes in their drawing order: each lane's key, events and depth."""
+    return pa.table({
         "rank": pa.array([keys[i][0] for i in order], pa.int32()),
         "layer": pa.array([keys[i][1] for i in order], pa.string()),
         "device": pa.array([keys[i][2] for i in order], pa.string()),
@@ -269,22 +290,15 @@ def build_index_streamed(profile: Profile, batch_size: int = BATCH_ROWS, rows: b
         "events": pa.array(counts[order] if len(keys) else [], pa.int64()),
         "depth": pa.array(deepest[order] + 1 if len(keys) else [], pa.int32()),
     })  # fmt: skip
-    schema = profile.dataset("events").schema
-    schema = pa.schema([schema.field(c) for c in WINDOW_COLUMNS])
-    steps = tuple(
-        {"step": s.step, "rank": s.rank, "start_ns": s.start_ns, "dur_ns": s.dur_ns}
-        for s in profile.manifest.steps
-    )
-    extent_end = min(end + 1, END_LIMIT) if first is not None else 1
-    if n_rows and at == n_rows:  # the lanes numbered in their order, in place a slice at a time
-        lane_at = np.empty(max(len(keys), 1), np.int16)
-        lane_at[order] = np.arange(len(keys), dtype=np.int16)
-        for i in range(0, n_rows, 1 << 22):
-            row_lane[i : i + (1 << 22)] = lane_at[row_lane[i : i + (1 << 22)]]
-    else:
-        row_lane, row_depth = row_lane[:0], row_depth[:0]
-    return TimelineIndex(lanes, longest.threshold, longest.table(schema), first or 0, extent_end,
-                         steps, gap.fit(), row_lane=row_lane, row_depth=row_depth)  # fmt: skip
+
+
+def _renumber_lanes(row_lane: np.ndarray, order: list[int]) -> None:
+    """The rows' lanes (numbered as first met) renumbered in drawing order, in place a slice at
+    a time so no second array of the profile's rows is held."""
+    lane_at = np.empty(max(len(order), 1), np.int16)
+    lane_at[order] = np.arange(len(order), dtype=np.int16)
+    for i in range(0, len(row_lane), 1 << 22):
+        row_lane[i : i + (1 << 22)] = lane_at[row_lane[i : i + (1 << 22)]]
 
 
 def _lane_order(keys: list[tuple[Any, ...]]) -> list[int]:
