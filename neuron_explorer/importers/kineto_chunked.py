@@ -32,6 +32,7 @@ from .assemble import Assembled, assign_ranks, write_assembled
 from .kineto_chunk_map import Mapped, map_chunks, pool_workers
 from .kineto_columns import give_back_free_memory, range_bytes_for
 from .kineto_extract import DecodeOptions, default_workers
+from .kineto_heap import freed_blocks_kept
 from .kineto_memory import NAMES
 from .kineto_merge import Run, global_ids, merged_blocks
 from .kineto_plan_spans import plan_spans, route_spans
@@ -104,7 +105,7 @@ def write_chunked(
     range_bytes = max(range_bytes_for(memory), min(PASS_RANGE_BYTES, memory // 64))
     workers = pool_workers(path, options.workers or default_workers())
     chunk_events = max(1, budget // workers // MAPPING_BYTES_PER_EVENT)  # each worker's share
-    with chunk_folder() as folder:
+    with freed_blocks_kept(), chunk_folder() as folder:
         the_plan = plan_spans(path, chunk_events, range_bytes,
                               lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder),
                               options.workers or default_workers())  # fmt: skip
