@@ -111,6 +111,31 @@ def test_chunks_mapped_in_worker_processes_merge_into_the_same_profile(tmp_path,
     _same_profile(_chunked(path, tmp_path / "c"), import_traces([path], tmp_path / "m"))
 
 
+def test_a_chunk_holds_at_most_max_chunk_events_whatever_the_budget(tmp_path, monkeypatch):
+    """A budget's share of a worker is cut to MAX_CHUNK_EVENTS (larger chunks cost fresh pages,
+    not less work): more chunks, the same profile."""
+    path = _repeated(ALEXNET, 6, tmp_path / "t.json")
+    seen: list[int] = []
+    route = kineto_chunked.route_spans
+
+    def routed(*args, **kwargs):
+        chunks = route(*args, **kwargs)
+        seen.append(len(chunks))
+        return chunks
+
+    monkeypatch.setattr(kineto_chunked, "route_spans", routed)
+    budget = 40 * CHUNK_BUDGET  # 4,000 events a chunk
+
+    def chunked_at(out: Path) -> Path:
+        return import_traces([path], out, memory_budget=MEMORY_BUDGET, chunk_budget=budget)
+
+    chunked_at(tmp_path / "a")
+    monkeypatch.setattr(kineto_chunked, "MAX_CHUNK_EVENTS", 100)
+    got = chunked_at(tmp_path / "b")
+    assert seen[1] > seen[0]
+    _same_profile(got, import_traces([path], tmp_path / "m"))
+
+
 def test_chunks_split_only_where_no_host_event_is_open(tmp_path):
     """No host row of a lane with others and no forward -> backward link reaches across a
     bound: what the mapping nests and links stays in one chunk."""

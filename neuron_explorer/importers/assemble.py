@@ -54,10 +54,11 @@ def _masked(ids: np.ndarray) -> pa.Array:
 
 
 def _event_blocks(
-    f: FileData, rank: int, first_id: int, first_stack: int, origin: int
+    f: FileData, rank: int, first_id: int, first_stack: int, origin: int, *, trim: bool = True
 ) -> Iterator[dict[str, Any]]:
     """The file's events in their final order, a row group at a time: the reordered table
-    never exists whole, and each block is written before the next is taken."""
+    never exists whole, and each block is written before the next is taken (`trim`: the freed
+    heap given back after each, unless the caller keeps it for the next: kineto_heap)."""
     order = _order(f)
     small = len(order) < 2**31  # positions as int32: half the memory of the two arrays
     order = order.astype(np.int32) if small else order
@@ -66,7 +67,8 @@ def _event_blocks(
     for i in range(0, len(order), ROW_GROUP_ROWS):
         # yielded, not held here: the block is let go once written, not when the next is made
         yield _block(f, order[i : i + ROW_GROUP_ROWS], ids, rank, first_id, first_stack, origin)
-        give_back_free_memory()  # the written block's smaller columns, freed on the heap
+        if trim:
+            give_back_free_memory()  # the written block's smaller columns, freed on the heap
 
 
 def _block(

@@ -108,8 +108,7 @@ def load(
     report = progress or no_share
     options = options or DecodeOptions()
     share: Share = lambda f, events=None: report(DECODE_SHARE * f, events)  # noqa: E731
-    if decoded is not None:  # a chunk's columns, decoded by the chunked import's first pass
-        map_large_blocks()
+    if decoded is not None:  # a chunk's columns: kineto_heap's setting, the chunked import's
         d = decoded
     elif options.memory_budget is None:
         d = extract(path, options, share)
@@ -157,6 +156,7 @@ def load(
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
     if options.memory_budget is not None:
         give_back_free_memory()  # the mapping's small temporaries, before the write's
+    if options.memory_budget is not None and decoded is None:
         # the write takes the rows a row group at a time: each block's int32 columns (256 KB)
         # and larger get mappings of their own, handed back as each block is written, instead
         # of staying on the heap beside the next (9 MB of the 100 MB benchmark trace's peak)

@@ -32,6 +32,7 @@ from .assemble import Assembled, assign_ranks, write_assembled
 from .kineto_chunk_map import Mapped, map_chunks, pool_workers
 from .kineto_columns import give_back_free_memory, range_bytes_for
 from .kineto_extract import DecodeOptions, default_workers
+from .kineto_heap import freed_blocks_kept
 from .kineto_memory import NAMES
 from .kineto_merge import Run, global_ids, merged_blocks
 from .kineto_plan_spans import plan_spans, route_spans
@@ -50,6 +51,11 @@ MIN_CHUNKED_TEXT = 64 << 20  # below this the interpreter's own 80 MB is most of
 # costs fall (100 MB trace: 2.2 and 2.6 s of CPU for the two passes in 56 KB ranges, 1.0 and
 # 1.3 s in 1 MB ones; 300 MB: 2 MB ranges 10% less than 8 MB ones, 8% less than 1 MB ones)
 PASS_RANGE_BYTES = 2 << 20
+# a chunk's events at most, whatever the budget: a chunk's temporaries are fresh pages the kernel
+# clears (a mapping of their own past kineto_heap's 4 MB), so larger chunks cost system time
+# and memory, not less work (the 1 GB trace mapped in chunks of 6.7 M events: 0.80 M page
+# faults; of 1.7 M: 0.33 M, and 10% less user time; benchmarks/README.md, "Seventh round")
+MAX_CHUNK_EVENTS = 2 << 20
 PLAN_SHARE = 0.3  # of the progress: the first pass (the file read; then routed, mapped, merged)
 
 
@@ -103,8 +109,9 @@ def write_chunked(
     memory = options.memory_budget or budget
     range_bytes = max(range_bytes_for(memory), min(PASS_RANGE_BYTES, memory // 64))
     workers = pool_workers(path, options.workers or default_workers())
-    chunk_events = max(1, budget // workers // MAPPING_BYTES_PER_EVENT)  # each worker's share
-    with chunk_folder() as folder:
+    # each worker's share of the budget
+    chunk_events = max(1, min(MAX_CHUNK_EVENTS, budget // workers // MAPPING_BYTES_PER_EVENT))
+    with freed_blocks_kept(), chunk_folder() as folder:
         the_plan = plan_spans(path, chunk_events, range_bytes,
                               lambda f, n=None: progress(PLAN_SHARE * f, n), Path(folder),
                               options.workers or default_workers())  # fmt: skip

@@ -25,7 +25,6 @@ from ..model.io import ROW_GROUP_ROWS
 from ..model.schema import EVENTS, conform
 from .assemble import _event_blocks, _order
 from .kineto import FileData
-from .kineto_columns import give_back_free_memory
 
 RUN_GROUP_ROWS = 1 << 14  # a run's record batch: every run holds one while the runs are merged
 READ_ROWS = RUN_GROUP_ROWS
@@ -60,7 +59,8 @@ def write_run(f: FileData, trace_index: np.ndarray, path: Path) -> Run:
         pa.OSFile(str(path), "wb") as sink,
         pa.ipc.new_stream(sink, EVENTS.arrow_schema(), options=RUN_IPC) as out,
     ):
-        for block in _event_blocks(f, 0, 0, 0, 0):
+        # the freed heap kept for the next block (kineto_heap), not given back after each
+        for block in _event_blocks(f, 0, 0, 0, 0, trim=False):
             out.write_table(conform(EVENTS, block), RUN_GROUP_ROWS)
     return Run(path, keys_path, len(order))
 
@@ -178,8 +178,7 @@ def merged_blocks(
             # time) is in order already
             block = block.take(pc.sort_indices(block.column("id")))
         yield block
-        del block, parts
-        give_back_free_memory()  # each block's columns, freed, would otherwise stay as heap
+        del block, parts  # their heap reused by the next block (kineto_heap), not given back
 
 
 def _renumbered(

@@ -55,9 +55,12 @@ def record_of(piece: Piece, values: dict[str, list[Any]], per_range: tuple[str, 
     codes, own = {}, {}
     for f in FIELDS:
         if f in per_range:
-            codes[f], own[f] = piece.codes[f].astype(np.int32), values[f]
+            codes[f], own[f] = piece.codes[f], values[f]
         else:
             codes[f], own[f] = _local(piece.codes[f], values[f])
+        # a range's few distinct values: its codes in int8 or int16 mostly (the records are
+        # written and read back whole: 18 bytes an event less of 100)
+        codes[f] = compact(codes[f])
     n = len(piece.ts.ns)
     return Record(n, codes, own, piece.ts, piece.dur, piece.row_args, piece.typed)
 
@@ -132,6 +135,7 @@ def _take(record: Record, sel: np.ndarray, is_row: np.ndarray, subsets: dict) ->
     codes, values = {}, {}
     for f in FIELDS:
         codes[f], values[f] = _local(record.codes[f][sel], record.values[f])
+        codes[f] = compact(codes[f])
 
     def times(t: kd.Times) -> kd.Times:
         return kd.Times(t.ns[sel], t.missing[sel], t.out_of_range[sel])
