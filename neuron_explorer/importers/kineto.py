@@ -60,27 +60,42 @@ class FileData:
     event_index: np.ndarray | None = None  # per row, its event's index in the file (if asked)
 
 
-def _scatter(idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowColumn]:
-    """Columns of every row holding each of `columns` at rows `idx` (sorted) and null elsewhere,
-    made a block of rows at a time by a search of `idx` (nothing held a row: only `idx`)."""
-    idx = narrow(idx)
-    last: list[Any] = [None, None]  # the last block's rows and their positions in idx
+def _places(n: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Each of `n` rows' place among the rows `first` (0, 1, ...) or among the rows `second`
+    (-2, -3, ...; the two disjoint: ops, and runtime calls and device work), -1 for the others:
+    one int32 a row, about what the two lists of rows held."""
+    places = np.full(n, NONE, dtype=row_index_type(n))
+    places[first] = np.arange(first.size, dtype=places.dtype)
+    places[second] = -2 - np.arange(second.size, dtype=places.dtype)
+    return places
+
+
+def _scatter(
+    places: np.ndarray, second: bool, *columns: pa.Array | pa.ChunkedArray
+) -> list[RowColumn]:
+    """Columns of every row holding each of `columns` at the rows whose place (_places) is in
+    the first set (`second`: the second) and null elsewhere, made a block of rows at a time.
+    A block's places are read, not searched for, and the columns taken from one array, not
+    from the decode's pieces: a search of the rows and a take from chunks were 8% of a
+    chunk's mapping (the 1 GB trace), eight times this."""
+    last: list[Any] = [None, None]  # the last block's rows and their places in the columns
 
     def positions(rows: np.ndarray) -> pa.Array:
-        # the columns of one _scatter take the same block of rows in turn: search it once
+        # the columns of one _scatter take the same block of rows in turn: read it once
         if last[0] is not rows:
-            # rows in idx's type (clipped: a row past its range is not in it), or numpy
-            # would cast all of idx to the rows' type on every block
-            key = np.minimum(rows, np.iinfo(idx.dtype).max).astype(idx.dtype, copy=False)
-            pos = np.minimum(np.searchsorted(idx, key), idx.size - 1)
-            last[:] = [rows, pa.array(pos, mask=idx[pos] != rows)]
+            p = places[rows]
+            if second:
+                p = -2 - p
+            last[:] = [rows, pa.array(p, mask=p < 0)]
         return last[1]
 
     def column(values: pa.Array | pa.ChunkedArray) -> RowColumn:
+        if isinstance(values, pa.ChunkedArray) and values.nbytes < ONE_ARRAY_BYTES:
+            values = values.combine_chunks()
         taken: list[Any] = [None, None]  # the last block's rows and this column's values
 
         def make(rows: np.ndarray) -> pa.Array:
-            if not idx.size:
+            if not len(values):
                 return pa.nulls(len(rows), values.type)
             if taken[0] is not rows:  # bytes_read and bytes_written take the same column
                 taken[:] = [rows, values.take(positions(rows))]
@@ -89,6 +104,9 @@ def _scatter(idx: np.ndarray, *columns: pa.Array | pa.ChunkedArray) -> list[RowC
         return RowColumn(make)
 
     return [column(c) for c in columns]
+
+
+ONE_ARRAY_BYTES = 1 << 30  # a text column this large stays in pieces (int32 offsets)
 
 
 DECODE_SHARE = 0.6  # of a file's progress: reading and decoding it, then mapping
@@ -146,12 +164,13 @@ def load(
     flow_extra = fwdbwd(points, d.ids, r.track_code, r.start, r.dur, parent, is_op, links.flow_src)
     stacks = stacks.inherit_backward(links.flow_src, is_op, parent, links.dev_rows,
                                      links.launch[links.dev_rows])  # fmt: skip
+    places = _places(r.n, np.flatnonzero(is_op), links.gpu_rows)
     columns = {
         **_base_columns(d, r, step),
         **stack_columns(stacks),
         "op_name": dict_rows(d.names, _op_name_code(r, parent, links)),
-        **_op_columns(np.flatnonzero(is_op), d.typed["op"]),
-        **_byte_columns(r, links),
+        **_op_columns(places, d.typed.pop("op")),
+        **_byte_columns(r, places, links.nbytes),
         "args": args_column(d.take_row_args(), other, flow_extra),
     }
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
@@ -337,14 +356,14 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _op_columns(op_rows: np.ndarray, typed: tuple) -> dict[str, Any]:
-    shapes, dtypes, flops = _scatter(op_rows, *typed)
+def _op_columns(places: np.ndarray, typed: tuple) -> dict[str, Any]:
+    shapes, dtypes, flops = _scatter(places, False, *typed)
     return {"shapes": shapes, "dtypes": dtypes, "flops": flops}
 
 
-def _byte_columns(r: _Rows, links: _Links) -> dict[str, Any]:
+def _byte_columns(r: _Rows, places: np.ndarray, nbytes: pa.ChunkedArray) -> dict[str, Any]:
     """Copies read and write their bytes; memsets only write them."""
-    (col,) = _scatter(links.gpu_rows, links.nbytes)
+    (col,) = _scatter(places, True, nbytes)
     kind = r.kind
 
     def only(kinds: tuple[int, ...]) -> RowColumn:
