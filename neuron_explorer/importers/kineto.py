@@ -36,7 +36,7 @@ from .kineto_frames import (
     row_indices,
     stack_columns,
 )
-from .kineto_kinds import KIND_NAMES, K
+from .kineto_kinds import KIND_NAMES, K, phase_is
 from .kineto_links import FlowPoints, fwdbwd, launches
 from .kineto_memory import memory_counters
 from .kineto_patch import args_column
@@ -219,7 +219,7 @@ def _rows(path: Path, d: Decoded, c: Classes, names: kl.Metadata | None) -> _Row
     if rows.size == 0:
         raise BadInputError(path, "empty trace (no events in traceEvents)")
     check_times(path, d, rows, d.ts.missing[rows], "ts")
-    check_times(path, d, rows, d.dur.missing[rows] & (d.ph[rows] == "X"), "dur")
+    check_times(path, d, rows, d.dur.missing[rows] & phase_is(d.ph[rows], "X"), "dur")
     base = _base_ns(path, d)
     samples = np.flatnonzero(c.is_counter)
     check_range(path, d, samples, d.ts.ns[samples] + base, np.zeros(samples.size, np.int64))
