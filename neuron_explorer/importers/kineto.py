@@ -76,9 +76,7 @@ def _scatter(
     """Columns of every row holding each of `columns` at the rows whose place (_places) is in
     the first set (`second`: the second) and null elsewhere, made a block of rows at a time.
     A block's places are read, not searched for in the rows of each set (a search of 65,536
-    rows among 160,000 was 2 ms, a read 0.25). The columns stay in the decode's pieces: one
-    array of them would be made while the pieces are held (2 MB more peak at 100 MB), for a
-    take a few ms faster a chunk."""
+    rows among 160,000 was 2 ms, a read 0.25)."""
     last: list[Any] = [None, None]  # the last block's rows and their places in the columns
 
     def positions(rows: np.ndarray) -> pa.Array:
@@ -161,12 +159,16 @@ def load(
     stacks = stacks.inherit_backward(links.flow_src, is_op, parent, links.dev_rows,
                                      links.launch[links.dev_rows])  # fmt: skip
     places = _places(r.n, np.flatnonzero(is_op), links.gpu_rows)
+    # the op and byte columns taken from one array each, not the decode's pieces (a take
+    # three times faster: 4% of a chunk's mapping), but in the streaming import, whose peak
+    # is held to 1.5x the file: joining them holds both at once (2 MB more at 100 MB)
+    joined = decoded is not None or options.memory_budget is None
     columns = {
         **_base_columns(d, r, step),
         **stack_columns(stacks),
         "op_name": dict_rows(d.names, _op_name_code(r, parent, links)),
-        **_op_columns(places, d.typed.pop("op")),
-        **_byte_columns(r, places, links.nbytes),
+        **_op_columns(places, _joined(d.typed.pop("op"), joined)),
+        **_byte_columns(r, places, _joined((links.nbytes,), joined)[0]),
         "args": args_column(d.take_row_args(), other, flow_extra),
     }
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
@@ -350,6 +352,19 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
         "dur_ns": r.dur,
         "step": RowColumn(lambda rows: pa.array(step[rows], pa.int32(), mask=step[rows] < 0)),
     }
+
+
+ONE_ARRAY_BYTES = 1 << 30  # a text column this large stays in pieces (int32 offsets)
+
+
+def _joined(columns: tuple, join: bool) -> tuple:
+    """`columns` each as one array where `join` (and it fits), else as they are."""
+    if not join:
+        return columns
+    return tuple(
+        c.combine_chunks() if isinstance(c, pa.ChunkedArray) and c.nbytes < ONE_ARRAY_BYTES else c
+        for c in columns
+    )
 
 
 def _op_columns(places: np.ndarray, typed: tuple) -> dict[str, Any]:
