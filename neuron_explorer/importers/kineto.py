@@ -32,8 +32,11 @@ from .kineto_frames import (
     dict_rows,
     frames_used,
     narrow,
+    one_array,
     row_index_type,
     row_indices,
+    row_places,
+    scattered,
     stack_columns,
 )
 from .kineto_kinds import KIND_NAMES, K, phase_is
@@ -58,49 +61,6 @@ class FileData:
     meta: dict[str, Any]
     user_files: set[str] = field(default_factory=set)
     event_index: np.ndarray | None = None  # per row, its event's index in the file (if asked)
-
-
-def _places(n: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Each of `n` rows' place among the rows `first` (0, 1, ...) or among the rows `second`
-    (-2, -3, ...; the two disjoint: ops, and runtime calls and device work), -1 for the others:
-    one int32 a row, about what the two lists of rows held."""
-    places = np.full(n, NONE, dtype=row_index_type(n))
-    places[first] = np.arange(first.size, dtype=places.dtype)
-    places[second] = -2 - np.arange(second.size, dtype=places.dtype)
-    return places
-
-
-def _scatter(
-    places: np.ndarray, second: bool, *columns: pa.Array | pa.ChunkedArray
-) -> list[RowColumn]:
-    """Columns of every row holding each of `columns` at the rows whose place (_places) is in
-    the first set (`second`: the second) and null elsewhere, made a block of rows at a time.
-    A block's places are read, not searched for in the rows of each set (a search of 65,536
-    rows among 160,000 was 2 ms, a read 0.25)."""
-    last: list[Any] = [None, None]  # the last block's rows and their places in the columns
-
-    def positions(rows: np.ndarray) -> pa.Array:
-        # the columns of one _scatter take the same block of rows in turn: read it once
-        if last[0] is not rows:
-            p = places[rows]
-            if second:
-                p = -2 - p
-            last[:] = [rows, pa.array(p, mask=p < 0)]
-        return last[1]
-
-    def column(values: pa.Array | pa.ChunkedArray) -> RowColumn:
-        taken: list[Any] = [None, None]  # the last block's rows and this column's values
-
-        def make(rows: np.ndarray) -> pa.Array:
-            if not len(values):
-                return pa.nulls(len(rows), values.type)
-            if taken[0] is not rows:  # bytes_read and bytes_written take the same column
-                taken[:] = [rows, values.take(positions(rows))]
-            return taken[1]
-
-        return RowColumn(make)
-
-    return [column(c) for c in columns]
 
 
 DECODE_SHARE = 0.6  # of a file's progress: reading and decoding it, then mapping
@@ -158,7 +118,7 @@ def load(
     flow_extra = fwdbwd(points, d.ids, r.track_code, r.start, r.dur, parent, is_op, links.flow_src)
     stacks = stacks.inherit_backward(links.flow_src, is_op, parent, links.dev_rows,
                                      links.launch[links.dev_rows])  # fmt: skip
-    places = _places(r.n, np.flatnonzero(is_op), links.gpu_rows)
+    places = row_places(r.n, np.flatnonzero(is_op), links.gpu_rows)
     # the op and byte columns taken from one array each, not the decode's pieces (a take
     # three times faster: 4% of a chunk's mapping), but in the streaming import, whose peak
     # is held to 1.5x the file: joining them holds both at once (2 MB more at 100 MB)
@@ -167,8 +127,8 @@ def load(
         **_base_columns(d, r, step),
         **stack_columns(stacks),
         "op_name": dict_rows(d.names, _op_name_code(r, parent, links)),
-        **_op_columns(places, _joined(d.typed.pop("op"), joined)),
-        **_byte_columns(r, places, _joined((links.nbytes,), joined)[0]),
+        **_op_columns(places, one_array(d.typed.pop("op"), joined)),
+        **_byte_columns(r, places, one_array((links.nbytes,), joined)[0]),
         "args": args_column(d.take_row_args(), other, flow_extra),
     }
     used = frames_used(len(stacks.frames), stacks.user_frame, stacks.model_frame)
@@ -354,27 +314,14 @@ def _base_columns(d: Decoded, r: _Rows, step: np.ndarray) -> dict[str, Any]:
     }
 
 
-ONE_ARRAY_BYTES = 1 << 30  # a text column this large stays in pieces (int32 offsets)
-
-
-def _joined(columns: tuple, join: bool) -> tuple:
-    """`columns` each as one array where `join` (and it fits), else as they are."""
-    if not join:
-        return columns
-    return tuple(
-        c.combine_chunks() if isinstance(c, pa.ChunkedArray) and c.nbytes < ONE_ARRAY_BYTES else c
-        for c in columns
-    )
-
-
 def _op_columns(places: np.ndarray, typed: tuple) -> dict[str, Any]:
-    shapes, dtypes, flops = _scatter(places, False, *typed)
+    shapes, dtypes, flops = scattered(places, False, *typed)
     return {"shapes": shapes, "dtypes": dtypes, "flops": flops}
 
 
 def _byte_columns(r: _Rows, places: np.ndarray, nbytes: pa.ChunkedArray) -> dict[str, Any]:
     """Copies read and write their bytes; memsets only write them."""
-    (col,) = _scatter(places, True, nbytes)
+    (col,) = scattered(places, True, nbytes)
     kind = r.kind
 
     def only(kinds: tuple[int, ...]) -> RowColumn:
