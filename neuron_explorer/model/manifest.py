@@ -46,9 +46,9 @@ class Manifest:
 
     def to_json(self) -> str:
         """The manifest as indented JSON, keys sorted. The steps (one a step and rank: 64,000
-        at 10 GB) are written by a template, the rest by json: the same text as json
-        writes the whole, which took 0.1 s of the 100 MB import's 1.3 s (asdict's copy and
-        the pure-Python indented encoder, per step)."""
+        at 10 GB) are written by a template, the rest by json: the same text as json writes
+        of the whole, a tenth of the time (asdict's copy and the pure-Python indented encoder
+        took 7 us a step: 0.45 s at 10 GB)."""
         text = json.dumps(asdict(replace(self, steps=())), indent=2, sort_keys=True)
         if not self.steps:
             return text
