@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pyarrow as pa
@@ -138,3 +139,26 @@ def test_a_table_as_one_parquet_file_is_its_own_file_or_its_parts_reencoded():
     back = pq.read_table(io.BytesIO(data))
     assert back.num_rows == p.row_count("events") and set(back.column("rank").to_pylist()) == {0, 1}
     assert back.equals(p.table("events"))
+
+
+def test_the_manifest_json_is_what_json_writes_of_it_all():
+    """to_json writes the steps by a template: the text must stay json's, whatever the other
+    keys hold (a `"steps": []` inside them, non-ASCII, newlines) and for non-int step fields."""
+    steps = tuple(Step(i, i % 3, (-1) ** i * 2**62 + i, i * 10**9) for i in range(500))
+    odd = {"name": 'Ñ\n  "steps": [],\n', "steps": []}
+    manifests = [
+        Manifest("kineto", 5),
+        Manifest("kineto", 5, steps=steps[:1]),
+        Manifest(
+            "capture",
+            -7,
+            devices=(odd,),
+            extra={"steps": [], "x": odd},
+            steps=steps,
+            inputs=("é.json",),
+            row_counts={"events": 3},
+        ),  # fmt: skip
+        Manifest("kineto", 5, steps=(Step(True, 0, 2, 3),)),  # a bool: json's true, not 1
+    ]
+    for m in manifests:
+        assert m.to_json() == json.dumps(dataclasses.asdict(m), indent=2, sort_keys=True)

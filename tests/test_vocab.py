@@ -333,3 +333,23 @@ def test_docstrings_cite_the_projects_own_design_document():
         if "DESIGN.md" in p.read_text(encoding="utf-8")
     ]
     assert cites == [] and (ROOT / "docs" / "architecture.md").is_file()
+
+
+def test_key_then_descending_is_lexsorts_order_with_ties_and_extremes():
+    """The events' order (start, longest first, trace order), by a stable argsort and a
+    lexsort of the tied rows only: the same indices as lexsort of both keys, ties or none."""
+    import numpy as np
+
+    from neuron_explorer.vocab.intervals import key_then_descending
+
+    rng = np.random.default_rng(7)
+    big = np.iinfo(np.int64).max
+    cases = [(np.zeros(0, np.int64), np.zeros(0, np.int64)),
+             (np.array([5]), np.array([1])),
+             (np.array([big, -big, big, 0]), np.array([0, big, big, 0]))]  # fmt: skip
+    for n in (2, 3, 10, 1000):
+        for spread in (1, n // 2 + 1, 10 * n):
+            cases.append((rng.integers(0, spread, n), rng.integers(0, 4, n)))
+    for key, second in cases:
+        got = key_then_descending(key, second)
+        assert got.tolist() == np.lexsort((-second, key)).tolist()

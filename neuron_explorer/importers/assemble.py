@@ -15,6 +15,7 @@ from ..errors import BadInputError
 from ..model.io import ROW_GROUP_ROWS, ProfileWriter
 from ..model.manifest import Manifest, Step
 from ..model.schema import COUNTERS, EVENTS, STACKS, conform, empty_table
+from ..vocab.intervals import key_then_descending
 from .kineto import FileData
 from .kineto_columns import give_back_free_memory
 
@@ -35,7 +36,7 @@ def assign_ranks(files: Sequence[Any]) -> list[int]:
 def _order(f: FileData) -> np.ndarray:
     """Rows in (start, longest first) order: the events table's order within a rank (ids are
     numbered in it, so the table is in (rank, start_ns, id) order as written)."""
-    return np.lexsort((-f.columns["dur_ns"], f.columns["start_ns"]))
+    return key_then_descending(f.columns["start_ns"], f.columns["dur_ns"])
 
 
 def _take(col: Any, rows: np.ndarray) -> Any:

@@ -205,6 +205,11 @@ class Factorizer(dict):
 def as_text(values: list[Any]) -> pa.Array:
     """Distinct values as Arrow strings (the decoded objects are not kept: a few objects alive
     from the middle of the decode would pin its memory arenas and keep them from the OS)."""
+    if set(map(type, values)) == {int}:  # flow ids, pids, tids: Arrow writes them as str does
+        try:  # (a tenth of the time of str per value: 120,000 ids a chunk of the 1 GB trace)
+            return pa.array(values, pa.int64()).cast(pa.string())
+        except (OverflowError, pa.ArrowException):  # beyond int64
+            pass
     return pa.array([str(v) for v in values], pa.string())
 
 

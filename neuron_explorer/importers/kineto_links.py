@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from ..vocab.intervals import NONE, nearest
 from .kineto_extract import Decoded
 from .kineto_frames import row_index_type
+from .kineto_kinds import phase_is
 
 
 def launches(gpu_rows: np.ndarray, corr: pa.Array, is_dev: np.ndarray, n: int) -> np.ndarray:
@@ -47,7 +48,9 @@ class FlowPoints:
         let go as soon as the rows have theirs)."""
         points = points[d.id_code[points] >= 0]
         base = d.trace.baseTimeNanoseconds or 0
-        return FlowPoints(d.ts.ns[points] + base, d.ph[points] == "s", d.id_code[points], points)
+        return FlowPoints(
+            d.ts.ns[points] + base, phase_is(d.ph[points], "s"), d.id_code[points], points
+        )
 
     def on_lanes(self, lane_of: Callable[[np.ndarray], np.ndarray]) -> FlowPoints:
         """These points with their host lanes (`lane_of`: event indices -> lane codes)."""

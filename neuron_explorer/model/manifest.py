@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..vocab.device_spec import SpecFigures
@@ -19,6 +19,12 @@ class Step:
     rank: int
     start_ns: int
     dur_ns: int
+
+
+EMPTY_STEPS = '\n  "steps": [],\n'
+STEP_JSON = (
+    '    {\n      "dur_ns": %d,\n      "rank": %d,\n      "start_ns": %d,\n      "step": %d\n    }'
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,20 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        """The manifest as indented JSON, keys sorted. The steps (one a step and rank: 64,000
+        at 10 GB) are written by a template, the rest by json: the same text as json writes
+        of the whole, a tenth of the time (asdict's copy and the pure-Python indented encoder
+        took 7 us a step: 0.45 s at 10 GB)."""
+        text = json.dumps(asdict(replace(self, steps=())), indent=2, sort_keys=True)
+        if not self.steps:
+            return text
+        fields = [(s.dur_ns, s.rank, s.start_ns, s.step) for s in self.steps]
+        if not all(type(v) is int for f in fields for v in f):
+            return json.dumps(asdict(self), indent=2, sort_keys=True)  # a template writes ints
+        # a top-level key is the only `"steps": []` after a newline and two spaces (a
+        # newline in a string is written escaped); the keys sorted, one follows it
+        steps = ",\n".join(STEP_JSON % f for f in fields)
+        return text.replace(EMPTY_STEPS, f'\n  "steps": [\n{steps}\n  ],\n', 1)
 
     @property
     def spec(self) -> SpecFigures:
