@@ -73,21 +73,30 @@ def windows_of(
 ) -> list[tuple[int, int | None, int, int]]:
     """(rank, step, start_ns, end_ns) of every step window (ProfilerStep spans; one window per
     rank over the whole trace without them), or of every instance of an annotation."""
-    con = profile.duckdb()
     if annotation is not None:
-        rows = con.execute(
-            "SELECT rank, NULL, start_ns, start_ns + dur_ns FROM events WHERE layer = 'host' "
-            "AND kind IN ('annotation', 'op', 'python') AND name = ? ORDER BY rank, start_ns",
-            [annotation],
-        ).fetchall()
+        rows = (
+            profile.duckdb()
+            .execute(
+                "SELECT rank, NULL, start_ns, start_ns + dur_ns FROM events WHERE layer = 'host' "
+                "AND kind IN ('annotation', 'op', 'python') AND name = ? ORDER BY rank, start_ns",
+                [annotation],
+            )
+            .fetchall()
+        )
         if not rows:
             raise ExplorerError(f"{profile.path}: no host span named {annotation!r}")
         return [(int(r), None, int(s), int(e)) for r, _, s, e in rows]
     if profile.manifest.steps:
         return [(s.rank, s.step, s.start_ns, s.start_ns + s.dur_ns) for s in profile.manifest.steps]
-    rows = con.execute(
-        "SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM events GROUP BY rank ORDER BY 1"
-    ).fetchall()
+    # a connection only when the manifest has no steps (one costs ~40 ms: each replayed step's
+    # graph asks for its windows)
+    rows = (
+        profile.duckdb()
+        .execute(
+            "SELECT rank, min(start_ns), max(start_ns + dur_ns) FROM events GROUP BY rank ORDER BY 1"
+        )
+        .fetchall()
+    )
     return [(int(r), None, int(s), int(e)) for r, s, e in rows]
 
 
