@@ -198,6 +198,18 @@ def launch_bound_steps(ctx: AnalysisContext) -> None:
     ctx._register("launch_bound_steps", b.filter(pc.greater_equal(idle, LAUNCH_MIN_IDLE_SHARE)))
 
 
+def launch_bound_spans(ctx: AnalysisContext) -> None:
+    """`launch_bound_spans(rank, s, e)`: the launch-bound steps' windows merged into disjoint
+    ones per rank, so which holds a time is one ASOF join (a join on the rank with a range
+    paired each of a rank's events with each of its steps: 4.5 s of CPU a query on the 10 GB
+    trace's excerpt, 6,070 steps on one rank)."""
+    steps = ctx.arrow(
+        "SELECT rank, start_ns AS s, start_ns + dur_ns AS e FROM launch_bound_steps "
+        "WHERE dur_ns > 0"
+    )
+    ctx._register("launch_bound_spans", intervals.merge(steps, ["rank"]))
+
+
 def _explained_ns(ctx: AnalysisContext) -> pa.ChunkedArray:
     return ctx.explained_idle["explained_idle_ns"]  # the breakdown's rows, in its order
 
@@ -320,6 +332,7 @@ TABLES: dict[str, Callable[[AnalysisContext], Any]] = {
     "explained_idle": explained_idle,
     "kernel_medians": kernel_medians,
     "launch_bound_steps": launch_bound_steps,
+    "launch_bound_spans": launch_bound_spans,
     "optimizer_ops": optimizer_steps,
     "optimizer_steps": optimizer_steps,
     "setup_calls": setup_calls,

@@ -23,13 +23,15 @@ KERNELS = f"layer = 'device' AND kind IN {sql_list(KERNEL_KINDS)}"
 LAUNCH = "coalesce(flow_id, -id)"
 # the host's per-op dispatch in the launch-bound steps: each outermost host op (no host op
 # around it), except those holding what a more specific rule owns (a compile, a CPU fallback,
-# a sync: their idle time is not launch-bound's)
+# a sync: their idle time is not launch-bound's); in a step by one ASOF join with the steps'
+# disjoint spans (facts.launch_bound_spans)
 DISPATCH = (
     "layer = 'host' AND kind = 'op' AND (parent_id IS NULL OR parent_id NOT IN "
-    "(SELECT id FROM ev WHERE layer = 'host' AND kind = 'op')) AND EXISTS (SELECT 1 FROM "
-    "launch_bound_steps s WHERE s.rank = ev.rank AND ev.start_ns >= s.start_ns "
-    "AND ev.start_ns < s.start_ns + s.dur_ns) AND NOT EXISTS (SELECT 1 FROM ev x WHERE "
-    "x.layer = 'host' AND x.kind IN ('compile', 'fallback', 'sync') AND x.rank = ev.rank "
+    "(SELECT id FROM ev WHERE layer = 'host' AND kind = 'op')) AND id IN (SELECT x.id "
+    "FROM ev x ASOF JOIN launch_bound_spans s ON x.rank = s.rank AND x.start_ns >= s.s "
+    "WHERE x.start_ns < s.e AND x.layer = 'host' AND x.kind = 'op') "
+    "AND NOT EXISTS (SELECT 1 FROM ev x WHERE x.layer = 'host' "
+    "AND x.kind IN ('compile', 'fallback', 'sync') AND x.rank = ev.rank "
     "AND x.track = ev.track AND x.start_ns >= ev.start_ns "
     "AND x.start_ns < ev.start_ns + ev.dur_ns)"
 )
@@ -105,10 +107,9 @@ class LaunchBound(Rule[Bound]):
         )
         kernels = ctx.events_of(KERNEL_KINDS, "device")
         launches = ctx.one(
-            f"""SELECT count(DISTINCT {LAUNCH}) AS n FROM {kernels} k JOIN launch_bound_steps s
-                ON k.rank = s.rank AND k.start_ns >= s.start_ns
-                AND k.start_ns < s.start_ns + s.dur_ns
-            WHERE {KERNELS}"""
+            f"""SELECT count(DISTINCT {LAUNCH}) AS n FROM {kernels} k
+                ASOF JOIN launch_bound_spans s ON k.rank = s.rank AND k.start_ns >= s.s
+            WHERE {KERNELS} AND k.start_ns < s.e"""
         )
         unfused = ctx.one(
             f"""SELECT count(*) AS n FROM optimizer_steps
