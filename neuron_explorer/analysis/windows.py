@@ -126,25 +126,13 @@ def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
     Every scan is bounded by the first and last start it can keep (_near_starts): events are
     stored in (rank, start_ns) order, so the row groups' statistics skip the rest (reading
     every column of the 10 GB trace's 1.8 M-event excerpt for each step was 0.6 s of CPU)."""
-    import pyarrow as pa
-
     if not chosen:
         return []
     con = profile.duckdb()
-    # device work: the step's own (it may run long after its host span), and what ran near
-    # the window on the same queues (earlier steps' work it waits behind)
     ranks = [int(w[0]) for w in chosen]
     steps = [w[1] for w in chosen]
     starts, ends = [int(w[2]) for w in chosen], [int(w[3]) for w in chosen]
-    last_of = {r: i for i, r in enumerate(ranks)}  # a rank's window in the graph (_assemble)
-    con.register("graph_windows", pa.table({
-        "rank": pa.array(ranks, pa.int64()), "step": pa.array(steps, pa.int64()),
-        "s": pa.array(starts, pa.int64()), "e": pa.array(ends, pa.int64()),
-        "lo": pa.array([s - (e - s) for s, e in zip(starts, ends, strict=True)], pa.int64()),
-        "hi": pa.array([e + max(4 * (e - s), LAG_NS) for s, e in zip(starts, ends, strict=True)],
-                       pa.int64()),
-        "own": pa.array([last_of[r] == i for i, r in enumerate(ranks)]),
-    }))  # fmt: skip
+    _register_windows(con, ranks, steps, starts, ends)
     host_kinds = ("runtime", NEURON_SYNC_KIND, NEURON_COPY_KIND, *FRAMEWORK_KINDS)
     near_lo, near_hi = _near_starts(con, ranks, steps, starts, ends)
     sql = f"""
@@ -179,6 +167,24 @@ def read_events(profile: Profile, chosen: list) -> list[dict[str, Any]]:
     cur = con.execute(sql)
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _register_windows(con: Any, ranks: list[int], steps: list, starts: list[int],
+                      ends: list[int]) -> None:  # fmt: skip
+    """The windows as DuckDB's graph_windows: each window's span [s, e), the stretch [lo, hi]
+    its device work may wait behind (the step's own work may run long after its host span),
+    and whether it is its rank's window in the graph (own: the last one, as _assemble keeps)."""
+    import pyarrow as pa
+
+    last_of = {r: i for i, r in enumerate(ranks)}
+    con.register("graph_windows", pa.table({
+        "rank": pa.array(ranks, pa.int64()), "step": pa.array(steps, pa.int64()),
+        "s": pa.array(starts, pa.int64()), "e": pa.array(ends, pa.int64()),
+        "lo": pa.array([s - (e - s) for s, e in zip(starts, ends, strict=True)], pa.int64()),
+        "hi": pa.array([e + max(4 * (e - s), LAG_NS) for s, e in zip(starts, ends, strict=True)],
+                       pa.int64()),
+        "own": pa.array([last_of[r] == i for i, r in enumerate(ranks)]),
+    }))  # fmt: skip
 
 
 def _near_starts(con: Any, ranks: list[int], steps: list, starts: list[int],
