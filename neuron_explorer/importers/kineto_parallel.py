@@ -32,14 +32,14 @@ def available() -> bool:
 PARENT_SHARE = 0.8  # of a child's: this process also reads the children's columns back, merges
 
 
-def cuts(source: Source, parts: int) -> list[int]:
-    """Event boundaries that split the file into `parts` spans, this process's a little smaller
-    (fewer cuts if the events are too long)."""
+def cuts(source: Source, parts: int, parent_share: float = PARENT_SHARE) -> list[int]:
+    """Event boundaries that split the file into `parts` spans, this process's `parent_share`
+    of another's (fewer cuts if the events are too long)."""
     found: list[int] = []
-    total = PARENT_SHARE + parts - 1
+    total = parent_share + parts - 1
     for i in range(1, parts):
         start = max(
-            found[-1] + 1 if found else 0, int(source.size * (PARENT_SHARE + i - 1) / total)
+            found[-1] + 1 if found else 0, int(source.size * (parent_share + i - 1) / total)
         )
         cut = find_cut(source, start, source.size)
         if cut is None:

@@ -34,15 +34,17 @@ _JOB: dict[str, Any] = {}
 
 
 def spans_of(path: Path, workers: int) -> list[tuple[int | None, int | None]]:
-    """The file's spans, one per worker at most, each at least MIN_SPAN_BYTES; a gzip file, or
-    one too small, is one span (None, None)."""
+    """The file's spans, one per worker at most, of about equal size, each at least
+    MIN_SPAN_BYTES; a gzip file, or one too small, is one span (None, None)."""
     f, gz = open_stream(path)
     with f:
         size = path.stat().st_size
         parts = min(workers, size // max(1, MIN_SPAN_BYTES))
         if gz or parts <= 1 or not parallel.available():
             return [(None, None)]
-        cut_at = parallel.cuts(FileSource(f.fileno(), size), parts)
+        # equal spans: this process only waits for the workers' (the PARENT_SHARE of
+        # kineto_parallel is for a parent that also reads its children's columns back)
+        cut_at = parallel.cuts(FileSource(f.fileno(), size), parts, parent_share=1.0)
     if not cut_at:
         return [(None, None)]
     return list(zip([None, *cut_at], [*cut_at, None], strict=True))
