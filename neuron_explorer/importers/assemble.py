@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -236,13 +237,24 @@ def write_assembled(
 ) -> Path:
     """Write assembled tables, the sources the files' stacks name, and the manifest
     (`counter_parts`, `stack_parts`: those tables a part at a time, instead of `assembled`'s;
-    `overlap`: the events' row groups encoded in a thread while the next block is made)."""
+    `overlap`: the events' row groups encoded in a thread while the next block is made, and
+    the counters' parts written in another beside them)."""
     report = progress or (lambda f: None)
+    beside = None
     if counter_parts is None:  # before the events: not held through their write
         writer.write_table("counters", assembled.counters)
+    elif overlap:  # another file, a part held at a time: on the core the merge leaves idle
+        beside = ThreadPoolExecutor(1, "counters-write")
+        counters = beside.submit(writer.write_table_in_parts, "counters", counter_parts)
     else:
         writer.write_table_in_parts("counters", counter_parts)
-    writer.write_events_in_order(assembled.blocks, overlap=overlap)
+    try:
+        writer.write_events_in_order(assembled.blocks, overlap=overlap)
+        if beside is not None:
+            counters.result()
+    finally:
+        if beside is not None:
+            beside.shutdown(wait=True)  # the counters' file closed before anything else
     report(0.7)
     if stack_parts is None:
         writer.write_table("stacks", assembled.stacks)
