@@ -77,6 +77,18 @@ SUBSETS: dict[str, tuple[type, Callable[[list[Any]], tuple[pa.Array, ...]]]] = {
 }
 
 
+# struct -> its columns' args keys, in to_columns' order, each with whether it is an integer
+# (kd.ints) or a raw text (kd.raw_column): what the native scanner reads (kineto_native)
+NATIVE_FIELDS: dict[type, tuple[tuple[bytes, bool], ...]] = {
+    OpArgs: ((b"Input Dims", False), (b"Input type", False), (b"flops", True)),
+    GpuArgs: ((b"correlation", True), (b"bytes", True)),
+    MemArgs: tuple(
+        (key, True)
+        for key in (b"Total Allocated", b"Total Reserved", b"Device Type", b"Device Id", b"Bytes")
+    ),
+}
+
+
 def typed_columns(raws: list[msgspec.Raw], struct: type, to_columns: Callable) -> tuple:
     """The columns `to_columns` makes of the args texts `raws` decoded into `struct` (None for
     an event without args, or with args that do not fit the struct)."""

@@ -497,3 +497,67 @@ int64_t ne_token_array(const char* buf, const int64_t* off, const int32_t* len, 
   return o - out;
 }
 }
+
+extern "C" {
+
+// The args fields `keys` (k of them, `key_len[j]` bytes each) of events `idx` read from their
+// args texts (buf[off[i]:off[i]+len[i]], empty for none), for the kineto_args structs: a field
+// of kind 0 an integer (state 1, its value in val) or null/absent (state 0); of kind 1 its
+// value's span (state 1, offset in val, length in vlen) or absent (state 0). Out arrays are
+// k x n, field-major. Returns 0, or -1 where some event is not of that plain form (args not an
+// object, an escaped or repeated key, an integer field that is not an int64 literal nor null):
+// the caller then decodes the whole subset with msgspec, which judges those.
+int64_t ne_args_fields(const char* buf, const int64_t* off, const int32_t* len, const int64_t* idx,
+                       int64_t n, const char* const* keys, const int32_t* key_len,
+                       const int32_t* kind, int64_t k, uint8_t* state, int64_t* val,
+                       int32_t* vlen) {
+  if (k > 64) return -1;
+  memset(state, 0, (size_t)(k * n));
+  for (int64_t i = 0; i < n; i++) {
+    int64_t j = idx[i];
+    if (len[j] <= 0) continue;
+    Scanner s{buf + off[j], buf + off[j] + len[j]};
+    if (!s.eat('{')) return -1;
+    s.ws();
+    if (s.eat('}')) continue;
+    uint64_t seen = 0;  // the fields met in this object (k <= 64)
+    while (true) {
+      const char* kb = s.p + 1;
+      if (!s.string(false)) return -1;  // an escaped key could spell a field's name
+      int32_t kl = (int32_t)(s.p - 1 - kb);
+      int64_t f = -1;
+      for (int64_t q = 0; q < k; q++)
+        if (key_len[q] == kl && memcmp(keys[q], kb, (size_t)kl) == 0) f = q;
+      s.ws();
+      if (!s.eat(':')) return -1;
+      s.ws();
+      const char* vb = s.p;
+      if (f >= 0 && (seen >> f & 1)) return -1;  // repeated: msgspec's to judge
+      if (f >= 0) seen |= 1ULL << f;
+      if (f >= 0 && kind[f] == 0) {
+        if (s.literal("null")) {
+          state[f * n + i] = 0;
+        } else {
+          int digits;
+          bool frac, exp;
+          if (!s.number(&digits, &frac, &exp) || frac || exp || digits > 18) return -1;
+          state[f * n + i] = 1;
+          val[f * n + i] = strtoll(vb, nullptr, 10);
+        }
+      } else {
+        if (!s.value(1)) return -1;
+        if (f >= 0) state[f * n + i] = 1, val[f * n + i] = vb - buf, vlen[f * n + i] = (int32_t)(s.p - vb);
+      }
+      s.ws();
+      if (s.eat(',')) {
+        s.ws();
+        continue;
+      }
+      if (!s.eat('}')) return -1;
+      break;
+    }
+    if (s.p != s.end) return -1;
+  }
+  return 0;
+}
+}
