@@ -245,7 +245,7 @@ def test_the_typed_args_read_natively_are_msgspecs_columns(use_native, odd):
         for idx in (np.arange(sc.n), np.arange(sc.n)[::3], np.arange(0)):
             got = sc.args_fields(idx, fields)
             want = typed_lines(
-                sc.args_lines(idx), len(idx), lambda: sc.args_list(idx), struct, structs[struct]
+                sc.args_lines(idx), len(idx), lambda i=idx: sc.args_list(i), struct, structs[struct]
             )
             if got is None:  # only for a subset with the odd args, not for every struct
                 assert odd is not None and sc.n - 1 in idx, struct
