@@ -210,6 +210,8 @@ PLAIN_ARGS = [  # args the scanner reads itself, for the op, launch/kernel and m
     b'{"Total Reserved":999999999999999999,"Device Type":-0,"Device Id":1,"Bytes":-42}',
     b'{"Input Dims":"a\\"b\\u00e9","Input type":null,"flops":null,"correlation":3}',
     b'{"z":[1,{"bytes":1.5}],"bytes":8,"Input Dims":{"k":[true,false,null]}}',
+    b'{ "Input Dims" : [ 1 , "]\\"}" ] , "Input type" : 5 , "x" : -1.5e3 , "flops" : 3 }',
+    b'{"Input type":true,"Input Dims":"","q":[{}],"flops":-0}',
 ]
 ODD_ARGS = [  # args msgspec judges: the scanner leaves the whole subset to it
     b'{"flops":"12","correlation":"12","Bytes":"12"}',  # a number as a string

@@ -237,6 +237,30 @@ struct Scanner {
   }
 };
 
+// past a value at p that the scan has already validated (args texts): strings and brackets
+// only counted, about twice as fast as value()'s checks
+INLINE void skip_valid(Scanner& s) {
+  int depth = 0;
+  while (s.p < s.end) {
+    char c = *s.p;
+    if (c == '"') {
+      for (s.p++; *s.p != '"'; s.p++)
+        if (*s.p == '\\') s.p++;
+      s.p++;
+    } else if (c == '{' || c == '[') {
+      depth++, s.p++;
+    } else if (c == '}' || c == ']') {
+      if (depth == 0) return;
+      depth--, s.p++;
+    } else if (c == ',' && depth == 0) {
+      return;
+    } else {
+      s.p++;
+    }
+    if (depth == 0 && (c == '"' || c == '}' || c == ']')) return;
+  }
+}
+
 const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                         1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
@@ -545,7 +569,8 @@ int64_t ne_args_fields(const char* buf, const int64_t* off, const int32_t* len, 
           val[f * n + i] = strtoll(vb, nullptr, 10);
         }
       } else {
-        if (!s.value(1)) return -1;
+        skip_valid(s);
+        while (s.p > vb && (unsigned char)s.p[-1] <= ' ') s.p--;  // a scalar's trailing space
         if (f >= 0) state[f * n + i] = 1, val[f * n + i] = vb - buf, vlen[f * n + i] = (int32_t)(s.p - vb);
       }
       s.ws();
