@@ -1,6 +1,7 @@
 """The args fields that become columns: shapes, dtypes and flops of ops, correlation ids and
 bytes of launches and device work, the sizes in memory samples. Each subset of events is decoded
-in bulk (its args objects joined into JSON lines) into a small struct, never a dict."""
+in bulk (its args objects joined into JSON lines) into a small struct, never a dict, or read
+by the native scanner (NATIVE_FIELDS) where its args are all of the plain form it reads."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 // A range of a Kineto trace's traceEvents (wrapped as {"<key>":[...]}, see kineto_ranges.py)
 // scanned straight into the columns the importer maps: each event's ph, name, cat, pid, tid and
 // id as codes into the range's distinct token texts, ts and dur as float64 with their text
-// spans, and the args value's span. Built by kineto_native.py with g++ and loaded by ctypes.
+// spans, and the args value's span; then (ne_args_fields) the typed args' fields read from
+// those spans. Built by kineto_native.py with g++ and loaded by ctypes.
 //
 // It accepts only a strict, plain subset of JSON (ASCII text, no escaped keys, no duplicate
 // fields, numbers of the usual forms, nesting under 64 levels) and refuses anything else
