@@ -241,6 +241,12 @@ struct Scanner {
 // past a value at p that the scan has already validated (args texts): strings and brackets
 // only counted, about twice as fast as value()'s checks
 INLINE void skip_valid(Scanner& s) {
+  char first = *s.p;
+  if (first != '"' && first != '{' && first != '[') {  // a number or a literal: to its end
+    while (s.p < s.end && *s.p != ',' && *s.p != '}' && *s.p != ']' && (unsigned char)*s.p > ' ')
+      s.p++;
+    return;
+  }
   int depth = 0;
   while (s.p < s.end) {
     char c = *s.p;
@@ -547,9 +553,11 @@ int64_t ne_args_fields(const char* buf, const int64_t* off, const int32_t* len, 
     if (s.eat('}')) continue;
     uint64_t seen = 0;  // the fields met in this object (k <= 64)
     while (true) {
-      const char* kb = s.p + 1;
-      if (!s.string(false)) return -1;  // an escaped key could spell a field's name
-      int32_t kl = (int32_t)(s.p - 1 - kb);
+      if (!s.eat('"')) return -1;
+      const char* kb = s.p;  // validated by the scan: only its end and escapes to find
+      while (*s.p != '"' && *s.p != '\\') s.p++;
+      if (*s.p != '"') return -1;  // an escaped key could spell a field's name
+      int32_t kl = (int32_t)(s.p++ - kb);
       int64_t f = -1;
       for (int64_t q = 0; q < k; q++)
         if (key_len[q] == kl && memcmp(keys[q], kb, (size_t)kl) == 0) f = q;
