@@ -200,19 +200,20 @@ class Scanned:
         None where some event's args are not of the plain form the scanner reads."""
         idx = np.ascontiguousarray(idx, np.int64)
         n, k = len(idx), len(fields)
-        state = np.zeros((k, n), np.uint8)
-        val, vlen = np.zeros((k, n), np.int64), np.zeros((k, n), np.int32)
+        state, vlen = np.zeros((k, n), np.uint8), np.zeros((k, n), np.int32)
+        val = [np.zeros(n, np.int64) for _ in fields]  # an array each: a column's buffer
+        val_at = (ctypes.c_void_p * k)(*(v.ctypes.data for v in val))
         keys = (ctypes.c_char_p * k)(*(key for key, _ in fields))
         key_len = np.array([len(key) for key, _ in fields], np.int32)
         kind = np.array([0 if is_int else 1 for _, is_int in fields], np.int32)
         if n and _lib.ne_args_fields(
             self.buf.ctypes.data, self.args_off.ctypes.data, self.args_len.ctypes.data,
             idx.ctypes.data, n, keys, key_len.ctypes.data, kind.ctypes.data, k,
-            state.ctypes.data, val.ctypes.data, vlen.ctypes.data,
+            state.ctypes.data, val_at, vlen.ctypes.data,
         ) < 0:  # fmt: skip
             return None
         return [
-            _int_column(val[j].copy(), state[j].view(np.bool_))  # not all k rows kept
+            _int_column(val[j], state[j].view(np.bool_))
             if is_int
             else kd.raw_column_from(vlen[j].astype(np.int64), _spans(self.buf, val[j], vlen[j]))
             for j, (_, is_int) in enumerate(fields)

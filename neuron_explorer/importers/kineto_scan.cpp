@@ -534,13 +534,14 @@ extern "C" {
 // The args fields `keys` (k of them, `key_len[j]` bytes each) of events `idx` read from their
 // args texts (buf[off[i]:off[i]+len[i]], empty for none), for the kineto_args structs: a field
 // of kind 0 an integer (state 1, its value in val) or null/absent (state 0); of kind 1 its
-// value's span (state 1, offset in val, length in vlen) or absent (state 0). Out arrays are
-// k x n, field-major. Returns 0, or -1 where some event is not of that plain form (args not an
-// object, an escaped or repeated key, an integer field that is not an int64 literal nor null):
-// the caller then decodes the whole subset with msgspec, which judges those.
+// value's span (state 1, offset in val, length in vlen) or absent (state 0). state and vlen
+// are k x n, field-major; val is k arrays of n (each an int column's buffer). Returns 0, or
+// -1 where some event is not of that plain form (args not an object, an escaped or repeated
+// key, an integer field that is not an int64 literal nor null): the caller then decodes the
+// whole subset with msgspec, which judges those.
 int64_t ne_args_fields(const char* buf, const int64_t* off, const int32_t* len, const int64_t* idx,
                        int64_t n, const char* const* keys, const int32_t* key_len,
-                       const int32_t* kind, int64_t k, uint8_t* state, int64_t* val,
+                       const int32_t* kind, int64_t k, uint8_t* state, int64_t** val,
                        int32_t* vlen) {
   if (k > 64) return -1;
   memset(state, 0, (size_t)(k * n));
@@ -575,12 +576,12 @@ int64_t ne_args_fields(const char* buf, const int64_t* off, const int32_t* len, 
           bool frac, exp;
           if (!s.number(&digits, &frac, &exp) || frac || exp || digits > 18) return -1;
           state[f * n + i] = 1;
-          val[f * n + i] = strtoll(vb, nullptr, 10);
+          val[f][i] = strtoll(vb, nullptr, 10);
         }
       } else {
         skip_valid(s);
         while (s.p > vb && (unsigned char)s.p[-1] <= ' ') s.p--;  // a scalar's trailing space
-        if (f >= 0) state[f * n + i] = 1, val[f * n + i] = vb - buf, vlen[f * n + i] = (int32_t)(s.p - vb);
+        if (f >= 0) state[f * n + i] = 1, val[f][i] = vb - buf, vlen[f * n + i] = (int32_t)(s.p - vb);
       }
       s.ws();
       if (s.eat(',')) {
