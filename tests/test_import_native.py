@@ -200,3 +200,60 @@ def test_ids_as_text_are_strs_text_whatever_the_values():
     odd = [[], [1, 2], [True, 1], [2**64, 1], [2**63 - 1, -(2**63), 0], [1, "a"], [1.5], [None, 1]]
     for values in odd:
         assert as_text(values).equals(pa.array([str(v) for v in values], pa.string()))
+
+
+PLAIN_ARGS = [  # args the scanner reads itself, for the op, launch/kernel and memory structs
+    b"",  # no args
+    b"{}",
+    b'{"flops":12,"Input Dims":[[2,3],[]],"Input type":["float","c10::Half"],"x":{"flops":"y"}}',
+    b'{ "correlation" : -7 , "bytes" : null , "Total Allocated" : 0 }',
+    b'{"Total Reserved":999999999999999999,"Device Type":-0,"Device Id":1,"Bytes":-42}',
+    b'{"Input Dims":"a\\"b\\u00e9","Input type":null,"flops":null,"correlation":3}',
+    b'{"z":[1,{"bytes":1.5}],"bytes":8,"Input Dims":{"k":[true,false,null]}}',
+    b'{ "Input Dims" : [ 1 , "]\\"}" ] , "Input type" : 5 , "x" : -1.5e3 , "flops" : 3 }',
+    b'{"Input type":true,"Input Dims":"","q":[{}],"flops":-0}',
+]
+ODD_ARGS = [  # args msgspec judges: the scanner leaves the whole subset to it
+    b'{"flops":"12","correlation":"12","Bytes":"12"}',  # a number as a string
+    b'{"flops":1.5,"correlation":1.0,"Bytes":2.5}',
+    b'{"flops":1e3,"correlation":1e3,"Bytes":1e3}',
+    b'{"flops":true,"correlation":false,"Bytes":true}',
+    b'{"flops":1234567890123456789,"correlation":9999999999999999999,"Bytes":-99999999999999999999}',
+    b'{"flops":1,"flops":2,"correlation":1,"correlation":null,"Bytes":1,"Bytes":2}',
+    b'{"Input Dims":1,"Input Dims":[2],"Input type":3,"Input type":4}',
+    b'{"fl\\u006fps":5,"c\\u006frrelation":5,"Byt\\u0065s":5}',  # escaped keys
+    b'{"flops":[1],"correlation":{},"Bytes":"x"}',
+    b"null",
+    b"[1,2]",
+    b'"text"',
+]
+
+
+@pytest.mark.parametrize("odd", [None, *ODD_ARGS])
+def test_the_typed_args_read_natively_are_msgspecs_columns(use_native, odd):
+    """Each struct's columns from the scanner equal msgspec's decode and kineto_args' columns
+    of the same args, and a subset with an odd args object is left to msgspec whole."""
+    from neuron_explorer.importers.kineto_args import NATIVE_FIELDS, SUBSETS, typed_lines
+
+    if not use_native(True):
+        pytest.skip("no C++ compiler here")
+    args = [*PLAIN_ARGS, *PLAIN_ARGS[::-1]] + ([odd] if odd is not None else [])
+    events = [b'{"ph":"X","name":"a"' + (b',"args":' + a if a else b"") + b"}" for a in args]
+    sc = _scan(b",".join(events))
+    assert sc is not None and sc.n == len(args)
+    structs = {s: f for s, f in SUBSETS.values()}
+    refused: set[type] = set()
+    for struct, fields in NATIVE_FIELDS.items():
+        for idx in (np.arange(sc.n), np.arange(sc.n)[::3], np.arange(0)):
+            got = sc.args_fields(idx, fields)
+            want = typed_lines(
+                sc.args_lines(idx), len(idx), lambda i=idx: sc.args_list(i), struct, structs[struct]
+            )
+            if got is None:  # only for a subset with the odd args, not for every struct
+                assert odd is not None and sc.n - 1 in idx, struct
+                refused.add(struct)
+                continue
+            assert len(got) == len(want)
+            for g, w in zip(got, want, strict=True):
+                assert g.type == w.type and g.equals(w), (struct, g, w)
+    assert bool(refused) == (odd is not None), "each odd args object is odd to some struct"

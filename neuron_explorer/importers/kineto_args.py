@@ -1,6 +1,7 @@
 """The args fields that become columns: shapes, dtypes and flops of ops, correlation ids and
 bytes of launches and device work, the sizes in memory samples. Each subset of events is decoded
-in bulk (its args objects joined into JSON lines) into a small struct, never a dict."""
+in bulk (its args objects joined into JSON lines) into a small struct, never a dict, or read
+by the native scanner (NATIVE_FIELDS) where its args are all of the plain form it reads."""
 
 from __future__ import annotations
 
@@ -74,6 +75,18 @@ SUBSETS: dict[str, tuple[type, Callable[[list[Any]], tuple[pa.Array, ...]]]] = {
     "gpu": (GpuArgs, _gpu_columns),  # correlation, bytes
     "mem": (MemArgs, _mem_columns),  # allocated, reserved, device type, device id, bytes
     "lane": (LaneArgs, _lane_columns),  # the name a thread_name / process_name event gives
+}
+
+
+# struct -> its columns' args keys, in to_columns' order, each with whether it is an integer
+# (kd.ints) or a raw text (kd.raw_column): what the native scanner reads (kineto_native)
+NATIVE_FIELDS: dict[type, tuple[tuple[bytes, bool], ...]] = {
+    OpArgs: ((b"Input Dims", False), (b"Input type", False), (b"flops", True)),
+    GpuArgs: ((b"correlation", True), (b"bytes", True)),
+    MemArgs: tuple(
+        (key, True)
+        for key in (b"Total Allocated", b"Total Reserved", b"Device Type", b"Device Id", b"Bytes")
+    ),
 }
 
 

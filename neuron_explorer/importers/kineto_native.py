@@ -107,6 +107,8 @@ def _load() -> Any:
     lib.ne_first_use.restype = i64
     lib.ne_token_array.argtypes = [p, p, p, i64, ctypes.c_char_p, i64, p]
     lib.ne_token_array.restype = i64
+    lib.ne_args_fields.argtypes = [p, p, p, p, i64, p, p, p, i64, p, p, p]
+    lib.ne_args_fields.restype = i64
     return lib
 
 
@@ -190,6 +192,33 @@ class Scanned:
         lengths = self.args_len[idx].astype(np.int64)
         return kd.raw_column_from(lengths, self._gather(idx, b"", b""))
 
+    def args_fields(
+        self, idx: np.ndarray, fields: tuple[tuple[bytes, bool], ...]
+    ) -> list[pa.Array] | None:
+        """The args fields `fields` ((key, whether an integer) pairs) of events `idx` as the
+        columns kineto_args makes (kd.ints of an integer, kd.raw_column of the value's text);
+        None where some event's args are not of the plain form the scanner reads."""
+        idx = np.ascontiguousarray(idx, np.int64)
+        n, k = len(idx), len(fields)
+        state, vlen = np.zeros((k, n), np.uint8), np.zeros((k, n), np.int32)
+        val = [np.zeros(n, np.int64) for _ in fields]  # an array each: a column's buffer
+        val_at = (ctypes.c_void_p * k)(*(v.ctypes.data for v in val))
+        keys = (ctypes.c_char_p * k)(*(key for key, _ in fields))
+        key_len = np.array([len(key) for key, _ in fields], np.int32)
+        kind = np.array([0 if is_int else 1 for _, is_int in fields], np.int32)
+        if n and _lib.ne_args_fields(
+            self.buf.ctypes.data, self.args_off.ctypes.data, self.args_len.ctypes.data,
+            idx.ctypes.data, n, keys, key_len.ctypes.data, kind.ctypes.data, k,
+            state.ctypes.data, val_at, vlen.ctypes.data,
+        ) < 0:  # fmt: skip
+            return None
+        return [
+            _int_column(val[j], state[j].view(np.bool_))
+            if is_int
+            else kd.raw_column_from(vlen[j].astype(np.int64), _spans(self.buf, val[j], vlen[j]))
+            for j, (_, is_int) in enumerate(fields)
+        ]
+
     def _gather(self, idx: np.ndarray, sep: bytes, empty: bytes) -> bytearray:
         idx = np.ascontiguousarray(idx, np.int64)
         lengths = self.args_len[idx]
@@ -204,6 +233,26 @@ class Scanned:
             )  # fmt: skip
             assert wrote == size
         return out
+
+
+def _int_column(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """int64 `values`, null where not `valid` (kd.ints of the same ints and Nones)."""
+    mask = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.int64(), len(values), [mask, pa.py_buffer(values)])
+
+
+def _spans(buf: np.ndarray, off: np.ndarray, length: np.ndarray) -> bytearray:
+    """The texts buf[off[i]:off[i]+length[i]] laid end to end (length 0: nothing)."""
+    size = int(length.sum(dtype=np.int64))
+    out = bytearray(size)
+    if size:
+        every = np.arange(len(off), dtype=np.int64)
+        wrote = _lib.ne_gather(
+            buf.ctypes.data, off.ctypes.data, length.ctypes.data, every.ctypes.data, len(off),
+            b"", 0, b"", 0, (ctypes.c_char * size).from_buffer(out),
+        )  # fmt: skip
+        assert wrote == size
+    return out
 
 
 def _token_array(buf: np.ndarray, s: _Scratch, field: int, absent: bytes) -> bytearray:

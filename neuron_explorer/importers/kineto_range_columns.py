@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from . import kineto_decode as kd
 from . import kineto_native as native
-from .kineto_args import SUBSETS, typed_columns, typed_lines
+from .kineto_args import NATIVE_FIELDS, SUBSETS, typed_columns, typed_lines
 from .kineto_kinds import LANE_NAME_EVENTS, MEMORY_EVENT, roles
 
 WRAP_KEY = "~neuron-explorer-range"  # the key a range's events are wrapped in (kineto_ranges)
@@ -99,6 +99,10 @@ def scanned(view: memoryview, factorizers: dict[str, kd.Factorizer]) -> Piece | 
 
     def typed(mask: np.ndarray, struct: type, to_columns: Callable) -> tuple:
         idx = np.flatnonzero(mask)
+        fields = NATIVE_FIELDS.get(struct)
+        cols = sc.args_fields(idx, fields) if fields else None
+        if cols is not None:  # the plain args read by the scanner, no object per event
+            return tuple(cols)
         lines = sc.args_lines(idx)
         return typed_lines(lines, len(idx), lambda: sc.args_list(idx), struct, to_columns)
 

@@ -1,7 +1,8 @@
 // A range of a Kineto trace's traceEvents (wrapped as {"<key>":[...]}, see kineto_ranges.py)
 // scanned straight into the columns the importer maps: each event's ph, name, cat, pid, tid and
 // id as codes into the range's distinct token texts, ts and dur as float64 with their text
-// spans, and the args value's span. Built by kineto_native.py with g++ and loaded by ctypes.
+// spans, and the args value's span; then (ne_args_fields) the typed args' fields read from
+// those spans. Built by kineto_native.py with g++ and loaded by ctypes.
 //
 // It accepts only a strict, plain subset of JSON (ASCII text, no escaped keys, no duplicate
 // fields, numbers of the usual forms, nesting under 64 levels) and refuses anything else
@@ -236,6 +237,36 @@ struct Scanner {
     return true;
   }
 };
+
+// past a value at p that the scan has already validated (args texts): strings and brackets
+// only counted, about twice as fast as value()'s checks
+INLINE void skip_valid(Scanner& s) {
+  char first = *s.p;
+  if (first != '"' && first != '{' && first != '[') {  // a number or a literal: to its end
+    while (s.p < s.end && *s.p != ',' && *s.p != '}' && *s.p != ']' && (unsigned char)*s.p > ' ')
+      s.p++;
+    return;
+  }
+  int depth = 0;
+  while (s.p < s.end) {
+    char c = *s.p;
+    if (c == '"') {
+      for (s.p++; *s.p != '"'; s.p++)
+        if (*s.p == '\\') s.p++;
+      s.p++;
+    } else if (c == '{' || c == '[') {
+      depth++, s.p++;
+    } else if (c == '}' || c == ']') {
+      if (depth == 0) return;
+      depth--, s.p++;
+    } else if (c == ',' && depth == 0) {
+      return;
+    } else {
+      s.p++;
+    }
+    if (depth == 0 && (c == '"' || c == '}' || c == ']')) return;
+  }
+}
 
 const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                         1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
@@ -495,5 +526,73 @@ int64_t ne_token_array(const char* buf, const int64_t* off, const int32_t* len, 
   }
   *o++ = ']';
   return o - out;
+}
+}
+
+extern "C" {
+
+// The args fields `keys` (k of them, `key_len[j]` bytes each) of events `idx` read from their
+// args texts (buf[off[i]:off[i]+len[i]], empty for none), for the kineto_args structs: a field
+// of kind 0 an integer (state 1, its value in val) or null/absent (state 0); of kind 1 its
+// value's span (state 1, offset in val, length in vlen) or absent (state 0). state and vlen
+// are k x n, field-major; val is k arrays of n (each an int column's buffer). Returns 0, or
+// -1 where some event is not of that plain form (args not an object, an escaped or repeated
+// key, an integer field that is not an int64 literal nor null): the caller then decodes the
+// whole subset with msgspec, which judges those.
+int64_t ne_args_fields(const char* buf, const int64_t* off, const int32_t* len, const int64_t* idx,
+                       int64_t n, const char* const* keys, const int32_t* key_len,
+                       const int32_t* kind, int64_t k, uint8_t* state, int64_t** val,
+                       int32_t* vlen) {
+  if (k > 64) return -1;
+  memset(state, 0, (size_t)(k * n));
+  for (int64_t i = 0; i < n; i++) {
+    int64_t j = idx[i];
+    if (len[j] <= 0) continue;
+    Scanner s{buf + off[j], buf + off[j] + len[j]};
+    if (!s.eat('{')) return -1;
+    s.ws();
+    if (s.eat('}')) continue;
+    uint64_t seen = 0;  // the fields met in this object (k <= 64)
+    while (true) {
+      if (!s.eat('"')) return -1;
+      const char* kb = s.p;  // validated by the scan: only its end and escapes to find
+      while (*s.p != '"' && *s.p != '\\') s.p++;
+      if (*s.p != '"') return -1;  // an escaped key could spell a field's name
+      int32_t kl = (int32_t)(s.p++ - kb);
+      int64_t f = -1;
+      for (int64_t q = 0; q < k; q++)
+        if (key_len[q] == kl && memcmp(keys[q], kb, (size_t)kl) == 0) f = q;
+      s.ws();
+      if (!s.eat(':')) return -1;
+      s.ws();
+      const char* vb = s.p;
+      if (f >= 0 && (seen >> f & 1)) return -1;  // repeated: msgspec's to judge
+      if (f >= 0) seen |= 1ULL << f;
+      if (f >= 0 && kind[f] == 0) {
+        if (s.literal("null")) {
+          state[f * n + i] = 0;
+        } else {
+          int digits;
+          bool frac, exp;
+          if (!s.number(&digits, &frac, &exp) || frac || exp || digits > 18) return -1;
+          state[f * n + i] = 1;
+          val[f][i] = strtoll(vb, nullptr, 10);
+        }
+      } else {
+        skip_valid(s);
+        while (s.p > vb && (unsigned char)s.p[-1] <= ' ') s.p--;  // a scalar's trailing space
+        if (f >= 0) state[f * n + i] = 1, val[f][i] = vb - buf, vlen[f * n + i] = (int32_t)(s.p - vb);
+      }
+      s.ws();
+      if (s.eat(',')) {
+        s.ws();
+        continue;
+      }
+      if (!s.eat('}')) return -1;
+      break;
+    }
+    if (s.p != s.end) return -1;
+  }
+  return 0;
 }
 }

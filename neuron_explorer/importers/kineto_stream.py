@@ -67,7 +67,7 @@ class StreamSource:
         """Read on to byte `hi` into a new buffer that starts at the released point (a new one:
         views of the old buffer may still be alive)."""
         keep = max(0, min(self._release, self._base + len(self._buf)) - self._base)
-        buf = bytearray(self._buf[keep:])
+        buf = bytearray(memoryview(self._buf)[keep:])  # one copy (a slice would be two)
         self._base += keep
         step = max(MIN_READ, hi - self._base - len(buf))
         while self._base + len(buf) < hi and not self._eof:
